@@ -1,0 +1,1 @@
+"""Reference HiCache on the HAL: radix tree, pools, controller, policies, storage, replay."""
