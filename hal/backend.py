@@ -82,6 +82,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def alloc_device(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor: ...
 
+    def is_device(self, tensor: torch.Tensor) -> bool:
+        """True when `tensor` lives in this backend's device memory (decides d2h vs h2d)."""
+        return tensor.device.type == self.device_type and self.device_type != "cpu"
+
     # -- transfer ------------------------------------------------------------
     @abc.abstractmethod
     def new_stream(self) -> Stream: ...
