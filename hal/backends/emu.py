@@ -1,0 +1,205 @@
+"""CPU emulation backend: real threads and real copies, plus a modeled clock.
+
+"Device" buffers are CPU tensors allocated apart from host buffers (the backend remembers
+which storages it handed out, which is how a plan's direction is known). Each stream is a
+worker thread draining a FIFO queue; events complete when the work before them has run.
+
+Two clocks are reported and never mixed: wall time of the real copies on this CPU, and
+modeled time, where every executed plan advances its stream by the profile's link model
+(per-launch + per-segment overhead + bytes / bandwidth). A stream that waits on another
+stream's event starts no earlier, in modeled time, than that event's modeled completion.
+Host registration is a real mlock(2) of the range (what pinning does), with the profile's
+modeled registration cost recorded alongside.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import queue
+import threading
+import time
+from typing import Any
+
+import torch
+
+from hal import segcopy
+from hal.backend import Backend, Capabilities, Event, Stream
+from hal.plan import TransferPlan
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_libc.mlock.argtypes = _libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+
+class EmuEvent(Event):
+    def __init__(self):
+        self._done = threading.Event()
+        self.error: BaseException | None = None
+        self.modeled_time: float | None = None
+        self.wall_time: float | None = None  # time.perf_counter() at completion
+
+    def _complete(self, modeled: float | None, error: BaseException | None) -> None:
+        self.modeled_time, self.error, self.wall_time = modeled, error, time.perf_counter()
+        self._done.set()
+
+    def query(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"event not complete after {timeout} s")
+        if self.error is not None:
+            raise RuntimeError(f"transfer failed on its stream: {self.error!r}") from self.error
+
+
+class EmuStream(Stream):
+    """One worker thread, FIFO. A failure is sticky: later events on the stream carry it."""
+
+    def __init__(self, backend: EmuBackend, name: str):
+        self.backend, self.name = backend, name
+        self.modeled_now = 0.0  # seconds on this stream's modeled clock (None-safe: 0 when unmodeled)
+        self.modeled = True  # False once a plan could not be modeled (unknown link values)
+        self.wall_busy = 0.0  # seconds this worker spent copying
+        self._error: BaseException | None = None
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=f"emu-{name}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            kind, payload = self._q.get()
+            if kind == "stop":
+                return
+            try:
+                if kind == "plan" and self._error is None:
+                    self._run_plan(payload)
+                elif kind == "wait" and self._error is None:
+                    payload.wait()
+                    if payload.modeled_time is not None:
+                        self.modeled_now = max(self.modeled_now, payload.modeled_time)
+                elif kind == "call" and self._error is None:
+                    payload()
+                elif kind == "event":
+                    payload._complete(self.modeled_now if self.modeled else None, self._error)
+            except BaseException as e:  # noqa: BLE001 - carried to the events, never lost
+                self._error = e
+
+    def _run_plan(self, plan: TransferPlan) -> None:
+        t0 = time.perf_counter()
+        if plan.groups and isinstance(plan.groups[0].src, torch.Tensor):
+            segcopy.copy_groups(plan.groups)
+        self.wall_busy += time.perf_counter() - t0
+        cost = self.backend.model_seconds(plan)
+        if cost is None:
+            self.modeled = False
+        else:
+            self.modeled_now += cost
+
+    def submit(self, kind: str, payload: Any) -> None:
+        self._q.put((kind, payload))
+
+    def record(self) -> EmuEvent:
+        ev = EmuEvent()
+        self._q.put(("event", ev))
+        return ev
+
+    def wait_event(self, event: Event) -> None:
+        self._q.put(("wait", event))
+
+    def synchronize(self) -> None:
+        self.record().wait()
+
+    def close(self) -> None:
+        self._q.put(("stop", None))
+
+
+class EmuBackend(Backend):
+    name = "emu"
+    device_type = "cpu"
+
+    def __init__(self, profile: Any = None):
+        if profile is None:
+            from hal.profiles import load_profile
+
+            profile = load_profile("emu")
+        super().__init__(profile)
+        self._device_storages: dict[int, int] = {}  # storage data_ptr -> nbytes
+        self._streams_made = 0
+        self._default = EmuStream(self, "default")
+        self._registered: dict[int, tuple[int, int]] = {}
+        self.modeled_registration_seconds = 0.0
+
+    @classmethod
+    def probe(cls) -> tuple[bool, str]:
+        return True, ""
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(self.name, True, "", "cpu", True, True)
+
+    def alloc_device(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        t = torch.empty(shape, dtype=dtype)
+        self._device_storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    def is_device(self, tensor: torch.Tensor) -> bool:
+        return tensor.untyped_storage().data_ptr() in self._device_storages
+
+    def new_stream(self) -> EmuStream:
+        self._streams_made += 1
+        return EmuStream(self, f"s{self._streams_made}")
+
+    def default_stream(self) -> EmuStream:
+        return self._default
+
+    def direction(self, src: Any, dst: Any) -> str:
+        def side(x):
+            return "d" if isinstance(x, torch.Tensor) and self.is_device(x) else "h"
+
+        return f"{side(src)}2{side(dst)}"
+
+    def model_seconds(self, plan: TransferPlan) -> float | None:
+        """Modeled cost of `plan` on the profile's link, or None when the profile can't say."""
+        if not plan.groups:
+            return 0.0
+        return self.profile.link.seconds(plan.direction, plan.nbytes, plan.num_segments, plan.launches)
+
+    def execute(self, plan: TransferPlan, stream: Stream | None = None) -> EmuEvent:
+        stream = stream or self._default
+        if not isinstance(stream, EmuStream):
+            raise ValueError(f"stream: {stream!r} is not an emu stream")
+        if plan.groups and isinstance(plan.groups[0].src, torch.Tensor):
+            _check_bounds(plan)
+            plan.direction = self.direction(plan.groups[0].src, plan.groups[0].dst)
+        stream.submit("plan", plan)
+        return stream.record()
+
+    def register_host(self, address: int, nbytes: int) -> Any:
+        # Pinning is what registration does to the pages; mlock is the same kernel work.
+        if _libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes)) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mlock of {nbytes} bytes failed: {os.strerror(err)} (check `ulimit -l`)")
+        cost = self.profile.link.registration_seconds(nbytes)
+        self.modeled_registration_seconds += cost or 0.0
+        handle = (address, nbytes)
+        self._registered[address] = handle
+        return handle
+
+    def unregister_host(self, handle: Any) -> None:
+        address, nbytes = handle
+        if self._registered.pop(address, None) is not None:
+            _libc.munlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes))
+
+
+def _check_bounds(plan: TransferPlan) -> None:
+    # A plan is trusted by the copy engine; a bad one must fail here, not corrupt memory.
+    for g in plan.groups:
+        seg = g.segments
+        if not len(seg.nbytes):
+            continue
+        for name, buf, off in (("src", g.src, seg.src_offsets), ("dst", g.dst, seg.dst_offsets)):
+            if not buf.is_contiguous():
+                raise ValueError(f"plan {plan.op}: {name} buffer is not contiguous")
+            size = buf.numel() * buf.element_size()
+            if int(off.min()) < 0 or int((off + seg.nbytes).max()) > size:
+                raise ValueError(f"plan {plan.op}: a {name} segment falls outside its {size}-byte buffer")
