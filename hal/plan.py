@@ -33,6 +33,7 @@ class TransferPlan:
     op: str
     groups: list[CopyGroup] = field(default_factory=list)
     direction: str = "?"  # d2h | h2d | d2d | h2h, set by the backend when it binds buffers
+    launches: int = 1  # submissions this plan stands for (a symbolic all-layer load counts one per layer)
 
     @property
     def num_segments(self) -> int:
@@ -41,10 +42,6 @@ class TransferPlan:
     @property
     def nbytes(self) -> int:
         return int(sum(int(g.segments.nbytes.sum()) for g in self.groups))
-
-    @property
-    def launches(self) -> int:
-        return 1 if self.groups else 0
 
 
 def merge_runs(src_off: np.ndarray, dst_off: np.ndarray, piece_bytes: int) -> Segments:

@@ -1,0 +1,104 @@
+"""Pool-level transfers: which upstream kvcacheio op moves a device pool to/from a host layout.
+
+This is the dispatch SGLang's host pools do inline (backup all layers at once, load one
+layer at a time so compute on layer i waits for layer i only), kept here as one table so
+the reference HiCache never names a layout-specific op.
+
+Buffers: `host_bufs` is [kv] (MLA) or [k, v] (MHA), each of the layout's per-part shape;
+`device_bufs` is [[layer tensors]] (MLA) or [[k layers], [v layers]] (MHA). With
+`host_bufs=None` nothing is materialized: the plan is built on symbolic buffers and only
+advances the backend's modeled clock (byte and segment counts stay exact).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hal import kvcacheio as kv
+from hal.layouts import KVGeometry, check_layout
+from hal.plan import TransferPlan, plan_pool_transfer
+
+
+def _t(a) -> torch.Tensor:
+    return a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+
+
+def backup(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices):
+    """D2H, all layers: host[layout][host_indices] = device[device_indices]. Returns an Event."""
+    check_layout(layout, geom)
+    if host_bufs is None:
+        return _symbolic(layout, geom, host_indices, device_indices, "d2h", None)
+    hi, di = _t(host_indices), _t(device_indices)
+    L, item, ldim, ps = geom.layers, geom.item_size, geom.layout_dim, geom.page_size
+    if geom.attention == "mla":
+        (host,), (dev,) = host_bufs, device_bufs
+        if layout == "layer_first":
+            return kv.transfer_kv_all_layer_mla(list(dev), [host[l] for l in range(L)], di, hi, item, L)
+        if layout == "page_first":
+            return kv.transfer_kv_all_layer_mla_lf_pf(list(dev), host, di, hi, item, ldim, L)
+        return kv.transfer_kv_all_layer_direct_lf_pf(list(dev), [host], di, hi, ps)
+    (hk, hv), (dk, dv) = host_bufs, device_bufs
+    if layout == "layer_first":
+        return kv.transfer_kv_all_layer(list(dk), [hk[l] for l in range(L)], list(dv), [hv[l] for l in range(L)],
+                                        di, hi, item, L)
+    if layout == "page_first":
+        return kv.transfer_kv_all_layer_lf_pf(list(dk), hk, list(dv), hv, di, hi, item, ldim, L)
+    if layout == "page_first_direct":
+        return kv.transfer_kv_all_layer_direct_lf_pf(list(dk) + list(dv), [hk, hv], di, hi, ps)
+    return kv.transfer_kv_all_layer_lf_ph(list(dk), hk, list(dv), hv, di, hi, item, ldim, L, ps, geom.heads)
+
+
+def load_layer(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices, layer: int):
+    """H2D, one layer: device[layer][device_indices] = host[layout][layer][host_indices]."""
+    check_layout(layout, geom)
+    if host_bufs is None:
+        return _symbolic(layout, geom, host_indices, device_indices, "h2d", [layer])
+    hi, di = _t(host_indices), _t(device_indices)
+    item, ldim, ps = geom.item_size, geom.layout_dim, geom.page_size
+    if geom.attention == "mla":
+        (host,), (dev,) = host_bufs, device_bufs
+        if layout == "layer_first":
+            return kv.transfer_kv_per_layer_mla(host[layer], dev[layer], hi, di, item)
+        if layout == "page_first":
+            return kv.transfer_kv_per_layer_mla_pf_lf(host, dev[layer], hi, di, layer, item, ldim)
+        return kv.transfer_kv_per_layer_direct_pf_lf([host], [dev[layer]], hi, di, layer, ps)
+    (hk, hv), (dk, dv) = host_bufs, device_bufs
+    if layout == "layer_first":
+        return kv.transfer_kv_per_layer(hk[layer], dk[layer], hv[layer], dv[layer], hi, di, item)
+    if layout == "page_first":
+        return kv.transfer_kv_per_layer_pf_lf(hk, dk[layer], hv, dv[layer], hi, di, layer, item, ldim)
+    if layout == "page_first_direct":
+        return kv.transfer_kv_per_layer_direct_pf_lf([hk, hv], [dk[layer], dv[layer]], hi, di, layer, ps)
+    return kv.transfer_kv_per_layer_ph_lf(hk, dk[layer], hv, dv[layer], hi, di, layer, item, ldim, ps, geom.heads)
+
+
+def load_all_layers(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices) -> list:
+    """H2D for every layer, one submission per layer; returns the per-layer events.
+
+    Without buffers one plan stands for all layers (launches = layers), so modeled cost
+    and counts match the per-layer submissions without planning each layer.
+    """
+    if host_bufs is None:
+        return [_symbolic(layout, geom, host_indices, device_indices, "h2d", None)] * geom.layers
+    return [load_layer(layout, geom, host_bufs, device_bufs, host_indices, device_indices, layer)
+            for layer in range(geom.layers)]
+
+
+def _symbolic(layout, geom, host_indices, device_indices, direction, layers):
+    hi, di = np.asarray(host_indices, dtype=np.int64), np.asarray(device_indices, dtype=np.int64)
+    if len(hi) != len(di):
+        raise ValueError(f"device_indices: length {len(di)} does not match host_indices length {len(hi)}")
+    host_size = int(hi.max()) + 1 if len(hi) else 0
+    host_size += -host_size % geom.page_size
+    plan = plan_pool_transfer(layout, geom, host_size, hi, di, direction, layers=layers)
+    if direction == "h2d" and layers is None:
+        plan.launches = geom.layers
+    return kv.active_backend().execute(plan, kv.current_stream())
+
+
+def plan_for(layout: str, geom: KVGeometry, host_size: int, host_indices, device_indices, direction: str,
+             layers=None) -> TransferPlan:
+    """The plan `backup`/`load_layer` would run, for counting segments and bytes."""
+    return plan_pool_transfer(layout, geom, host_size, np.asarray(host_indices), np.asarray(device_indices),
+                              direction, layers=layers)
