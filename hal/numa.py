@@ -14,6 +14,8 @@ import os
 import platform
 from collections.abc import Iterable, Iterator
 
+import numpy as np
+
 # Syscall numbers differ per architecture; aarch64 uses the generic table.
 _SYSCALLS = {
     "x86_64": {"mbind": 237, "set_mempolicy": 238, "get_mempolicy": 239, "move_pages": 279},
@@ -176,26 +178,24 @@ def mbind(address: int, length: int, mode: int, nodes: Iterable[int] = (), flags
     _check(ret, f"mbind({MODE_NAMES.get(mode, mode)}, {nodes})")
 
 
-def move_pages_query(addresses) -> list[int]:
-    """Node of each page (move_pages with nodes=NULL only queries); a negative errno
-    (e.g. -ENOENT: not populated) where the page has no node."""
-    addrs = list(addresses)
-    n = len(addrs)
-    if n == 0:
-        return []
-    pages = (ctypes.c_void_p * n)(*addrs)
-    status = (ctypes.c_int * n)()
+def move_pages_query(addresses) -> np.ndarray:
+    """Node of each page as int32 (move_pages with nodes=NULL only queries, it moves nothing);
+    a negative errno (e.g. -ENOENT: not populated) where the page has no node."""
+    pages = np.ascontiguousarray(addresses, dtype=np.uint64)
+    status = np.zeros(len(pages), dtype=np.int32)
+    if len(pages) == 0:
+        return status
     ret = _syscall(
         ctypes.c_long(_nr("move_pages")),
         ctypes.c_int(0),  # this process
-        ctypes.c_ulong(n),
-        pages,
-        None,  # nodes=NULL: report where pages are, move nothing
-        status,
+        ctypes.c_ulong(len(pages)),
+        ctypes.c_void_p(pages.ctypes.data),
+        None,
+        ctypes.c_void_p(status.ctypes.data),
         ctypes.c_int(0),
     )
     _check(ret, "move_pages(query)")
-    return list(status)
+    return status
 
 
 def _restore(mode: int, nodes: list[int]) -> None:
