@@ -1,0 +1,525 @@
+"""Hardware profiles: one YAML file per machine, loaded with strict validation.
+
+A profile says what a machine is (device, host, topology), how its host link behaves (link
+model), how fast it prefills (compute model) and what a run on it must reach (targets). The
+schema is documented in hardware_profiles/README.md; this module is the one place that
+enforces it, so every error names the file, the key path and what was expected.
+
+Values a profile does not know are written `unknown` and load as None: consumers then report
+"not modeled" instead of computing with an invented number.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+SCHEMA_VERSION = 1
+UNKNOWN = "unknown"
+COMPARATORS = ("<=", ">=", "<", ">", "==")
+DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
+IDO_STATES = ("on", "off", "unknown")
+_PACKAGE = "hardware_profiles"
+
+# Stable metric names that targets may use: name -> (unit, what is measured). Consumers
+# measure these under the same names, so a target with a misspelt metric fails to load
+# rather than never being checked.
+METRICS: dict[str, tuple[str, str]] = {
+    "plan_segments_layer_first_seed": ("segments", "segments in the SEED_PLAN transfer, host layout layer_first"),
+    "plan_segments_page_first_direct_seed": ("segments", "segments in the SEED_PLAN transfer, page_first_direct"),
+    "plan_seconds_seed": ("s", "wall time to build the SEED_PLAN transfer plan (page_first_direct)"),
+    "h2d_gbps": ("GB/s", "host-to-device bandwidth of large registered transfers"),
+    "d2h_gbps": ("GB/s", "device-to-host bandwidth of large registered transfers"),
+    "transfer_ratio_vs_memcpy": ("ratio", "backend transfer throughput / plain memcpy throughput, same run"),
+    "allhit_fixed_ms": ("ms", "intercept of the all-hit request time fit T(n) = a + b*n"),
+    "allhit_per_token_us": ("us/token", "slope of the all-hit request time fit T(n) = a + b*n"),
+    "break_even_tokens": ("tokens", "prompt length above which loading cached KV beats recomputing it"),
+    "per_card_host_gib_local": ("GiB", "host memory one card can use with strictly NUMA-local binding"),
+    "host_pool_page_bytes": ("B", "page size backing the host KV pool"),
+    "slowdown_pct_registered_15gb": ("%", "seed workload slowdown with 15 GB of host memory registered"),
+    "slowdown_pct_numa_local": ("%", "seed workload slowdown with NUMA-local host pools"),
+    "d2h_submit_block_s": ("s", "longest time the scheduler thread blocks submitting a D2H backup"),
+    "ghost_entry_bytes": ("B", "host memory per ghost-list entry"),
+}
+
+# The plan behind the *_seed metrics: the P800 seed config (MLA latent, 78 layers, kv_dim 576,
+# bf16, page 64) moving 32,768 contiguous tokens (512 pages) host->device; page_first_direct
+# gives one segment per (page, layer): 512 * 78 = 39,936.
+SEED_PLAN = {
+    "attention": "mla", "layers": 78, "heads": 1, "head_dim": 576, "dtype": "bf16",
+    "page_size": 64, "tokens": 32768, "direction": "h2d",
+}
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used: "<file>: <key.path>: expected <what>, got <repr>"."""
+
+    def __init__(self, file: str, key_path: str, expected: str, got: str):
+        self.file, self.key_path, self.expected, self.got = str(file), key_path, expected, got
+        super().__init__(f"{self.file}: {key_path}: expected {expected}, got {got}")
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """Host link cost: per launch + per segment (DMA descriptor) + bytes / bandwidth."""
+
+    h2d_gbps: float | None  # decimal GB/s (1e9 bytes per second)
+    d2h_gbps: float | None
+    per_segment_us: float | None
+    per_launch_us: float | None
+    registration_s_per_gib: float | None
+
+    def __post_init__(self):
+        for name in ("h2d_gbps", "d2h_gbps", "per_segment_us", "per_launch_us", "registration_s_per_gib"):
+            v = getattr(self, name)
+            if v is not None and not (v > 0 if name.endswith("gbps") else v >= 0):
+                raise ValueError(f"{name}: expected a {'positive' if name.endswith('gbps') else 'non-negative'} number, got {v!r}")
+
+    def seconds(self, direction: str, nbytes: int, segments: int, launches: int = 1) -> float | None:
+        """Modeled seconds for one transfer, or None when it cannot be modeled.
+
+        None when a term with a nonzero count needs a value the profile leaves unknown, and
+        for d2d/h2h, which a host-link model does not cover: guessing would hide the gap.
+        """
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction: expected one of {', '.join(DIRECTIONS)}, got {direction!r}")
+        for name, n in (("nbytes", nbytes), ("segments", segments), ("launches", launches)):
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+                raise ValueError(f"{name}: expected a non-negative integer, got {n!r}")
+        if direction not in ("h2d", "d2h"):
+            return None
+        total = 0.0
+        bandwidth = self.h2d_gbps if direction == "h2d" else self.d2h_gbps
+        for count, cost_us in ((launches, self.per_launch_us), (segments, self.per_segment_us)):
+            if count:
+                if cost_us is None:
+                    return None
+                total += int(count) * cost_us * 1e-6
+        if nbytes:
+            if bandwidth is None:
+                return None
+            total += int(nbytes) / (bandwidth * 1e9)
+        return total
+
+    def registration_seconds(self, nbytes: int) -> float | None:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 0:
+            raise ValueError(f"nbytes: expected a non-negative integer, got {nbytes!r}")
+        if nbytes == 0:
+            return 0.0
+        if self.registration_s_per_gib is None:
+            return None
+        return int(nbytes) / 2**30 * self.registration_s_per_gib
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Prefill time: a measured curve when given, else fixed + per_token * tokens."""
+
+    prefill_fixed_s: float | None
+    prefill_per_token_s: float | None
+    prefill_curve: tuple[tuple[int, float], ...] | None = None  # (tokens, seconds), tokens ascending
+
+    def prefill_seconds(self, tokens: int) -> float | None:
+        if isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens < 0:
+            raise ValueError(f"tokens: expected a non-negative integer, got {tokens!r}")
+        if tokens == 0:
+            return 0.0
+        if self.prefill_curve:
+            return _interpolate(self.prefill_curve, int(tokens))
+        if self.prefill_fixed_s is None or self.prefill_per_token_s is None:
+            return None
+        return self.prefill_fixed_s + self.prefill_per_token_s * int(tokens)
+
+
+def _interpolate(points: tuple[tuple[int, float], ...], x: int) -> float:
+    """Piecewise linear through the points; outside them the nearest segment's line, floored at 0."""
+    i = 1
+    while i < len(points) - 1 and x > points[i][0]:
+        i += 1
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    model: str
+    hbm_gib: float | None
+    devices_per_node: int | None
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    cpu_model: str | None
+    numa_nodes: int | None
+    memory_per_node_gib: float | None
+    cpu_vendor: str | None = None
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    device_numa: tuple[int, ...] | None  # device i -> NUMA node
+    devices_per_switch: int | None
+    uplink_generation: int | None  # PCIe generation of the switch's uplink
+    uplink_lanes: int | None
+    ido: str  # PCIe ID-based ordering: 'on' | 'off' | 'unknown'
+
+
+@dataclass(frozen=True)
+class Target:
+    """A number a run must reach. `tolerance` is absolute, in `unit`, and always loosens:
+    '<=' passes up to value + tolerance, '>=' down to value - tolerance, '==' within it."""
+
+    name: str
+    metric: str
+    comparator: str
+    value: float
+    tolerance: float
+    unit: str
+    source: str
+    note: str = ""
+
+    def __post_init__(self):
+        if self.comparator not in COMPARATORS:
+            raise ValueError(f"comparator: expected one of {' '.join(COMPARATORS)}, got {self.comparator!r}")
+        if not self.tolerance >= 0:
+            raise ValueError(f"tolerance: expected a non-negative number, got {self.tolerance!r}")
+
+    def check(self, measured: float) -> bool:
+        m = float(measured)
+        if math.isnan(m):
+            return False
+        v, t = self.value, self.tolerance
+        return {
+            "<=": m <= v + t, "<": m < v + t, ">=": m >= v - t, ">": m > v - t, "==": abs(m - v) <= t,
+        }[self.comparator]
+
+    def describe(self) -> str:
+        tol = f" (tolerance {self.tolerance:g})" if self.tolerance else ""
+        return f"{self.metric} {self.comparator} {self.value:g} {self.unit}{tol}"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path
+    description: str
+    device: DeviceSpec
+    host: HostSpec
+    topology: TopologySpec | None
+    link: LinkModel
+    compute: ComputeModel
+    targets: tuple[Target, ...]
+    # key path -> where its value comes from, for every value written with a source
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def target(self, name: str) -> Target:
+        for t in self.targets:
+            if t.name == name:
+                return t
+        have = ", ".join(t.name for t in self.targets) or "none"
+        raise KeyError(f"profile {self.name!r} ({self.path}) has no target {name!r}; its targets: {have}")
+
+    def require_topology(self) -> TopologySpec:
+        if self.topology is None:
+            raise ProfileError(str(self.path), "topology", "a topology section",
+                               f"none (profile {self.name} has no topology)")
+        return self.topology
+
+    def assumptions(self) -> dict[str, str]:
+        """Values that are assumed rather than measured or derived, so reports can flag them."""
+        return {k: s for k, s in self.sources.items() if s.lower().startswith("assumed")}
+
+
+# -- loading -------------------------------------------------------------------------------
+
+
+def list_profiles() -> list[str]:
+    return sorted(e.name[: -len(".yaml")] for e in resources.files(_PACKAGE).iterdir() if e.name.endswith(".yaml"))
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """A bare name loads the packaged hardware_profiles/<name>.yaml; anything path-like loads that file."""
+    if isinstance(name_or_path, Path) or (
+        isinstance(name_or_path, str) and ("/" in name_or_path or name_or_path.endswith((".yaml", ".yml")))
+    ):
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ProfileError(str(path), "(file)", "an existing YAML file", repr(str(name_or_path)))
+        return _build(path.read_text(encoding="utf-8"), path)
+    if not isinstance(name_or_path, str):
+        raise ProfileError("load_profile", "name_or_path", "a profile name or a path", repr(name_or_path))
+    known = list_profiles()
+    if name_or_path not in known:
+        raise ProfileError(f"{_PACKAGE}/{name_or_path}.yaml", "(profile name)",
+                           f"one of {', '.join(known)} or a path to a YAML file", repr(name_or_path))
+    entry = resources.files(_PACKAGE) / f"{name_or_path}.yaml"
+    return _build(entry.read_text(encoding="utf-8"), Path(str(entry)))
+
+
+class _StrictSafeLoader(yaml.SafeLoader):
+    """SafeLoader that also reads exponent floats like 1e-6 (PyYAML's YAML 1.1 rules make them strings)."""
+
+
+_StrictSafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _parse(text: str, file: str) -> Any:
+    loader = _StrictSafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise ProfileError(file, "(document)", "a mapping of profile sections", "an empty file")
+        _reject_duplicate_keys(node, "", file)
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"(yaml, line {mark.line + 1})" if mark else "(yaml)"
+        raise ProfileError(file, where, "valid YAML", repr(getattr(e, "problem", None) or str(e))) from None
+    finally:
+        loader.dispose()
+
+
+def _reject_duplicate_keys(node: yaml.Node, path: str, file: str) -> None:
+    # safe_load keeps the last of two equal keys silently; in a profile that hides a typo'd edit.
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key in seen:
+                raise ProfileError(file, _join(path, key), "each key once",
+                                   f"a second {key!r} at line {key_node.start_mark.line + 1}")
+            seen.add(key)
+            _reject_duplicate_keys(value_node, _join(path, key), file)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _reject_duplicate_keys(item, f"{path}[{i}]", file)
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _build(text: str, path: Path) -> Profile:
+    return _Reader(str(path)).profile(_parse(text, str(path)), path)
+
+
+_MISSING = "no value (the key is missing)"
+
+
+class _Reader:
+    """Walks the parsed YAML once, checking every key, and records each value's source."""
+
+    def __init__(self, file: str):
+        self.file = file
+        self.sources: dict[str, str] = {}
+
+    def fail(self, key_path: str, expected: str, got: str) -> NoReturn:
+        raise ProfileError(self.file, key_path, expected, got)
+
+    def section(self, data: Any, path: str, keys: tuple[str, ...]) -> dict:
+        """A mapping whose keys are all among `keys` (presence is checked as each is read)."""
+        if not isinstance(data, dict):
+            self.fail(path or "(document)", f"a mapping with keys {', '.join(keys)}", repr(data))
+        for key in data:
+            if key not in keys:
+                self.fail(_join(path, key), f"one of the keys {', '.join(keys)}", f"unknown key {key!r}")
+        return data
+
+    def leaf(self, parent: dict, key: str, path: str, expected: str, sourced: bool) -> tuple[Any, str]:
+        """(raw value, its key path): a bare value, `unknown`, or {value: ..., source: ...}.
+
+        `sourced` leaves (link and compute numbers) must say where a known value comes from.
+        """
+        p = _join(path, key)
+        if key not in parent:
+            self.fail(p, expected, _MISSING)
+        raw = parent[key]
+        if isinstance(raw, dict):
+            self.section(raw, p, ("value", "source"))
+            if "value" not in raw:
+                self.fail(f"{p}.value", expected, _MISSING)
+            source = raw.get("source")
+            if not isinstance(source, str) or not source.strip():
+                self.fail(f"{p}.source", "a non-empty string saying where the value comes from",
+                          _MISSING if "source" not in raw else repr(source))
+            self.sources[p] = source.strip()
+            return raw["value"], f"{p}.value"
+        if sourced and raw != UNKNOWN:
+            self.fail(p, f"{{value: <{expected}>, source: <where it comes from>}} or 'unknown'", repr(raw))
+        return raw, p
+
+    def number(self, parent, key, path, unit, lo, hi, *, integer=False, lo_open=False, sourced=False):
+        kind = "an integer" if integer else "a number"
+        expected = f"{kind} of {unit} in {'(' if lo_open else '['}{lo:g}, {hi:g}] or 'unknown'"
+        raw, p = self.leaf(parent, key, path, expected, sourced)
+        if raw == UNKNOWN:
+            return None
+        wrong_type = isinstance(raw, bool) or not isinstance(raw, int if integer else (int, float))
+        if wrong_type or not math.isfinite(raw) or raw > hi or raw < lo or (lo_open and raw == lo):
+            hint = "" if wrong_type else " (check the unit)"
+            self.fail(p, expected + hint, repr(raw))
+        return raw if integer else float(raw)
+
+    def text(self, parent, key, path, *, may_be_unknown=True) -> str | None:
+        expected = "a non-empty string" + (" or 'unknown'" if may_be_unknown else "")
+        raw, p = self.leaf(parent, key, path, expected, False)
+        if may_be_unknown and raw == UNKNOWN:
+            return None
+        if not isinstance(raw, str) or not raw.strip():
+            self.fail(p, expected, repr(raw))
+        return raw.strip()
+
+    # -- sections ----------------------------------------------------------------------------
+
+    def profile(self, data: Any, path: Path) -> Profile:
+        top = self.section(data, "", ("schema", "description", "device", "host", "topology",
+                                      "link", "compute", "targets"))
+        for key in ("schema", "description", "device", "host", "link", "compute", "targets"):
+            if key not in top:
+                self.fail(key, f"a '{key}' entry (see hardware_profiles/README.md)", _MISSING)
+        if top["schema"] != SCHEMA_VERSION or isinstance(top["schema"], bool):
+            self.fail("schema", f"{SCHEMA_VERSION} (the schema version this loader reads)", repr(top["schema"]))
+        device = self.device(top["device"])
+        host = self.host(top["host"])
+        topology = self.topology(top["topology"], device, host) if "topology" in top else None
+        return Profile(
+            name=path.stem, path=path, description=self.text(top, "description", "", may_be_unknown=False),
+            device=device, host=host, topology=topology, link=self.link(top["link"]),
+            compute=self.compute(top["compute"]), targets=self.targets(top["targets"]),
+            sources=dict(self.sources),
+        )
+
+    def device(self, data) -> DeviceSpec:
+        d = self.section(data, "device", ("model", "hbm_gib", "devices_per_node"))
+        return DeviceSpec(
+            model=self.text(d, "model", "device", may_be_unknown=False),
+            hbm_gib=self.number(d, "hbm_gib", "device", "GiB", 0, 4096, lo_open=True),
+            devices_per_node=self.number(d, "devices_per_node", "device", "devices", 1, 64, integer=True),
+        )
+
+    def host(self, data) -> HostSpec:
+        h = self.section(data, "host", ("cpu_vendor", "cpu_model", "numa_nodes", "memory_per_node_gib"))
+        return HostSpec(
+            cpu_vendor=self.text(h, "cpu_vendor", "host"),
+            cpu_model=self.text(h, "cpu_model", "host"),
+            numa_nodes=self.number(h, "numa_nodes", "host", "NUMA nodes", 1, 64, integer=True),
+            memory_per_node_gib=self.number(h, "memory_per_node_gib", "host", "GiB", 0, 65536, lo_open=True),
+        )
+
+    def topology(self, data, device: DeviceSpec, host: HostSpec) -> TopologySpec:
+        keys = ("device_numa", "devices_per_switch", "uplink_generation", "uplink_lanes", "ido")
+        t = self.section(data, "topology", keys)
+        expected = "a list of NUMA node numbers, one per device, or 'unknown'"
+        raw, p = self.leaf(t, "device_numa", "topology", expected, False)
+        device_numa = None
+        if raw != UNKNOWN:
+            if not isinstance(raw, list) or not raw:
+                self.fail(p, expected, repr(raw))
+            if device.devices_per_node is not None and len(raw) != device.devices_per_node:
+                self.fail(p, f"{device.devices_per_node} entries (device.devices_per_node)", f"{len(raw)}: {raw!r}")
+            top_node = (host.numa_nodes or 65) - 1
+            for i, n in enumerate(raw):
+                if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= top_node:
+                    self.fail(f"{p}[{i}]", f"a NUMA node number in [0, {top_node}] (host.numa_nodes)", repr(n))
+            device_numa = tuple(raw)
+        per_switch = self.number(t, "devices_per_switch", "topology", "devices", 1, 64, integer=True)
+        if per_switch and device.devices_per_node and per_switch > device.devices_per_node:
+            self.fail("topology.devices_per_switch", f"at most device.devices_per_node ({device.devices_per_node})",
+                      repr(per_switch))
+        lanes = self.number(t, "uplink_lanes", "topology", "PCIe lanes", 1, 32, integer=True)
+        if lanes is not None and lanes not in (1, 2, 4, 8, 16, 32):
+            self.fail("topology.uplink_lanes", "a PCIe link width: 1, 2, 4, 8, 16 or 32, or 'unknown'", repr(lanes))
+        raw, p = self.leaf(t, "ido", "topology", "'on', 'off' or 'unknown'", False)
+        ido = {True: "on", False: "off"}.get(raw, raw) if isinstance(raw, bool) else raw  # YAML 1.1: bare on/off are booleans
+        if ido not in IDO_STATES:
+            self.fail(p, "'on', 'off' or 'unknown'", repr(raw))
+        return TopologySpec(
+            device_numa=device_numa, devices_per_switch=per_switch,
+            uplink_generation=self.number(t, "uplink_generation", "topology", "PCIe generation", 1, 7, integer=True),
+            uplink_lanes=lanes, ido=ido,
+        )
+
+    def link(self, data) -> LinkModel:
+        k = self.section(data, "link", ("h2d_gbps", "d2h_gbps", "per_segment_us", "per_launch_us",
+                                        "registration_s_per_gib"))
+        return LinkModel(
+            h2d_gbps=self.number(k, "h2d_gbps", "link", "GB/s", 0, 1000, lo_open=True, sourced=True),
+            d2h_gbps=self.number(k, "d2h_gbps", "link", "GB/s", 0, 1000, lo_open=True, sourced=True),
+            per_segment_us=self.number(k, "per_segment_us", "link", "microseconds", 0, 10_000, sourced=True),
+            per_launch_us=self.number(k, "per_launch_us", "link", "microseconds", 0, 100_000, sourced=True),
+            registration_s_per_gib=self.number(k, "registration_s_per_gib", "link", "seconds per GiB", 0, 1000,
+                                               sourced=True),
+        )
+
+    def compute(self, data) -> ComputeModel:
+        c = self.section(data, "compute", ("prefill_fixed_s", "prefill_per_token_s", "prefill_curve"))
+        curve = None
+        if "prefill_curve" in c:
+            expected = "a list of at least 2 [tokens, seconds] pairs, tokens ascending"
+            raw, p = self.leaf(c, "prefill_curve", "compute", expected, True)
+            if raw != UNKNOWN:
+                if not isinstance(raw, list) or len(raw) < 2:
+                    self.fail(p, expected, repr(raw))
+                points = []
+                for i, pt in enumerate(raw):
+                    ok = (isinstance(pt, list) and len(pt) == 2 and isinstance(pt[0], int)
+                          and not isinstance(pt[0], bool) and pt[0] >= 0 and isinstance(pt[1], (int, float))
+                          and not isinstance(pt[1], bool) and 0 <= pt[1] <= 86_400
+                          and (not points or pt[0] > points[-1][0]))
+                    if not ok:
+                        self.fail(f"{p}[{i}]", "[tokens, seconds]: integer tokens above the previous point's, "
+                                  "seconds in [0, 86400]", repr(pt))
+                    points.append((pt[0], float(pt[1])))
+                curve = tuple(points)
+        return ComputeModel(
+            prefill_fixed_s=self.number(c, "prefill_fixed_s", "compute", "seconds", 0, 3600, sourced=True),
+            # an upper bound of 1 s/token catches a value written in ms or us
+            prefill_per_token_s=self.number(c, "prefill_per_token_s", "compute", "seconds per token", 0, 1,
+                                            sourced=True),
+            prefill_curve=curve,
+        )
+
+    def targets(self, data) -> tuple[Target, ...]:
+        if data is None or data == {}:
+            return ()
+        if not isinstance(data, dict):
+            self.fail("targets", "a mapping of target name -> {metric, comparator, value, ...}", repr(data))
+        out = []
+        for name, raw in data.items():
+            p = f"targets.{name}"
+            if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+                self.fail(p, "a snake_case target name", repr(name))
+            t = self.section(raw, p, ("metric", "comparator", "value", "tolerance", "unit", "source", "note"))
+            metric = t.get("metric", name)
+            if metric not in METRICS:
+                self.fail(f"{p}.metric", f"a known metric ({', '.join(METRICS)})", repr(metric))
+            unit = METRICS[metric][0]
+            comparator = t.get("comparator")
+            if comparator not in COMPARATORS:
+                self.fail(f"{p}.comparator", f"one of {' '.join(COMPARATORS)}",
+                          _MISSING if "comparator" not in t else repr(comparator))
+            for key in ("value", "tolerance"):
+                v = t.get(key)
+                if key not in t or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                        or (key == "tolerance" and v < 0):
+                    what = "a finite number" if key == "value" else "a non-negative number (absolute, same unit)"
+                    self.fail(f"{p}.{key}", f"{what} of {unit}", _MISSING if key not in t else repr(v))
+            if t.get("unit") != unit:
+                self.fail(f"{p}.unit", f"{unit!r} (the unit of metric {metric})",
+                          _MISSING if "unit" not in t else repr(t.get("unit")))
+            source = self.text(t, "source", p, may_be_unknown=False)
+            note = self.text(t, "note", p, may_be_unknown=False) if "note" in t else ""
+            out.append(Target(name, metric, comparator, float(t["value"]), float(t["tolerance"]), unit,
+                              source, note))
+        return tuple(out)
