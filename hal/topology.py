@@ -1,0 +1,383 @@
+"""Host topology as the harness sees it: NUMA nodes, accelerators, and which of them share an uplink.
+
+Three sources give the same model:
+- `from_sysfs`: the running machine (NUMA nodes, PCI accelerators, their bridge chain, and the
+  PCIe ID-based-ordering (IDO) bits read from config space where readable);
+- `from_xpusmi`: the text of `xpu-smi topo -m` (parsed by hal.xpusmi);
+- `from_profile`: a hardware profile's `topology:` section, so the p800 box (8 NUMA nodes,
+  2 XPUs per x16 uplink) is exercised on a machine that has neither.
+`discover` picks one: real sysfs when the backend drives real devices, else the profile.
+
+Why uplinks and IDO matter: two devices behind one x16 uplink share its bandwidth, and with IDO
+off their completions are kept in one strict order through the shared path, so one device's
+D2H/H2D stream stalls the other's. The binding planner and `hicache doctor` warn on that.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+GIB = 1 << 30
+
+# PCI vendor id -> (vendor name, accepted class codes as (class >> 16) or (class >> 8) prefixes).
+# NVIDIA GPUs are display controllers (class 0x03xxxx: 0x0300 VGA, 0x0302 3D). Kunlunxin XPUs sit
+# under Baidu's vendor id 0x1d22 (pci.ids: 0x3684 "Kunlun AI Accelerator", 0x3685 "Kunlun2 AI
+# Accelerator [VF]"; public inventory tooling lists 0x3688 as P800 with class 0x078000). The same
+# vendor id also covers a storage device (0x1380), so the class filter keeps only accelerator-like
+# functions: processing accelerator (0x12), "other communication controller" (0x0780) and display.
+ACCELERATOR_VENDORS: dict[int, tuple[str, tuple[int, ...], tuple[int, ...]]] = {
+    # vendor: (name, accepted base classes (class >> 16), accepted class+subclass (class >> 8))
+    0x10DE: ("nvidia", (0x03,), ()),
+    0x1D22: ("kunlunxin", (0x03, 0x12), (0x0780,)),
+}
+
+# PCIe capability layout (PCI Express Base spec): capability list pointer at 0x34 (valid when
+# Status bit 4 is set), PCI Express capability id 0x10, Device Control 2 at cap + 0x28 with
+# IDO Request Enable = bit 8 and IDO Completion Enable = bit 9.
+_STATUS, _STATUS_CAP_LIST = 0x06, 0x10
+_CAP_PTR, _CAP_ID_PCIE, _DEVCTL2 = 0x34, 0x10, 0x28
+_IDO_REQ_BIT, _IDO_CPL_BIT = 1 << 8, 1 << 9
+
+_PCI_ADDR = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+SOURCES = ("sysfs", "profile", "xpu-smi")
+
+
+class NumaNode(NamedTuple):
+    id: int
+    cpus: tuple[int, ...]
+    memory_bytes: int  # 0 when the source does not say
+    distances: tuple[int, ...]  # SLIT row (index = node id); () when unknown
+
+
+class PciDevice(NamedTuple):
+    address: str  # PCI address on sysfs; "XPU3" style names from xpu-smi and profiles
+    vendor: int
+    device: int
+    klass: int
+    numa_node: int | None  # None: firmware gives no affinity (sysfs -1) or the source does not say
+    local_cpus: tuple[int, ...]
+    upstream: tuple[str, ...]  # bridge chain from the root port down to the parent bridge
+    ido_request: bool | None  # None: config space unreadable here
+    ido_completion: bool | None
+
+    @property
+    def ido(self) -> str:
+        return ido_state([(self.ido_request, self.ido_completion)])
+
+
+def ido_state(bits: list[tuple[bool | None, bool | None]]) -> str:
+    """'off' if any function has an IDO bit clear, else 'unknown' if any is unreadable, else 'on'."""
+    flat = [b for pair in bits for b in pair]
+    if any(b is False for b in flat):
+        return "off"
+    if any(b is None for b in flat):
+        return "unknown"
+    return "on"
+
+
+@dataclass(frozen=True)
+class Topology:
+    source: str  # one of SOURCES
+    numa_nodes: tuple[NumaNode, ...]
+    devices: tuple[PciDevice, ...]  # accelerators, index = device ordinal
+    uplinks: tuple[tuple[int, ...], ...]  # device indices behind one uplink, every device once
+    origin: str = ""  # where it came from: a sysfs root, a profile name, a file
+    root_ports: dict[str, PciDevice] = field(default_factory=dict)  # root ports of the uplinks
+    notes: tuple[str, ...] = ()  # what the source could not tell
+
+    def node_ids(self) -> list[int]:
+        return [n.id for n in self.numa_nodes]
+
+    def node(self, node_id: int) -> NumaNode:
+        for n in self.numa_nodes:
+            if n.id == node_id:
+                return n
+        raise ValueError(f"node: NUMA node {node_id} does not exist; nodes are {self.node_ids()}")
+
+    def uplink_of(self, index: int) -> tuple[int, ...]:
+        return next(g for g in self.uplinks if index in g)
+
+    def uplink_ido(self, group: tuple[int, ...]) -> str:
+        """IDO of everything that sets the attribute on this uplink: its devices and its root port
+        (the root complex originates completions for device reads of host memory)."""
+        bits = [(self.devices[i].ido_request, self.devices[i].ido_completion) for i in group]
+        for i in group:
+            up = self.devices[i].upstream
+            if up and up[0] in self.root_ports:
+                rp = self.root_ports[up[0]]
+                bits.append((rp.ido_request, rp.ido_completion))
+        return ido_state(bits)
+
+    def shared_uplinks(self) -> list[tuple[tuple[int, ...], str]]:
+        """[(device indices, ido state)] for every uplink that more than one device sits behind."""
+        return [(g, self.uplink_ido(g)) for g in self.uplinks if len(g) > 1]
+
+    def describe(self) -> str:
+        nodes = len(self.numa_nodes)
+        return f"{self.source} ({self.origin}): {nodes} NUMA node(s), {len(self.devices)} accelerator(s)"
+
+
+# -- small parsers -------------------------------------------------------------------------------
+
+
+def parse_cpulist(text: str, what: str = "cpulist") -> tuple[int, ...]:
+    """'0-3,8' -> (0, 1, 2, 3, 8); '' -> (). ValueError naming `what` on anything else."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
+            raise ValueError(f"{what}: {text.strip()!r} is not a list like '0-3,8'")
+        out.extend(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+    return tuple(out)
+
+
+def ido_from_config(config: bytes) -> tuple[bool | None, bool | None]:
+    """(IDO request enable, IDO completion enable) from config-space bytes; (None, None) when the
+    PCIe capability is not within what could be read (non-root readers get only 64 bytes)."""
+    if len(config) < 0x40 or not config[_STATUS] & _STATUS_CAP_LIST:
+        return None, None
+    ptr, seen = config[_CAP_PTR] & 0xFC, set()
+    while ptr and ptr not in seen and ptr + 2 <= len(config):
+        seen.add(ptr)  # a looping list in broken hardware must not hang discovery
+        if config[ptr] == _CAP_ID_PCIE:
+            at = ptr + _DEVCTL2
+            if at + 2 > len(config):
+                return None, None
+            ctl2 = int.from_bytes(config[at : at + 2], "little")
+            return bool(ctl2 & _IDO_REQ_BIT), bool(ctl2 & _IDO_CPL_BIT)
+        ptr = config[ptr + 1] & 0xFC
+    return None, None
+
+
+def _read(path: str, default: str | None = None) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return default
+
+
+# -- sysfs ---------------------------------------------------------------------------------------
+
+
+def sysfs_numa_nodes(sysfs_root: str = "/sys") -> tuple[NumaNode, ...]:
+    """NUMA nodes from <root>/devices/system/node; one node 0 on a kernel without NUMA."""
+    base = os.path.join(sysfs_root, "devices/system/node")
+    ids = sorted(int(d[4:]) for d in _listdir(base) if re.fullmatch(r"node\d+", d))
+    if not ids:
+        cpus = parse_cpulist(_read(os.path.join(sysfs_root, "devices/system/cpu/online"), "") or "")
+        return (NumaNode(0, cpus, 0, (10,)),)
+    nodes = []
+    for i in ids:
+        d = os.path.join(base, f"node{i}")
+        cpus = parse_cpulist(_read(os.path.join(d, "cpulist"), "") or "", f"node{i}/cpulist")
+        mem = 0
+        for line in (_read(os.path.join(d, "meminfo"), "") or "").splitlines():
+            parts = line.split()  # "Node 0 MemTotal:  12150556 kB"
+            if len(parts) >= 4 and parts[2] == "MemTotal:":
+                mem = int(parts[3]) * 1024
+        dist = tuple(int(x) for x in (_read(os.path.join(d, "distance"), "") or "").split())
+        nodes.append(NumaNode(i, cpus, mem, dist))
+    return tuple(nodes)
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _is_accelerator(vendor: int, klass: int) -> bool:
+    entry = ACCELERATOR_VENDORS.get(vendor)
+    return bool(entry) and ((klass >> 16) in entry[1] or (klass >> 8) in entry[2])
+
+
+def _pci_function(sysfs_root: str, address: str) -> PciDevice:
+    d = os.path.join(sysfs_root, "bus/pci/devices", address)
+    real = os.path.realpath(d)
+    # The device's real path runs /sys/devices/pciDDDD:BB/<root port>/<switch ports>.../<device>.
+    chain = [p for p in real.split(os.sep) if _PCI_ADDR.match(p)]
+    upstream = tuple(chain[:-1]) if chain and chain[-1] == address else ()
+    node = int(_read(os.path.join(d, "numa_node"), "-1") or "-1")
+    try:
+        with open(os.path.join(d, "config"), "rb") as f:
+            config = f.read(4096)
+    except OSError:
+        config = b""
+    req, cpl = ido_from_config(config)
+    return PciDevice(
+        address=address,
+        vendor=int(_read(os.path.join(d, "vendor"), "0") or "0", 16),
+        device=int(_read(os.path.join(d, "device"), "0") or "0", 16),
+        klass=int(_read(os.path.join(d, "class"), "0") or "0", 16),
+        numa_node=None if node < 0 else node,
+        local_cpus=parse_cpulist(_read(os.path.join(d, "local_cpulist"), "") or "", f"{address}/local_cpulist"),
+        upstream=upstream,
+        ido_request=req,
+        ido_completion=cpl,
+    )
+
+
+def group_by_uplink(devices: tuple[PciDevice, ...]) -> tuple[tuple[int, ...], ...]:
+    """Devices behind the same root port share one uplink into the CPU. The root port (first
+    bridge of the chain) is the right key even with cascaded switches: whatever switches sit
+    below it, everything behind it shares that one link. With one switch level this is the same
+    grouping as 'same switch upstream port'. A device with no bridge above it is alone."""
+    groups: dict[str, list[int]] = {}
+    for i, dev in enumerate(devices):
+        groups.setdefault(dev.upstream[0] if dev.upstream else dev.address, []).append(i)
+    return tuple(tuple(g) for g in groups.values())
+
+
+def from_sysfs(sysfs_root: str = "/sys") -> Topology:
+    """The running machine (or a synthetic tree under `sysfs_root`, which is how tests build one)."""
+    numa = sysfs_numa_nodes(sysfs_root)
+    addrs = sorted(a for a in _listdir(os.path.join(sysfs_root, "bus/pci/devices")) if _PCI_ADDR.match(a))
+    funcs = [_pci_function(sysfs_root, a) for a in addrs]
+    # Ordinals follow PCI bus order, as CUDA_DEVICE_ORDER=PCI_BUS_ID and xpu-smi number them.
+    devices = tuple(f for f in funcs if _is_accelerator(f.vendor, f.klass))
+    ports = {d.upstream[0] for d in devices if d.upstream}
+    root_ports = {a: _pci_function(sysfs_root, a) for a in sorted(ports) if a in addrs}
+    notes = []
+    if any(d.ido == "unknown" for d in devices):
+        notes.append("PCIe config space beyond 64 bytes is unreadable for some devices (run as root to read IDO)")
+    return Topology("sysfs", numa, devices, group_by_uplink(devices), sysfs_root, root_ports, tuple(notes))
+
+
+# -- profile emulation ---------------------------------------------------------------------------
+
+
+def from_profile(profile: Any) -> Topology:
+    """The topology a hardware profile describes. Devices are grouped onto uplinks in index order,
+    `devices_per_switch` at a time (XPU0+XPU1, XPU2+XPU3, ... on the p800); every function on the
+    box gets the profile's IDO setting. NUMA distances are not in profiles, so they are ()."""
+    profile = _load_profile(profile)
+    topo = profile.topology
+    if topo is None:
+        raise ValueError(f"profile {profile.name!r} has no topology (add a topology: section to {profile.path})")
+    n_nodes, n_dev = int(profile.host.numa_nodes), int(profile.device.devices_per_node)
+    mem = int(float(profile.host.memory_per_node_gib) * GIB)
+    nodes = tuple(NumaNode(i, (), mem, ()) for i in range(n_nodes))
+    dev_numa = topo.device_numa
+    if dev_numa is not None and len(dev_numa) != n_dev:
+        raise ValueError(f"profile {profile.name!r}: topology.device_numa has {len(dev_numa)} entries for {n_dev} devices")
+    for i, nd in enumerate(dev_numa or ()):
+        if not 0 <= nd < n_nodes:
+            raise ValueError(f"profile {profile.name!r}: topology.device_numa[{i}] = {nd} is not a node 0..{n_nodes - 1}")
+    per_switch = max(1, int(topo.devices_per_switch or 1))
+    bit = {"on": True, "off": False}.get(topo.ido)  # 'unknown' -> None
+    devices, root_ports = [], {}  # profiles carry no PCI ids: vendor/device 0
+    for i in range(n_dev):
+        g = i // per_switch
+        port = f"{profile.name}:rootport{g}"
+        upstream = (port, f"{profile.name}:switch{g}") if per_switch > 1 else (port,)
+        root_ports[port] = PciDevice(port, 0, 0, 0x060400, None, (), (), bit, bit)
+        devices.append(PciDevice(f"XPU{i}", 0, 0, 0x120000, None if dev_numa is None else dev_numa[i], (), upstream, bit, bit))
+    devices_t = tuple(devices)
+    link = f"PCIe Gen{topo.uplink_generation} x{topo.uplink_lanes}" if topo.uplink_generation else "PCIe"
+    notes = [f"emulated from profile {profile.name}: {profile.host.cpu_model}, {n_nodes} NUMA nodes, "
+             f"{per_switch} device(s) per {link} uplink"]
+    if dev_numa is None:
+        notes.append("profile gives no device_numa: device NUMA affinity unknown")
+    return Topology("profile", nodes, devices_t, group_by_uplink(devices_t), profile.name, root_ports, tuple(notes))
+
+
+def _load_profile(profile: Any) -> Any:
+    if isinstance(profile, str | os.PathLike):
+        from hal.profiles import load_profile
+
+        return load_profile(profile)
+    return profile
+
+
+# -- xpu-smi -------------------------------------------------------------------------------------
+
+
+def from_xpusmi(text: str, numa_nodes: tuple[NumaNode, ...] | None = None, origin: str = "xpu-smi topo -m") -> Topology:
+    """Topology from `xpu-smi topo -m` text. Endpoints that reach each other through PCIe switches
+    only (PIX/PXB) share an uplink, directly or through a NIC both are PIX to. XL (XPU Link) hides
+    the PCIe path between a pair; where no NIC tells, such a pair counts as separate uplinks and a
+    note says so. xpu-smi does not report IDO: 'unknown'.
+    NUMA nodes come from `numa_nodes` (e.g. sysfs_numa_nodes()) when given, else from the
+    affinity columns, with memory unknown."""
+    from hal.xpusmi import SAME_UPLINK_KINDS, parse_topo_matrix
+
+    m = parse_topo_matrix(text)
+    names = m.devices
+    cols = list(m.columns)
+    parent = list(range(len(cols)))  # union-find over every column, NICs included
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    # Two XPUs each PIX to the same NIC hang below that one switch even when the matrix shows XL
+    # between them, so NIC columns take part in the grouping.
+    for row, cells in m.links.items():
+        for col, kind in cells.items():
+            if kind in SAME_UPLINK_KINDS:
+                parent[root(cols.index(col))] = root(cols.index(row))
+    hidden = any(root(cols.index(a)) != root(cols.index(b)) for a, b in m.pairs({"XL", "NV"}))
+    vendor = 0x1D22 if names and names[0].startswith("XPU") else 0x10DE
+    devices = []
+    for name in names:
+        numa = m.numa_affinity.get(name)
+        me = root(cols.index(name))
+        grouped = any(root(cols.index(o)) == me for o in names if o != name)
+        devices.append(
+            PciDevice(
+                address=name,
+                vendor=vendor,
+                device=0,
+                klass=0x120000,
+                numa_node=numa[0] if numa and len(numa) == 1 else None,
+                local_cpus=m.cpu_affinity.get(name) or (),
+                upstream=(f"xpu-smi:uplink{me}",) if grouped else (),
+                ido_request=None,
+                ido_completion=None,
+            )
+        )
+    if numa_nodes is None:
+        ids = sorted({n for d in devices for n in (m.numa_affinity.get(d.address) or ())})
+        numa_nodes = tuple(
+            NumaNode(n, tuple(sorted({c for d in devices if d.numa_node == n for c in d.local_cpus})), 0, ()) for n in ids
+        )
+    notes = ["xpu-smi does not report PCIe IDO: ordering is unknown"]
+    if hidden:
+        notes.append("XL/NV links hide the PCIe path between some devices: uplink sharing there is unknown")
+    devices_t = tuple(devices)
+    return Topology("xpu-smi", tuple(numa_nodes), devices_t, group_by_uplink(devices_t), origin, {}, tuple(notes))
+
+
+# -- choosing a source ---------------------------------------------------------------------------
+
+
+def backend_has_hardware(backend: str) -> bool:
+    """True when `backend` drives real devices here: it probes available and its device buffers
+    are not CPU memory. Decided from the backend contract, not from its name."""
+    from hal.backend import backend_class
+
+    try:
+        cls = backend_class(backend)
+    except ImportError:
+        return False
+    ok, _ = cls.probe()
+    return bool(ok) and cls.device_type != "cpu"
+
+
+def discover(backend: str | None = None, profile: Any = None, sysfs_root: str = "/sys") -> Topology:
+    """Real sysfs when the backend has hardware (or no profile is given); else the profile's
+    emulated topology. Unknown backend / profile, or a profile without topology: ValueError."""
+    hardware = backend_has_hardware(backend) if backend is not None else False
+    if profile is not None and not hardware:
+        return from_profile(profile)
+    return from_sysfs(sysfs_root)
