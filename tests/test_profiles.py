@@ -1,0 +1,259 @@
+"""Hardware profiles: shipped YAML loads, seed figures are recorded, bad input is named precisely."""
+
+import copy
+import math
+
+import pytest
+import yaml
+
+from hal.profiles import (
+    METRICS,
+    ComputeModel,
+    LinkModel,
+    ProfileError,
+    Target,
+    list_profiles,
+    load_profile,
+)
+
+GOOD = {
+    "schema": 1,
+    "description": "a test machine",
+    "device": {"model": "testdev", "hbm_gib": "unknown", "devices_per_node": 2},
+    "host": {"cpu_vendor": "unknown", "cpu_model": "unknown", "numa_nodes": 2, "memory_per_node_gib": 64},
+    "topology": {"device_numa": [0, 1], "devices_per_switch": 1, "uplink_generation": 4,
+                 "uplink_lanes": 16, "ido": "off"},
+    "link": {
+        "h2d_gbps": {"value": 10.0, "source": "measured"},
+        "d2h_gbps": "unknown",
+        "per_segment_us": {"value": 2.0, "source": "assumed: test"},
+        "per_launch_us": {"value": 5.0, "source": "assumed: test"},
+        "registration_s_per_gib": "unknown",
+    },
+    "compute": {"prefill_fixed_s": "unknown", "prefill_per_token_s": "unknown"},
+    "targets": {
+        "h2d_gbps": {"comparator": ">=", "value": 10.0, "tolerance": 0.5, "unit": "GB/s", "source": "measured"},
+    },
+}
+
+
+def write(tmp_path, data, name="bad.yaml"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def mutated(key_path, value=None, delete=False):
+    data = copy.deepcopy(GOOD)
+    *parents, last = key_path.split(".")
+    node = data
+    for key in parents:
+        node = node[key]
+    if delete:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+def test_every_shipped_profile_loads_with_known_metrics():
+    names = list_profiles()
+    assert {"p800", "p900", "emu"} <= set(names)
+    for name in names:
+        profile = load_profile(name)
+        assert profile.name == name and profile.path.name == f"{name}.yaml"
+        assert all(t.metric in METRICS and t.source for t in profile.targets)
+
+
+def test_bare_name_resolves_inside_the_package_not_the_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_profile("p800").device.model == "Kunlunxin P800"
+
+
+def test_path_loads_that_file(tmp_path):
+    path = write(tmp_path, GOOD, "mybox.yaml")
+    for arg in (path, str(path)):
+        profile = load_profile(arg)
+        assert profile.name == "mybox" and profile.link.h2d_gbps == 10.0
+        assert profile.topology.device_numa == (0, 1) and profile.topology.ido == "off"
+        assert profile.sources["link.h2d_gbps"] == "measured"
+        assert set(profile.assumptions()) == {"link.per_segment_us", "link.per_launch_us"}
+
+
+def test_p800_records_the_seed_figures():
+    p = load_profile("p800")
+    assert p.device.devices_per_node == 8 and p.host.numa_nodes == 8 and p.host.cpu_vendor == "Hygon"
+    assert p.topology.devices_per_switch == 2 and p.topology.uplink_lanes == 16
+    assert p.link.h2d_gbps == pytest.approx(7.40)
+    expect = {
+        "plan_segments_layer_first_seed": 78,
+        "plan_segments_page_first_direct_seed": 39936,
+        "h2d_gbps": 7.40,
+        "allhit_fixed_ms": 779.1,
+        "allhit_per_token_us": 13.539,
+        "break_even_tokens": 3000,
+        "per_card_host_gib_local": 75,
+    }
+    for name, value in expect.items():
+        assert p.target(name).value == pytest.approx(value)
+        assert "seed work (P800 acceptance runs)" in p.target(name).source
+    # Values the seed work did not measure are either unknown or labelled as assumptions.
+    assert p.link.d2h_gbps is None and p.compute.prefill_seconds(1000) is None
+    assert set(p.assumptions()) == {"link.per_segment_us", "link.per_launch_us"}
+
+
+def test_p800_link_model_shows_why_many_segments_hurt():
+    link = load_profile("p800").link
+    nbytes = 32768 * 78 * 576 * 2  # the seed plan's bytes
+    assert link.seconds("h2d", nbytes, 39936) > link.seconds("h2d", nbytes, 78)
+
+
+def test_p900_leaves_unknowns_unknown():
+    p = load_profile("p900")
+    assert p.device.model == "Kunlunxin P900"
+    assert p.device.hbm_gib is None and p.device.devices_per_node is None
+    assert p.host == type(p.host)(None, None, None, None)
+    assert p.link == LinkModel(None, None, None, None, None)
+    assert p.compute.prefill_seconds(100) is None and p.link.seconds("h2d", 1 << 20, 1) is None
+    assert p.sources == {} and p.topology is None
+    with pytest.raises(ProfileError, match="p900 has no topology"):
+        p.require_topology()
+
+
+def test_emu_targets_are_ratios_and_plan_bounds():
+    p = load_profile("emu")
+    assert p.target("transfer_ratio_vs_memcpy").unit == "ratio"
+    assert p.target("transfer_ratio_vs_memcpy").check(0.7)
+    assert not p.target("plan_seconds_seed").check(0.021)
+
+
+BAD = [
+    # (what is wrong, mutation, key path the message must name, words it must contain)
+    ("unknown key", ("link.h2d_gbs", {"value": 1.0, "source": "x"}), "link.h2d_gbs", "unknown key"),
+    ("unknown top key", ("extras", 1), "extras", "unknown key"),
+    ("missing key", ("link.d2h_gbps", None, True), "link.d2h_gbps", "missing"),
+    ("missing section", ("host", None, True), "host", "missing"),
+    ("missing source", ("link.h2d_gbps", {"value": 7.4}), "link.h2d_gbps.source", "missing"),
+    ("wrong type", ("device.devices_per_node", "eight"), "device.devices_per_node", "integer"),
+    ("float for integer", ("host.numa_nodes", 2.0), "host.numa_nodes", "integer"),
+    ("null, not unknown", ("device.hbm_gib", None), "device.hbm_gib", "None"),
+    ("unit in a string", ("link.h2d_gbps", {"value": "7.4 GB/s", "source": "x"}), "link.h2d_gbps.value", "GB/s"),
+    ("negative bandwidth", ("link.h2d_gbps", {"value": -7.4, "source": "x"}), "link.h2d_gbps.value", "unit"),
+    ("zero bandwidth", ("link.h2d_gbps", {"value": 0, "source": "x"}), "link.h2d_gbps.value", "(0"),
+    ("ms written as s", ("compute.prefill_per_token_s", {"value": 13.5, "source": "x"}),
+     "compute.prefill_per_token_s.value", "unit"),
+    ("link number without source", ("link.h2d_gbps", 7.4), "link.h2d_gbps", "source"),
+    ("bad comparator", ("targets.h2d_gbps.comparator", "=>"), "targets.h2d_gbps.comparator", "<="),
+    ("unknown metric", ("targets.h2d_gbps.metric", "h2d_gbs"), "targets.h2d_gbps.metric", "known metric"),
+    ("wrong target unit", ("targets.h2d_gbps.unit", "MB/s"), "targets.h2d_gbps.unit", "'GB/s'"),
+    ("negative tolerance", ("targets.h2d_gbps.tolerance", -1), "targets.h2d_gbps.tolerance", "non-negative"),
+    ("target value string", ("targets.h2d_gbps.value", "7.4"), "targets.h2d_gbps.value", "number"),
+    ("device_numa length", ("topology.device_numa", [0]), "topology.device_numa", "2 entries"),
+    ("device_numa node", ("topology.device_numa", [0, 5]), "topology.device_numa[1]", "[0, 1]"),
+    ("ido", ("topology.ido", "maybe"), "topology.ido", "'on'"),
+    ("lanes", ("topology.uplink_lanes", 12), "topology.uplink_lanes", "16"),
+    ("schema version", ("schema", 2), "schema", "1"),
+    ("curve not ascending", ("compute.prefill_curve", {"value": [[100, 0.1], [50, 0.2]], "source": "x"}),
+     "compute.prefill_curve.value[1]", "tokens"),
+]
+
+
+@pytest.mark.parametrize("what,change,key_path,words", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_names_file_and_key_path(tmp_path, what, change, key_path, words):
+    path = write(tmp_path, mutated(*change))
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: {key_path}: expected "), message
+    assert words in message, message
+    assert err.value.file == str(path) and err.value.key_path == key_path
+
+
+def test_duplicate_keys_are_errors_not_silently_merged(tmp_path):
+    text = yaml.safe_dump(GOOD, sort_keys=False).replace("  d2h_gbps: unknown\n", "  d2h_gbps: unknown\n  d2h_gbps: 3\n")
+    path = write(tmp_path, text)
+    with pytest.raises(ProfileError, match=rf"^{path}: link\.d2h_gbps: expected each key once"):
+        load_profile(path)
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    path = write(tmp_path, "schema: 1\ndevice: [unclosed\n")
+    with pytest.raises(ProfileError, match=rf"^{path}: \(yaml, line \d+\): expected valid YAML"):
+        load_profile(path)
+
+
+def test_exponent_floats_and_bare_on_off_read_as_meant(tmp_path):
+    text = yaml.safe_dump(mutated("compute.prefill_per_token_s", {"value": 0.0, "source": "x"}), sort_keys=False)
+    text = text.replace("value: 0.0", "value: 2e-5").replace("ido: 'off'", "ido: on")
+    profile = load_profile(write(tmp_path, text, "ok.yaml"))
+    assert profile.compute.prefill_per_token_s == pytest.approx(2e-5)
+    assert profile.topology.ido == "on"
+
+
+def test_unknown_profile_name_lists_known_names():
+    with pytest.raises(ProfileError) as err:
+        load_profile("p8000")
+    assert "p8000" in str(err.value) and all(n in str(err.value) for n in ("p800", "p900", "emu"))
+
+
+def test_missing_file_is_a_profile_error(tmp_path):
+    with pytest.raises(ProfileError, match="an existing YAML file"):
+        load_profile(tmp_path / "nope.yaml")
+
+
+def test_topology_may_be_omitted(tmp_path):
+    profile = load_profile(write(tmp_path, mutated("topology", None, True), "notopo.yaml"))
+    assert profile.topology is None
+    with pytest.raises(ProfileError, match="notopo has no topology"):
+        profile.require_topology()
+
+
+def test_missing_target_is_a_clear_key_error():
+    with pytest.raises(KeyError, match="no target 'nope'.*h2d_gbps"):
+        load_profile("p800").target("nope")
+
+
+def test_link_seconds_is_launches_plus_segments_plus_bytes():
+    link = LinkModel(h2d_gbps=10.0, d2h_gbps=5.0, per_segment_us=2.0, per_launch_us=5.0, registration_s_per_gib=0.5)
+    assert link.seconds("h2d", 10**9, 1000) == pytest.approx(5e-6 + 1000 * 2e-6 + 0.1)
+    assert link.seconds("d2h", 10**9, 1000, launches=3) == pytest.approx(15e-6 + 2e-3 + 0.2)
+    assert link.seconds("h2d", 0, 0, launches=0) == 0.0
+    assert link.seconds("d2d", 10, 1) is None and link.seconds("h2h", 10, 1) is None
+    assert link.registration_seconds(2 * 2**30) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="direction"):
+        link.seconds("up", 1, 1)
+    with pytest.raises(ValueError, match="segments"):
+        link.seconds("h2d", 1, -1)
+
+
+def test_link_seconds_is_none_only_when_a_needed_value_is_unknown():
+    link = LinkModel(h2d_gbps=10.0, d2h_gbps=None, per_segment_us=None, per_launch_us=5.0,
+                     registration_s_per_gib=None)
+    assert link.seconds("h2d", 10**9, 4) is None  # needs per_segment_us
+    assert link.seconds("h2d", 10**9, 0) == pytest.approx(5e-6 + 0.1)  # no segments, no need
+    assert link.seconds("d2h", 10**9, 0) is None  # needs d2h_gbps
+    assert link.registration_seconds(1) is None and link.registration_seconds(0) == 0.0
+
+
+def test_compute_model_linear_and_curve():
+    assert ComputeModel(0.1, 1e-4).prefill_seconds(1000) == pytest.approx(0.2)
+    assert ComputeModel(None, 1e-4).prefill_seconds(1000) is None
+    curve = ComputeModel(None, None, ((1000, 0.2), (3000, 1.0)))
+    assert curve.prefill_seconds(2000) == pytest.approx(0.6)
+    assert curve.prefill_seconds(4000) == pytest.approx(1.4)  # extended along the last segment
+    assert curve.prefill_seconds(100) == 0.0  # the first segment's line goes below zero here
+    assert curve.prefill_seconds(0) == 0.0
+
+
+@pytest.mark.parametrize(
+    "comparator,passes,fails",
+    [("<=", [10.5, 9], [10.6]), ("<", [10.4], [10.5]), (">=", [9.5, 11], [9.4]), (">", [9.6], [9.5]),
+     ("==", [9.5, 10.5], [9.4, 10.6])],
+)
+def test_target_check_loosens_by_absolute_tolerance(comparator, passes, fails):
+    target = Target("t", "h2d_gbps", comparator, 10.0, 0.5, "GB/s", "test")
+    assert all(target.check(m) for m in passes) and not any(target.check(m) for m in fails)
+    assert not target.check(math.nan)
+    with pytest.raises(ValueError, match="comparator"):
+        Target("t", "h2d_gbps", "=>", 10.0, 0.5, "GB/s", "test")
+
