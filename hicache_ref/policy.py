@@ -1,0 +1,77 @@
+"""Write policies (when L1 pages are backed up to L2) and hit counting.
+
+- write_back: never back up on insert; a page is written to L2 only when it is evicted
+  from L1 (the tree hands the copy to the caller before freeing the device slots).
+- write_through: back up every node as soon as it is inserted (threshold 1).
+- write_through_selective: back up a node once its hit count reaches `threshold`
+  (2 by default, as upstream).
+
+Hit counting, as upstream, happens on insert: every node on the inserted path that holds
+device KV gets one hit, and so does a newly created node. Upstream counts per *insert*;
+the scheduler inserts a request when a chunk or turn is cached unfinished and again when
+it finishes, so one request hits its own nodes twice and selective silently becomes
+write-through. Here a hit is counted per *request*: for each request id the policy
+remembers how many leading pages that request has already counted, and a later insert by
+the same id counts only the nodes that end beyond them. The memory is dropped when the
+request's finished insert arrives (or on `forget`). An insert without a request id counts
+as a fresh request, which is upstream's behaviour.
+"""
+
+from __future__ import annotations
+
+POLICIES = ("write_back", "write_through", "write_through_selective")
+
+
+class WritePolicy:
+    """Decides backups; keeps the per-request memory that makes hits count once."""
+
+    def __init__(self, name: str, threshold: int = 2):
+        if name not in POLICIES:
+            raise ValueError(f"policy: {name!r} is not one of {', '.join(POLICIES)}")
+        if not isinstance(threshold, int) or threshold < 1:
+            raise ValueError(f"threshold: must be a positive integer, got {threshold!r}")
+        self.name = name
+        # Hit count at which insert backs a node up; None: only eviction writes (write_back).
+        self.threshold: int | None = {"write_back": None, "write_through": 1}.get(name, threshold)
+        self._counted: dict = {}  # request id -> leading pages that request has already counted
+
+    @property
+    def writes_back_on_evict(self) -> bool:
+        return self.name == "write_back"
+
+    def should_back_up(self, hit_count: int) -> bool:
+        return self.threshold is not None and hit_count >= self.threshold
+
+    # -- once-per-request hit counting ---------------------------------------------
+    def counted_pages(self, request_id) -> int:
+        """Leading pages of this request's path that already counted a hit (0 if none/None)."""
+        if request_id is None:
+            return 0
+        return self._counted.get(request_id, 0)
+
+    def record(self, request_id, pages: int, finished: bool) -> None:
+        """After an insert of `pages` pages: remember them until the request finishes."""
+        if request_id is None:
+            return
+        if finished:
+            self._counted.pop(request_id, None)
+        else:
+            self._counted[request_id] = max(pages, self._counted.get(request_id, 0))
+
+    def forget(self, request_id) -> None:
+        """Drop a request that will never send its finished insert (aborted)."""
+        self._counted.pop(request_id, None)
+
+    @property
+    def requests_in_flight(self) -> int:
+        return len(self._counted)
+
+    def __repr__(self) -> str:
+        return f"WritePolicy({self.name!r}, threshold={self.threshold})"
+
+
+def make_policy(name: str | WritePolicy = "write_through_selective", threshold: int = 2) -> WritePolicy:
+    """A policy by name; an existing policy object is returned as is."""
+    if isinstance(name, WritePolicy):
+        return name
+    return WritePolicy(name, threshold)

@@ -1,0 +1,512 @@
+"""Radix tree of the reference HiCache: which prefix KV lives in L1 (device) and/or L2 (host).
+
+Faithful to SGLang's HiRadixCache in what it decides; it never moves bytes. A decision
+that needs a copy comes back as a `Transfer` (device slots <-> host slots) for the caller
+(hicache_ref.controller) to perform through hal.kvcacheio:
+
+- insert -> InsertResult.backups: D2H copies the write policy wants now. The tree has
+  already allocated the host slots and locked the nodes; call `complete(t)` once the copy
+  has landed, which unlocks them (until then they cannot be evicted from L1).
+- evict -> write-backs (write_back policy): handed to `on_write_back(transfers)` before
+  the device slots are freed; the callback must finish (or order) the copies before it
+  returns. They are also listed in the EvictResult.
+- load_back -> one H2D Transfer; the tree has allocated device slots (evicting L1 if
+  needed) and locked the chain; call `complete(t)` once the copy has landed.
+
+Keys are page-granular: a node's key is the bytes of its token ids (uint32 little-endian,
+the hashing byte order), a whole number of pages; children are keyed by the bytes of
+their first page, and prefixes are compared with bytes.startswith (memcmp), so there is
+no per-token Python work. Indices are kept per page (page p = slots [p*ps, (p+1)*ps)) and
+expanded to token slots only in results. Page hashes are computed lazily, only for the
+ghost list and for `node_hashes` (storage keys).
+
+The tree frees and allocates slots itself when given allocators (`device`, `host`:
+PageAllocator or a pool with `.allocator`). Without a host allocator there is no L2
+(a plain radix cache). Without a device allocator, freed device slots are only reported
+in EvictResult and load_back is unavailable.
+
+Invariants: every node except the root holds device pages, host pages or both; a node on
+the device has its parent on the device (L1 is a prefix of every path), so a match is a
+device part followed by a host-only part; locked nodes are never evicted from either
+tier. Time is a logical clock (an op counter by default), never wall time, and ties in
+LRU order break by node creation number, so every rank makes the same decisions.
+
+Deliberate differences from upstream HiRadixCache:
+- Hits count once per request id, not once per insert (see hicache_ref.policy).
+- A backup decided on insert also backs up the node's ancestors that have no host copy,
+  so L2 always holds whole prefixes (upstream can back up a child whose parent is not).
+- Locked nodes are also protected from host eviction (upstream uses a separate host
+  reference count for that).
+- If a write-back cannot get host slots, the node is dropped with its host-only
+  descendants (upstream asserts).
+- Optional ghost list (off by default): pages evicted from L1 are remembered by hash;
+  on insert, the longest request prefix ending in a remembered page is backed up.
+- load_back has no minimum size by default (upstream skips loads under 10 tokens; pass
+  min_tokens=10 for that) and takes no memory quota.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from hicache_ref.allocator import pages_to_slots, slots_to_pages
+from hicache_ref.hashing import chain_hashes, hash64, token_bytes
+from hicache_ref.policy import WritePolicy, make_policy
+
+_NO_PAGES = np.zeros(0, dtype=np.int64)
+
+
+class Node:
+    __slots__ = ("id", "parent", "children", "key", "dev", "host", "lock_ref", "hit_count", "last_access", "hashes")
+
+    def __init__(self, nid: int, parent: Node | None, key: bytes, dev, host=None):
+        self.id = nid  # creation number: the deterministic LRU tie-break
+        self.parent = parent
+        self.children: dict[bytes, Node] = {}  # first page bytes -> child
+        self.key = key  # token ids as <u4 bytes, whole pages
+        self.dev: np.ndarray | None = dev  # device page numbers, None when not in L1
+        self.host: np.ndarray | None = host  # host page numbers, None when not in L2
+        self.lock_ref = 0
+        self.hit_count = 0
+        self.last_access = 0
+        self.hashes: list[bytes] | None = None  # per-page chained SHA-256, filled lazily
+
+    @property
+    def evicted(self) -> bool:
+        return self.dev is None
+
+    @property
+    def backed_up(self) -> bool:
+        return self.host is not None
+
+    def __repr__(self) -> str:
+        return f"Node(id={self.id}, pages={len(self.dev if self.dev is not None else self.host)}, " \
+               f"dev={self.dev is not None}, host={self.host is not None}, lock={self.lock_ref})"
+
+
+@dataclass(eq=False)
+class Transfer:
+    """A copy the caller must perform: kind 'backup' / 'write_back' (D2H) or 'load' (H2D)."""
+
+    kind: str
+    nodes: list[Node]
+    device_indices: np.ndarray  # token slots, int64
+    host_indices: np.ndarray
+    lock_node: Node | None = None  # held until complete(); None for write-backs
+    done: bool = field(default=False)
+    device_pages: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.device_indices)
+
+
+class MatchResult(NamedTuple):
+    device_len: int
+    host_len: int
+    last_device_node: Node
+    last_host_node: Node
+    device_indices: np.ndarray
+    host_indices: np.ndarray
+
+
+class InsertResult(NamedTuple):
+    prefix_len: int  # tokens already in L1: the caller's indices for them were not adopted
+    adopted_len: int  # tokens of host-only nodes that took the caller's device indices
+    new_pages: int
+    new_nodes: list[Node]
+    backups: list[Transfer]
+    last_node: Node
+
+
+class EvictResult(NamedTuple):
+    evicted_tokens: int
+    freed_device_indices: np.ndarray
+    write_backs: list[Transfer]
+    dropped_nodes: int
+
+
+class EvictHostResult(NamedTuple):
+    evicted_tokens: int
+    freed_host_indices: np.ndarray
+
+
+def _common_pages(a: bytes, off: int, b: bytes, page_bytes: int) -> int:
+    """Whole pages equal between a[off:] and b (called only where a mismatch is known)."""
+    n = min(len(a) - off, len(b))
+    x = np.frombuffer(a, dtype=np.uint8, count=n, offset=off)
+    y = np.frombuffer(b, dtype=np.uint8, count=n)
+    diff = np.flatnonzero(x != y)
+    return (int(diff[0]) if len(diff) else n) // page_bytes
+
+
+def _allocator(x):
+    return getattr(x, "allocator", x)
+
+
+class RadixTree:
+    def __init__(self, page_size: int, policy: str | WritePolicy = "write_through_selective", ghost=None,
+                 clock: Callable[[], int] | None = None, device=None, host=None,
+                 on_write_back: Callable[[list[Transfer]], None] | None = None):
+        if not isinstance(page_size, int) or page_size <= 0:
+            raise ValueError(f"page_size: must be a positive integer, got {page_size!r}")
+        self.page_size = page_size
+        self.page_bytes = 4 * page_size
+        self.policy = make_policy(policy)
+        self.ghost = ghost
+        self.device = _allocator(device) if device is not None else None
+        self.host = _allocator(host) if host is not None else None
+        for name, a in (("device", self.device), ("host", self.host)):
+            if a is not None and a.page_size != page_size:
+                raise ValueError(f"{name}: allocator page_size {a.page_size} != tree page_size {page_size}")
+        self.on_write_back = on_write_back
+        self._ops = itertools.count(1)
+        self.clock = clock or (lambda: next(self._ops))
+        self._ids = itertools.count(1)
+        self.root = Node(0, None, b"", _NO_PAGES, _NO_PAGES)
+        self.root.hashes = []
+        self.device_pages = 0  # pages the tree holds in L1
+        self.host_pages = 0
+
+    # -- match -------------------------------------------------------------------
+    def _tokens(self, tokens) -> tuple[bytes, int]:
+        data = token_bytes(tokens)
+        return data, len(data) // self.page_bytes * self.page_bytes
+
+    def _walk(self, data: bytes, n: int, now: int):
+        """Follow data[:n] down the tree, splitting where the match ends inside a node."""
+        P, node, off, path = self.page_bytes, self.root, 0, []
+        self.root.last_access = now
+        while off < n:
+            child = node.children.get(data[off : off + P])
+            if child is None:
+                break
+            k = len(child.key)
+            if off + k <= n and data.startswith(child.key, off):
+                m = k
+            else:
+                m = min(_common_pages(data, off, child.key, P) * P, n - off)
+            child.last_access = now
+            if m < k:
+                child = self._split(child, m // P)
+            path.append(child)
+            node, off = child, off + m
+        return path, off
+
+    def match_prefix(self, tokens) -> MatchResult:
+        """Longest cached page-aligned prefix: its device part, then its host-only tail."""
+        data, n = self._tokens(tokens)
+        path, _ = self._walk(data, n, self.clock())
+        dev = [x.dev for x in path if x.dev is not None]
+        host = [x.host for x in path[len(dev) :]]
+        last_dev = path[len(dev) - 1] if dev else self.root
+        cat = lambda parts: np.concatenate(parts) if parts else _NO_PAGES  # noqa: E731
+        dev_pages, host_pages = cat(dev), cat(host)
+        ps = self.page_size
+        return MatchResult(len(dev_pages) * ps, len(host_pages) * ps, last_dev, path[-1] if path else self.root,
+                           pages_to_slots(dev_pages, ps), pages_to_slots(host_pages, ps))
+
+    def _split(self, node: Node, k: int) -> Node:
+        """Cut `node` after k pages; the new upper node takes its place and is returned."""
+        cut = k * self.page_bytes
+        upper = Node(next(self._ids), node.parent, node.key[:cut],
+                     None if node.dev is None else node.dev[:k], None if node.host is None else node.host[:k])
+        upper.lock_ref, upper.hit_count, upper.last_access = node.lock_ref, node.hit_count, node.last_access
+        if node.hashes is not None:
+            upper.hashes, node.hashes = node.hashes[:k], node.hashes[k:]
+        if node.dev is not None:
+            node.dev = node.dev[k:]
+        if node.host is not None:
+            node.host = node.host[k:]
+        node.parent.children[node.key[: self.page_bytes]] = upper
+        node.key = node.key[cut:]
+        node.parent = upper
+        upper.children[node.key[: self.page_bytes]] = node
+        return upper
+
+    # -- insert ------------------------------------------------------------------
+    def insert(self, tokens, device_indices, request_id=None, finished: bool = True) -> InsertResult:
+        """Cache the page-aligned prefix of `tokens` whose KV sits at `device_indices`.
+
+        device_indices: token slots for (at least) the page-aligned prefix of tokens. The tree
+        adopts those past `prefix_len`; the caller still owns (and frees) the ones before.
+        """
+        data, n = self._tokens(tokens)
+        P = self.page_bytes
+        idx = np.asarray(device_indices if device_indices is not None else _NO_PAGES)
+        if len(idx) < n // 4:
+            raise ValueError(f"device_indices: {len(idx)} slots for {n // 4} page-aligned tokens")
+        pages_in = slots_to_pages(idx[: n // 4], self.page_size, "device_indices")
+        if self.device is not None and len(pages_in) and not self.device._allocated[pages_in].all():
+            raise ValueError("device_indices: slots that are not allocated in the device pool")
+        now = self.clock()
+        path, off = self._walk(data, n, now)
+        skip = self.policy.counted_pages(request_id)
+        prefix_pages = adopted = page = 0
+        for node in path:
+            end = page + len(node.key) // P
+            if node.dev is not None:
+                prefix_pages = end
+                if end > skip:  # a request counts each node once (see policy)
+                    node.hit_count += 1
+            else:  # host-only: take the request's recomputed KV instead of loading it
+                node.dev = pages_in[page:end].copy()
+                self.device_pages += end - page
+                adopted += end - page
+            page = end
+        new_nodes = []
+        if off < n:
+            parent = path[-1] if path else self.root
+            new = Node(next(self._ids), parent, data[off:n], pages_in[off // P :].copy())
+            new.hit_count, new.last_access = 1, now
+            parent.children[data[off : off + P]] = new
+            self.device_pages += len(new.dev)
+            new_nodes.append(new)
+            path.append(new)
+        self.policy.record(request_id, n // P, finished)
+        backups = self._backups_after_insert(path)
+        ps = self.page_size
+        return InsertResult(prefix_pages * ps, adopted * ps, (n - off) // P, new_nodes, backups,
+                            path[-1] if path else self.root)
+
+    def _backups_after_insert(self, path: list[Node]) -> list[Transfer]:
+        if self.host is None or not path:
+            return []
+        deepest = -1
+        for i, node in enumerate(path):
+            if node.host is None and self.policy.should_back_up(node.hit_count):
+                deepest = i
+        if self.ghost is not None:
+            deepest = max(deepest, self._ghost_proven(path))
+        todo = [x for x in path[: deepest + 1] if x.host is None]
+        t = self._back_up(todo) if todo else None
+        return [t] if t else []
+
+    def _ghost_proven(self, path: list[Node]) -> int:
+        """Index in `path` of the node ending the longest prefix proven reused by the ghost list.
+
+        Scans pages backward; the first remembered page ends the proven prefix, and the
+        node holding it is split there so that exactly the proven pages get backed up.
+        """
+        for i in range(len(path) - 1, -1, -1):
+            hashes = self.node_hashes(path[i])
+            for j in range(len(hashes) - 1, -1, -1):
+                if self.ghost.hit(hash64(hashes[j])):
+                    if j + 1 < len(hashes):
+                        path[i] = self._split(path[i], j + 1)
+                    return i
+        return -1
+
+    def _back_up(self, nodes: list[Node]) -> Transfer | None:
+        """Give `nodes` (root-first, on device, no host copy) host slots; lock them until complete()."""
+        need = sum(len(x.dev) for x in nodes)
+        self.lock(nodes[-1])  # keep them in L1 while host eviction runs and the copy is in flight
+        pages = self.host.alloc_pages(need)
+        if pages is None:
+            self.evict_host(need * self.page_size)
+            pages = self.host.alloc_pages(need)
+        if pages is None:
+            self.unlock(nodes[-1])
+            return None
+        at = 0
+        for x in nodes:
+            x.host, at = pages[at : at + len(x.dev)], at + len(x.dev)
+        self.host_pages += need
+        dev = np.concatenate([x.dev for x in nodes])
+        return Transfer("backup", nodes, pages_to_slots(dev, self.page_size), pages_to_slots(pages, self.page_size),
+                        nodes[-1])
+
+    def complete(self, transfer: Transfer) -> None:
+        """The caller's copy for a backup or load has landed: release its lock."""
+        if transfer.done:
+            raise ValueError("transfer: already completed")
+        transfer.done = True
+        if transfer.lock_node is not None:
+            self.unlock(transfer.lock_node)
+
+    # -- lock ----------------------------------------------------------------------
+    def lock(self, node: Node) -> None:
+        while node is not self.root:
+            node.lock_ref += 1
+            node = node.parent
+
+    def unlock(self, node: Node) -> None:
+        x = node
+        while x is not self.root:
+            if x.lock_ref <= 0:
+                raise ValueError(f"node: unlock of an unlocked node {x!r}")
+            x = x.parent
+        while node is not self.root:
+            node.lock_ref -= 1
+            node = node.parent
+
+    # -- hashes ----------------------------------------------------------------------
+    def node_hashes(self, node: Node) -> list[bytes]:
+        """Chained SHA-256 of each page of `node` (computed on first use, with its ancestors')."""
+        todo = []
+        while node.hashes is None:
+            todo.append(node)
+            node = node.parent
+        for x in reversed(todo):
+            prior = x.parent.hashes[-1] if x.parent.hashes else None
+            x.hashes = chain_hashes(x.key, self.page_bytes, prior)
+        return todo[0].hashes if todo else node.hashes
+
+    # -- eviction ---------------------------------------------------------------------
+    def _lru_heap(self, is_leaf) -> list:
+        heap, stack = [], [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            if node is not self.root and is_leaf(node):
+                heap.append((node.last_access, node.id, node))
+        heapq.heapify(heap)
+        return heap
+
+    def evict(self, n_tokens: int, on_write_back: Callable[[list[Transfer]], None] | None = None) -> EvictResult:
+        """Free at least `n_tokens` of L1 (fewer if too much is locked), least recently used leaves first.
+
+        A node with a host copy keeps it and stays in the tree; one without is written back
+        under write_back (copies go to `on_write_back`, default the tree's, before the
+        device slots are freed), else dropped. Freed slots go back to the device allocator.
+        """
+        if not isinstance(n_tokens, (int, np.integer)) or n_tokens < 0:
+            raise ValueError(f"n_tokens: must be a non-negative integer, got {n_tokens!r}")
+        on_dev = lambda x: x.dev is not None  # noqa: E731
+        heap = self._lru_heap(lambda x: on_dev(x) and not any(on_dev(c) for c in x.children.values()))
+        freed, write_backs, dropped, evicted = [], [], 0, 0
+        write_back = self.policy.writes_back_on_evict and self.host is not None
+        while evicted < n_tokens and heap:
+            _, _, node = heapq.heappop(heap)
+            if node.lock_ref > 0 or node.dev is None:
+                continue
+            if self.ghost is not None:
+                for h in self.node_hashes(node):
+                    self.ghost.add(hash64(h))
+            n, parent = len(node.dev), node.parent
+            evicted += n * self.page_size
+            t = self._write_back(node) if node.host is None and write_back else None
+            if t is not None:
+                write_backs.append(t)  # its device slots are freed once the copy is done
+            else:
+                freed.append(node.dev)
+                self.device_pages -= n
+                if node.host is None:
+                    dropped += self._drop(node)
+                else:
+                    node.dev = None
+            if parent is not self.root and on_dev(parent) and not any(on_dev(c) for c in parent.children.values()):
+                heapq.heappush(heap, (parent.last_access, parent.id, parent))
+        if write_backs:
+            (on_write_back or self.on_write_back or (lambda ts: None))(write_backs)
+            for t in write_backs:
+                t.done = True
+                freed.append(t.device_pages)
+                self.device_pages -= len(t.device_pages)
+        freed_pages = np.concatenate(freed) if freed else _NO_PAGES
+        if self.device is not None:
+            self.device.free_pages(freed_pages)
+        return EvictResult(evicted, pages_to_slots(freed_pages, self.page_size), write_backs, dropped)
+
+    def _write_back(self, node: Node) -> Transfer | None:
+        n = len(node.dev)
+        pages = self.host.alloc_pages(n)
+        if pages is None:
+            self.evict_host(n * self.page_size)
+            pages = self.host.alloc_pages(n)
+        if pages is None:
+            return None
+        node.host, dev, node.dev = pages, node.dev, None
+        self.host_pages += n
+        t = Transfer("write_back", [node], pages_to_slots(dev, self.page_size), pages_to_slots(pages, self.page_size))
+        t.device_pages = dev
+        return t
+
+    def _drop(self, node: Node) -> int:
+        """Remove `node` and its (host-only) subtree; free their host slots. Returns nodes removed."""
+        del node.parent.children[node.key[: self.page_bytes]]
+        removed, stack = 0, [node]
+        while stack:
+            x = stack.pop()
+            stack.extend(x.children.values())
+            if x.host is not None:
+                self.host_pages -= len(x.host)
+                if self.host is not None:
+                    self.host.free_pages(x.host)
+            removed += 1
+        return removed
+    def evict_host(self, n_tokens: int) -> EvictHostResult:
+        """Free at least `n_tokens` of L2 from host-only leaves, least recently used first.
+
+        As upstream, only nodes already evicted from L1 lose their host copy (and leave the
+        tree); the L2 copy of a node still in L1 is kept.
+        """
+        if not isinstance(n_tokens, (int, np.integer)) or n_tokens < 0:
+            raise ValueError(f"n_tokens: must be a non-negative integer, got {n_tokens!r}")
+        host_leaf = lambda x: x.dev is None and not x.children  # noqa: E731
+        heap = self._lru_heap(host_leaf)
+        freed, evicted = [], 0
+        while evicted < n_tokens and heap:
+            _, _, node = heapq.heappop(heap)
+            if node.lock_ref > 0:
+                continue
+            evicted += len(node.host) * self.page_size
+            freed.append(node.host)
+            parent = node.parent
+            self._drop(node)
+            if parent is not self.root and host_leaf(parent):
+                heapq.heappush(heap, (parent.last_access, parent.id, parent))
+        freed_pages = np.concatenate(freed) if freed else _NO_PAGES
+        return EvictHostResult(evicted, pages_to_slots(freed_pages, self.page_size))
+
+    def load_back(self, target: Node | MatchResult, min_tokens: int = 0) -> Transfer | None:
+        """Give the host-only chain ending at `target` device slots again (H2D), or None.
+
+        None when nothing is host-only, the chain is under `min_tokens`, or L1 cannot make
+        room. Otherwise the nodes count as in L1 at once (as upstream) and stay locked
+        until `complete(transfer)`: the caller must not read their KV before the copy.
+        """
+        if self.device is None:
+            raise ValueError("load_back: the tree has no device allocator to take slots from")
+        node = target.last_host_node if isinstance(target, MatchResult) else target
+        chain = []
+        while node.dev is None:
+            chain.append(node)
+            node = node.parent
+        need = sum(len(x.host) for x in chain)
+        if not chain or need * self.page_size < min_tokens:
+            return None
+        chain.reverse()
+        self.lock(chain[-1])  # the eviction below must neither take the chain nor its ancestors
+        pages = self.device.alloc_pages(need)
+        if pages is None:
+            self.evict(need * self.page_size)
+            pages = self.device.alloc_pages(need)
+        if pages is None:
+            self.unlock(chain[-1])
+            return None
+        at = 0
+        for x in chain:
+            x.dev, at = pages[at : at + len(x.host)], at + len(x.host)
+        self.device_pages += need
+        host = np.concatenate([x.host for x in chain])
+        return Transfer("load", chain, pages_to_slots(pages, self.page_size), pages_to_slots(host, self.page_size),
+                        chain[-1])
+
+    def iter_nodes(self):
+        """All nodes except the root, parents before children, in creation order per level."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if node is not self.root:
+                yield node
+            stack.extend(reversed(list(node.children.values())))
+
+    def forget_request(self, request_id) -> None:
+        self.policy.forget(request_id)
