@@ -14,7 +14,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hicache", description="HiCache test harness")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        mod = importlib.import_module(f"conformance.commands.{name}")
+        try:
+            mod = importlib.import_module(f"conformance.commands.{name}")
+        except ModuleNotFoundError as e:  # a command not built yet; tests assert all are present
+            if e.name != f"conformance.commands.{name}":
+                raise
+            continue
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)

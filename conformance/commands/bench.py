@@ -12,7 +12,12 @@ BENCHES = ("transfer", "memory", "replay")
 def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="bench", required=True)
     for name in BENCHES:
-        mod = importlib.import_module(f"conformance.bench.{name}")
+        try:
+            mod = importlib.import_module(f"conformance.bench.{name}")
+        except ModuleNotFoundError as e:  # a benchmark not built yet; tests assert all are present
+            if e.name != f"conformance.bench.{name}":
+                raise
+            continue
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_bench_run=mod.run)

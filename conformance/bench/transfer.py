@@ -1,0 +1,89 @@
+"""`hicache bench transfer`: plan time, and scattered all-layer copies vs one contiguous copy, per layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from conformance.bench.common import emit, machine, median_seconds
+from conformance.commands.plan import slot_indices
+from hal import kvcacheio, pool_transfer, segcopy
+from hal.backend import get_backend
+from hal.layouts import KVGeometry, host_shape
+from hal.plan import plan_pool_transfer
+
+HELP = "plan time for the seed config and emu transfer bandwidth per host layout vs a contiguous copy"
+SEED = dict(tokens=32768, page_size=64, layers=78, kv_dim=576)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--tokens", type=int, default=8192, help="tokens moved per transfer (scattered pages)")
+    p.add_argument("--layers", type=int, default=78)
+    p.add_argument("--kv-dim", type=int, default=576)
+    p.add_argument("--page-size", type=int, default=64)
+    p.add_argument("--layouts", default="layer_first,page_first_direct,page_first")
+    p.add_argument("--profile", default="p800", help="profile whose link model prices the same plans")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+
+
+def plan_times(repeat: int) -> dict:
+    geom = KVGeometry("mla", SEED["layers"], 1, SEED["kv_dim"], torch.bfloat16, SEED["page_size"])
+    idx = np.arange(SEED["tokens"], dtype=np.int64)
+    out = {}
+    for layout in ("layer_first", "page_first_direct"):
+        plan = plan_pool_transfer(layout, geom, SEED["tokens"], idx, idx, "d2h")
+        secs = median_seconds(lambda: plan_pool_transfer(layout, geom, SEED["tokens"], idx, idx, "d2h"), repeat)
+        out[layout] = {"segments": plan.num_segments, "plan_seconds": secs}
+    return out
+
+
+def run(a) -> int:
+    emu = get_backend("emu", "emu")
+    priced = get_backend("emu", a.profile)
+    geom = KVGeometry("mla", a.layers, 1, a.kv_dim, torch.bfloat16, a.page_size)
+    pool = 2 * (-(-a.tokens // a.page_size)) * a.page_size
+    rng = np.random.default_rng(0)
+    dev_idx = slot_indices(a.tokens, a.page_size, True, rng)
+    host_idx = slot_indices(a.tokens, a.page_size, True, rng)
+    dev = [[emu.alloc_device((pool, 1, a.kv_dim), torch.bfloat16).fill_(1) for _ in range(a.layers)]]
+    nbytes = a.tokens * geom.layout_dim
+    src, dst = torch.ones(nbytes, dtype=torch.uint8), torch.zeros(nbytes, dtype=torch.uint8)
+    memcpy = median_seconds(lambda: dst.copy_(src), a.repeat)
+    del src, dst
+    result = {"machine": machine(), "engine": segcopy.engine(), "profile": a.profile,
+              "config": {"tokens": a.tokens, "layers": a.layers, "kv_dim": a.kv_dim, "page_size": a.page_size,
+                         "bytes": nbytes, "indices": "scattered pages"},
+              "memcpy_seconds": memcpy, "memcpy_gbps": nbytes / memcpy / 1e9,
+              "plan": plan_times(a.repeat), "layouts": {}}
+    with kvcacheio.use(emu):
+        for layout in a.layouts.split(","):
+            host = [torch.zeros(host_shape(layout, geom, pool), dtype=torch.bfloat16)]
+            rows = {}
+            for direction in ("d2h", "h2d"):
+                if direction == "d2h":
+                    def step():
+                        pool_transfer.backup(layout, geom, host, dev, host_idx, dev_idx).wait()
+                else:
+                    def step():
+                        pool_transfer.load_all_layers(layout, geom, host, dev, host_idx, dev_idx)[-1].wait()
+                secs = median_seconds(step, a.repeat)
+                plan = plan_pool_transfer(layout, geom, pool, host_idx, dev_idx, direction)
+                if direction == "h2d":
+                    plan.launches = a.layers
+                modeled = priced.model_seconds(plan)
+                rows[direction] = {"wall_seconds": secs, "gbps": nbytes / secs / 1e9, "ratio_vs_memcpy": memcpy / secs,
+                                   "segments": plan.num_segments, "modeled_seconds": modeled}
+            result["layouts"][layout] = rows
+            del host
+    lines = [f"engine: {result['engine']}; contiguous torch copy of {nbytes / 1e6:.0f} MB: "
+             f"{result['memcpy_gbps']:.2f} GB/s (median of {a.repeat})"]
+    for layout, p in result["plan"].items():
+        lines.append(f"plan seed config {layout}: {p['segments']:,} segments in {p['plan_seconds'] * 1e3:.2f} ms")
+    lines.append(f"{'layout':<18}{'dir':<5}{'segments':>10}{'GB/s':>8}{'x memcpy':>10}{'modeled ' + a.profile:>16}")
+    for layout, rows in result["layouts"].items():
+        for d, r in rows.items():
+            m = f"{r['modeled_seconds'] * 1e3:.1f} ms" if r["modeled_seconds"] is not None else "unknown"
+            lines.append(f"{layout:<18}{d:<5}{r['segments']:>10,}{r['gbps']:>8.2f}{r['ratio_vs_memcpy']:>10.2f}{m:>16}")
+    emit(result, a.json, lines)
+    return 0

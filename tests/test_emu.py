@@ -1,0 +1,135 @@
+"""Emu backend: FIFO streams, cross-stream events, the modeled clock, sticky errors, pinning."""
+
+import numpy as np
+import pytest
+import torch
+
+from hal import kvcacheio as kv
+from hal.backend import available_backends, backend_class, get_backend
+from hal.backends.emu import EmuBackend
+from hal.plan import CopyGroup, Segments, TransferPlan
+
+
+@pytest.fixture
+def emu():
+    return get_backend("emu", "p800")
+
+
+def _plan(src, dst, n):
+    seg = Segments(np.array([0], dtype=np.int64), np.array([0], dtype=np.int64), np.array([n], dtype=np.int64))
+    return TransferPlan("test", [CopyGroup(src, dst, seg)])
+
+
+def test_registry_knows_builtins_and_rejects_unknown():
+    assert {"emu", "cuda", "xpu"} <= set(available_backends())
+    assert backend_class("emu") is EmuBackend
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        get_backend("nope")
+
+
+def test_direction_follows_device_allocations(emu):
+    dev = emu.alloc_device((4, 8), torch.float32)
+    host = torch.zeros(4, 8)
+    assert emu.is_device(dev) and emu.is_device(dev[1]) and not emu.is_device(host)
+    plan = _plan(dev, host, 128)
+    emu.execute(plan).wait()
+    assert plan.direction == "d2h"
+
+
+def test_modeled_clock_advances_by_link_model(emu):
+    dev = emu.alloc_device((1024,), torch.uint8).zero_()
+    src = torch.full((1024,), 7, dtype=torch.uint8)
+    host = torch.zeros(1024, dtype=torch.uint8)
+    s = emu.new_stream()
+    e1 = emu.execute(_plan(src, dev, 1024), s)
+    e2 = emu.execute(_plan(dev, host, 1024), s)
+    e2.wait()
+    h2d = emu.profile.link.seconds("h2d", 1024, 1, 1)
+    assert e1.modeled_time == pytest.approx(h2d)
+    d2h = emu.profile.link.seconds("d2h", 1024, 1, 1)
+    if d2h is None:
+        assert e2.modeled_time is None  # unknown link values are reported as unknown, not zero
+    else:
+        assert e2.modeled_time == pytest.approx(h2d + d2h)
+    assert torch.equal(host, torch.full((1024,), 7, dtype=torch.uint8))
+
+
+def test_stream_waiting_on_event_starts_after_it_in_modeled_time():
+    emu = get_backend("emu", "emu")
+    a, b = emu.new_stream(), emu.new_stream()
+    dev = emu.alloc_device((1 << 20,), torch.uint8)
+    host = torch.zeros(1 << 20, dtype=torch.uint8)
+    ea = emu.execute(_plan(host, dev, 1 << 20), a)
+    b.wait_event(ea)
+    eb = emu.execute(_plan(host, dev, 1 << 10), b)
+    eb.wait()
+    assert ea.query()
+    assert eb.modeled_time > ea.modeled_time
+
+
+def test_fifo_order_on_one_stream(emu):
+    dev = emu.alloc_device((64,), torch.uint8)
+    hosts = [torch.full((64,), i, dtype=torch.uint8) for i in range(20)]
+    s = emu.new_stream()
+    for h in hosts:
+        ev = emu.execute(_plan(h, dev, 64), s)
+    ev.wait()
+    assert torch.equal(dev, hosts[-1])
+
+
+class _FailingBackend(EmuBackend):
+    """A real emu backend whose link model breaks on the second plan (fault injection)."""
+
+    calls = 0
+
+    def model_seconds(self, plan):
+        type(self).calls += 1
+        if type(self).calls == 2:
+            raise RuntimeError("injected link failure")
+        return super().model_seconds(plan)
+
+
+def test_stream_error_is_sticky_and_reraised():
+    b = _FailingBackend(get_backend("emu", "emu").profile)
+    dev = b.alloc_device((16,), torch.uint8)
+    host = torch.zeros(16, dtype=torch.uint8)
+    s = b.new_stream()
+    b.execute(_plan(host, dev, 16), s).wait()
+    with pytest.raises(RuntimeError, match="injected link failure"):
+        b.execute(_plan(host, dev, 16), s).wait(timeout=10)
+    with pytest.raises(RuntimeError, match="injected link failure"):
+        b.execute(_plan(host, dev, 16), s).wait(timeout=10)
+
+
+def test_out_of_bounds_plan_is_refused_before_queueing(emu):
+    dev = emu.alloc_device((16,), torch.uint8)
+    host = torch.zeros(8, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="outside"):
+        emu.execute(_plan(dev, host, 16))
+
+
+def _vm_locked_kb():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmLck"))
+
+
+def test_register_host_pins_pages(emu):
+    buf = torch.ones(8 << 20, dtype=torch.uint8)
+    before = _vm_locked_kb()
+    h = emu.register_host(buf.data_ptr(), buf.numel())
+    assert _vm_locked_kb() - before >= (8 << 10) - 4
+    emu.unregister_host(h)
+    assert _vm_locked_kb() - before < 8
+
+
+def test_kvcacheio_use_binds_backend_and_stream(emu):
+    s = emu.new_stream()
+    dev = emu.alloc_device((4, 1, 8), torch.float32)
+    host = torch.arange(32, dtype=torch.float32).reshape(4, 1, 8)
+    idx = torch.arange(4)
+    with kv.use(emu, s):
+        assert kv.active_backend() is emu and kv.current_stream() is s
+        ev = kv.transfer_kv_per_layer_mla(host, dev, idx, idx, 32)
+    ev.wait()
+    assert torch.equal(dev, host)
+    assert kv.current_stream() is None
