@@ -209,7 +209,8 @@ def _restore(mode: int, nodes: list[int]) -> None:
 @contextlib.contextmanager
 def thread_policy(mode: int, nodes: Iterable[int]) -> Iterator[None]:
     """Run the body under `mode`/`nodes` on this thread; the previous policy comes back
-    afterwards, also when the body or the set itself fails."""
+    afterwards, also when the body or the set itself fails. Threads started inside the body
+    inherit the policy for good, so the body should start none."""
     prev_mode, prev_nodes = get_mempolicy()
     try:
         set_mempolicy(mode, nodes)
