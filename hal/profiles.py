@@ -244,8 +244,10 @@ def list_profiles() -> list[str]:
     return sorted(e.name[: -len(".yaml")] for e in resources.files(_PACKAGE).iterdir() if e.name.endswith(".yaml"))
 
 
-def load_profile(name_or_path: str | Path) -> Profile:
+def load_profile(name_or_path: str | Path | Profile) -> Profile:
     """A bare name loads the packaged hardware_profiles/<name>.yaml; anything path-like loads that file."""
+    if isinstance(name_or_path, Profile):
+        return name_or_path
     if isinstance(name_or_path, Path) or (
         isinstance(name_or_path, str) and ("/" in name_or_path or name_or_path.endswith((".yaml", ".yml")))
     ):
@@ -290,8 +292,12 @@ def _parse(text: str, file: str) -> Any:
         loader.dispose()
 
 
-def _reject_duplicate_keys(node: yaml.Node, path: str, file: str) -> None:
+def _reject_duplicate_keys(node: yaml.Node, path: str, file: str, walked: set[int] | None = None) -> None:
     # safe_load keeps the last of two equal keys silently; in a profile that hides a typo'd edit.
+    walked = set() if walked is None else walked
+    if id(node) in walked:  # an alias seen before (anchors may even refer to themselves)
+        return
+    walked.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
@@ -300,10 +306,10 @@ def _reject_duplicate_keys(node: yaml.Node, path: str, file: str) -> None:
                 raise ProfileError(file, _join(path, key), "each key once",
                                    f"a second {key!r} at line {key_node.start_mark.line + 1}")
             seen.add(key)
-            _reject_duplicate_keys(value_node, _join(path, key), file)
+            _reject_duplicate_keys(value_node, _join(path, key), file, walked)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _reject_duplicate_keys(item, f"{path}[{i}]", file)
+            _reject_duplicate_keys(item, f"{path}[{i}]", file, walked)
 
 
 def _join(path: str, key: Any) -> str:
@@ -441,7 +447,7 @@ class _Reader:
         if lanes is not None and lanes not in (1, 2, 4, 8, 16, 32):
             self.fail("topology.uplink_lanes", "a PCIe link width: 1, 2, 4, 8, 16 or 32, or 'unknown'", repr(lanes))
         raw, p = self.leaf(t, "ido", "topology", "'on', 'off' or 'unknown'", False)
-        ido = {True: "on", False: "off"}.get(raw, raw) if isinstance(raw, bool) else raw  # YAML 1.1: bare on/off are booleans
+        ido = ("on" if raw else "off") if isinstance(raw, bool) else raw  # YAML 1.1 reads bare on/off as booleans
         if ido not in IDO_STATES:
             self.fail(p, "'on', 'off' or 'unknown'", repr(raw))
         return TopologySpec(
@@ -491,10 +497,8 @@ class _Reader:
         )
 
     def targets(self, data) -> tuple[Target, ...]:
-        if data is None or data == {}:
-            return ()
         if not isinstance(data, dict):
-            self.fail("targets", "a mapping of target name -> {metric, comparator, value, ...}", repr(data))
+            self.fail("targets", "a mapping of target name -> {comparator, value, ...}, or {} for none", repr(data))
         out = []
         for name, raw in data.items():
             p = f"targets.{name}"
