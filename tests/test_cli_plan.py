@@ -1,0 +1,50 @@
+"""`hicache plan`: JSON keys, the seed segment counts, and argument errors."""
+
+import json
+
+import pytest
+
+from conformance.cli import main
+
+SEED = ["--attention", "mla", "--tokens", "32768", "--page-size", "64", "--layers", "78", "--kv-dim", "576", "--json"]
+
+
+def _plan(capsys, *args):
+    assert main(["plan", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("layout,segments", [("layer_first", 78), ("page_first_direct", 39_936)])
+def test_seed_counts_and_keys(capsys, layout, segments):
+    out = _plan(capsys, "--layout", layout, *SEED)
+    assert {"layout", "attention", "direction", "tokens", "page_size", "layers", "segments", "bytes",
+            "plan_seconds"} <= out.keys()
+    assert out["segments"] == segments
+    assert out["bytes"] == 32768 * 78 * 576 * 2
+    assert out["direction"] == "d2h"
+
+
+def test_random_indices_fragment_layer_first_into_pages(capsys):
+    out = _plan(capsys, "--layout", "layer_first", "--indices", "random", "--seed", "3", *SEED)
+    # Scattered pages on both sides: at most one segment per (page, layer), at least one per layer.
+    assert 78 < out["segments"] <= 512 * 78
+
+
+def test_mha_page_head(capsys):
+    out = _plan(capsys, "--layout", "page_head", "--attention", "mha", "--tokens", "128", "--page-size", "64",
+                "--layers", "2", "--heads", "4", "--head-dim", "64", "--dtype", "fp16", "--json")
+    # page_head splits each token over heads: no two heads or tokens are adjacent on the host.
+    assert out["segments"] == 2 * 2 * 128 * 4
+
+
+@pytest.mark.parametrize("args,named", [
+    (["--layout", "page_head", *SEED], "layout"),
+    (["--layout", "layer_first", "--attention", "mla", "--tokens", "64", "--layers", "2", "--json"], "--kv-dim"),
+    (["--layout", "layer_first", "--attention", "mha", "--tokens", "64", "--layers", "2", "--heads", "2"], "--heads"),
+    (["--layout", "layer_first", "--attention", "mla", "--tokens", "0", "--layers", "2", "--kv-dim", "8"], "--tokens"),
+    (["--layout", "layer_first", "--attention", "mla", "--tokens", "8", "--layers", "2", "--kv-dim", "8",
+      "--dtype", "int3"], "dtype"),
+])
+def test_bad_arguments_exit_2_naming_the_argument(capsys, args, named):
+    assert main(["plan", *args]) == 2
+    assert named in capsys.readouterr().err
