@@ -1,0 +1,182 @@
+"""pytest plugin for the conformance suites: which backend and profile, fixtures, need markers.
+
+Installing hicache-harness registers this module as the pytest plugin `hicache_conformance`
+(entry point group `pytest11`), so any pytest run in that environment has the options:
+
+  --backend NAME         backend under test (default: $HICACHE_BACKEND or `emu`)
+  --profile NAME|PATH    hardware profile (default: `emu` for emu, `p800` for xpu, else a
+                         profile named like the backend if one ships, else none)
+  --backend-module MOD   import MOD first (repeatable; also $HICACHE_BACKEND_MODULES, comma
+                         separated): an out-of-tree backend calls hal.backend.register() at
+                         import, so it can be tested before it is packaged with an entry point
+
+Fixtures: `backend` (one instance per session and worker; every test using it is skipped
+with the backend's own reason when `probe()` says the hardware is absent), `profile` (a
+loaded hal.profiles.Profile or None), `kv` (hal.kvcacheio bound to the backend) and
+`kv_memory` (device buffers from the backend, host buffers pinned where the device is real).
+
+Markers say what a test needs beyond a working backend; the test is skipped, with the reason,
+where the need is not met.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+
+MARKERS = {
+    "needs_profile": "needs a loaded hardware profile (--profile, or the backend's default one)",
+    "needs_modeled_clock": "needs a backend whose events carry modeled time from the profile's link model",
+    "needs_host_registration": "needs a backend that registers (pins) host memory for DMA",
+}
+# Profiles a backend gets when --profile is not given; other backends get a profile of their
+# own name if one ships, otherwise none (suites that need one then skip and say so).
+DEFAULT_PROFILES = {"emu": "emu", "xpu": "p800"}
+
+_STATE = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hicache", "HiCache conformance (conformance.plugin)")
+    group.addoption("--backend", default=os.environ.get("HICACHE_BACKEND", "emu"),
+                    help="backend under test: emu, cuda, xpu or a registered out-of-tree name (default: emu)")
+    group.addoption("--profile", default=None,
+                    help="hardware profile name or YAML path (default: emu for emu, p800 for xpu, "
+                         "else a profile named like the backend if one ships)")
+    group.addoption("--backend-module", action="append", default=[],
+                    help="import this module before resolving --backend (it registers a backend); repeatable")
+
+
+def backend_modules(config: pytest.Config) -> list[str]:
+    extra = [m.strip() for m in os.environ.get("HICACHE_BACKEND_MODULES", "").split(",") if m.strip()]
+    return list(config.getoption("backend_module") or []) + extra
+
+
+def default_profile_name(backend: str) -> str | None:
+    if backend in DEFAULT_PROFILES:
+        return DEFAULT_PROFILES[backend]
+    from hal.profiles import list_profiles
+
+    return backend if backend in list_profiles() else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, desc in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {desc}")
+    from hal.backend import available_backends
+
+    for mod in backend_modules(config):
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise pytest.UsageError(f"--backend-module: cannot import {mod!r}: {e}") from e
+    name = config.getoption("backend")
+    if name not in available_backends():
+        raise pytest.UsageError(f"--backend: unknown backend {name!r}; known: {', '.join(available_backends())}")
+    explicit = config.getoption("profile")
+    state = {"backend": name, "profile_name": explicit or default_profile_name(name), "profile": None}
+    if explicit:
+        # A profile the user named must load: a typo is a usage error, not a suite of skips.
+        state["profile"] = _load_profile(explicit)
+    config.stash[_STATE] = state
+
+
+def _load_profile(name: str):
+    from hal.profiles import load_profile
+
+    try:
+        return load_profile(name)
+    except (ValueError, OSError) as e:
+        raise pytest.UsageError(f"--profile: {e}") from e
+
+
+def backend_status(name: str) -> tuple[bool, str]:
+    """(available, reason) of a backend by name, without constructing it."""
+    from hal.backend import backend_class
+
+    try:
+        cls = backend_class(name)
+    except ImportError as e:  # a backend whose module cannot import here is as absent as its hardware
+        return False, f"backend {name!r} cannot be imported here: {type(e).__name__}: {e}"
+    return cls.probe()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    state = config.stash.get(_STATE, None)
+    if state is None:
+        return ""
+    ok, why = backend_status(state["backend"])
+    where = "available" if ok else f"NOT available: {why}"
+    return f"hicache conformance: backend={state['backend']} ({where}), profile={state['profile_name'] or 'none'}"
+
+
+@pytest.fixture(scope="session")
+def backend_name(pytestconfig: pytest.Config) -> str:
+    return pytestconfig.stash[_STATE]["backend"]
+
+
+@pytest.fixture(scope="session")
+def profile(pytestconfig: pytest.Config):
+    """The loaded hal.profiles.Profile, or None when --profile was not given and none is the default."""
+    state = pytestconfig.stash[_STATE]
+    if state["profile"] is None and state["profile_name"] is not None:
+        state["profile"] = _load_profile(state["profile_name"])
+    return state["profile"]
+
+
+@pytest.fixture(scope="session")
+def backend(backend_name: str, profile):
+    ok, why = backend_status(backend_name)
+    if not ok:
+        pytest.skip(f"backend {backend_name!r} unavailable: {why}")
+    from hal.backend import get_backend
+
+    return get_backend(backend_name, profile)
+
+
+@pytest.fixture
+def kv(backend):
+    """hal.kvcacheio with every op in this test running on `backend`'s default stream."""
+    from hal import kvcacheio
+
+    with kvcacheio.use(backend):
+        yield kvcacheio
+
+
+class KVMemory:
+    """Buffers as the backend's users get them: device pools from the backend, host pools pinned."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.pin = backend.device_type != "cpu"  # pinning a CPU-only run buys nothing and costs mlock
+
+    def device(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return self.backend.alloc_device(tuple(shape), dtype)
+
+    def host(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(tuple(shape), dtype=dtype, pin_memory=self.pin)
+
+    def synchronize(self) -> None:
+        self.backend.default_stream().synchronize()
+
+
+@pytest.fixture(scope="session")
+def kv_memory(backend) -> KVMemory:
+    return KVMemory(backend)
+
+
+@pytest.fixture(autouse=True)
+def _hicache_needs(request: pytest.FixtureRequest):
+    # Only tests carrying a needs_* marker touch the backend here, so the harness's own tests
+    # (which load this plugin too) never construct one through it.
+    node = request.node
+    if node.get_closest_marker("needs_profile") and request.getfixturevalue("profile") is None:
+        pytest.skip("no hardware profile: pass --profile")
+    for marker, cap in (("needs_modeled_clock", "modeled_clock"), ("needs_host_registration", "host_registration")):
+        if node.get_closest_marker(marker):
+            caps = request.getfixturevalue("backend").capabilities()
+            if not getattr(caps, cap):
+                pytest.skip(f"backend {caps.name!r} has no {cap.replace('_', ' ')}")
