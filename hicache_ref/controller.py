@@ -1,0 +1,441 @@
+"""Cache controller: moves KV between the device pool (L1) and the host pool (L2) off the scheduler thread.
+
+The scheduler thread only enqueues: `write` (D2H backup) and `load` (H2D load-back) put a
+job on a queue and return a handle at once, because a submission can be slow (the seed
+measured 1.3 s per inline D2H submission on P800). Two daemon submitter threads, one per
+direction, each run jobs on their own backend stream through `hal.pool_transfer` (the only
+way this package moves bytes): a backup is one all-layer submission, a load one submission
+per layer so compute on layer i can wait on layer i alone (`LoadHandle.layer_event`).
+
+Completion: a watcher thread per direction waits the stream's events in order (a stream
+completes in submission order) and queues an `Ack`; `poll()` hands the acks to the
+scheduler thread in the order the transfers completed. Errors: a failure while submitting
+or reported by an event makes the controller fail-stop: the next scheduler call (`poll`,
+`write`, `load`, `flush`, a handle's wait) raises `TransferError` with the direction, tag
+and size, and so does every later one, so an error cannot be lost by a caller that drops
+one exception. `shutdown(timeout, drain)` drains or cancels and never hangs: a thread
+still busy at the deadline is reported with TimeoutError (the threads are daemons).
+
+Counters (`stats()`): tokens, bytes and segments per direction come from a one-layer plan
+of each job scaled by the layer count (segments of a multi-layer plan are the one-layer
+runs repeated per layer and part), so counting costs a fraction of the transfer's own
+planning, and it runs on the submitter thread, not the scheduler's. Modeled seconds per
+direction are the stream's modeled clock at its last completion: each stream is used only
+by its submitter and never waits on another, so that is the sum of its transfers' modeled
+costs. `modeled_seconds` adds the two directions (link-busy time; a full-duplex link could
+overlap them). None when the profile cannot model a transfer (e.g. an unknown bandwidth).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from hal import kvcacheio, pool_transfer
+
+DIRECTIONS = ("d2h", "h2d")
+_STOP = object()
+_WAIT_SLICE_S = 0.1  # how often a watcher blocked on an event checks for cancellation
+
+
+class TransferError(RuntimeError):
+    """A transfer failed on a controller thread; raised on the scheduler thread."""
+
+
+class TransferCancelled(RuntimeError):
+    """The controller shut down without draining before this transfer ran."""
+
+
+class Ack(NamedTuple):
+    direction: str  # "d2h" | "h2d"
+    tag: Any
+    num_tokens: int
+    modeled_time: float | None  # the stream's modeled clock when the transfer ended
+
+
+@dataclass
+class DirectionStats:
+    transfers: int = 0
+    tokens: int = 0
+    bytes: int = 0
+    segments: int = 0
+    modeled_seconds: float | None = 0.0
+    submit_seconds: float = 0.0  # submitter-thread wall time inside pool_transfer calls
+    max_enqueue_seconds: float = 0.0  # longest the scheduler thread spent in write()/load()
+
+
+@dataclass
+class ControllerStats:
+    d2h: DirectionStats = field(default_factory=DirectionStats)
+    h2d: DirectionStats = field(default_factory=DirectionStats)
+    wall_seconds: float = 0.0  # from construction to the last completion seen
+
+    @property
+    def modeled_seconds(self) -> float | None:
+        a, b = self.d2h.modeled_seconds, self.h2d.modeled_seconds
+        return None if a is None or b is None else a + b
+
+
+class TransferHandle:
+    """One queued transfer: its per-submission backend events appear as the submitter runs."""
+
+    def __init__(self, controller: CacheController, direction: str, tag: Any, num_tokens: int, n_events: int):
+        self.direction, self.tag, self.num_tokens = direction, tag, num_tokens
+        self._controller = controller
+        self._cond = threading.Condition()
+        self._events: list = []
+        self._n_events = n_events
+        self._error: BaseException | None = None
+
+    # -- submitter side ---------------------------------------------------------------
+    def _add_events(self, events: list) -> None:
+        with self._cond:
+            self._events.extend(events)
+            self._cond.notify_all()
+
+    def _fail(self, error: BaseException) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = error
+            self._cond.notify_all()
+
+    # -- scheduler side -----------------------------------------------------------------
+    def _event(self, i: int, timeout: float | None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while len(self._events) <= i and self._error is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"{self.direction} transfer {self.tag!r}: not submitted after {timeout} s")
+                self._cond.wait(left)
+            if len(self._events) > i:
+                return self._events[i]
+            err = self._error
+        if isinstance(err, TransferCancelled):
+            raise err
+        raise self._controller._wrap(self.direction, self.tag, self.num_tokens, err)
+
+    def _wait_event(self, i: int, timeout: float | None) -> None:
+        t0 = time.monotonic()
+        ev = self._event(i, timeout)
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - t0))
+        try:
+            ev.wait(left)
+        except TimeoutError:
+            if not ev.query():
+                raise
+        except Exception as e:  # noqa: BLE001 - the stream's failure, with our context
+            raise self._controller._wrap(self.direction, self.tag, self.num_tokens, e) from e
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until every submission of this transfer completed; TransferError if one failed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for i in range(self._n_events):
+            self._wait_event(i, None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def done(self) -> bool:
+        with self._cond:
+            events = list(self._events)
+            if self._error is not None:
+                return True
+        return len(events) == self._n_events and all(e.query() for e in events)
+
+
+class WriteHandle(TransferHandle):
+    """A queued D2H backup (one all-layer submission)."""
+
+
+class LoadHandle(TransferHandle):
+    """A queued H2D load: one event per layer, so layer i can be waited on alone."""
+
+    @property
+    def layers(self) -> int:
+        return self._n_events
+
+    def layer_event(self, layer: int, timeout: float | None = None):
+        """The backend Event of `layer`'s load (blocks only until the submitter reached it):
+        a compute stream can `wait_event` on it without blocking the host."""
+        if not isinstance(layer, int) or not 0 <= layer < self._n_events:
+            raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
+        return self._event(layer, timeout)
+
+    def wait_layer(self, layer: int, timeout: float | None = None) -> None:
+        if not isinstance(layer, int) or not 0 <= layer < self._n_events:
+            raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
+        self._wait_event(layer, timeout)
+
+    def wait_all(self, timeout: float | None = None) -> None:
+        self.wait(timeout)
+
+
+class _Job(NamedTuple):
+    handle: TransferHandle
+    host_indices: np.ndarray
+    device_indices: np.ndarray
+
+
+class _Direction:
+    """Submitter + watcher threads of one direction, on one backend stream."""
+
+    def __init__(self, ctl: CacheController, name: str):
+        self.ctl, self.name = ctl, name
+        self.stream = ctl.backend.new_stream()
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.inflight: queue.SimpleQueue = queue.SimpleQueue()  # (handle, last event) in stream order
+        self.stats = DirectionStats()
+        self.pending = 0  # enqueued and not yet acked (guarded by ctl._lock)
+        self.submitter = threading.Thread(target=self._submit_loop, name=f"hicache-{name}", daemon=True)
+        self.watcher = threading.Thread(target=self._watch_loop, name=f"hicache-{name}-acks", daemon=True)
+        self.submitter.start()
+        self.watcher.start()
+
+    def _submit_loop(self) -> None:
+        with kvcacheio.use(self.ctl.backend, self.stream):
+            while True:
+                job = self.jobs.get()
+                if job is _STOP:
+                    self.inflight.put(_STOP)
+                    return
+                if self.ctl._cancelled.is_set():
+                    job.handle._fail(TransferCancelled(f"{self.name} transfer {job.handle.tag!r}: cancelled"))
+                    continue
+                if self.ctl._error is not None:  # fail-stop: nothing more runs after a failure
+                    job.handle._fail(self.ctl._error)
+                    continue
+                try:
+                    t0 = time.perf_counter()
+                    events = self.ctl._run(self.name, job)
+                    spent = time.perf_counter() - t0
+                    self._count(job, spent)
+                except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
+                    job.handle._fail(e)
+                    self.ctl._record_error(self.name, job.handle, e)
+                    continue
+                job.handle._add_events(events)
+                self.inflight.put((job.handle, events[-1]))
+
+    def _count(self, job: _Job, submit_seconds: float) -> None:
+        geom = self.ctl.geom
+        n = len(job.host_indices)
+        if n == 0:
+            with self.ctl._lock:
+                self.stats.submit_seconds += submit_seconds
+            return
+        host_size = self.ctl.host_pool.num_tokens
+        plan = pool_transfer.plan_for(self.ctl.layout, geom, host_size, job.host_indices, job.device_indices,
+                                      self.name, layers=[0])
+        nbytes, segments = plan.nbytes * geom.layers, plan.num_segments * geom.layers
+        with self.ctl._lock:
+            s = self.stats
+            s.submit_seconds += submit_seconds
+            s.transfers += 1
+            s.tokens += n
+            s.bytes += nbytes
+            s.segments += segments
+
+    def _watch_loop(self) -> None:
+        while True:
+            item = self.inflight.get()
+            if item is _STOP:
+                return
+            handle, ev = item
+            while True:
+                try:
+                    ev.wait(_WAIT_SLICE_S)
+                    break
+                except TimeoutError:
+                    if ev.query():
+                        continue  # completed between the timeout and the check: wait again to see errors
+                    if self.ctl._cancelled.is_set():
+                        return
+                except BaseException as e:  # noqa: BLE001 - the stream reported a failed transfer
+                    handle._fail(e)
+                    self.ctl._record_error(self.name, handle, e)
+                    break
+            if handle._error is None:
+                mt = getattr(ev, "modeled_time", None)
+                with self.ctl._lock:
+                    if mt is None:
+                        self.stats.modeled_seconds = None
+                    elif self.stats.modeled_seconds is not None:
+                        self.stats.modeled_seconds = max(self.stats.modeled_seconds, mt)
+                    self.ctl._acks.append(Ack(self.name, handle.tag, handle.num_tokens, mt))
+                    self.ctl._last_completion = time.perf_counter()
+                    self.pending -= 1
+                    self.ctl._lock.notify_all()
+
+
+class CacheController:
+    """Queues D2H backups and H2D loads between `device_pool` and `host_pool` on `backend`.
+
+    Pools without buffers (not materialized) run symbolically: plans, counts and the
+    modeled clock advance, no byte moves.
+    """
+
+    def __init__(self, device_pool, host_pool, backend):
+        if device_pool.geom != host_pool.geom:
+            raise ValueError("host_pool: geometry differs from device_pool's")
+        if (device_pool.buffers is None) != (host_pool.buffers is None):
+            raise ValueError("host_pool: materialize both pools or neither")
+        self.device_pool, self.host_pool, self.backend = device_pool, host_pool, backend
+        self.geom, self.layout = device_pool.geom, host_pool.layout
+        self._lock = threading.Condition()
+        self._acks: deque[Ack] = deque()
+        self._error: BaseException | None = None
+        self._error_reported = False
+        self._cancelled = threading.Event()
+        self._closed = False
+        self._t0 = self._last_completion = time.perf_counter()
+        self._dirs = {name: _Direction(self, name) for name in DIRECTIONS}
+
+    # -- scheduler thread: enqueue ------------------------------------------------------
+    def write(self, device_indices, host_indices, tag: Any = None) -> WriteHandle:
+        """Queue a backup host[host_indices] = device[device_indices] (all layers); returns at once."""
+        t0 = time.perf_counter()
+        di, hi = self._indices(device_indices, host_indices)
+        h = WriteHandle(self, "d2h", tag, len(hi), 1)
+        self._enqueue("d2h", _Job(h, hi, di), t0)
+        return h
+
+    def load(self, host_indices, device_indices, tag: Any = None) -> LoadHandle:
+        """Queue a load device[device_indices] = host[host_indices], one submission per layer."""
+        t0 = time.perf_counter()
+        di, hi = self._indices(device_indices, host_indices)
+        h = LoadHandle(self, "h2d", tag, len(hi), self.geom.layers)
+        self._enqueue("h2d", _Job(h, hi, di), t0)
+        return h
+
+    def _indices(self, device_indices, host_indices) -> tuple[np.ndarray, np.ndarray]:
+        self._raise_if_failed()
+        if self._closed:
+            raise RuntimeError("controller: shut down")
+        di = np.asarray(device_indices, dtype=np.int64).reshape(-1)
+        hi = np.asarray(host_indices, dtype=np.int64).reshape(-1)
+        if len(di) != len(hi):
+            raise ValueError(f"host_indices: length {len(hi)} does not match device_indices length {len(di)}")
+        if len(di) and (di.min() < 0 or di.max() >= self.device_pool.num_tokens):
+            raise ValueError(f"device_indices: outside the device pool of {self.device_pool.num_tokens} slots")
+        if len(hi) and (hi.min() < 0 or hi.max() >= self.host_pool.num_tokens):
+            raise ValueError(f"host_indices: outside the host pool of {self.host_pool.num_tokens} slots")
+        return di, hi
+
+    def _enqueue(self, name: str, job: _Job, t0: float) -> None:
+        d = self._dirs[name]
+        with self._lock:
+            d.pending += 1
+        d.jobs.put(job)
+        spent = time.perf_counter() - t0
+        if spent > d.stats.max_enqueue_seconds:
+            d.stats.max_enqueue_seconds = spent
+
+    # -- submitter threads ----------------------------------------------------------------
+    def _run(self, direction: str, job: _Job) -> list:
+        dev, host = self.device_pool.buffers, self.host_pool.buffers
+        args = (self.layout, self.geom, host, dev, job.host_indices, job.device_indices)
+        if direction == "d2h":
+            return [pool_transfer.backup(*args)]
+        return list(pool_transfer.load_all_layers(*args))
+
+    def _record_error(self, direction: str, handle: TransferHandle, error: BaseException) -> None:
+        with self._lock:
+            if self._error is None:
+                self._error = self._wrap(direction, handle.tag, handle.num_tokens, error)
+            self._dirs[direction].pending -= 1
+            self._lock.notify_all()
+
+    def _wrap(self, direction: str, tag: Any, tokens: int, error: BaseException) -> TransferError:
+        if isinstance(error, TransferError):
+            return error
+        e = TransferError(f"{direction} transfer {tag!r} ({tokens} tokens) failed: {error!r}")
+        e.__cause__ = error
+        return e
+
+    # -- scheduler thread: completions ------------------------------------------------------
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            self._error_reported = True
+            raise self._error
+
+    def poll(self) -> list[Ack]:
+        """Acks of transfers completed since the last poll, in completion order; raises
+        TransferError once any transfer failed (and on every later call)."""
+        self._raise_if_failed()
+        with self._lock:
+            acks = list(self._acks)
+            self._acks.clear()
+        return acks
+
+    @property
+    def pending(self) -> int:
+        """Transfers enqueued and not yet acknowledged by a watcher."""
+        with self._lock:
+            return sum(d.pending for d in self._dirs.values())
+
+    def flush(self, timeout: float | None = None) -> list[Ack]:
+        """Wait until every queued transfer completed, then `poll()`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while self._error is None and any(d.pending for d in self._dirs.values()):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"controller: {self.pending} transfers still pending after {timeout} s")
+                self._lock.wait(left)
+        return self.poll()
+
+    def stats(self) -> ControllerStats:
+        with self._lock:
+            s = ControllerStats(
+                *(DirectionStats(**vars(self._dirs[n].stats)) for n in DIRECTIONS),
+                wall_seconds=self._last_completion - self._t0,
+            )
+        return s
+
+    def shutdown(self, timeout: float = 10.0, drain: bool = True) -> list[Ack]:
+        """Stop the threads: with `drain`, after every queued transfer ran; else cancel what
+        has not been submitted (its handles raise TransferCancelled). Returns the acks not yet
+        polled; raises an error not yet reported, or TimeoutError if a thread is stuck."""
+        if self._closed:
+            return self.poll()
+        self._closed = True
+        if not drain:
+            self._cancelled.set()
+        for d in self._dirs.values():
+            d.jobs.put(_STOP)
+        deadline = time.monotonic() + timeout
+        stuck = []
+        for d in self._dirs.values():
+            for t in (d.submitter, d.watcher):
+                t.join(max(0.0, deadline - time.monotonic()))
+                if t.is_alive():
+                    stuck.append(t.name)
+        if stuck:
+            self._cancelled.set()  # let watchers blocked on events leave when they can
+            raise TimeoutError(f"controller: thread(s) {', '.join(stuck)} still running after {timeout} s")
+        for d in self._dirs.values():
+            close = getattr(d.stream, "close", None)
+            if close is not None:
+                close()
+        if self._error is not None and not self._error_reported:
+            self._raise_if_failed()
+        with self._lock:
+            acks = list(self._acks)
+            self._acks.clear()
+        return acks
+
+    def __enter__(self) -> CacheController:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.shutdown()
+        else:  # do not hide the caller's exception behind a drain
+            try:
+                self.shutdown(drain=False)
+            except Exception:  # noqa: BLE001
+                pass
