@@ -65,6 +65,8 @@ class PageAllocator:
         # The free list is a ring (fifo) or a stack (lifo) over one fixed array: at most
         # num_pages pages are ever free, so it never grows.
         self._ring = np.arange(self.num_pages, dtype=np.int64)
+        if order == "lifo":  # top of the stack is the array's end: a fresh pool still hands out 0, 1, 2...
+            self._ring = self._ring[::-1].copy()
         self._head = 0  # fifo: position of the oldest free page
         self._free = self.num_pages
         self._allocated = np.zeros(self.num_pages, dtype=bool)
@@ -135,7 +137,17 @@ class PageAllocator:
         self.free_pages(slots_to_pages(indices, self.page_size))
 
     def is_allocated(self, indices) -> np.ndarray:
+        """Per page of `indices`: is it allocated?"""
         return self._allocated[slots_to_pages(indices, self.page_size)]
+
+    def pages_allocated(self, pages: np.ndarray) -> bool:
+        """Are all these page numbers in range and allocated?"""
+        pages = np.asarray(pages, dtype=np.int64)
+        if not len(pages):
+            return True
+        if pages.min() < 0 or pages.max() >= self.num_pages:
+            return False
+        return bool(self._allocated[pages].all())
 
     def free_page_list(self) -> np.ndarray:
         """Free pages in the order they would be handed out (for tests and reports)."""

@@ -88,6 +88,8 @@ class HostPool:
 
     def _allocate(self, options: dict):
         """A HostBuffer from hal.memory when that module exists; None means: use torch.empty."""
+        if self.nbytes == 0:
+            return None
         try:
             from hal import memory
         except ModuleNotFoundError as e:

@@ -1,48 +1,37 @@
 """Radix tree of the reference HiCache: which prefix KV lives in L1 (device) and/or L2 (host).
 
-Faithful to SGLang's HiRadixCache in what it decides; it never moves bytes. A decision
-that needs a copy comes back as a `Transfer` (device slots <-> host slots) for the caller
-(hicache_ref.controller) to perform through hal.kvcacheio:
+It decides, as SGLang's HiRadixCache does, and never moves bytes: a decision that needs a
+copy comes back as a `Transfer` (device slots <-> host slots) for the caller
+(hicache_ref.controller) to perform through hal.kvcacheio.
+- insert -> InsertResult.backups (D2H, the write policy's choice): host slots already
+  allocated, nodes locked in L1; call `complete(t)` once the copy has landed.
+- evict -> write-backs (write_back policy, D2H): passed to `on_write_back(transfers)`,
+  which must finish or order the copies, before the device slots are freed.
+- load_back -> one H2D Transfer: device slots allocated (evicting L1 if needed), chain
+  locked; the nodes count as in L1 at once, so call `complete(t)` before reading them.
 
-- insert -> InsertResult.backups: D2H copies the write policy wants now. The tree has
-  already allocated the host slots and locked the nodes; call `complete(t)` once the copy
-  has landed, which unlocks them (until then they cannot be evicted from L1).
-- evict -> write-backs (write_back policy): handed to `on_write_back(transfers)` before
-  the device slots are freed; the callback must finish (or order) the copies before it
-  returns. They are also listed in the EvictResult.
-- load_back -> one H2D Transfer; the tree has allocated device slots (evicting L1 if
-  needed) and locked the chain; call `complete(t)` once the copy has landed.
+Keys are the token ids as uint32 little-endian bytes (the hashing byte order), whole
+pages per node; children are keyed by their first page's bytes and prefixes compared with
+bytes.startswith (memcmp): no per-token Python work. Indices are kept per page (page p =
+slots [p*ps, (p+1)*ps)) and expanded only in results. Page hashes are computed lazily,
+for the ghost list and `node_hashes` (storage keys). Given allocators (`device`, `host`:
+PageAllocator or pool), the tree allocates and frees slots itself; without `host` there
+is no L2, without `device` freed slots are only reported and load_back is unavailable.
 
-Keys are page-granular: a node's key is the bytes of its token ids (uint32 little-endian,
-the hashing byte order), a whole number of pages; children are keyed by the bytes of
-their first page, and prefixes are compared with bytes.startswith (memcmp), so there is
-no per-token Python work. Indices are kept per page (page p = slots [p*ps, (p+1)*ps)) and
-expanded to token slots only in results. Page hashes are computed lazily, only for the
-ghost list and for `node_hashes` (storage keys).
-
-The tree frees and allocates slots itself when given allocators (`device`, `host`:
-PageAllocator or a pool with `.allocator`). Without a host allocator there is no L2
-(a plain radix cache). Without a device allocator, freed device slots are only reported
-in EvictResult and load_back is unavailable.
-
-Invariants: every node except the root holds device pages, host pages or both; a node on
-the device has its parent on the device (L1 is a prefix of every path), so a match is a
-device part followed by a host-only part; locked nodes are never evicted from either
-tier. Time is a logical clock (an op counter by default), never wall time, and ties in
-LRU order break by node creation number, so every rank makes the same decisions.
+Invariants: every non-root node is in L1, L2 or both; a node in L1 has its parent in L1,
+so a match is a device part then a host-only part; locked nodes are evicted from neither
+tier. Time is a logical clock (an op counter by default) and LRU ties break by node
+creation number, so every rank decides alike.
 
 Deliberate differences from upstream HiRadixCache:
 - Hits count once per request id, not once per insert (see hicache_ref.policy).
-- A backup decided on insert also backs up the node's ancestors that have no host copy,
-  so L2 always holds whole prefixes (upstream can back up a child whose parent is not).
-- Locked nodes are also protected from host eviction (upstream uses a separate host
-  reference count for that).
-- If a write-back cannot get host slots, the node is dropped with its host-only
-  descendants (upstream asserts).
-- Optional ghost list (off by default): pages evicted from L1 are remembered by hash;
-  on insert, the longest request prefix ending in a remembered page is backed up.
-- load_back has no minimum size by default (upstream skips loads under 10 tokens; pass
-  min_tokens=10 for that) and takes no memory quota.
+- Backing up a node on insert also backs up its ancestors without a host copy (upstream
+  skips the node instead); either way L2 holds whole prefixes.
+- Locked nodes are protected from host eviction too (upstream has a separate host ref).
+- A write-back that cannot get host slots drops the node and its host-only subtree.
+- Optional ghost list (off by default): pages evicted from L1 are remembered by hash; on
+  insert the longest request prefix ending in a remembered page is backed up.
+- load_back has no minimum size unless given (upstream: 10 tokens) and no memory quota.
 """
 
 from __future__ import annotations
@@ -243,7 +232,7 @@ class RadixTree:
         if len(idx) < n // 4:
             raise ValueError(f"device_indices: {len(idx)} slots for {n // 4} page-aligned tokens")
         pages_in = slots_to_pages(idx[: n // 4], self.page_size, "device_indices")
-        if self.device is not None and len(pages_in) and not self.device._allocated[pages_in].all():
+        if self.device is not None and not self.device.pages_allocated(pages_in):
             raise ValueError("device_indices: slots that are not allocated in the device pool")
         now = self.clock()
         path, off = self._walk(data, n, now)
@@ -260,20 +249,20 @@ class RadixTree:
                 self.device_pages += end - page
                 adopted += end - page
             page = end
-        new_nodes = []
+        new = None
         if off < n:
             parent = path[-1] if path else self.root
             new = Node(next(self._ids), parent, data[off:n], pages_in[off // P :].copy())
             new.hit_count, new.last_access = 1, now
             parent.children[data[off : off + P]] = new
             self.device_pages += len(new.dev)
-            new_nodes.append(new)
             path.append(new)
+        last = path[-1] if path else self.root
         self.policy.record(request_id, n // P, finished)
         backups = self._backups_after_insert(path)
+        new_nodes = [] if new is None else [new] if new.parent is parent else [new.parent, new]  # ghost may split it
         ps = self.page_size
-        return InsertResult(prefix_pages * ps, adopted * ps, (n - off) // P, new_nodes, backups,
-                            path[-1] if path else self.root)
+        return InsertResult(prefix_pages * ps, adopted * ps, (n - off) // P, new_nodes, backups, last)
 
     def _backups_after_insert(self, path: list[Node]) -> list[Transfer]:
         if self.host is None or not path:
@@ -282,7 +271,7 @@ class RadixTree:
         for i, node in enumerate(path):
             if node.host is None and self.policy.should_back_up(node.hit_count):
                 deepest = i
-        if self.ghost is not None:
+        if self.ghost is not None and deepest < len(path) - 1:
             deepest = max(deepest, self._ghost_proven(path))
         todo = [x for x in path[: deepest + 1] if x.host is None]
         t = self._back_up(todo) if todo else None
@@ -291,8 +280,9 @@ class RadixTree:
     def _ghost_proven(self, path: list[Node]) -> int:
         """Index in `path` of the node ending the longest prefix proven reused by the ghost list.
 
-        Scans pages backward; the first remembered page ends the proven prefix, and the
-        node holding it is split there so that exactly the proven pages get backed up.
+        Scans pages backward; the first remembered page ends the proven prefix. The node
+        holding it is split there (path[i] becomes the upper part) so that exactly the
+        proven pages get backed up.
         """
         for i in range(len(path) - 1, -1, -1):
             hashes = self.node_hashes(path[i])

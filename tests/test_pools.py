@@ -1,0 +1,154 @@
+"""Page allocator (FIFO/LIFO, double alloc/free, determinism) and device/host pool shapes and memory."""
+
+import numpy as np
+import pytest
+import torch
+
+from hal import layouts
+from hal.backend import get_backend
+from hicache_ref.allocator import PageAllocator, pages_to_slots, slots_to_pages
+from hicache_ref.pools import DevicePool, HostPool
+
+MHA = layouts.KVGeometry("mha", layers=3, heads=2, head_dim=4, dtype=torch.float16, page_size=4)
+MLA = layouts.KVGeometry("mla", layers=3, heads=1, head_dim=6, dtype=torch.bfloat16, page_size=4)
+
+
+def test_alloc_returns_whole_page_aligned_slots():
+    a = PageAllocator(32, 4)
+    got = a.alloc(8)
+    assert got.dtype == np.int64 and got.tolist() == list(range(8))
+    assert a.available_tokens == 24 and a.used_tokens == 8
+
+
+def test_fifo_reuses_freed_pages_last():
+    a = PageAllocator(16, 4, "fifo")
+    first = a.alloc(8)  # pages 0, 1
+    a.free(first[4:])  # page 1
+    a.free(first[:4])  # page 0
+    assert slots_to_pages(a.alloc(16), 4).tolist() == [2, 3, 1, 0]
+
+
+def test_lifo_reuses_most_recently_freed_page_first():
+    a = PageAllocator(16, 4, "lifo")
+    assert slots_to_pages(a.alloc(8), 4).tolist() == [0, 1]  # a fresh pool hands out low pages first
+    a.free(pages_to_slots(np.array([1]), 4))
+    a.free(pages_to_slots(np.array([0]), 4))
+    assert slots_to_pages(a.alloc(16), 4).tolist() == [0, 1, 2, 3]
+    a.free(pages_to_slots(np.array([3, 1]), 4))
+    assert slots_to_pages(a.alloc(4), 4).tolist() == [1]
+
+
+@pytest.mark.parametrize("order", ["fifo", "lifo"])
+def test_double_free_and_foreign_slots_raise_without_state_change(order):
+    a = PageAllocator(32, 4, order)
+    got = a.alloc(12)
+    a.free(got[:4])
+    before = (a.available_tokens, a.free_page_list().tolist())
+    bad = [
+        got[:4],  # double free
+        np.concatenate([got[4:8], got[4:8]]),  # same page twice in one call
+        np.array([32, 33, 34, 35]),  # outside the pool
+        got[5:9],  # not page-aligned
+        got[4:6],  # partial page
+        np.array([4.0, 5.0, 6.0, 7.0]),  # not integers
+    ]
+    for indices in bad:
+        with pytest.raises(ValueError, match="indices"):
+            a.free(indices)
+        assert (a.available_tokens, a.free_page_list().tolist()) == before
+
+
+def test_double_allocation_from_a_corrupted_free_list_is_refused():
+    a = PageAllocator(16, 4, "fifo")
+    a.alloc(4)  # page 0
+    a._ring[a._head] = 0  # corrupt: page 0 is both allocated and at the head of the free list
+    with pytest.raises(RuntimeError, match="double allocation"):
+        a.alloc(4)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="num_tokens"):
+        PageAllocator(10, 4)
+    with pytest.raises(ValueError, match="page_size"):
+        PageAllocator(16, 0)
+    with pytest.raises(ValueError, match="order"):
+        PageAllocator(16, 4, "random")
+    a = PageAllocator(16, 4)
+    with pytest.raises(ValueError, match="n_tokens"):
+        a.alloc(6)
+    assert a.alloc(20) is None and a.available_tokens == 16
+
+
+@pytest.mark.parametrize("order", ["fifo", "lifo"])
+def test_same_operations_give_same_indices(order):
+    def run():
+        rng = np.random.default_rng(7)  # the op sequence; each run replays the same one
+        a, held, out = PageAllocator(256, 8, order), [], []
+        for _ in range(300):
+            if held and rng.random() < 0.45:
+                out.append(("free", held.pop(int(rng.integers(len(held)))).tolist()))
+                a.free(out[-1][1])
+            else:
+                got = a.alloc(8 * int(rng.integers(1, 5)))
+                out.append(("alloc", None if got is None else got.tolist()))
+                if got is not None:
+                    held.append(got)
+            assert a.available_tokens + sum(len(h) for h in held) == 256  # conservation
+        return out
+
+    assert run() == run()
+
+
+def test_device_pool_buffers_per_part_and_layer():
+    pool = DevicePool(MHA, 32, backend=get_backend("emu"), materialize=True, order="lifo")
+    assert len(pool.buffers) == 2 and all(len(p) == 3 for p in pool.buffers)
+    assert pool.buffers[1][2].shape == layouts.device_shape(MHA, 32) and pool.buffers[0][0].dtype == torch.float16
+    assert pool.allocator.order == "lifo" and pool.allocator.page_size == 4
+    mla = DevicePool(MLA, 16, materialize=True)
+    assert len(mla.buffers) == 1 and mla.buffers[0][0].shape == (16, 1, 6)
+    assert DevicePool(MHA, 32).buffers is None
+
+
+@pytest.mark.parametrize("geom,layout", [(MHA, lay) for lay in layouts.HOST_LAYOUTS]
+                         + [(MLA, lay) for lay in layouts.MLA_LAYOUTS])
+def test_host_pool_views_of_one_allocation(geom, layout):
+    pool = HostPool(geom, 32, layout, materialize=True)
+    try:
+        shape = layouts.host_shape(layout, geom, 32)
+        want = [shape[1:]] * 2 if geom.attention == "mha" else [shape]
+        assert [tuple(b.shape) for b in pool.buffers] == want
+        assert all(b.dtype == geom.dtype for b in pool.buffers)
+        base = pool.buffers[0].untyped_storage().data_ptr()
+        assert all(b.untyped_storage().data_ptr() == base for b in pool.buffers)
+        if geom.attention == "mha":  # V follows K in the same allocation
+            k, v = pool.buffers
+            assert v.data_ptr() - k.data_ptr() == layouts.host_part_bytes(geom, 32)
+        pool.buffers[-1].view(-1)[-1] = 3  # the whole range is writable
+    finally:
+        pool.close()
+    assert pool.buffers is None
+
+
+def test_host_pool_uses_a_callers_buffer_and_leaves_it_open():
+    from hal.memory import allocate_host
+
+    need = HostPool(MHA, 16, "page_first").nbytes
+    buf = allocate_host(need, huge_pages=False)
+    try:
+        pool = HostPool(MHA, 16, "page_first", host_buffer=buf)
+        pool.buffers[0].fill_(1)
+        pool.close()
+        assert buf.tensor[:8].tolist() == [0, 60] * 4  # fp16 1.0 is 0x3C00; still mapped
+    finally:
+        buf.close()
+    with pytest.raises(ValueError, match="host_buffer"):
+        HostPool(MHA, 16, "page_first", host_buffer=type("B", (), {"tensor": torch.zeros(8, dtype=torch.uint8)})())
+
+
+def test_pool_bad_input():
+    with pytest.raises(ValueError, match="num_tokens"):
+        DevicePool(MHA, 30)
+    with pytest.raises(ValueError, match="layout"):
+        HostPool(MLA, 16, "page_head")
+    with pytest.raises(ValueError, match="layout"):
+        HostPool(MHA, 16, "nonsense")
