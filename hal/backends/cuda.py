@@ -1,0 +1,23 @@
+"""CUDA GPUs (NVIDIA; ROCm builds of torch too) through stock torch.cuda."""
+
+from __future__ import annotations
+
+import torch
+
+from hal.backends.cudalike import CudaLikeBackend, kunlun_runtime_sign
+
+
+class CudaBackend(CudaLikeBackend):
+    name = "cuda"
+
+    @classmethod
+    def probe(cls) -> tuple[bool, str]:
+        # A Kunlun XPU also answers as "cuda"; measuring it here would mislabel the hardware.
+        sign = kunlun_runtime_sign()
+        if sign:
+            return False, f"the CUDA device here is a Kunlun XPU ({sign}); use the 'xpu' backend"
+        if not torch.backends.cuda.is_built():
+            return False, f"torch was built without CUDA (torch {torch.__version__})"
+        if not torch.cuda.is_available():
+            return False, "no CUDA device (torch.cuda.is_available() is False)"
+        return True, ""

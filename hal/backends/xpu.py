@@ -1,0 +1,118 @@
+"""Kunlunxin P800/P900 XPUs through torch_xmlir, which presents them to torch as device "cuda".
+
+Kunlun runtime facts this file relies on, and where they come from:
+- `xpu_host_register(void *ptr, uint64_t sz, unsigned int flags)` (flags must be 0) and
+  `xpu_host_unregister(void *ptr)`, both returning int 0 on success, exported by libxpurt.so:
+  the XPU runtime header xpu/runtime.h. LMCache's Kunlun port calls the same pair via ctypes.
+- libxpurt.so ships inside the torch_xmlir package as xre/so/libxpurt.so (LMCache's Kunlun
+  port looks there); after `import torch_xmlir` it is expected to be mapped already.
+- `torch.cuda.cudart().cudaHostRegister(ptr, size, 0)` is what sglang-kunlun's shared host KV
+  calls on Kunlun; it is the fallback when libxpurt or its symbols cannot be found.
+- `torch_xmlir.xpu.device_count()` / `torch_xmlir._XMLIRC._xpu_get_devices_number()` count
+  XPUs, while `torch.xpu` is Intel's and reports 0: third-party Kunlun deployment notes and a
+  torch_xmlir source analysis, not a header. Unverified names stay behind probe().
+- One registration above 512 GiB overflows a 32-bit scatter-gather size in the Kunlun driver;
+  LMCache's Kunlun port registers in 128 GiB pieces. Reported there, not verified here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from pathlib import Path
+
+import torch
+
+from hal.backends.cudalike import CudaLikeBackend, CudartRegistrar, loaded_library
+
+
+def _hardware_name() -> str:
+    return "an AMD ROCm GPU" if getattr(torch.version, "hip", None) else "an NVIDIA GPU"
+
+
+def _xpu_count(torch_xmlir) -> int | None:
+    """XPUs torch_xmlir sees, or None when this torch_xmlir exposes no count."""
+    xmlirc = getattr(torch_xmlir, "_XMLIRC", None)
+    for count in (getattr(getattr(torch_xmlir, "xpu", None), "device_count", None),
+                  getattr(xmlirc, "_xpu_get_devices_number", None)):
+        if callable(count):
+            try:
+                return int(count())
+            except Exception:  # noqa: BLE001 - try the next spelling
+                continue
+    return None
+
+
+def find_libxpurt() -> str | None:
+    """Path of the Kunlun runtime library: the one already loaded, else torch_xmlir's copy."""
+    path = loaded_library("libxpurt")
+    if path:
+        return path
+    try:
+        import torch_xmlir
+
+        bundled = Path(torch_xmlir.__file__).parent / "xre" / "so" / "libxpurt.so"
+        if bundled.exists():
+            return str(bundled)
+    except Exception:  # noqa: BLE001 - fall through to the loader's search path
+        pass
+    return ctypes.util.find_library("xpurt")
+
+
+class XpurtRegistrar:
+    """xpu_host_register / xpu_host_unregister from libxpurt.so via ctypes."""
+
+    def __init__(self, path: str):
+        lib = ctypes.CDLL(path)
+        self._register = lib.xpu_host_register
+        self._register.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint]
+        self._register.restype = ctypes.c_int
+        self._unregister = lib.xpu_host_unregister
+        self._unregister.argtypes = [ctypes.c_void_p]
+        self._unregister.restype = ctypes.c_int
+        self.name = f"xpu_host_register ({path})"
+
+    def register(self, address: int, nbytes: int) -> None:
+        rc = self._register(address, nbytes, 0)
+        if rc:
+            raise RuntimeError(f"xpu_host_register({address:#x}, {nbytes}) failed: error {rc}")
+
+    def unregister(self, address: int) -> None:
+        rc = self._unregister(address)
+        if rc:
+            raise RuntimeError(f"xpu_host_unregister({address:#x}) failed: error {rc}")
+
+
+class XpuBackend(CudaLikeBackend):
+    name = "xpu"
+    max_registration_bytes = 128 << 30  # see the module docstring
+
+    @classmethod
+    def probe(cls) -> tuple[bool, str]:
+        # Importing torch_xmlir is the only way to ask; it patches torch, which this backend
+        # needs anyway.
+        try:
+            import torch_xmlir
+        except Exception as e:  # noqa: BLE001 - any failure to import means no XPU here
+            why = f"torch_xmlir not importable: {type(e).__name__}: {e}"
+            if torch.backends.cuda.is_built() and torch.cuda.is_available():
+                return False, f"CUDA is present but it is {_hardware_name()}, not an XPU ({why})"
+            return False, why
+        count = _xpu_count(torch_xmlir)
+        if count == 0:
+            if torch.cuda.is_available():
+                return False, (f"CUDA is present but it is {_hardware_name()}, not an XPU "
+                               "(torch_xmlir is present and reports no XPU)")
+            return False, "torch_xmlir present but no XPU (it reports 0 devices)"
+        if not torch.cuda.is_available():
+            return False, "torch_xmlir present but no XPU (torch.cuda, which it drives, sees no device)"
+        return True, ""
+
+    def _registrar(self):
+        path = find_libxpurt()
+        if path:
+            try:
+                return XpurtRegistrar(path)
+            except (OSError, AttributeError):
+                pass  # library without the symbols: the shim's cudaHostRegister still works
+        return CudartRegistrar()
