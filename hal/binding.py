@@ -133,7 +133,7 @@ def plan_binding(
         f"{reserve_fraction:.0%} of each node reserved for OS, page cache, runtime and weight staging",
         f"{reserve_bytes} more bytes reserved per node",
         "local: devices on one node split it evenly; interleave: one pool split evenly over all devices",
-    )
+    ) + tuple(n for n in topology.notes if n.startswith("assumed"))
     return BindingPlan(policy, tuple(bindings), usable, tuple(warnings), assumptions)
 
 

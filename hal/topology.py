@@ -254,24 +254,50 @@ def from_sysfs(sysfs_root: str = "/sys") -> Topology:
 # -- profile emulation ---------------------------------------------------------------------------
 
 
-def from_profile(profile: Any) -> Topology:
-    """The topology a hardware profile describes. Devices are grouped onto uplinks in index order,
-    `devices_per_switch` at a time (XPU0+XPU1, XPU2+XPU3, ... on the p800); every function on the
-    box gets the profile's IDO setting. NUMA distances are not in profiles, so they are ()."""
+def from_profile(profile: Any, sysfs_root: str = "/sys") -> Topology:
+    """The topology a hardware profile describes, emulated on any machine.
+
+    Devices are grouped onto uplinks in index order, `devices_per_switch` at a time (XPU0+XPU1,
+    XPU2+XPU3, ... on the p800), and every function gets the profile's IDO setting. Devices behind
+    one uplink always share its root port's NUMA node; when the profile does not say which node
+    (`device_numa: unknown`), uplinks are assumed spread evenly over the nodes (0, 2, 4, 6 for 4
+    uplinks on 8 nodes) and a note says the node ids are placeholders. Capacity per card does not
+    depend on which nodes they are. Host facts the profile leaves unknown (the emu profile) are
+    read from this machine's sysfs. NUMA distances are not in profiles: ().
+    """
     profile = _load_profile(profile)
     topo = profile.topology
     if topo is None:
         raise ValueError(f"profile {profile.name!r} has no topology (add a topology: section to {profile.path})")
-    n_nodes, n_dev = int(profile.host.numa_nodes), int(profile.device.devices_per_node)
-    mem = int(float(profile.host.memory_per_node_gib) * GIB)
-    nodes = tuple(NumaNode(i, (), mem, ()) for i in range(n_nodes))
-    dev_numa = topo.device_numa
-    if dev_numa is not None and len(dev_numa) != n_dev:
-        raise ValueError(f"profile {profile.name!r}: topology.device_numa has {len(dev_numa)} entries for {n_dev} devices")
-    for i, nd in enumerate(dev_numa or ()):
-        if not 0 <= nd < n_nodes:
-            raise ValueError(f"profile {profile.name!r}: topology.device_numa[{i}] = {nd} is not a node 0..{n_nodes - 1}")
+    if not profile.device.devices_per_node:
+        raise ValueError(f"profile {profile.name!r}: device.devices_per_node is unknown, so its topology cannot be emulated")
+    n_dev = int(profile.device.devices_per_node)
+    notes = []
+    if profile.host.numa_nodes is None:
+        nodes = sysfs_numa_nodes(sysfs_root)
+        notes.append(f"profile {profile.name} does not give NUMA nodes: this host's {len(nodes)} node(s) used")
+    else:
+        mem_gib = profile.host.memory_per_node_gib
+        mem = 0 if mem_gib is None else int(float(mem_gib) * GIB)
+        nodes = tuple(NumaNode(i, (), mem, ()) for i in range(int(profile.host.numa_nodes)))
+        if mem_gib is None:
+            notes.append(f"profile {profile.name} does not give memory per node")
+    ids = [n.id for n in nodes]
     per_switch = max(1, int(topo.devices_per_switch or 1))
+    dev_numa = topo.device_numa
+    if dev_numa is not None:
+        if len(dev_numa) != n_dev:
+            raise ValueError(f"profile {profile.name!r}: topology.device_numa has {len(dev_numa)} entries for {n_dev} devices")
+        bad = [(i, nd) for i, nd in enumerate(dev_numa) if nd not in ids]
+        if bad:
+            raise ValueError(f"profile {profile.name!r}: topology.device_numa puts devices on nodes {bad} not in {ids}")
+    elif topo.devices_per_switch:
+        uplinks = -(-n_dev // per_switch)
+        dev_numa = tuple(ids[(i // per_switch) * len(ids) // uplinks] for i in range(n_dev))
+        notes.append(f"assumed: profile {profile.name} gives no device_numa; uplinks placed on nodes "
+                     f"{sorted(set(dev_numa))} (placeholders; the {per_switch} devices of an uplink share a node)")
+    else:
+        notes.append(f"profile {profile.name} gives neither device_numa nor devices_per_switch: device NUMA unknown")
     bit = {"on": True, "off": False}.get(topo.ido)  # 'unknown' -> None
     devices, root_ports = [], {}  # profiles carry no PCI ids: vendor/device 0
     for i in range(n_dev):
@@ -279,13 +305,13 @@ def from_profile(profile: Any) -> Topology:
         port = f"{profile.name}:rootport{g}"
         upstream = (port, f"{profile.name}:switch{g}") if per_switch > 1 else (port,)
         root_ports[port] = PciDevice(port, 0, 0, 0x060400, None, (), (), bit, bit)
-        devices.append(PciDevice(f"XPU{i}", 0, 0, 0x120000, None if dev_numa is None else dev_numa[i], (), upstream, bit, bit))
+        numa = None if dev_numa is None else dev_numa[i]
+        devices.append(PciDevice(f"XPU{i}", 0, 0, 0x120000, numa, (), upstream, bit, bit))
+    lanes = f" x{topo.uplink_lanes}" if topo.uplink_lanes else ""
+    gen = f" Gen{topo.uplink_generation}" if topo.uplink_generation else ""
+    sharing = f"{per_switch} device(s) per PCIe{gen}{lanes} uplink" if topo.devices_per_switch else "uplink sharing unknown"
+    notes.insert(0, f"emulated from profile {profile.name}: {len(nodes)} NUMA node(s), {sharing}, IDO {topo.ido}")
     devices_t = tuple(devices)
-    link = f"PCIe Gen{topo.uplink_generation} x{topo.uplink_lanes}" if topo.uplink_generation else "PCIe"
-    notes = [f"emulated from profile {profile.name}: {profile.host.cpu_model}, {n_nodes} NUMA nodes, "
-             f"{per_switch} device(s) per {link} uplink"]
-    if dev_numa is None:
-        notes.append("profile gives no device_numa: device NUMA affinity unknown")
     return Topology("profile", nodes, devices_t, group_by_uplink(devices_t), profile.name, root_ports, tuple(notes))
 
 
@@ -301,61 +327,10 @@ def _load_profile(profile: Any) -> Any:
 
 
 def from_xpusmi(text: str, numa_nodes: tuple[NumaNode, ...] | None = None, origin: str = "xpu-smi topo -m") -> Topology:
-    """Topology from `xpu-smi topo -m` text. Endpoints that reach each other through PCIe switches
-    only (PIX/PXB) share an uplink, directly or through a NIC both are PIX to. XL (XPU Link) hides
-    the PCIe path between a pair; where no NIC tells, such a pair counts as separate uplinks and a
-    note says so. xpu-smi does not report IDO: 'unknown'.
-    NUMA nodes come from `numa_nodes` (e.g. sysfs_numa_nodes()) when given, else from the
-    affinity columns, with memory unknown."""
-    from hal.xpusmi import SAME_UPLINK_KINDS, parse_topo_matrix
+    """Topology from `xpu-smi topo -m` text; see hal.xpusmi.to_topology for how uplinks are inferred."""
+    from hal.xpusmi import parse_topo_matrix, to_topology
 
-    m = parse_topo_matrix(text)
-    names = m.devices
-    cols = list(m.columns)
-    parent = list(range(len(cols)))  # union-find over every column, NICs included
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    # Two XPUs each PIX to the same NIC hang below that one switch even when the matrix shows XL
-    # between them, so NIC columns take part in the grouping.
-    for row, cells in m.links.items():
-        for col, kind in cells.items():
-            if kind in SAME_UPLINK_KINDS:
-                parent[root(cols.index(col))] = root(cols.index(row))
-    hidden = any(root(cols.index(a)) != root(cols.index(b)) for a, b in m.pairs({"XL", "NV"}))
-    vendor = 0x1D22 if names and names[0].startswith("XPU") else 0x10DE
-    devices = []
-    for name in names:
-        numa = m.numa_affinity.get(name)
-        me = root(cols.index(name))
-        grouped = any(root(cols.index(o)) == me for o in names if o != name)
-        devices.append(
-            PciDevice(
-                address=name,
-                vendor=vendor,
-                device=0,
-                klass=0x120000,
-                numa_node=numa[0] if numa and len(numa) == 1 else None,
-                local_cpus=m.cpu_affinity.get(name) or (),
-                upstream=(f"xpu-smi:uplink{me}",) if grouped else (),
-                ido_request=None,
-                ido_completion=None,
-            )
-        )
-    if numa_nodes is None:
-        ids = sorted({n for d in devices for n in (m.numa_affinity.get(d.address) or ())})
-        numa_nodes = tuple(
-            NumaNode(n, tuple(sorted({c for d in devices if d.numa_node == n for c in d.local_cpus})), 0, ()) for n in ids
-        )
-    notes = ["xpu-smi does not report PCIe IDO: ordering is unknown"]
-    if hidden:
-        notes.append("XL/NV links hide the PCIe path between some devices: uplink sharing there is unknown")
-    devices_t = tuple(devices)
-    return Topology("xpu-smi", tuple(numa_nodes), devices_t, group_by_uplink(devices_t), origin, {}, tuple(notes))
+    return to_topology(parse_topo_matrix(text), numa_nodes, origin)
 
 
 # -- choosing a source ---------------------------------------------------------------------------

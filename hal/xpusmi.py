@@ -6,13 +6,15 @@ per device giving the link kind to every column plus its affinity values, then a
 block and, when NICs are named NICn, a "NIC Legend:" block mapping NICn to a device name.
 Columns are separated by tabs or runs of spaces; cells may carry ANSI colour codes.
 
-This module only reads text; hal.topology.from_xpusmi turns the result into a Topology.
+`parse_topo_matrix` reads the text; `to_topology` turns the matrix into a hal.topology.Topology.
 """
 
 from __future__ import annotations
 
 import re
 from typing import NamedTuple
+
+from hal.topology import NumaNode, PciDevice, Topology, group_by_uplink, parse_cpulist
 
 # Link kinds between two endpoints, nearest first (nvidia-smi's legend, which xpu-smi keeps,
 # plus XL). NV# / XL# carry a link count in the name.
@@ -62,8 +64,6 @@ class TopoMatrix(NamedTuple):
 
 
 def _values(token: str, what: str) -> tuple[int, ...] | None:
-    from hal.topology import parse_cpulist
-
     if token.upper() in ("N/A", "NA", "-"):
         return None
     return parse_cpulist(token, what)
@@ -146,3 +146,58 @@ def _header(line: str, no: int) -> tuple[list[str], list[str]]:
     if bad or len(set(names)) != len(names):
         raise ValueError(f"xpu-smi topo line {no}: bad or repeated column names in header {names}")
     return names, titles
+
+
+def to_topology(m: TopoMatrix, numa_nodes: tuple[NumaNode, ...] | None = None, origin: str = "xpu-smi topo -m") -> Topology:
+    """A Topology from a parsed matrix. Endpoints that reach each other through PCIe switches
+    only (PIX/PXB) share an uplink, directly or through a NIC both are PIX to. XL (XPU Link) hides
+    the PCIe path between a pair; where no NIC tells, such a pair counts as separate uplinks and a
+    note says so. xpu-smi does not report IDO: 'unknown'.
+    NUMA nodes come from `numa_nodes` (e.g. sysfs_numa_nodes()) when given, else from the
+    affinity columns, with memory unknown."""
+    names = m.devices
+    cols = list(m.columns)
+    parent = list(range(len(cols)))  # union-find over every column, NICs included
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    # Two XPUs each PIX to the same NIC hang below that one switch even when the matrix shows XL
+    # between them, so NIC columns take part in the grouping.
+    for row, cells in m.links.items():
+        for col, kind in cells.items():
+            if kind in SAME_UPLINK_KINDS:
+                parent[root(cols.index(col))] = root(cols.index(row))
+    hidden = any(root(cols.index(a)) != root(cols.index(b)) for a, b in m.pairs({"XL", "NV"}))
+    vendor = 0x1D22 if names and names[0].startswith("XPU") else 0x10DE
+    devices = []
+    for name in names:
+        numa = m.numa_affinity.get(name)
+        me = root(cols.index(name))
+        grouped = any(root(cols.index(o)) == me for o in names if o != name)
+        devices.append(
+            PciDevice(
+                address=name,
+                vendor=vendor,
+                device=0,
+                klass=0x120000,
+                numa_node=numa[0] if numa and len(numa) == 1 else None,
+                local_cpus=m.cpu_affinity.get(name) or (),
+                upstream=(f"xpu-smi:uplink{me}",) if grouped else (),
+                ido_request=None,
+                ido_completion=None,
+            )
+        )
+    if numa_nodes is None:
+        ids = sorted({n for d in devices for n in (m.numa_affinity.get(d.address) or ())})
+        numa_nodes = tuple(
+            NumaNode(n, tuple(sorted({c for d in devices if d.numa_node == n for c in d.local_cpus})), 0, ()) for n in ids
+        )
+    notes = ["xpu-smi does not report PCIe IDO: ordering is unknown"]
+    if hidden:
+        notes.append("XL/NV links hide the PCIe path between some devices: uplink sharing there is unknown")
+    devices_t = tuple(devices)
+    return Topology("xpu-smi", tuple(numa_nodes), devices_t, group_by_uplink(devices_t), origin, {}, tuple(notes))
