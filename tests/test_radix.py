@@ -1,0 +1,221 @@
+"""Radix tree: page-granular match and split, insert ownership, LRU eviction on both tiers, load back, locks."""
+
+import numpy as np
+import pytest
+
+from hicache_ref.allocator import PageAllocator
+from hicache_ref.hashing import page_hashes
+from hicache_ref.radix import MatchResult, RadixTree
+
+PS = 2
+
+
+def make_tree(policy="write_through", dev_tokens=64, host_tokens=64, **kw):
+    dev, host = PageAllocator(dev_tokens, PS), PageAllocator(host_tokens, PS)
+    return RadixTree(PS, policy, device=dev, host=host, **kw), dev, host
+
+
+def insert(tree, tokens, **kw):
+    """Allocate, insert, give back what the tree did not adopt, land every copy at once."""
+    n = len(tokens) // PS * PS
+    idx = tree.device.alloc(n)
+    if idx is None:
+        tree.evict(n)
+        idx = tree.device.alloc(n)
+    r = tree.insert(tokens, idx, **kw)
+    tree.device.free(idx[: r.prefix_len])
+    for t in r.backups:
+        tree.complete(t)
+    return r, idx
+
+
+def test_empty_tree_and_empty_query():
+    tree, _, _ = make_tree()
+    m = tree.match_prefix([1, 2, 3, 4])
+    assert (m.device_len, m.host_len) == (0, 0) and m.last_device_node is tree.root is m.last_host_node
+    assert len(m.device_indices) == 0 and m.device_indices.dtype == np.int64
+    assert tree.match_prefix([]).device_len == 0
+
+
+def test_match_is_page_granular_and_returns_the_inserted_slots():
+    tree, _, _ = make_tree()
+    _, idx = insert(tree, [1, 2, 3, 4, 5, 6, 7])  # the partial last page is not cached
+    m = tree.match_prefix(np.array([1, 2, 3, 4, 5, 6, 7, 8]))
+    assert m.device_len == 6 and m.device_indices.tolist() == idx[:6].tolist()
+    assert tree.match_prefix([1, 2, 3, 9]).device_len == 2  # diverges inside page 2
+    assert tree.match_prefix([1, 9]).device_len == 0  # diverges inside page 1
+    for same in ([1, 2, 3, 4, 5, 6, 7, 8], (1, 2, 3, 4, 5, 6, 7), np.arange(1, 9, dtype=np.uint32)):
+        assert tree.match_prefix(same).device_indices.tolist() == idx[:6].tolist()
+
+
+def test_match_splits_the_node_it_ends_in():
+    tree, _, _ = make_tree()
+    r, idx = insert(tree, list(range(8)))
+    (node,) = r.new_nodes
+    m = tree.match_prefix([0, 1, 2, 3, 99, 99])
+    assert m.device_len == 4 and m.last_device_node is not node
+    assert m.last_device_node.parent is tree.root and node.parent is m.last_device_node
+    assert len(m.last_device_node.key) == 4 * 4 and len(node.key) == 4 * 4
+    assert tree.match_prefix(range(8)).device_indices.tolist() == idx.tolist()  # the split lost nothing
+
+
+def test_insert_adopts_only_the_new_part():
+    tree, dev, _ = make_tree("write_back")
+    insert(tree, [1, 2, 3, 4])
+    idx = dev.alloc(8)
+    r = tree.insert([1, 2, 3, 4, 5, 6, 7, 8], idx)
+    assert (r.prefix_len, r.new_pages, r.adopted_len) == (4, 2, 0)
+    assert tree.match_prefix([1, 2, 3, 4, 5, 6, 7, 8]).device_indices[4:].tolist() == idx[4:].tolist()
+    dev.free(idx[:4])
+    assert dev.used_tokens == tree.device_pages * PS == 8
+
+
+def test_insert_over_host_only_nodes_takes_the_recomputed_slots():
+    tree, dev, _ = make_tree("write_through")
+    insert(tree, [1, 2, 3, 4])
+    tree.evict(64)
+    assert tree.match_prefix([1, 2, 3, 4]).host_len == 4
+    r, idx = insert(tree, [1, 2, 3, 4, 5, 6])
+    assert (r.prefix_len, r.adopted_len, r.new_pages) == (0, 4, 1)
+    m = tree.match_prefix([1, 2, 3, 4, 5, 6])
+    assert (m.device_len, m.host_len) == (6, 0) and m.device_indices.tolist() == idx.tolist()
+
+
+def test_insert_rejects_bad_indices_before_changing_anything():
+    tree, dev, _ = make_tree()
+    idx = dev.alloc(4)
+    for bad in (idx[:2], idx[[1, 0, 2, 3]], np.array([40, 41, 42, 43]), None):
+        with pytest.raises(ValueError, match="device_indices"):
+            tree.insert([1, 2, 3, 4], bad)
+    with pytest.raises(ValueError, match="tokens"):
+        tree.insert([1, -2, 3, 4], idx)
+    assert tree.match_prefix([1, 2, 3, 4]).device_len == 0 and not tree.root.children
+
+
+def test_evict_is_lru_over_leaves():
+    tree, dev, _ = make_tree("write_back", host_tokens=0)  # no L2: a plain radix cache
+    insert(tree, [1, 1, 2, 2])
+    insert(tree, [3, 3, 4, 4])
+    insert(tree, [1, 1, 2, 2, 5, 5])
+    tree.match_prefix([3, 3, 4, 4])  # now [1 1 2 2 | 5 5] is the least recently used path
+    e = tree.evict(2)
+    assert e.evicted_tokens == 2 and e.dropped_nodes == 1
+    assert tree.match_prefix([1, 1, 2, 2, 5, 5]).device_len == 4
+    assert tree.match_prefix([3, 3, 4, 4]).device_len == 4
+    tree.evict(4)  # next: [1 1 2 2], now a leaf and older than [3 3 4 4]
+    assert tree.match_prefix([1, 1, 2, 2]).device_len == 0 and tree.match_prefix([3, 3, 4, 4]).device_len == 4
+    assert dev.used_tokens == tree.device_pages * PS == 4
+
+
+def test_lru_uses_the_logical_clock_not_wall_time():
+    ticks = iter([10, 5, 1, 20, 21])  # a caller's clock: the second insert is "older" than the first
+    tree = RadixTree(PS, "write_back", clock=lambda: next(ticks), device=PageAllocator(16, PS))
+    for tokens in ([1, 1], [2, 2]):
+        tree.insert(tokens, tree.device.alloc(2))
+    tree.match_prefix([7, 7])  # tick 1: touches nothing but the root
+    tree.evict(2)
+    assert tree.match_prefix([1, 1]).device_len == 2 and tree.match_prefix([2, 2]).device_len == 0
+
+
+def test_locked_nodes_are_not_evicted_from_either_tier():
+    tree, dev, host = make_tree("write_through")
+    insert(tree, [1, 2, 3, 4])
+    m = tree.match_prefix([1, 2, 3, 4])
+    tree.lock(m.last_device_node)
+    assert tree.evict(64).evicted_tokens == 0
+    tree.unlock(m.last_device_node)
+    assert tree.evict(64).evicted_tokens == 4
+    m = tree.match_prefix([1, 2, 3, 4])
+    tree.lock(m.last_host_node)
+    assert tree.evict_host(64).evicted_tokens == 0
+    tree.unlock(m.last_host_node)
+    e = tree.evict_host(64)
+    assert e.evicted_tokens == 4 and host.used_tokens == 0 and not tree.root.children
+    with pytest.raises(ValueError, match="unlock"):
+        tree.unlock(m.last_host_node)
+
+
+def test_evict_host_takes_host_only_leaves_lru_and_keeps_copies_of_device_nodes():
+    tree, dev, host = make_tree("write_through")
+    insert(tree, [1, 1, 2, 2])
+    insert(tree, [1, 1, 3, 3])
+    insert(tree, [4, 4])
+    tree.evict(64)
+    insert(tree, [4, 4])  # back in L1 (adopted); its L2 copy is kept
+    tree.match_prefix([1, 1, 3, 3])
+    e = tree.evict_host(2)  # oldest host-only leaf: [2 2]
+    assert e.evicted_tokens == 2 and len(e.freed_host_indices) == 2
+    assert tree.match_prefix([1, 1, 2, 2]).host_len == 2 and tree.match_prefix([1, 1, 3, 3]).host_len == 4
+    tree.evict_host(64)  # then [3 3], then [1 1] once it is a leaf; never [4 4], which is in L1
+    assert not tree.match_prefix([1, 1]).host_len and tree.match_prefix([4, 4]).device_len == 2
+    assert host.used_tokens == tree.host_pages * PS == 2
+
+
+def test_load_back_hands_out_host_to_device_pairs_and_locks_until_complete():
+    tree, dev, host = make_tree("write_through")
+    insert(tree, [1, 2, 3, 4, 5, 6])
+    tree.evict(64)
+    insert(tree, [1, 2])  # device part [1 2], host-only tail [3 4 5 6]
+    m = tree.match_prefix([1, 2, 3, 4, 5, 6])
+    assert (m.device_len, m.host_len) == (2, 4)
+    t = tree.load_back(m)
+    assert t.kind == "load" and t.host_indices.tolist() == m.host_indices.tolist() and t.num_tokens == 4
+    assert dev.is_allocated(t.device_indices).all()
+    after = tree.match_prefix([1, 2, 3, 4, 5, 6])
+    assert (after.device_len, after.host_len) == (6, 0) and after.device_indices[2:].tolist() == t.device_indices.tolist()
+    assert tree.evict(64).evicted_tokens == 0  # loading: locked
+    tree.complete(t)
+    assert tree.evict(64).evicted_tokens == 6
+    assert tree.load_back(tree.root) is None and tree.load_back(tree.match_prefix([1, 2]), min_tokens=10) is None
+
+
+def test_load_back_evicts_l1_to_make_room_but_not_its_own_chain():
+    tree, dev, host = make_tree("write_through", dev_tokens=8)
+    insert(tree, [1, 1, 2, 2, 3, 3])
+    tree.evict(8)
+    insert(tree, [7, 7, 8, 8])  # 4 of 8 device slots; the load needs 6
+    t = tree.load_back(tree.match_prefix([1, 1, 2, 2, 3, 3]).last_host_node)
+    assert t is not None and t.num_tokens == 6
+    assert tree.match_prefix([7, 7, 8, 8]).device_len == 0 and tree.match_prefix([7, 7, 8, 8]).host_len == 4
+
+
+def test_load_back_gives_up_when_l1_is_locked_full():
+    tree, dev, host = make_tree("write_through", dev_tokens=4)
+    insert(tree, [1, 1, 2, 2])
+    tree.evict(4)
+    r, _ = insert(tree, [5, 5, 6, 6])
+    tree.lock(r.last_node)
+    assert tree.load_back(tree.match_prefix([1, 1, 2, 2])) is None
+    assert tree.match_prefix([1, 1, 2, 2]).last_host_node.lock_ref == 0  # nothing left locked
+
+
+def test_write_back_without_host_room_drops_the_node():
+    tree, dev, host = make_tree("write_back", host_tokens=2)
+    insert(tree, [1, 1, 2, 2])
+    e = tree.evict(4)
+    assert e.write_backs == [] and e.dropped_nodes == 1 and host.used_tokens == 0 and dev.used_tokens == 0
+
+
+def test_node_hashes_are_the_chained_page_hashes():
+    tree, _, _ = make_tree()
+    insert(tree, [1, 2, 3, 4, 5, 6])
+    m = tree.match_prefix([1, 2, 3, 4, 9, 9])  # splits: hashes of each part continue the chain
+    lower = next(iter(m.last_device_node.children.values()))
+    assert tree.node_hashes(m.last_device_node) + tree.node_hashes(lower) == page_hashes([1, 2, 3, 4, 5, 6], PS)
+
+
+def test_match_result_fields():
+    assert MatchResult._fields == ("device_len", "host_len", "last_device_node", "last_host_node",
+                                   "device_indices", "host_indices")
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="page_size"):
+        RadixTree(0)
+    with pytest.raises(ValueError, match="device"):
+        RadixTree(4, device=PageAllocator(16, 2))
+    tree, _, _ = make_tree()
+    with pytest.raises(ValueError, match="n_tokens"):
+        tree.evict(-1)
+    with pytest.raises(ValueError, match="load_back"):
+        RadixTree(PS).load_back(tree.root)
