@@ -218,7 +218,7 @@ def test_views_keep_the_mapping_until_they_die():
     assert buf.closed and buf.mapped and _mapped(address, 4 * MB)
     assert int(view.sum()) == 7 * 100  # still valid memory, not a dangling pointer
     with pytest.raises(RuntimeError, match="closed"):
-        buf.tensor
+        _ = buf.tensor
     with pytest.raises(RuntimeError, match="closed"):
         buf.report()
     del view
@@ -352,3 +352,21 @@ def test_touch_fallback_populates_every_page():
         assert (status == 0).all()
     finally:
         vm.unmap_aligned(start, length)
+
+
+def test_bench_memory_reports_both_page_sizes(capsys):
+    import argparse
+    import json
+
+    from conformance.bench import memory as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--sizes", "4M", "--copy-size", "2M", "--repeat", "1", "--json"])
+    assert bench.run(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(r["bytes"], r["huge_pages"]) for r in out["registration"]] == [(4 * MB, False), (4 * MB, True)]
+    assert out["registration"][0]["page_table_entries"] == 4 * MB // vm.PAGE
+    assert set(out["bandwidth"]) == {"4k", "thp"} and out["bandwidth_ratio_thp_over_4k"]["h2d"] > 0
+    with pytest.raises(ValueError, match="^--sizes"):
+        bench.run(parser.parse_args(["--sizes", "0"]))

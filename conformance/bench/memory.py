@@ -10,7 +10,7 @@ import time
 import numpy as np
 import torch
 
-from conformance.bench.common import emit, machine, median_seconds
+from conformance.bench.common import emit, machine
 from hal import kvcacheio, segcopy, vm
 from hal.backend import get_backend
 from hal.memory import allocate_host
@@ -40,29 +40,49 @@ def _page_table_entries(mapped: int, huge_bytes: int) -> int:
     return huge_bytes // vm.HUGE_PAGE + (mapped - huge_bytes) // vm.PAGE
 
 
+def _alternating_medians(steps: dict, repeat: int) -> dict:
+    """Median seconds of each step, run round-robin (one warm-up round first) so that load from
+    other processes drifting during the run hits every variant alike."""
+    times: dict = {k: [] for k in steps}
+    for i in range(repeat + 1):
+        for k, fn in steps.items():
+            t0 = time.perf_counter()
+            fn()
+            if i:
+                times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def registration(sizes: list[int], repeat: int, backend) -> list[dict]:
-    """Median seconds to register (and unregister) an already populated buffer, per page size."""
+    """Median seconds to register and to unregister an already populated buffer, per page size
+    (4 KB and THP buffers alternate, one warm-up round first)."""
     rows = []
     for size in sizes:
-        for huge in (False, True):
-            with allocate_host(size, huge_pages=huge) as buf:
-                rep = buf.report()
-                reg, unreg = [], []
-                for i in range(repeat + 1):  # the first round is a warm-up
+        bufs = {huge: allocate_host(size, huge_pages=huge) for huge in (False, True)}
+        try:
+            reg: dict = {huge: [] for huge in bufs}
+            unreg: dict = {huge: [] for huge in bufs}
+            for i in range(repeat + 1):
+                for huge, buf in bufs.items():
                     t0 = time.perf_counter()
                     handle = backend.register_host(buf.address, buf.mapped_bytes)
                     t1 = time.perf_counter()
                     backend.unregister_host(handle)
-                    t2 = time.perf_counter()
                     if i:
-                        reg.append(t1 - t0)
-                        unreg.append(t2 - t1)
-            rows.append({
-                "bytes": size, "huge_pages": huge, "huge_page_coverage": rep["huge_page_coverage"],
-                "page_table_entries": _page_table_entries(rep["mapped_bytes"], rep["huge_page_bytes"]),
-                "register_seconds": statistics.median(reg), "unregister_seconds": statistics.median(unreg),
-                "register_gbps": size / statistics.median(reg) / 1e9, "warnings": rep["warnings"],
-            })  # fmt: skip
+                        reg[huge].append(t1 - t0)
+                        unreg[huge].append(time.perf_counter() - t1)
+            for huge, buf in bufs.items():
+                rep = buf.report()
+                seconds = statistics.median(reg[huge])
+                rows.append({
+                    "bytes": size, "huge_pages": huge, "huge_page_coverage": rep["huge_page_coverage"],
+                    "page_table_entries": _page_table_entries(rep["mapped_bytes"], rep["huge_page_bytes"]),
+                    "register_seconds": seconds, "register_gbps": size / seconds / 1e9,
+                    "unregister_seconds": statistics.median(unreg[huge]), "warnings": rep["warnings"],
+                })  # fmt: skip
+        finally:
+            for buf in bufs.values():
+                buf.close()
     return rows
 
 
@@ -74,33 +94,39 @@ def _scattered_slots(slots: int, page: int, rng: np.random.Generator) -> torch.T
 
 def bandwidth(copy_size: int, item: int, page: int, repeat: int, backend) -> dict:
     """H2D and D2H of `copy_size` bytes in scattered pages through hal.kvcacheio, and one contiguous
-    torch copy for reference, with the host buffer on THP and on 4 KB pages."""
+    torch copy for reference, with the host buffer on THP and on 4 KB pages (both registered)."""
     slots = copy_size // item // page * page
     if slots == 0:
         raise ValueError(f"--copy-size: {copy_size} bytes hold no page of {page} x {item} bytes")
-    out = {}
-    for huge in (False, True):
-        rng = np.random.default_rng(0)  # the same indices for both page sizes
-        host_idx, dev_idx = _scattered_slots(slots, page, rng), _scattered_slots(slots, page, rng)
-        with allocate_host(slots * item, huge_pages=huge, backend=backend) as buf:
+    nbytes = slots * item
+    rng = np.random.default_rng(0)
+    host_idx, dev_idx = _scattered_slots(slots, page, rng), _scattered_slots(slots, page, rng)
+    dev = backend.alloc_device((slots, item), torch.uint8).fill_(1)
+    flat = dev.view(-1)
+    bufs = {"4k": allocate_host(nbytes, huge_pages=False, backend=backend),
+            "thp": allocate_host(nbytes, huge_pages=True, backend=backend)}
+    try:
+        steps = {}
+        for k, buf in bufs.items():
             host = buf.tensor.view(slots, item)
-            dev = backend.alloc_device((slots, item), torch.uint8).fill_(1)
-            with kvcacheio.use(backend):
-                h2d = median_seconds(
-                    lambda: kvcacheio.transfer_kv_per_layer_mla(host, dev, host_idx, dev_idx, item).wait(), repeat)
-                d2h = median_seconds(
-                    lambda: kvcacheio.transfer_kv_per_layer_mla(dev, host, dev_idx, host_idx, item).wait(), repeat)
-            h2d_flat = median_seconds(lambda: dev.view(-1).copy_(buf.tensor), repeat)
-            d2h_flat = median_seconds(lambda: buf.tensor.copy_(dev.view(-1)), repeat)
-            coverage = buf.report()["huge_page_coverage"]
-            del host, dev
-        nbytes = slots * item
-        out["thp" if huge else "4k"] = {
-            "huge_page_coverage": coverage, "bytes": nbytes,
-            "h2d_seconds": h2d, "d2h_seconds": d2h, "h2d_gbps": nbytes / h2d / 1e9, "d2h_gbps": nbytes / d2h / 1e9,
-            "contiguous_h2d_gbps": nbytes / h2d_flat / 1e9, "contiguous_d2h_gbps": nbytes / d2h_flat / 1e9,
-        }  # fmt: skip
-    return out
+            steps[(k, "h2d")] = lambda h=host: kvcacheio.transfer_kv_per_layer_mla(h, dev, host_idx, dev_idx, item).wait()
+            steps[(k, "d2h")] = lambda h=host: kvcacheio.transfer_kv_per_layer_mla(dev, h, dev_idx, host_idx, item).wait()
+            steps[(k, "contiguous_h2d")] = lambda t=buf.tensor: flat.copy_(t)
+            steps[(k, "contiguous_d2h")] = lambda t=buf.tensor: t.copy_(flat)
+        with kvcacheio.use(backend):
+            secs = _alternating_medians(steps, repeat)
+        out = {}
+        for k, buf in bufs.items():
+            row = {"huge_page_coverage": buf.report()["huge_page_coverage"], "bytes": nbytes}
+            for d in ("h2d", "d2h", "contiguous_h2d", "contiguous_d2h"):
+                row[f"{d}_seconds"] = secs[(k, d)]
+                row[f"{d}_gbps"] = nbytes / secs[(k, d)] / 1e9
+            out[k] = row
+        return out
+    finally:
+        steps = None
+        for buf in bufs.values():
+            buf.close()
 
 
 def run(a) -> int:
