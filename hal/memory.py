@@ -67,7 +67,9 @@ def _register(backend: Backend, address: int, length: int, chunk: int) -> tuple[
         for off in range(0, length, chunk):
             handles.append(backend.register_host(address + off, min(chunk, length - off)))
     except BaseException as e:
-        e.add_note(f"host registration failed at chunk {len(handles)}; chunks 0..{len(handles) - 1} rolled back")
+        e.add_note(
+            f"host registration failed at chunk {len(handles)}; chunks 0..{len(handles) - 1} rolled back"
+        )
         _unregister(backend, handles)
         raise
     return handles, time.perf_counter() - t0
@@ -172,7 +174,9 @@ class HostBuffer:
         info = self._info
         warnings = list(info["warnings"])
         smaps = smaps_range(self.address, self.mapped_bytes)
-        huge_bytes = smaps.get("AnonHugePages", 0) + smaps.get("ShmemPmdMapped", 0) + smaps.get("FilePmdMapped", 0)
+        huge_bytes = (
+            smaps.get("AnonHugePages", 0) + smaps.get("ShmemPmdMapped", 0) + smaps.get("FilePmdMapped", 0)
+        )
         coverage = min(1.0, huge_bytes / self.mapped_bytes)
         if info["huge_pages_requested"] and coverage < WELL_COVERED and not warnings:
             warnings.append(

@@ -47,7 +47,9 @@ def _locked_kb() -> int:
 @contextlib.contextmanager
 def _tmpfs(path, options: str):
     path.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
+    )
     if r.returncode:
         pytest.skip(f"cannot mount tmpfs -o {options} here: {r.stderr.strip() or r.returncode}")
     try:
@@ -195,7 +197,9 @@ def test_registration_failure_rolls_back_earlier_chunks(fail_at, plain_tmpfs):
     be = MlockBackend(fail_at=fail_at)
     locked0 = _locked_kb()
     with pytest.raises(OSError, match="injected failure") as info:
-        allocate_host(8 * MB, huge_pages=False, backend=be, register_chunk_bytes=2 * MB, shared_dir=plain_tmpfs)
+        allocate_host(
+            8 * MB, huge_pages=False, backend=be, register_chunk_bytes=2 * MB, shared_dir=plain_tmpfs
+        )
     registered = [c for c in be.calls if c[0] == "register"][:fail_at]
     unregistered = [c for c in be.calls if c[0] == "unregister"]
     assert [c[1] for c in unregistered] == list(reversed(range(fail_at)))
@@ -306,9 +310,15 @@ def test_interpreter_exit_removes_kept_files(plain_tmpfs):
 # -- bad input ----------------------------------------------------------------------------
 
 
-def _big_mappings() -> set[str]:
+def _big_mappings() -> set[tuple[int, int]]:
+    """Ranges of this process's mappings of 1 MB or more: a half-made buffer would be one."""
+    out = set()
     with open("/proc/self/maps") as f:
-        return {ln.split()[0] for ln in f if (lambda a, b: b - a >= MB)(*(int(x, 16) for x in ln.split()[0].split("-")))}
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if hi - lo >= MB:
+                out.add((lo, hi))
+    return out
 
 
 @pytest.mark.parametrize(

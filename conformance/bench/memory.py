@@ -103,14 +103,20 @@ def bandwidth(copy_size: int, item: int, page: int, repeat: int, backend) -> dic
     host_idx, dev_idx = _scattered_slots(slots, page, rng), _scattered_slots(slots, page, rng)
     dev = backend.alloc_device((slots, item), torch.uint8).fill_(1)
     flat = dev.view(-1)
-    bufs = {"4k": allocate_host(nbytes, huge_pages=False, backend=backend),
-            "thp": allocate_host(nbytes, huge_pages=True, backend=backend)}
+    bufs = {
+        "4k": allocate_host(nbytes, huge_pages=False, backend=backend),
+        "thp": allocate_host(nbytes, huge_pages=True, backend=backend),
+    }
     try:
         steps = {}
         for k, buf in bufs.items():
             host = buf.tensor.view(slots, item)
-            steps[(k, "h2d")] = lambda h=host: kvcacheio.transfer_kv_per_layer_mla(h, dev, host_idx, dev_idx, item).wait()
-            steps[(k, "d2h")] = lambda h=host: kvcacheio.transfer_kv_per_layer_mla(dev, h, dev_idx, host_idx, item).wait()
+            steps[(k, "h2d")] = lambda h=host: kvcacheio.transfer_kv_per_layer_mla(
+                h, dev, host_idx, dev_idx, item
+            ).wait()
+            steps[(k, "d2h")] = lambda h=host: kvcacheio.transfer_kv_per_layer_mla(
+                dev, h, dev_idx, host_idx, item
+            ).wait()
             steps[(k, "contiguous_h2d")] = lambda t=buf.tensor: flat.copy_(t)
             steps[(k, "contiguous_d2h")] = lambda t=buf.tensor: t.copy_(flat)
         with kvcacheio.use(backend):
@@ -156,19 +162,27 @@ def run(a) -> int:
         "bandwidth_ratio_thp_over_4k": {d: bw["thp"][f"{d}_gbps"] / bw["4k"][f"{d}_gbps"]
                                         for d in ("h2d", "d2h", "contiguous_h2d", "contiguous_d2h")},
     }  # fmt: skip
-    lines = [f"registration via {result['registration_via']}; median of {a.repeat}",
-             f"{'size':>8} {'pages':>5} {'THP cov':>8} {'PTEs':>9} {'register ms':>12} {'GB/s':>7} {'unreg ms':>9}"]
+    lines = [
+        f"registration via {result['registration_via']}; median of {a.repeat}",
+        f"{'size':>8} {'pages':>5} {'THP cov':>8} {'PTEs':>9} {'register ms':>12} {'GB/s':>7} {'unreg ms':>9}",
+    ]
     for r in reg:
-        lines.append(f"{r['bytes'] >> 20:>7}M {'2M' if r['huge_pages'] else '4K':>5} {r['huge_page_coverage']:>8.2f} "
-                     f"{r['page_table_entries']:>9,} {r['register_seconds'] * 1e3:>12.2f} {r['register_gbps']:>7.1f} "
-                     f"{r['unregister_seconds'] * 1e3:>9.2f}")
+        lines.append(
+            f"{r['bytes'] >> 20:>7}M {'2M' if r['huge_pages'] else '4K':>5} {r['huge_page_coverage']:>8.2f} "
+            f"{r['page_table_entries']:>9,} {r['register_seconds'] * 1e3:>12.2f} {r['register_gbps']:>7.1f} "
+            f"{r['unregister_seconds'] * 1e3:>9.2f}"
+        )
     for s, ratio in result["registration_ratio_4k_over_thp"].items():
         lines.append(f"register {int(s) >> 20}M: 4 KB pages take {ratio:.1f}x the time of THP")
     lines.append(f"copies via {result['copies_via']}")
-    lines.append(f"{'host pages':<11}{'THP cov':>8}{'H2D GB/s':>10}{'D2H GB/s':>10}{'flat H2D':>10}{'flat D2H':>10}")
+    lines.append(
+        f"{'host pages':<11}{'THP cov':>8}{'H2D GB/s':>10}{'D2H GB/s':>10}{'flat H2D':>10}{'flat D2H':>10}"
+    )
     for k, b in bw.items():
-        lines.append(f"{k:<11}{b['huge_page_coverage']:>8.2f}{b['h2d_gbps']:>10.2f}{b['d2h_gbps']:>10.2f}"
-                     f"{b['contiguous_h2d_gbps']:>10.2f}{b['contiguous_d2h_gbps']:>10.2f}")
+        lines.append(
+            f"{k:<11}{b['huge_page_coverage']:>8.2f}{b['h2d_gbps']:>10.2f}{b['d2h_gbps']:>10.2f}"
+            f"{b['contiguous_h2d_gbps']:>10.2f}{b['contiguous_d2h_gbps']:>10.2f}"
+        )
     ratios = result["bandwidth_ratio_thp_over_4k"]
     lines.append("THP / 4 KB bandwidth: " + ", ".join(f"{d} {v:.2f}x" for d, v in ratios.items()))
     emit(result, a.json, lines)
