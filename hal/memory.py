@@ -47,7 +47,12 @@ WELL_COVERED = 0.99
 def _parse_numa(numa) -> tuple[int, list[int]] | None:
     if numa is None:
         return None
-    if not isinstance(numa, tuple | list) or len(numa) != 2 or numa[0] not in _numa.MODES:
+    if (
+        not isinstance(numa, tuple | list)
+        or len(numa) != 2
+        or not isinstance(numa[0], str)
+        or numa[0] not in _numa.MODES
+    ):
         raise ValueError(f"numa: expected None, ('bind', [nodes]) or ('interleave', [nodes]), got {numa!r}")
     return _numa.MODES[numa[0]], _numa.validate_nodes(numa[1], arg="numa")
 

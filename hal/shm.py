@@ -5,7 +5,8 @@ unguessable name, and unlinked as soon as every user has mapped it. Its name car
 creator's pid and process start time (`hicache-kv-<pid>-<start>-<random>`) so that files
 left by a process that died without cleaning up (SIGKILL, OOM kill) are recognised and
 removed by the next allocation in the same directory; the start time guards against a
-recycled pid keeping a dead process's file alive.
+recycled pid keeping a dead process's file alive. Pids are read in the caller's pid namespace:
+processes sharing a directory (TP ranks) must share one, or a live creator would look dead.
 """
 
 from __future__ import annotations

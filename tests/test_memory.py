@@ -330,6 +330,8 @@ def _big_mappings() -> set[tuple[int, int]]:
         ({"numa": ("bind", [4095])}, "numa"),
         ({"numa": ("interleave", [])}, "numa"),
         ({"numa": ("spread", [0])}, "numa"),
+        ({"numa": (["bind"], [0])}, "numa"),
+        ({"numa": "bind"}, "numa"),
         ({"register_chunk_bytes": 0}, "register_chunk_bytes"),
         ({"register_chunk_bytes": -1}, "register_chunk_bytes"),
         ({"shared_dir": "/nonexistent/hicache"}, "shared_dir"),
