@@ -17,6 +17,7 @@ import os
 import re
 import resource
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 from hal.binding import BindingPlan, plan_binding, uplink_warnings
@@ -103,7 +104,10 @@ def parse_bytes(text: str | int, arg: str = "--pool-bytes") -> int:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(f"{arg}: expected a byte count like 80000000000, 80G or 75GiB, got {text!r}")
-    n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    exact = Decimal(m.group(1)) * _UNITS[m.group(2).lower()]
+    if exact != exact.to_integral_value():
+        raise ValueError(f"{arg}: {text!r} is not a whole number of bytes")
+    n = int(exact)
     if n <= 0:
         raise ValueError(f"{arg}: must be positive, got {text!r}")
     return n
@@ -137,7 +141,8 @@ def check_pcie_ordering(topology: Topology) -> Check:
     parts = [f"{'+'.join(topology.devices[i].address for i in g)} IDO {ido}" for g, ido in shared]
     states = {ido for _, ido in shared}
     status = "warn" if "off" in states else "unknown" if "unknown" in states else "ok"
-    return Check("pcie_ordering", status, f"{len(shared)} shared uplink(s): {'; '.join(parts)} ({topology.source})", fix)
+    value = f"{len(shared)} shared uplink(s): {'; '.join(parts)} ({topology.source})"
+    return Check("pcie_ordering", status, value, "" if status == "ok" else fix)
 
 
 def check_numa_placement(topology: Topology) -> tuple[Check, float | None]:
@@ -158,7 +163,8 @@ def check_numa_placement(topology: Topology) -> tuple[Check, float | None]:
     try:
         from hal.memory import allocate_host
     except ImportError as e:
-        return Check("numa_placement", "unknown", f"hal.memory unavailable: {e}", ""), None
+        return Check("numa_placement", "unknown", f"hal.memory unavailable: {e}",
+                     "install the harness with its hal package"), None
     results, coverage = [], None
     for node in nodes:
         try:
@@ -293,7 +299,7 @@ def check_registered_size(profile: Any, pool_bytes: int) -> Check:
     value = f"registering {fmt_bytes(pool_bytes)}: {cost}"
     if pool_bytes > REGISTERED_WARN_BYTES:
         return Check("registered_size", "warn",
-                     value + f"; seed work: 80 GB registered slowed the workload +20.6%, 15 GB +8.8%",
+                     value + "; seed work: 80 GB registered slowed the workload +20.6%, 15 GB +8.8%",
                      f"register at most ~{fmt_bytes(REGISTERED_WARN_BYTES)} (a bounded staging window), not the whole pool")
     return Check("registered_size", "ok", value, "")
 
@@ -303,7 +309,8 @@ def check_registered_size(profile: Any, pool_bytes: int) -> Check:
 
 def advise_binding(local: BindingPlan, interleave: BindingPlan, pool_bytes: int) -> Check:
     if not local.bindings:
-        return Check("binding_policy", "unknown", "no accelerators: nothing to bind", "")
+        return Check("binding_policy", "unknown", "no accelerators: nothing to bind",
+                     "run on the accelerator host, or pass --profile to plan for the profile's box")
     loc, inter = local.min_capacity(), interleave.min_capacity()
     nodes = sorted({n for b in local.bindings for n in b.nodes})
     value = (f"local: {fmt_bytes(loc)}/card on nodes {nodes} ({fmt_bytes(local.stranded_bytes())} on other nodes unused); "

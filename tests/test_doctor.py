@@ -1,0 +1,231 @@
+"""`hicache doctor`: check order and fields, JSON, exit codes, p800 emulation, synthetic hosts (IDO, THP, /dev/shm), bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from test_topology import build_p800_box
+
+from conformance.cli import main
+from conformance.doctor_checks import (
+    STATUSES,
+    Check,
+    DoctorReport,
+    HostPaths,
+    check_memlock,
+    check_page_table_entries,
+    parse_bytes,
+    run_doctor,
+)
+from hal.topology import GIB, from_profile
+
+ORDER = [
+    "pcie_ordering", "numa_placement", "thp_anon", "thp_shmem", "page_table_entries",
+    "memlock", "registered_size", "binding_policy", "host_pool_size", "write_policy",
+]
+
+
+def our_shared_files() -> set[str]:
+    """Shared-buffer files of this process (hal.shm names carry the pid), on disk or still mapped."""
+    mine = f"hicache-kv-{os.getpid()}-"
+    with open("/proc/self/maps") as f:
+        mapped = {line.split()[-1] for line in f if mine in line}
+    return {n for n in os.listdir("/dev/shm") if n.startswith(mine)} | mapped
+
+
+def doctor_json(capsys, *args) -> tuple[int, dict]:
+    rc = main(["doctor", "--json", *args])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def by_name(out: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in out["checks"]}
+
+
+def test_default_run_lists_every_check_in_order_with_its_fields(capsys):
+    rc, out = doctor_json(capsys)
+    assert rc == 0
+    assert out["backend"] == "emu" and out["profile"] is None
+    assert [c["name"] for c in out["checks"]] == ORDER
+    for c in out["checks"]:
+        assert set(c) == {"name", "status", "value", "fix"}
+        assert c["status"] in STATUSES and c["value"]
+        if c["status"] != "ok":
+            assert c["fix"], c
+    assert out["topology"]["source"] == "sysfs"
+
+
+def test_thp_checks_report_what_this_host_has(capsys):
+    _, out = doctor_json(capsys)
+    checks = by_name(out)
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        mode = f.read().split("[")[1].split("]")[0]
+    assert f"enabled={mode}" in checks["thp_anon"]["value"]
+    assert checks["thp_anon"]["status"] == ("warn" if mode == "never" else "ok")
+    assert "/dev/shm" in checks["thp_shmem"]["value"]
+    if checks["thp_shmem"]["status"] != "ok":
+        assert "huge=" in checks["thp_shmem"]["fix"] or "shmem_enabled" in checks["thp_shmem"]["fix"] \
+            or "compact" in checks["thp_shmem"]["fix"] or "advise" in checks["thp_shmem"]["fix"]
+
+
+def test_p800_profile_is_emulated_with_shared_uplinks_and_local_capacity(capsys):
+    rc, out = doctor_json(capsys, "--profile", "p800")
+    assert rc == 0
+    assert out["profile"] == "p800" and out["topology"]["source"] == "profile"
+    assert out["topology"]["numa_nodes"] == 8 and out["topology"]["devices"] == 8
+    checks = by_name(out)
+    assert checks["pcie_ordering"]["status"] == "unknown"  # the profile's IDO is unknown
+    assert "4 shared uplink(s)" in checks["pcie_ordering"]["value"]
+    assert "setpci" in checks["pcie_ordering"]["fix"]
+    assert "74.8 GiB/card" in checks["binding_policy"]["value"] and checks["binding_policy"]["status"] == "ok"
+    assert out["pool_source"] == "planned local capacity per card"
+    assert checks["registered_size"]["status"] == "warn"  # 74.8 GiB registered; the seed saw 80 GB hurt
+    assert checks["write_policy"]["fix"].endswith("write_through_selective")
+
+
+def test_pool_too_big_for_local_binding_warns_and_too_big_for_the_host_fails(capsys):
+    rc, out = doctor_json(capsys, "--profile", "p800", "--pool-bytes", "100GiB")
+    assert rc == 0 and by_name(out)["binding_policy"]["status"] == "warn"
+    rc, out = doctor_json(capsys, "--profile", "p800", "--pool-bytes", "2T")
+    assert rc == 1 and by_name(out)["binding_policy"]["status"] == "fail"
+    assert out["pool_bytes"] == 2 * 10**12
+
+
+def test_small_pool_registers_without_warning(capsys):
+    _, out = doctor_json(capsys, "--profile", "p800", "--pool-bytes", "15G")
+    assert by_name(out)["registered_size"]["status"] == "ok"
+
+
+def test_text_output_is_a_table_with_fixes(capsys):
+    assert main(["doctor", "--profile", "p800"]) == 0
+    text = capsys.readouterr().out
+    assert "CHECK" in text and "STATUS" in text
+    for name in ORDER:
+        assert name in text
+    assert "fix: " in text
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--pool-bytes", "0"], "--pool-bytes"),
+        (["--pool-bytes", "-5"], "--pool-bytes"),
+        (["--pool-bytes", "lots"], "--pool-bytes"),
+        (["--profile", "no-such-profile"], "--profile"),
+        (["--profile", "p900"], "p900' has no topology"),
+        (["--backend", "no-such-backend"], "--backend"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_argument_and_leaves_nothing_behind(capsys, args, message):
+    assert main(["doctor", *args]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.out == ""
+    assert our_shared_files() == set()
+
+
+def test_a_run_leaves_no_shared_files(capsys):
+    from hal.memory import allocate_host
+
+    probe = allocate_host(2 << 20, shared_dir="/dev/shm")  # the check itself can see a live one
+    assert our_shared_files()
+    probe.close()
+    assert our_shared_files() == set()
+    doctor_json(capsys, "--profile", "p800")
+    assert our_shared_files() == set()
+
+
+def fake_host(tmp_path, *, odd_ido=None, thp="always madvise [never]", shmem="always within_size advise [never] deny force",
+              shm_opts="rw,nosuid,nodev", capeff="0000000000000000") -> HostPaths:
+    """A synthetic host: the 8-node P800 box from test_topology plus THP files, mounts, status."""
+    sys_root = build_p800_box(tmp_path / "sys", odd_ido=odd_ido).root
+    thp_dir = sys_root / "kernel/mm/transparent_hugepage"
+    thp_dir.mkdir(parents=True)
+    (thp_dir / "enabled").write_text(thp + "\n")
+    (thp_dir / "shmem_enabled").write_text(shmem + "\n")
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "mounts").write_text(f"proc /proc proc rw 0 0\ntmpfs /dev/shm tmpfs {shm_opts} 0 0\n")
+    (proc / "self/status").write_text(f"Name:\tpython\nCapEff:\t{capeff}\n")
+    return HostPaths(sys_root=str(sys_root), proc_root=str(proc))
+
+
+def test_synthetic_box_with_ido_on_passes_pcie_ordering(tmp_path):
+    report = run_doctor(paths=fake_host(tmp_path))
+    checks = {c.name: c for c in report.checks}
+    assert report.topology.source == "sysfs" and len(report.topology.devices) == 8
+    assert checks["pcie_ordering"].status == "ok" and "IDO on" in checks["pcie_ordering"].value
+    assert checks["write_policy"].status == "ok"
+
+
+def test_synthetic_box_with_ido_off_warns(tmp_path):
+    report = run_doctor(paths=fake_host(tmp_path, odd_ido=(False, False)))
+    checks = {c.name: c for c in report.checks}
+    assert checks["pcie_ordering"].status == "warn"
+    assert "0000:12:00.0+0000:13:00.0 IDO off" in checks["pcie_ordering"].value
+    assert checks["write_policy"].status == "warn"
+
+
+def test_thp_never_and_shm_without_huge_warn_with_the_fix(tmp_path):
+    report = run_doctor(pool_bytes=64 * GIB, paths=fake_host(tmp_path))
+    checks = {c.name: c for c in report.checks}
+    assert checks["thp_anon"].status == "warn" and "enabled" in checks["thp_anon"].fix
+    assert checks["thp_shmem"].status == "warn"
+    assert checks["thp_shmem"].fix.startswith("mount -o remount,huge=advise /dev/shm")
+    assert checks["page_table_entries"].status == "warn"  # never -> 4 KB pages assumed
+
+
+def test_shm_mounted_huge_advise_and_thp_madvise_pass(tmp_path):
+    paths = fake_host(tmp_path, thp="always [madvise] never", shm_opts="rw,nosuid,nodev,huge=advise")
+    checks = {c.name: c for c in run_doctor(pool_bytes=64 * GIB, paths=paths).checks}
+    assert checks["thp_anon"].status == "ok"
+    assert checks["thp_shmem"].status == "ok" and "huge=advise" in checks["thp_shmem"].value
+    assert checks["page_table_entries"].status == "ok"
+
+
+def test_shmem_deny_overrides_the_mount(tmp_path):
+    paths = fake_host(tmp_path, shmem="always within_size advise never [deny] force", shm_opts="rw,huge=always")
+    check = next(c for c in run_doctor(paths=paths).checks if c.name == "thp_shmem")
+    assert check.status == "warn" and "shmem_enabled" in check.fix
+
+
+def test_memlock_without_ipc_lock_fails_below_the_pool(tmp_path):
+    assert check_memlock(80 * GIB, 8 << 20, ipc_lock=False).status == "fail"
+    assert check_memlock(80 * GIB, 8 << 20, ipc_lock=True).status == "ok"
+    assert check_memlock(80 * GIB, None, ipc_lock=False).status == "ok"
+    assert check_memlock(80 * GIB, 100 * GIB, ipc_lock=None).status == "ok"
+    failing = check_memlock(80 * GIB, 8 << 20, ipc_lock=False)
+    report = DoctorReport("emu", None, from_profile("p800"), 80 * GIB, "test", [Check("x", "ok", "v", ""), failing])
+    assert report.exit_code() == 1 and "ulimit -l" in failing.fix
+
+
+def test_page_table_entries_at_4k_vs_2m():
+    # hardware_profiles/p800.yaml: 100 GiB takes ~26M PTEs at 4 KiB, ~51K at 2 MiB.
+    c = check_page_table_entries(100 * GIB, coverage=0.0, thp_mode="madvise")
+    assert "26,214,400 PTEs at 4 KB" in c.value and "51,200 at 2 MB" in c.value
+    assert c.status == "warn"
+    assert check_page_table_entries(100 * GIB, coverage=1.0, thp_mode="never").status == "ok"
+    assert check_page_table_entries(100 << 20, coverage=0.0, thp_mode="never").status == "ok"  # small pool
+
+
+@pytest.mark.parametrize(
+    "text, n",
+    [("1024", 1024), ("80G", 80 * 10**9), ("80GB", 80 * 10**9), ("75GiB", 75 * GIB), ("1.5T", 1500 * 10**9),
+     ("4 MiB", 4 << 20)],
+)
+def test_parse_bytes(text, n):
+    assert parse_bytes(text) == n
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1.5", "12XB", "", "G"])
+def test_parse_bytes_rejects_naming_the_argument(text):
+    with pytest.raises(ValueError, match="--pool-bytes"):
+        parse_bytes(text)
+
+
+def test_run_doctor_rejects_bad_pool_before_doing_anything():
+    with pytest.raises(ValueError, match="--pool-bytes"):
+        run_doctor(pool_bytes=0)
+    with pytest.raises(ValueError, match="--pool-bytes"):
+        run_doctor(pool_bytes=True)
