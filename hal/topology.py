@@ -80,6 +80,8 @@ def ido_state(bits: list[tuple[bool | None, bool | None]]) -> str:
 
 @dataclass(frozen=True)
 class Topology:
+    """NUMA nodes, accelerators (index = device ordinal) and their grouping onto uplinks."""
+
     source: str  # one of SOURCES
     numa_nodes: tuple[NumaNode, ...]
     devices: tuple[PciDevice, ...]  # accelerators, index = device ordinal
@@ -87,6 +89,12 @@ class Topology:
     origin: str = ""  # where it came from: a sysfs root, a profile name, a file
     root_ports: dict[str, PciDevice] = field(default_factory=dict)  # root ports of the uplinks
     notes: tuple[str, ...] = ()  # what the source could not tell
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            raise ValueError(f"source: expected one of {', '.join(SOURCES)}, got {self.source!r}")
+        if sorted(i for g in self.uplinks for i in g) != list(range(len(self.devices))):
+            raise ValueError(f"uplinks: {self.uplinks} must hold every device index once")
 
     def node_ids(self) -> list[int]:
         return [n.id for n in self.numa_nodes]
@@ -98,7 +106,10 @@ class Topology:
         raise ValueError(f"node: NUMA node {node_id} does not exist; nodes are {self.node_ids()}")
 
     def uplink_of(self, index: int) -> tuple[int, ...]:
-        return next(g for g in self.uplinks if index in g)
+        for g in self.uplinks:
+            if index in g:
+                return g
+        raise ValueError(f"index: device {index} does not exist; there are {len(self.devices)}")
 
     def uplink_ido(self, group: tuple[int, ...]) -> str:
         """IDO of everything that sets the attribute on this uplink: its devices and its root port

@@ -265,3 +265,16 @@ def test_backend_topology_comes_from_discover():
     from hal.backend import get_backend
 
     assert isinstance(get_backend("emu").topology(), Topology)
+
+
+def test_uplink_of_and_bad_model_input(p800_box):
+    topo = from_sysfs(str(p800_box.root))
+    assert topo.uplink_of(5) == (4, 5)
+    with pytest.raises(ValueError, match="index"):
+        topo.uplink_of(8)
+    with pytest.raises(ValueError, match="node"):
+        topo.node(8)
+    with pytest.raises(ValueError, match="source"):
+        Topology("guess", topo.numa_nodes, topo.devices, topo.uplinks)
+    with pytest.raises(ValueError, match="uplinks"):
+        Topology("sysfs", topo.numa_nodes, topo.devices, ((0, 1),))
