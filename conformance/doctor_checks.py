@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from hal.binding import BindingPlan, plan_binding, uplink_warnings
+from hal.binding import plan_binding
 from hal.topology import GIB, Topology, backend_has_hardware, discover
 
 STATUSES = ("ok", "warn", "fail", "unknown")
@@ -153,7 +153,8 @@ def check_numa_placement(topology: Topology) -> tuple[Check, float | None]:
     host_nodes = hnuma.online_nodes()
     wanted = sorted({d.numa_node for d in topology.devices if d.numa_node is not None})
     nodes = [n for n in wanted if n in host_nodes]
-    note = ""
+    absent = [n for n in wanted if n not in host_nodes]
+    note = f" (device nodes {absent} are not online here)" if absent and topology.source == "sysfs" else ""
     if topology.source != "sysfs" or not nodes:
         # Emulated, or no device node known: the profile's nodes need not exist here; test node 0
         # of this host so the mechanism itself (mbind + first touch) is still checked.
@@ -183,6 +184,12 @@ def check_numa_placement(topology: Topology) -> tuple[Check, float | None]:
     if bad:
         return Check("numa_placement", "warn", value,
                      "check cpuset.mems / numactl limits: pages landed off the bound node"), coverage
+    unplaced = [d.address for d in topology.devices if d.numa_node is None]
+    if unplaced and topology.source == "sysfs":
+        # numa_node -1: firmware gives no affinity, so nothing can bind a pool next to the device.
+        return Check("numa_placement", "warn", value + f"; no NUMA affinity for {', '.join(unplaced)}",
+                     "BIOS: enable ACPI NUMA affinity (_PXM) for PCIe; or echo <node> > "
+                     "/sys/bus/pci/devices/<addr>/numa_node"), coverage
     return Check("numa_placement", "ok", value, ""), coverage
 
 
@@ -304,52 +311,6 @@ def check_registered_size(profile: Any, pool_bytes: int) -> Check:
     return Check("registered_size", "ok", value, "")
 
 
-# -- configuration advice ------------------------------------------------------------------------
-
-
-def advise_binding(local: BindingPlan, interleave: BindingPlan, pool_bytes: int) -> Check:
-    if not local.bindings:
-        return Check("binding_policy", "unknown", "no accelerators: nothing to bind",
-                     "run on the accelerator host, or pass --profile to plan for the profile's box")
-    loc, inter = local.min_capacity(), interleave.min_capacity()
-    nodes = sorted({n for b in local.bindings for n in b.nodes})
-    value = (f"local: {fmt_bytes(loc)}/card on nodes {nodes} ({fmt_bytes(local.stranded_bytes())} on other nodes unused); "
-             f"interleave: {fmt_bytes(inter)}/card over {len(interleave.bindings[0].nodes)} nodes; "
-             f"pool {fmt_bytes(pool_bytes)}/card")
-    if pool_bytes <= loc:
-        return Check("binding_policy", "ok", value + " -> bind each card's pool to its local node",
-                     "numa=('bind', [device node]) per card")
-    if pool_bytes <= inter:
-        return Check("binding_policy", "warn", value + " -> does not fit locally; interleave costs remote accesses",
-                     f"shrink --pool-bytes to <= {fmt_bytes(loc)} for local binding, or interleave one TP-shared pool")
-    return Check("binding_policy", "fail", value + " -> does not fit in host memory under any policy",
-                 f"--pool-bytes <= {fmt_bytes(inter)} (interleaved) or <= {fmt_bytes(loc)} (local)")
-
-
-def advise_write_policy(topology: Topology) -> Check:
-    """Every backed-up page crosses the uplink D2H; on a shared uplink without IDO that traffic
-    competes with the neighbour's loads, so back up only pages that are hit again."""
-    warns = uplink_warnings(topology)
-    if warns:
-        return Check("write_policy", "warn", f"{len(warns)} shared uplink(s) without IDO on: write_through_selective "
-                     "backs up only re-hit pages, cutting D2H traffic on them", "--hicache-write-policy write_through_selective")
-    return Check("write_policy", "ok", "no shared uplink without IDO: write_through is fine",
-                 "--hicache-write-policy write_through")
-
-
-def advise_pool_size(profile: Any, pool_bytes: int) -> Check:
-    hbm = None if profile is None else profile.device.hbm_gib
-    if hbm is None:
-        return Check("host_pool_size", "ok", f"--hicache-size {pool_bytes / 1e9:.0f} (GB per rank); device HBM unknown, "
-                     "so the host:device ratio is not checked", f"--hicache-size {pool_bytes / 1e9:.0f}")
-    ratio = pool_bytes / (float(hbm) * GIB)
-    value = f"host pool {fmt_bytes(pool_bytes)} = {ratio:.1f}x device HBM {hbm:g} GiB"
-    if ratio < 2:
-        return Check("host_pool_size", "warn", value + ": L2 barely larger than L1 adds few hits",
-                     "give the host pool at least 2x HBM (interleave, or more memory per node)")
-    return Check("host_pool_size", "ok", value, f"--hicache-size {pool_bytes / 1e9:.0f}")
-
-
 # -- the whole run -------------------------------------------------------------------------------
 
 
@@ -383,6 +344,8 @@ def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None
     else:
         pool_bytes, source = DEFAULT_POOL_BYTES, "default"
     thp_mode = _bracketed(_read(os.path.join(paths.sys_root, "kernel/mm/transparent_hugepage/enabled")))
+    from conformance.doctor_advice import advise_binding, advise_pool_size, advise_write_policy
+
     numa_check, coverage = check_numa_placement(topology)
     checks = [
         check_pcie_ordering(topology),

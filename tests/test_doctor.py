@@ -229,3 +229,12 @@ def test_run_doctor_rejects_bad_pool_before_doing_anything():
         run_doctor(pool_bytes=0)
     with pytest.raises(ValueError, match="--pool-bytes"):
         run_doctor(pool_bytes=True)
+
+
+def test_device_without_firmware_numa_affinity_warns(tmp_path):
+    paths = fake_host(tmp_path)
+    node_file = os.path.join(paths.sys_root, "bus/pci/devices/0000:12:00.0/numa_node")
+    with open(node_file, "w") as f:
+        f.write("-1\n")
+    check = next(c for c in run_doctor(paths=paths).checks if c.name == "numa_placement")
+    assert check.status == "warn" and "0000:12:00.0" in check.value and "numa_node" in check.fix
