@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hal import kvcacheio, pool_transfer
+from hal.plan import TransferPlan
 
 DIRECTIONS = ("d2h", "h2d")
 _STOP = object()
@@ -119,7 +120,7 @@ class TransferHandle:
             err = self._error
         if isinstance(err, TransferCancelled):
             raise err
-        raise self._controller._wrap(self.direction, self.tag, self.num_tokens, err)
+        raise self._controller._note_error(self, err, reported=True)
 
     def _wait_event(self, i: int, timeout: float | None) -> None:
         t0 = time.monotonic()
@@ -131,7 +132,9 @@ class TransferHandle:
             if not ev.query():
                 raise
         except Exception as e:  # noqa: BLE001 - the stream's failure, with our context
-            raise self._controller._wrap(self.direction, self.tag, self.num_tokens, e) from e
+            # The watcher may not have seen it yet: make the controller fail-stop now, so the
+            # next poll() raises it too, whatever the threads' timing.
+            raise self._controller._note_error(self, e, reported=True) from e
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until every submission of this transfer completed; TransferError if one failed."""
@@ -210,9 +213,9 @@ class _Direction:
                     continue
                 try:
                     t0 = time.perf_counter()
-                    events = self.ctl._run(self.name, job)
-                    spent = time.perf_counter() - t0
-                    self._count(job, spent)
+                    layer0 = self.ctl._layer0_plan(self.name, job)
+                    events = self.ctl._run(self.name, job, layer0)
+                    self._count(job, layer0, time.perf_counter() - t0)
                 except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
                     job.handle._fail(e)
                     self.ctl._record_error(self.name, job.handle, e)
@@ -220,22 +223,15 @@ class _Direction:
                 job.handle._add_events(events)
                 self.inflight.put((job.handle, events[-1]))
 
-    def _count(self, job: _Job, submit_seconds: float) -> None:
-        geom = self.ctl.geom
-        n = len(job.host_indices)
-        if n == 0:
-            with self.ctl._lock:
-                self.stats.submit_seconds += submit_seconds
-            return
-        host_size = self.ctl.host_pool.num_tokens
-        plan = pool_transfer.plan_for(self.ctl.layout, geom, host_size, job.host_indices, job.device_indices,
-                                      self.name, layers=[0])
-        nbytes, segments = plan.nbytes * geom.layers, plan.num_segments * geom.layers
+    def _count(self, job: _Job, layer0: TransferPlan, submit_seconds: float) -> None:
+        # Every layer repeats layer 0's runs (hal.plan merges once and shifts per layer).
+        layers = self.ctl.geom.layers
+        nbytes, segments = layer0.nbytes * layers, layer0.num_segments * layers
         with self.ctl._lock:
             s = self.stats
             s.submit_seconds += submit_seconds
             s.transfers += 1
-            s.tokens += n
+            s.tokens += len(job.host_indices)
             s.bytes += nbytes
             s.segments += segments
 
@@ -289,6 +285,7 @@ class CacheController:
         self._acks: deque[Ack] = deque()
         self._error: BaseException | None = None
         self._error_reported = False
+        self._error_handle: TransferHandle | None = None
         self._cancelled = threading.Event()
         self._closed = False
         self._t0 = self._last_completion = time.perf_counter()
@@ -335,19 +332,53 @@ class CacheController:
             d.stats.max_enqueue_seconds = spent
 
     # -- submitter threads ----------------------------------------------------------------
-    def _run(self, direction: str, job: _Job) -> list:
+    def _layer0_plan(self, direction: str, job: _Job) -> TransferPlan:
+        return pool_transfer.plan_for(self.layout, self.geom, self.host_pool.num_tokens, job.host_indices,
+                                      job.device_indices, direction, layers=[0])
+
+    def _run(self, direction: str, job: _Job, layer0: TransferPlan) -> list:
         dev, host = self.device_pool.buffers, self.host_pool.buffers
+        if host is None:
+            return self._run_symbolic(direction, layer0)
         args = (self.layout, self.geom, host, dev, job.host_indices, job.device_indices)
         if direction == "d2h":
             return [pool_transfer.backup(*args)]
         return list(pool_transfer.load_all_layers(*args))
 
+    def _run_symbolic(self, direction: str, layer0: TransferPlan) -> list:
+        """No memory: submit layer 0's plan standing for all layers, for the modeled clock.
+
+        pool_transfer's symbolic mode plans every layer (78 shifted copies of the same runs
+        on the seed geometry), which made a replay's backups cost ~1.5 ms each on the
+        submitter thread. Repeating layer 0's groups gives the same bytes, segments and
+        launches (one for a backup, one per layer for a load, as the real submissions) and
+        hence the same modeled cost, without copying arrays.
+        """
+        layers = self.geom.layers
+        plan = TransferPlan(layer0.op, layer0.groups * layers, direction, 1 if direction == "d2h" else layers)
+        ev = self.backend.execute(plan, kvcacheio.current_stream())
+        return [ev] if direction == "d2h" else [ev] * layers
+
     def _record_error(self, direction: str, handle: TransferHandle, error: BaseException) -> None:
+        self._note_error(handle, error)
         with self._lock:
-            if self._error is None:
-                self._error = self._wrap(direction, handle.tag, handle.num_tokens, error)
             self._dirs[direction].pending -= 1
             self._lock.notify_all()
+
+    def _note_error(self, handle: TransferHandle, error: BaseException, reported: bool = False) -> TransferError:
+        """Make the controller fail-stop on its first failed transfer; returns this one's error.
+        `reported`: the caller raises it on the scheduler thread now (a handle's wait)."""
+        with self._lock:
+            if self._error is not None and self._error_handle is handle:
+                wrapped = self._error  # the same failure seen a second way: one error object
+            else:
+                wrapped = self._wrap(handle.direction, handle.tag, handle.num_tokens, error)
+            if self._error is None:
+                self._error, self._error_handle = wrapped, handle
+            if reported and self._error is wrapped:
+                self._error_reported = True
+            self._lock.notify_all()
+        return wrapped
 
     def _wrap(self, direction: str, tag: Any, tokens: int, error: BaseException) -> TransferError:
         if isinstance(error, TransferError):

@@ -1,0 +1,207 @@
+"""HiCache: the request path of the reference cache, wiring tree + pools + controller.
+
+One `request(tokens)` does what a scheduler does for a prefill, serially:
+1. complete the transfers that landed (acks -> `tree.complete`), or with `sync` wait for
+   all of them first, so every decision sees the same tree state whatever the threads'
+   timing (required whenever capacity is finite: locks decide what can be evicted);
+2. match: the longest cached page-aligned prefix, in L1 or in L1 then L2;
+3. load back the L2 part (H2D through the controller; the tree picks device slots,
+   evicting L1 if it must);
+4. take L1 slots for the rest of the live request, partial last page included (the
+   capacity includes the live request), evicting least recently used L1 leaves;
+5. with materialized pools, check the hit KV bit for bit and write the request's own KV
+   (a deterministic function of token, position, part and layer: `synthetic_kv`);
+6. insert every full page and queue the backups the write policy asks for (D2H).
+
+A request that cannot fit in L1 even after evicting everything unlocked is cached up to
+what fits (`truncated`). A host-cached prefix that cannot be loaded for lack of L1 room is
+recomputed and not counted as a hit (`l2_unloaded_tokens`). Write-backs from eviction
+(write_back policy) are queued before the device slots are freed; with real bytes the
+callback waits for them, as those slots are handed out right after.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from hicache_ref.allocator import pages_to_slots
+from hicache_ref.controller import CacheController
+from hicache_ref.pools import DevicePool, HostPool
+from hicache_ref.radix import RadixTree, Transfer
+
+
+class RequestResult(NamedTuple):
+    input_tokens: int
+    l1_hit_tokens: int
+    l2_hit_tokens: int  # host-cached prefix tokens loaded back for this request
+    l2_unloaded_tokens: int  # host-cached prefix tokens recomputed: no L1 room to load them
+    cached_tokens: int  # page-aligned tokens the tree holds for this request afterwards
+    truncated: bool  # the live request did not fit in L1
+    kv_mismatch_tokens: int  # hit tokens whose KV bytes were wrong (materialized only)
+
+
+def synthetic_kv(tokens: np.ndarray, positions: np.ndarray, part: int, layer: int, item_size: int) -> np.ndarray:
+    """Deterministic KV bytes (n, item_size) for tokens at positions: what 'compute' writes.
+
+    A mix of token, position, part, layer and byte index, so a byte landing in the wrong
+    token, layer, part or offset shows up as a mismatch.
+    """
+    mix = tokens.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ positions.astype(np.uint64) * np.uint64(
+        0xC2B2AE3D27D4EB4F)
+    mix ^= np.uint64((layer * 2 + part + 1) * 0x165667B19E3779F9 & 0xFFFFFFFFFFFFFFFF)
+    col = np.arange(item_size, dtype=np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+    x = mix[:, None] ^ col[None, :]
+    x ^= x >> np.uint64(29)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    return (x >> np.uint64(56)).astype(np.uint8)
+
+
+def _rows(buf: torch.Tensor) -> torch.Tensor:
+    """A device layer buffer as (slots, item_size) bytes."""
+    return buf.view(torch.uint8).reshape(buf.shape[0], -1)
+
+
+class HiCache:
+    """L1 of `l1_tokens` and L2 of `l2_tokens` (0: no L2) over one KV geometry on `backend`."""
+
+    def __init__(self, geom, l1_tokens: int, l2_tokens: int, backend, *, layout: str = "layer_first",
+                 policy="write_through_selective", ghost=None, order: str = "fifo", materialize: bool = False,
+                 sync: bool = True):
+        self.geom, self.page_size = geom, geom.page_size
+        self.backend, self.materialize, self.sync = backend, materialize, sync
+        self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=materialize, order=order)
+        self.host = HostPool(geom, l2_tokens, layout, backend=backend, materialize=materialize and l2_tokens > 0,
+                             order=order) if l2_tokens else None
+        self.tree = RadixTree(geom.page_size, policy=policy, ghost=ghost, device=self.device, host=self.host,
+                              on_write_back=self._on_write_back)
+        self.controller = CacheController(self.device, self.host, backend) if self.host is not None else None
+        self._closed = False
+
+    # -- completions ----------------------------------------------------------------------
+    def _complete(self, acks) -> None:
+        for ack in acks:
+            t = ack.tag
+            if isinstance(t, Transfer) and t.lock_node is not None and not t.done:
+                self.tree.complete(t)
+
+    def _on_write_back(self, transfers: list[Transfer]) -> None:
+        dev = np.concatenate([t.device_indices for t in transfers])
+        host = np.concatenate([t.host_indices for t in transfers])
+        handle = self.controller.write(dev, host, tag=("write_back", len(transfers)))
+        if self.materialize:  # the tree frees these device slots when we return
+            handle.wait()
+
+    def settle(self) -> None:
+        """Wait for every queued transfer and apply its completion to the tree."""
+        if self.controller is not None:
+            self._complete(self.controller.flush())
+
+    # -- the request path -------------------------------------------------------------------
+    def request(self, tokens, request_id=None) -> RequestResult:
+        if self._closed:
+            raise RuntimeError("HiCache: closed")
+        tokens = np.asarray(tokens)
+        ps, n = self.page_size, len(tokens)
+        full = n // ps * ps
+        if self.controller is not None:
+            self._complete(self.controller.flush() if self.sync else self.controller.poll())
+        tree = self.tree
+        m = tree.match_prefix(tokens)
+        tree.lock(m.last_device_node)  # our L1 prefix must survive the evictions below
+        locked = [m.last_device_node]
+        l1, l2, unloaded, loaded_dev, load = m.device_len, 0, 0, m.device_indices[:0], None
+        try:
+            if m.host_len:
+                t = tree.load_back(m)
+                if t is None:
+                    unloaded = m.host_len
+                else:
+                    l2, loaded_dev = m.host_len, t.device_indices
+                    load = self.controller.load(t.host_indices, t.device_indices, tag=t)
+            prefix = l1 + l2
+            need_pages = -(-n // ps) - prefix // ps
+            new, truncated = self._take_pages(need_pages), False
+            if len(new) < need_pages * ps:
+                truncated = True
+            mismatch = 0
+            if self.materialize:
+                if load is not None:
+                    load.wait_all()
+                mismatch = self._check_kv(tokens[:prefix], np.concatenate([m.device_indices, loaded_dev]))
+                self._write_kv(tokens[prefix: prefix + len(new)], prefix, new)
+            cached_len = min(full, prefix + len(new) // ps * ps)
+            cached = prefix
+            if cached_len > 0:
+                idx = np.concatenate([m.device_indices, loaded_dev, new[: cached_len - prefix]])
+                res = tree.insert(tokens[:cached_len], idx, request_id=request_id)
+                if res.prefix_len != prefix:  # only concurrent inserts could do this; replay is serial
+                    raise RuntimeError(f"tree: insert found {res.prefix_len} cached tokens, match said {prefix}")
+                cached = cached_len
+                for b in res.backups:
+                    self.controller.write(b.device_indices, b.host_indices, tag=b)
+            if len(new) > cached_len - prefix:  # the live partial page (or pages beyond what was cached)
+                self.device.allocator.free(new[cached_len - prefix:])
+        finally:
+            for node in locked:
+                tree.unlock(node)
+        return RequestResult(n, l1, l2, unloaded, cached, truncated, mismatch)
+
+    def _take_pages(self, n_pages: int) -> np.ndarray:
+        """Slots of up to n_pages free L1 pages, evicting LRU leaves for the shortfall."""
+        alloc = self.device.allocator
+        if n_pages <= 0:
+            return pages_to_slots(np.zeros(0, dtype=np.int64), self.page_size)
+        pages = alloc.alloc_pages(n_pages)
+        if pages is None:
+            self.tree.evict((n_pages - alloc.available_pages) * self.page_size)
+            pages = alloc.alloc_pages(min(n_pages, alloc.available_pages))
+        return pages_to_slots(pages, self.page_size)
+
+    # -- materialized KV ----------------------------------------------------------------------
+    def _write_kv(self, tokens: np.ndarray, start: int, slots: np.ndarray) -> None:
+        n = min(len(tokens), len(slots))
+        if n == 0:
+            return
+        pos = np.arange(start, start + n)
+        idx = torch.from_numpy(slots[:n])
+        for part, layers in enumerate(self.device.buffers):
+            for layer, buf in enumerate(layers):
+                rows = _rows(buf)
+                rows[idx] = torch.from_numpy(synthetic_kv(tokens[:n], pos, part, layer, rows.shape[1]))
+
+    def _check_kv(self, tokens: np.ndarray, slots: np.ndarray) -> int:
+        """Hit tokens whose KV differs, in any part or layer, from what was computed for them."""
+        if not len(tokens):
+            return 0
+        pos = np.arange(len(tokens))
+        idx = torch.from_numpy(slots)
+        bad = torch.zeros(len(tokens), dtype=torch.bool)
+        for part, layers in enumerate(self.device.buffers):
+            for layer, buf in enumerate(layers):
+                rows = _rows(buf)
+                want = torch.from_numpy(synthetic_kv(tokens, pos, part, layer, rows.shape[1]))
+                bad |= (rows[idx] != want).any(dim=1)
+        return int(bad.sum())
+
+    # -- teardown ----------------------------------------------------------------------------
+    def close(self, timeout: float = 30.0) -> None:
+        """Drain the controller (completions applied to the tree), then release the pools."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.controller is not None:
+                self._complete(self.controller.shutdown(timeout=timeout, drain=True))
+        finally:
+            self.device.close()
+            if self.host is not None:
+                self.host.close()
+
+    def __enter__(self) -> HiCache:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

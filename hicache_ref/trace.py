@@ -1,0 +1,101 @@
+"""Mooncake-format request traces: read the JSONL, turn a request into token ids.
+
+One request per line: {"timestamp": ms, "input_length": n, "output_length": m,
+"hash_ids": [...]}, where each hash id names a 512-token block of a prefix chain
+(len(hash_ids) == ceil(input_length / 512); the last block may be partial). A hash id h
+expands to the 512 distinct tokens h*512 .. h*512+511, cut to input_length, so equal ids
+at equal positions give equal tokens and nothing else does.
+
+Token arrays are built with numpy (no per-token Python) as uint32, the byte order the
+radix tree and page hashes read; a trace whose ids do not fit in 32 bits is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+BLOCK_TOKENS = 512
+_ENV = "HICACHE_TRACES"
+
+
+class TraceRequest(NamedTuple):
+    timestamp: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+
+
+def _bad(path, line_no: int, key: str, expected: str, got) -> ValueError:
+    return ValueError(f"{path}: line {line_no}: {key}: expected {expected}, got {got!r}")
+
+
+def _int(obj: dict, key: str, path, line_no: int, minimum: int = 0) -> int:
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise _bad(path, line_no, key, f"an integer >= {minimum}", v)
+    return v
+
+
+def read_trace(path: str | Path, limit: int | None = None) -> list[TraceRequest]:
+    """The first `limit` requests of a Mooncake JSONL trace (all when None), in file order."""
+    path = Path(path)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit: expected a non-negative integer, got {limit!r}")
+    out: list[TraceRequest] = []
+    max_id = (2**32 - 1) // BLOCK_TOKENS - 1
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if limit is not None and len(out) >= limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: line {line_no}: not JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise _bad(path, line_no, "(line)", "a JSON object", type(obj).__name__)
+            n = _int(obj, "input_length", path, line_no, 1)
+            ids = obj.get("hash_ids")
+            if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+                raise _bad(path, line_no, "hash_ids", "a list of integers", ids)
+            if len(ids) != -(-n // BLOCK_TOKENS):
+                raise _bad(path, line_no, "hash_ids", f"ceil(input_length / {BLOCK_TOKENS}) = "
+                           f"{-(-n // BLOCK_TOKENS)} ids", f"{len(ids)} ids")
+            if ids and (min(ids) < 0 or max(ids) > max_id):
+                raise _bad(path, line_no, "hash_ids", f"ids in [0, {max_id}] (token ids fit in 32 bits)",
+                           min(ids) if min(ids) < 0 else max(ids))
+            ts = obj.get("timestamp", 0)
+            if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+                raise _bad(path, line_no, "timestamp", "a number", ts)
+            out_len = _int(obj, "output_length", path, line_no) if "output_length" in obj else 0
+            out.append(TraceRequest(float(ts), n, out_len, tuple(ids)))
+    return out
+
+
+_OFFSETS = np.arange(BLOCK_TOKENS, dtype=np.uint32)
+
+
+def request_tokens(hash_ids, input_length: int) -> np.ndarray:
+    """Token ids of a request: each hash id h -> h*512 + [0, 512), concatenated, cut to input_length."""
+    ids = np.asarray(hash_ids, dtype=np.uint32)
+    return (ids[:, None] * np.uint32(BLOCK_TOKENS) + _OFFSETS).reshape(-1)[:input_length]
+
+
+def find_trace(name: str = "conversation_trace.jsonl") -> Path | None:
+    """A shared trace file: $HICACHE_TRACES/<name>, else ../shared/traces/<name> beside the
+    repository (CI's layout), else /work/shared/traces/<name>; None when none exists."""
+    candidates = []
+    if os.environ.get(_ENV):
+        candidates.append(Path(os.environ[_ENV]) / name)
+    repo = Path(__file__).resolve().parent.parent
+    candidates += [repo.parent / "shared" / "traces" / name, Path("/work/shared/traces") / name]
+    for p in candidates:
+        if p.is_file():
+            return p
+    return None

@@ -1,0 +1,370 @@
+"""Cache controller: async D2H/H2D on own threads and streams, per-layer events, acks, errors, shutdown."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from conformance import reference as ref
+from hal import pool_transfer
+from hal.backend import get_backend, register
+from hal.backends.emu import EmuBackend, EmuStream
+from hal.layouts import KVGeometry
+from hicache_ref.controller import CacheController, TransferCancelled, TransferError
+from hicache_ref.pools import DevicePool, HostPool
+
+PS = 4
+
+
+def _geom(attention="mha", layers=3):
+    return KVGeometry(attention, layers, 2 if attention == "mha" else 1, 8, torch.bfloat16, PS)
+
+
+def _pools(backend, layout, attention="mha", materialize=True, dev_tokens=64, host_tokens=128):
+    g = _geom(attention)
+    return (DevicePool(g, dev_tokens, backend=backend, materialize=materialize),
+            HostPool(g, host_tokens, layout, backend=backend, materialize=materialize))
+
+
+def _fill(dp, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    for part in dp.buffers:
+        for t in part:
+            ref.fill_random(t, gen)
+
+
+def _host_logical(hp, attention):
+    whole = torch.stack(hp.buffers) if attention == "mha" else hp.buffers[0]
+    return ref.host_to_logical(hp.layout, attention, whole, PS)
+
+
+def _pages(first_pages):
+    return np.concatenate([np.arange(p * PS, (p + 1) * PS) for p in first_pages]).astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def emu():
+    return get_backend("emu", "emu")
+
+
+@pytest.mark.parametrize("attention,layout", [("mha", x) for x in ref.MHA_LAYOUTS] +
+                         [("mla", x) for x in ref.MLA_LAYOUTS])
+def test_backup_then_load_is_bit_identical_and_counts_match_the_plan(emu, attention, layout):
+    dp, hp = _pools(emu, layout, attention)
+    _fill(dp)
+    di, hi, back = _pages([3, 0, 7]), _pages([9, 2, 30]), _pages([10, 11, 12])
+    with CacheController(dp, hp, emu) as ctl:
+        ctl.write(di, hi, tag="w").wait()
+        host = _host_logical(hp, attention)
+        dev = ref.device_to_logical(dp.buffers)
+        ref.assert_same_bits(host[:, :, hi], dev[:, :, di], "host after backup")
+        load = ctl.load(hi, back, tag="l")
+        for layer in range(dp.geom.layers):
+            load.wait_layer(layer)
+            got = torch.stack([part[layer][back] for part in dp.buffers])
+            ref.assert_same_bits(got, dev[:, layer][:, di], f"layer {layer} after load")
+        assert [(a.direction, a.tag) for a in ctl.flush(10)] == [("d2h", "w"), ("h2d", "l")]
+        s = ctl.stats()
+    full = pool_transfer.plan_for(layout, dp.geom, hp.num_tokens, hi, di, "d2h")
+    assert (s.d2h.tokens, s.d2h.bytes, s.d2h.segments) == (len(hi), full.nbytes, full.num_segments)
+    assert (s.h2d.tokens, s.h2d.bytes, s.h2d.segments) == (len(hi), full.nbytes, full.num_segments)
+    assert s.d2h.modeled_seconds == pytest.approx(emu.profile.link.seconds("d2h", full.nbytes, full.num_segments, 1))
+    assert s.h2d.modeled_seconds == pytest.approx(
+        emu.profile.link.seconds("h2d", full.nbytes, full.num_segments, dp.geom.layers))
+    assert s.modeled_seconds == pytest.approx(s.d2h.modeled_seconds + s.h2d.modeled_seconds)
+
+
+@pytest.mark.parametrize("layout", ref.MHA_LAYOUTS)
+def test_symbolic_pools_count_and_model_exactly_like_real_ones(emu, layout):
+    stats = []
+    for materialize in (True, False):
+        dp, hp = _pools(emu, layout, materialize=materialize)
+        with CacheController(dp, hp, emu) as ctl:
+            ctl.write(_pages([1, 2, 5]), _pages([7, 8, 20]))
+            ctl.load(_pages([7, 8]), _pages([9, 3]))
+            ctl.flush(10)
+            stats.append(ctl.stats())
+    real, symbolic = stats
+    for d in ("d2h", "h2d"):
+        r, s = getattr(real, d), getattr(symbolic, d)
+        assert (r.transfers, r.tokens, r.bytes, r.segments) == (s.transfers, s.tokens, s.bytes, s.segments)
+        assert r.modeled_seconds == pytest.approx(s.modeled_seconds)
+
+
+def test_load_has_one_event_per_layer_completing_in_layer_order(emu):
+    dp, hp = _pools(emu, "page_first")
+    _fill(dp)
+    with CacheController(dp, hp, emu) as ctl:
+        h = ctl.load(_pages([0, 1]), _pages([2, 3]))
+        events = [h.layer_event(i, timeout=10) for i in range(h.layers)]
+        assert len({id(e) for e in events}) == dp.geom.layers
+        h.wait_all(10)
+        times = [e.modeled_time for e in events]
+        assert times == sorted(times) and len(set(times)) == len(times)
+        with pytest.raises(ValueError, match="layer"):
+            h.wait_layer(dp.geom.layers)
+
+
+def test_bad_indices_raise_before_anything_is_queued(emu):
+    dp, hp = _pools(emu, "layer_first")
+    with CacheController(dp, hp, emu) as ctl:
+        with pytest.raises(ValueError, match="host_indices: length"):
+            ctl.write(_pages([0]), _pages([0, 1]))
+        with pytest.raises(ValueError, match="device_indices: outside"):
+            ctl.load(_pages([0]), _pages([dp.num_tokens // PS]))
+        assert ctl.pending == 0 and ctl.poll() == []
+
+
+# -- backends that misbehave, registered like out-of-tree backends -------------------------
+
+class _GatedBackend(EmuBackend):
+    """Submissions block until `gate` opens: a submission as slow as P800's (or stuck)."""
+
+    name = "emu-gated"
+    gate = threading.Event()
+
+    def execute(self, plan, stream=None):
+        if stream is not self.default_stream():
+            self.gate.wait()
+        return super().execute(plan, stream)
+
+
+class _FailingStream(EmuStream):
+    def __init__(self, backend, name, fail_at):
+        super().__init__(backend, name)
+        self._plans, self._fail_at = 0, fail_at
+
+    def _run_plan(self, plan):
+        self._plans += 1
+        if self._plans == self._fail_at:
+            raise OSError(5, "injected DMA fault")
+        super()._run_plan(plan)
+
+
+class _FailingBackend(EmuBackend):
+    """Every new stream fails on its `fail_at`-th plan, as a device stream hitting a fault."""
+
+    name = "emu-failing"
+    fail_at = 2
+
+    def new_stream(self):
+        self._streams_made += 1
+        return _FailingStream(self, f"f{self._streams_made}", self.fail_at)
+
+
+register("emu-gated", _GatedBackend)
+register("emu-failing", _FailingBackend)
+
+
+def test_write_and_load_return_while_the_submission_is_still_blocked():
+    b = get_backend("emu-gated", "emu")
+    _GatedBackend.gate.clear()
+    dp, hp = _pools(b, "layer_first", materialize=False)
+    ctl = CacheController(dp, hp, b)
+    try:
+        w = ctl.write(_pages([0]), _pages([0]), tag="w")
+        h = ctl.load(_pages([1]), _pages([1]), tag="l")
+        assert not w.done() and not h.done() and ctl.poll() == []  # nothing ran, nobody blocked
+    finally:
+        _GatedBackend.gate.set()
+    assert {a.tag for a in ctl.shutdown(timeout=10)} == {"w", "l"}
+
+
+def test_stream_failure_surfaces_on_the_scheduler_thread_and_stays():
+    b = get_backend("emu-failing", "emu")
+    dp, hp = _pools(b, "page_first_direct")
+    _fill(dp)
+    ctl = CacheController(dp, hp, b)
+    ctl.write(_pages([0]), _pages([0]), tag="ok").wait(10)
+    bad = ctl.write(_pages([1]), _pages([1]), tag="bad")
+    with pytest.raises(TransferError, match="d2h transfer 'bad'") as info:
+        bad.wait(10)
+    assert "injected DMA fault" in repr(info.value.__cause__)
+    for call in (ctl.poll, lambda: ctl.flush(10), lambda: ctl.write(_pages([2]), _pages([2]))):
+        with pytest.raises(TransferError, match="'bad'"):
+            call()
+    ctl.shutdown(timeout=10)  # already reported: shutdown returns, no hang, no second raise
+
+
+def test_failure_raised_from_poll_even_if_nobody_waited():
+    b = get_backend("emu-failing", "emu")
+    dp, hp = _pools(b, "layer_first", materialize=False)
+    ctl = CacheController(dp, hp, b)
+    ctl.load(_pages([0]), _pages([0]), tag="first")  # 3 layers, one plan: the stream's 1st
+    ctl.load(_pages([1]), _pages([1]), tag="second")  # the 2nd plan fails
+    with pytest.raises(TransferError, match="h2d transfer 'second'"):
+        ctl.flush(10)
+    with pytest.raises(TransferError):
+        ctl.poll()
+    ctl.shutdown(timeout=10)
+
+
+def test_unreported_failure_is_raised_by_shutdown():
+    b = get_backend("emu-failing", "emu")
+    dp, hp = _pools(b, "layer_first", materialize=False)
+    ctl = CacheController(dp, hp, b)
+    ctl.write(_pages([0]), _pages([0]))
+    ctl.write(_pages([1]), _pages([1]), tag="lost?")
+    with pytest.raises(TransferError, match="lost"):
+        ctl.shutdown(timeout=10)
+
+
+def test_submission_error_surfaces_too():
+    b = get_backend("emu", "emu")
+    dp, hp = _pools(b, "layer_first", materialize=True)
+    ctl = CacheController(dp, hp, b)
+    hp.buffers = [t[:1] for t in hp.buffers]  # host pool shrunk under the controller: the op refuses
+    ctl.write(_pages([3]), _pages([3]), tag="bad")
+    with pytest.raises(TransferError, match="'bad'"):
+        ctl.flush(10)
+    ctl.shutdown(timeout=10)
+
+
+def test_stuck_submission_times_out_instead_of_hanging_shutdown():
+    b = get_backend("emu-gated", "emu")
+    _GatedBackend.gate.clear()
+    dp, hp = _pools(b, "layer_first", materialize=False)
+    ctl = CacheController(dp, hp, b)
+    ctl.write(_pages([0]), _pages([0]))
+    try:
+        with pytest.raises(TimeoutError, match="hicache-d2h"):
+            ctl.shutdown(timeout=0.3)
+    finally:
+        _GatedBackend.gate.set()
+
+
+def test_cancel_drops_unsubmitted_transfers():
+    b = get_backend("emu-gated", "emu")
+    _GatedBackend.gate.clear()
+    dp, hp = _pools(b, "layer_first", materialize=False)
+    ctl = CacheController(dp, hp, b)
+    first = ctl.write(_pages([0]), _pages([0]), tag=1)
+    later = [ctl.write(_pages([i]), _pages([i]), tag=i) for i in (2, 3)]
+    opener = threading.Timer(0.2, _GatedBackend.gate.set)
+    opener.start()
+    acks = ctl.shutdown(timeout=10, drain=False)
+    opener.join()
+    assert [a.tag for a in acks] in ([1], [])  # the one in flight may or may not be acked
+    first.wait(10)
+    for h in later:
+        with pytest.raises(TransferCancelled):
+            h.wait(10)
+
+
+def test_drain_runs_everything_and_acks_in_completion_order(emu):
+    dp, hp = _pools(emu, "page_first", materialize=False)
+    ctl = CacheController(dp, hp, emu)
+    for i in range(16):
+        ctl.write(_pages([i]), _pages([i]), tag=i)
+    acks = ctl.shutdown(timeout=30)
+    assert [a.tag for a in acks] == list(range(16))
+    times = [a.modeled_time for a in acks]
+    assert times == sorted(times)
+    with pytest.raises(RuntimeError, match="shut down"):
+        ctl.write(_pages([0]), _pages([0]))
+
+
+# -- state machine: random traffic against a logical shadow ----------------------------------
+
+class ControllerMachine(RuleBasedStateMachine):
+    """Writes, loads, compute and polls in random order; bytes must equal a logical model.
+
+    Like the tree, the machine never lets a transfer race another one touching the same
+    slots in the other direction (or the scheduler's own writes): it flushes first.
+    """
+
+    DEV_PAGES, HOST_PAGES = 8, 12
+
+    @initialize(layout=st.sampled_from(ref.MHA_LAYOUTS))
+    def setup(self, layout):
+        self.backend = get_backend("emu", "emu")
+        self.dp, self.hp = _pools(self.backend, layout, dev_tokens=self.DEV_PAGES * PS,
+                                  host_tokens=self.HOST_PAGES * PS)
+        _fill(self.dp)
+        for t in self.hp.buffers:
+            t.zero_()
+        self.ctl = CacheController(self.dp, self.hp, self.backend)
+        self.dev = ref.device_to_logical(self.dp.buffers)
+        self.host = _host_logical(self.hp, "mha")
+        self.busy = {"d2h": (set(), set()), "h2d": (set(), set())}  # (device pages, host pages) in flight
+        self.tags, self.acked, self.seq = [], [], 0
+
+    def _sync_if(self, dev_pages, host_pages, other):
+        d, h = self.busy[other]
+        if d & set(dev_pages) or h & set(host_pages):
+            self.acked += [a.tag for a in self.ctl.flush(10)]
+            for s in self.busy.values():
+                s[0].clear()
+                s[1].clear()
+
+    @rule(data=st.data(), n=st.integers(1, 3))
+    def write(self, data, n):
+        dpg = data.draw(st.lists(st.integers(0, self.DEV_PAGES - 1), min_size=n, max_size=n, unique=True))
+        hpg = data.draw(st.lists(st.integers(0, self.HOST_PAGES - 1), min_size=n, max_size=n, unique=True))
+        self._sync_if(dpg, hpg, "h2d")
+        di, hi = _pages(dpg), _pages(hpg)
+        self.seq += 1
+        self.ctl.write(di, hi, tag=self.seq)
+        self.tags.append(self.seq)
+        self.host[:, :, hi] = self.dev[:, :, di]
+        self.busy["d2h"][0].update(dpg)
+        self.busy["d2h"][1].update(hpg)
+
+    @rule(data=st.data(), n=st.integers(1, 3))
+    def load(self, data, n):
+        dpg = data.draw(st.lists(st.integers(0, self.DEV_PAGES - 1), min_size=n, max_size=n, unique=True))
+        hpg = data.draw(st.lists(st.integers(0, self.HOST_PAGES - 1), min_size=n, max_size=n, unique=True))
+        self._sync_if(dpg, hpg, "d2h")
+        di, hi = _pages(dpg), _pages(hpg)
+        self.seq += 1
+        self.ctl.load(hi, di, tag=self.seq)
+        self.tags.append(self.seq)
+        self.dev[:, :, di] = self.host[:, :, hi]
+        self.busy["h2d"][0].update(dpg)
+        self.busy["h2d"][1].update(hpg)
+
+    @rule(page=st.integers(0, DEV_PAGES - 1), value=st.integers(0, 255))
+    def compute(self, page, value):
+        """The scheduler writes new KV into a device page (a prefill)."""
+        self._sync_if([page], [], "d2h")
+        self._sync_if([page], [], "h2d")
+        di = torch.from_numpy(_pages([page]))
+        for p, layers in enumerate(self.dp.buffers):
+            for layer, t in enumerate(layers):
+                t.view(torch.int16)[di] = value + p + layer
+                self.dev[p, layer].view(torch.int16)[di] = value + p + layer
+
+    @rule()
+    def poll(self):
+        self.acked += [a.tag for a in self.ctl.poll()]
+
+    @precondition(lambda self: self.tags)
+    @rule()
+    def flush_and_compare(self):
+        self.acked += [a.tag for a in self.ctl.flush(10)]
+        for s in self.busy.values():
+            s[0].clear()
+            s[1].clear()
+        ref.assert_same_bits(ref.device_to_logical(self.dp.buffers), self.dev, "device pool")
+        ref.assert_same_bits(_host_logical(self.hp, "mha"), self.host, "host pool")
+
+    @invariant()
+    def acks_are_a_subset_without_repeats(self):
+        if hasattr(self, "acked"):
+            assert len(self.acked) == len(set(self.acked)) and set(self.acked) <= set(self.tags)
+
+    def teardown(self):
+        if hasattr(self, "ctl"):
+            self.acked += [a.tag for a in self.ctl.shutdown(timeout=10)]
+            assert sorted(self.acked) == self.tags  # every transfer acked exactly once
+            ref.assert_same_bits(ref.device_to_logical(self.dp.buffers), self.dev, "device pool")
+            ref.assert_same_bits(_host_logical(self.hp, "mha"), self.host, "host pool")
+
+
+ControllerMachine.TestCase.settings = settings(max_examples=20, stateful_step_count=15, deadline=None,
+                                                suppress_health_check=[HealthCheck.too_slow])
+TestControllerMachine = ControllerMachine.TestCase
