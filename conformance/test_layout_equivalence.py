@@ -187,9 +187,10 @@ def device_copy(kv, c: Case, kind: str, src, dst, src_idx, dst_idx) -> list:
     item, mha = c.item_size, c.attention == "mha"
     if kind == "per_layer":
         if mha:
-            return [kv.transfer_kv_per_layer(src[0][l], dst[0][l], src[1][l], dst[1][l], src_idx, dst_idx, item)
-                    for l in LOADED_LAYERS]
-        return [kv.transfer_kv_per_layer_mla(src[0][l], dst[0][l], src_idx, dst_idx, item) for l in LOADED_LAYERS]
+            return [kv.transfer_kv_per_layer(src[0][layer], dst[0][layer], src[1][layer], dst[1][layer], src_idx, dst_idx,
+                                             item) for layer in LOADED_LAYERS]
+        return [kv.transfer_kv_per_layer_mla(src[0][layer], dst[0][layer], src_idx, dst_idx, item)
+                for layer in LOADED_LAYERS]
     if kind == "all_layer":
         if mha:
             return [kv.transfer_kv_all_layer(src[0], dst[0], src[1], dst[1], src_idx, dst_idx, item, LAYERS)]
@@ -227,7 +228,7 @@ def test_per_layer_load_matches_reference(kv, kv_memory, layout, c):
     host, dev = host_pool(kv_memory, c, layout, gen), device_pool(kv_memory, c, None)
     dev_idx, host_idx = index_pair(c, seed)
     before = ref.device_to_logical(dev)
-    wait_all([load_layer(kv, c, layout, host, dev, host_idx, dev_idx, l) for l in LOADED_LAYERS])
+    wait_all([load_layer(kv, c, layout, host, dev, host_idx, dev_idx, layer) for layer in LOADED_LAYERS])
     expected = ref.scatter(before, host_logical(c, layout, host), host_idx, dev_idx, LOADED_LAYERS)
     ref.assert_same_bits(ref.device_to_logical(dev), expected, f"device after per-layer load from {layout}")
 
@@ -258,7 +259,7 @@ def test_round_trip_through_host_is_bit_identical(kv, kv_memory, layout, c):
     poisoned = ref.device_to_logical(back)
     # Load only after the backup's event: HiCache acknowledges a backup before it loads it.
     backup(kv, c, layout, dev, host, dev_idx, host_idx).wait(WAIT_S)
-    wait_all([load_layer(kv, c, layout, host, back, host_idx, dev_idx, l) for l in range(LAYERS)])
+    wait_all([load_layer(kv, c, layout, host, back, host_idx, dev_idx, layer) for layer in range(LAYERS)])
     expected = ref.scatter(poisoned, ref.device_to_logical(dev), dev_idx, dev_idx, range(LAYERS))
     ref.assert_same_bits(ref.device_to_logical(back), expected, f"device -> host {layout} -> device")
 

@@ -109,7 +109,7 @@ class Backend(abc.ABC):
     def topology(self) -> Topology:
         from hal.topology import discover
 
-        return discover(backend=self.name)
+        return discover(backend=self.name, profile=self.profile)
 
 
 _BUILTIN = {

@@ -374,7 +374,7 @@ class RadixTree:
         write_back = self.policy.writes_back_on_evict and self.host is not None
         while evicted < n_tokens and heap:
             _, _, node = heapq.heappop(heap)
-            if node.lock_ref > 0 or node.dev is None:
+            if node.dev is None:
                 continue
             if self.ghost is not None:
                 for h in self.node_hashes(node):
