@@ -15,11 +15,13 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from math import gcd
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from hal.plan import Segments
+from hal.rows import flat_bytes, row_views
 
 _SOURCE = Path(__file__).with_name("segcopy.c")
 _lock = threading.Lock()
@@ -91,25 +93,9 @@ def copy_segments(src_addr: np.ndarray, dst_addr: np.ndarray, nbytes: np.ndarray
     _lib.hc_copy_segments(s.ctypes.data, d.ctypes.data, b.ctypes.data, n, threads)
 
 
-def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.reshape(-1).view(torch.uint8) if t.dtype != torch.uint8 else t.reshape(-1)
-
-
 def _torch_group(src: torch.Tensor, dst: torch.Tensor, so: np.ndarray, do: np.ndarray, nb: np.ndarray) -> None:
-    # Largest row size dividing every offset and length: rows of whole pages when it can.
-    unit = int(np.gcd.reduce(np.concatenate([so, do, nb])))
-    unit = gcd(unit, src.numel() * src.element_size(), dst.numel() * dst.element_size())
-    s8, d8 = _flat_bytes(src), _flat_bytes(dst)
-    view = torch.int64 if unit % 8 == 0 and s8.data_ptr() % 8 == 0 and d8.data_ptr() % 8 == 0 else torch.uint8
-    width = unit // (8 if view is torch.int64 else 1)
-    s_rows = s8.view(view).view(-1, width)
-    d_rows = d8.view(view).view(-1, width)
-    counts = nb // unit
-    starts = np.repeat(np.cumsum(counts) - counts, counts)
-    within = np.arange(int(counts.sum()), dtype=np.int64) - starts
-    si = torch.from_numpy(np.repeat(so // unit, counts) + within)
-    di = torch.from_numpy(np.repeat(do // unit, counts) + within)
-    d_rows.index_copy_(0, di, s_rows.index_select(0, si))
+    s_rows, d_rows, si, di = row_views(flat_bytes(src), flat_bytes(dst), Segments(so, do, nb))
+    d_rows.index_copy_(0, torch.from_numpy(di), s_rows.index_select(0, torch.from_numpy(si)))
 
 
 def copy_groups(groups) -> None:
