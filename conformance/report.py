@@ -1,0 +1,143 @@
+"""Conformance reports: pytest writes junit.xml; this turns it into a per-module table and summary.json.
+
+The junit file is the record (CI systems read it); the table is what a person reads at the
+end of `hicache conform`, and summary.json is the same numbers for scripts. Skips are
+aggregated by reason, because an unavailable backend skips hundreds of tests for one reason.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+OUTCOMES = ("passed", "failed", "errors", "skipped", "xfailed")
+
+
+@dataclass
+class ModuleResult:
+    module: str
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    xfailed: int = 0
+
+    @property
+    def tests(self) -> int:
+        return sum(getattr(self, o) for o in OUTCOMES)
+
+
+@dataclass
+class Summary:
+    backend: str
+    profile: str | None
+    junit: str
+    modules: list[ModuleResult] = field(default_factory=list)
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+    xfail_reasons: dict[str, int] = field(default_factory=dict)
+    failures: list[dict[str, str]] = field(default_factory=list)  # {"test", "message"}
+
+    def total(self, outcome: str) -> int:
+        return sum(getattr(m, outcome) for m in self.modules)
+
+    @property
+    def tests(self) -> int:
+        return sum(m.tests for m in self.modules)
+
+    @property
+    def ok(self) -> bool:
+        return self.total("failed") == 0 and self.total("errors") == 0
+
+    def to_json(self) -> dict:
+        return {
+            "backend": self.backend,
+            "profile": self.profile,
+            "junit": self.junit,
+            "ok": self.ok,
+            "totals": {"tests": self.tests, **{o: self.total(o) for o in OUTCOMES}},
+            "modules": [{**asdict(m), "tests": m.tests} for m in self.modules],
+            "skip_reasons": self.skip_reasons,
+            "xfail_reasons": self.xfail_reasons,
+            "failures": self.failures,
+        }
+
+
+def module_of(classname: str) -> str:
+    """'conformance.test_targets' or 'conformance.test_x.TestY' -> 'test_targets' / 'test_x'."""
+    parts = classname.split(".")
+    for part in parts:
+        if part.startswith("test_"):
+            return part
+    return parts[-1] or "?"
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+
+
+def summarize_junit(path: str | Path, backend: str, profile: str | None) -> Summary:
+    """Read pytest's junit XML (with or without xdist) into a Summary."""
+    path = Path(path)
+    root = ET.parse(path).getroot()
+    modules: dict[str, ModuleResult] = {}
+    skips: Counter[str] = Counter()
+    xfails: Counter[str] = Counter()
+    failures = []
+    for case in root.iter("testcase"):
+        mod = module_of(case.get("classname", ""))
+        result = modules.setdefault(mod, ModuleResult(mod))
+        test = f"{mod}::{case.get('name')}"
+        failure, error, skipped = case.find("failure"), case.find("error"), case.find("skipped")
+        if failure is not None or error is not None:
+            bad = failure if failure is not None else error
+            if failure is not None:
+                result.failed += 1
+            else:
+                result.errors += 1
+            failures.append({"test": test, "message": bad.get("message") or _first_line(bad.text)})
+        elif skipped is not None:
+            reason = skipped.get("message") or _first_line(skipped.text) or "no reason given"
+            if skipped.get("type") == "pytest.xfail":
+                result.xfailed += 1
+                xfails[reason] += 1
+            else:
+                result.skipped += 1
+                skips[reason] += 1
+        else:
+            result.passed += 1
+    return Summary(backend, profile, str(path), [modules[m] for m in sorted(modules)],
+                   dict(skips.most_common()), dict(xfails.most_common()), failures)
+
+
+def format_table(s: Summary, max_failures: int = 20) -> str:
+    width = max([len("module"), len("total"), *(len(m.module) for m in s.modules)])
+    cols = ("tests", *OUTCOMES)
+    head = f"{'module':<{width}}  " + "  ".join(f"{c:>7}" for c in cols)
+    lines = [f"hicache conform: backend {s.backend}, profile {s.profile or 'none'}", head, "-" * len(head)]
+    for m in s.modules:
+        lines.append(f"{m.module:<{width}}  " + "  ".join(f"{getattr(m, c):>7}" for c in cols))
+    lines.append("-" * len(head))
+    lines.append(f"{'total':<{width}}  {s.tests:>7}  " + "  ".join(f"{s.total(o):>7}" for o in OUTCOMES))
+    for title, reasons in (("skipped", s.skip_reasons), ("expected failures", s.xfail_reasons)):
+        if reasons:
+            lines.append(f"{title}:")
+            lines.extend(f"  {n:>5} x {reason}" for reason, n in reasons.items())
+    if s.failures:
+        lines.append(f"failed ({len(s.failures)}):")
+        lines.extend(f"  {f['test']}: {f['message'][:300]}" for f in s.failures[:max_failures])
+        if len(s.failures) > max_failures:
+            lines.append(f"  ... and {len(s.failures) - max_failures} more in {s.junit}")
+    if not s.ok:
+        verdict = "FAIL"
+    else:
+        verdict = "PASS" if s.total("passed") else ("ALL SKIPPED" if s.tests else "NO TESTS RAN")
+    lines.append(f"{verdict}: {s.total('passed')} passed, {s.total('failed') + s.total('errors')} failed, "
+                 f"{s.total('skipped')} skipped of {s.tests}")
+    return "\n".join(lines)
+
+
+def write_json(s: Summary, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(s.to_json(), indent=2) + "\n", encoding="utf-8")
