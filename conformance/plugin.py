@@ -66,6 +66,10 @@ def default_profile_name(backend: str) -> str | None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, desc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {desc}")
+    if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("OMP_NUM_THREADS"):
+        # xdist already runs one worker per core; torch's intra-op threads on top oversubscribe
+        # the cores, and their spin-waits made this suite 4x slower on 2 loaded cores.
+        torch.set_num_threads(1)
     from hal.backend import available_backends
 
     for mod in backend_modules(config):

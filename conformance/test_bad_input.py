@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -24,7 +25,7 @@ HOST_PAGE_OPS = {"transfer_kv_per_layer_direct_pf_lf": "src_indices", "transfer_
 
 def good_calls(mem) -> dict[str, dict]:
     """Keyword arguments of one valid call of every op (upstream argument names)."""
-    gen = torch.Generator().manual_seed(7)
+    gen = np.random.default_rng(7)
 
     def dev(dim=HEAD_DIM, heads=HEADS):
         return [ref.fill_random(mem.device((SIZE, heads, dim), DTYPE), gen) for _ in range(LAYERS)]

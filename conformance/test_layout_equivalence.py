@@ -114,7 +114,7 @@ def index_pair(c: Case, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return dev, host
 
 
-def device_pool(kv_memory, c: Case, gen: torch.Generator | None) -> list[list[torch.Tensor]]:
+def device_pool(kv_memory, c: Case, gen: np.random.Generator | None) -> list[list[torch.Tensor]]:
     """pool[part][layer], each (device_size, heads, dim); random bits, or poison when gen is None."""
     pool = [[kv_memory.device((c.device_size, c.heads, c.dim), c.dtype) for _ in range(LAYERS)]
             for _ in range(c.parts)]
@@ -123,7 +123,7 @@ def device_pool(kv_memory, c: Case, gen: torch.Generator | None) -> list[list[to
     return pool
 
 
-def host_pool(kv_memory, c: Case, layout: str, gen: torch.Generator | None) -> torch.Tensor:
+def host_pool(kv_memory, c: Case, layout: str, gen: np.random.Generator | None) -> torch.Tensor:
     t = kv_memory.host(ref.host_shape(layout, c.attention, LAYERS, c.host_size, c.heads, c.dim, c.page_size),
                        c.dtype)
     return ref.fill_random(t, gen) if gen is not None else ref.poison(t)
@@ -212,7 +212,7 @@ LAYOUT_CASES = _layouts_cases()
 @pytest.mark.parametrize("layout, c", LAYOUT_CASES)
 def test_all_layer_backup_matches_reference(kv, kv_memory, layout, c):
     seed = seed_of("backup", layout, c)
-    gen = torch.Generator().manual_seed(seed)
+    gen = np.random.default_rng(seed)
     dev, host = device_pool(kv_memory, c, gen), host_pool(kv_memory, c, layout, None)
     dev_idx, host_idx = index_pair(c, seed)
     before = host_logical(c, layout, host)
@@ -224,7 +224,7 @@ def test_all_layer_backup_matches_reference(kv, kv_memory, layout, c):
 @pytest.mark.parametrize("layout, c", LAYOUT_CASES)
 def test_per_layer_load_matches_reference(kv, kv_memory, layout, c):
     seed = seed_of("load", layout, c)
-    gen = torch.Generator().manual_seed(seed)
+    gen = np.random.default_rng(seed)
     host, dev = host_pool(kv_memory, c, layout, gen), device_pool(kv_memory, c, None)
     dev_idx, host_idx = index_pair(c, seed)
     before = ref.device_to_logical(dev)
@@ -237,7 +237,7 @@ def test_per_layer_load_matches_reference(kv, kv_memory, layout, c):
 @pytest.mark.parametrize("c", ALL_CASES)
 def test_device_to_device_matches_reference(kv, kv_memory, kind, c):
     seed = seed_of("d2d", kind, c)
-    gen = torch.Generator().manual_seed(seed)
+    gen = np.random.default_rng(seed)
     src, dst = device_pool(kv_memory, c, gen), device_pool(kv_memory, c, None)
     rng = np.random.default_rng(seed)
     pool_pages = c.device_size // c.page_size
@@ -252,7 +252,7 @@ def test_device_to_device_matches_reference(kv, kv_memory, kind, c):
 @pytest.mark.parametrize("layout, c", LAYOUT_CASES)
 def test_round_trip_through_host_is_bit_identical(kv, kv_memory, layout, c):
     seed = seed_of("round-trip", layout, c)
-    gen = torch.Generator().manual_seed(seed)
+    gen = np.random.default_rng(seed)
     dev, host, back = device_pool(kv_memory, c, gen), host_pool(kv_memory, c, layout, None), device_pool(
         kv_memory, c, None)
     dev_idx, host_idx = index_pair(c, seed)
@@ -267,7 +267,7 @@ def test_round_trip_through_host_is_bit_identical(kv, kv_memory, layout, c):
 @pytest.mark.parametrize("c", ALL_CASES)
 def test_every_layout_holds_the_same_logical_data(kv, kv_memory, c):
     seed = seed_of("agree", c)
-    dev = device_pool(kv_memory, c, torch.Generator().manual_seed(seed))
+    dev = device_pool(kv_memory, c, np.random.default_rng(seed))
     dev_idx, host_idx = index_pair(c, seed)
     views = {}
     for layout in ref.layouts_for(c.attention):
