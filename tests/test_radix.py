@@ -219,3 +219,52 @@ def test_bad_arguments():
         tree.evict(-1)
     with pytest.raises(ValueError, match="load_back"):
         RadixTree(PS).load_back(tree.root)
+
+
+def transcript(policy, order, seed=3):
+    """Every index the tree hands out over a fixed random op sequence, from fresh objects."""
+    rng = np.random.default_rng(seed)
+    dev, host = PageAllocator(40, PS, order), PageAllocator(40, PS, order)
+    tree = RadixTree(PS, policy, device=dev, host=host)
+    convs = [rng.integers(0, 3, 16).tolist() for _ in range(4)]
+    out = []
+    for _ in range(200):
+        op, seq = rng.integers(5), convs[rng.integers(4)][: rng.integers(0, 17)]
+        if op <= 1:
+            r, _ = insert(tree, seq, request_id=int(rng.integers(3)), finished=bool(rng.integers(2)))
+            out.append(("insert", r.prefix_len, r.new_pages))
+        elif op == 2:
+            e = tree.evict(int(rng.integers(0, 12)), on_write_back=lambda ts: None)
+            out.append(("evict", e.freed_device_indices.tolist(), [t.host_indices.tolist() for t in e.write_backs]))
+        elif op == 3:
+            out.append(("evict_host", tree.evict_host(int(rng.integers(0, 12))).freed_host_indices.tolist()))
+        else:
+            t = tree.load_back(tree.match_prefix(seq))
+            if t is not None:
+                tree.complete(t)
+                out.append(("load", t.device_indices.tolist(), t.host_indices.tolist()))
+        m = tree.match_prefix(seq)
+        out.append((m.device_indices.tolist(), m.host_indices.tolist()))
+    return out
+
+
+@pytest.mark.parametrize("policy", ["write_back", "write_through", "write_through_selective"])
+@pytest.mark.parametrize("order", ["fifo", "lifo"])
+def test_same_operations_give_same_indices_on_every_rank(policy, order):
+    first = transcript(policy, order)
+    assert any(op[0] == "load" for op in first if isinstance(op[0], str))  # the sequence reaches load back
+    assert transcript(policy, order) == first
+
+
+def test_indices_do_not_depend_on_hash_seed_or_process():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys; sys.path.insert(0, 'tests'); from test_radix import transcript; "
+            "print(json.dumps(transcript('write_through_selective', 'lifo')))")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           cwd=os.path.dirname(os.path.dirname(__file__)),
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
+    assert runs[0] == runs[1] == json.dumps(transcript("write_through_selective", "lifo")) + "\n"
