@@ -120,10 +120,17 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_INT_OF_WIDTH[t.element_size()])
 
 
-def fill_random(t: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
-    """Random bit patterns in every byte (any dtype, any device); numpy's generator is ~3x torch's here."""
-    raw = rng.integers(0, 256, t.numel() * t.element_size(), dtype=np.uint8)
-    t.view(torch.uint8).view(-1).copy_(torch.from_numpy(raw))
+def fill_random(t: torch.Tensor, rng: np.random.Generator | torch.Generator) -> torch.Tensor:
+    """Random bit patterns in every byte (any dtype, any device).
+
+    Takes a numpy Generator (about 3x faster than torch's for bytes) or a torch.Generator.
+    """
+    n = t.numel() * t.element_size()
+    if isinstance(rng, torch.Generator):
+        raw = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=rng)
+    else:
+        raw = torch.from_numpy(rng.integers(0, 256, n, dtype=np.uint8))
+    t.view(torch.uint8).view(-1).copy_(raw)
     return t
 
 
