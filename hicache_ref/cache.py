@@ -123,9 +123,9 @@ class HiCache:
                     load = self.controller.load(t.host_indices, t.device_indices, tag=t)
             prefix = l1 + l2
             need_pages = -(-n // ps) - prefix // ps
-            new, truncated = self._take_pages(need_pages), False
-            if len(new) < need_pages * ps:
-                truncated = True
+            new_pages = self._take_pages(need_pages)
+            new = pages_to_slots(new_pages, ps)
+            truncated = len(new_pages) < need_pages
             mismatch = 0
             if self.materialize:
                 if load is not None:
@@ -142,23 +142,24 @@ class HiCache:
                 cached = cached_len
                 for b in res.backups:
                     self.controller.write(b.device_indices, b.host_indices, tag=b)
-            if len(new) > cached_len - prefix:  # the live partial page (or pages beyond what was cached)
-                self.device.allocator.free(new[cached_len - prefix:])
+            kept = (cached_len - prefix) // ps
+            if len(new_pages) > kept:  # the live partial page (or pages beyond what was cached)
+                self.device.allocator.free_pages(new_pages[kept:])
         finally:
             for node in locked:
                 tree.unlock(node)
         return RequestResult(n, l1, l2, unloaded, cached, truncated, mismatch)
 
     def _take_pages(self, n_pages: int) -> np.ndarray:
-        """Slots of up to n_pages free L1 pages, evicting LRU leaves for the shortfall."""
+        """Up to n_pages free L1 pages, evicting LRU leaves for the shortfall."""
         alloc = self.device.allocator
         if n_pages <= 0:
-            return pages_to_slots(np.zeros(0, dtype=np.int64), self.page_size)
+            return np.zeros(0, dtype=np.int64)
         pages = alloc.alloc_pages(n_pages)
         if pages is None:
             self.tree.evict((n_pages - alloc.available_pages) * self.page_size)
             pages = alloc.alloc_pages(min(n_pages, alloc.available_pages))
-        return pages_to_slots(pages, self.page_size)
+        return pages
 
     # -- materialized KV ----------------------------------------------------------------------
     def _write_kv(self, tokens: np.ndarray, start: int, slots: np.ndarray) -> None:

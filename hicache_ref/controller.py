@@ -32,17 +32,21 @@ import queue
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from hal import kvcacheio, pool_transfer
-from hal.plan import TransferPlan
+from hal.plan import CopyGroup, Segments, TransferPlan
 
 DIRECTIONS = ("d2h", "h2d")
 _STOP = object()
 _WAIT_SLICE_S = 0.1  # how often a watcher blocked on an event checks for cancellation
+_TILE_MAX_RUNS = 1 << 14  # symbolic plans up to this many segments become one array
+_BATCH_MAX = 256  # symbolic jobs submitted as one plan at most
+_BATCH_WINDOW_S = 0.02  # symbolic jobs wait this long for company unless someone waits on them
 
 
 class TransferError(RuntimeError):
@@ -123,6 +127,10 @@ class TransferHandle:
         raise self._controller._note_error(self, err, reported=True)
 
     def _wait_event(self, i: int, timeout: float | None) -> None:
+        with self._controller._waiting():
+            self._wait_event_now(i, timeout)
+
+    def _wait_event_now(self, i: int, timeout: float | None) -> None:
         t0 = time.monotonic()
         ev = self._event(i, timeout)
         left = None if timeout is None else max(0.0, timeout - (time.monotonic() - t0))
@@ -166,7 +174,8 @@ class LoadHandle(TransferHandle):
         a compute stream can `wait_event` on it without blocking the host."""
         if not isinstance(layer, int) or not 0 <= layer < self._n_events:
             raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
-        return self._event(layer, timeout)
+        with self._controller._waiting():
+            return self._event(layer, timeout)
 
     def wait_layer(self, layer: int, timeout: float | None = None) -> None:
         if not isinstance(layer, int) or not 0 <= layer < self._n_events:
@@ -201,27 +210,64 @@ class _Direction:
     def _submit_loop(self) -> None:
         with kvcacheio.use(self.ctl.backend, self.stream):
             while True:
-                job = self.jobs.get()
-                if job is _STOP:
+                batch, stop = self._take_batch()
+                if self.ctl.device_pool.buffers is None:
+                    if batch:
+                        self._submit(batch)
+                else:
+                    for job in batch:
+                        self._submit([job])
+                if stop:
                     self.inflight.put(_STOP)
                     return
-                if self.ctl._cancelled.is_set():
-                    job.handle._fail(TransferCancelled(f"{self.name} transfer {job.handle.tag!r}: cancelled"))
-                    continue
-                if self.ctl._error is not None:  # fail-stop: nothing more runs after a failure
-                    job.handle._fail(self.ctl._error)
-                    continue
+
+    def _take_batch(self) -> tuple[list[_Job], bool]:
+        """The next job and, without memory, every job queued behind it (up to _BATCH_MAX).
+
+        Symbolic jobs are submitted together as one plan: the link model is linear in
+        launches, segments and bytes, so the modeled total is the same, and one stream
+        submission per batch instead of per job saves thread hand-offs (GIL round trips
+        that cost more than the modeling itself). Nothing waits on a symbolic transfer's
+        bytes, so the submitter also waits up to _BATCH_WINDOW_S for a batch to build.
+        """
+        jobs, stop = [self.jobs.get()], False
+        if self.ctl.device_pool.buffers is None:
+            if jobs[0] is not _STOP:
+                # Let more jobs arrive before taking the GIL from the scheduler thread again,
+                # unless someone waits for completions (flush, a handle, shutdown).
+                self.ctl._hurry.wait(_BATCH_WINDOW_S)
+            while len(jobs) < _BATCH_MAX:
                 try:
-                    t0 = time.perf_counter()
-                    layer0 = self.ctl._layer0_plan(self.name, job)
-                    events = self.ctl._run(self.name, job, layer0)
-                    self._count(job, layer0, time.perf_counter() - t0)
-                except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
-                    job.handle._fail(e)
-                    self.ctl._record_error(self.name, job.handle, e)
-                    continue
-                job.handle._add_events(events)
-                self.inflight.put((job.handle, events[-1]))
+                    jobs.append(self.jobs.get_nowait())
+                except queue.Empty:
+                    break
+        if _STOP in jobs:
+            jobs, stop = jobs[: jobs.index(_STOP)], True
+        live = []
+        for job in jobs:
+            if self.ctl._cancelled.is_set():
+                job.handle._fail(TransferCancelled(f"{self.name} transfer {job.handle.tag!r}: cancelled"))
+            elif self.ctl._error is not None:  # fail-stop: nothing more runs after a failure
+                job.handle._fail(self.ctl._error)
+            else:
+                live.append(job)
+        return live, stop
+
+    def _submit(self, jobs: list[_Job]) -> None:
+        try:
+            t0 = time.perf_counter()
+            plans = [self.ctl._layer0_plan(self.name, job) for job in jobs]
+            events = self.ctl._run(self.name, jobs, plans)
+            for job, layer0 in zip(jobs, plans):
+                self._count(job, layer0, (time.perf_counter() - t0) / len(jobs))
+        except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
+            for job in jobs:
+                job.handle._fail(e)
+                self.ctl._record_error(self.name, job.handle, e)
+            return
+        for job in jobs:
+            job.handle._add_events(events)
+        self.inflight.put(([job.handle for job in jobs], events[-1]))
 
     def _count(self, job: _Job, layer0: TransferPlan, submit_seconds: float) -> None:
         # Every layer repeats layer 0's runs (hal.plan merges once and shifts per layer).
@@ -240,7 +286,7 @@ class _Direction:
             item = self.inflight.get()
             if item is _STOP:
                 return
-            handle, ev = item
+            handles, ev = item
             while True:
                 try:
                     ev.wait(_WAIT_SLICE_S)
@@ -251,20 +297,25 @@ class _Direction:
                     if self.ctl._cancelled.is_set():
                         return
                 except BaseException as e:  # noqa: BLE001 - the stream reported a failed transfer
-                    handle._fail(e)
-                    self.ctl._record_error(self.name, handle, e)
+                    for h in handles:
+                        h._fail(e)
+                        self.ctl._record_error(self.name, h, e)
                     break
-            if handle._error is None:
-                mt = getattr(ev, "modeled_time", None)
-                with self.ctl._lock:
-                    if mt is None:
-                        self.stats.modeled_seconds = None
-                    elif self.stats.modeled_seconds is not None:
-                        self.stats.modeled_seconds = max(self.stats.modeled_seconds, mt)
-                    self.ctl._acks.append(Ack(self.name, handle.tag, handle.num_tokens, mt))
-                    self.ctl._last_completion = time.perf_counter()
-                    self.pending -= 1
-                    self.ctl._lock.notify_all()
+            if handles[0]._error is None:
+                self._acknowledge(handles, getattr(ev, "modeled_time", None))
+
+    def _acknowledge(self, handles: list[TransferHandle], modeled_time: float | None) -> None:
+        with self.ctl._lock:
+            s = self.stats
+            if modeled_time is None:
+                s.modeled_seconds = None
+            elif s.modeled_seconds is not None:
+                s.modeled_seconds = max(s.modeled_seconds, modeled_time)
+            for h in handles:
+                self.ctl._acks.append(Ack(self.name, h.tag, h.num_tokens, modeled_time))
+            self.ctl._last_completion = time.perf_counter()
+            self.pending -= len(handles)
+            self.ctl._lock.notify_all()
 
 
 class CacheController:
@@ -287,6 +338,8 @@ class CacheController:
         self._error_reported = False
         self._error_handle: TransferHandle | None = None
         self._cancelled = threading.Event()
+        self._hurry = threading.Event()  # set while anyone waits for completions
+        self._waiters = 0
         self._closed = False
         self._t0 = self._last_completion = time.perf_counter()
         self._dirs = {name: _Direction(self, name) for name in DIRECTIONS}
@@ -336,28 +389,50 @@ class CacheController:
         return pool_transfer.plan_for(self.layout, self.geom, self.host_pool.num_tokens, job.host_indices,
                                       job.device_indices, direction, layers=[0])
 
-    def _run(self, direction: str, job: _Job, layer0: TransferPlan) -> list:
+    def _run(self, direction: str, jobs: list[_Job], plans: list[TransferPlan]) -> list:
+        """Submit `jobs` (one job, or a batch of symbolic ones); returns the events they share."""
         dev, host = self.device_pool.buffers, self.host_pool.buffers
         if host is None:
-            return self._run_symbolic(direction, layer0)
+            return self._run_symbolic(direction, plans)
+        (job,) = jobs
         args = (self.layout, self.geom, host, dev, job.host_indices, job.device_indices)
         if direction == "d2h":
             return [pool_transfer.backup(*args)]
         return list(pool_transfer.load_all_layers(*args))
 
-    def _run_symbolic(self, direction: str, layer0: TransferPlan) -> list:
-        """No memory: submit layer 0's plan standing for all layers, for the modeled clock.
+    def _run_symbolic(self, direction: str, plans: list[TransferPlan]) -> list:
+        """No memory: one plan standing for every layer of every job, for the modeled clock.
 
         pool_transfer's symbolic mode plans every layer (78 shifted copies of the same runs
         on the seed geometry), which made a replay's backups cost ~1.5 ms each on the
-        submitter thread. Repeating layer 0's groups gives the same bytes, segments and
-        launches (one for a backup, one per layer for a load, as the real submissions) and
-        hence the same modeled cost, without copying arrays.
+        submitter thread. Layer 0's segments repeated per layer give the same bytes,
+        segments and launches (one per backup, one per layer per load, as the real
+        submissions) and hence the same modeled cost. Few runs are tiled into one group
+        (the model then sums one array); many keep one group per layer, sharing arrays.
         """
         layers = self.geom.layers
-        plan = TransferPlan(layer0.op, layer0.groups * layers, direction, 1 if direction == "d2h" else layers)
-        ev = self.backend.execute(plan, kvcacheio.current_stream())
+        groups = [g for p in plans for g in p.groups]
+        if sum(len(g.segments.nbytes) for g in groups) * layers <= _TILE_MAX_RUNS:
+            groups = [CopyGroup(g.src, g.dst, Segments(*(np.tile(a, layers) for a in g.segments))) for g in groups]
+        else:
+            groups = groups * layers
+        launches = len(plans) * (1 if direction == "d2h" else layers)
+        ev = self.backend.execute(TransferPlan(plans[0].op, groups, direction, launches), kvcacheio.current_stream())
         return [ev] if direction == "d2h" else [ev] * layers
+
+    @contextmanager
+    def _waiting(self):
+        """Mark a wait for completions: batching submitters stop waiting for company."""
+        with self._lock:
+            self._waiters += 1
+            self._hurry.set()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waiters -= 1
+                if not self._waiters and not self._closed:
+                    self._hurry.clear()
 
     def _record_error(self, direction: str, handle: TransferHandle, error: BaseException) -> None:
         self._note_error(handle, error)
@@ -411,7 +486,7 @@ class CacheController:
     def flush(self, timeout: float | None = None) -> list[Ack]:
         """Wait until every queued transfer completed, then `poll()`."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
+        with self._waiting(), self._lock:
             while self._error is None and any(d.pending for d in self._dirs.values()):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -434,6 +509,7 @@ class CacheController:
         if self._closed:
             return self.poll()
         self._closed = True
+        self._hurry.set()
         if not drain:
             self._cancelled.set()
         for d in self._dirs.values():

@@ -80,14 +80,18 @@ def test_backup_then_load_is_bit_identical_and_counts_match_the_plan(emu, attent
 
 @pytest.mark.parametrize("layout", ref.MHA_LAYOUTS)
 def test_symbolic_pools_count_and_model_exactly_like_real_ones(emu, layout):
+    """Symbolic jobs are batched into one plan per wake-up; totals must not notice."""
     stats = []
     for materialize in (True, False):
         dp, hp = _pools(emu, layout, materialize=materialize)
         with CacheController(dp, hp, emu) as ctl:
-            ctl.write(_pages([1, 2, 5]), _pages([7, 8, 20]))
+            for i in range(6):
+                ctl.write(_pages([i, (i * 5 + 1) % 16]), _pages([2 * i, 2 * i + 1]), tag=i)
             ctl.load(_pages([7, 8]), _pages([9, 3]))
-            ctl.flush(10)
+            ctl.load(_pages([0]), _pages([10]))
+            acks = ctl.flush(10)
             stats.append(ctl.stats())
+        assert [a.tag for a in acks if a.direction == "d2h"] == list(range(6))
     real, symbolic = stats
     for d in ("d2h", "h2d"):
         r, s = getattr(real, d), getattr(symbolic, d)
@@ -194,7 +198,7 @@ def test_failure_raised_from_poll_even_if_nobody_waited():
     b = get_backend("emu-failing", "emu")
     dp, hp = _pools(b, "layer_first", materialize=False)
     ctl = CacheController(dp, hp, b)
-    ctl.load(_pages([0]), _pages([0]), tag="first")  # 3 layers, one plan: the stream's 1st
+    ctl.load(_pages([0]), _pages([0]), tag="first").wait(10)  # the stream's 1st plan
     ctl.load(_pages([1]), _pages([1]), tag="second")  # the 2nd plan fails
     with pytest.raises(TransferError, match="h2d transfer 'second'"):
         ctl.flush(10)
@@ -207,7 +211,7 @@ def test_unreported_failure_is_raised_by_shutdown():
     b = get_backend("emu-failing", "emu")
     dp, hp = _pools(b, "layer_first", materialize=False)
     ctl = CacheController(dp, hp, b)
-    ctl.write(_pages([0]), _pages([0]))
+    ctl.write(_pages([0]), _pages([0])).wait(10)
     ctl.write(_pages([1]), _pages([1]), tag="lost?")
     with pytest.raises(TransferError, match="lost"):
         ctl.shutdown(timeout=10)
@@ -240,7 +244,7 @@ def test_stuck_submission_times_out_instead_of_hanging_shutdown():
 def test_cancel_drops_unsubmitted_transfers():
     b = get_backend("emu-gated", "emu")
     _GatedBackend.gate.clear()
-    dp, hp = _pools(b, "layer_first", materialize=False)
+    dp, hp = _pools(b, "layer_first", materialize=True)  # real transfers are submitted one by one
     ctl = CacheController(dp, hp, b)
     first = ctl.write(_pages([0]), _pages([0]), tag=1)
     later = [ctl.write(_pages([i]), _pages([i]), tag=i) for i in (2, 3)]
