@@ -293,3 +293,19 @@ def test_host_shapes_are_upstreams(attention, page_size):
     size = 4 * page_size
     for layout in ref.layouts_for(attention):
         assert host_shape(layout, geom, size) == ref.host_shape(layout, attention, LAYERS, size, heads, dim, page_size)
+
+
+@pytest.mark.needs_modeled_clock
+def test_modeled_clock_advances_with_each_transfer(kv, kv_memory):
+    # Events on one stream complete in order, so their modeled times never go backwards, and
+    # moving bytes costs modeled time on any link model.
+    c = Case("mla", 64, torch.bfloat16, 1024)
+    dev = device_pool(kv_memory, c, np.random.default_rng(1))
+    dev_idx, host_idx = index_pair(c, 1)
+    times = []
+    for layout in ref.layouts_for("mla"):
+        ev = backup(kv, c, layout, dev, host_pool(kv_memory, c, layout, None), dev_idx, host_idx)
+        ev.wait(WAIT_S)
+        times.append(ev.modeled_time)
+    assert all(t is not None for t in times), "a backend with a modeled clock left an event unmodeled"
+    assert 0 < times[0] < times[1] < times[2]
