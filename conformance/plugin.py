@@ -1,7 +1,14 @@
 """pytest plugin for the conformance suites: which backend and profile, fixtures, need markers.
 
-Installing hicache-harness registers this module as the pytest plugin `hicache_conformance`
-(entry point group `pytest11`), so any pytest run in that environment has the options:
+Installing hicache-harness registers this module as a pytest plugin (entry point group
+`pytest11`), so any pytest run in that environment has the options below. The entry point is
+named `conformance.plugin`, like the module, on purpose: pytest then sees `-p conformance.plugin`
+(which `hicache conform` passes, and which works without the entry point, e.g. under
+PYTEST_DISABLE_PLUGIN_AUTOLOAD) as the same plugin instead of registering it twice, which is
+an error. For the same reason there is no conformance/conftest.py loading it: pytest also
+refuses `pytest_plugins` in a conftest below the rootdir, which `--pyargs conformance` is.
+Disable it with `-p no:conformance.plugin`.
+
 
   --backend NAME         backend under test (default: $HICACHE_BACKEND or `emu`)
   --profile NAME|PATH    hardware profile (default: `emu` for emu, `p800` for xpu, else a
