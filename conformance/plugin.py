@@ -9,7 +9,7 @@ an error. For the same reason there is no conformance/conftest.py loading it: py
 refuses `pytest_plugins` in a conftest below the rootdir, which `--pyargs conformance` is.
 Disable it with `-p no:conformance.plugin`.
 
-
+Options:
   --backend NAME         backend under test (default: $HICACHE_BACKEND or `emu`)
   --profile NAME|PATH    hardware profile (default: `emu` for emu, `p800` for xpu, else a
                          profile named like the backend if one ships, else none)
