@@ -1,0 +1,221 @@
+"""`hicache bench replay`: wall time and tokens/s of a whole-trace replay, against SGLang's RadixCache.
+
+Ours: `hicache_ref.replay.replay` over the whole trace (default: the shared conversation
+trace, 12,031 requests, 145M input tokens, page 64, unlimited capacity, not materialized),
+timed end to end: token arrays, tree, pools, controller threads, drain.
+
+Peer: SGLang's own RadixCache (`RadixCache.create_simulated(page_size=...)`) doing the same
+match + insert per request, when an unpacked SGLang Python tree is given with
+`--sglang-root` (e.g. `pip download sglang --no-deps` and unzip the wheel). SGLang's
+serving dependencies (CUDA kernels, triton, ...) are not needed by RadixCache and are
+replaced by inert stand-ins at import. Only its match_prefix + insert calls are timed (token
+lists are built outside the timer), so the comparison favours the peer. Both report hit
+tokens; they must agree, which cross-checks the two trees.
+
+Runs alternate (ours, peer, ours, ...) so background load hits both alike; medians.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import statistics
+import sys
+import time
+import types
+import warnings
+from array import array
+from pathlib import Path
+
+from conformance.bench.common import emit, machine
+from hicache_ref.replay import replay
+from hicache_ref.trace import find_trace, read_trace, request_tokens
+
+HELP = "whole-trace replay (no materialization): wall time and tokens/s, vs SGLang's RadixCache if given"
+# Packages RadixCache's import chain pulls in but never runs on the match/insert path.
+_SGLANG_STUBBED = ("sglang.kernels", "sglang.srt.configs", "sglang.srt.mem_cache.memory_pool",
+                   "sglang.srt.mem_cache.allocator")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--trace", help="Mooncake JSONL trace (default: the shared conversation_trace.jsonl)")
+    p.add_argument("--page-size", type=int, default=64)
+    p.add_argument("--write-policy", default="write_through_selective")
+    p.add_argument("--host-layout", default="layer_first")
+    p.add_argument("--limit", type=int, help="only the first N requests")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--sglang-root", help="directory holding an unpacked `sglang` Python package: run its "
+                                         "RadixCache as the peer in the same run")
+    p.add_argument("--json", action="store_true")
+
+
+# -- the peer ----------------------------------------------------------------------------------
+
+class _Inert:
+    """Stands for anything from a module SGLang imports but RadixCache never uses here."""
+
+    def __init__(self, *a, **k):
+        pass
+
+    def __init_subclass__(cls, **kw):
+        pass
+
+    def __call__(self, *a, **k):
+        return _Inert()
+
+    def __getattr__(self, name):
+        return _Inert()
+
+    def __getitem__(self, key):
+        return _Inert()
+
+    def __mro_entries__(self, bases):
+        return (_InertBase,)
+
+    def __iter__(self):
+        return iter(())
+
+    def __bool__(self):
+        return False
+
+    def __or__(self, other):
+        return self
+
+    __ror__ = __or__
+
+
+class _InertBase:
+    def __init_subclass__(cls, **kw):
+        pass
+
+    def __init__(self, *a, **k):
+        pass
+
+
+class _InertModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _Inert()
+
+
+class _InertFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Inert modules for third-party packages not installed here and for _SGLANG_STUBBED."""
+
+    def find_spec(self, name, path, target=None):
+        top = name.split(".")[0]
+        if any(name == s or name.startswith(s + ".") for s in _SGLANG_STUBBED):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        if top == "sglang" or top in sys.stdlib_module_names:
+            return None
+        for finder in sys.meta_path:
+            if finder is not self and getattr(finder, "find_spec", None):
+                try:
+                    if finder.find_spec(name, path, target) is not None:
+                        return None
+                except (ImportError, AttributeError, ValueError):
+                    continue
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec):
+        module = _InertModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def load_sglang_radix(root: str):
+    """(RadixCache, RadixKey, MatchPrefixParams | None, InsertParams | None) from an unpacked SGLang."""
+    if not (Path(root) / "sglang" / "srt" / "mem_cache" / "radix_cache.py").is_file():
+        raise ValueError(f"--sglang-root: {root} has no sglang/srt/mem_cache/radix_cache.py")
+    sys.path.insert(0, str(root))
+    finder = _InertFinder()
+    sys.meta_path.insert(0, finder)
+    try:
+        warnings.filterwarnings("ignore", module="requests")  # its version check of stand-ins
+        from sglang.srt.mem_cache import radix_cache as rc  # noqa: PLC0415 - the peer is optional
+        try:
+            from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams  # noqa: PLC0415
+        except ImportError:  # older SGLang: match_prefix(key) / insert(key, value)
+            InsertParams = MatchPrefixParams = None
+    finally:
+        sys.meta_path.remove(finder)
+    return rc.RadixCache, rc.RadixKey, MatchPrefixParams, InsertParams
+
+
+def run_peer(peer, requests, page_size: int) -> dict:
+    import torch
+
+    RadixCache, RadixKey, MatchPrefixParams, InsertParams = peer
+    cache = RadixCache.create_simulated(page_size=page_size)
+    timed, hits = 0.0, 0
+    for r in requests:
+        ids = array("q", request_tokens(r.hash_ids, r.input_length).astype("int64").tobytes())
+        n = len(ids) // page_size * page_size
+        value = torch.arange(n, dtype=torch.int64)
+        t0 = time.perf_counter()
+        if MatchPrefixParams is not None:
+            m = cache.match_prefix(MatchPrefixParams(key=RadixKey(ids)))
+            cache.insert(InsertParams(key=RadixKey(ids[:n]), value=value))
+            got = m.device_prefix_len if hasattr(m, "device_prefix_len") else len(m.device_indices)
+        else:
+            m = cache.match_prefix(key=RadixKey(ids))
+            cache.insert(RadixKey(ids[:n]), value)
+            got = len(m.device_indices)
+        timed += time.perf_counter() - t0
+        hits += got
+    return {"wall_seconds": timed, "hit_tokens": hits}
+
+
+# -- the benchmark -------------------------------------------------------------------------------
+
+def run(a) -> int:
+    trace = a.trace or find_trace("conversation_trace.jsonl")
+    if trace is None:
+        raise ValueError("--trace: not given and no shared conversation_trace.jsonl found (set HICACHE_TRACES)")
+    if a.repeat < 1:
+        raise ValueError(f"--repeat: must be at least 1, got {a.repeat}")
+    requests = read_trace(trace, a.limit)
+    peer = load_sglang_radix(a.sglang_root) if a.sglang_root else None
+    ours, theirs, cpu = [], [], []
+    fig = None
+    for _ in range(a.repeat):
+        c0 = time.process_time()
+        fig = replay(requests, page_size=a.page_size, write_policy=a.write_policy, host_layout=a.host_layout)
+        cpu.append(time.process_time() - c0)
+        ours.append(fig["wall_seconds"])
+        if peer is not None:
+            theirs.append(run_peer(peer, requests, a.page_size))
+    tokens = fig["input_tokens"]
+    med = statistics.median(ours)
+    result = {
+        "machine": machine(), "trace": str(trace), "requests": fig["requests"], "input_tokens": tokens,
+        "config": {"page_size": a.page_size, "write_policy": a.write_policy, "host_layout": a.host_layout,
+                   "capacity": "unlimited", "materialize": False, "repeat": a.repeat},
+        "ours": {"wall_seconds": ours, "median_wall_seconds": med, "tokens_per_second": tokens / med,
+                 "median_cpu_seconds": statistics.median(cpu), "hit_tokens": fig["l1_hit_tokens"] + fig["l2_hit_tokens"],
+                 "d2h_transfers": fig["d2h_transfers"], "d2h_segments": fig["d2h_segments"]},
+    }
+    lines = [f"trace {trace}: {fig['requests']:,} requests, {tokens:,} input tokens, page {a.page_size}, unlimited",
+             f"ours: median {med:.2f} s wall ({', '.join(f'{x:.2f}' for x in ours)}), "
+             f"{tokens / med / 1e6:.1f} M tokens/s, cpu {statistics.median(cpu):.2f} s, "
+             f"hit tokens {result['ours']['hit_tokens']:,}, {fig['d2h_transfers']:,} backups"]
+    rc = 0
+    if theirs:
+        pmed = statistics.median(t["wall_seconds"] for t in theirs)
+        result["peer"] = {"name": "sglang RadixCache (match_prefix + insert only)", "root": a.sglang_root,
+                          "wall_seconds": [t["wall_seconds"] for t in theirs], "median_wall_seconds": pmed,
+                          "tokens_per_second": tokens / pmed, "hit_tokens": theirs[0]["hit_tokens"]}
+        result["speedup_vs_peer"] = pmed / med
+        agree = theirs[0]["hit_tokens"] == result["ours"]["hit_tokens"]
+        result["hit_tokens_agree"] = agree
+        lines.append(f"peer (SGLang RadixCache): median {pmed:.2f} s, {tokens / pmed / 1e6:.1f} M tokens/s, "
+                     f"hit tokens {theirs[0]['hit_tokens']:,} ({'agree' if agree else 'DISAGREE'}); "
+                     f"ours is {pmed / med:.2f}x faster")
+        rc = 0 if agree else 1
+    else:
+        lines.append("peer: not run (give --sglang-root); the issue's figure for SGLang's RadixCache is ~11 s")
+    emit(result, a.json, lines)
+    return rc
