@@ -1,0 +1,198 @@
+"""Trace replay: exact hit counts on hand-made traces, capacities, L2 hits, CLI figures, real-trace slices."""
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance.cli import main as cli_main
+from hicache_ref.replay import JSON_KEYS, replay
+from hicache_ref.trace import TraceRequest, find_trace, read_trace, request_tokens
+
+SMALL = dict(layers=2, kv_dim=8)  # geometry only sets bytes; hit counts do not depend on it
+
+
+def _req(ids, n):
+    return TraceRequest(0.0, n, 1, tuple(ids))
+
+
+def _write_trace(path: Path, reqs) -> Path:
+    with path.open("w") as f:
+        for i, r in enumerate(reqs):
+            f.write(json.dumps({"timestamp": i, "input_length": r.input_length, "output_length": 1,
+                                "hash_ids": list(r.hash_ids)}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def conversation():
+    path = find_trace("conversation_trace.jsonl")
+    if path is None:
+        pytest.skip("shared traces absent: set HICACHE_TRACES or place shared/ beside the repository")
+    return path
+
+
+# -- trace reading -------------------------------------------------------------------------------
+
+def test_request_tokens_expand_each_hash_id_to_512_tokens_and_cut():
+    t = request_tokens([7, 3], 700)
+    assert t.dtype == np.uint32 and len(t) == 700
+    assert t[0] == 7 * 512 and t[511] == 7 * 512 + 511 and t[512] == 3 * 512 and t[-1] == 3 * 512 + 187
+
+
+def test_read_trace_refuses_bad_lines_naming_file_line_and_key(tmp_path):
+    good = {"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, 2]}
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps(good) + "\n" + json.dumps({**good, "hash_ids": [1]}) + "\n")
+    with pytest.raises(ValueError, match=r"t\.jsonl: line 2: hash_ids: expected ceil"):
+        read_trace(p)
+    assert len(read_trace(p, limit=1)) == 1
+    p.write_text("{not json\n")
+    with pytest.raises(ValueError, match="line 1: not JSON"):
+        read_trace(p)
+    p.write_text(json.dumps({**good, "input_length": -1}) + "\n")
+    with pytest.raises(ValueError, match="input_length"):
+        read_trace(p)
+
+
+# -- exact counts on hand-made traces ---------------------------------------------------------------
+
+A, B_SHARES_TWO, A_AGAIN, B_CUT = _req([1, 2, 3], 1536), _req([1, 2, 9], 1500), _req([1, 2, 3], 1536), _req([1, 2, 9], 1400)
+
+
+def test_shared_blocks_hit_exactly_and_partial_pages_never_do():
+    fig = replay([A, B_SHARES_TWO, A_AGAIN, B_CUT], **SMALL)
+    # B shares 2 of A's blocks (1024); A again hits all 1536; B cut to 1400 hits its 21 full pages
+    # of B's 23 cached pages (1472 = 1500 rounded down to pages; the partial page is never cached).
+    assert fig["l1_hit_tokens"] == 1024 + 1536 + 1344
+    assert fig["l2_hit_tokens"] == 0
+    assert fig["input_tokens"] == 1536 + 1500 + 1536 + 1400 and fig["requests"] == 4
+    assert fig["hit_rate"] == (1024 + 1536 + 1344) / fig["input_tokens"]
+
+
+def test_unlimited_write_through_backs_up_every_new_page_once():
+    fig = replay([A, B_SHARES_TWO, A_AGAIN], write_policy="write_through", **SMALL)
+    assert fig["d2h_tokens"] == 1536 + (1472 - 1024)
+    assert fig["h2d_tokens"] == 0 and fig["l2_hit_tokens"] == 0
+
+
+def test_selective_backs_up_on_the_second_hit():
+    fig = replay([A, A_AGAIN, B_SHARES_TWO], **SMALL)
+    # A's node gets its 2nd hit from A again (1536 backed up); B splits it: no new backup for B's tail.
+    assert fig["d2h_tokens"] == 1536
+
+
+UNRELATED = _req([10, 11, 12, 13], 2048)
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_capacity_forces_eviction_to_l2_and_a_load_back(policy):
+    # L1 holds 2048 tokens: the unrelated request evicts A (to L2), and A's return evicts it in turn.
+    fig = replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, write_policy=policy, **SMALL)
+    assert (fig["l1_hit_tokens"], fig["l2_hit_tokens"]) == (0, 1536)
+    assert fig["h2d_tokens"] == 1536
+    assert fig["d2h_tokens"] == 1536 + 2048  # A, then the unrelated request (written through / back)
+    assert fig["hit_rate"] == 1536 / (1536 + 2048 + 1536)
+
+
+def test_without_a_backup_an_evicted_prefix_is_a_miss():
+    fig = replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, **SMALL)  # selective: 1 hit each
+    assert fig["l1_hit_tokens"] == fig["l2_hit_tokens"] == fig["d2h_tokens"] == 0
+
+
+def test_no_l2_is_a_plain_radix_cache():
+    fig = replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=0, write_policy="write_through", **SMALL)
+    assert fig["l1_hit_tokens"] == fig["l2_hit_tokens"] == fig["d2h_tokens"] == 0
+    fig = replay([A, A_AGAIN], l1_tokens=2048, l2_tokens=0, **SMALL)
+    assert fig["l1_hit_tokens"] == 1536
+
+
+def test_capacity_includes_the_live_request():
+    # 1500 tokens need 24 pages live (the partial one too): 1472 + 64 > 1500-token L1 of 23 pages.
+    fig = replay([B_SHARES_TWO], l1_tokens=1472, **SMALL)
+    assert fig["truncated_requests"] == 1
+    fig = replay([B_SHARES_TWO], l1_tokens=1536, **SMALL)
+    assert fig["truncated_requests"] == 0
+
+
+@pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_first_direct", "page_head"])
+def test_materialized_and_symbolic_give_the_same_figures(layout):
+    reqs = [A, UNRELATED, A_AGAIN, B_SHARES_TWO, UNRELATED, B_CUT]
+    kw = dict(l1_tokens=2560, l2_tokens=8192, write_policy="write_through", host_layout=layout,
+              attention="mha", heads=2, kv_dim=4, layers=3)
+    real, symbolic = replay(reqs, materialize=True, **kw), replay(reqs, **kw)
+    assert real["kv_mismatch_tokens"] == 0 and real["l2_hit_tokens"] > 0
+    for key in JSON_KEYS:
+        if key.endswith("seconds"):
+            continue
+        assert real[key] == symbolic[key], key
+    assert real["modeled_transfer_seconds"] == pytest.approx(symbolic["modeled_transfer_seconds"])
+
+
+def test_replays_are_deterministic_and_free_list_order_does_not_change_hits():
+    reqs = [A, UNRELATED, A_AGAIN, B_SHARES_TWO, UNRELATED, B_CUT] * 3
+    kw = dict(l1_tokens=2560, l2_tokens=6144, write_policy="write_back", **SMALL)
+    one, two, lifo = replay(reqs, **kw), replay(reqs, **kw), replay(reqs, free_list="lifo", **kw)
+    drop = lambda f: {k: v for k, v in f.items() if "seconds" not in k and k != "tokens_per_second"}  # noqa: E731
+    assert drop(one) == drop(two)
+    assert (lifo["l1_hit_tokens"], lifo["l2_hit_tokens"]) == (one["l1_hit_tokens"], one["l2_hit_tokens"])
+
+
+def test_ghost_list_is_reported():
+    fig = replay([A, UNRELATED, A_AGAIN, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, ghost=True, **SMALL)
+    assert fig["ghost"]["bound"] >= 1024 and fig["ghost"]["added"] > 0
+
+
+def test_bad_capacity_is_refused_before_running():
+    with pytest.raises(ValueError, match="l1_tokens"):
+        replay([A], l1_tokens=10, **SMALL)
+    with pytest.raises(ValueError, match="materialize"):
+        replay([A], materialize=True, l1_tokens=1 << 40)
+
+
+# -- the CLI -------------------------------------------------------------------------------------
+
+def _cli(args) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = cli_main(args)
+    return rc, out.getvalue()
+
+
+def test_cli_json_has_the_documented_keys(tmp_path):
+    path = _write_trace(tmp_path / "t.jsonl", [A, B_SHARES_TWO, A_AGAIN])
+    rc, out = _cli(["replay", "--trace", str(path), "--layers", "2", "--kv-dim", "8", "--json"])
+    fig = json.loads(out)
+    assert rc == 0 and set(JSON_KEYS) <= set(fig)
+    assert fig["l1_hit_tokens"] == 1024 + 1536
+    rc, out = _cli(["replay", "--trace", str(path), "--l1-tokens", "2k", "--l2-tokens", "8k", "--limit", "2"])
+    assert rc == 0 and "hit rate" in out and "L1 1,984" in out  # 2k = 2000, rounded down to whole pages
+
+
+def test_cli_bad_input_names_the_argument(tmp_path, capsys):
+    path = _write_trace(tmp_path / "t.jsonl", [A])
+    assert cli_main(["replay", "--trace", str(path), "--l1-tokens", "lots"]) == 2
+    assert "--l1-tokens" in capsys.readouterr().err
+
+
+# -- slices of the real trace ---------------------------------------------------------------------
+
+def test_conversation_slice_figures_are_consistent(conversation):
+    reqs = read_trace(conversation, limit=300)
+    fig = replay(conversation, limit=300, **SMALL)
+    assert fig["requests"] == 300 and fig["input_tokens"] == sum(r.input_length for r in reqs)
+    assert fig["hit_rate"] == (fig["l1_hit_tokens"] + fig["l2_hit_tokens"]) / fig["input_tokens"]
+    assert fig["l1_hit_tokens"] > 0 and fig["l1_hit_tokens"] % 64 == 0
+    assert fig["d2h_bytes"] == fig["d2h_tokens"] * 2 * 8 * 2  # layers x kv_dim x bf16
+
+
+def test_conversation_slice_materialized_matches_symbolic(conversation):
+    kw = dict(limit=120, l1_tokens=120_000, l2_tokens=400_000, write_policy="write_through",
+              host_layout="page_first_direct", layers=2, kv_dim=8)
+    real, symbolic = replay(conversation, materialize=True, **kw), replay(conversation, **kw)
+    assert real["kv_mismatch_tokens"] == 0
+    for key in ("l1_hit_tokens", "l2_hit_tokens", "d2h_tokens", "h2d_tokens", "d2h_segments", "h2d_segments"):
+        assert real[key] == symbolic[key], key
