@@ -33,13 +33,22 @@ import threading
 import time
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from hal import kvcacheio, pool_transfer
 from hal.plan import CopyGroup, Segments, TransferPlan
+from hicache_ref.transfers import (
+    Ack,
+    ControllerStats,
+    DirectionStats,
+    LoadHandle,
+    TransferCancelled,
+    TransferError,
+    TransferHandle,
+    WriteHandle,
+)
 
 DIRECTIONS = ("d2h", "h2d")
 _STOP = object()
@@ -47,143 +56,6 @@ _WAIT_SLICE_S = 0.1  # how often a watcher blocked on an event checks for cancel
 _TILE_MAX_RUNS = 1 << 14  # symbolic plans up to this many segments become one array
 _BATCH_MAX = 256  # symbolic jobs submitted as one plan at most
 _BATCH_WINDOW_S = 0.02  # symbolic jobs wait this long for company unless someone waits on them
-
-
-class TransferError(RuntimeError):
-    """A transfer failed on a controller thread; raised on the scheduler thread."""
-
-
-class TransferCancelled(RuntimeError):
-    """The controller shut down without draining before this transfer ran."""
-
-
-class Ack(NamedTuple):
-    direction: str  # "d2h" | "h2d"
-    tag: Any
-    num_tokens: int
-    modeled_time: float | None  # the stream's modeled clock when the transfer ended
-
-
-@dataclass
-class DirectionStats:
-    transfers: int = 0
-    tokens: int = 0
-    bytes: int = 0
-    segments: int = 0
-    modeled_seconds: float | None = 0.0
-    submit_seconds: float = 0.0  # submitter-thread wall time inside pool_transfer calls
-    max_enqueue_seconds: float = 0.0  # longest the scheduler thread spent in write()/load()
-
-
-@dataclass
-class ControllerStats:
-    d2h: DirectionStats = field(default_factory=DirectionStats)
-    h2d: DirectionStats = field(default_factory=DirectionStats)
-    wall_seconds: float = 0.0  # from construction to the last completion seen
-
-    @property
-    def modeled_seconds(self) -> float | None:
-        a, b = self.d2h.modeled_seconds, self.h2d.modeled_seconds
-        return None if a is None or b is None else a + b
-
-
-class TransferHandle:
-    """One queued transfer: its per-submission backend events appear as the submitter runs."""
-
-    def __init__(self, controller: CacheController, direction: str, tag: Any, num_tokens: int, n_events: int):
-        self.direction, self.tag, self.num_tokens = direction, tag, num_tokens
-        self._controller = controller
-        self._cond = threading.Condition()
-        self._events: list = []
-        self._n_events = n_events
-        self._error: BaseException | None = None
-
-    # -- submitter side ---------------------------------------------------------------
-    def _add_events(self, events: list) -> None:
-        with self._cond:
-            self._events.extend(events)
-            self._cond.notify_all()
-
-    def _fail(self, error: BaseException) -> None:
-        with self._cond:
-            if self._error is None:
-                self._error = error
-            self._cond.notify_all()
-
-    # -- scheduler side -----------------------------------------------------------------
-    def _event(self, i: int, timeout: float | None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while len(self._events) <= i and self._error is None:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"{self.direction} transfer {self.tag!r}: not submitted after {timeout} s")
-                self._cond.wait(left)
-            if len(self._events) > i:
-                return self._events[i]
-            err = self._error
-        if isinstance(err, TransferCancelled):
-            raise err
-        raise self._controller._note_error(self, err, reported=True)
-
-    def _wait_event(self, i: int, timeout: float | None) -> None:
-        with self._controller._waiting():
-            self._wait_event_now(i, timeout)
-
-    def _wait_event_now(self, i: int, timeout: float | None) -> None:
-        t0 = time.monotonic()
-        ev = self._event(i, timeout)
-        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - t0))
-        try:
-            ev.wait(left)
-        except TimeoutError:
-            if not ev.query():
-                raise
-        except Exception as e:  # noqa: BLE001 - the stream's failure, with our context
-            # The watcher may not have seen it yet: make the controller fail-stop now, so the
-            # next poll() raises it too, whatever the threads' timing.
-            raise self._controller._note_error(self, e, reported=True) from e
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Block until every submission of this transfer completed; TransferError if one failed."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for i in range(self._n_events):
-            self._wait_event(i, None if deadline is None else max(0.0, deadline - time.monotonic()))
-
-    def done(self) -> bool:
-        with self._cond:
-            events = list(self._events)
-            if self._error is not None:
-                return True
-        return len(events) == self._n_events and all(e.query() for e in events)
-
-
-class WriteHandle(TransferHandle):
-    """A queued D2H backup (one all-layer submission)."""
-
-
-class LoadHandle(TransferHandle):
-    """A queued H2D load: one event per layer, so layer i can be waited on alone."""
-
-    @property
-    def layers(self) -> int:
-        return self._n_events
-
-    def layer_event(self, layer: int, timeout: float | None = None):
-        """The backend Event of `layer`'s load (blocks only until the submitter reached it):
-        a compute stream can `wait_event` on it without blocking the host."""
-        if not isinstance(layer, int) or not 0 <= layer < self._n_events:
-            raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
-        with self._controller._waiting():
-            return self._event(layer, timeout)
-
-    def wait_layer(self, layer: int, timeout: float | None = None) -> None:
-        if not isinstance(layer, int) or not 0 <= layer < self._n_events:
-            raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
-        self._wait_event(layer, timeout)
-
-    def wait_all(self, timeout: float | None = None) -> None:
-        self.wait(timeout)
 
 
 class _Job(NamedTuple):
@@ -258,7 +130,7 @@ class _Direction:
             t0 = time.perf_counter()
             plans = [self.ctl._layer0_plan(self.name, job) for job in jobs]
             events = self.ctl._run(self.name, jobs, plans)
-            for job, layer0 in zip(jobs, plans):
+            for job, layer0 in zip(jobs, plans, strict=True):
                 self._count(job, layer0, (time.perf_counter() - t0) / len(jobs))
         except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
             for job in jobs:

@@ -1,0 +1,157 @@
+"""What the cache controller hands to the scheduler thread: handles, acks, counters, errors.
+
+A handle stands for one queued transfer. Its backend events appear when the controller's
+submitter thread reaches it, so waiting first waits for the submission, then for the
+event; a failure seen here also makes the controller fail-stop (see hicache_ref.controller).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from hicache_ref.controller import CacheController
+
+
+class TransferError(RuntimeError):
+    """A transfer failed on a controller thread; raised on the scheduler thread."""
+
+
+class TransferCancelled(RuntimeError):
+    """The controller shut down without draining before this transfer ran."""
+
+
+class Ack(NamedTuple):
+    direction: str  # "d2h" | "h2d"
+    tag: Any
+    num_tokens: int
+    modeled_time: float | None  # the stream's modeled clock when the transfer ended
+
+
+@dataclass
+class DirectionStats:
+    transfers: int = 0
+    tokens: int = 0
+    bytes: int = 0
+    segments: int = 0
+    modeled_seconds: float | None = 0.0
+    submit_seconds: float = 0.0  # submitter-thread wall time inside pool_transfer calls
+    max_enqueue_seconds: float = 0.0  # longest the scheduler thread spent in write()/load()
+
+
+@dataclass
+class ControllerStats:
+    d2h: DirectionStats = field(default_factory=DirectionStats)
+    h2d: DirectionStats = field(default_factory=DirectionStats)
+    wall_seconds: float = 0.0  # from construction to the last completion seen
+
+    @property
+    def modeled_seconds(self) -> float | None:
+        a, b = self.d2h.modeled_seconds, self.h2d.modeled_seconds
+        return None if a is None or b is None else a + b
+
+
+class TransferHandle:
+    """One queued transfer: its per-submission backend events appear as the submitter runs."""
+
+    def __init__(self, controller: CacheController, direction: str, tag: Any, num_tokens: int, n_events: int):
+        self.direction, self.tag, self.num_tokens = direction, tag, num_tokens
+        self._controller = controller
+        self._cond = threading.Condition()
+        self._events: list = []
+        self._n_events = n_events
+        self._error: BaseException | None = None
+
+    # -- submitter side ---------------------------------------------------------------
+    def _add_events(self, events: list) -> None:
+        with self._cond:
+            self._events.extend(events)
+            self._cond.notify_all()
+
+    def _fail(self, error: BaseException) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = error
+            self._cond.notify_all()
+
+    # -- scheduler side -----------------------------------------------------------------
+    def _event(self, i: int, timeout: float | None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while len(self._events) <= i and self._error is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"{self.direction} transfer {self.tag!r}: not submitted after {timeout} s")
+                self._cond.wait(left)
+            if len(self._events) > i:
+                return self._events[i]
+            err = self._error
+        if isinstance(err, TransferCancelled):
+            raise err
+        raise self._controller._note_error(self, err, reported=True)
+
+    def _wait_event(self, i: int, timeout: float | None) -> None:
+        with self._controller._waiting():
+            self._wait_event_now(i, timeout)
+
+    def _wait_event_now(self, i: int, timeout: float | None) -> None:
+        t0 = time.monotonic()
+        ev = self._event(i, timeout)
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - t0))
+        try:
+            ev.wait(left)
+        except TimeoutError:
+            if not ev.query():
+                raise
+        except Exception as e:  # noqa: BLE001 - the stream's failure, with our context
+            # The watcher may not have seen it yet: make the controller fail-stop now, so the
+            # next poll() raises it too, whatever the threads' timing.
+            raise self._controller._note_error(self, e, reported=True) from e
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until every submission of this transfer completed; TransferError if one failed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for i in range(self._n_events):
+            self._wait_event(i, None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def done(self) -> bool:
+        with self._cond:
+            events = list(self._events)
+            if self._error is not None:
+                return True
+        return len(events) == self._n_events and all(e.query() for e in events)
+
+
+class WriteHandle(TransferHandle):
+    """A queued D2H backup (one all-layer submission)."""
+
+
+class LoadHandle(TransferHandle):
+    """A queued H2D load: one event per layer, so layer i can be waited on alone."""
+
+    @property
+    def layers(self) -> int:
+        return self._n_events
+
+    def layer_event(self, layer: int, timeout: float | None = None):
+        """The backend Event of `layer`'s load (blocks only until the submitter reached it):
+        a compute stream can `wait_event` on it without blocking the host."""
+        if not isinstance(layer, int) or not 0 <= layer < self._n_events:
+            raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
+        with self._controller._waiting():
+            return self._event(layer, timeout)
+
+    def wait_layer(self, layer: int, timeout: float | None = None) -> None:
+        if not isinstance(layer, int) or not 0 <= layer < self._n_events:
+            raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
+        self._wait_event(layer, timeout)
+
+    def wait_all(self, timeout: float | None = None) -> None:
+        self.wait(timeout)
+
+
+__all__ = ["Ack", "ControllerStats", "DirectionStats", "LoadHandle", "TransferCancelled", "TransferError",
+           "TransferHandle", "WriteHandle"]
