@@ -234,18 +234,8 @@ MUTATIONS = {
 }
 
 
-# Cases hal.kvcacheio does not yet get right: strict xfail, so the fix shows as XPASS here.
-_ITEM_SIZE_GAP = ("per-layer host ops derive the layer count from layout_dim / item_size and check "
-                  "layer_id against it before the device tensors' rows, so a wrong item_size is "
-                  "reported as a bad layer_id")
-_PAGE_SIZE_GAP = "page_head ops report a wrong page_size as 'item_size or layout_dim does not match'"
-KNOWN_GAPS = {
-    ("transfer_kv_per_layer_pf_lf", "item-size-mismatch"): _ITEM_SIZE_GAP,
-    ("transfer_kv_per_layer_ph_lf", "item-size-mismatch"): _ITEM_SIZE_GAP,
-    ("transfer_kv_per_layer_mla_pf_lf", "item-size-mismatch"): _ITEM_SIZE_GAP,
-    ("transfer_kv_per_layer_ph_lf", "page-size-mismatch"): _PAGE_SIZE_GAP,
-    ("transfer_kv_all_layer_lf_ph", "page-size-mismatch"): _PAGE_SIZE_GAP,
-}
+# Cases hal.kvcacheio does not yet get right: strict xfail, so a fix shows as XPASS here.
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 
 class _CpuOnly:

@@ -18,8 +18,6 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-import torch
-
 from hal.kvcheck import Checked, geometry, indices, page_tokens, slots_of
 from hal.layouts import KVGeometry
 from hal.plan import Side, TransferPlan, plan_copy
@@ -130,6 +128,24 @@ def _host_geom(attention, layout_dim_name, layout_dim, item_size, ref, page_size
     return geometry(attention, layout_dim // item_size, item_size, ref, page_size=page_size, head_num=head_num)
 
 
+def _item(item_size):
+    if not isinstance(item_size, int) or item_size <= 0:
+        raise ValueError(f"item_size: {item_size!r} is not a positive integer")
+    return item_size
+
+
+def _page_head_host(page_size, head_num, **host) -> None:
+    """page_head parts are (pages, heads, page_size, layers, head_dim): the shape must agree."""
+    for name, t in host.items():
+        if t.dim() != 5:
+            raise ValueError(f"{name}: expected a page_head part (pages, heads, page_size, layers, head_dim), "
+                             f"got shape {tuple(t.shape)}")
+        if t.shape[2] != page_size:
+            raise ValueError(f"page_size: {page_size!r} does not match {name}'s page dimension {t.shape[2]}")
+        if t.shape[1] != head_num:
+            raise ValueError(f"head_num: {head_num!r} does not match {name}'s head dimension {t.shape[1]}")
+
+
 def _layer(layer_id: int, geom: KVGeometry) -> list[int]:
     if not isinstance(layer_id, int) or not 0 <= layer_id < geom.layers:
         raise ValueError(f"layer_id: {layer_id!r} is outside [0, {geom.layers})")
@@ -139,10 +155,10 @@ def _layer(layer_id: int, geom: KVGeometry) -> list[int]:
 def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size,
                                 src_layout_dim, block_quota=2, num_warps_per_block=32):
     c = Checked(src_k=src_k, dst_k=dst_k, src_v=src_v, dst_v=dst_v)
+    ds = min(slots_of("dst_k", dst_k, _item(item_size)), slots_of("dst_v", dst_v, item_size))
     geom = _host_geom("mha", "src_layout_dim", src_layout_dim, item_size, src_k)
     layers = _layer(layer_id, geom)
     hs = min(slots_of("src_k", src_k, src_layout_dim), slots_of("src_v", src_v, src_layout_dim))
-    ds = min(slots_of("dst_k", dst_k, item_size), slots_of("dst_v", dst_v, item_size))
     si, di = indices(src_indices, dst_indices, hs, ds)
     src = Side("page_first", [src_k, src_v], hs)
     dst = Side("layer_buffers", [{layer_id: dst_k}, {layer_id: dst_v}], 0)
@@ -152,10 +168,11 @@ def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_ind
 def transfer_kv_per_layer_mla_pf_lf(src, dst, src_indices, dst_indices, layer_id, item_size, src_layout_dim,
                                     block_quota=2, num_warps_per_block=32):
     c = Checked(src=src, dst=dst)
+    ds = slots_of("dst", dst, _item(item_size))
     geom = _host_geom("mla", "src_layout_dim", src_layout_dim, item_size, src)
     layers = _layer(layer_id, geom)
     hs = slots_of("src", src, src_layout_dim)
-    si, di = indices(src_indices, dst_indices, hs, slots_of("dst", dst, item_size))
+    si, di = indices(src_indices, dst_indices, hs, ds)
     return _run("transfer_kv_per_layer_mla_pf_lf", geom, Side("page_first", [src], hs),
                 Side("layer_buffers", [{layer_id: dst}], 0), si, di, layers, c)
 
@@ -197,10 +214,11 @@ def _layers_match(num_layers: int, geom: KVGeometry) -> None:
 def transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size,
                                 src_layout_dim, page_size, head_num, block_quota=2, num_warps_per_block=32):
     c = Checked(src_k=src_k, dst_k=dst_k, src_v=src_v, dst_v=dst_v)
+    ds = min(slots_of("dst_k", dst_k, _item(item_size)), slots_of("dst_v", dst_v, item_size))
+    _page_head_host(page_size, head_num, src_k=src_k, src_v=src_v)
     geom = _host_geom("mha", "src_layout_dim", src_layout_dim, item_size, src_k, page_size, head_num)
     layers = _layer(layer_id, geom)
     hs = min(slots_of("src_k", src_k, src_layout_dim, page_size), slots_of("src_v", src_v, src_layout_dim, page_size))
-    ds = min(slots_of("dst_k", dst_k, item_size), slots_of("dst_v", dst_v, item_size))
     si, di = indices(src_indices, dst_indices, hs, ds, page_size=page_size)
     dst = Side("layer_buffers", [{layer_id: dst_k}, {layer_id: dst_v}], 0)
     return _run("transfer_kv_per_layer_ph_lf", geom, Side("page_head", [src_k, src_v], hs), dst, si, di, layers, c)
@@ -211,6 +229,7 @@ def transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_in
                                 num_warps_per_block=32):
     c = Checked.layer_lists(num_layers, src_k_layers=src_k_layers, src_v_layers=src_v_layers)
     c.add(dst_k=dst_k, dst_v=dst_v)
+    _page_head_host(page_size, head_num, dst_k=dst_k, dst_v=dst_v)
     geom = _host_geom("mha", "dst_layout_dim", dst_layout_dim, item_size, src_k_layers[0], page_size, head_num)
     _layers_match(num_layers, geom)
     ss = min(slots_of(f"src_k_layers[{i}]", t, item_size) for i, t in enumerate(src_k_layers + src_v_layers))
