@@ -88,11 +88,14 @@ class HiCache:
                 self.tree.complete(t)
 
     def _on_write_back(self, transfers: list[Transfer]) -> None:
-        dev = np.concatenate([t.device_indices for t in transfers])
-        host = np.concatenate([t.host_indices for t in transfers])
-        handle = self.controller.write(dev, host, tag=("write_back", len(transfers)))
+        # One write per transfer, in the tree's order: a later write-back of the same evict()
+        # can reuse host slots of an earlier one (the tree may evict that L2 copy at once), and
+        # the D2H stream's FIFO order then leaves the later bytes, as the tree expects.
+        handles = [self.controller.write(t.device_indices, t.host_indices, tag=("write_back", t.num_tokens))
+                   for t in transfers]
         if self.materialize:  # the tree frees these device slots when we return
-            handle.wait()
+            for h in handles:
+                h.wait()
 
     def settle(self) -> None:
         """Wait for every queued transfer and apply its completion to the tree."""

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conformance import reference as ref
 from hal.backend import get_backend, register
@@ -112,3 +114,34 @@ def test_a_failing_transfer_stream_surfaces_on_the_next_request_and_close_does_n
     with pytest.raises(TransferError):  # fail-stop: the cache does not carry on silently
         cache.request(A)
     cache.close(timeout=10)
+
+
+# -- random traffic through tree + pools + controller, real bytes ----------------------------------
+
+_BLOCK = 2 * PS
+
+
+def _tokens(blocks, cut):
+    """Prefix-chained blocks (equal ids at equal positions after equal prefixes share tokens)."""
+    ids = [hash(tuple(blocks[: i + 1])) % 1_000_003 for i in range(len(blocks))]
+    t = (np.asarray(ids, dtype=np.uint32)[:, None] * _BLOCK + np.arange(_BLOCK, dtype=np.uint32)).reshape(-1)
+    return t[: max(1, len(t) - cut)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests=st.lists(st.tuples(st.lists(st.integers(0, 2), min_size=1, max_size=5), st.integers(0, 40)),
+                         min_size=1, max_size=14),
+       policy=st.sampled_from(["write_through", "write_back", "write_through_selective"]),
+       layout=st.sampled_from(ref.MHA_LAYOUTS), l1_pages=st.integers(6, 16), l2_pages=st.integers(0, 24))
+def test_random_requests_keep_kv_exact_and_pools_consistent(requests, policy, layout, l1_pages, l2_pages):
+    backend = get_backend("emu", "emu")
+    with _cache(backend, "mha", layout, l1=l1_pages * PS, l2=l2_pages * PS, policy=policy) as cache:
+        for blocks, cut in requests:
+            tokens = _tokens(blocks, cut)
+            res = cache.request(tokens)
+            assert res.kv_mismatch_tokens == 0
+            assert res.l1_hit_tokens + res.l2_hit_tokens <= len(tokens)
+            # No live request between calls: every allocated slot belongs to the tree.
+            assert cache.device.allocator.used_tokens == cache.tree.device_pages * PS
+            if cache.host is not None:
+                assert cache.host.allocator.used_tokens == cache.tree.host_pages * PS
