@@ -1,4 +1,4 @@
-"""Write policies (when L1 pages are backed up to L2) and hit counting.
+"""Write policies (when L1 pages are backed up to L2), hit counting, and eviction order.
 
 - write_back: never back up on insert; a page is written to L2 only when it is evicted
   from L1 (the tree hands the copy to the caller before freeing the device slots).
@@ -15,9 +15,13 @@ remembers how many leading pages that request has already counted, and a later i
 the same id counts only the nodes that end beyond them. The memory is dropped when the
 request's finished insert arrives (or on `forget`). An insert without a request id counts
 as a fresh request, which is upstream's behaviour.
+
+Eviction order (`LeafHeap`) is LRU over leaves, as upstream's default.
 """
 
 from __future__ import annotations
+
+import heapq
 
 POLICIES = ("write_back", "write_through", "write_through_selective")
 
@@ -75,3 +79,38 @@ def make_policy(name: str | WritePolicy = "write_through_selective", threshold: 
     if isinstance(name, WritePolicy):
         return name
     return WritePolicy(name, threshold)
+
+
+class LeafHeap:
+    """Eviction order over one tier's leaves: least recently used first, ties to the older node.
+
+    Lazy, so that an eviction costs O(log n) per node rather than a walk over the tree:
+    the tree pushes a node whenever it may have become a leaf or was touched, and an entry
+    whose node has since been touched again, stopped being a leaf or left the tree is
+    dropped when it reaches the top. Stale entries are compacted away once they outnumber
+    the live ones.
+    """
+
+    def __init__(self, is_leaf):
+        self.is_leaf = is_leaf  # node -> bool; False for nodes no longer in the tree
+        self._heap: list = []
+
+    def push(self, node) -> None:
+        if self.is_leaf(node):
+            heapq.heappush(self._heap, (node.last_access, node.id, node))
+
+    def pop(self):
+        """The least recently used current leaf (removed from the heap), or None."""
+        heap = self._heap
+        while heap:
+            t, _, node = heapq.heappop(heap)
+            if node.last_access == t and self.is_leaf(node):
+                return node
+        return None
+
+    def rebuild(self, nodes) -> None:
+        self._heap = [(x.last_access, x.id, x) for x in nodes if self.is_leaf(x)]
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)

@@ -36,7 +36,6 @@ Deliberate differences from upstream HiRadixCache:
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ import numpy as np
 
 from hicache_ref.allocator import pages_to_slots, slots_to_pages
 from hicache_ref.hashing import chain_hashes, hash64, token_bytes
-from hicache_ref.policy import WritePolicy, make_policy
+from hicache_ref.policy import LeafHeap, WritePolicy, make_policy
 
 _NO_PAGES = np.zeros(0, dtype=np.int64)
 
@@ -75,8 +74,9 @@ class Node:
         return self.host is not None
 
     def __repr__(self) -> str:
-        return f"Node(id={self.id}, pages={len(self.dev if self.dev is not None else self.host)}, " \
-               f"dev={self.dev is not None}, host={self.host is not None}, lock={self.lock_ref})"
+        pages = len(self.key) // 4  # tokens; the tree knows the page size
+        return f"Node(id={self.id}, tokens={pages}, dev={self.dev is not None}, host={self.host is not None}, " \
+               f"lock={self.lock_ref})"
 
 
 @dataclass(eq=False)
@@ -162,6 +162,12 @@ class RadixTree:
         self.root.hashes = []
         self.device_pages = 0  # pages the tree holds in L1
         self.host_pages = 0
+        self.num_nodes = 0  # without the root
+        on_dev = lambda x: x.dev is not None  # noqa: E731
+        # A node is in the tree while it has a parent (the root is never a leaf).
+        self._dev_leaves = LeafHeap(lambda x: x.parent is not None and on_dev(x)
+                                    and not any(on_dev(c) for c in x.children.values()))
+        self._host_leaves = LeafHeap(lambda x: x.parent is not None and x.dev is None and not x.children)
 
     # -- match -------------------------------------------------------------------
     def _tokens(self, tokens) -> tuple[bytes, int]:
@@ -197,6 +203,9 @@ class RadixTree:
         last_dev = path[len(dev) - 1] if dev else self.root
         cat = lambda parts: np.concatenate(parts) if parts else _NO_PAGES  # noqa: E731
         dev_pages, host_pages = cat(dev), cat(host)
+        self._note(last_dev)  # touched: the only path nodes that can be leaves
+        if path:
+            self._note(path[-1])
         ps = self.page_size
         return MatchResult(len(dev_pages) * ps, len(host_pages) * ps, last_dev, path[-1] if path else self.root,
                            pages_to_slots(dev_pages, ps), pages_to_slots(host_pages, ps))
@@ -207,6 +216,7 @@ class RadixTree:
         upper = Node(next(self._ids), node.parent, node.key[:cut],
                      None if node.dev is None else node.dev[:k], None if node.host is None else node.host[:k])
         upper.lock_ref, upper.hit_count, upper.last_access = node.lock_ref, node.hit_count, node.last_access
+        self.num_nodes += 1
         if node.hashes is not None:
             upper.hashes, node.hashes = node.hashes[:k], node.hashes[k:]
         if node.dev is not None:
@@ -217,6 +227,7 @@ class RadixTree:
         node.key = node.key[cut:]
         node.parent = upper
         upper.children[node.key[: self.page_bytes]] = node
+        self._note(node)  # touched by the walk that split it, and off that walk's path
         return upper
 
     # -- insert ------------------------------------------------------------------
@@ -256,8 +267,10 @@ class RadixTree:
             new.hit_count, new.last_access = 1, now
             parent.children[data[off : off + P]] = new
             self.device_pages += len(new.dev)
+            self.num_nodes += 1
             path.append(new)
         last = path[-1] if path else self.root
+        self._note(last)  # the whole path is in L1 now: only its end can be a leaf
         self.policy.record(request_id, n // P, finished)
         backups = self._backups_after_insert(path)
         new_nodes = [] if new is None else [new] if new.parent is parent else [new.parent, new]  # ghost may split it
@@ -321,20 +334,26 @@ class RadixTree:
             self.unlock(transfer.lock_node)
 
     # -- lock ----------------------------------------------------------------------
-    def lock(self, node: Node) -> None:
+    def _path_to_root(self, node: Node) -> list[Node]:
+        path = []
         while node is not self.root:
-            node.lock_ref += 1
+            if node is None:
+                raise ValueError("node: not in the tree (evicted from both tiers)")
+            path.append(node)
             node = node.parent
+        return path
+
+    def lock(self, node: Node) -> None:
+        """Protect `node` and its ancestors from eviction on both tiers until unlock(node)."""
+        for x in self._path_to_root(node):
+            x.lock_ref += 1
 
     def unlock(self, node: Node) -> None:
-        x = node
-        while x is not self.root:
-            if x.lock_ref <= 0:
-                raise ValueError(f"node: unlock of an unlocked node {x!r}")
-            x = x.parent
-        while node is not self.root:
-            node.lock_ref -= 1
-            node = node.parent
+        path = self._path_to_root(node)
+        if any(x.lock_ref <= 0 for x in path):
+            raise ValueError(f"node: unlock of an unlocked node {node!r}")
+        for x in path:
+            x.lock_ref -= 1
 
     # -- hashes ----------------------------------------------------------------------
     def node_hashes(self, node: Node) -> list[bytes]:
@@ -349,15 +368,13 @@ class RadixTree:
         return todo[0].hashes if todo else node.hashes
 
     # -- eviction ---------------------------------------------------------------------
-    def _lru_heap(self, is_leaf) -> list:
-        heap, stack = [], [self.root]
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children.values())
-            if node is not self.root and is_leaf(node):
-                heap.append((node.last_access, node.id, node))
-        heapq.heapify(heap)
-        return heap
+    def _note(self, node: Node) -> None:
+        """`node` may have become a leaf, or was touched: queue it for both eviction orders."""
+        self._dev_leaves.push(node)
+        self._host_leaves.push(node)
+        if len(self._dev_leaves) + len(self._host_leaves) > 4 * self.num_nodes + 1024:
+            for heap in (self._dev_leaves, self._host_leaves):  # compact stale entries
+                heap.rebuild(self.iter_nodes())
 
     def evict(self, n_tokens: int, on_write_back: Callable[[list[Transfer]], None] | None = None) -> EvictResult:
         """Free at least `n_tokens` of L1 (fewer if too much is locked), least recently used leaves first.
@@ -368,13 +385,11 @@ class RadixTree:
         """
         if not isinstance(n_tokens, (int, np.integer)) or n_tokens < 0:
             raise ValueError(f"n_tokens: must be a non-negative integer, got {n_tokens!r}")
-        on_dev = lambda x: x.dev is not None  # noqa: E731
-        heap = self._lru_heap(lambda x: on_dev(x) and not any(on_dev(c) for c in x.children.values()))
-        freed, write_backs, dropped, evicted = [], [], 0, 0
+        freed, write_backs, locked, dropped, evicted = [], [], {}, 0, 0
         write_back = self.policy.writes_back_on_evict and self.host is not None
-        while evicted < n_tokens and heap:
-            _, _, node = heapq.heappop(heap)
-            if node.dev is None:
+        while evicted < n_tokens and (node := self._dev_leaves.pop()) is not None:
+            if node.lock_ref > 0:
+                locked[node.id] = node  # back in the heap after this eviction
                 continue
             if self.ghost is not None:
                 for h in self.node_hashes(node):
@@ -391,8 +406,10 @@ class RadixTree:
                     dropped += self._drop(node)
                 else:
                     node.dev = None
-            if parent is not self.root and on_dev(parent) and not any(on_dev(c) for c in parent.children.values()):
-                heapq.heappush(heap, (parent.last_access, parent.id, parent))
+            self._note(node)
+            self._note(parent)
+        for node in locked.values():
+            self._dev_leaves.push(node)
         if write_backs:
             (on_write_back or self.on_write_back or (lambda ts: None))(write_backs)
             for t in write_backs:
@@ -420,7 +437,8 @@ class RadixTree:
 
     def _drop(self, node: Node) -> int:
         """Remove `node` and its (host-only) subtree; free their host slots. Returns nodes removed."""
-        del node.parent.children[node.key[: self.page_bytes]]
+        parent = node.parent
+        del parent.children[node.key[: self.page_bytes]]
         removed, stack = 0, [node]
         while stack:
             x = stack.pop()
@@ -429,8 +447,12 @@ class RadixTree:
                 self.host_pages -= len(x.host)
                 if self.host is not None:
                     self.host.free_pages(x.host)
+            x.parent = x.dev = x.host = None  # detached (stale in the eviction heaps); its slots are gone
             removed += 1
+        self.num_nodes -= removed
+        self._note(parent)
         return removed
+
     def evict_host(self, n_tokens: int) -> EvictHostResult:
         """Free at least `n_tokens` of L2 from host-only leaves, least recently used first.
 
@@ -439,19 +461,16 @@ class RadixTree:
         """
         if not isinstance(n_tokens, (int, np.integer)) or n_tokens < 0:
             raise ValueError(f"n_tokens: must be a non-negative integer, got {n_tokens!r}")
-        host_leaf = lambda x: x.dev is None and not x.children  # noqa: E731
-        heap = self._lru_heap(host_leaf)
-        freed, evicted = [], 0
-        while evicted < n_tokens and heap:
-            _, _, node = heapq.heappop(heap)
+        freed, locked, evicted = [], {}, 0
+        while evicted < n_tokens and (node := self._host_leaves.pop()) is not None:
             if node.lock_ref > 0:
+                locked[node.id] = node
                 continue
             evicted += len(node.host) * self.page_size
             freed.append(node.host)
-            parent = node.parent
             self._drop(node)
-            if parent is not self.root and host_leaf(parent):
-                heapq.heappush(heap, (parent.last_access, parent.id, parent))
+        for node in locked.values():
+            self._host_leaves.push(node)
         freed_pages = np.concatenate(freed) if freed else _NO_PAGES
         return EvictHostResult(evicted, pages_to_slots(freed_pages, self.page_size))
 
@@ -485,6 +504,7 @@ class RadixTree:
         for x in chain:
             x.dev, at = pages[at : at + len(x.host)], at + len(x.host)
         self.device_pages += need
+        self._note(chain[-1])
         host = np.concatenate([x.host for x in chain])
         return Transfer("load", chain, pages_to_slots(pages, self.page_size), pages_to_slots(host, self.page_size),
                         chain[-1])

@@ -131,8 +131,11 @@ def test_locked_nodes_are_not_evicted_from_either_tier():
     tree.unlock(m.last_host_node)
     e = tree.evict_host(64)
     assert e.evicted_tokens == 4 and host.used_tokens == 0 and not tree.root.children
-    with pytest.raises(ValueError, match="unlock"):
+    with pytest.raises(ValueError, match="not in the tree"):
         tree.unlock(m.last_host_node)
+    insert(tree, [5, 6])
+    with pytest.raises(ValueError, match="unlock"):
+        tree.unlock(tree.match_prefix([5, 6]).last_device_node)
 
 
 def test_evict_host_takes_host_only_leaves_lru_and_keeps_copies_of_device_nodes():

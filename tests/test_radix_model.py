@@ -151,16 +151,30 @@ class TreeAndPools(RuleBasedStateMachine):
         self.copy(t)  # the device slots must still hold the request's KV: the nodes were locked
         self.tree.complete(t)
 
+    def lru_leaf(self, is_leaf):
+        """Brute force: the unlocked leaf an LRU eviction must take first, from a walk over all nodes."""
+        leaves = [x for x in self.tree.iter_nodes() if is_leaf(x) and x.lock_ref == 0]
+        return min(leaves, key=lambda x: (x.last_access, x.id), default=None)
+
     @rule(n=st.integers(0, DEV_TOKENS))
     def evict(self, n):
         before = self.tree.device_pages
+        first = self.lru_leaf(lambda x: x.dev is not None and all(c.dev is None for c in x.children.values()))
         e = self.tree.evict(n)
-        assert e.evicted_tokens >= min(n, 1) or before == 0 or e.evicted_tokens == 0
         assert before - self.tree.device_pages == len(e.freed_device_indices) // PS
+        if n and first is not None:
+            assert first.dev is None, "evict did not take the least recently used leaf first"
+        else:
+            assert e.evicted_tokens == 0
 
     @rule(n=st.integers(0, HOST_TOKENS))
     def evict_host(self, n):
-        self.tree.evict_host(n)
+        first = self.lru_leaf(lambda x: x.dev is None and not x.children)
+        e = self.tree.evict_host(n)
+        if n and first is not None:
+            assert first.parent is None, "evict_host did not take the least recently used leaf first"
+        else:
+            assert e.evicted_tokens == 0
 
     @rule(seq=tokens_st)
     def load_back(self, seq):
@@ -236,6 +250,6 @@ class TreeAndPools(RuleBasedStateMachine):
             self.host_pool.close()
 
 
-TreeAndPools.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
+TreeAndPools.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
                                           suppress_health_check=[HealthCheck.too_slow])
 test_tree_and_pools = TreeAndPools.TestCase
