@@ -169,6 +169,26 @@ def run_peer(peer, requests, page_size: int) -> dict:
     return {"wall_seconds": timed, "hit_tokens": hits}
 
 
+def run_tree_only(requests, page_size: int) -> dict:
+    """Our RadixTree alone, timed exactly like the peer: match_prefix + insert, nothing else."""
+    import numpy as np
+
+    from hicache_ref.radix import RadixTree
+
+    tree = RadixTree(page_size, policy="write_back")
+    timed, hits = 0.0, 0
+    for r in requests:
+        tokens = request_tokens(r.hash_ids, r.input_length)
+        n = len(tokens) // page_size * page_size
+        slots = np.arange(n, dtype=np.int64)  # no allocator: any page-aligned slots will do
+        t0 = time.perf_counter()
+        m = tree.match_prefix(tokens)
+        tree.insert(tokens[:n], slots)
+        timed += time.perf_counter() - t0
+        hits += m.device_len
+    return {"wall_seconds": timed, "hit_tokens": hits}
+
+
 # -- the benchmark -------------------------------------------------------------------------------
 
 def run(a) -> int:
@@ -179,13 +199,14 @@ def run(a) -> int:
         raise ValueError(f"--repeat: must be at least 1, got {a.repeat}")
     requests = read_trace(trace, a.limit)
     peer = load_sglang_radix(a.sglang_root) if a.sglang_root else None
-    ours, theirs, cpu = [], [], []
+    ours, tree_only, theirs, cpu = [], [], [], []
     fig = None
     for _ in range(a.repeat):
         c0 = time.process_time()
         fig = replay(requests, page_size=a.page_size, write_policy=a.write_policy, host_layout=a.host_layout)
         cpu.append(time.process_time() - c0)
         ours.append(fig["wall_seconds"])
+        tree_only.append(run_tree_only(requests, a.page_size))
         if peer is not None:
             theirs.append(run_peer(peer, requests, a.page_size))
     tokens = fig["input_tokens"]
@@ -197,11 +218,17 @@ def run(a) -> int:
         "ours": {"wall_seconds": ours, "median_wall_seconds": med, "tokens_per_second": tokens / med,
                  "median_cpu_seconds": statistics.median(cpu), "hit_tokens": fig["l1_hit_tokens"] + fig["l2_hit_tokens"],
                  "d2h_transfers": fig["d2h_transfers"], "d2h_segments": fig["d2h_segments"]},
+        "ours_tree_only": {"wall_seconds": [t["wall_seconds"] for t in tree_only],
+                           "median_wall_seconds": statistics.median(t["wall_seconds"] for t in tree_only),
+                           "hit_tokens": tree_only[0]["hit_tokens"]},
     }
+    tmed = result["ours_tree_only"]["median_wall_seconds"]
     lines = [f"trace {trace}: {fig['requests']:,} requests, {tokens:,} input tokens, page {a.page_size}, unlimited",
              f"ours: median {med:.2f} s wall ({', '.join(f'{x:.2f}' for x in ours)}), "
              f"{tokens / med / 1e6:.1f} M tokens/s, cpu {statistics.median(cpu):.2f} s, "
-             f"hit tokens {result['ours']['hit_tokens']:,}, {fig['d2h_transfers']:,} backups"]
+             f"hit tokens {result['ours']['hit_tokens']:,}, {fig['d2h_transfers']:,} backups",
+             f"ours, tree only (match_prefix + insert timed, as the peer): median {tmed:.2f} s, "
+             f"{tokens / tmed / 1e6:.1f} M tokens/s"]
     rc = 0
     if theirs:
         pmed = statistics.median(t["wall_seconds"] for t in theirs)
@@ -209,11 +236,12 @@ def run(a) -> int:
                           "wall_seconds": [t["wall_seconds"] for t in theirs], "median_wall_seconds": pmed,
                           "tokens_per_second": tokens / pmed, "hit_tokens": theirs[0]["hit_tokens"]}
         result["speedup_vs_peer"] = pmed / med
-        agree = theirs[0]["hit_tokens"] == result["ours"]["hit_tokens"]
+        result["tree_speedup_vs_peer"] = pmed / tmed
+        agree = theirs[0]["hit_tokens"] == result["ours"]["hit_tokens"] == tree_only[0]["hit_tokens"]
         result["hit_tokens_agree"] = agree
         lines.append(f"peer (SGLang RadixCache): median {pmed:.2f} s, {tokens / pmed / 1e6:.1f} M tokens/s, "
                      f"hit tokens {theirs[0]['hit_tokens']:,} ({'agree' if agree else 'DISAGREE'}); "
-                     f"ours is {pmed / med:.2f}x faster")
+                     f"peer / ours: whole replay {pmed / med:.2f}x, tree only {pmed / tmed:.2f}x")
         rc = 0 if agree else 1
     else:
         lines.append("peer: not run (give --sglang-root); the issue's figure for SGLang's RadixCache is ~11 s")
