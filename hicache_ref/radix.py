@@ -20,8 +20,9 @@ is no L2, without `device` freed slots are only reported and load_back is unavai
 
 Invariants: every non-root node is in L1, L2 or both; a node in L1 has its parent in L1,
 so a match is a device part then a host-only part; locked nodes are evicted from neither
-tier. Time is a logical clock (an op counter by default) and LRU ties break by node
-creation number, so every rank decides alike.
+tier. Eviction is LRU over leaves (policy.LeafHeap, O(log n) per node). Time is a logical
+clock (an op counter by default) and LRU ties break by node creation number, so every
+rank decides alike. Not thread-safe: one scheduler thread calls it (as upstream).
 
 Deliberate differences from upstream HiRadixCache:
 - Hits count once per request id, not once per insert (see hicache_ref.policy).
