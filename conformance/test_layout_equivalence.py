@@ -295,17 +295,7 @@ def test_host_shapes_are_upstreams(attention, page_size):
         assert host_shape(layout, geom, size) == ref.host_shape(layout, attention, LAYERS, size, heads, dim, page_size)
 
 
-# Known backend gaps, by backend name: strict xfail there, so the fix shows up as XPASS.
-STALE_DEVICE_ADDRESS_GAP = {
-    "emu": "hal/backends/emu.py remembers device storages by address and never forgets a freed "
-           "one, so a host buffer the allocator places at that address counts as device memory "
-           "(plans get direction d2d; the modeled clock stops)",
-}
-
-
-def test_host_buffer_at_a_freed_device_address_is_host_memory(kv_memory, backend, request):
-    if backend.name in STALE_DEVICE_ADDRESS_GAP:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=STALE_DEVICE_ADDRESS_GAP[backend.name]))
+def test_host_buffer_at_a_freed_device_address_is_host_memory(kv_memory, backend):
     mistaken = 0
     for _ in range(8):  # allocators hand a just-freed block of the same size straight back
         dev = kv_memory.device((1 << 16,), torch.uint8)
@@ -318,15 +308,14 @@ def test_host_buffer_at_a_freed_device_address_is_host_memory(kv_memory, backend
 @pytest.mark.needs_modeled_clock
 def test_modeled_clock_advances_with_each_transfer(kv, kv_memory, backend):
     # Events on one stream complete in order, so their modeled times never go backwards, and
-    # moving bytes costs modeled time on any link model. A fresh stream: a stream that once ran
-    # a plan its profile cannot model (e.g. device-to-device) stays unmodeled, by design.
+    # moving bytes costs modeled time on any link model. A fresh stream, so earlier tests'
+    # plans do not set its clock.
     c = Case("mla", 64, torch.bfloat16, 1024)
     dev = device_pool(kv_memory, c, np.random.default_rng(1))
     dev_idx, host_idx = index_pair(c, 1)
     times = []
     hosts = {layout: host_pool(kv_memory, c, layout, None) for layout in ref.layouts_for("mla")}
-    if any(backend.is_device(h) for h in hosts.values()) and backend.name in STALE_DEVICE_ADDRESS_GAP:
-        pytest.xfail(f"a host pool landed on a freed device address: {STALE_DEVICE_ADDRESS_GAP[backend.name]}")
+    assert not any(backend.is_device(h) for h in hosts.values())
     with kv.use(backend, backend.new_stream()):
         for layout, host in hosts.items():
             ev = backup(kv, c, layout, dev, host, dev_idx, host_idx)

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
+import mmap
 import os
 import queue
 import threading
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -138,8 +141,15 @@ class EmuBackend(Backend):
         return Capabilities(self.name, True, "", "cpu", True, True)
 
     def alloc_device(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        t = torch.empty(shape, dtype=dtype)
-        self._device_storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        # A mapping of its own per buffer, apart from host memory. The tensor's storage keeps
+        # the mapping alive; when the last view dies the finalizer forgets the address, so a
+        # host buffer later placed there is not mistaken for device memory.
+        nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        region = mmap.mmap(-1, max(nbytes, 1))
+        t = torch.frombuffer(region, dtype=torch.uint8)[:nbytes].view(dtype).view(shape)
+        ptr = t.untyped_storage().data_ptr()
+        self._device_storages[ptr] = nbytes
+        weakref.finalize(region, self._device_storages.pop, ptr, None)
         return t
 
     def is_device(self, tensor: torch.Tensor) -> bool:
@@ -160,8 +170,8 @@ class EmuBackend(Backend):
 
     def model_seconds(self, plan: TransferPlan) -> float | None:
         """Modeled cost of `plan` on the profile's link, or None when the profile can't say."""
-        if not plan.groups:
-            return 0.0
+        if not plan.groups or plan.direction in ("d2d", "h2h"):
+            return 0.0  # the link model prices the host link; these copies do not cross it
         return self.profile.link.seconds(plan.direction, plan.nbytes, plan.num_segments, plan.launches)
 
     def execute(self, plan: TransferPlan, stream: Stream | None = None) -> EmuEvent:
