@@ -17,9 +17,9 @@ one exception. `shutdown(timeout, drain)` drains or cancels and never hangs: a t
 still busy at the deadline is reported with TimeoutError (the threads are daemons).
 
 Counters (`stats()`): tokens, bytes and segments per direction come from a one-layer plan
-of each job scaled by the layer count (segments of a multi-layer plan are the one-layer
-runs repeated per layer and part), so counting costs a fraction of the transfer's own
-planning, and it runs on the submitter thread, not the scheduler's. Modeled seconds per
+of each job scaled by the layer count, planned per page where that is exact
+(hicache_ref.layer_plans), so counting costs a fraction of the transfer's own planning,
+and it runs on the submitter thread, not the scheduler's. Modeled seconds per
 direction are the stream's modeled clock at its last completion: each stream is used only
 by its submitter and never waits on another, so that is the sum of its transfers' modeled
 costs. `modeled_seconds` adds the two directions (link-busy time; a full-duplex link could
@@ -38,7 +38,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hal import kvcacheio, pool_transfer
-from hal.plan import CopyGroup, Segments, TransferPlan
+from hal.plan import TransferPlan
+from hicache_ref.layer_plans import LayerPlanner
 from hicache_ref.transfers import (
     Ack,
     ControllerStats,
@@ -53,7 +54,6 @@ from hicache_ref.transfers import (
 DIRECTIONS = ("d2h", "h2d")
 _STOP = object()
 _WAIT_SLICE_S = 0.1  # how often a watcher blocked on an event checks for cancellation
-_TILE_MAX_RUNS = 1 << 14  # symbolic plans up to this many segments become one array
 _BATCH_MAX = 256  # symbolic jobs submitted as one plan at most
 _BATCH_WINDOW_S = 0.02  # symbolic jobs wait this long for company unless someone waits on them
 
@@ -204,6 +204,7 @@ class CacheController:
             raise ValueError("host_pool: materialize both pools or neither")
         self.device_pool, self.host_pool, self.backend = device_pool, host_pool, backend
         self.geom, self.layout = device_pool.geom, host_pool.layout
+        self._planner = LayerPlanner(self.layout, self.geom, host_pool.num_tokens)
         self._lock = threading.Condition()
         self._acks: deque[Ack] = deque()
         self._error: BaseException | None = None
@@ -258,8 +259,7 @@ class CacheController:
 
     # -- submitter threads ----------------------------------------------------------------
     def _layer0_plan(self, direction: str, job: _Job) -> TransferPlan:
-        return pool_transfer.plan_for(self.layout, self.geom, self.host_pool.num_tokens, job.host_indices,
-                                      job.device_indices, direction, layers=[0])
+        return self._planner.layer0(direction, job.host_indices, job.device_indices)
 
     def _run(self, direction: str, jobs: list[_Job], plans: list[TransferPlan]) -> list:
         """Submit `jobs` (one job, or a batch of symbolic ones); returns the events they share."""
@@ -275,22 +275,11 @@ class CacheController:
     def _run_symbolic(self, direction: str, plans: list[TransferPlan]) -> list:
         """No memory: one plan standing for every layer of every job, for the modeled clock.
 
-        pool_transfer's symbolic mode plans every layer (78 shifted copies of the same runs
-        on the seed geometry), which made a replay's backups cost ~1.5 ms each on the
-        submitter thread. Layer 0's segments repeated per layer give the same bytes,
-        segments and launches (one per backup, one per layer per load, as the real
-        submissions) and hence the same modeled cost. Few runs are tiled into one group
-        (the model then sums one array); many keep one group per layer, sharing arrays.
+        (pool_transfer's symbolic mode plans every layer, 78 shifted copies of the same
+        runs on the seed geometry: ~1.5 ms per backup of a whole-trace replay.)
         """
-        layers = self.geom.layers
-        groups = [g for p in plans for g in p.groups]
-        if sum(len(g.segments.nbytes) for g in groups) * layers <= _TILE_MAX_RUNS:
-            groups = [CopyGroup(g.src, g.dst, Segments(*(np.tile(a, layers) for a in g.segments))) for g in groups]
-        else:
-            groups = groups * layers
-        launches = len(plans) * (1 if direction == "d2h" else layers)
-        ev = self.backend.execute(TransferPlan(plans[0].op, groups, direction, launches), kvcacheio.current_stream())
-        return [ev] if direction == "d2h" else [ev] * layers
+        ev = self.backend.execute(self._planner.all_layers(direction, plans), kvcacheio.current_stream())
+        return [ev] if direction == "d2h" else [ev] * self.geom.layers
 
     @contextmanager
     def _waiting(self):

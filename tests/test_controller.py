@@ -15,6 +15,7 @@ from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
 from hal.layouts import KVGeometry
 from hicache_ref.controller import CacheController, TransferCancelled, TransferError
+from hicache_ref.layer_plans import LayerPlanner
 from hicache_ref.pools import DevicePool, HostPool
 
 PS = 4
@@ -372,3 +373,27 @@ class ControllerMachine(RuleBasedStateMachine):
 ControllerMachine.TestCase.settings = settings(max_examples=20, stateful_step_count=15, deadline=None,
                                                 suppress_health_check=[HealthCheck.too_slow])
 TestControllerMachine = ControllerMachine.TestCase
+
+
+# -- layer-0 plans: what the controller counts ------------------------------------------------------
+
+@pytest.mark.parametrize("attention,layout", [("mha", x) for x in ref.MHA_LAYOUTS] +
+                         [("mla", x) for x in ref.MLA_LAYOUTS])
+def test_layer0_plans_count_exactly_what_the_full_plan_moves(attention, layout):
+    geom, size = _geom(attention, layers=4), 256
+    planner = LayerPlanner(layout, geom, size)
+    per_page = layout in ("layer_first", "page_first_direct")
+    assert (planner.page_geom is not None) == per_page  # derived from the address math, not a list
+    rng = np.random.default_rng(1)
+    cases = [(_pages(rng.permutation(size // PS)[:9]), _pages(rng.permutation(size // PS)[:9])),
+             (_pages(range(3, 12)), _pages(range(20, 29))),  # contiguous: runs merge across pages
+             (rng.permutation(size)[:13].astype(np.int64), rng.permutation(size)[:13].astype(np.int64))]
+    for hi, di in cases:
+        for direction in ("d2h", "h2d"):
+            full = pool_transfer.plan_for(layout, geom, size, hi, di, direction)
+            one = planner.layer0(direction, hi, di)
+            assert one.num_segments * geom.layers == full.num_segments
+            assert one.nbytes * geom.layers == full.nbytes
+            sym = planner.all_layers(direction, [one, one])
+            assert (sym.num_segments, sym.nbytes) == (2 * full.num_segments, 2 * full.nbytes)
+            assert sym.launches == 2 * (1 if direction == "d2h" else geom.layers)
