@@ -24,6 +24,10 @@ tier. Eviction is LRU over leaves (policy.LeafHeap, O(log n) per node). Time is 
 clock (an op counter by default) and LRU ties break by node creation number, so every
 rank decides alike. Not thread-safe: one scheduler thread calls it (as upstream).
 
+This module holds the tree (match, insert, split, lock, hashes); the tier moves (backup,
+evict, evict_host, write-back, load_back, complete) are in hicache_ref.tiers, the
+TierMoves mixin that RadixTree inherits.
+
 Deliberate differences from upstream HiRadixCache:
 - Hits count once per request id, not once per insert (see hicache_ref.policy).
 - Backing up a node on insert also backs up its ancestors without a host copy (upstream
@@ -39,7 +43,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -47,6 +50,9 @@ import numpy as np
 from hicache_ref.allocator import pages_to_slots, slots_to_pages
 from hicache_ref.hashing import chain_hashes, hash64, token_bytes
 from hicache_ref.policy import LeafHeap, WritePolicy, make_policy
+from hicache_ref.tiers import EvictHostResult, EvictResult, TierMoves, Transfer
+
+__all__ = ["EvictHostResult", "EvictResult", "InsertResult", "MatchResult", "Node", "RadixTree", "Transfer"]
 
 _NO_PAGES = np.zeros(0, dtype=np.int64)
 
@@ -80,23 +86,6 @@ class Node:
                f"lock={self.lock_ref})"
 
 
-@dataclass(eq=False)
-class Transfer:
-    """A copy the caller must perform: kind 'backup' / 'write_back' (D2H) or 'load' (H2D)."""
-
-    kind: str
-    nodes: list[Node]
-    device_indices: np.ndarray  # token slots, int64
-    host_indices: np.ndarray
-    lock_node: Node | None = None  # held until complete(); None for write-backs
-    done: bool = field(default=False)
-    device_pages: np.ndarray | None = field(default=None, repr=False)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.device_indices)
-
-
 class MatchResult(NamedTuple):
     device_len: int
     host_len: int
@@ -115,18 +104,6 @@ class InsertResult(NamedTuple):
     last_node: Node
 
 
-class EvictResult(NamedTuple):
-    evicted_tokens: int
-    freed_device_indices: np.ndarray
-    write_backs: list[Transfer]
-    dropped_nodes: int
-
-
-class EvictHostResult(NamedTuple):
-    evicted_tokens: int
-    freed_host_indices: np.ndarray
-
-
 def _common_pages(a: bytes, off: int, b: bytes, page_bytes: int) -> int:
     """Whole pages equal between a[off:] and b (called only where a mismatch is known)."""
     n = min(len(a) - off, len(b))
@@ -140,7 +117,7 @@ def _allocator(x):
     return getattr(x, "allocator", x)
 
 
-class RadixTree:
+class RadixTree(TierMoves):
     def __init__(self, page_size: int, policy: str | WritePolicy = "write_through_selective", ghost=None,
                  clock: Callable[[], int] | None = None, device=None, host=None,
                  on_write_back: Callable[[list[Transfer]], None] | None = None):
@@ -307,33 +284,6 @@ class RadixTree:
                     return i
         return -1
 
-    def _back_up(self, nodes: list[Node]) -> Transfer | None:
-        """Give `nodes` (root-first, on device, no host copy) host slots; lock them until complete()."""
-        need = sum(len(x.dev) for x in nodes)
-        self.lock(nodes[-1])  # keep them in L1 while host eviction runs and the copy is in flight
-        pages = self.host.alloc_pages(need)
-        if pages is None:
-            self.evict_host(need * self.page_size)
-            pages = self.host.alloc_pages(need)
-        if pages is None:
-            self.unlock(nodes[-1])
-            return None
-        at = 0
-        for x in nodes:
-            x.host, at = pages[at : at + len(x.dev)], at + len(x.dev)
-        self.host_pages += need
-        dev = np.concatenate([x.dev for x in nodes])
-        return Transfer("backup", nodes, pages_to_slots(dev, self.page_size), pages_to_slots(pages, self.page_size),
-                        nodes[-1])
-
-    def complete(self, transfer: Transfer) -> None:
-        """The caller's copy for a backup or load has landed: release its lock."""
-        if transfer.done:
-            raise ValueError("transfer: already completed")
-        transfer.done = True
-        if transfer.lock_node is not None:
-            self.unlock(transfer.lock_node)
-
     # -- lock ----------------------------------------------------------------------
     def _path_to_root(self, node: Node) -> list[Node]:
         path = []
@@ -368,7 +318,7 @@ class RadixTree:
             x.hashes = chain_hashes(x.key, self.page_bytes, prior)
         return todo[0].hashes if todo else node.hashes
 
-    # -- eviction ---------------------------------------------------------------------
+    # -- eviction order (the moves themselves: hicache_ref.tiers) ----------------------
     def _note(self, node: Node) -> None:
         """`node` may have become a leaf, or was touched: queue it for both eviction orders."""
         self._dev_leaves.push(node)
@@ -376,139 +326,6 @@ class RadixTree:
         if len(self._dev_leaves) + len(self._host_leaves) > 4 * self.num_nodes + 1024:
             for heap in (self._dev_leaves, self._host_leaves):  # compact stale entries
                 heap.rebuild(self.iter_nodes())
-
-    def evict(self, n_tokens: int, on_write_back: Callable[[list[Transfer]], None] | None = None) -> EvictResult:
-        """Free at least `n_tokens` of L1 (fewer if too much is locked), least recently used leaves first.
-
-        A node with a host copy keeps it and stays in the tree; one without is written back
-        under write_back (copies go to `on_write_back`, default the tree's, before the
-        device slots are freed), else dropped. Freed slots go back to the device allocator.
-        """
-        if not isinstance(n_tokens, (int, np.integer)) or n_tokens < 0:
-            raise ValueError(f"n_tokens: must be a non-negative integer, got {n_tokens!r}")
-        freed, write_backs, locked, dropped, evicted = [], [], {}, 0, 0
-        write_back = self.policy.writes_back_on_evict and self.host is not None
-        while evicted < n_tokens and (node := self._dev_leaves.pop()) is not None:
-            if node.lock_ref > 0:
-                locked[node.id] = node  # back in the heap after this eviction
-                continue
-            if self.ghost is not None:
-                for h in self.node_hashes(node):
-                    self.ghost.add(hash64(h))
-            n, parent = len(node.dev), node.parent
-            evicted += n * self.page_size
-            t = self._write_back(node) if node.host is None and write_back else None
-            if t is not None:
-                write_backs.append(t)  # its device slots are freed once the copy is done
-            else:
-                freed.append(node.dev)
-                self.device_pages -= n
-                if node.host is None:
-                    dropped += self._drop(node)
-                else:
-                    node.dev = None
-            self._note(node)
-            self._note(parent)
-        for node in locked.values():
-            self._dev_leaves.push(node)
-        if write_backs:
-            (on_write_back or self.on_write_back or (lambda ts: None))(write_backs)
-            for t in write_backs:
-                t.done = True
-                freed.append(t.device_pages)
-                self.device_pages -= len(t.device_pages)
-        freed_pages = np.concatenate(freed) if freed else _NO_PAGES
-        if self.device is not None:
-            self.device.free_pages(freed_pages)
-        return EvictResult(evicted, pages_to_slots(freed_pages, self.page_size), write_backs, dropped)
-
-    def _write_back(self, node: Node) -> Transfer | None:
-        n = len(node.dev)
-        pages = self.host.alloc_pages(n)
-        if pages is None:
-            self.evict_host(n * self.page_size)
-            pages = self.host.alloc_pages(n)
-        if pages is None:
-            return None
-        node.host, dev, node.dev = pages, node.dev, None
-        self.host_pages += n
-        t = Transfer("write_back", [node], pages_to_slots(dev, self.page_size), pages_to_slots(pages, self.page_size))
-        t.device_pages = dev
-        return t
-
-    def _drop(self, node: Node) -> int:
-        """Remove `node` and its (host-only) subtree; free their host slots. Returns nodes removed."""
-        parent = node.parent
-        del parent.children[node.key[: self.page_bytes]]
-        removed, stack = 0, [node]
-        while stack:
-            x = stack.pop()
-            stack.extend(x.children.values())
-            if x.host is not None:
-                self.host_pages -= len(x.host)
-                if self.host is not None:
-                    self.host.free_pages(x.host)
-            x.parent = x.dev = x.host = None  # detached (stale in the eviction heaps); its slots are gone
-            removed += 1
-        self.num_nodes -= removed
-        self._note(parent)
-        return removed
-
-    def evict_host(self, n_tokens: int) -> EvictHostResult:
-        """Free at least `n_tokens` of L2 from host-only leaves, least recently used first.
-
-        As upstream, only nodes already evicted from L1 lose their host copy (and leave the
-        tree); the L2 copy of a node still in L1 is kept.
-        """
-        if not isinstance(n_tokens, (int, np.integer)) or n_tokens < 0:
-            raise ValueError(f"n_tokens: must be a non-negative integer, got {n_tokens!r}")
-        freed, locked, evicted = [], {}, 0
-        while evicted < n_tokens and (node := self._host_leaves.pop()) is not None:
-            if node.lock_ref > 0:
-                locked[node.id] = node
-                continue
-            evicted += len(node.host) * self.page_size
-            freed.append(node.host)
-            self._drop(node)
-        for node in locked.values():
-            self._host_leaves.push(node)
-        freed_pages = np.concatenate(freed) if freed else _NO_PAGES
-        return EvictHostResult(evicted, pages_to_slots(freed_pages, self.page_size))
-
-    def load_back(self, target: Node | MatchResult, min_tokens: int = 0) -> Transfer | None:
-        """Give the host-only chain ending at `target` device slots again (H2D), or None.
-
-        None when nothing is host-only, the chain is under `min_tokens`, or L1 cannot make
-        room. Otherwise the nodes count as in L1 at once (as upstream) and stay locked
-        until `complete(transfer)`: the caller must not read their KV before the copy.
-        """
-        if self.device is None:
-            raise ValueError("load_back: the tree has no device allocator to take slots from")
-        node = target.last_host_node if isinstance(target, MatchResult) else target
-        chain = []
-        while node.dev is None:
-            chain.append(node)
-            node = node.parent
-        need = sum(len(x.host) for x in chain)
-        if not chain or need * self.page_size < min_tokens:
-            return None
-        chain.reverse()
-        self.lock(chain[-1])  # the eviction below must neither take the chain nor its ancestors
-        pages = self.device.alloc_pages(need)
-        if pages is None:
-            self.evict(need * self.page_size)
-            pages = self.device.alloc_pages(need)
-        if pages is None:
-            self.unlock(chain[-1])
-            return None
-        at = 0
-        for x in chain:
-            x.dev, at = pages[at : at + len(x.host)], at + len(x.host)
-        self.device_pages += need
-        self._note(chain[-1])
-        host = np.concatenate([x.host for x in chain])
-        return Transfer("load", chain, pages_to_slots(pages, self.page_size), pages_to_slots(host, self.page_size),
-                        chain[-1])
 
     def iter_nodes(self):
         """All nodes except the root, parents before children, in creation order per level."""
