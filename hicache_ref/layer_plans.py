@@ -21,7 +21,7 @@ from hal import layouts, pool_transfer
 from hal.layouts import KVGeometry
 from hal.plan import CopyGroup, Segments, TransferPlan
 
-TILE_MAX_RUNS = 1 << 14  # symbolic plans up to this many segments become one array
+TILE_MAX_RUNS = 1 << 16  # symbolic plans up to this many segments become one array
 
 
 class LayerPlanner:
@@ -71,15 +71,17 @@ class LayerPlanner:
         """One symbolic plan standing for every layer of every transfer in `plans` (layer-0 plans).
 
         Same bytes, segments and launches as the real submissions (one per backup, one per
-        layer per load), hence the same modeled cost under a link model linear in them. Few
-        runs are tiled into one group (the model then sums one array); many keep one group
-        per layer, sharing arrays instead of copying them.
+        layer per load), hence the same modeled cost under a link model linear in them. The
+        runs of all plans are concatenated into one group (nothing reads a symbolic plan's
+        offsets), then tiled per layer when small, else the group is repeated per layer,
+        sharing its arrays: the model's cost stays one pass per layer, whatever the batch.
         """
         layers = self.geom.layers
         groups = [g for p in plans for g in p.groups]
-        if sum(len(g.segments.nbytes) for g in groups) * layers <= TILE_MAX_RUNS:
-            groups = [CopyGroup(g.src, g.dst, Segments(*(np.tile(a, layers) for a in g.segments))) for g in groups]
+        one = Segments(*(np.concatenate([g.segments[i] for g in groups]) for i in range(3)))
+        if len(one.nbytes) * layers <= TILE_MAX_RUNS:
+            groups = [CopyGroup(groups[0].src, groups[0].dst, Segments(*(np.tile(a, layers) for a in one)))]
         else:
-            groups = groups * layers
+            groups = [CopyGroup(groups[0].src, groups[0].dst, one)] * layers
         launches = len(plans) * (1 if direction == "d2h" else layers)
         return TransferPlan(plans[0].op, groups, direction, launches)

@@ -12,11 +12,13 @@ replaced by inert stand-ins at import. Only its match_prefix + insert calls are 
 lists are built outside the timer), so the comparison favours the peer. Both report hit
 tokens; they must agree, which cross-checks the two trees.
 
-Runs alternate (ours, peer, ours, ...) so background load hits both alike; medians.
+Runs alternate (ours, tree only, peer, ours, ...) so background load hits all alike, each
+after a full garbage collection; medians.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.abc
 import importlib.machinery
 import statistics
@@ -202,12 +204,15 @@ def run(a) -> int:
     ours, tree_only, theirs, cpu = [], [], [], []
     fig = None
     for _ in range(a.repeat):
+        gc.collect()  # every run starts without the previous run's garbage (trees are cyclic)
         c0 = time.process_time()
         fig = replay(requests, page_size=a.page_size, write_policy=a.write_policy, host_layout=a.host_layout)
         cpu.append(time.process_time() - c0)
         ours.append(fig["wall_seconds"])
+        gc.collect()
         tree_only.append(run_tree_only(requests, a.page_size))
         if peer is not None:
+            gc.collect()
             theirs.append(run_peer(peer, requests, a.page_size))
     tokens = fig["input_tokens"]
     med = statistics.median(ours)
