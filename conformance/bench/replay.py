@@ -48,6 +48,8 @@ def add_arguments(p) -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--sglang-root", help="directory holding an unpacked `sglang` Python package: run its "
                                          "RadixCache as the peer in the same run")
+    p.add_argument("--peer-keys", default="array", help="token containers for the peer, comma-separated: "
+                                                          "array (SGLang >= 0.5), list (older SGLang)")
     p.add_argument("--json", action="store_true")
 
 
@@ -147,14 +149,17 @@ def load_sglang_radix(root: str):
     return rc.RadixCache, rc.RadixKey, MatchPrefixParams, InsertParams
 
 
-def run_peer(peer, requests, page_size: int) -> dict:
+def run_peer(peer, requests, page_size: int, keys: str = "array") -> dict:
+    """SGLang's RadixCache, match_prefix + insert timed. keys: "array" holds token ids in an
+    array('q') as SGLang >= 0.5 schedulers do; "list" in a Python list, as older ones did."""
     import torch
 
     RadixCache, RadixKey, MatchPrefixParams, InsertParams = peer
     cache = RadixCache.create_simulated(page_size=page_size)
     timed, hits = 0.0, 0
     for r in requests:
-        ids = array("q", request_tokens(r.hash_ids, r.input_length).astype("int64").tobytes())
+        tokens = request_tokens(r.hash_ids, r.input_length).astype("int64")
+        ids = array("q", tokens.tobytes()) if keys == "array" else tokens.tolist()
         n = len(ids) // page_size * page_size
         value = torch.arange(n, dtype=torch.int64)
         t0 = time.perf_counter()
@@ -201,7 +206,11 @@ def run(a) -> int:
         raise ValueError(f"--repeat: must be at least 1, got {a.repeat}")
     requests = read_trace(trace, a.limit)
     peer = load_sglang_radix(a.sglang_root) if a.sglang_root else None
-    ours, tree_only, theirs, cpu = [], [], [], []
+    key_kinds = a.peer_keys.split(",")
+    if not set(key_kinds) <= {"array", "list"}:
+        raise ValueError(f"--peer-keys: expected array and/or list, got {a.peer_keys!r}")
+    ours, tree_only, cpu = [], [], []
+    theirs: dict[str, list[dict]] = {k: [] for k in key_kinds} if peer is not None else {}
     fig = None
     for _ in range(a.repeat):
         gc.collect()  # every run starts without the previous run's garbage (trees are cyclic)
@@ -211,9 +220,9 @@ def run(a) -> int:
         ours.append(fig["wall_seconds"])
         gc.collect()
         tree_only.append(run_tree_only(requests, a.page_size))
-        if peer is not None:
+        for kind in theirs:
             gc.collect()
-            theirs.append(run_peer(peer, requests, a.page_size))
+            theirs[kind].append(run_peer(peer, requests, a.page_size, kind))
     tokens = fig["input_tokens"]
     med = statistics.median(ours)
     result = {
@@ -235,20 +244,19 @@ def run(a) -> int:
              f"ours, tree only (match_prefix + insert timed, as the peer): median {tmed:.2f} s, "
              f"{tokens / tmed / 1e6:.1f} M tokens/s"]
     rc = 0
-    if theirs:
-        pmed = statistics.median(t["wall_seconds"] for t in theirs)
-        result["peer"] = {"name": "sglang RadixCache (match_prefix + insert only)", "root": a.sglang_root,
-                          "wall_seconds": [t["wall_seconds"] for t in theirs], "median_wall_seconds": pmed,
-                          "tokens_per_second": tokens / pmed, "hit_tokens": theirs[0]["hit_tokens"]}
-        result["speedup_vs_peer"] = pmed / med
-        result["tree_speedup_vs_peer"] = pmed / tmed
-        agree = theirs[0]["hit_tokens"] == result["ours"]["hit_tokens"] == tree_only[0]["hit_tokens"]
-        result["hit_tokens_agree"] = agree
-        lines.append(f"peer (SGLang RadixCache): median {pmed:.2f} s, {tokens / pmed / 1e6:.1f} M tokens/s, "
-                     f"hit tokens {theirs[0]['hit_tokens']:,} ({'agree' if agree else 'DISAGREE'}); "
-                     f"peer / ours: whole replay {pmed / med:.2f}x, tree only {pmed / tmed:.2f}x")
-        rc = 0 if agree else 1
-    else:
+    for kind, runs in theirs.items():
+        pmed = statistics.median(t["wall_seconds"] for t in runs)
+        agree = runs[0]["hit_tokens"] == result["ours"]["hit_tokens"] == tree_only[0]["hit_tokens"]
+        result[f"peer_{kind}_keys"] = {
+            "name": f"sglang RadixCache, {kind} keys (match_prefix + insert only)", "root": a.sglang_root,
+            "wall_seconds": [t["wall_seconds"] for t in runs], "median_wall_seconds": pmed,
+            "tokens_per_second": tokens / pmed, "hit_tokens": runs[0]["hit_tokens"], "hit_tokens_agree": agree,
+            "peer_over_ours": pmed / med, "peer_over_ours_tree_only": pmed / tmed}
+        lines.append(f"peer (SGLang RadixCache, {kind} keys): median {pmed:.2f} s, {tokens / pmed / 1e6:.1f} M tokens/s, "
+                     f"hit tokens {runs[0]['hit_tokens']:,} ({'agree' if agree else 'DISAGREE'}); "
+                     f"peer time / ours: whole replay {pmed / med:.2f}x, tree only {pmed / tmed:.2f}x")
+        rc = rc or (0 if agree else 1)
+    if not theirs:
         lines.append("peer: not run (give --sglang-root); the issue's figure for SGLang's RadixCache is ~11 s")
     emit(result, a.json, lines)
     return rc
