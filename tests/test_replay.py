@@ -196,3 +196,12 @@ def test_conversation_slice_materialized_matches_symbolic(conversation):
     assert real["kv_mismatch_tokens"] == 0
     for key in ("l1_hit_tokens", "l2_hit_tokens", "d2h_tokens", "h2d_tokens", "d2h_segments", "h2d_segments"):
         assert real[key] == symbolic[key], key
+
+
+def test_bench_replay_runs_and_reports(tmp_path):
+    path = _write_trace(tmp_path / "t.jsonl", [A, B_SHARES_TWO, A_AGAIN])
+    rc, out = _cli(["bench", "replay", "--trace", str(path), "--repeat", "1", "--json"])
+    result = json.loads(out)
+    assert rc == 0 and result["requests"] == 3
+    assert result["ours"]["hit_tokens"] == result["ours_tree_only"]["hit_tokens"] == 1024 + 1536
+    assert cli_main(["bench", "replay", "--trace", str(path), "--sglang-root", str(tmp_path)]) == 2
