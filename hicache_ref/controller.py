@@ -53,6 +53,7 @@ from hicache_ref.transfers import (
 
 DIRECTIONS = ("d2h", "h2d")
 _STOP = object()
+_CANCELLED = object()
 _WAIT_SLICE_S = 0.1  # how often a watcher blocked on an event checks for cancellation
 _BATCH_MAX = 256  # symbolic jobs submitted as one plan at most
 _BATCH_WINDOW_S = 0.02  # symbolic jobs wait this long for company unless someone waits on them
@@ -71,7 +72,7 @@ class _Direction:
         self.ctl, self.name = ctl, name
         self.stream = ctl.backend.new_stream()
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.inflight: queue.SimpleQueue = queue.SimpleQueue()  # (handle, last event) in stream order
+        self.inflight: queue.SimpleQueue = queue.SimpleQueue()  # ([handles], last event), stream order
         self.stats = DirectionStats()
         self.pending = 0  # enqueued and not yet acked (guarded by ctl._lock)
         self.submitter = threading.Thread(target=self._submit_loop, name=f"hicache-{name}", daemon=True)
@@ -123,6 +124,9 @@ class _Direction:
                 job.handle._fail(self.ctl._error)
             else:
                 live.append(job)
+                continue
+            with self.ctl._lock:
+                self.pending -= 1
         return live, stop
 
     def _submit(self, jobs: list[_Job]) -> None:
@@ -159,22 +163,34 @@ class _Direction:
             if item is _STOP:
                 return
             handles, ev = item
-            while True:
-                try:
-                    ev.wait(_WAIT_SLICE_S)
-                    break
-                except TimeoutError:
-                    if ev.query():
-                        continue  # completed between the timeout and the check: wait again to see errors
-                    if self.ctl._cancelled.is_set():
-                        return
-                except BaseException as e:  # noqa: BLE001 - the stream reported a failed transfer
-                    for h in handles:
-                        h._fail(e)
-                        self.ctl._record_error(self.name, h, e)
-                    break
-            if handles[0]._error is None:
+            error = self._await(ev)
+            if error is _CANCELLED:
+                return
+            if error is not None:
+                for h in handles:
+                    h._fail(error)
+                    self.ctl._record_error(self.name, h, error)
+            else:
                 self._acknowledge(handles, getattr(ev, "modeled_time", None))
+
+    def _await(self, ev):
+        """None once `ev` completed well, its failure, or _CANCELLED. Waits in slices so that a
+        cancelled controller is not held by an event that never completes."""
+        while True:
+            try:
+                ev.wait(_WAIT_SLICE_S)
+            except TimeoutError:
+                pass
+            except BaseException as e:  # noqa: BLE001 - the stream reported a failed transfer
+                return e
+            if ev.query():
+                try:
+                    ev.wait(0)  # a failure that landed after the slice ended shows here
+                except BaseException as e:  # noqa: BLE001
+                    return e
+                return None
+            if self.ctl._cancelled.is_set():
+                return _CANCELLED
 
     def _acknowledge(self, handles: list[TransferHandle], modeled_time: float | None) -> None:
         with self.ctl._lock:
