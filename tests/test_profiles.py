@@ -98,8 +98,8 @@ def test_p800_records_the_seed_figures():
         assert p.target(name).value == pytest.approx(value)
         assert "seed work (P800 acceptance runs)" in p.target(name).source
     # Values the seed work did not measure are either unknown or labelled as assumptions.
-    assert p.link.d2h_gbps is None and p.compute.prefill_seconds(1000) is None
-    assert set(p.assumptions()) == {"link.per_segment_us", "link.per_launch_us"}
+    assert p.compute.prefill_seconds(1000) is None
+    assert set(p.assumptions()) == {"link.d2h_gbps", "link.per_segment_us", "link.per_launch_us"}
 
 
 def test_p800_link_model_shows_why_many_segments_hurt():
