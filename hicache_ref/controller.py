@@ -9,7 +9,8 @@ per layer so compute on layer i can wait on layer i alone (`LoadHandle.layer_eve
 
 Completion: a watcher thread per direction waits the stream's events in order (a stream
 completes in submission order) and queues an `Ack`; `poll()` hands the acks to the
-scheduler thread in the order the transfers completed. Errors: a failure while submitting
+scheduler thread in completion order within a direction, and across the two directions in
+the order the watchers saw the completions (which can trail the device by a thread wake-up). Errors: a failure while submitting
 or reported by an event makes the controller fail-stop: the next scheduler call (`poll`,
 `write`, `load`, `flush`, a handle's wait) raises `TransferError` with the direction, tag
 and size, and so does every later one, so an error cannot be lost by a caller that drops
@@ -346,8 +347,9 @@ class CacheController:
             raise self._error
 
     def poll(self) -> list[Ack]:
-        """Acks of transfers completed since the last poll, in completion order; raises
-        TransferError once any transfer failed (and on every later call)."""
+        """Acks of transfers completed since the last poll, in completion order (see the module
+        docstring for the two directions); raises TransferError once any transfer failed (and on
+        every later call)."""
         self._raise_if_failed()
         with self._lock:
             acks = list(self._acks)
