@@ -56,7 +56,7 @@ class KVGeometry:
 
     @property
     def elem_size(self) -> int:
-        return torch.empty(0, dtype=self.dtype).element_size()
+        return self.dtype.itemsize
 
     @property
     def item_size(self) -> int:

@@ -153,7 +153,7 @@ def plan_pool_transfer(layout: str, geom, host_size: int, host_tokens, device_to
     layers = range(geom.layers) if layers is None else layers
     parts = range(geom.parts)
     host_bufs = host_bufs or [("host", p) for p in parts]
-    device_bufs = device_bufs or [{l: ("device", p, l) for l in layers} for p in parts]
+    device_bufs = device_bufs or [{layer: ("device", p, layer) for layer in layers} for p in parts]
     host = Side(layout, list(host_bufs), host_size)
     dev = Side("layer_buffers", list(device_bufs), 0)
     if direction == "d2h":

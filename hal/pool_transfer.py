@@ -34,13 +34,13 @@ def backup(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indices, 
     if geom.attention == "mla":
         (host,), (dev,) = host_bufs, device_bufs
         if layout == "layer_first":
-            return kv.transfer_kv_all_layer_mla(list(dev), [host[l] for l in range(L)], di, hi, item, L)
+            return kv.transfer_kv_all_layer_mla(list(dev), [host[i] for i in range(L)], di, hi, item, L)
         if layout == "page_first":
             return kv.transfer_kv_all_layer_mla_lf_pf(list(dev), host, di, hi, item, ldim, L)
         return kv.transfer_kv_all_layer_direct_lf_pf(list(dev), [host], di, hi, ps)
     (hk, hv), (dk, dv) = host_bufs, device_bufs
     if layout == "layer_first":
-        return kv.transfer_kv_all_layer(list(dk), [hk[l] for l in range(L)], list(dv), [hv[l] for l in range(L)],
+        return kv.transfer_kv_all_layer(list(dk), [hk[i] for i in range(L)], list(dv), [hv[i] for i in range(L)],
                                         di, hi, item, L)
     if layout == "page_first":
         return kv.transfer_kv_all_layer_lf_pf(list(dk), hk, list(dv), hv, di, hi, item, ldim, L)

@@ -19,7 +19,7 @@ still busy at the deadline is reported with TimeoutError (the threads are daemon
 
 Counters (`stats()`): tokens, bytes and segments per direction come from a one-layer plan
 of each job scaled by the layer count, planned per page where that is exact
-(hicache_ref.layer_plans), so counting costs a fraction of the transfer's own planning,
+(hal.layer_plans), so counting costs a fraction of the transfer's own planning,
 and it runs on the submitter thread, not the scheduler's. Modeled seconds per
 direction are the stream's modeled clock at its last completion: each stream is used only
 by its submitter and never waits on another, so that is the sum of its transfers' modeled
@@ -39,8 +39,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hal import kvcacheio, pool_transfer
+from hal.layer_plans import LayerPlanner
 from hal.plan import TransferPlan
-from hicache_ref.layer_plans import LayerPlanner
 from hicache_ref.transfers import (
     Ack,
     ControllerStats,

@@ -13,9 +13,9 @@ from conformance import reference as ref
 from hal import pool_transfer
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
+from hal.layer_plans import LayerPlanner
 from hal.layouts import KVGeometry
 from hicache_ref.controller import CacheController, TransferCancelled, TransferError
-from hicache_ref.layer_plans import LayerPlanner
 from hicache_ref.pools import DevicePool, HostPool
 
 PS = 4

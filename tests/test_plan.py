@@ -42,7 +42,7 @@ def _brute_force_bytes(layout, geom, size, host_idx, dev_idx):
     out = {}
     for part in range(geom.parts):
         for layer in range(geom.layers):
-            for h, d in zip(host_idx.tolist(), dev_idx.tolist()):
+            for h, d in zip(host_idx.tolist(), dev_idx.tolist(), strict=True):
                 offs = host_piece_offsets(layout, geom, size, np.array([h]))[0]
                 for p in range(pieces):
                     host_off = int(offs[p]) + host_layer_shift(layout, geom, size, layer)
@@ -54,7 +54,7 @@ def _brute_force_bytes(layout, geom, size, host_idx, dev_idx):
 def _plan_bytes(plan):
     out = {}
     for g in plan.groups:
-        for s, d, n in zip(g.segments.src_offsets.tolist(), g.segments.dst_offsets.tolist(), g.segments.nbytes.tolist()):
+        for s, d, n in zip(g.segments.src_offsets.tolist(), g.segments.dst_offsets.tolist(), g.segments.nbytes.tolist(), strict=True):
             for b in range(n):
                 key = (g.dst, d + b)
                 assert key not in out, "a destination byte is written twice"

@@ -17,7 +17,7 @@ def _random_segments(rng, size, n, unit):
 
 def _expected(src, dst, seg):
     out = dst.clone()
-    for s, d, n in zip(seg.src_offsets.tolist(), seg.dst_offsets.tolist(), seg.nbytes.tolist()):
+    for s, d, n in zip(seg.src_offsets.tolist(), seg.dst_offsets.tolist(), seg.nbytes.tolist(), strict=True):
         out[d:d + n] = src[s:s + n]
     return out
 

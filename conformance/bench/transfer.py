@@ -33,9 +33,30 @@ def plan_times(repeat: int) -> dict:
     out = {}
     for layout in ("layer_first", "page_first_direct"):
         plan = plan_pool_transfer(layout, geom, SEED["tokens"], idx, idx, "d2h")
-        secs = median_seconds(lambda: plan_pool_transfer(layout, geom, SEED["tokens"], idx, idx, "d2h"), repeat)
+        secs = median_seconds(lambda lay=layout: plan_pool_transfer(lay, geom, SEED["tokens"], idx, idx, "d2h"), repeat)
         out[layout] = {"segments": plan.num_segments, "plan_seconds": secs}
     return out
+
+
+def _memcpy_seconds(nbytes: int, repeat: int) -> float:
+    """The peer: one contiguous torch copy of the same bytes, buffers freed afterwards."""
+    src, dst = torch.ones(nbytes, dtype=torch.uint8), torch.zeros(nbytes, dtype=torch.uint8)
+    return median_seconds(lambda: dst.copy_(src), repeat)
+
+
+def _steps(layout, geom, host, dev, host_idx, dev_idx, layers) -> dict:
+    """The timed transfers of one layout: all-layer backup, per-layer loads, and for
+    layer_first upstream's all-layer op run host -> device."""
+    steps = {
+        "d2h": lambda: pool_transfer.backup(layout, geom, host, dev, host_idx, dev_idx).wait(),
+        "h2d": lambda: pool_transfer.load_all_layers(layout, geom, host, dev, host_idx, dev_idx)[-1].wait(),
+    }
+    if layout == "layer_first":
+        hi, di = torch.from_numpy(host_idx), torch.from_numpy(dev_idx)
+        host_layers = [host[0][i] for i in range(layers)]
+        steps["h2d_all_layer"] = lambda: kvcacheio.transfer_kv_all_layer_mla(
+            host_layers, dev[0], hi, di, geom.item_size, layers).wait()
+    return steps
 
 
 def run(a) -> int:
@@ -48,9 +69,7 @@ def run(a) -> int:
     host_idx = slot_indices(a.tokens, a.page_size, True, rng)
     dev = [[emu.alloc_device((pool, 1, a.kv_dim), torch.bfloat16).fill_(1) for _ in range(a.layers)]]
     nbytes = a.tokens * geom.layout_dim
-    src, dst = torch.ones(nbytes, dtype=torch.uint8), torch.zeros(nbytes, dtype=torch.uint8)
-    memcpy = median_seconds(lambda: dst.copy_(src), a.repeat)
-    del src, dst
+    memcpy = _memcpy_seconds(nbytes, a.repeat)
     result = {"machine": machine(), "engine": segcopy.engine(), "profile": a.profile,
               "config": {"tokens": a.tokens, "layers": a.layers, "kv_dim": a.kv_dim, "page_size": a.page_size,
                          "bytes": nbytes, "indices": "scattered pages"},
@@ -60,30 +79,25 @@ def run(a) -> int:
         for layout in a.layouts.split(","):
             host = [torch.zeros(host_shape(layout, geom, pool), dtype=torch.bfloat16)]
             rows = {}
-            for direction in ("d2h", "h2d"):
-                if direction == "d2h":
-                    def step():
-                        pool_transfer.backup(layout, geom, host, dev, host_idx, dev_idx).wait()
-                else:
-                    def step():
-                        pool_transfer.load_all_layers(layout, geom, host, dev, host_idx, dev_idx)[-1].wait()
+            steps = _steps(layout, geom, host, dev, host_idx, dev_idx, a.layers)
+            for name, step in steps.items():
+                direction = name[:3]
                 secs = median_seconds(step, a.repeat)
                 plan = plan_pool_transfer(layout, geom, pool, host_idx, dev_idx, direction)
-                if direction == "h2d":
-                    plan.launches = a.layers
+                if name == "h2d":
+                    plan.launches = a.layers  # SGLang loads one layer per submission
                 modeled = priced.model_seconds(plan)
-                rows[direction] = {"wall_seconds": secs, "gbps": nbytes / secs / 1e9, "ratio_vs_memcpy": memcpy / secs,
-                                   "segments": plan.num_segments, "modeled_seconds": modeled}
+                rows[name] = {"wall_seconds": secs, "gbps": nbytes / secs / 1e9, "ratio_vs_memcpy": memcpy / secs,
+                              "segments": plan.num_segments, "launches": plan.launches, "modeled_seconds": modeled}
             result["layouts"][layout] = rows
-            del host
     lines = [f"engine: {result['engine']}; contiguous torch copy of {nbytes / 1e6:.0f} MB: "
              f"{result['memcpy_gbps']:.2f} GB/s (median of {a.repeat})"]
     for layout, p in result["plan"].items():
         lines.append(f"plan seed config {layout}: {p['segments']:,} segments in {p['plan_seconds'] * 1e3:.2f} ms")
-    lines.append(f"{'layout':<18}{'dir':<5}{'segments':>10}{'GB/s':>8}{'x memcpy':>10}{'modeled ' + a.profile:>16}")
+    lines.append(f"{'layout':<18}{'transfer':<14}{'segments':>10}{'GB/s':>8}{'x memcpy':>10}{'modeled ' + a.profile:>16}")
     for layout, rows in result["layouts"].items():
         for d, r in rows.items():
             m = f"{r['modeled_seconds'] * 1e3:.1f} ms" if r["modeled_seconds"] is not None else "unknown"
-            lines.append(f"{layout:<18}{d:<5}{r['segments']:>10,}{r['gbps']:>8.2f}{r['ratio_vs_memcpy']:>10.2f}{m:>16}")
+            lines.append(f"{layout:<18}{d:<14}{r['segments']:>10,}{r['gbps']:>8.2f}{r['ratio_vs_memcpy']:>10.2f}{m:>16}")
     emit(result, a.json, lines)
     return 0

@@ -1,4 +1,7 @@
-"""One-layer plans standing for whole transfers: what the controller counts and, without memory, submits.
+"""One-layer plans standing for whole pool transfers: cheap counting, and symbolic plans without memory.
+
+Lives in hal because it is address math: callers (the reference HiCache's controller)
+count segments and bytes through it instead of knowing any layout.
 
 hal.plan merges a transfer's runs once and repeats them per layer (every layout puts layer
 l at a constant shift from layer 0), so a transfer's segments and bytes are its layer-0
