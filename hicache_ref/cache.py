@@ -88,9 +88,8 @@ class HiCache:
                 self.tree.complete(t)
 
     def _on_write_back(self, transfers: list[Transfer]) -> None:
-        # One write per transfer, in the tree's order: a later write-back of the same evict()
-        # can reuse host slots of an earlier one (the tree may evict that L2 copy at once), and
-        # the D2H stream's FIFO order then leaves the later bytes, as the tree expects.
+        # One write per transfer (the tree guarantees write-backs of one evict() own disjoint
+        # host slots), submitted in the tree's order on the FIFO D2H stream.
         handles = [self.controller.write(t.device_indices, t.host_indices, tag=("write_back", t.num_tokens))
                    for t in transfers]
         if self.materialize:  # the tree frees these device slots when we return

@@ -61,6 +61,8 @@ class EvictHostResult(NamedTuple):
 class TierMoves:
     """RadixTree's backups, evictions, write-backs and load_backs (see the module docstring)."""
 
+    _uncopied: set = frozenset()  # ids of write-back nodes whose copy is still owed (inside evict)
+
     # -- backup (insert) ----------------------------------------------------------
     def _back_up(self, nodes: list[Node]) -> Transfer | None:
         """Give `nodes` (root-first, on device, no host copy) host slots; lock them until complete()."""
@@ -101,6 +103,9 @@ class TierMoves:
             raise ValueError(f"n_tokens: must be a non-negative integer, got {n_tokens!r}")
         freed, write_backs, locked, dropped, evicted = [], [], {}, 0, 0
         write_back = self.policy.writes_back_on_evict and self.host is not None
+        # Nodes written back in this call hold host slots whose copy has not run yet: L2
+        # eviction for a later write-back must not hand those slots out again.
+        self._uncopied = set()
         while evicted < n_tokens and (node := self._dev_leaves.pop()) is not None:
             if node.lock_ref > 0:
                 locked[node.id] = node  # back in the heap after this eviction
@@ -113,6 +118,7 @@ class TierMoves:
             t = self._write_back(node) if node.host is None and write_back else None
             if t is not None:
                 write_backs.append(t)  # its device slots are freed once the copy is done
+                self._uncopied.add(node.id)
             else:
                 freed.append(node.dev)
                 self.device_pages -= n
@@ -124,6 +130,7 @@ class TierMoves:
             self._note(parent)
         for node in locked.values():
             self._dev_leaves.push(node)
+        self._uncopied = set()
         if write_backs:
             (on_write_back or self.on_write_back or (lambda ts: None))(write_backs)
             for t in write_backs:
@@ -177,7 +184,7 @@ class TierMoves:
             raise ValueError(f"n_tokens: must be a non-negative integer, got {n_tokens!r}")
         freed, locked, evicted = [], {}, 0
         while evicted < n_tokens and (node := self._host_leaves.pop()) is not None:
-            if node.lock_ref > 0:
+            if node.lock_ref > 0 or node.id in self._uncopied:
                 locked[node.id] = node
                 continue
             evicted += len(node.host) * self.page_size

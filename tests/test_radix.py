@@ -271,3 +271,17 @@ def test_indices_do_not_depend_on_hash_seed_or_process():
                            cwd=os.path.dirname(os.path.dirname(__file__)),
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
     assert runs[0] == runs[1] == json.dumps(transcript("write_through_selective", "lifo")) + "\n"
+
+
+def test_write_backs_of_one_eviction_never_share_host_slots():
+    # Host room for one node: the second write-back must not take the first's (still
+    # uncopied) host slots by evicting it from L2; it is dropped instead.
+    tree, dev, host = make_tree("write_back", host_tokens=2)
+    insert(tree, [1, 1])
+    insert(tree, [2, 2])
+    e = tree.evict(4, on_write_back=lambda ts: None)
+    slots = [s for t in e.write_backs for s in t.host_indices.tolist()]
+    assert len(slots) == len(set(slots))
+    assert len(e.write_backs) == 1 and e.dropped_nodes == 1
+    hits = [tree.match_prefix(t).host_len for t in ([1, 1], [2, 2])]
+    assert sorted(hits) == [0, 2] and host.used_tokens == 2  # the written-back node kept its L2 copy
