@@ -48,3 +48,16 @@ def test_mha_page_head(capsys):
 def test_bad_arguments_exit_2_naming_the_argument(capsys, args, named):
     assert main(["plan", *args]) == 2
     assert named in capsys.readouterr().err
+
+
+def test_every_subcommand_and_benchmark_is_wired(capsys):
+    from conformance.cli import COMMANDS, build_parser
+    from conformance.commands.bench import BENCHES
+
+    help_text = build_parser().format_help()
+    assert all(name in help_text for name in COMMANDS)
+    for name in BENCHES:
+        with pytest.raises(SystemExit) as e:
+            main(["bench", name, "--help"])
+        assert e.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: hicache bench {name}")

@@ -1,1 +1,1 @@
-"""Subcommands of `hicache`; each module: NAME, HELP, add_arguments(parser), run(args)."""
+"""Subcommands of `hicache`: module name = subcommand; each has HELP, add_arguments(parser), run(args)."""

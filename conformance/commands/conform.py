@@ -17,7 +17,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-NAME = "conform"
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from conformance.doctor_checks import parse_bytes, run_doctor
 
-NAME = "doctor"
 HELP = ("preflight: PCIe ordering on shared uplinks, NUMA placement, THP (anon, /dev/shm), page tables, "
         "memlock, registered size, then configuration advice; exit 1 if a check fails")
 

@@ -10,7 +10,6 @@ import numpy as np
 from hal.layouts import HOST_LAYOUTS, KVGeometry, parse_dtype
 from hal.plan import plan_pool_transfer
 
-NAME = "plan"
 HELP = "count the merged DMA segments of a device<->host pool transfer in a given host layout"
 
 

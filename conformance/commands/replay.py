@@ -9,7 +9,6 @@ from hicache_ref.policy import POLICIES
 from hicache_ref.replay import replay, summary_lines
 from hicache_ref.trace import find_trace
 
-NAME = "replay"
 HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, L2 host) and report hits and transfers"
 _SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9}
 
