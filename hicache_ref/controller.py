@@ -6,6 +6,7 @@ measured 1.3 s per inline D2H submission on P800). Two daemon submitter threads,
 direction, each run jobs on their own backend stream through `hal.pool_transfer` (the only
 way this package moves bytes): a backup is one all-layer submission, a load one submission
 per layer so compute on layer i can wait on layer i alone (`LoadHandle.layer_event`).
+The threads of one direction live in hicache_ref.direction_worker.
 
 Completion: a watcher thread per direction waits the stream's events in order (a stream
 completes in submission order) and queues an `Ack`; `poll()` hands the acks to the
@@ -29,182 +30,29 @@ overlap them). None when the profile cannot model a transfer (e.g. an unknown ba
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections import deque
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from hal import kvcacheio, pool_transfer
 from hal.layer_plans import LayerPlanner
 from hal.plan import TransferPlan
+from hicache_ref.direction_worker import STOP, DirectionWorker, Job
 from hicache_ref.transfers import (
     Ack,
     ControllerStats,
     DirectionStats,
     LoadHandle,
-    TransferCancelled,
     TransferError,
     TransferHandle,
     WriteHandle,
 )
 
 DIRECTIONS = ("d2h", "h2d")
-_STOP = object()
-_CANCELLED = object()
-_WAIT_SLICE_S = 0.1  # how often a watcher blocked on an event checks for cancellation
-_BATCH_MAX = 256  # symbolic jobs submitted as one plan at most
-_BATCH_WINDOW_S = 0.02  # symbolic jobs wait this long for company unless someone waits on them
-
-
-class _Job(NamedTuple):
-    handle: TransferHandle
-    host_indices: np.ndarray
-    device_indices: np.ndarray
-
-
-class _Direction:
-    """Submitter + watcher threads of one direction, on one backend stream."""
-
-    def __init__(self, ctl: CacheController, name: str):
-        self.ctl, self.name = ctl, name
-        self.stream = ctl.backend.new_stream()
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.inflight: queue.SimpleQueue = queue.SimpleQueue()  # ([handles], last event), stream order
-        self.stats = DirectionStats()
-        self.pending = 0  # enqueued and not yet acked (guarded by ctl._lock)
-        self.submitter = threading.Thread(target=self._submit_loop, name=f"hicache-{name}", daemon=True)
-        self.watcher = threading.Thread(target=self._watch_loop, name=f"hicache-{name}-acks", daemon=True)
-        self.submitter.start()
-        self.watcher.start()
-
-    def _submit_loop(self) -> None:
-        with kvcacheio.use(self.ctl.backend, self.stream):
-            while True:
-                batch, stop = self._take_batch()
-                if self.ctl.device_pool.buffers is None:
-                    if batch:
-                        self._submit(batch)
-                else:
-                    for job in batch:
-                        self._submit([job])
-                if stop:
-                    self.inflight.put(_STOP)
-                    return
-
-    def _take_batch(self) -> tuple[list[_Job], bool]:
-        """The next job and, without memory, every job queued behind it (up to _BATCH_MAX).
-
-        Symbolic jobs are submitted together as one plan: the link model is linear in
-        launches, segments and bytes, so the modeled total is the same, and one stream
-        submission per batch instead of per job saves thread hand-offs (GIL round trips
-        that cost more than the modeling itself). Nothing waits on a symbolic transfer's
-        bytes, so the submitter also waits up to _BATCH_WINDOW_S for a batch to build.
-        """
-        jobs, stop = [self.jobs.get()], False
-        if self.ctl.device_pool.buffers is None:
-            if jobs[0] is not _STOP:
-                # Let more jobs arrive before taking the GIL from the scheduler thread again,
-                # unless someone waits for completions (flush, a handle, shutdown).
-                self.ctl._hurry.wait(_BATCH_WINDOW_S)
-            while len(jobs) < _BATCH_MAX:
-                try:
-                    jobs.append(self.jobs.get_nowait())
-                except queue.Empty:
-                    break
-        if _STOP in jobs:
-            jobs, stop = jobs[: jobs.index(_STOP)], True
-        live = []
-        for job in jobs:
-            if self.ctl._cancelled.is_set():
-                job.handle._fail(TransferCancelled(f"{self.name} transfer {job.handle.tag!r}: cancelled"))
-            elif self.ctl._error is not None:  # fail-stop: nothing more runs after a failure
-                job.handle._fail(self.ctl._error)
-            else:
-                live.append(job)
-                continue
-            with self.ctl._lock:
-                self.pending -= 1
-        return live, stop
-
-    def _submit(self, jobs: list[_Job]) -> None:
-        try:
-            t0 = time.perf_counter()
-            plans = [self.ctl._layer0_plan(self.name, job) for job in jobs]
-            events = self.ctl._run(self.name, jobs, plans)
-            for job, layer0 in zip(jobs, plans, strict=True):
-                self._count(job, layer0, (time.perf_counter() - t0) / len(jobs))
-        except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
-            for job in jobs:
-                job.handle._fail(e)
-                self.ctl._record_error(self.name, job.handle, e)
-            return
-        for job in jobs:
-            job.handle._add_events(events)
-        self.inflight.put(([job.handle for job in jobs], events[-1]))
-
-    def _count(self, job: _Job, layer0: TransferPlan, submit_seconds: float) -> None:
-        # Every layer repeats layer 0's runs (hal.plan merges once and shifts per layer).
-        layers = self.ctl.geom.layers
-        nbytes, segments = layer0.nbytes * layers, layer0.num_segments * layers
-        with self.ctl._lock:
-            s = self.stats
-            s.submit_seconds += submit_seconds
-            s.transfers += 1
-            s.tokens += len(job.host_indices)
-            s.bytes += nbytes
-            s.segments += segments
-
-    def _watch_loop(self) -> None:
-        while True:
-            item = self.inflight.get()
-            if item is _STOP:
-                return
-            handles, ev = item
-            error = self._await(ev)
-            if error is _CANCELLED:
-                return
-            if error is not None:
-                for h in handles:
-                    h._fail(error)
-                    self.ctl._record_error(self.name, h, error)
-            else:
-                self._acknowledge(handles, getattr(ev, "modeled_time", None))
-
-    def _await(self, ev):
-        """None once `ev` completed well, its failure, or _CANCELLED. Waits in slices so that a
-        cancelled controller is not held by an event that never completes."""
-        while True:
-            try:
-                ev.wait(_WAIT_SLICE_S)
-            except TimeoutError:
-                pass
-            except BaseException as e:  # noqa: BLE001 - the stream reported a failed transfer
-                return e
-            if ev.query():
-                try:
-                    ev.wait(0)  # a failure that landed after the slice ended shows here
-                except BaseException as e:  # noqa: BLE001
-                    return e
-                return None
-            if self.ctl._cancelled.is_set():
-                return _CANCELLED
-
-    def _acknowledge(self, handles: list[TransferHandle], modeled_time: float | None) -> None:
-        with self.ctl._lock:
-            s = self.stats
-            if modeled_time is None:
-                s.modeled_seconds = None
-            elif s.modeled_seconds is not None:
-                s.modeled_seconds = max(s.modeled_seconds, modeled_time)
-            for h in handles:
-                self.ctl._acks.append(Ack(self.name, h.tag, h.num_tokens, modeled_time))
-            self.ctl._last_completion = time.perf_counter()
-            self.pending -= len(handles)
-            self.ctl._lock.notify_all()
 
 
 class CacheController:
@@ -232,7 +80,7 @@ class CacheController:
         self._waiters = 0
         self._closed = False
         self._t0 = self._last_completion = time.perf_counter()
-        self._dirs = {name: _Direction(self, name) for name in DIRECTIONS}
+        self._dirs = {name: DirectionWorker(self, name) for name in DIRECTIONS}
 
     # -- scheduler thread: enqueue ------------------------------------------------------
     def write(self, device_indices, host_indices, tag: Any = None) -> WriteHandle:
@@ -240,7 +88,7 @@ class CacheController:
         t0 = time.perf_counter()
         di, hi = self._indices(device_indices, host_indices)
         h = WriteHandle(self, "d2h", tag, len(hi), 1)
-        self._enqueue("d2h", _Job(h, hi, di), t0)
+        self._enqueue("d2h", Job(h, hi, di), t0)
         return h
 
     def load(self, host_indices, device_indices, tag: Any = None) -> LoadHandle:
@@ -248,7 +96,7 @@ class CacheController:
         t0 = time.perf_counter()
         di, hi = self._indices(device_indices, host_indices)
         h = LoadHandle(self, "h2d", tag, len(hi), self.geom.layers)
-        self._enqueue("h2d", _Job(h, hi, di), t0)
+        self._enqueue("h2d", Job(h, hi, di), t0)
         return h
 
     def _indices(self, device_indices, host_indices) -> tuple[np.ndarray, np.ndarray]:
@@ -265,7 +113,7 @@ class CacheController:
             raise ValueError(f"host_indices: outside the host pool of {self.host_pool.num_tokens} slots")
         return di, hi
 
-    def _enqueue(self, name: str, job: _Job, t0: float) -> None:
+    def _enqueue(self, name: str, job: Job, t0: float) -> None:
         d = self._dirs[name]
         with self._lock:
             d.pending += 1
@@ -275,10 +123,10 @@ class CacheController:
             d.stats.max_enqueue_seconds = spent
 
     # -- submitter threads ----------------------------------------------------------------
-    def _layer0_plan(self, direction: str, job: _Job) -> TransferPlan:
+    def _layer0_plan(self, direction: str, job: Job) -> TransferPlan:
         return self._planner.layer0(direction, job.host_indices, job.device_indices)
 
-    def _run(self, direction: str, jobs: list[_Job], plans: list[TransferPlan]) -> list:
+    def _run(self, direction: str, jobs: list[Job], plans: list[TransferPlan]) -> list:
         """Submit `jobs` (one job, or a batch of symbolic ones); returns the events they share."""
         dev, host = self.device_pool.buffers, self.host_pool.buffers
         if host is None:
@@ -392,7 +240,7 @@ class CacheController:
         if not drain:
             self._cancelled.set()
         for d in self._dirs.values():
-            d.jobs.put(_STOP)
+            d.jobs.put(STOP)
         deadline = time.monotonic() + timeout
         stuck = []
         for d in self._dirs.values():

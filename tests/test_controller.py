@@ -15,8 +15,9 @@ from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
 from hal.layer_plans import LayerPlanner
 from hal.layouts import KVGeometry
-from hicache_ref.controller import CacheController, TransferCancelled, TransferError
+from hicache_ref.controller import CacheController
 from hicache_ref.pools import DevicePool, HostPool
+from hicache_ref.transfers import TransferCancelled, TransferError
 
 PS = 4
 

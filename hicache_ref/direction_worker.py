@@ -1,0 +1,176 @@
+"""One direction of the cache controller: a submitter thread and a watcher thread on one stream.
+
+The submitter takes jobs from the direction's queue and runs them through `hal.pool_transfer`
+on the direction's own backend stream; the watcher waits the stream's events in submission
+order and turns completions into acks (or failures) for the scheduler thread. The
+controller (hicache_ref.controller) owns the shared state: lock, acks, error, cancel flag.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from hal import kvcacheio
+from hal.plan import TransferPlan
+from hicache_ref.transfers import Ack, DirectionStats, TransferCancelled, TransferHandle
+
+if TYPE_CHECKING:
+    from hicache_ref.controller import CacheController
+
+STOP = object()  # queue sentinel: submit what is queued before it, then end
+_CANCELLED = object()
+_WAIT_SLICE_S = 0.1  # how often a watcher blocked on an event checks for cancellation
+_BATCH_MAX = 256  # symbolic jobs submitted as one plan at most
+_BATCH_WINDOW_S = 0.02  # symbolic jobs wait this long for company unless someone waits on them
+
+
+class Job(NamedTuple):
+    handle: TransferHandle
+    host_indices: np.ndarray
+    device_indices: np.ndarray
+
+
+class DirectionWorker:
+    """Submitter + watcher threads of one direction, on one backend stream."""
+
+    def __init__(self, ctl: CacheController, name: str):
+        self.ctl, self.name = ctl, name
+        self.stream = ctl.backend.new_stream()
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.inflight: queue.SimpleQueue = queue.SimpleQueue()  # ([handles], last event), stream order
+        self.stats = DirectionStats()
+        self.pending = 0  # enqueued and not yet acked (guarded by ctl._lock)
+        self.submitter = threading.Thread(target=self._submit_loop, name=f"hicache-{name}", daemon=True)
+        self.watcher = threading.Thread(target=self._watch_loop, name=f"hicache-{name}-acks", daemon=True)
+        self.submitter.start()
+        self.watcher.start()
+
+    def _submit_loop(self) -> None:
+        with kvcacheio.use(self.ctl.backend, self.stream):
+            while True:
+                batch, stop = self._take_batch()
+                if self.ctl.device_pool.buffers is None:
+                    if batch:
+                        self._submit(batch)
+                else:
+                    for job in batch:
+                        self._submit([job])
+                if stop:
+                    self.inflight.put(STOP)
+                    return
+
+    def _take_batch(self) -> tuple[list[Job], bool]:
+        """The next job and, without memory, every job queued behind it (up to _BATCH_MAX).
+
+        Symbolic jobs are submitted together as one plan: the link model is linear in
+        launches, segments and bytes, so the modeled total is the same, and one stream
+        submission per batch instead of per job saves thread hand-offs (GIL round trips
+        that cost more than the modeling itself). Nothing waits on a symbolic transfer's
+        bytes, so the submitter also waits up to _BATCH_WINDOW_S for a batch to build.
+        """
+        jobs, stop = [self.jobs.get()], False
+        if self.ctl.device_pool.buffers is None:
+            if jobs[0] is not STOP:
+                # Let more jobs arrive before taking the GIL from the scheduler thread again,
+                # unless someone waits for completions (flush, a handle, shutdown).
+                self.ctl._hurry.wait(_BATCH_WINDOW_S)
+            while len(jobs) < _BATCH_MAX:
+                try:
+                    jobs.append(self.jobs.get_nowait())
+                except queue.Empty:
+                    break
+        if STOP in jobs:
+            jobs, stop = jobs[: jobs.index(STOP)], True
+        live = []
+        for job in jobs:
+            if self.ctl._cancelled.is_set():
+                job.handle._fail(TransferCancelled(f"{self.name} transfer {job.handle.tag!r}: cancelled"))
+            elif self.ctl._error is not None:  # fail-stop: nothing more runs after a failure
+                job.handle._fail(self.ctl._error)
+            else:
+                live.append(job)
+                continue
+            with self.ctl._lock:
+                self.pending -= 1
+        return live, stop
+
+    def _submit(self, jobs: list[Job]) -> None:
+        try:
+            t0 = time.perf_counter()
+            plans = [self.ctl._layer0_plan(self.name, job) for job in jobs]
+            events = self.ctl._run(self.name, jobs, plans)
+            for job, layer0 in zip(jobs, plans, strict=True):
+                self._count(job, layer0, (time.perf_counter() - t0) / len(jobs))
+        except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
+            for job in jobs:
+                job.handle._fail(e)
+                self.ctl._record_error(self.name, job.handle, e)
+            return
+        for job in jobs:
+            job.handle._add_events(events)
+        self.inflight.put(([job.handle for job in jobs], events[-1]))
+
+    def _count(self, job: Job, layer0: TransferPlan, submit_seconds: float) -> None:
+        # Every layer repeats layer 0's runs (hal.plan merges once and shifts per layer).
+        layers = self.ctl.geom.layers
+        nbytes, segments = layer0.nbytes * layers, layer0.num_segments * layers
+        with self.ctl._lock:
+            s = self.stats
+            s.submit_seconds += submit_seconds
+            s.transfers += 1
+            s.tokens += len(job.host_indices)
+            s.bytes += nbytes
+            s.segments += segments
+
+    def _watch_loop(self) -> None:
+        while True:
+            item = self.inflight.get()
+            if item is STOP:
+                return
+            handles, ev = item
+            error = self._await(ev)
+            if error is _CANCELLED:
+                return
+            if error is not None:
+                for h in handles:
+                    h._fail(error)
+                    self.ctl._record_error(self.name, h, error)
+            else:
+                self._acknowledge(handles, getattr(ev, "modeled_time", None))
+
+    def _await(self, ev):
+        """None once `ev` completed well, its failure, or _CANCELLED. Waits in slices so that a
+        cancelled controller is not held by an event that never completes."""
+        while True:
+            try:
+                ev.wait(_WAIT_SLICE_S)
+            except TimeoutError:
+                pass
+            except BaseException as e:  # noqa: BLE001 - the stream reported a failed transfer
+                return e
+            if ev.query():
+                try:
+                    ev.wait(0)  # a failure that landed after the slice ended shows here
+                except BaseException as e:  # noqa: BLE001
+                    return e
+                return None
+            if self.ctl._cancelled.is_set():
+                return _CANCELLED
+
+    def _acknowledge(self, handles: list[TransferHandle], modeled_time: float | None) -> None:
+        with self.ctl._lock:
+            s = self.stats
+            if modeled_time is None:
+                s.modeled_seconds = None
+            elif s.modeled_seconds is not None:
+                s.modeled_seconds = max(s.modeled_seconds, modeled_time)
+            for h in handles:
+                self.ctl._acks.append(Ack(self.name, h.tag, h.num_tokens, modeled_time))
+            self.ctl._last_completion = time.perf_counter()
+            self.pending -= len(handles)
+            self.ctl._lock.notify_all()
