@@ -147,11 +147,11 @@ class _FailingStream(EmuStream):
         super().__init__(backend, name)
         self._plans, self._fail_at = 0, fail_at
 
-    def _run_plan(self, plan):
+    def _account(self, plan):
         self._plans += 1
         if self._plans == self._fail_at:
             raise OSError(5, "injected DMA fault")
-        super()._run_plan(plan)
+        super()._account(plan)
 
 
 class _FailingBackend(EmuBackend):

@@ -87,7 +87,7 @@ def test_hits_in_l1_are_checked_too(emu):
 # -- a failing stream, registered as an out-of-tree backend would be --------------------------------
 
 class _FaultyStream(EmuStream):
-    def _run_plan(self, plan):
+    def _account(self, plan):
         raise OSError(5, "injected DMA fault")
 
 
