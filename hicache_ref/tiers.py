@@ -63,15 +63,20 @@ class TierMoves:
 
     _uncopied: set = frozenset()  # ids of write-back nodes whose copy is still owed (inside evict)
 
+    def _take_pages(self, allocator, need: int, evict: Callable) -> np.ndarray | None:
+        """`need` pages from `allocator`, evicting that tier (LRU) once if it is short."""
+        pages = allocator.alloc_pages(need)
+        if pages is None:
+            evict(need * self.page_size)
+            pages = allocator.alloc_pages(need)
+        return pages
+
     # -- backup (insert) ----------------------------------------------------------
     def _back_up(self, nodes: list[Node]) -> Transfer | None:
         """Give `nodes` (root-first, on device, no host copy) host slots; lock them until complete()."""
         need = sum(len(x.dev) for x in nodes)
         self.lock(nodes[-1])  # keep them in L1 while host eviction runs and the copy is in flight
-        pages = self.host.alloc_pages(need)
-        if pages is None:
-            self.evict_host(need * self.page_size)
-            pages = self.host.alloc_pages(need)
+        pages = self._take_pages(self.host, need, self.evict_host)
         if pages is None:
             self.unlock(nodes[-1])
             return None
@@ -144,10 +149,7 @@ class TierMoves:
 
     def _write_back(self, node: Node) -> Transfer | None:
         n = len(node.dev)
-        pages = self.host.alloc_pages(n)
-        if pages is None:
-            self.evict_host(n * self.page_size)
-            pages = self.host.alloc_pages(n)
+        pages = self._take_pages(self.host, n, self.evict_host)
         if pages is None:
             return None
         node.host, dev, node.dev = pages, node.dev, None
@@ -215,10 +217,7 @@ class TierMoves:
             return None
         chain.reverse()
         self.lock(chain[-1])  # the eviction below must neither take the chain nor its ancestors
-        pages = self.device.alloc_pages(need)
-        if pages is None:
-            self.evict(need * self.page_size)
-            pages = self.device.alloc_pages(need)
+        pages = self._take_pages(self.device, need, self.evict)
         if pages is None:
             self.unlock(chain[-1])
             return None
