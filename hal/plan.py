@@ -162,3 +162,24 @@ def plan_pool_transfer(layout: str, geom, host_size: int, host_tokens, device_to
         plan = plan_copy(op or f"h2d_{layout}", geom, host, dev, host_tokens, device_tokens, layers)
     plan.direction = direction
     return plan
+
+
+def check_group(op: str, i: int, g: CopyGroup) -> None:
+    """Refuse a group a copy engine cannot run safely: engines trust plans, so a bad one
+    must fail here (ValueError naming the group), not corrupt memory."""
+    import torch
+
+    seg = g.segments
+    if not len(seg.src_offsets) == len(seg.dst_offsets) == len(seg.nbytes):
+        raise ValueError(f"plan {op}: groups[{i}] has offset and length arrays of different sizes")
+    if len(seg.nbytes) and int(seg.nbytes.min()) <= 0:
+        raise ValueError(f"plan {op}: groups[{i}] has a segment of {int(seg.nbytes.min())} bytes")
+    for name, t, off in (("src", g.src, seg.src_offsets), ("dst", g.dst, seg.dst_offsets)):
+        where = f"plan {op}: groups[{i}].{name}"
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{where} is {t!r}, not a tensor (a plan built without memory cannot run)")
+        if not t.is_contiguous():
+            raise ValueError(f"{where} is not contiguous")
+        size = t.numel() * t.element_size()
+        if len(off) and (int(off.min()) < 0 or int((off + seg.nbytes).max()) > size):
+            raise ValueError(f"{where}: a segment falls outside the {size}-byte buffer")

@@ -171,3 +171,16 @@ def test_independent_queued_plans_complete_in_order_with_per_plan_modeled_times(
     step = emu.profile.link.seconds("h2d", 1 << 20, 1, 1)
     assert times == pytest.approx([step * (i + 1) for i in range(8)])
     assert all(torch.equal(d, host) for d in devs)
+
+
+@pytest.mark.parametrize("segments,match", [
+    (Segments(np.array([0]), np.array([0]), np.array([-1])), "segment of -1 bytes"),
+    (Segments(np.array([0, 8]), np.array([0]), np.array([8, 8])), "different sizes"),
+    (Segments(np.array([-8]), np.array([0]), np.array([8])), "outside"),
+])
+def test_malformed_plans_are_refused_before_any_byte_moves(emu, segments, match):
+    src = emu.alloc_device((64,), torch.uint8).fill_(1)
+    dst = torch.zeros(64, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=match):
+        emu.execute(TransferPlan("bad", [CopyGroup(src, dst, segments)]))
+    assert not dst.any()

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from hal.backend import Backend, Capabilities, Event, Stream
-from hal.plan import CopyGroup, Segments, TransferPlan
+from hal.plan import CopyGroup, Segments, TransferPlan, check_group
 from hal.rows import flat_bytes, row_views
 
 # Up to this many segments a group is copied descriptor by descriptor (layer_first runs are few).
@@ -301,28 +301,15 @@ class CudaLikeBackend(Backend):
 
     # -- transfer ---------------------------------------------------------------------------
     def _check_group(self, op: str, i: int, g: CopyGroup) -> _Job:
-        seg = g.segments
-        if not len(seg.src_offsets) == len(seg.dst_offsets) == len(seg.nbytes):
-            raise ValueError(f"plan {op}: groups[{i}] has offset and length arrays of different sizes")
+        check_group(op, i, g)
         sides = []
-        for name, t, off in (("src", g.src, g.segments.src_offsets), ("dst", g.dst, g.segments.dst_offsets)):
-            where = f"plan {op}: groups[{i}].{name}"
-            if not isinstance(t, torch.Tensor):
-                raise ValueError(f"{where} is {t!r}, not a tensor (a plan built without memory cannot run)")
-            if not t.is_contiguous():
-                raise ValueError(f"{where} is not contiguous")
+        for name, t in (("src", g.src), ("dst", g.dst)):
             on_dev = self.is_device(t)
             if not on_dev and t.device.type != "cpu":
-                raise ValueError(f"{where} is on {t.device}; backend {self.name!r} takes cpu or cuda")
-            size = t.numel() * t.element_size()
-            if len(off) and (int(off.min()) < 0 or int((off + g.segments.nbytes).max()) > size):
-                raise ValueError(f"{where}: a segment falls outside the {size}-byte buffer")
-            sides.append((t, on_dev))
-        if len(g.segments.nbytes) and int(g.segments.nbytes.min()) <= 0:
-            raise ValueError(f"plan {op}: groups[{i}] has a segment of {int(g.segments.nbytes.min())} bytes")
-        for t, on_dev in sides:
+                raise ValueError(f"plan {op}: groups[{i}].{name} is on {t.device}; backend {self.name!r} takes cpu or cuda")
             if on_dev and t.device != self.device:
                 raise ValueError(f"plan {op}: groups[{i}] has a buffer on {t.device}; this backend uses {self.device}")
+            sides.append((t, on_dev))
         (src, src_dev), (dst, dst_dev) = sides
         return _Job(flat_bytes(src), flat_bytes(dst), g.segments, src_dev, dst_dev)
 
