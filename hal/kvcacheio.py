@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-from hal.kvcheck import Checked, geometry, indices, page_tokens, slots_of
+from hal.kvcheck import Checked, geometry, indices, min_slots, page_tokens, slots_of
 from hal.layouts import KVGeometry
 from hal.plan import Side, TransferPlan, plan_copy
 
@@ -100,8 +100,8 @@ def transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers
                  src_v_layers=src_v_layers, dst_v_layers=dst_v_layers)
     c = Checked.layer_lists(num_layers, **lists)
     geom = geometry("mha", num_layers, item_size, src_k_layers[0])
-    ss = min(slots_of(f"{n}[{i}]", t, item_size) for n, ts in lists.items() if n.startswith("src") for i, t in enumerate(ts))
-    ds = min(slots_of(f"{n}[{i}]", t, item_size) for n, ts in lists.items() if n.startswith("dst") for i, t in enumerate(ts))
+    ss = min(min_slots(n, ts, item_size) for n, ts in lists.items() if n.startswith("src"))
+    ds = min(min_slots(n, ts, item_size) for n, ts in lists.items() if n.startswith("dst"))
     si, di = indices(src_indices, dst_indices, ss, ds)
     layers = range(num_layers)
     src = Side("layer_buffers", [dict(enumerate(src_k_layers)), dict(enumerate(src_v_layers))], 0)
@@ -113,8 +113,7 @@ def transfer_kv_all_layer_mla(src_layers, dst_layers, src_indices, dst_indices, 
                               block_quota=2, num_warps_per_block=32):
     c = Checked.layer_lists(num_layers, src_layers=src_layers, dst_layers=dst_layers)
     geom = geometry("mla", num_layers, item_size, src_layers[0])
-    ss = min(slots_of(f"src_layers[{i}]", t, item_size) for i, t in enumerate(src_layers))
-    ds = min(slots_of(f"dst_layers[{i}]", t, item_size) for i, t in enumerate(dst_layers))
+    ss, ds = min_slots("src_layers", src_layers, item_size), min_slots("dst_layers", dst_layers, item_size)
     si, di = indices(src_indices, dst_indices, ss, ds)
     return _run("transfer_kv_all_layer_mla", geom, Side("layer_buffers", [dict(enumerate(src_layers))], 0),
                 Side("layer_buffers", [dict(enumerate(dst_layers))], 0), si, di, range(num_layers), c)
@@ -155,10 +154,10 @@ def _layer(layer_id: int, geom: KVGeometry) -> list[int]:
 def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size,
                                 src_layout_dim, block_quota=2, num_warps_per_block=32):
     c = Checked(src_k=src_k, dst_k=dst_k, src_v=src_v, dst_v=dst_v)
-    ds = min(slots_of("dst_k", dst_k, _item(item_size)), slots_of("dst_v", dst_v, item_size))
+    ds = min_slots(("dst_k", "dst_v"), (dst_k, dst_v), _item(item_size))
     geom = _host_geom("mha", "src_layout_dim", src_layout_dim, item_size, src_k)
     layers = _layer(layer_id, geom)
-    hs = min(slots_of("src_k", src_k, src_layout_dim), slots_of("src_v", src_v, src_layout_dim))
+    hs = min_slots(("src_k", "src_v"), (src_k, src_v), src_layout_dim)
     si, di = indices(src_indices, dst_indices, hs, ds)
     src = Side("page_first", [src_k, src_v], hs)
     dst = Side("layer_buffers", [{layer_id: dst_k}, {layer_id: dst_v}], 0)
@@ -183,8 +182,8 @@ def transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_in
     c.add(dst_k=dst_k, dst_v=dst_v)
     geom = _host_geom("mha", "dst_layout_dim", dst_layout_dim, item_size, src_k_layers[0])
     _layers_match(num_layers, geom)
-    ss = min(slots_of(f"src_k_layers[{i}]", t, item_size) for i, t in enumerate(src_k_layers + src_v_layers))
-    hs = min(slots_of("dst_k", dst_k, dst_layout_dim), slots_of("dst_v", dst_v, dst_layout_dim))
+    ss = min(min_slots("src_k_layers", src_k_layers, item_size), min_slots("src_v_layers", src_v_layers, item_size))
+    hs = min_slots(("dst_k", "dst_v"), (dst_k, dst_v), dst_layout_dim)
     si, di = indices(src_indices, dst_indices, ss, hs)
     src = Side("layer_buffers", [dict(enumerate(src_k_layers)), dict(enumerate(src_v_layers))], 0)
     return _run("transfer_kv_all_layer_lf_pf", geom, src, Side("page_first", [dst_k, dst_v], hs), si, di,
@@ -197,7 +196,7 @@ def transfer_kv_all_layer_mla_lf_pf(src_layers, dst, src_indices, dst_indices, i
     c.add(dst=dst)
     geom = _host_geom("mla", "dst_layout_dim", dst_layout_dim, item_size, src_layers[0])
     _layers_match(num_layers, geom)
-    ss = min(slots_of(f"src_layers[{i}]", t, item_size) for i, t in enumerate(src_layers))
+    ss = min_slots("src_layers", src_layers, item_size)
     hs = slots_of("dst", dst, dst_layout_dim)
     si, di = indices(src_indices, dst_indices, ss, hs)
     return _run("transfer_kv_all_layer_mla_lf_pf", geom, Side("layer_buffers", [dict(enumerate(src_layers))], 0),
@@ -214,11 +213,11 @@ def _layers_match(num_layers: int, geom: KVGeometry) -> None:
 def transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size,
                                 src_layout_dim, page_size, head_num, block_quota=2, num_warps_per_block=32):
     c = Checked(src_k=src_k, dst_k=dst_k, src_v=src_v, dst_v=dst_v)
-    ds = min(slots_of("dst_k", dst_k, _item(item_size)), slots_of("dst_v", dst_v, item_size))
+    ds = min_slots(("dst_k", "dst_v"), (dst_k, dst_v), _item(item_size))
     _page_head_host(page_size, head_num, src_k=src_k, src_v=src_v)
     geom = _host_geom("mha", "src_layout_dim", src_layout_dim, item_size, src_k, page_size, head_num)
     layers = _layer(layer_id, geom)
-    hs = min(slots_of("src_k", src_k, src_layout_dim, page_size), slots_of("src_v", src_v, src_layout_dim, page_size))
+    hs = min_slots(("src_k", "src_v"), (src_k, src_v), src_layout_dim, page_size)
     si, di = indices(src_indices, dst_indices, hs, ds, page_size=page_size)
     dst = Side("layer_buffers", [{layer_id: dst_k}, {layer_id: dst_v}], 0)
     return _run("transfer_kv_per_layer_ph_lf", geom, Side("page_head", [src_k, src_v], hs), dst, si, di, layers, c)
@@ -232,8 +231,8 @@ def transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_in
     _page_head_host(page_size, head_num, dst_k=dst_k, dst_v=dst_v)
     geom = _host_geom("mha", "dst_layout_dim", dst_layout_dim, item_size, src_k_layers[0], page_size, head_num)
     _layers_match(num_layers, geom)
-    ss = min(slots_of(f"src_k_layers[{i}]", t, item_size) for i, t in enumerate(src_k_layers + src_v_layers))
-    hs = min(slots_of("dst_k", dst_k, dst_layout_dim, page_size), slots_of("dst_v", dst_v, dst_layout_dim, page_size))
+    ss = min(min_slots("src_k_layers", src_k_layers, item_size), min_slots("src_v_layers", src_v_layers, item_size))
+    hs = min_slots(("dst_k", "dst_v"), (dst_k, dst_v), dst_layout_dim, page_size)
     si, di = indices(src_indices, dst_indices, ss, hs, page_size=page_size)
     src = Side("layer_buffers", [dict(enumerate(src_k_layers)), dict(enumerate(src_v_layers))], 0)
     return _run("transfer_kv_all_layer_lf_ph", geom, src, Side("page_head", [dst_k, dst_v], hs), si, di,
@@ -247,10 +246,9 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
     c = Checked.layer_lists(None, src_layers=src_layers, dst_layers=dst_layers)
     if len(src_layers) != len(dst_layers):
         raise ValueError(f"dst_layers: {len(dst_layers)} tensors, src_layers has {len(src_layers)}")
-    row = c.row_bytes("src_layers", src_layers + dst_layers)
+    row = c.row_bytes("src_layers", [*src_layers, *dst_layers])
     geom = geometry("mla", len(src_layers), row, src_layers[0], page_size=_page_size(page_size))
-    ss = min(slots_of(f"src_layers[{i}]", t, row) for i, t in enumerate(src_layers))
-    ds = min(slots_of(f"dst_layers[{i}]", t, row) for i, t in enumerate(dst_layers))
+    ss, ds = min_slots("src_layers", src_layers, row), min_slots("dst_layers", dst_layers, row)
     si, di = indices(src_indices, dst_indices, ss, ds, page_size=page_size)
     return _run("transfer_kv_direct", geom, Side("layer_buffers", [dict(enumerate(src_layers))], 0),
                 Side("layer_buffers", [dict(enumerate(dst_layers))], 0), si, di, range(len(src_layers)), c)
@@ -267,8 +265,11 @@ def _direct_host(name: str, host: list, device_rows: int, page_size: int, ref) -
     if not isinstance(host, (list, tuple)) or len(host) not in (1, 2):
         raise ValueError(f"{name}: expected [kv] (MLA) or [k, v] (MHA) host tensors, got {type(host).__name__}")
     for i, t in enumerate(host):
-        if t.dim() < 4 or t.shape[2] != page_size:
-            raise ValueError(f"{name}[{i}]: expected shape (pages, layers, page_size={page_size}, ...), got {tuple(t.shape)}")
+        if t.dim() < 4 or t.shape[2] != page_size or t.shape[0] < 1:
+            raise ValueError(f"{name}[{i}]: expected shape (pages >= 1, layers, page_size={page_size}, ...), "
+                             f"got {tuple(t.shape)}")
+        if t.shape != host[0].shape:
+            raise ValueError(f"{name}[{i}]: shape {tuple(t.shape)} differs from {name}[0] {tuple(host[0].shape)}")
     item = host[0][0, 0, 0].numel() * host[0].element_size()
     if item != device_rows:
         raise ValueError(f"{name}: host item is {item} bytes per token, device rows are {device_rows}")
@@ -284,7 +285,7 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indi
     if len(dst_ptrs) != len(src_ptrs):
         raise ValueError(f"dst_ptrs: expected {len(src_ptrs)} per-layer device tensors (one per part), got {len(dst_ptrs)}")
     layers = _layer(layer_id, geom)
-    ds = min(slots_of(f"dst_ptrs[{i}]", t, row) for i, t in enumerate(dst_ptrs))
+    ds = min_slots("dst_ptrs", dst_ptrs, row)
     si, di = page_tokens(src_indices, dst_indices, ps, hs, ds, host_side="src")
     dst = Side("layer_buffers", [{layer_id: t} for t in dst_ptrs], 0)
     return _run("transfer_kv_per_layer_direct_pf_lf", geom, Side("page_first_direct", list(src_ptrs), hs), dst,
@@ -300,7 +301,7 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indi
         raise ValueError(f"src_ptrs: expected {geom.parts * geom.layers} per-layer device tensors "
                          f"({geom.parts} part(s) x {geom.layers} layers), got {len(src_ptrs)}")
     L = geom.layers
-    ss = min(slots_of(f"src_ptrs[{i}]", t, row) for i, t in enumerate(src_ptrs))
+    ss = min_slots("src_ptrs", src_ptrs, row)
     si, di = page_tokens(src_indices, dst_indices, ps, ss, hs, host_side="dst")
     src = Side("layer_buffers", [dict(enumerate(src_ptrs[p * L:(p + 1) * L])) for p in range(geom.parts)], 0)
     return _run("transfer_kv_all_layer_direct_lf_pf", geom, src, Side("page_first_direct", list(dst_ptrs), hs),

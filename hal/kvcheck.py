@@ -94,6 +94,13 @@ def slots_of(name: str, t: torch.Tensor, row_bytes: int, rows_per_dim0: int = 1)
     return nbytes // row_bytes
 
 
+def min_slots(names, tensors, row_bytes: int, rows_per_dim0: int = 1) -> int:
+    """Fewest token slots over `tensors` (a per-layer list named `names`, or parallel names)."""
+    if isinstance(names, str):
+        names = [f"{names}[{i}]" for i in range(len(tensors))]
+    return min(slots_of(n, t, row_bytes, rows_per_dim0) for n, t in zip(names, tensors, strict=True))
+
+
 def _index_array(name: str, t) -> np.ndarray:
     if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype != torch.int64:
         desc = f"{t.dtype} of shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
