@@ -145,7 +145,8 @@ def backend(backend_name: str, profile):
         pytest.skip(f"backend {backend_name!r} unavailable: {why}")
     from hal.backend import get_backend
 
-    return get_backend(backend_name, profile)
+    with get_backend(backend_name, profile) as b:
+        yield b
 
 
 @pytest.fixture

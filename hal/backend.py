@@ -60,6 +60,10 @@ class Stream(abc.ABC):
     @abc.abstractmethod
     def synchronize(self) -> None: ...
 
+    def close(self) -> None:
+        """Let queued work finish, then release the stream (threads, handles)."""
+        return None
+
 
 class Backend(abc.ABC):
     name: str = "?"
@@ -104,6 +108,16 @@ class Backend(abc.ABC):
 
     def unregister_host(self, handle: Any) -> None:
         return None
+
+    def close(self) -> None:
+        """Release the streams this backend made; device buffers stay valid while referenced."""
+        return None
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # -- topology ------------------------------------------------------------
     def topology(self) -> Topology:

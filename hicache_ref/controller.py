@@ -252,9 +252,7 @@ class CacheController:
             self._cancelled.set()  # let watchers blocked on events leave when they can
             raise TimeoutError(f"controller: thread(s) {', '.join(stuck)} still running after {timeout} s")
         for d in self._dirs.values():
-            close = getattr(d.stream, "close", None)
-            if close is not None:
-                close()
+            d.stream.close()
         if self._error is not None and not self._error_reported:
             self._raise_if_failed()
         with self._lock:

@@ -64,7 +64,8 @@ def replay(trace: str | Path | list[TraceRequest], *, page_size: int = 64, l1_to
     if materialize and (l1 + l2) * geom.token_bytes > MATERIALIZE_LIMIT_BYTES:
         raise ValueError(f"materialize: pools of {(l1 + l2) * geom.token_bytes / 2**30:.1f} GiB exceed "
                          f"{MATERIALIZE_LIMIT_BYTES >> 30} GiB; give l1/l2 capacities, a limit, or a smaller geometry")
-    if backend is None:
+    own_backend = backend is None
+    if own_backend:
         from hal.backend import get_backend
 
         backend = get_backend("emu", profile)
@@ -91,6 +92,8 @@ def replay(trace: str | Path | list[TraceRequest], *, page_size: int = 64, l1_to
                 saved = _add_saved(saved, compute, res)
     finally:
         cache.close()
+        if own_backend:
+            backend.close()
     wall = time.perf_counter() - t0
     return _figures(totals, cache, wall, read_seconds, saved, ghost_list, dict(
         page_size=page_size, l1_tokens=l1, l2_tokens=l2, l1_unlimited=l1_tokens is None,

@@ -162,7 +162,7 @@ class _FailingBackend(EmuBackend):
 
     def new_stream(self):
         self._streams_made += 1
-        return _FailingStream(self, f"f{self._streams_made}", self.fail_at)
+        return self._track(_FailingStream(self, f"f{self._streams_made}", self.fail_at))
 
 
 register("emu-gated", _GatedBackend)

@@ -184,3 +184,22 @@ def test_malformed_plans_are_refused_before_any_byte_moves(emu, segments, match)
     with pytest.raises(ValueError, match=match):
         emu.execute(TransferPlan("bad", [CopyGroup(src, dst, segments)]))
     assert not dst.any()
+
+
+def test_close_ends_every_stream_thread_after_its_queued_work():
+    import threading
+
+    before = threading.active_count()
+    emu = get_backend("emu", "emu")
+    assert threading.active_count() == before  # no stream until one is used
+    dev = emu.alloc_device((1 << 16,), torch.uint8)
+    host = torch.ones(1 << 16, dtype=torch.uint8)
+    events = [emu.execute(_plan(host, dev, 1 << 16)), emu.execute(_plan(host, dev, 1 << 16), emu.new_stream())]
+    assert threading.active_count() == before + 2
+    emu.close()
+    for ev in events:
+        ev.wait(10)
+    for t in threading.enumerate():
+        if t.name.startswith("emu-"):
+            t.join(5)
+    assert threading.active_count() == before and torch.equal(dev, host)

@@ -98,7 +98,7 @@ class _FaultyBackend(EmuBackend):
 
     def new_stream(self):
         self._streams_made += 1
-        return _FaultyStream(self, f"faulty{self._streams_made}")
+        return self._track(_FaultyStream(self, f"faulty{self._streams_made}"))
 
 
 register("emu-faulty-e2e", _FaultyBackend)

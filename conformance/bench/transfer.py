@@ -99,5 +99,6 @@ def run(a) -> int:
         for d, r in rows.items():
             m = f"{r['modeled_seconds'] * 1e3:.1f} ms" if r["modeled_seconds"] is not None else "unknown"
             lines.append(f"{layout:<18}{d:<14}{r['segments']:>10,}{r['gbps']:>8.2f}{r['ratio_vs_memcpy']:>10.2f}{m:>16}")
+    emu.close()
     emit(result, a.json, lines)
     return 0

@@ -157,6 +157,7 @@ class EmuStream(Stream):
         self.record().wait()
 
     def close(self) -> None:
+        """Queued work finishes first; the worker thread then ends."""
         self._q.put(("stop", None))
 
 
@@ -172,7 +173,8 @@ class EmuBackend(Backend):
         super().__init__(profile)
         self._device_storages: dict[int, int] = {}  # storage data_ptr -> nbytes
         self._streams_made = 0
-        self._default = EmuStream(self, "default")
+        self._streams: weakref.WeakSet[EmuStream] = weakref.WeakSet()
+        self._default: EmuStream | None = None
         self._registered: dict[int, tuple[int, int]] = {}
         self.modeled_registration_seconds = 0.0
 
@@ -200,10 +202,22 @@ class EmuBackend(Backend):
 
     def new_stream(self) -> EmuStream:
         self._streams_made += 1
-        return EmuStream(self, f"s{self._streams_made}")
+        return self._track(EmuStream(self, f"s{self._streams_made}"))
+
+    def _track(self, stream: EmuStream) -> EmuStream:
+        self._streams.add(stream)
+        return stream
 
     def default_stream(self) -> EmuStream:
+        # Made on first use: a backend only asked for topology or memory starts no thread.
+        if self._default is None:
+            self._default = self._track(EmuStream(self, "default"))
         return self._default
+
+    def close(self) -> None:
+        for stream in list(self._streams):
+            stream.close()
+        self._default = None
 
     def direction(self, src: Any, dst: Any) -> str:
         def side(x):
@@ -218,7 +232,7 @@ class EmuBackend(Backend):
         return self.profile.link.seconds(plan.direction, plan.nbytes, plan.num_segments, plan.launches)
 
     def execute(self, plan: TransferPlan, stream: Stream | None = None) -> EmuEvent:
-        stream = stream or self._default
+        stream = stream or self.default_stream()
         if not isinstance(stream, EmuStream):
             raise ValueError(f"stream: {stream!r} is not an emu stream")
         if _materialized(plan):
