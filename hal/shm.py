@@ -47,14 +47,26 @@ def owner_alive(name: str) -> bool | None:
 
 
 def reap_dead_files(directory: str) -> list[str]:
-    """Remove our files in `directory` whose creator has died; returns the removed paths."""
+    """Remove our files in `directory` whose creator has died; returns the removed paths.
+
+    Only regular files of this euid count: in a sticky shared directory such as /dev/shm another
+    user's file cannot be unlinked (and root must not), so a name planted by someone else must
+    neither block our allocation nor be removed. Symlinks are never followed or removed.
+    """
     removed = []
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(directory):
-            if owner_alive(entry.name) is False:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-                    removed.append(entry.path)
+            if owner_alive(entry.name) is not False:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            with contextlib.suppress(FileNotFoundError, PermissionError):
+                os.unlink(entry.path)
+                removed.append(entry.path)
     return removed
 
 

@@ -295,6 +295,30 @@ def test_files_of_a_killed_process_are_reaped_by_the_next_allocation(plain_tmpfs
     assert os.listdir(plain_tmpfs) == []
 
 
+def test_dead_files_of_other_users_and_symlinks_are_left_alone(tmp_path):
+    # A sticky world-writable directory like /dev/shm. A name that claims a dead creator (our pid
+    # with a start time that is not ours) but belongs to another uid must not block allocation
+    # (unlink would raise EPERM for a non-root user) nor be removed (root could remove it).
+    if os.geteuid() != 0:
+        pytest.skip("needs root to chown a file to another uid")
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o1777)
+    os.chmod(shared, 0o1777)
+    dead = f"{shm.PREFIX}{os.getpid()}-1-"
+    foreign = shared / (dead + "a" * 32)
+    foreign.write_bytes(b"x")
+    os.chown(foreign, 65534, 65534)
+    link = shared / (dead + "b" * 32)
+    link.symlink_to(tmp_path / "target")
+    mine = shared / (dead + "c" * 32)
+    mine.write_bytes(b"x")
+    assert shm.owner_alive(foreign.name) is False
+    with allocate_host(vm.PAGE, shared_dir=shared):
+        pass
+    assert sorted(os.listdir(shared)) == sorted([foreign.name, link.name])  # only our own file reaped
+    assert foreign.stat().st_uid == 65534
+
+
 def test_interpreter_exit_removes_kept_files(plain_tmpfs):
     code = (
         "from hal.memory import allocate_host\n"
