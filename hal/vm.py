@@ -79,17 +79,21 @@ def map_aligned(length: int, fd: int | None = None) -> int:
     span = length + HUGE_PAGE + 2 * PAGE
     base = _mmap(None, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
     start = -(-(base + PAGE) // HUGE_PAGE) * HUGE_PAGE
+    lo, hi = base, base + span  # what of the reservation is still ours to unmap on failure
     try:
         if fd is None:
             _mmap(start, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED)
         else:
             _mmap(start, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd)
+        # Give back the reservation outside [guard, mapping, guard]. Once a piece is given back
+        # another thread may map there, so the cleanup below only unmaps what is left.
+        _munmap(lo, start - PAGE - lo)
+        lo = start - PAGE
+        _munmap(start + length + PAGE, hi - (start + length + PAGE))
+        hi = start + length + PAGE
     except BaseException:
-        _munmap(base, span)
+        _munmap(lo, hi - lo)
         raise
-    # Give back the reservation outside [guard, mapping, guard].
-    _munmap(base, start - PAGE - base)
-    _munmap(start + length + PAGE, base + span - (start + length + PAGE))
     return start
 
 

@@ -378,6 +378,26 @@ def test_read_only_shared_dir_is_refused(tmp_path):
             allocate_host(MB, shared_dir=d)
 
 
+@pytest.mark.parametrize("failing_trim", [0, 1])
+def test_map_aligned_unmaps_everything_when_trimming_fails(monkeypatch, failing_trim):
+    # munmap of the spare reservation cannot be made to fail for real here (trimming a VMA's head
+    # or tail is not limited by vm.max_map_count), so the failure is injected on that one call.
+    real, calls = vm._munmap, []
+
+    def munmap(addr, length):
+        calls.append((addr, length))
+        if len(calls) == failing_trim + 1:
+            raise OSError(12, "injected munmap failure")
+        real(addr, length)
+
+    monkeypatch.setattr(vm, "_munmap", munmap)
+    length = 4 * vm.PAGE
+    with pytest.raises(OSError, match="injected"):
+        vm.map_aligned(length)
+    base = calls[0][0]  # the first trim starts at the reservation's base
+    assert not _mapped(base, length + vm.HUGE_PAGE + 2 * vm.PAGE)
+
+
 def test_touch_fallback_populates_every_page():
     length = 4 * MB
     start = vm.map_aligned(length)
