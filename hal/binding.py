@@ -84,7 +84,7 @@ def plan_binding(
     """Plan host-pool placement for every device of `topology` under `policy`.
 
     memory_per_node_bytes overrides what the topology says (one int for every node, or a dict per
-    node): xpu-smi topologies do not know node memory. nodes: the interleave set (default all).
+    node): xpu-smi topologies do not know node memory. nodes: the interleave set, each node once (default all).
     """
     if policy not in POLICIES:
         raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
@@ -94,9 +94,14 @@ def plan_binding(
         raise ValueError(f"reserve_bytes: expected a non-negative int, got {reserve_bytes!r}")
     ids = topology.node_ids()
     if nodes is not None:
-        missing = [n for n in nodes if n not in ids]
+        nodes = list(nodes)
+        missing = [n for n in nodes if isinstance(n, bool) or n not in ids]
         if missing or not nodes:
-            raise ValueError(f"nodes: {list(nodes)} must be a non-empty list of existing nodes {ids}")
+            raise ValueError(f"nodes: {nodes} must be a non-empty list of existing nodes {ids}")
+        repeated = sorted({n for n in nodes if nodes.count(n) > 1})
+        if repeated:
+            # A repeated node would count its memory twice in the interleaved capacity.
+            raise ValueError(f"nodes: node(s) {repeated} given more than once in {nodes}")
         if policy == "local":
             raise ValueError("nodes: only meaningful with policy='interleave'")
     mem = _node_memory(topology, memory_per_node_bytes)
