@@ -54,6 +54,19 @@ SEED_PLAN = {
 }
 
 
+def seed_plan(layout: str, direction: str = SEED_PLAN["direction"]):
+    """The SEED_PLAN transfer in `layout` (contiguous slots on both sides), without memory."""
+    import numpy as np
+
+    from hal.layouts import KVGeometry, parse_dtype
+    from hal.plan import plan_pool_transfer
+
+    s = SEED_PLAN
+    geom = KVGeometry(s["attention"], s["layers"], s["heads"], s["head_dim"], parse_dtype(s["dtype"]), s["page_size"])
+    tokens = np.arange(s["tokens"], dtype=np.int64)
+    return plan_pool_transfer(layout, geom, s["tokens"], tokens, tokens, direction)
+
+
 class ProfileError(ValueError):
     """A profile that cannot be used: "<file>: <key.path>: expected <what>, got <repr>"."""
 

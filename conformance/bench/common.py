@@ -44,3 +44,26 @@ def emit(result: dict, as_json: bool, lines: list[str]) -> None:
         print(f"machine: {m.get('cpu')} ({m.get('cores')} cores), torch {m.get('torch')}")
         for line in lines:
             print(line)
+
+
+def check_targets(profile_name: str, measured: dict[str, float]) -> tuple[list[dict], list[str]]:
+    """Compare measured metrics with the profile's targets of the same metric name.
+
+    Returns one record per target that was measured (with `ok`) and the lines to print;
+    targets for metrics this benchmark does not measure are left out, not passed.
+    """
+    from hal.profiles import load_profile
+
+    profile = load_profile(profile_name)
+    records, lines = [], [f"targets of profile {profile.name}:"]
+    for t in profile.targets:
+        if t.metric not in measured:
+            continue
+        value = measured[t.metric]
+        ok = t.check(value)
+        records.append({"name": t.name, "metric": t.metric, "measured": value, "comparator": t.comparator,
+                        "value": t.value, "tolerance": t.tolerance, "unit": t.unit, "source": t.source, "ok": ok})
+        lines.append(f"  {'PASS' if ok else 'FAIL'} {t.name}: {value:.4g} {t.unit}, target {t.describe()}")
+    if not records:
+        lines.append("  (none of its targets is measured here)")
+    return records, lines

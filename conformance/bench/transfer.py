@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from conformance.bench.common import emit, machine, median_seconds
+from conformance.bench.common import check_targets, emit, machine, median_seconds
 from conformance.commands.plan import slot_indices
 from hal import kvcacheio, pool_transfer, segcopy
 from hal.backend import get_backend
 from hal.layouts import KVGeometry, host_shape
 from hal.plan import plan_pool_transfer
+from hal.profiles import seed_plan
 
 HELP = "plan time for the seed config and emu transfer bandwidth per host layout vs a contiguous copy"
-SEED = dict(tokens=32768, page_size=64, layers=78, kv_dim=576)
 
 
 def add_arguments(p) -> None:
@@ -23,18 +23,18 @@ def add_arguments(p) -> None:
     p.add_argument("--page-size", type=int, default=64)
     p.add_argument("--layouts", default="layer_first,page_first_direct,page_first")
     p.add_argument("--profile", default="p800", help="profile whose link model prices the same plans")
+    p.add_argument("--targets", default="emu",
+                   help="profile whose targets the measured figures are checked against (this machine's class)")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--json", action="store_true")
 
 
 def plan_times(repeat: int) -> dict:
-    geom = KVGeometry("mla", SEED["layers"], 1, SEED["kv_dim"], torch.bfloat16, SEED["page_size"])
-    idx = np.arange(SEED["tokens"], dtype=np.int64)
+    """Segments and median planning time of the seed transfer (hal.profiles.SEED_PLAN)."""
     out = {}
     for layout in ("layer_first", "page_first_direct"):
-        plan = plan_pool_transfer(layout, geom, SEED["tokens"], idx, idx, "d2h")
-        secs = median_seconds(lambda lay=layout: plan_pool_transfer(lay, geom, SEED["tokens"], idx, idx, "d2h"), repeat)
-        out[layout] = {"segments": plan.num_segments, "plan_seconds": secs}
+        secs = median_seconds(lambda lay=layout: seed_plan(lay), repeat)
+        out[layout] = {"segments": seed_plan(layout).num_segments, "plan_seconds": secs}
     return out
 
 
@@ -100,5 +100,12 @@ def run(a) -> int:
             m = f"{r['modeled_seconds'] * 1e3:.1f} ms" if r["modeled_seconds"] is not None else "unknown"
             lines.append(f"{layout:<18}{d:<14}{r['segments']:>10,}{r['gbps']:>8.2f}{r['ratio_vs_memcpy']:>10.2f}{m:>16}")
     emu.close()
-    emit(result, a.json, lines)
-    return 0
+    lf = result["layouts"].get("layer_first", {})
+    measured = {f"plan_segments_{k}_seed": v["segments"] for k, v in result["plan"].items()}
+    measured["plan_seconds_seed"] = result["plan"]["page_first_direct"]["plan_seconds"]
+    default = (a.tokens, a.layers, a.kv_dim, a.page_size) == (8192, 78, 576, 64)
+    if default and "d2h" in lf and "h2d_all_layer" in lf:  # the target's config: layer_first all-layer, both ways
+        measured["transfer_ratio_vs_memcpy"] = min(lf["d2h"]["ratio_vs_memcpy"], lf["h2d_all_layer"]["ratio_vs_memcpy"])
+    result["targets"], target_lines = check_targets(a.targets, measured)
+    emit(result, a.json, lines + target_lines)
+    return 0 if all(t["ok"] for t in result["targets"]) else 1
