@@ -203,3 +203,22 @@ def test_close_ends_every_stream_thread_after_its_queued_work():
     for t in mine:
         t.join(10)
     assert not any(t.is_alive() for t in mine) and torch.equal(dev, host)
+
+
+def test_views_of_one_storage_are_ordered_even_when_queued_together():
+    # Write into one half of a buffer, then read a view over the whole of it: the read must
+    # wait for the write although the two plans name different tensor objects.
+    emu = get_backend("emu", "emu")
+    s = emu.new_stream()
+    busy_src = emu.alloc_device((256 << 20,), torch.uint8)
+    busy_dst = torch.empty(256 << 20, dtype=torch.uint8)
+    n, size = 64, 64 << 10
+    dev = emu.alloc_device((n * size,), torch.uint8).fill_(5)
+    host = torch.zeros(2 * n * size, dtype=torch.uint8)
+    back = emu.alloc_device((n * size,), torch.uint8).zero_()
+    emu.execute(_plan(busy_src, busy_dst, 256 << 20), s)
+    emu.execute(TransferPlan("write", [CopyGroup(dev, host[n * size:], _segments(n, size))]), s)
+    whole = host.view(2, n * size)[1]  # another tensor object over the same bytes
+    ev = emu.execute(TransferPlan("read", [CopyGroup(whole, back, _segments(n, size, reverse=True))]), s)
+    ev.wait()
+    assert torch.equal(back, dev)

@@ -8,8 +8,12 @@ Two clocks are reported and never mixed: wall time of the real copies on this CP
 modeled time, where every executed plan advances its stream by the profile's link model
 (per-launch + per-segment overhead + bytes / bandwidth). A stream that waits on another
 stream's event starts no earlier, in modeled time, than that event's modeled completion.
-Host registration is a real mlock(2) of the range (what pinning does), with the profile's
-modeled registration cost recorded alongside.
+Host registration is a real mlock(2) of the range (what pinning does); its modeled cost is
+the profile's `link.registration_seconds`, for whoever prices a pool (doctor).
+
+Wall time is each event's `wall_time` (perf_counter at completion); modeled time is its
+`modeled_time`. A stream copies the plans already queued behind one in one call when they
+touch disjoint memory, so per-layer submissions do not stop the copy threads per layer.
 """
 
 from __future__ import annotations
@@ -63,7 +67,6 @@ class EmuStream(Stream):
         self.backend, self.name = backend, name
         self.modeled_now = 0.0  # seconds on this stream's modeled clock (None-safe: 0 when unmodeled)
         self.modeled = True  # False once a plan could not be modeled (unknown link values)
-        self.wall_busy = 0.0  # seconds this worker spent copying
         self._error: BaseException | None = None
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"emu-{name}", daemon=True)
@@ -95,9 +98,11 @@ class EmuStream(Stream):
         One copy call for queued plans keeps the copy threads busy instead of meeting at a
         barrier per plan (per-layer loads: 78 small plans). Plans run concurrently then, so
         a plan joins only if it touches no buffer an earlier one in the batch writes, and
-        writes none that one reads. Returns the batch and the first item not taken.
+        writes none that one reads (by address range, so views of one storage count). If a
+        plan of a batch fails, the stream fails from it on, but later plans of the batch may
+        already have written their bytes. Returns the batch and the first item not taken.
         """
-        reads, writes = _buffers(batch[0][1])
+        reads, writes = _extents(batch[0][1])
         nbytes = batch[0][1].nbytes
         while nbytes < _BATCH_BYTES:
             try:
@@ -105,10 +110,10 @@ class EmuStream(Stream):
             except queue.Empty:
                 return batch, None
             if kind == "plan":
-                r, w = _buffers(payload)
-                if (r | w) & writes or w & reads:
+                r, w = _extents(payload)
+                if _overlap(r + w, writes) or _overlap(w, reads):
                     return batch, (kind, payload)
-                reads, writes, nbytes = reads | r, writes | w, nbytes + payload.nbytes
+                reads, writes, nbytes = reads + r, writes + w, nbytes + payload.nbytes
             elif kind != "event":
                 return batch, (kind, payload)
             batch.append((kind, payload))
@@ -117,13 +122,11 @@ class EmuStream(Stream):
     def _run_batch(self, batch: list) -> None:
         """Copy every plan of the batch, then advance the clock and complete events in order."""
         if self._error is None:
-            t0 = time.perf_counter()
             try:
                 groups = [g for kind, p in batch if kind == "plan" and _materialized(p) for g in p.groups]
                 segcopy.copy_groups(groups)
             except BaseException as e:  # noqa: BLE001 - carried to the batch's events
                 self._error = e
-            self.wall_busy += time.perf_counter() - t0
         for kind, payload in batch:
             if kind == "plan" and self._error is None:
                 try:
@@ -176,7 +179,6 @@ class EmuBackend(Backend):
         self._streams: weakref.WeakSet[EmuStream] = weakref.WeakSet()
         self._default: EmuStream | None = None
         self._registered: dict[int, tuple[int, int]] = {}
-        self.modeled_registration_seconds = 0.0
 
     @classmethod
     def probe(cls) -> tuple[bool, str]:
@@ -247,8 +249,6 @@ class EmuBackend(Backend):
         if _libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes)) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"mlock of {nbytes} bytes failed: {os.strerror(err)} (check `ulimit -l`)")
-        cost = self.profile.link.registration_seconds(nbytes)
-        self.modeled_registration_seconds += cost or 0.0
         handle = (address, nbytes)
         self._registered[address] = handle
         return handle
@@ -266,9 +266,16 @@ def _materialized(plan: TransferPlan) -> bool:
     return bool(plan.groups) and isinstance(plan.groups[0].src, torch.Tensor)
 
 
-def _buffers(plan: TransferPlan) -> tuple[set[int], set[int]]:
-    """Storages a plan reads and writes (symbolic plans touch none)."""
+def _extents(plan: TransferPlan) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """[start, end) address ranges of the buffers a plan reads and writes (symbolic: none)."""
     if not _materialized(plan):
-        return set(), set()
-    return ({g.src.untyped_storage().data_ptr() for g in plan.groups},
-            {g.dst.untyped_storage().data_ptr() for g in plan.groups})
+        return [], []
+
+    def extent(t: torch.Tensor) -> tuple[int, int]:
+        return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+
+    return [extent(g.src) for g in plan.groups], [extent(g.dst) for g in plan.groups]
+
+
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
+    return any(s1 < e2 and s2 < e1 for s1, e1 in a for s2, e2 in b)
