@@ -20,6 +20,7 @@ How `execute` moves one CopyGroup:
 from __future__ import annotations
 
 import collections
+import functools
 import importlib.util
 import operator
 import sys
@@ -368,9 +369,14 @@ class CudaLikeBackend(Backend):
     def _registrar(self):
         return CudartRegistrar()
 
+    @functools.cached_property
+    def _host_registrar(self):
+        # One per backend: finding the runtime library (xpu) scans /proc and loads it.
+        return self._registrar()
+
     def register_host(self, address: int, nbytes: int) -> HostRegistration:
         address, nbytes = _positive("address", address), _positive("nbytes", nbytes)
-        registrar = self._registrar()
+        registrar = self._host_registrar
         done: list[tuple[int, int]] = []
         try:
             for start, length in split_range(address, nbytes, self.max_registration_bytes):
