@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, NamedTuple
 
+from hal import shm, vm
 from hal.binding import plan_binding
 from hal.topology import GIB, Topology, backend_has_hardware, discover
 
@@ -121,11 +122,6 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _bracketed(text: str | None) -> str | None:
-    m = re.search(r"\[(\w+)\]", text or "")
-    return m.group(1) if m else None
-
-
 # -- host-side checks, in the seed's order ------------------------------------------------------
 
 
@@ -195,43 +191,35 @@ def check_numa_placement(topology: Topology) -> tuple[Check, float | None]:
 
 def check_thp_anon(paths: HostPaths) -> Check:
     path = os.path.join(paths.sys_root, "kernel/mm/transparent_hugepage/enabled")
-    mode = _bracketed(_read(path))
+    mode = vm.thp_mode(path)
+    why = vm.thp_disabled_reason(False, path)  # the warning allocate_host gives
     fix = f"echo madvise > {path}"
     if mode is None:
-        return Check("thp_anon", "unknown", f"{path} unreadable", fix)
-    if mode == "never":
-        return Check("thp_anon", "warn", "enabled=never: anonymous host pools get 4 KB pages", fix)
+        return Check("thp_anon", "unknown", f"{path} unreadable" + (f" ({why})" if why else ""), fix)
+    if why:
+        return Check("thp_anon", "warn", f"enabled={mode}: anonymous host pools get 4 KB pages ({why})", fix)
     why = "every anonymous mapping" if mode == "always" else "mappings that madvise (hal.memory does)"
     return Check("thp_anon", "ok", f"enabled={mode}: 2 MB pages for {why}", "")
 
 
-def _mount_options(proc_root: str, mount_point: str) -> tuple[str, list[str]] | None:
-    found = None
-    for line in (_read(os.path.join(proc_root, "mounts")) or "").splitlines():
-        f = line.split()
-        if len(f) >= 4 and f[1] == mount_point:
-            found = (f[2], f[3].split(","))  # later lines are mounted on top
-    return found
-
-
 def check_thp_shmem(paths: HostPaths) -> Check:
     """Shared pools (the TP-shared host pool) live in /dev/shm: huge pages there need the tmpfs
-    huge= mount option (or shmem_enabled=force); shmem_enabled=deny turns them off everywhere."""
+    huge= mount option (or shmem_enabled=force); shmem_enabled=deny turns them off everywhere.
+    The verdict is hal.shm's, the one allocate_host(shared_dir=...) warns with."""
     path = os.path.join(paths.sys_root, "kernel/mm/transparent_hugepage/shmem_enabled")
-    mode = _bracketed(_read(path))
-    mount = _mount_options(paths.proc_root, paths.shm_dir)
-    fix = f"mount -o remount,huge=advise {paths.shm_dir}  (and huge=advise in its /etc/fstab line)"
-    huge = None
-    if mount:
-        opts = [o.partition("=")[2] for o in mount[1] if o.startswith("huge=")]
-        huge = opts[-1] if opts else "never"
-    value = f"shmem_enabled={mode or 'unreadable'}; {paths.shm_dir} " + (
-        f"{mount[0]} huge={huge}" if mount else "not mounted")
-    if mode == "deny":
+    mounts = os.path.join(paths.proc_root, "mounts")
+    try:
+        hp = shm.shared_huge_pages(paths.shm_dir, mounts=mounts, shmem_enabled_path=path)
+    except OSError as e:
+        return Check("thp_shmem", "unknown", f"{mounts} unreadable: {e.strerror}",
+                     f"run where {mounts} can be read")
+    value = (f"shmem_enabled={hp.shmem_enabled or 'unreadable'}; {paths.shm_dir}: "
+             f"{hp.fstype} at {hp.mount_point} huge={hp.huge}") + (f" ({hp.warning})" if hp.warning else "")
+    if hp.problem == "deny":
         return Check("thp_shmem", "warn", value, f"echo advise > {path}")
-    if mount is None or mount[0] != "tmpfs":
+    if hp.problem == "not_tmpfs":
         return Check("thp_shmem", "warn", value, f"mount -t tmpfs -o huge=advise tmpfs {paths.shm_dir}")
-    ok = mode == "force" or huge in ("always", "within_size", "advise")
+    ok = hp.problem is None
     if paths.real and os.path.isdir(paths.shm_dir):
         measured = _shared_coverage(paths.shm_dir)
         if measured is not None:
@@ -239,7 +227,8 @@ def check_thp_shmem(paths: HostPaths) -> Check:
             if ok and measured < 0.5:
                 return Check("thp_shmem", "warn", value + " (configured, but the kernel gave 4 KB pages)",
                              "echo 1 > /proc/sys/vm/compact_memory  (free 2 MB blocks are short)")
-    if mode is None:
+    fix = f"mount -o remount,huge=advise {hp.mount_point}  (and huge=advise in its /etc/fstab line)"
+    if hp.shmem_enabled is None:
         return Check("thp_shmem", "unknown", value, fix)
     return Check("thp_shmem", "ok" if ok else "warn", value, "" if ok else fix)
 
@@ -343,7 +332,7 @@ def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None
         pool_bytes, source = local.min_capacity(), "planned local capacity per card"
     else:
         pool_bytes, source = DEFAULT_POOL_BYTES, "default"
-    thp_mode = _bracketed(_read(os.path.join(paths.sys_root, "kernel/mm/transparent_hugepage/enabled")))
+    thp_mode = vm.thp_mode(os.path.join(paths.sys_root, "kernel/mm/transparent_hugepage/enabled"))
     from conformance.doctor_advice import advise_binding, advise_pool_size, advise_write_policy
 
     numa_check, coverage = check_numa_placement(topology)

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from hal.topology import parse_cpulist  # the one parser of the sysfs list format ('0-3,8')
+
 # Syscall numbers differ per architecture; aarch64 uses the generic table.
 _SYSCALLS = {
     "x86_64": {"mbind": 237, "set_mempolicy": 238, "get_mempolicy": 239, "move_pages": 279},
@@ -91,22 +93,12 @@ def _nodes_of(mask: _MaskArray) -> list[int]:
     return [i for i in range(_MASK_BITS) if mask[i // _ULONG_BITS] >> (i % _ULONG_BITS) & 1]
 
 
-def parse_node_list(text: str) -> list[int]:
-    """'0-3,5' (sysfs list format) -> [0, 1, 2, 3, 5]."""
-    nodes: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        nodes.extend(range(int(lo), int(hi or lo) + 1))
-    return nodes
-
-
 def online_nodes() -> list[int]:
-    """Nodes the kernel has online; [0] where sysfs has no node directory (non-NUMA kernel)."""
+    """Nodes the kernel has online; [0] where sysfs has no node directory (non-NUMA kernel).
+    A list that does not parse raises ValueError naming the file."""
     try:
         with open(NODE_ONLINE_PATH) as f:
-            return parse_node_list(f.read())
+            return list(parse_cpulist(f.read(), NODE_ONLINE_PATH))
     except FileNotFoundError:
         return [0]
 

@@ -16,10 +16,14 @@ import os
 import re
 import secrets
 import stat
+from typing import NamedTuple
+
+from hal.vm import thp_mode
 
 PREFIX = "hicache-kv-"
 _NAME_RE = re.compile(r"^hicache-kv-(\d+)-(\d+)-[0-9a-f]{32}$")
 THP_SHMEM_PATH = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+MOUNTS_PATH = "/proc/self/mounts"
 
 
 def _start_time(pid: int) -> int | None:
@@ -138,11 +142,12 @@ def _unescape(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
-def mount_of(path: str) -> tuple[str, str, list[str]]:
-    """(mount point, fs type, options) of the mount holding `path`, from /proc/self/mounts."""
+def mount_of(path: str, mounts: str = MOUNTS_PATH) -> tuple[str, str, list[str]]:
+    """(mount point, fs type, options) of the mount holding `path` (symlinks resolved), from
+    `mounts` (/proc/self/mounts; another file for `hicache doctor`'s synthetic hosts)."""
     real = os.path.realpath(path)
     best = ("/", "?", [])
-    with open("/proc/self/mounts") as f:
+    with open(mounts) as f:
         for line in f:
             fields = line.split()
             if len(fields) < 4:
@@ -155,21 +160,35 @@ def mount_of(path: str) -> tuple[str, str, list[str]]:
     return best
 
 
+class SharedHugePages(NamedTuple):
+    """Whether files in a directory can be mapped on 2 MB pages, and why not."""
+
+    mount_point: str
+    fstype: str
+    huge: str  # the tmpfs huge= option in force; "never" when absent
+    shmem_enabled: str | None  # selected value of THP_SHMEM_PATH; None when unreadable
+    problem: str | None  # None (2 MB pages possible), "deny", "not_tmpfs" or "no_huge"
+    warning: str | None  # one line saying why pages will be 4 KB; None when they can be 2 MB
+
+
+def shared_huge_pages(directory: str, *, mounts: str = MOUNTS_PATH,
+                      shmem_enabled_path: str = THP_SHMEM_PATH) -> SharedHugePages:
+    """Huge-page prospects of shared files in `directory`: shmem_enabled=deny turns them off
+    everywhere, =force on for every tmpfs; otherwise the tmpfs huge= mount option decides."""
+    mnt, fstype, options = mount_of(directory, mounts)
+    huge = ([o.partition("=")[2] for o in options if o.startswith("huge=")] or ["never"])[-1]
+    mode = thp_mode(shmem_enabled_path)
+    problem = warning = None
+    if mode == "deny":
+        problem, warning = "deny", f"{shmem_enabled_path} is 'deny'; shared pages are 4 KB"
+    elif fstype != "tmpfs":
+        problem = "not_tmpfs"
+        warning = f"{fstype} at {mnt} does not back shared mappings with huge pages; shared pages are 4 KB"
+    elif mode != "force" and huge in ("never", "deny"):
+        problem, warning = "no_huge", f"tmpfs at {mnt} is mounted without huge=; shared pages are 4 KB"
+    return SharedHugePages(mnt, fstype, huge, mode, problem, warning)
+
+
 def huge_page_warning(directory: str) -> str | None:
     """Why shared pages in `directory` will be 4 KB, or None when they can be 2 MB."""
-    mnt, fstype, options = mount_of(directory)
-    try:
-        with open(THP_SHMEM_PATH) as f:
-            shmem_enabled = f.read()
-    except OSError:
-        shmem_enabled = ""
-    if "[deny]" in shmem_enabled:
-        return f"{THP_SHMEM_PATH} is 'deny'; shared pages are 4 KB"
-    if fstype != "tmpfs":
-        return f"{fstype} at {mnt} does not back shared mappings with huge pages; shared pages are 4 KB"
-    huge = [o.partition("=")[2] for o in options if o.startswith("huge=")]
-    if "[force]" in shmem_enabled:
-        return None
-    if not huge or huge[-1] in ("never", "deny"):
-        return f"tmpfs at {mnt} is mounted without huge=; shared pages are 4 KB"
-    return None
+    return shared_huge_pages(directory).warning

@@ -135,7 +135,8 @@ class Topology:
 
 
 def parse_cpulist(text: str, what: str = "cpulist") -> tuple[int, ...]:
-    """'0-3,8' -> (0, 1, 2, 3, 8); '' -> (). ValueError naming `what` on anything else."""
+    """The sysfs list format of CPU and NUMA node sets (cpulist, node/online; hal.numa uses it too):
+    '0-3,8' -> (0, 1, 2, 3, 8); '' -> (). ValueError naming `what` on anything else."""
     out: list[int] = []
     for part in text.strip().split(","):
         part = part.strip()

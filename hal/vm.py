@@ -102,17 +102,28 @@ def unmap_aligned(start: int, length: int) -> None:
     _munmap(start - PAGE, length + 2 * PAGE)
 
 
-def thp_disabled_reason(shared: bool) -> str | None:
-    """Why anonymous memory cannot get huge pages at all (shared files: see hal.shm)."""
+def thp_mode(path: str = THP_ENABLED_PATH) -> str | None:
+    """The selected value of a THP sysfs setting ('[madvise]' -> 'madvise'); None if unreadable."""
+    try:
+        with open(path) as f:
+            m = re.search(r"\[(\w+)\]", f.read())
+    except OSError:
+        return None
+    return m.group(1) if m else None
+
+
+def thp_disabled_reason(shared: bool, path: str = THP_ENABLED_PATH) -> str | None:
+    """Why anonymous memory cannot get huge pages at all (shared files: see hal.shm).
+    `path`: the THP `enabled` file (another sysfs tree for `hicache doctor`'s synthetic hosts)."""
     if shared:
         return None
     try:
-        with open(THP_ENABLED_PATH) as f:
+        with open(path) as f:
             mode = f.read()
     except OSError:
         return "this kernel has no transparent huge pages; pages are 4 KB"
     if "[never]" in mode:
-        return f"{THP_ENABLED_PATH} is 'never'; pages are 4 KB"
+        return f"{path} is 'never'; pages are 4 KB"
     return None
 
 

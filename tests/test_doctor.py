@@ -19,6 +19,7 @@ from conformance.doctor_checks import (
     parse_bytes,
     run_doctor,
 )
+from hal import shm, vm
 from hal.topology import GIB, from_profile
 
 ORDER = [
@@ -188,6 +189,34 @@ def test_shmem_deny_overrides_the_mount(tmp_path):
     paths = fake_host(tmp_path, shmem="always within_size advise never [deny] force", shm_opts="rw,huge=always")
     check = next(c for c in run_doctor(paths=paths).checks if c.name == "thp_shmem")
     assert check.status == "warn" and "shmem_enabled" in check.fix
+
+
+def test_thp_never_is_reported_with_the_reason_allocate_host_gives(tmp_path):
+    paths = fake_host(tmp_path)
+    enabled = os.path.join(paths.sys_root, "kernel/mm/transparent_hugepage/enabled")
+    check = next(c for c in run_doctor(paths=paths).checks if c.name == "thp_anon")
+    assert check.status == "warn" and vm.thp_disabled_reason(False, enabled) in check.value
+
+
+def test_shm_dir_behind_a_symlink_is_found_under_its_escaped_mount_point(tmp_path):
+    # /dev/shm may be a symlink (to /run/shm); /proc/mounts writes a space in a mount point as \040.
+    real = tmp_path / "run shm"
+    real.mkdir()
+    link = tmp_path / "shm-link"
+    link.symlink_to(real)
+    paths = fake_host(tmp_path, thp="always [madvise] never")
+    mount_point = str(real).replace(" ", "\\040")
+    with open(os.path.join(paths.proc_root, "mounts"), "a") as f:
+        f.write(f"tmpfs {mount_point} tmpfs rw,nosuid,huge=advise 0 0\n")
+    paths = HostPaths(sys_root=paths.sys_root, proc_root=paths.proc_root, shm_dir=str(link))
+    check = next(c for c in run_doctor(paths=paths).checks if c.name == "thp_shmem")
+    assert check.status == "ok", check
+    assert f"tmpfs at {real} huge=advise" in check.value
+    # ... and it is the verdict allocate_host(shared_dir=...) goes by.
+    sysfs_shmem = os.path.join(paths.sys_root, "kernel/mm/transparent_hugepage/shmem_enabled")
+    hp = shm.shared_huge_pages(str(link), mounts=os.path.join(paths.proc_root, "mounts"),
+                               shmem_enabled_path=sysfs_shmem)
+    assert (hp.mount_point, hp.fstype, hp.huge, hp.warning) == (str(real), "tmpfs", "advise", None)
 
 
 def test_memlock_without_ipc_lock_fails_below_the_pool(tmp_path):

@@ -29,8 +29,21 @@ def _default_policy_after():
 @pytest.mark.parametrize(
     "text, nodes", [("0", [0]), ("0-3", [0, 1, 2, 3]), ("0,2-3,7\n", [0, 2, 3, 7]), ("", [])]
 )
-def test_parse_node_list(text, nodes):
-    assert numa.parse_node_list(text) == nodes
+def test_online_nodes_reads_the_sysfs_list_format(tmp_path, monkeypatch, text, nodes):
+    online = tmp_path / "online"
+    online.write_text(text)
+    monkeypatch.setattr(numa, "NODE_ONLINE_PATH", str(online))
+    assert numa.online_nodes() == nodes
+
+
+@pytest.mark.parametrize("text", ["3-1", "0-", "a", "0,,x"])
+def test_malformed_online_list_is_rejected_naming_the_file(tmp_path, monkeypatch, text):
+    # The same parser (and strictness) as hal.topology's cpulists: a reversed range is not "no nodes".
+    online = tmp_path / "online"
+    online.write_text(text)
+    monkeypatch.setattr(numa, "NODE_ONLINE_PATH", str(online))
+    with pytest.raises(ValueError, match=f"^{online}"):
+        numa.online_nodes()
 
 
 def test_node0_is_online():
