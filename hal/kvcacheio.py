@@ -19,7 +19,7 @@ import threading
 from contextlib import contextmanager
 
 from hal.kvcheck import Checked, geometry, indices, min_slots, page_tokens, slots_of
-from hal.layouts import KVGeometry
+from hal.layouts import KVGeometry, positive_int
 from hal.plan import Side, TransferPlan, plan_copy
 
 _state = threading.local()
@@ -127,10 +127,8 @@ def _host_geom(attention, layout_dim_name, layout_dim, item_size, ref, page_size
     return geometry(attention, layout_dim // item_size, item_size, ref, page_size=page_size, head_num=head_num)
 
 
-def _item(item_size):
-    if not isinstance(item_size, int) or item_size <= 0:
-        raise ValueError(f"item_size: {item_size!r} is not a positive integer")
-    return item_size
+def _item(item_size) -> int:
+    return positive_int("item_size", item_size)
 
 
 def _page_head_host(page_size, head_num, **host) -> None:
@@ -255,9 +253,7 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
 
 
 def _page_size(page_size) -> int:
-    if not isinstance(page_size, int) or page_size <= 0:
-        raise ValueError(f"page_size: {page_size!r} is not a positive integer")
-    return page_size
+    return positive_int("page_size", page_size)
 
 
 def _direct_host(name: str, host: list, device_rows: int, page_size: int, ref) -> tuple[KVGeometry, int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hal.layouts import KVGeometry
+from hal.layouts import KVGeometry, positive_int
 
 
 def _is_tensor(name: str, t) -> torch.Tensor:
@@ -25,8 +25,8 @@ class Checked:
 
     @classmethod
     def layer_lists(cls, num_layers: int | None, **lists) -> Checked:
-        if num_layers is not None and (not isinstance(num_layers, int) or num_layers <= 0):
-            raise ValueError(f"num_layers: {num_layers!r} is not a positive integer")
+        if num_layers is not None:
+            num_layers = positive_int("num_layers", num_layers)
         c = cls()
         for name, ts in lists.items():
             if not isinstance(ts, (list, tuple)) or not ts:
@@ -68,12 +68,10 @@ class Checked:
 
 def geometry(attention: str, layers: int, item_size, ref: torch.Tensor, page_size: int = 1,
              head_num: int = 1) -> KVGeometry:
-    if not isinstance(item_size, int) or item_size <= 0:
-        raise ValueError(f"item_size: {item_size!r} is not a positive integer")
+    item_size = positive_int("item_size", item_size)
     if item_size % 8:
         raise ValueError(f"item_size: {item_size} is not a multiple of 8 bytes (as upstream requires)")
-    if not isinstance(page_size, int) or page_size <= 0:
-        raise ValueError(f"page_size: {page_size!r} is not a positive integer")
+    page_size = positive_int("page_size", page_size)
     if not isinstance(head_num, int) or head_num <= 0 or item_size % head_num:
         raise ValueError(f"head_num: {head_num!r} does not divide item_size {item_size}")
     es = ref.element_size()

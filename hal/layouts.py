@@ -11,6 +11,7 @@ per-layer shift, so the planner can merge once and shift per layer.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +20,18 @@ import torch
 HOST_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn}
+
+
+def positive_int(name: str, value) -> int:
+    """`value` as an int if it is a whole number > 0 (numpy ints too, bools not), else a
+    ValueError naming `name`: the one rule every size and count argument follows."""
+    if not isinstance(value, bool):
+        try:
+            if operator.index(value) > 0:
+                return operator.index(value)
+        except TypeError:
+            pass
+    raise ValueError(f"{name}: {value!r} is not a positive integer")
 
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:
@@ -44,9 +57,7 @@ class KVGeometry:
         if self.attention not in ("mha", "mla"):
             raise ValueError(f"attention: {self.attention!r} is not 'mha' or 'mla'")
         for name in ("layers", "heads", "head_dim", "page_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{name}: must be a positive integer, got {v!r}")
+            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
         if self.attention == "mla" and self.heads != 1:
             raise ValueError(f"heads: MLA latent has 1 head, got {self.heads}")
 

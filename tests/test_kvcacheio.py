@@ -52,3 +52,16 @@ def test_direct_host_without_pages_is_a_value_error(emu):
     with pytest.raises(ValueError, match=r"dst_ptrs\[0\]"):
         kv.transfer_kv_all_layer_direct_lf_pf(_dev(emu), [torch.zeros(0, L, 4, 1, D)],
                                               torch.arange(4), torch.arange(4), 4)
+
+
+def test_sizes_follow_one_rule_numpy_ints_yes_bools_no():
+    import numpy as np
+
+    from hal.layouts import KVGeometry, positive_int
+
+    assert positive_int("page_size", np.int64(64)) == 64
+    g = KVGeometry("mla", np.int32(2), 1, 8)
+    assert type(g.layers) is int
+    for bad in (True, 0, -1, 2.0, "4"):
+        with pytest.raises(ValueError, match="page_size"):
+            positive_int("page_size", bad)

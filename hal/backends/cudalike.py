@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import functools
 import importlib.util
-import operator
 import sys
 import threading
 import time
@@ -34,6 +33,7 @@ import numpy as np
 import torch
 
 from hal.backend import Backend, Capabilities, Event, Stream
+from hal.layouts import positive_int
 from hal.plan import CopyGroup, Segments, TransferPlan, check_group
 from hal.rows import flat_bytes, row_views
 
@@ -45,15 +45,6 @@ def split_range(address: int, nbytes: int, limit: int | None) -> list[tuple[int,
     if limit is None or nbytes <= limit:
         return [(address, nbytes)]
     return [(address + o, min(limit, nbytes - o)) for o in range(0, nbytes, limit)]
-
-
-def _positive(name: str, value: Any) -> int:
-    try:
-        if operator.index(value) > 0:
-            return operator.index(value)
-    except TypeError:
-        pass
-    raise ValueError(f"{name}: {value!r} is not a positive integer")
 
 
 def loaded_library(stem: str) -> str | None:
@@ -375,7 +366,7 @@ class CudaLikeBackend(Backend):
         return self._registrar()
 
     def register_host(self, address: int, nbytes: int) -> HostRegistration:
-        address, nbytes = _positive("address", address), _positive("nbytes", nbytes)
+        address, nbytes = positive_int("address", address), positive_int("nbytes", nbytes)
         registrar = self._host_registrar
         done: list[tuple[int, int]] = []
         try:
