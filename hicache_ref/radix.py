@@ -33,7 +33,8 @@ Deliberate differences from upstream HiRadixCache:
 - Backing up a node on insert also backs up its ancestors without a host copy (upstream
   skips the node instead); either way L2 holds whole prefixes.
 - Locked nodes are protected from host eviction too (upstream has a separate host ref).
-- A write-back that cannot get host slots drops the node and its host-only subtree.
+- A write-back that cannot get host slots drops the node and its host-only subtree (the
+  subtree's write-backs queued by the same eviction are then not copied).
 - Optional ghost list (off by default): pages evicted from L1 are remembered by hash; on
   insert the longest request prefix ending in a remembered page is backed up.
 - load_back has no minimum size unless given (upstream: 10 tokens) and no memory quota.

@@ -102,7 +102,9 @@ class TierMoves:
 
         A node with a host copy keeps it and stays in the tree; one without is written back
         under write_back (copies go to `on_write_back`, default the tree's, before the
-        device slots are freed), else dropped. Freed slots go back to the device allocator.
+        device slots are freed), else dropped. Only write-backs of nodes still in the tree
+        are copied and returned; one whose node a later drop took along is not. Freed
+        slots go back to the device allocator.
         """
         if not isinstance(n_tokens, (int, np.integer)) or n_tokens < 0:
             raise ValueError(f"n_tokens: must be a non-negative integer, got {n_tokens!r}")
@@ -136,6 +138,15 @@ class TierMoves:
         for node in locked.values():
             self._dev_leaves.push(node)
         self._uncopied = set()
+        # A write-back whose node was dropped later in this call (its parent's write-back found
+        # no host room and took the subtree) lost its host slots, which a later write-back may
+        # now hold: it is not copied, its device pages are simply freed.
+        for t in write_backs:
+            if t.nodes[0].parent is None:
+                t.done = True
+                freed.append(t.device_pages)
+                self.device_pages -= len(t.device_pages)
+        write_backs = [t for t in write_backs if not t.done]
         if write_backs:
             (on_write_back or self.on_write_back or (lambda ts: None))(write_backs)
             for t in write_backs:

@@ -285,3 +285,22 @@ def test_write_backs_of_one_eviction_never_share_host_slots():
     assert len(e.write_backs) == 1 and e.dropped_nodes == 1
     hits = [tree.match_prefix(t).host_len for t in ([1, 1], [2, 2])]
     assert sorted(hits) == [0, 2] and host.used_tokens == 2  # the written-back node kept its L2 copy
+
+
+def test_write_backs_of_nodes_dropped_later_in_the_same_eviction_are_not_copied():
+    # A=[1 2 3 4] with children B, C and a sibling D; host room for 2 pages. B and C are
+    # written back (host full), then A, now a leaf, finds no room and is dropped with its
+    # subtree, freeing B's and C's host slots, which D's write-back then takes.
+    tree, dev, host = make_tree("write_back", host_tokens=4)
+    insert(tree, [1, 2, 3, 4, 5, 6])
+    insert(tree, [1, 2, 3, 4, 7, 8])
+    insert(tree, [9, 9])
+    copied = []
+    e = tree.evict(100, on_write_back=copied.extend)
+    assert copied == e.write_backs and len(copied) == 1
+    slots = [s for t in copied for s in t.host_indices.tolist()]
+    assert len(slots) == len(set(slots))
+    assert all(x.parent is not None and x.host is not None for t in copied for x in t.nodes)
+    assert tree.match_prefix([9, 9]).host_len == 2 and tree.match_prefix([1, 2, 3, 4]).host_len == 0
+    assert e.evicted_tokens == 10 and dev.used_tokens == tree.device_pages == 0
+    assert host.used_tokens == tree.host_pages * PS == 2
