@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, NamedTuple
 
 from hal import shm, vm
 from hal.binding import plan_binding
 from hal.topology import GIB, Topology, backend_has_hardware, discover
+from hal.units import parse_size
 
 STATUSES = ("ok", "warn", "fail", "unknown")
 MIB = 1 << 20
@@ -95,23 +94,9 @@ def fmt_bytes(n: int) -> str:
     return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"
 
 
-_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-
-
 def parse_bytes(text: str | int, arg: str = "--pool-bytes") -> int:
-    """'80G' / '80GB' (decimal), '75GiB' (binary) or a plain integer -> bytes; must be > 0."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"{arg}: expected a byte count like 80000000000, 80G or 75GiB, got {text!r}")
-    exact = Decimal(m.group(1)) * _UNITS[m.group(2).lower()]
-    if exact != exact.to_integral_value():
-        raise ValueError(f"{arg}: {text!r} is not a whole number of bytes")
-    n = int(exact)
-    if n <= 0:
-        raise ValueError(f"{arg}: must be positive, got {text!r}")
-    return n
+    """'80G' / '80GB' (decimal), '75GiB' (binary) or a plain integer -> bytes, > 0 (hal.units)."""
+    return parse_size(text, name=arg, minimum=1)
 
 
 def _read(path: str) -> str | None:

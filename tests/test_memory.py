@@ -418,7 +418,7 @@ def test_bench_memory_reports_both_page_sizes(capsys):
 
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    args = parser.parse_args(["--sizes", "4M", "--copy-size", "2M", "--repeat", "1", "--json"])
+    args = parser.parse_args(["--sizes", "4MiB", "--copy-size", "2MiB", "--repeat", "1", "--json"])
     assert bench.run(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert [(r["bytes"], r["huge_pages"]) for r in out["registration"]] == [(4 * MB, False), (4 * MB, True)]
@@ -426,3 +426,18 @@ def test_bench_memory_reports_both_page_sizes(capsys):
     assert set(out["bandwidth"]) == {"4k", "thp"} and out["bandwidth_ratio_thp_over_4k"]["h2d"] > 0
     with pytest.raises(ValueError, match="^--sizes"):
         bench.run(parser.parse_args(["--sizes", "0"]))
+
+
+def test_bench_memory_defaults_keep_their_binary_sizes():
+    # The defaults were 64M,256M,1G when K/M/G meant powers of 1024 here; hal.units now reads
+    # those as powers of 1000, so the defaults say MiB/GiB and still time the same buffers.
+    import argparse
+
+    from conformance.bench import memory as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    a = parser.parse_args([])
+    assert bench.parse_sizes(a.sizes) == [64 * MB, 256 * MB, 1024 * MB]
+    assert a.copy_size == "256MiB"
+    assert bench.parse_sizes("1G,1GiB") == [10**9, 1 << 30]

@@ -170,6 +170,8 @@ def test_cli_json_has_the_documented_keys(tmp_path):
     assert fig["l1_hit_tokens"] == 1024 + 1536
     rc, out = _cli(["replay", "--trace", str(path), "--l1-tokens", "2k", "--l2-tokens", "8k", "--limit", "2"])
     assert rc == 0 and "hit rate" in out and "L1 1,984" in out  # 2k = 2000, rounded down to whole pages
+    rc, out = _cli(["replay", "--trace", str(path), "--l1-tokens", "2KiB", "--limit", "2"])
+    assert rc == 0 and "L1 2,048" in out  # binary units too (hal.units), as in every other CLI
 
 
 def test_cli_bad_input_names_the_argument(tmp_path, capsys):

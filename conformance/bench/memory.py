@@ -3,7 +3,6 @@ H2D/D2H bandwidth with the host buffer on THP vs 4 KB pages, in one run."""
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 
@@ -14,22 +13,25 @@ from conformance.bench.common import emit, machine
 from hal import kvcacheio, segcopy, vm
 from hal.backend import get_backend
 from hal.memory import allocate_host
+from hal.units import HELP as UNITS_HELP
+from hal.units import parse_size
 
 HELP = "host buffers: registration time vs size (4 KB vs THP pages) and emu H2D/D2H bandwidth, THP on vs off"
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-def parse_size(text: str, arg: str) -> int:
-    """'64M' -> 67108864 (binary units K, M, G); ValueError naming `arg`."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, re.IGNORECASE)
-    if not m or int(m.group(1)) <= 0:
-        raise ValueError(f"{arg}: expected a positive size like 64M or 1G, got {text!r}")
-    return int(m.group(1)) * _UNITS[m.group(2).upper()]
+def parse_sizes(text: str) -> list[int]:
+    """--sizes: comma-separated sizes (hal.units), each positive; ValueError naming --sizes."""
+    sizes = [parse_size(s, name="--sizes", minimum=1) for s in text.split(",") if s.strip()]
+    if not sizes:
+        raise ValueError("--sizes: no size given")
+    return sizes
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--sizes", default="64M,256M,1G", help="buffer sizes whose registration is timed")
-    p.add_argument("--copy-size", default="256M", help="bytes moved per H2D/D2H transfer")
+    # The defaults were written 64M,256M,1G when this command read K/M/G as powers of 1024.
+    p.add_argument("--sizes", default="64MiB,256MiB,1GiB",
+                   help=f"comma-separated buffer sizes whose registration is timed ({UNITS_HELP})")
+    p.add_argument("--copy-size", default="256MiB", help=f"bytes moved per H2D/D2H transfer ({UNITS_HELP})")
     p.add_argument("--item-bytes", type=int, default=1152, help="bytes per token (576-dim MLA row in bf16)")
     p.add_argument("--page-size", type=int, default=64, help="tokens per page; pages are scattered")
     p.add_argument("--repeat", type=int, default=5, help="timed repetitions; medians are reported")
@@ -136,10 +138,8 @@ def bandwidth(copy_size: int, item: int, page: int, repeat: int, backend) -> dic
 
 
 def run(a) -> int:
-    sizes = [parse_size(s, "--sizes") for s in a.sizes.split(",") if s.strip()]
-    if not sizes:
-        raise ValueError("--sizes: no size given")
-    copy_size = parse_size(a.copy_size, "--copy-size")
+    sizes = parse_sizes(a.sizes)
+    copy_size = parse_size(a.copy_size, name="--copy-size", minimum=1)
     for name in ("item_bytes", "page_size", "repeat"):
         if getattr(a, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')}: must be positive, got {getattr(a, name)}")

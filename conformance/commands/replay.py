@@ -5,32 +5,21 @@ from __future__ import annotations
 import json
 
 from hal.layouts import DTYPES, HOST_LAYOUTS
+from hal.units import HELP as UNITS
+from hal.units import parse_size
 from hicache_ref.policy import POLICIES
 from hicache_ref.replay import replay, summary_lines
 from hicache_ref.trace import find_trace
 
 HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, L2 host) and report hits and transfers"
-_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9}
-
-
-def token_count(text: str) -> int:
-    """A token count: an integer, optionally with a decimal k/M/G suffix (e.g. 2M)."""
-    t = text.strip().lower().replace("_", "")
-    scale = _SUFFIX.get(t[-1:], 1)
-    try:
-        value = float(t[:-1]) * scale if scale != 1 else int(t)
-    except ValueError:
-        raise ValueError(f"expected a token count such as 500000 or 2M, got {text!r}") from None
-    if value < 0 or value != int(value):
-        raise ValueError(f"expected a non-negative whole token count, got {text!r}")
-    return int(value)
 
 
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the shared conversation_trace.jsonl)")
     p.add_argument("--page-size", type=int, default=64)
-    p.add_argument("--l1-tokens", help="device (L1) capacity in tokens, e.g. 2M; omitted: unlimited")
-    p.add_argument("--l2-tokens", help="host (L2) capacity in tokens; 0: no L2; omitted: unlimited")
+    p.add_argument("--l1-tokens", help=f"device (L1) capacity in tokens, e.g. 2M (2,000,000; {UNITS}); "
+                   "omitted: unlimited")
+    p.add_argument("--l2-tokens", help=f"host (L2) capacity in tokens ({UNITS}); 0: no L2; omitted: unlimited")
     p.add_argument("--write-policy", default="write_through_selective", choices=POLICIES)
     p.add_argument("--ghost", action="store_true", help="back up prefixes proven reused by a ghost list of L1 evictions")
     p.add_argument("--ghost-entries", type=int, help="ghost list bound (default: L1 pages, at least 1024)")
@@ -48,12 +37,7 @@ def add_arguments(p) -> None:
 
 
 def _tokens_arg(name: str, text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return token_count(text)
-    except ValueError as e:
-        raise ValueError(f"{name}: {e}") from None
+    return None if text is None else parse_size(text, name=name)
 
 
 def run(a) -> int:

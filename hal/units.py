@@ -1,0 +1,41 @@
+"""Sizes and counts given on the command line, read one way everywhere.
+
+K, M, G, T (also KB, MB, ...) are powers of 1000 and KiB, MiB, GiB, TiB powers of 1024, matched
+without regard to case; a plain integer is taken as is. `1.5G` is fine where the result is whole,
+and `_` may group digits (`2_000_000`).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+HELP = "K/M/G/T = powers of 1000, KiB/MiB/GiB/TiB = powers of 1024"  # for CLI help texts
+_PREFIXES = "kmgt"
+_SCALE = {
+    "": 1, "b": 1,
+    **{p: 1000 ** (i + 1) for i, p in enumerate(_PREFIXES)},
+    **{p + "b": 1000 ** (i + 1) for i, p in enumerate(_PREFIXES)},
+    **{p + "ib": 1024 ** (i + 1) for i, p in enumerate(_PREFIXES)},
+}  # fmt: skip
+
+_FORM = re.compile(r"\s*(\d+(?:_\d+)*(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
+
+
+def parse_size(text: str | int, *, name: str, minimum: int = 0) -> int:
+    """'80G' -> 80_000_000_000, '75GiB' -> 75 * 2**30, '4096' -> 4096; at least `minimum`.
+    ValueError naming `name` (the argument) on anything else."""
+    if isinstance(text, bool) or not isinstance(text, str | int):
+        raise ValueError(f"{name}: expected a size such as 4096, 80G or 75GiB, got {text!r}")
+    m = _FORM.fullmatch(str(text))
+    if not m or m.group(2).lower() not in _SCALE:
+        raise ValueError(f"{name}: expected a whole number, optionally with a unit ({HELP}), "
+                         f"such as 4096, 80G or 75GiB; got {text!r}")
+    exact = Decimal(m.group(1).replace("_", "")) * _SCALE[m.group(2).lower()]
+    if exact != exact.to_integral_value():
+        raise ValueError(f"{name}: {text!r} is not a whole number")
+    value = int(exact)
+    if value < minimum:
+        bound = "positive" if minimum == 1 else f"at least {minimum}"
+        raise ValueError(f"{name}: must be {bound}, got {text!r}")
+    return value
