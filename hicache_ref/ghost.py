@@ -3,8 +3,9 @@
 A page that comes back after its KV was dropped from the device is proof that backing it
 up would have paid. The tree records every page it evicts from L1 here (by
 `hashing.hash64` of the chained page hash, which names content and position) and, on a
-later insert, scans the request's pages backward: the first page found here ends the
-longest proven-reused prefix, and that prefix is backed up to L2 (see hicache_ref.radix).
+later insert, scans the request's pages past those the write policy backs up anyway,
+backward: the first page found here ends the longest proven-reused prefix, and that prefix
+is backed up to L2 as well (see hicache_ref.radix).
 
 Memory is what decides whether the list is affordable, so `report()` gives the bytes one
 entry costs as measured with tracemalloc on this interpreter (dict slot, LRU link, and

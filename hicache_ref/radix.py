@@ -36,7 +36,8 @@ Deliberate differences from upstream HiRadixCache:
 - A write-back that cannot get host slots drops the node and its host-only subtree (the
   subtree's write-backs queued by the same eviction are then not copied).
 - Optional ghost list (off by default): pages evicted from L1 are remembered by hash; on
-  insert the longest request prefix ending in a remembered page is backed up.
+  insert the longest request prefix ending in a remembered page past what the write
+  policy backs up is backed up too (the ghost list only adds to the policy's choice).
 - load_back has no minimum size unless given (upstream: 10 tokens) and no memory quota.
 """
 
@@ -264,19 +265,21 @@ class RadixTree(TierMoves):
             if node.host is None and self.policy.should_back_up(node.hit_count):
                 deepest = i
         if self.ghost is not None and deepest < len(path) - 1:
-            deepest = max(deepest, self._ghost_proven(path))
+            deepest = max(deepest, self._ghost_proven(path, deepest + 1))
         todo = [x for x in path[: deepest + 1] if x.host is None]
         t = self._back_up(todo) if todo else None
         return [t] if t else []
 
-    def _ghost_proven(self, path: list[Node]) -> int:
-        """Index in `path` of the node ending the longest prefix proven reused by the ghost list.
+    def _ghost_proven(self, path: list[Node], start: int) -> int:
+        """Index in `path` of the node ending the longest prefix proven reused by the ghost list,
+        looking only at path[start:] (what the write policy did not already choose), or -1.
 
         Scans pages backward; the first remembered page ends the proven prefix. The node
         holding it is split there (path[i] becomes the upper part) so that exactly the
-        proven pages get backed up.
+        proven pages get backed up. The ghost list only adds to the policy's backup: a
+        remembered page inside it is not looked at, so the policy's nodes stay whole.
         """
-        for i in range(len(path) - 1, -1, -1):
+        for i in range(len(path) - 1, start - 1, -1):
             hashes = self.node_hashes(path[i])
             for j in range(len(hashes) - 1, -1, -1):
                 if self.ghost.hit(hash64(hashes[j])):

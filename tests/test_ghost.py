@@ -94,3 +94,20 @@ def test_off_by_default():
     insert(tree, dev, a)
     tree.evict(64)
     assert tree.ghost is None and insert(tree, dev, a).backups == []
+
+
+def test_ghost_only_adds_to_the_policys_backup():
+    tree, dev = tree_with_ghost()
+    a = np.arange(8)  # 4 pages, one node
+    insert(tree, dev, a, rid="r1")
+    # Page 1 of `a` was once evicted from L1 (as if by an earlier life of this prefix).
+    tree.ghost.add(hash64(page_hashes(a, 2)[1]))
+    # A second request reaches the threshold on a's node (the policy backs up all of it) and
+    # adds a page with no ghost hit: the remembered page inside the policy's backup splits nothing.
+    b = np.concatenate([a, [900, 901]])
+    r = insert(tree, dev, b, rid="r2")
+    assert [t.num_tokens for t in r.backups] == [8] and len(r.backups[0].nodes) == 1
+    assert tree.ghost.hits == 0
+    tree.evict(64)
+    m = tree.match_prefix(b)
+    assert (m.device_len, m.host_len) == (0, 8)
