@@ -168,12 +168,12 @@ def run(a) -> int:
     ]
     for r in reg:
         lines.append(
-            f"{r['bytes'] >> 20:>7}M {'2M' if r['huge_pages'] else '4K':>5} {r['huge_page_coverage']:>8.2f} "
+            f"{r['bytes'] / 2**20:>7.0f}MiB {'2M' if r['huge_pages'] else '4K':>5} {r['huge_page_coverage']:>8.2f} "
             f"{r['page_table_entries']:>9,} {r['register_seconds'] * 1e3:>12.2f} {r['register_gbps']:>7.1f} "
             f"{r['unregister_seconds'] * 1e3:>9.2f}"
         )
     for s, ratio in result["registration_ratio_4k_over_thp"].items():
-        lines.append(f"register {int(s) >> 20}M: 4 KB pages take {ratio:.1f}x the time of THP")
+        lines.append(f"register {int(s) / 2**20:.0f} MiB: 4 KB pages take {ratio:.1f}x the time of THP")
     lines.append(f"copies via {result['copies_via']}")
     lines.append(
         f"{'host pages':<11}{'THP cov':>8}{'H2D GB/s':>10}{'D2H GB/s':>10}{'flat H2D':>10}{'flat D2H':>10}"
