@@ -23,8 +23,10 @@ import numpy as np
 ORDERS = ("fifo", "lifo")
 
 
-def _has_duplicates(pages: np.ndarray) -> bool:
-    return len(pages) > 1 and bool((np.diff(np.sort(pages)) == 0).any())
+def has_duplicates(pages: np.ndarray) -> bool:
+    if len(pages) < 2 or (pages[1:] > pages[:-1]).all():  # ascending, as fresh pages mostly are: no sort
+        return False
+    return bool((np.diff(np.sort(pages)) == 0).any())
 
 
 def pages_to_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
@@ -102,7 +104,7 @@ class PageAllocator:
             self._head = (self._head + n) % cap if cap else 0
         else:  # lifo: top of the stack first
             pages = self._ring[self._free - n : self._free][::-1].copy()
-        if self._allocated[pages].any() or _has_duplicates(pages):
+        if self._allocated[pages].any() or has_duplicates(pages):
             # Only a corrupted free list gets here; refuse rather than hand a slot out twice.
             raise RuntimeError(f"double allocation of pages {pages[self._allocated[pages]].tolist()[:8]}")
         self._free -= n
@@ -115,7 +117,7 @@ class PageAllocator:
             return
         if pages.min() < 0 or pages.max() >= self.num_pages:
             raise ValueError(f"indices: page outside this pool of {self.num_pages} pages")
-        if _has_duplicates(pages):
+        if has_duplicates(pages):
             raise ValueError("indices: the same page is freed twice in one call")
         if not self._allocated[pages].all():
             raise ValueError(f"indices: double free of pages {pages[~self._allocated[pages]].tolist()[:8]}")

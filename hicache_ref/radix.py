@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hicache_ref.allocator import pages_to_slots, slots_to_pages
+from hicache_ref.allocator import has_duplicates, pages_to_slots, slots_to_pages
 from hicache_ref.hashing import chain_hashes, hash64, token_bytes
 from hicache_ref.policy import LeafHeap, WritePolicy, make_policy
 from hicache_ref.tiers import EvictHostResult, EvictResult, TierMoves, Transfer
@@ -216,13 +216,21 @@ class RadixTree(TierMoves):
 
         device_indices: token slots for (at least) the page-aligned prefix of tokens. The tree
         adopts those past `prefix_len`; the caller still owns (and frees) the ones before.
+        Bad input (too few slots, not whole pages, a page given twice, pages not allocated,
+        an unhashable request_id) raises ValueError before the tree changes.
         """
+        try:
+            hash(request_id)  # the policy keys its per-request memory by it, after the walk splits
+        except TypeError:
+            raise ValueError(f"request_id: must be hashable, got {type(request_id).__name__}") from None
         data, n = self._tokens(tokens)
         P = self.page_bytes
         idx = np.asarray(device_indices if device_indices is not None else _NO_PAGES)
         if len(idx) < n // 4:
             raise ValueError(f"device_indices: {len(idx)} slots for {n // 4} page-aligned tokens")
         pages_in = slots_to_pages(idx[: n // 4], self.page_size, "device_indices")
+        if has_duplicates(pages_in):
+            raise ValueError("device_indices: the same page given twice (two nodes would own it)")
         if self.device is not None and not self.device.pages_allocated(pages_in):
             raise ValueError("device_indices: slots that are not allocated in the device pool")
         now = self.clock()

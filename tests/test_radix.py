@@ -304,3 +304,17 @@ def test_write_backs_of_nodes_dropped_later_in_the_same_eviction_are_not_copied(
     assert tree.match_prefix([9, 9]).host_len == 2 and tree.match_prefix([1, 2, 3, 4]).host_len == 0
     assert e.evicted_tokens == 10 and dev.used_tokens == tree.device_pages == 0
     assert host.used_tokens == tree.host_pages * PS == 2
+
+
+def test_insert_refuses_a_page_given_twice_and_an_unhashable_request_id_before_changing_anything():
+    tree, dev, _ = make_tree()
+    insert(tree, list(range(8)))
+    before = [(len(x.key), x.dev.tolist()) for x in tree.iter_nodes()]
+    idx = dev.alloc(4)
+    twice = np.concatenate([idx[:2], idx[:2], dev.alloc(4)])  # page idx[0] for pages 1 and 2
+    with pytest.raises(ValueError, match="device_indices: the same page"):
+        tree.insert([0, 1, 2, 3, 90, 91, 92, 93], twice)  # would split [0..7] after 2 pages
+    with pytest.raises(ValueError, match="request_id"):
+        tree.insert([0, 1, 2, 3, 90, 91], np.concatenate([idx, dev.alloc(2)]), request_id=["r1"])
+    assert [(len(x.key), x.dev.tolist()) for x in tree.iter_nodes()] == before  # no split, nothing adopted
+    assert tree.device_pages == 4 and tree.policy.requests_in_flight == 0
