@@ -6,7 +6,9 @@ measured 1.3 s per inline D2H submission on P800). Two daemon submitter threads,
 direction, each run jobs on their own backend stream through `hal.pool_transfer` (the only
 way this package moves bytes): a backup is one all-layer submission, a load one submission
 per layer so compute on layer i can wait on layer i alone (`LoadHandle.layer_event`).
-The threads of one direction live in hicache_ref.direction_worker.
+The threads of one direction live in hicache_ref.direction_worker. Indices are checked on
+the scheduler thread before anything is queued (equal lengths, in the pools, whole
+page-aligned pages, no destination page twice): ValueError naming the argument.
 
 Completion: a watcher thread per direction waits the stream's events in order (a stream
 completes in submission order) and queues an `Ack`; `poll()` hands the acks to the
@@ -41,6 +43,7 @@ import numpy as np
 from hal import kvcacheio, pool_transfer
 from hal.layer_plans import LayerPlanner
 from hal.plan import TransferPlan
+from hicache_ref.allocator import has_duplicates, slots_to_pages
 from hicache_ref.direction_worker import STOP, DirectionWorker, Job
 from hicache_ref.transfers import (
     Ack,
@@ -86,7 +89,7 @@ class CacheController:
     def write(self, device_indices, host_indices, tag: Any = None) -> WriteHandle:
         """Queue a backup host[host_indices] = device[device_indices] (all layers); returns at once."""
         t0 = time.perf_counter()
-        di, hi = self._indices(device_indices, host_indices)
+        di, hi = self._indices(device_indices, host_indices, "host_indices")
         h = WriteHandle(self, "d2h", tag, len(hi), 1)
         self._enqueue("d2h", Job(h, hi, di), t0)
         return h
@@ -94,12 +97,15 @@ class CacheController:
     def load(self, host_indices, device_indices, tag: Any = None) -> LoadHandle:
         """Queue a load device[device_indices] = host[host_indices], one submission per layer."""
         t0 = time.perf_counter()
-        di, hi = self._indices(device_indices, host_indices)
+        di, hi = self._indices(device_indices, host_indices, "device_indices")
         h = LoadHandle(self, "h2d", tag, len(hi), self.geom.layers)
         self._enqueue("h2d", Job(h, hi, di), t0)
         return h
 
-    def _indices(self, device_indices, host_indices) -> tuple[np.ndarray, np.ndarray]:
+    def _indices(self, device_indices, host_indices, destination: str) -> tuple[np.ndarray, np.ndarray]:
+        """Checked slot arrays: equal lengths, in the pools, whole page-aligned pages on both sides
+        and no destination page twice. Checked here, on the scheduler thread, because a bad
+        transfer found on a worker thread would fail-stop the controller for good."""
         self._raise_if_failed()
         if self._closed:
             raise RuntimeError("controller: shut down")
@@ -111,6 +117,11 @@ class CacheController:
             raise ValueError(f"device_indices: outside the device pool of {self.device_pool.num_tokens} slots")
         if len(hi) and (hi.min() < 0 or hi.max() >= self.host_pool.num_tokens):
             raise ValueError(f"host_indices: outside the host pool of {self.host_pool.num_tokens} slots")
+        ps = self.geom.page_size
+        pages = {"device_indices": slots_to_pages(di, ps, "device_indices"),
+                 "host_indices": slots_to_pages(hi, ps, "host_indices")}
+        if has_duplicates(pages[destination]):
+            raise ValueError(f"{destination}: the same destination page twice in one transfer")
         return di, hi
 
     def _enqueue(self, name: str, job: Job, t0: float) -> None:

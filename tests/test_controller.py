@@ -116,14 +116,27 @@ def test_load_has_one_event_per_layer_completing_in_layer_order(emu):
             h.wait_layer(dp.geom.layers)
 
 
-def test_bad_indices_raise_before_anything_is_queued(emu):
-    dp, hp = _pools(emu, "layer_first")
+@pytest.mark.parametrize("materialize", [True, False])
+def test_bad_indices_raise_before_anything_is_queued(emu, materialize):
+    dp, hp = _pools(emu, "layer_first", materialize=materialize)
     with CacheController(dp, hp, emu) as ctl:
         with pytest.raises(ValueError, match="host_indices: length"):
             ctl.write(_pages([0]), _pages([0, 1]))
         with pytest.raises(ValueError, match="device_indices: outside"):
             ctl.load(_pages([0]), _pages([dp.num_tokens // PS]))
+        with pytest.raises(ValueError, match="device_indices: not whole page-aligned"):
+            ctl.write(_pages([0]) + 1, _pages([0]))
+        with pytest.raises(ValueError, match="host_indices: not whole page-aligned"):
+            ctl.load(_pages([0]) + 2, _pages([1]))
+        with pytest.raises(ValueError, match="device_indices: length 2 is not a multiple"):
+            ctl.load(np.array([0, 1]), np.array([4, 5]))
+        with pytest.raises(ValueError, match="host_indices: the same destination page"):
+            ctl.write(_pages([0, 1]), _pages([2, 2]))
+        with pytest.raises(ValueError, match="device_indices: the same destination page"):
+            ctl.load(_pages([0, 1]), _pages([3, 3]))
         assert ctl.pending == 0 and ctl.poll() == []
+        ctl.write(_pages([5, 5]), _pages([0, 1]), tag="ok")  # one page to two: only destinations must differ
+        assert [a.tag for a in ctl.flush(10)] == ["ok"]  # nothing failed on a worker thread
 
 
 # -- backends that misbehave, registered like out-of-tree backends -------------------------
