@@ -125,7 +125,7 @@ class HiCache:
                     load = self.controller.load(t.host_indices, t.device_indices, tag=t)
             prefix = l1 + l2
             need_pages = -(-n // ps) - prefix // ps
-            new_pages = self._take_pages(need_pages)
+            new_pages = tree.take_pages(tree.device, need_pages, tree.evict, partial=True)
             new = pages_to_slots(new_pages, ps)
             truncated = len(new_pages) < need_pages
             mismatch = 0
@@ -151,17 +151,6 @@ class HiCache:
             for node in locked:
                 tree.unlock(node)
         return RequestResult(n, l1, l2, unloaded, cached, truncated, mismatch)
-
-    def _take_pages(self, n_pages: int) -> np.ndarray:
-        """Up to n_pages free L1 pages, evicting LRU leaves for the shortfall."""
-        alloc = self.device.allocator
-        if n_pages <= 0:
-            return np.zeros(0, dtype=np.int64)
-        pages = alloc.alloc_pages(n_pages)
-        if pages is None:
-            self.tree.evict((n_pages - alloc.available_pages) * self.page_size)
-            pages = alloc.alloc_pages(min(n_pages, alloc.available_pages))
-        return pages
 
     # -- materialized KV ----------------------------------------------------------------------
     def _write_kv(self, tokens: np.ndarray, start: int, slots: np.ndarray) -> None:

@@ -63,12 +63,16 @@ class TierMoves:
 
     _uncopied: set = frozenset()  # ids of write-back nodes whose copy is still owed (inside evict)
 
-    def _take_pages(self, allocator, need: int, evict: Callable) -> np.ndarray | None:
-        """`need` pages from `allocator`, evicting that tier (LRU) once if it is short."""
+    def take_pages(self, allocator, need: int, evict: Callable, partial: bool = False) -> np.ndarray | None:
+        """`need` pages from `allocator` (a tier's: self.device or self.host), evicting that tier
+        (`evict`: self.evict or self.evict_host, LRU) once by the shortfall if it is short.
+
+        Still short after that (locked nodes): None, or with `partial` the pages that are free.
+        """
         pages = allocator.alloc_pages(need)
         if pages is None:
-            evict(need * self.page_size)
-            pages = allocator.alloc_pages(need)
+            evict((need - allocator.available_pages) * self.page_size)
+            pages = allocator.alloc_pages(min(need, allocator.available_pages) if partial else need)
         return pages
 
     # -- backup (insert) ----------------------------------------------------------
@@ -76,7 +80,7 @@ class TierMoves:
         """Give `nodes` (root-first, on device, no host copy) host slots; lock them until complete()."""
         need = sum(len(x.dev) for x in nodes)
         self.lock(nodes[-1])  # keep them in L1 while host eviction runs and the copy is in flight
-        pages = self._take_pages(self.host, need, self.evict_host)
+        pages = self.take_pages(self.host, need, self.evict_host)
         if pages is None:
             self.unlock(nodes[-1])
             return None
@@ -160,7 +164,7 @@ class TierMoves:
 
     def _write_back(self, node: Node) -> Transfer | None:
         n = len(node.dev)
-        pages = self._take_pages(self.host, n, self.evict_host)
+        pages = self.take_pages(self.host, n, self.evict_host)
         if pages is None:
             return None
         node.host, dev, node.dev = pages, node.dev, None
@@ -228,7 +232,7 @@ class TierMoves:
             return None
         chain.reverse()
         self.lock(chain[-1])  # the eviction below must neither take the chain nor its ancestors
-        pages = self._take_pages(self.device, need, self.evict)
+        pages = self.take_pages(self.device, need, self.evict)
         if pages is None:
             self.unlock(chain[-1])
             return None

@@ -318,3 +318,23 @@ def test_insert_refuses_a_page_given_twice_and_an_unhashable_request_id_before_c
         tree.insert([0, 1, 2, 3, 90, 91], np.concatenate([idx, dev.alloc(2)]), request_id=["r1"])
     assert [(len(x.key), x.dev.tolist()) for x in tree.iter_nodes()] == before  # no split, nothing adopted
     assert tree.device_pages == 4 and tree.policy.requests_in_flight == 0
+
+
+def test_a_short_tier_is_evicted_by_the_shortfall_only():
+    # L1 of 4 pages: a 3-page load back with 1 page free evicts 2 pages, not 3.
+    tree, dev, host = make_tree("write_through", dev_tokens=8)
+    insert(tree, [1, 1, 2, 2, 3, 3])
+    tree.evict(8)
+    for t in ([7, 7], [8, 8], [9, 9]):
+        insert(tree, t)
+    t = tree.load_back(tree.match_prefix([1, 1, 2, 2, 3, 3]))
+    assert t is not None and t.num_tokens == 6
+    assert [tree.match_prefix(x).device_len for x in ([7, 7], [8, 8], [9, 9])] == [0, 0, 2]
+    # L2 of 4 pages, 1 free: a 2-page backup evicts 1 host-only page, not 2.
+    tree, dev, host = make_tree("write_through", host_tokens=8)
+    for x in ([1, 1], [2, 2], [3, 3]):
+        insert(tree, x)
+    tree.evict(64)
+    insert(tree, [4, 4, 5, 5])
+    assert [tree.match_prefix(x).host_len for x in ([1, 1], [2, 2], [3, 3])] == [0, 2, 2]
+    assert host.used_tokens == tree.host_pages * PS == 8
