@@ -47,7 +47,7 @@ def read_trace(path: str | Path, limit: int | None = None) -> list[TraceRequest]
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit: expected a non-negative integer, got {limit!r}")
     out: list[TraceRequest] = []
-    max_id = (2**32 - 1) // BLOCK_TOKENS - 1
+    max_id = (2**32 - BLOCK_TOKENS) // BLOCK_TOKENS  # its last token is 2**32 - 1
     with path.open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if limit is not None and len(out) >= limit:

@@ -58,6 +58,18 @@ def test_read_trace_refuses_bad_lines_naming_file_line_and_key(tmp_path):
         read_trace(p)
 
 
+def test_the_largest_hash_id_is_the_one_whose_tokens_end_at_2_to_the_32_minus_1(tmp_path):
+    top = 2**32 // 512 - 1  # 8388607: tokens 2**32 - 512 .. 2**32 - 1
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps({"timestamp": 0, "input_length": 512, "hash_ids": [top]}) + "\n")
+    (r,) = read_trace(p)
+    t = request_tokens(r.hash_ids, r.input_length)
+    assert int(t[0]) == 2**32 - 512 and int(t[-1]) == 2**32 - 1
+    p.write_text(json.dumps({"timestamp": 0, "input_length": 512, "hash_ids": [top + 1]}) + "\n")
+    with pytest.raises(ValueError, match=r"line 1: hash_ids: expected ids in \[0, 8388607\]"):
+        read_trace(p)
+
+
 # -- exact counts on hand-made traces ---------------------------------------------------------------
 
 A, B_SHARES_TWO, A_AGAIN, B_CUT = _req([1, 2, 3], 1536), _req([1, 2, 9], 1500), _req([1, 2, 3], 1536), _req([1, 2, 9], 1400)
