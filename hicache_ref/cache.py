@@ -180,17 +180,27 @@ class HiCache:
 
     # -- teardown ----------------------------------------------------------------------------
     def close(self, timeout: float = 30.0) -> None:
-        """Drain the controller (completions applied to the tree), then release the pools."""
+        """Drain the controller (completions applied to the tree), then release the pools.
+
+        A controller thread still running at the deadline (TimeoutError, re-raised) may yet
+        copy into the pools, so they are left open then: their finalizers release them once
+        nothing, that thread included, refers to them.
+        """
         if self._closed:
             return
         self._closed = True
+        stuck = False
         try:
             if self.controller is not None:
                 self._complete(self.controller.shutdown(timeout=timeout, drain=True))
+        except TimeoutError:
+            stuck = True
+            raise
         finally:
-            self.device.close()
-            if self.host is not None:
-                self.host.close()
+            if not stuck:
+                self.device.close()
+                if self.host is not None:
+                    self.host.close()
 
     def __enter__(self) -> HiCache:
         return self

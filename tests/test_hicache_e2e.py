@@ -1,5 +1,7 @@
 """HiCache end to end on emu with real bytes: L1 -> backup -> evict -> load back, per host layout; errors surface."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -114,6 +116,38 @@ def test_a_failing_transfer_stream_surfaces_on_the_next_request_and_close_does_n
     with pytest.raises(TransferError):  # fail-stop: the cache does not carry on silently
         cache.request(A)
     cache.close(timeout=10)
+
+
+class _GatedBackend(EmuBackend):
+    """Submissions on the controller's streams block until `gate` opens (a stuck DMA submission)."""
+
+    name = "emu-gated-e2e"
+    gate = threading.Event()
+
+    def execute(self, plan, stream=None):
+        if stream is not self.default_stream():
+            self.gate.wait()
+        return super().execute(plan, stream)
+
+
+register("emu-gated-e2e", _GatedBackend)
+
+
+def test_close_with_a_stuck_transfer_thread_leaves_the_pools_open():
+    _GatedBackend.gate.clear()
+    cache = _cache(get_backend("emu-gated-e2e", "emu"), "mla", "layer_first")
+    cache.request(A)  # its write-through backup is submitted and stuck
+    with pytest.raises(TimeoutError, match="hicache-d2h"):
+        cache.close(timeout=0.3)
+    # The stuck copy may still land: its destination must stay mapped and registered.
+    assert cache.host.buffers is not None and not cache.host.host_buffer.closed
+    assert cache.device.buffers is not None
+    _GatedBackend.gate.set()  # only now: the copy lands in memory that is still ours
+    for d in cache.controller._dirs.values():
+        d.submitter.join(10)
+        d.watcher.join(10)
+    cache.host.close()
+    cache.device.close()
 
 
 # -- random traffic through tree + pools + controller, real bytes ----------------------------------
