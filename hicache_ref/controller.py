@@ -222,7 +222,11 @@ class CacheController:
             return sum(d.pending for d in self._dirs.values())
 
     def flush(self, timeout: float | None = None) -> list[Ack]:
-        """Wait until every queued transfer completed, then `poll()`."""
+        """Wait until every queued transfer completed, then `poll()`. After shutdown, `poll()`
+        at once: a cancelled or timed-out shutdown can leave transfers that no watcher will
+        ever acknowledge, and waiting for them would hang."""
+        if self._closed:
+            return self.poll()
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._waiting(), self._lock:
             while self._error is None and any(d.pending for d in self._dirs.values()):

@@ -259,6 +259,28 @@ def test_stuck_submission_times_out_instead_of_hanging_shutdown():
         _GatedBackend.gate.set()
 
 
+def test_flush_after_a_timed_out_shutdown_returns_instead_of_waiting_forever():
+    b = get_backend("emu-gated", "emu")
+    _GatedBackend.gate.clear()
+    dp, hp = _pools(b, "layer_first", materialize=False)
+    ctl = CacheController(dp, hp, b)
+    ctl.write(_pages([0]), _pages([0]))
+    try:
+        with pytest.raises(TimeoutError):
+            ctl.shutdown(timeout=0.3)
+        got = []
+        flusher = threading.Thread(target=lambda: got.append(ctl.flush()), daemon=True)
+        flusher.start()
+        flusher.join(5)
+        assert not flusher.is_alive() and got == [[]]  # the stuck transfer is still pending, not acked
+    finally:
+        _GatedBackend.gate.set()
+    dp, hp = _pools(b, "layer_first", materialize=False)
+    with CacheController(dp, hp, b) as ctl:
+        ctl.write(_pages([0]), _pages([0]), tag="w")
+    assert ctl.flush() == []  # drained: shutdown handed the ack out
+
+
 def test_cancel_drops_unsubmitted_transfers():
     b = get_backend("emu-gated", "emu")
     _GatedBackend.gate.clear()
