@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 
 from hal.layouts import KVGeometry, parse_dtype
+from hicache_ref.allocator import ORDERS
 from hicache_ref.cache import HiCache
 from hicache_ref.ghost import GhostList
+from hicache_ref.policy import POLICIES
 from hicache_ref.trace import TraceRequest, read_trace, request_tokens
 
 SEED_GEOMETRY = {"attention": "mla", "layers": 78, "heads": 1, "kv_dim": 576, "dtype": "bf16"}
@@ -52,6 +54,15 @@ def replay(trace: str | Path | list[TraceRequest], *, page_size: int = 64, l1_to
            dtype: str = "bf16", host_layout: str = "layer_first", profile: str | None = "emu",
            backend=None) -> dict:
     """Replay `trace` (a JSONL path or read requests) and return the figures (JSON_KEYS and more)."""
+    if write_policy not in POLICIES:
+        raise ValueError(f"write_policy: {write_policy!r} is not one of {', '.join(POLICIES)}")
+    if free_list not in ORDERS:
+        raise ValueError(f"free_list: {free_list!r} is not one of {', '.join(ORDERS)}")
+    if ghost_entries is not None and (isinstance(ghost_entries, bool) or not isinstance(ghost_entries, int)
+                                      or ghost_entries <= 0):
+        raise ValueError(f"ghost_entries: expected a positive integer, got {ghost_entries!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit: expected a non-negative integer, got {limit!r}")
     geom = make_geometry(page_size, layers, kv_dim, attention, heads, dtype)
     t_read = time.perf_counter()
     requests = read_trace(trace, limit) if isinstance(trace, (str, Path)) else list(trace)[:limit]
@@ -69,7 +80,8 @@ def replay(trace: str | Path | list[TraceRequest], *, page_size: int = 64, l1_to
         from hal.backend import get_backend
 
         backend = get_backend("emu", profile)
-    ghost_list = GhostList(ghost_entries or max(l1 // page_size, 1024)) if ghost else None
+    bound = ghost_entries if ghost_entries is not None else max(l1 // page_size, 1024)
+    ghost_list = GhostList(bound) if ghost else None
     sync = materialize or l1_tokens is not None or l2_tokens is not None
     totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
                   truncated_requests=0, kv_mismatch_tokens=0)

@@ -165,6 +165,17 @@ def test_bad_capacity_is_refused_before_running():
         replay([A], materialize=True, l1_tokens=1 << 40)
 
 
+def test_bad_arguments_are_refused_by_name_before_running(tmp_path):
+    missing = tmp_path / "no-such-trace.jsonl"  # checked first: the trace is not even read
+    for kw, name in ((dict(write_policy="write_around"), "write_policy"), (dict(free_list="random"), "free_list"),
+                     (dict(ghost=True, ghost_entries=0), "ghost_entries"), (dict(ghost_entries=2.5), "ghost_entries"),
+                     (dict(limit=-1), "limit")):
+        for trace in (missing, [A]):
+            with pytest.raises(ValueError, match=f"^{name}: "):
+                replay(trace, **kw, **SMALL)
+    assert replay([A], ghost=True, ghost_entries=5, **SMALL)["ghost"]["bound"] == 5
+
+
 # -- the CLI -------------------------------------------------------------------------------------
 
 def _cli(args) -> tuple[int, str]:
