@@ -225,6 +225,8 @@ class TierMoves:
         node = getattr(target, "last_host_node", target)  # a MatchResult, or the Node itself
         chain = []
         while node.dev is None:
+            if node.parent is None:  # dropped from both tiers since it was matched (detached)
+                raise ValueError(f"target: {node!r} is no longer in the tree")
             chain.append(node)
             node = node.parent
         need = sum(len(x.host) for x in chain)

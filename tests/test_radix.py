@@ -192,6 +192,18 @@ def test_load_back_gives_up_when_l1_is_locked_full():
     assert tree.match_prefix([1, 1, 2, 2]).last_host_node.lock_ref == 0  # nothing left locked
 
 
+def test_load_back_of_a_node_that_left_the_tree_names_target():
+    tree, dev, host = make_tree("write_through")
+    insert(tree, [1, 1, 2, 2])
+    tree.evict(64)
+    m = tree.match_prefix([1, 1, 2, 2])
+    tree.evict_host(64)  # gone from both tiers: out of the tree
+    for target in (m, m.last_host_node):
+        with pytest.raises(ValueError, match="target: .* no longer in the tree"):
+            tree.load_back(target)
+    assert dev.used_tokens == 0 and tree.root.lock_ref == 0
+
+
 def test_write_back_without_host_room_drops_the_node():
     tree, dev, host = make_tree("write_back", host_tokens=2)
     insert(tree, [1, 1, 2, 2])
