@@ -1,1 +1,1 @@
-"""Reference HiCache on the HAL: radix tree, pools, controller, policies, storage, replay."""
+"""Reference HiCache on the HAL: radix tree, pools, controller, write policies and ghost list, trace replay."""

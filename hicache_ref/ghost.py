@@ -74,9 +74,6 @@ class GhostList:
             return True
         return False
 
-    def discard(self, key: int) -> None:
-        self._lru.pop(key, None)
-
     def __len__(self) -> int:
         return len(self._lru)
 

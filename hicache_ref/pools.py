@@ -8,9 +8,9 @@ A pool is a `PageAllocator` (whole pages, FIFO or LIFO, SPMD-deterministic; see
   CPU tensors when no backend is given).
 - HostPool.buffers[part]: views of one host allocation in a HAL host layout; for MHA
   part p is `host[p]` of `hal.layouts.host_shape(...)` (K then V), for MLA the single
-  part is the whole shape. Memory comes from `hal.memory.allocate_host` when that module
-  exists, else from `torch.empty`; a caller may hand in its own `host_buffer` (e.g. a
-  TP-shared segment), which the pool then does not close.
+  part is the whole shape. Memory comes from `hal.memory.allocate_host`; a caller may
+  hand in its own `host_buffer` (e.g. a TP-shared segment), which the pool then does not
+  close.
 
 Without `materialize` the pools only count slots: replay and planning need indices, not
 bytes. Pools never move bytes; the controller does, through `hal.kvcacheio`.
@@ -22,15 +22,10 @@ import math
 
 import torch
 
-from hal import layouts
+from hal import layouts, memory
 from hicache_ref.allocator import PageAllocator, pages_to_slots, slots_to_pages
 
 __all__ = ["DevicePool", "HostPool", "PageAllocator", "pages_to_slots", "slots_to_pages"]
-
-
-def _check_size(geom: layouts.KVGeometry, num_tokens: int) -> None:
-    if not isinstance(num_tokens, int) or num_tokens < 0 or num_tokens % geom.page_size:
-        raise ValueError(f"num_tokens: must be a non-negative multiple of page_size {geom.page_size}, got {num_tokens!r}")
 
 
 class DevicePool:
@@ -38,11 +33,10 @@ class DevicePool:
 
     def __init__(self, geom: layouts.KVGeometry, num_tokens: int, backend=None, materialize: bool = False,
                  order: str = "fifo"):
-        _check_size(geom, num_tokens)
+        self.allocator = PageAllocator(num_tokens, geom.page_size, order)  # checks num_tokens and order
         self.geom = geom
         self.num_tokens = num_tokens
         self.backend = backend
-        self.allocator = PageAllocator(num_tokens, geom.page_size, order)
         self.buffers: list[list[torch.Tensor]] | None = None
         if materialize:
             shape = layouts.device_shape(geom, num_tokens)
@@ -62,13 +56,12 @@ class HostPool:
 
     def __init__(self, geom: layouts.KVGeometry, num_tokens: int, layout: str, backend=None,
                  materialize: bool = False, order: str = "fifo", host_buffer=None, host_options: dict | None = None):
-        _check_size(geom, num_tokens)
+        self.allocator = PageAllocator(num_tokens, geom.page_size, order)  # checks num_tokens and order
         layouts.check_layout(layout, geom)
         self.geom = geom
         self.num_tokens = num_tokens
         self.layout = layout
         self.backend = backend
-        self.allocator = PageAllocator(num_tokens, geom.page_size, order)
         self.shape = layouts.host_shape(layout, geom, num_tokens)
         self.nbytes = math.prod(self.shape) * geom.elem_size
         self.buffers: list[torch.Tensor] | None = None
@@ -79,7 +72,7 @@ class HostPool:
                 host_buffer = self._allocate(host_options or {})
                 self._owns_buffer = host_buffer is not None
             self.host_buffer = host_buffer
-            flat = host_buffer.tensor if host_buffer is not None else torch.empty(self.nbytes, dtype=torch.uint8)
+            flat = host_buffer.tensor if host_buffer is not None else torch.empty(0, dtype=torch.uint8)  # 0 bytes
             if flat.dtype != torch.uint8 or flat.dim() != 1 or flat.numel() < self.nbytes:
                 raise ValueError(f"host_buffer: needs a 1-D uint8 tensor of at least {self.nbytes} bytes, "
                                  f"got {layouts.layout_signature(flat)}")
@@ -87,14 +80,8 @@ class HostPool:
             self.buffers = [whole[p] for p in range(geom.parts)] if geom.attention == "mha" else [whole]
 
     def _allocate(self, options: dict):
-        """A HostBuffer from hal.memory when that module exists; None means: use torch.empty."""
+        """A HostBuffer from hal.memory; None for a pool of no bytes (nothing to map)."""
         if self.nbytes == 0:
-            return None
-        try:
-            from hal import memory
-        except ModuleNotFoundError as e:
-            if e.name != "hal.memory":
-                raise
             return None
         return memory.allocate_host(self.nbytes, backend=self.backend, **options)
 

@@ -349,4 +349,7 @@ class RadixTree(TierMoves):
             stack.extend(reversed(list(node.children.values())))
 
     def forget_request(self, request_id) -> None:
+        """Drop the hit-counting memory of a request that will never send its finished insert
+        (aborted): else it stays in the policy, and a later request reusing the id would not
+        count the pages this one already counted."""
         self.policy.forget(request_id)

@@ -61,6 +61,18 @@ def test_two_distinct_requests_trigger_selective_backup():
     assert finish(tree, insert(tree, dev, prompt, request_id="r1")).backups == []
 
 
+def test_forget_request_drops_an_aborted_requests_memory():
+    tree, dev, _ = make_tree("write_through_selective")
+    prompt = np.arange(16)
+    insert(tree, dev, prompt, request_id="r1", finished=False)  # r1 is aborted: no finished insert
+    assert tree.policy.requests_in_flight == 1
+    tree.forget_request("r1")
+    assert tree.policy.requests_in_flight == 0
+    # A new request reusing the id counts its hit: the prompt reaches the threshold.
+    (t,) = insert(tree, dev, prompt, request_id="r1").backups
+    assert t.num_tokens == 16
+
+
 def test_interleaved_requests_still_count_once_each():
     tree, dev, _ = make_tree("write_through_selective")
     prompt = np.arange(8)

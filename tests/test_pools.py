@@ -145,9 +145,26 @@ def test_host_pool_uses_a_callers_buffer_and_leaves_it_open():
         HostPool(MHA, 16, "page_first", host_buffer=type("B", (), {"tensor": torch.zeros(8, dtype=torch.uint8)})())
 
 
+def test_host_pool_memory_comes_from_hal_memory():
+    from hal.memory import HostBuffer
+
+    pool = HostPool(MLA, 16, "layer_first", materialize=True)
+    try:
+        assert isinstance(pool.host_buffer, HostBuffer) and not pool.host_buffer.closed
+        assert pool.buffers[0].data_ptr() == pool.host_buffer.address
+    finally:
+        pool.close()
+    empty = HostPool(MLA, 0, "layer_first", materialize=True)  # nothing to map
+    assert empty.host_buffer is None and empty.buffers[0].numel() == 0
+
+
 def test_pool_bad_input():
     with pytest.raises(ValueError, match="num_tokens"):
         DevicePool(MHA, 30)
+    with pytest.raises(ValueError, match="num_tokens"):
+        HostPool(MHA, -4, "page_first")
+    with pytest.raises(ValueError, match="order"):
+        DevicePool(MHA, 32, order="random")
     with pytest.raises(ValueError, match="layout"):
         HostPool(MLA, 16, "page_head")
     with pytest.raises(ValueError, match="layout"):
