@@ -54,11 +54,19 @@ def test_two_distinct_requests_trigger_selective_backup():
     tree, dev, host = make_tree("write_through_selective")
     prompt = np.arange(16)
     assert insert(tree, dev, prompt, request_id="r1", finished=False).backups == []
-    r = insert(tree, dev, np.concatenate([prompt, [7, 7, 7, 7]]), request_id="r2")
-    (t,) = r.backups
-    assert t.kind == "backup" and t.num_tokens == 16 and host.used_tokens == 16
-    # The same request still finishing later does not count the prompt again.
+    longer = np.concatenate([prompt, [7, 7, 7, 7]])
+    r = insert(tree, dev, longer, request_id="r2")
+    m = tree.match_prefix(prompt)
+    (t,) = r.backups  # the prompt's node reached 2 hits; r2's own new page has 1 and is not backed up
+    assert t.kind == "backup" and t.nodes == [m.last_device_node] and t.num_tokens == 16
+    assert t.device_indices.tolist() == m.device_indices.tolist() and host.is_allocated(t.host_indices).all()
+    assert host.used_tokens == 16
+    finish(tree, r)
+    # The same request finishing later does not count the prompt again (per insert: 3 hits).
     assert finish(tree, insert(tree, dev, prompt, request_id="r1")).backups == []
+    assert m.last_device_node.hit_count == 2
+    tree.evict(256)
+    assert tree.match_prefix(longer)[:2] == (0, 16)  # L2 holds the prompt, not r2's tail
 
 
 def test_forget_request_drops_an_aborted_requests_memory():

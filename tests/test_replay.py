@@ -153,9 +153,18 @@ def test_replays_are_deterministic_and_free_list_order_does_not_change_hits():
     assert (lifo["l1_hit_tokens"], lifo["l2_hit_tokens"]) == (one["l1_hit_tokens"], one["l2_hit_tokens"])
 
 
-def test_ghost_list_is_reported():
-    fig = replay([A, UNRELATED, A_AGAIN, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, ghost=True, **SMALL)
-    assert fig["ghost"]["bound"] >= 1024 and fig["ghost"]["added"] > 0
+def test_ghost_list_turns_a_returning_request_into_l2_hits_and_is_reported():
+    # L1 holds one of A / UNRELATED at a time. Selective alone never backs either up (one hit
+    # per node per life); with the ghost list A's return proves it reused, so it is backed up
+    # before UNRELATED evicts it again, and A's third arrival loads it back from L2.
+    reqs = [A, UNRELATED, A_AGAIN, UNRELATED, A_AGAIN]
+    kw = dict(l1_tokens=2048, l2_tokens=8192, write_policy="write_through_selective", **SMALL)
+    with_ghost, without = replay(reqs, ghost=True, **kw), replay(reqs, **kw)
+    assert (without["l1_hit_tokens"], without["l2_hit_tokens"], without["d2h_tokens"]) == (0, 0, 0)
+    assert (with_ghost["l1_hit_tokens"], with_ghost["l2_hit_tokens"]) == (0, 1536)
+    assert with_ghost["d2h_tokens"] == 1536 + 2048  # A and UNRELATED, each on its proven return
+    g = with_ghost["ghost"]
+    assert g["bound"] >= 1024 and g["added"] == (1536 + 2048) // 64 and g["hits"] >= 2 and "ghost" not in without
 
 
 def test_bad_capacity_is_refused_before_running():
