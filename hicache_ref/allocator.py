@@ -29,18 +29,30 @@ def has_duplicates(pages: np.ndarray) -> bool:
     return bool((np.diff(np.sort(pages)) == 0).any())
 
 
+_OFFSETS: dict[int, np.ndarray] = {}
+
+
+def _offsets(page_size: int) -> np.ndarray:
+    """[0, page_size) as int64, made once per page size (the hot paths call this per request)."""
+    ar = _OFFSETS.get(page_size)
+    if ar is None:
+        ar = _OFFSETS[page_size] = np.arange(page_size, dtype=np.int64)
+        ar.flags.writeable = False
+    return ar
+
+
 def pages_to_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
     """Token slot indices (int64) of whole pages, in page order."""
     pages = np.asarray(pages, dtype=np.int64)
     if page_size == 1:
         return pages.copy()
-    return (pages[:, None] * page_size + np.arange(page_size, dtype=np.int64)[None, :]).reshape(-1)
+    return (pages[:, None] * page_size + _offsets(page_size)[None, :]).reshape(-1)
 
 
 def slots_to_pages(slots, page_size: int, name: str = "indices") -> np.ndarray:
     """Page numbers of page-aligned whole-page slot runs; ValueError naming `name` otherwise."""
     slots = np.asarray(slots)
-    if slots.ndim != 1 or (slots.size and not np.issubdtype(slots.dtype, np.integer)):
+    if slots.ndim != 1 or (slots.dtype != np.int64 and slots.size and not np.issubdtype(slots.dtype, np.integer)):
         raise ValueError(f"{name}: expected a 1-D integer array, got shape {slots.shape} dtype {slots.dtype}")
     if len(slots) % page_size:
         raise ValueError(f"{name}: length {len(slots)} is not a multiple of page_size {page_size}")
@@ -49,7 +61,7 @@ def slots_to_pages(slots, page_size: int, name: str = "indices") -> np.ndarray:
         return slots.copy()
     grid = slots.reshape(-1, page_size)
     first = grid[:, 0]
-    if (first % page_size).any() or (grid != first[:, None] + np.arange(page_size)).any():
+    if (first % page_size).any() or (grid != first[:, None] + _offsets(page_size)).any():
         raise ValueError(f"{name}: not whole page-aligned pages of {page_size} slots")
     return first // page_size
 

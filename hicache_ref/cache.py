@@ -90,7 +90,7 @@ class HiCache:
     def _on_write_back(self, transfers: list[Transfer]) -> None:
         # One write per transfer (the tree guarantees write-backs of one evict() own disjoint
         # host slots), submitted in the tree's order on the FIFO D2H stream.
-        handles = [self.controller.write(t.device_indices, t.host_indices, tag=("write_back", t.num_tokens))
+        handles = [self.controller.write_pages(t.device_pages, t.host_pages, tag=("write_back", t.num_tokens))
                    for t in transfers]
         if self.materialize:  # the tree frees these device slots when we return
             for h in handles:
@@ -111,40 +111,44 @@ class HiCache:
         if self.controller is not None:
             self._complete(self.controller.flush() if self.sync else self.controller.poll())
         tree = self.tree
-        m = tree.match_prefix(tokens)
+        # Pages throughout (the tree's and the controller's page-level calls): token slots
+        # are made only where bytes are touched here (materialized KV).
+        m = tree.match_pages(tokens)
         tree.lock(m.last_device_node)  # our L1 prefix must survive the evictions below
         locked = [m.last_device_node]
-        l1, l2, unloaded, loaded_dev, load = m.device_len, 0, 0, m.device_indices[:0], None
+        l1, host_len = len(m.device_pages) * ps, len(m.host_pages) * ps
+        l2, unloaded, loaded, load = 0, 0, m.device_pages[:0], None
         try:
-            if m.host_len:
+            if host_len:
                 t = tree.load_back(m)
                 if t is None:
-                    unloaded = m.host_len
+                    unloaded = host_len
                 else:
-                    l2, loaded_dev = m.host_len, t.device_indices
-                    load = self.controller.load(t.host_indices, t.device_indices, tag=t)
+                    l2, loaded = host_len, t.device_pages
+                    load = self.controller.load_pages(t.host_pages, t.device_pages, tag=t)
             prefix = l1 + l2
             need_pages = -(-n // ps) - prefix // ps
             new_pages = tree.take_pages(tree.device, need_pages, tree.evict, partial=True)
-            new = pages_to_slots(new_pages, ps)
             truncated = len(new_pages) < need_pages
             mismatch = 0
             if self.materialize:
                 if load is not None:
                     load.wait_all()
-                mismatch = self._check_kv(tokens[:prefix], np.concatenate([m.device_indices, loaded_dev]))
+                hit = pages_to_slots(np.concatenate([m.device_pages, loaded]), ps)
+                mismatch = self._check_kv(tokens[:prefix], hit)
+                new = pages_to_slots(new_pages, ps)
                 self._write_kv(tokens[prefix: prefix + len(new)], prefix, new)
-            cached_len = min(full, prefix + len(new) // ps * ps)
+            cached_len = min(full, prefix + len(new_pages) * ps)
             cached = prefix
+            kept = (cached_len - prefix) // ps
             if cached_len > 0:
-                idx = np.concatenate([m.device_indices, loaded_dev, new[: cached_len - prefix]])
-                res = tree.insert(tokens[:cached_len], idx, request_id=request_id)
+                pages = np.concatenate([m.device_pages, loaded, new_pages[:kept]])
+                res = tree.insert_pages(tokens[:cached_len], pages, request_id=request_id)
                 if res.prefix_len != prefix:  # only concurrent inserts could do this; replay is serial
                     raise RuntimeError(f"tree: insert found {res.prefix_len} cached tokens, match said {prefix}")
                 cached = cached_len
                 for b in res.backups:
-                    self.controller.write(b.device_indices, b.host_indices, tag=b)
-            kept = (cached_len - prefix) // ps
+                    self.controller.write_pages(b.device_pages, b.host_pages, tag=b)
             if len(new_pages) > kept:  # the live partial page (or pages beyond what was cached)
                 self.device.allocator.free_pages(new_pages[kept:])
         finally:

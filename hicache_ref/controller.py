@@ -9,6 +9,8 @@ per layer so compute on layer i can wait on layer i alone (`LoadHandle.layer_eve
 The threads of one direction live in hicache_ref.direction_worker. Indices are checked on
 the scheduler thread before anything is queued (equal lengths, in the pools, whole
 page-aligned pages, no destination page twice): ValueError naming the argument.
+`write_pages` / `load_pages` take page numbers instead of token slots (what the radix
+tree hands out), so their checks run per page.
 
 Completion: a watcher thread per direction waits the stream's events in order (a stream
 completes in submission order) and queues an `Ack`; `poll()` hands the acks to the
@@ -43,7 +45,7 @@ import numpy as np
 from hal import kvcacheio, pool_transfer
 from hal.layer_plans import LayerPlanner
 from hal.plan import TransferPlan
-from hicache_ref.allocator import has_duplicates, slots_to_pages
+from hicache_ref.allocator import has_duplicates, pages_to_slots, slots_to_pages
 from hicache_ref.direction_worker import STOP, DirectionWorker, Job
 from hicache_ref.transfers import (
     Ack,
@@ -89,40 +91,77 @@ class CacheController:
     def write(self, device_indices, host_indices, tag: Any = None) -> WriteHandle:
         """Queue a backup host[host_indices] = device[device_indices] (all layers); returns at once."""
         t0 = time.perf_counter()
-        di, hi = self._indices(device_indices, host_indices, "host_indices")
-        h = WriteHandle(self, "d2h", tag, len(hi), 1)
-        self._enqueue("d2h", Job(h, hi, di), t0)
-        return h
+        di, hi = self._slots(device_indices, host_indices, "host")
+        return self._queue("d2h", di, hi, tag, t0)
 
     def load(self, host_indices, device_indices, tag: Any = None) -> LoadHandle:
         """Queue a load device[device_indices] = host[host_indices], one submission per layer."""
         t0 = time.perf_counter()
-        di, hi = self._indices(device_indices, host_indices, "device_indices")
-        h = LoadHandle(self, "h2d", tag, len(hi), self.geom.layers)
-        self._enqueue("h2d", Job(h, hi, di), t0)
+        di, hi = self._slots(device_indices, host_indices, "device")
+        return self._queue("h2d", di, hi, tag, t0)
+
+    def write_pages(self, device_pages, host_pages, tag: Any = None) -> WriteHandle:
+        """`write` of whole pages (page p = slots [p*page_size, (p+1)*page_size)), as the radix
+        tree hands them out: checked per page, so the check costs page_size times less."""
+        t0 = time.perf_counter()
+        dp, hp = self._pages(device_pages, host_pages, "host")
+        ps = self.geom.page_size
+        return self._queue("d2h", pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
+
+    def load_pages(self, host_pages, device_pages, tag: Any = None) -> LoadHandle:
+        """`load` of whole pages (see write_pages)."""
+        t0 = time.perf_counter()
+        dp, hp = self._pages(device_pages, host_pages, "device")
+        ps = self.geom.page_size
+        return self._queue("h2d", pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
+
+    def _queue(self, direction: str, di: np.ndarray, hi: np.ndarray, tag: Any, t0: float) -> TransferHandle:
+        if direction == "d2h":
+            h = WriteHandle(self, "d2h", tag, len(hi), 1)
+        else:
+            h = LoadHandle(self, "h2d", tag, len(hi), self.geom.layers)
+        self._enqueue(direction, Job(h, hi, di), t0)
         return h
 
-    def _indices(self, device_indices, host_indices, destination: str) -> tuple[np.ndarray, np.ndarray]:
-        """Checked slot arrays: equal lengths, in the pools, whole page-aligned pages on both sides
-        and no destination page twice. Checked here, on the scheduler thread, because a bad
-        transfer found on a worker thread would fail-stop the controller for good."""
+    # Every check runs here, on the scheduler thread, before anything is queued: a bad
+    # transfer found on a worker thread would fail-stop the controller for good.
+    def _check_open(self) -> None:
         self._raise_if_failed()
         if self._closed:
             raise RuntimeError("controller: shut down")
+
+    def _slots(self, device_indices, host_indices, destination: str) -> tuple[np.ndarray, np.ndarray]:
+        """Checked slot arrays: equal lengths, whole page-aligned pages in the pools on both
+        sides, no destination page twice."""
+        self._check_open()
         di = np.asarray(device_indices, dtype=np.int64).reshape(-1)
         hi = np.asarray(host_indices, dtype=np.int64).reshape(-1)
         if len(di) != len(hi):
             raise ValueError(f"host_indices: length {len(hi)} does not match device_indices length {len(di)}")
-        if len(di) and (di.min() < 0 or di.max() >= self.device_pool.num_tokens):
-            raise ValueError(f"device_indices: outside the device pool of {self.device_pool.num_tokens} slots")
-        if len(hi) and (hi.min() < 0 or hi.max() >= self.host_pool.num_tokens):
-            raise ValueError(f"host_indices: outside the host pool of {self.host_pool.num_tokens} slots")
         ps = self.geom.page_size
-        pages = {"device_indices": slots_to_pages(di, ps, "device_indices"),
-                 "host_indices": slots_to_pages(hi, ps, "host_indices")}
-        if has_duplicates(pages[destination]):
-            raise ValueError(f"{destination}: the same destination page twice in one transfer")
+        dp, hp = slots_to_pages(di, ps, "device_indices"), slots_to_pages(hi, ps, "host_indices")
+        self._check_pages(dp, hp, "indices", destination)
         return di, hi
+
+    def _pages(self, device_pages, host_pages, destination: str) -> tuple[np.ndarray, np.ndarray]:
+        self._check_open()
+        dp, hp = np.asarray(device_pages), np.asarray(host_pages)
+        for name, p in (("device_pages", dp), ("host_pages", hp)):
+            if p.ndim != 1 or (p.size and not np.issubdtype(p.dtype, np.integer)):
+                raise ValueError(f"{name}: expected a 1-D integer array, got shape {p.shape} dtype {p.dtype}")
+        if len(dp) != len(hp):
+            raise ValueError(f"host_pages: length {len(hp)} does not match device_pages length {len(dp)}")
+        dp, hp = dp.astype(np.int64, copy=False), hp.astype(np.int64, copy=False)
+        self._check_pages(dp, hp, "pages", destination)
+        return dp, hp
+
+    def _check_pages(self, dp: np.ndarray, hp: np.ndarray, unit: str, destination: str) -> None:
+        """Pages inside both pools and no destination page twice; errors name `<side>_<unit>`."""
+        for side, p, pool in (("device", dp, self.device_pool), ("host", hp, self.host_pool)):
+            if len(p) and (p.min() < 0 or p.max() >= pool.num_tokens // self.geom.page_size):
+                raise ValueError(f"{side}_{unit}: outside the {side} pool of {pool.num_tokens} slots")
+        if has_duplicates(hp if destination == "host" else dp):
+            raise ValueError(f"{destination}_{unit}: the same destination page twice in one transfer")
 
     def _enqueue(self, name: str, job: Job, t0: float) -> None:
         d = self._dirs[name]

@@ -23,6 +23,7 @@ import hashlib
 import numpy as np
 
 _U32_MAX = 2**32 - 1
+_U4 = np.dtype("<u4")
 
 
 def token_bytes(tokens, name: str = "tokens") -> bytes:
@@ -32,13 +33,14 @@ def token_bytes(tokens, name: str = "tokens") -> bytes:
         raise ValueError(f"{name}: expected a 1-D sequence of token ids, got shape {arr.shape}")
     if arr.size == 0:
         return b""
+    if arr.dtype == _U4:  # the common case (traces, the tree's own keys): nothing to check
+        return arr.tobytes()
     if not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"{name}: token ids must be integers, got dtype {arr.dtype}")
-    if arr.dtype != np.dtype("<u4"):
-        lo, hi = int(arr.min()), int(arr.max())
-        if lo < 0 or hi > _U32_MAX:
-            raise ValueError(f"{name}: token ids must be in [0, 2**32), got range [{lo}, {hi}]")
-    return arr.astype("<u4", copy=False).tobytes()
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi > _U32_MAX:
+        raise ValueError(f"{name}: token ids must be in [0, 2**32), got range [{lo}, {hi}]")
+    return arr.astype(_U4).tobytes()
 
 
 def chain_hashes(data: bytes, page_bytes: int, prior: bytes | None = None) -> list[bytes]:

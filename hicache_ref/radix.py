@@ -13,8 +13,10 @@ copy comes back as a `Transfer` (device slots <-> host slots) for the caller
 Keys are the token ids as uint32 little-endian bytes (the hashing byte order), whole
 pages per node; children are keyed by their first page's bytes and prefixes compared with
 bytes.startswith (memcmp): no per-token Python work. Indices are kept per page (page p =
-slots [p*ps, (p+1)*ps)) and expanded only in results. Page hashes are computed lazily,
-for the ghost list and `node_hashes` (storage keys). Given allocators (`device`, `host`:
+slots [p*ps, (p+1)*ps)) and expanded only in results (a Transfer's slots on first use);
+`match_pages` / `insert_pages` are match_prefix / insert in page numbers, for a caller
+that works in pages (hicache_ref.cache) and so never expands them. Page hashes are
+computed lazily, for the ghost list and `node_hashes` (storage keys). Given allocators (`device`, `host`:
 PageAllocator or pool), the tree allocates and frees slots itself; without `host` there
 is no L2, without `device` freed slots are only reported and load_back is unavailable.
 
@@ -54,7 +56,8 @@ from hicache_ref.hashing import chain_hashes, hash64, token_bytes
 from hicache_ref.policy import LeafHeap, WritePolicy, make_policy
 from hicache_ref.tiers import EvictHostResult, EvictResult, TierMoves, Transfer
 
-__all__ = ["EvictHostResult", "EvictResult", "InsertResult", "MatchResult", "Node", "RadixTree", "Transfer"]
+__all__ = ["EvictHostResult", "EvictResult", "InsertResult", "MatchResult", "Node", "PageMatch", "RadixTree",
+           "Transfer"]
 
 _NO_PAGES = np.zeros(0, dtype=np.int64)
 
@@ -97,6 +100,15 @@ class MatchResult(NamedTuple):
     host_indices: np.ndarray
 
 
+class PageMatch(NamedTuple):
+    """match_pages' answer: MatchResult in page numbers (page p = slots [p*ps, (p+1)*ps))."""
+
+    device_pages: np.ndarray
+    host_pages: np.ndarray
+    last_device_node: Node
+    last_host_node: Node
+
+
 class InsertResult(NamedTuple):
     prefix_len: int  # tokens already in L1: the caller's indices for them were not adopted
     adopted_len: int  # tokens of host-only nodes that took the caller's device indices
@@ -113,6 +125,13 @@ def _common_pages(a: bytes, off: int, b: bytes, page_bytes: int) -> int:
     y = np.frombuffer(b, dtype=np.uint8, count=n)
     diff = np.flatnonzero(x != y)
     return (int(diff[0]) if len(diff) else n) // page_bytes
+
+
+def _check_request_id(request_id) -> None:
+    try:
+        hash(request_id)  # the policy keys its per-request memory by it, after the walk splits
+    except TypeError:
+        raise ValueError(f"request_id: must be hashable, got {type(request_id).__name__}") from None
 
 
 def _allocator(x):
@@ -176,19 +195,22 @@ class RadixTree(TierMoves):
 
     def match_prefix(self, tokens) -> MatchResult:
         """Longest cached page-aligned prefix: its device part, then its host-only tail."""
+        m, ps = self.match_pages(tokens), self.page_size
+        return MatchResult(len(m.device_pages) * ps, len(m.host_pages) * ps, m.last_device_node, m.last_host_node,
+                           pages_to_slots(m.device_pages, ps), pages_to_slots(m.host_pages, ps))
+
+    def match_pages(self, tokens) -> PageMatch:
+        """match_prefix in page numbers, for a caller that works in pages (HiCache)."""
         data, n = self._tokens(tokens)
         path, _ = self._walk(data, n, self.clock())
         dev = [x.dev for x in path if x.dev is not None]
         host = [x.host for x in path[len(dev) :]]
         last_dev = path[len(dev) - 1] if dev else self.root
         cat = lambda parts: np.concatenate(parts) if parts else _NO_PAGES  # noqa: E731
-        dev_pages, host_pages = cat(dev), cat(host)
         self._note(last_dev)  # touched: the only path nodes that can be leaves
         if path:
             self._note(path[-1])
-        ps = self.page_size
-        return MatchResult(len(dev_pages) * ps, len(host_pages) * ps, last_dev, path[-1] if path else self.root,
-                           pages_to_slots(dev_pages, ps), pages_to_slots(host_pages, ps))
+        return PageMatch(cat(dev), cat(host), last_dev, path[-1] if path else self.root)
 
     def _split(self, node: Node, k: int) -> Node:
         """Cut `node` after k pages; the new upper node takes its place and is returned."""
@@ -219,20 +241,38 @@ class RadixTree(TierMoves):
         Bad input (too few slots, not whole pages, a page given twice, pages not allocated,
         an unhashable request_id) raises ValueError before the tree changes.
         """
-        try:
-            hash(request_id)  # the policy keys its per-request memory by it, after the walk splits
-        except TypeError:
-            raise ValueError(f"request_id: must be hashable, got {type(request_id).__name__}") from None
+        _check_request_id(request_id)
         data, n = self._tokens(tokens)
-        P = self.page_bytes
         idx = np.asarray(device_indices if device_indices is not None else _NO_PAGES)
         if len(idx) < n // 4:
             raise ValueError(f"device_indices: {len(idx)} slots for {n // 4} page-aligned tokens")
-        pages_in = slots_to_pages(idx[: n // 4], self.page_size, "device_indices")
-        if has_duplicates(pages_in):
-            raise ValueError("device_indices: the same page given twice (two nodes would own it)")
-        if self.device is not None and not self.device.pages_allocated(pages_in):
-            raise ValueError("device_indices: slots that are not allocated in the device pool")
+        pages = slots_to_pages(idx[: n // 4], self.page_size, "device_indices")
+        self._check_pages_in(pages, "device_indices")
+        return self._insert(data, n, pages, request_id, finished)
+
+    def insert_pages(self, tokens, device_pages, request_id=None, finished: bool = True) -> InsertResult:
+        """insert with the KV's device pages (one per whole page of tokens, at least) instead
+        of its slots, for a caller that works in pages (HiCache); the same checks, per page."""
+        _check_request_id(request_id)
+        data, n = self._tokens(tokens)
+        pages = np.asarray(device_pages if device_pages is not None else _NO_PAGES)
+        if pages.ndim != 1 or (pages.size and not np.issubdtype(pages.dtype, np.integer)):
+            raise ValueError(f"device_pages: expected a 1-D integer array, got shape {pages.shape} dtype {pages.dtype}")
+        if len(pages) < n // self.page_bytes:
+            raise ValueError(f"device_pages: {len(pages)} pages for {n // self.page_bytes} whole pages of tokens")
+        pages = pages[: n // self.page_bytes].astype(np.int64, copy=False)
+        self._check_pages_in(pages, "device_pages")
+        return self._insert(data, n, pages, request_id, finished)
+
+    def _check_pages_in(self, pages: np.ndarray, name: str) -> None:
+        if has_duplicates(pages):
+            raise ValueError(f"{name}: the same page given twice (two nodes would own it)")
+        if self.device is not None and not self.device.pages_allocated(pages):
+            raise ValueError(f"{name}: pages that are not allocated in the device pool")
+
+    def _insert(self, data: bytes, n: int, pages_in: np.ndarray, request_id, finished: bool) -> InsertResult:
+        """insert, its input checked: data[:n] the page-aligned token bytes, pages_in their pages."""
+        P = self.page_bytes
         now = self.clock()
         path, off = self._walk(data, n, now)
         skip = self.policy.counted_pages(request_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -24,26 +25,39 @@ from hicache_ref.allocator import pages_to_slots
 from hicache_ref.hashing import hash64
 
 if TYPE_CHECKING:
-    from hicache_ref.radix import MatchResult, Node
+    from hicache_ref.radix import MatchResult, Node, PageMatch
 
 _NO_PAGES = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(eq=False)
 class Transfer:
-    """A copy the caller must perform: kind 'backup' / 'write_back' (D2H) or 'load' (H2D)."""
+    """A copy the caller must perform: kind 'backup' / 'write_back' (D2H) or 'load' (H2D).
+
+    Kept in pages (page p = slots [p*page_size, (p+1)*page_size)); the token slots are
+    expanded on first use, so a caller that moves pages (HiCache) never pays for them.
+    """
 
     kind: str
     nodes: list[Node]
-    device_indices: np.ndarray  # token slots, int64
-    host_indices: np.ndarray
+    device_pages: np.ndarray  # page numbers, int64
+    host_pages: np.ndarray
+    page_size: int
     lock_node: Node | None = None  # held until complete(); None for write-backs
     done: bool = field(default=False)
-    device_pages: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def num_tokens(self) -> int:
-        return len(self.device_indices)
+        return len(self.device_pages) * self.page_size
+
+    @cached_property
+    def device_indices(self) -> np.ndarray:
+        """Token slots (int64) of device_pages."""
+        return pages_to_slots(self.device_pages, self.page_size)
+
+    @cached_property
+    def host_indices(self) -> np.ndarray:
+        return pages_to_slots(self.host_pages, self.page_size)
 
 
 class EvictResult(NamedTuple):
@@ -89,8 +103,7 @@ class TierMoves:
             x.host, at = pages[at : at + len(x.dev)], at + len(x.dev)
         self.host_pages += need
         dev = np.concatenate([x.dev for x in nodes])
-        return Transfer("backup", nodes, pages_to_slots(dev, self.page_size), pages_to_slots(pages, self.page_size),
-                        nodes[-1])
+        return Transfer("backup", nodes, dev, pages, self.page_size, nodes[-1])
 
     def complete(self, transfer: Transfer) -> None:
         """The caller's copy for a backup or load has landed: release its lock."""
@@ -169,9 +182,7 @@ class TierMoves:
             return None
         node.host, dev, node.dev = pages, node.dev, None
         self.host_pages += n
-        t = Transfer("write_back", [node], pages_to_slots(dev, self.page_size), pages_to_slots(pages, self.page_size))
-        t.device_pages = dev
-        return t
+        return Transfer("write_back", [node], dev, pages, self.page_size)
 
     def _drop(self, node: Node) -> int:
         """Remove `node` and its (host-only) subtree; free their host slots. Returns nodes removed."""
@@ -213,7 +224,7 @@ class TierMoves:
         return EvictHostResult(evicted, pages_to_slots(freed_pages, self.page_size))
 
     # -- load back -------------------------------------------------------------------
-    def load_back(self, target: Node | MatchResult, min_tokens: int = 0) -> Transfer | None:
+    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0) -> Transfer | None:
         """Give the host-only chain ending at `target` device slots again (H2D), or None.
 
         None when nothing is host-only, the chain is under `min_tokens`, or L1 cannot make
@@ -222,7 +233,7 @@ class TierMoves:
         """
         if self.device is None:
             raise ValueError("load_back: the tree has no device allocator to take slots from")
-        node = getattr(target, "last_host_node", target)  # a MatchResult, or the Node itself
+        node = getattr(target, "last_host_node", target)  # a MatchResult / PageMatch, or the Node itself
         chain = []
         while node.dev is None:
             if node.parent is None:  # dropped from both tiers since it was matched (detached)
@@ -244,5 +255,4 @@ class TierMoves:
         self.device_pages += need
         self._note(chain[-1])
         host = np.concatenate([x.host for x in chain])
-        return Transfer("load", chain, pages_to_slots(pages, self.page_size), pages_to_slots(host, self.page_size),
-                        chain[-1])
+        return Transfer("load", chain, pages, host, self.page_size, chain[-1])

@@ -139,6 +139,46 @@ def test_bad_indices_raise_before_anything_is_queued(emu, materialize):
         assert [a.tag for a in ctl.flush(10)] == ["ok"]  # nothing failed on a worker thread
 
 
+def test_page_level_write_and_load_move_and_count_what_the_slot_level_ones_do(emu):
+    dp, hp = _pools(emu, "page_first")
+    _fill(dp)
+    ref_dp, ref_hp = _pools(emu, "page_first")
+    for part, ref_part in zip(dp.buffers, ref_dp.buffers, strict=True):
+        for t, r in zip(part, ref_part, strict=True):
+            r.copy_(t)
+    dev, host, back = np.array([3, 0, 7]), np.array([9, 2, 30]), np.array([10, 11, 12])
+    with CacheController(dp, hp, emu) as ctl, CacheController(ref_dp, ref_hp, emu) as ref_ctl:
+        ctl.write_pages(dev, host, tag="w").wait(10)
+        ctl.load_pages(host, back, tag="l").wait_all(10)
+        ref_ctl.write(_pages(dev), _pages(host)).wait(10)
+        ref_ctl.load(_pages(host), _pages(back)).wait_all(10)
+        assert [(a.direction, a.tag, a.num_tokens) for a in ctl.flush(10)] in (
+            [("d2h", "w", 3 * PS), ("h2d", "l", 3 * PS)], [("h2d", "l", 3 * PS), ("d2h", "w", 3 * PS)])
+        s, r = ctl.stats(), ref_ctl.stats()
+    ref.assert_same_bits(torch.stack(list(hp.buffers)), torch.stack(list(ref_hp.buffers)), "host")
+    ref.assert_same_bits(ref.device_to_logical(dp.buffers), ref.device_to_logical(ref_dp.buffers), "device")
+    for d in ("d2h", "h2d"):
+        a, b = getattr(s, d), getattr(r, d)
+        assert (a.transfers, a.tokens, a.bytes, a.segments) == (b.transfers, b.tokens, b.bytes, b.segments)
+
+
+def test_page_level_bad_input_is_named_before_anything_is_queued(emu):
+    dp, hp = _pools(emu, "layer_first", materialize=False)
+    with CacheController(dp, hp, emu) as ctl:
+        for call, name in ((lambda: ctl.write_pages([0], [0, 1]), "host_pages: length"),
+                           (lambda: ctl.write_pages([[0]], [0]), "device_pages: expected a 1-D"),
+                           (lambda: ctl.load_pages([0.5], [0]), "host_pages: expected a 1-D integer"),
+                           (lambda: ctl.load_pages([0], [dp.num_tokens // PS]), "device_pages: outside"),
+                           (lambda: ctl.write_pages([0], [-1]), "host_pages: outside"),
+                           (lambda: ctl.write_pages([0, 1], [2, 2]), "host_pages: the same destination"),
+                           (lambda: ctl.load_pages([0, 1], [3, 3]), "device_pages: the same destination")):
+            with pytest.raises(ValueError, match=name):
+                call()
+        assert ctl.pending == 0 and ctl.poll() == []
+        ctl.write_pages([5, 5], [0, 1], tag="ok")
+        assert [a.tag for a in ctl.flush(10)] == ["ok"]
+
+
 # -- backends that misbehave, registered like out-of-tree backends -------------------------
 
 class _GatedBackend(EmuBackend):

@@ -350,3 +350,34 @@ def test_a_short_tier_is_evicted_by_the_shortfall_only():
     insert(tree, [4, 4, 5, 5])
     assert [tree.match_prefix(x).host_len for x in ([1, 1], [2, 2], [3, 3])] == [0, 2, 2]
     assert host.used_tokens == tree.host_pages * PS == 8
+
+
+def test_page_level_match_and_insert_agree_with_the_slot_level_ones():
+    slot_tree, sdev, _ = make_tree("write_through")
+    page_tree, pdev, _ = make_tree("write_through")
+    for tokens in ([1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 9, 9], [1, 2]):
+        r = insert(slot_tree, tokens, request_id="a")[0]
+        pages = pdev.alloc_pages(len(tokens) // PS)
+        p = page_tree.insert_pages(tokens, pages, request_id="a")
+        pdev.free_pages(pages[: p.prefix_len // PS])
+        for t in p.backups:
+            page_tree.complete(t)
+        assert (p.prefix_len, p.adopted_len, p.new_pages) == (r.prefix_len, r.adopted_len, r.new_pages)
+        assert [(t.num_tokens, t.host_indices.tolist()) for t in p.backups] == \
+            [(t.num_tokens, t.host_indices.tolist()) for t in r.backups]
+        m, pm = slot_tree.match_prefix(tokens), page_tree.match_pages(tokens)
+        assert m.device_indices.tolist() == [s for q in pm.device_pages.tolist() for s in range(q * PS, (q + 1) * PS)]
+        assert len(pm.host_pages) * PS == m.host_len
+
+
+def test_insert_pages_checks_its_pages_like_insert_checks_slots():
+    tree, dev, _ = make_tree()
+    pages = dev.alloc_pages(2)
+    for bad, why in ((pages[:1], "1 pages for 2"), (pages.reshape(1, 2), "1-D"), (pages[[0, 0]], "same page"),
+                     (np.array([30, 31]), "not allocated"), (pages.astype(float), "integer")):
+        with pytest.raises(ValueError, match=f"device_pages: .*{why}"):
+            tree.insert_pages([1, 2, 3, 4], bad)
+    with pytest.raises(ValueError, match="request_id"):
+        tree.insert_pages([1, 2, 3, 4], pages, request_id={})
+    assert not tree.root.children and tree.device_pages == 0
+    assert tree.insert_pages([1, 2, 3, 4], pages).new_pages == 2
