@@ -5,9 +5,8 @@ layer at a time so compute on layer i waits for layer i only), kept here as one 
 the reference HiCache never names a layout-specific op.
 
 Buffers: `host_bufs` is [kv] (MLA) or [k, v] (MHA), each of the layout's per-part shape;
-`device_bufs` is [[layer tensors]] (MLA) or [[k layers], [v layers]] (MHA). With
-`host_bufs=None` nothing is materialized: the plan is built on symbolic buffers and only
-advances the backend's modeled clock (byte and segment counts stay exact).
+`device_bufs` is [[layer tensors]] (MLA) or [[k layers], [v layers]] (MHA). Pools that
+are not materialized are counted and priced through hal.layer_plans instead.
 """
 
 from __future__ import annotations
@@ -26,9 +25,7 @@ def _t(a) -> torch.Tensor:
 
 def backup(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices):
     """D2H, all layers: host[layout][host_indices] = device[device_indices]. Returns an Event."""
-    check_layout(layout, geom)
-    if host_bufs is None:
-        return _symbolic(layout, geom, host_indices, device_indices, "d2h", None)
+    _check_buffers(layout, geom, host_bufs, device_bufs)
     hi, di = _t(host_indices), _t(device_indices)
     L, item, ldim, ps = geom.layers, geom.item_size, geom.layout_dim, geom.page_size
     if geom.attention == "mla":
@@ -51,9 +48,7 @@ def backup(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indices, 
 
 def load_layer(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices, layer: int):
     """H2D, one layer: device[layer][device_indices] = host[layout][layer][host_indices]."""
-    check_layout(layout, geom)
-    if host_bufs is None:
-        return _symbolic(layout, geom, host_indices, device_indices, "h2d", [layer])
+    _check_buffers(layout, geom, host_bufs, device_bufs)
     hi, di = _t(host_indices), _t(device_indices)
     item, ldim, ps = geom.item_size, geom.layout_dim, geom.page_size
     if geom.attention == "mla":
@@ -74,13 +69,7 @@ def load_layer(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indic
 
 
 def load_all_layers(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices) -> list:
-    """H2D for every layer, one submission per layer; returns the per-layer events.
-
-    Without buffers one plan stands for all layers (launches = layers), so modeled cost
-    and counts match the per-layer submissions without planning each layer.
-    """
-    if host_bufs is None:
-        return [_symbolic(layout, geom, host_indices, device_indices, "h2d", None)] * geom.layers
+    """H2D for every layer, one submission per layer; returns the per-layer events."""
     # Layer 0 goes through the upstream op, which checks every argument. Layers 1.. differ
     # only by buffer and a constant shift, so when their device tensors match layer 0's the
     # rest is planned once and cut per layer instead of re-checked and re-merged 77 times.
@@ -126,16 +115,12 @@ def _host_slots(layout: str, geom: KVGeometry, part: torch.Tensor) -> int:
     return part.shape[0] * geom.page_size  # page_first_direct, page_head: pages first
 
 
-def _symbolic(layout, geom, host_indices, device_indices, direction, layers):
-    hi, di = np.asarray(host_indices, dtype=np.int64), np.asarray(device_indices, dtype=np.int64)
-    if len(hi) != len(di):
-        raise ValueError(f"device_indices: length {len(di)} does not match host_indices length {len(hi)}")
-    host_size = int(hi.max()) + 1 if len(hi) else 0
-    host_size += -host_size % geom.page_size
-    plan = plan_pool_transfer(layout, geom, host_size, hi, di, direction, layers=layers)
-    if direction == "h2d" and layers is None:
-        plan.launches = geom.layers
-    return kv.active_backend().execute(plan, kv.current_stream())
+def _check_buffers(layout: str, geom: KVGeometry, host_bufs, device_bufs) -> None:
+    check_layout(layout, geom)
+    for name, bufs in (("host_bufs", host_bufs), ("device_bufs", device_bufs)):
+        if not isinstance(bufs, (list, tuple)) or len(bufs) != geom.parts:
+            raise ValueError(f"{name}: expected {geom.parts} part(s) ({'k, v' if geom.parts == 2 else 'kv'}), "
+                             f"got {bufs!r:.60}; unmaterialized pools go through hal.layer_plans")
 
 
 def plan_for(layout: str, geom: KVGeometry, host_size: int, host_indices, device_indices, direction: str,

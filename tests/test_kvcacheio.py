@@ -65,3 +65,12 @@ def test_sizes_follow_one_rule_numpy_ints_yes_bools_no():
     for bad in (True, 0, -1, 2.0, "4"):
         with pytest.raises(ValueError, match="page_size"):
             positive_int("page_size", bad)
+
+
+def test_pool_transfer_without_buffers_names_the_argument(emu):
+    from hal import pool_transfer
+    from hal.layouts import KVGeometry
+
+    g = KVGeometry("mla", L, 1, D)
+    with pytest.raises(ValueError, match="host_bufs"):
+        pool_transfer.backup("layer_first", g, None, [_dev(emu)], [0], [0])
