@@ -387,31 +387,30 @@ class ControllerMachine(RuleBasedStateMachine):
                 s[0].clear()
                 s[1].clear()
 
-    @rule(data=st.data(), n=st.integers(1, 3))
-    def write(self, data, n):
+    def _submit(self, data, n, direction):
+        """Random distinct device and host pages; apply the copy to the model, queue it."""
         dpg = data.draw(st.lists(st.integers(0, self.DEV_PAGES - 1), min_size=n, max_size=n, unique=True))
         hpg = data.draw(st.lists(st.integers(0, self.HOST_PAGES - 1), min_size=n, max_size=n, unique=True))
-        self._sync_if(dpg, hpg, "h2d")
+        self._sync_if(dpg, hpg, "h2d" if direction == "d2h" else "d2h")
         di, hi = _pages(dpg), _pages(hpg)
         self.seq += 1
-        self.ctl.write(di, hi, tag=self.seq)
+        if direction == "d2h":
+            self.ctl.write(di, hi, tag=self.seq)
+            self.host[:, :, hi] = self.dev[:, :, di]
+        else:
+            self.ctl.load(hi, di, tag=self.seq)
+            self.dev[:, :, di] = self.host[:, :, hi]
         self.tags.append(self.seq)
-        self.host[:, :, hi] = self.dev[:, :, di]
-        self.busy["d2h"][0].update(dpg)
-        self.busy["d2h"][1].update(hpg)
+        self.busy[direction][0].update(dpg)
+        self.busy[direction][1].update(hpg)
+
+    @rule(data=st.data(), n=st.integers(1, 3))
+    def write(self, data, n):
+        self._submit(data, n, "d2h")
 
     @rule(data=st.data(), n=st.integers(1, 3))
     def load(self, data, n):
-        dpg = data.draw(st.lists(st.integers(0, self.DEV_PAGES - 1), min_size=n, max_size=n, unique=True))
-        hpg = data.draw(st.lists(st.integers(0, self.HOST_PAGES - 1), min_size=n, max_size=n, unique=True))
-        self._sync_if(dpg, hpg, "d2h")
-        di, hi = _pages(dpg), _pages(hpg)
-        self.seq += 1
-        self.ctl.load(hi, di, tag=self.seq)
-        self.tags.append(self.seq)
-        self.dev[:, :, di] = self.host[:, :, hi]
-        self.busy["h2d"][0].update(dpg)
-        self.busy["h2d"][1].update(hpg)
+        self._submit(data, n, "h2d")
 
     @rule(page=st.integers(0, DEV_PAGES - 1), value=st.integers(0, 255))
     def compute(self, page, value):
