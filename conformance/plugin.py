@@ -19,7 +19,7 @@ Options:
 
 Fixtures: `backend` (one instance per session and worker; every test using it is skipped
 with the backend's own reason when `probe()` says the hardware is absent), `profile` (a
-loaded hal.profiles.Profile or None), `kv` (hal.kvcacheio bound to the backend) and
+loaded hardware_profiles.model.Profile or None), `kv` (hal.transfer.kvcacheio bound to the backend) and
 `kv_memory` (device buffers from the backend, host buffers pinned where the device is real).
 
 Markers say what a test needs beyond a working backend; the test is skipped, with the reason,
@@ -65,7 +65,7 @@ def backend_modules(config: pytest.Config) -> list[str]:
 def default_profile_name(backend: str) -> str | None:
     if backend in DEFAULT_PROFILES:
         return DEFAULT_PROFILES[backend]
-    from hal.profiles import list_profiles
+    from hardware_profiles.model import list_profiles
 
     return backend if backend in list_profiles() else None
 
@@ -96,7 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _load_profile(name: str):
-    from hal.profiles import load_profile
+    from hardware_profiles.model import load_profile
 
     try:
         return load_profile(name)
@@ -131,7 +131,7 @@ def backend_name(pytestconfig: pytest.Config) -> str:
 
 @pytest.fixture(scope="session")
 def profile(pytestconfig: pytest.Config):
-    """The loaded hal.profiles.Profile, or None when --profile was not given and none is the default."""
+    """The loaded hardware_profiles.model.Profile, or None when --profile was not given and none is the default."""
     state = pytestconfig.stash[_STATE]
     if state["profile"] is None and state["profile_name"] is not None:
         state["profile"] = _load_profile(state["profile_name"])
@@ -151,8 +151,8 @@ def backend(backend_name: str, profile):
 
 @pytest.fixture
 def kv(backend):
-    """hal.kvcacheio with every op in this test running on `backend`'s default stream."""
-    from hal import kvcacheio
+    """hal.transfer.kvcacheio with every op in this test running on `backend`'s default stream."""
+    from hal.transfer import kvcacheio
 
     with kvcacheio.use(backend):
         yield kvcacheio

@@ -234,7 +234,7 @@ MUTATIONS = {
 }
 
 
-# Cases hal.kvcacheio does not yet get right: strict xfail, so a fix shows as XPASS here.
+# Cases hal.transfer.kvcacheio does not yet get right: strict xfail, so a fix shows as XPASS here.
 KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 
@@ -255,7 +255,7 @@ def _cases() -> list:
             if mutate(dict(args), _op_name(key)) is None:
                 continue  # e.g. no item_size argument, or not a page op
             gap = KNOWN_GAPS.get((_op_name(key), case))
-            marks = [pytest.mark.xfail(strict=True, reason=f"hal.kvcacheio: {gap}")] if gap else []
+            marks = [pytest.mark.xfail(strict=True, reason=f"hal.transfer.kvcacheio: {gap}")] if gap else []
             params.append(pytest.param(key, case, id=f"{key}-{case}", marks=marks))
     return params
 

@@ -286,7 +286,7 @@ def test_every_layout_holds_the_same_logical_data(kv, kv_memory, c):
 @pytest.mark.parametrize("attention", ["mha", "mla"])
 @pytest.mark.parametrize("page_size", PAGE_SIZES)
 def test_host_shapes_are_upstreams(attention, page_size):
-    from hal.layouts import KVGeometry, host_shape
+    from hal.transfer.layouts import KVGeometry, host_shape
 
     heads, dim = (MHA_HEADS, MHA_HEAD_DIM) if attention == "mha" else (1, MLA_KV_DIM)
     geom = KVGeometry(attention, LAYERS, heads, dim, torch.bfloat16, page_size)

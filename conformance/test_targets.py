@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hal.profiles import SEED_PLAN, seed_plan
+from hardware_profiles.model import SEED_PLAN, seed_plan
 
-# The P800 seed transfer (hal.profiles.SEED_PLAN). Its segment counts come from the seed
+# The P800 seed transfer (hardware_profiles.model.SEED_PLAN). Its segment counts come from the seed
 # work and hold on any device: page_first_direct makes one descriptor per (page, layer) =
 # 512 * 78, layer_first one per layer.
 SEED_SEGMENTS = {"layer_first": 78, "page_first_direct": 39_936}

@@ -1,6 +1,6 @@
 """The backend contract: what every device (emu, cuda, xpu, out-of-tree) implements.
 
-A backend moves bytes described by a `TransferPlan` (hal.plan) on a `Stream`, and reports
+A backend moves bytes described by a `TransferPlan` (hal.transfer.plan) on a `Stream`, and reports
 completion through an `Event`. Nothing outside `hal/backends/` knows which backend runs;
 callers get one from `get_backend(name, profile)`.
 
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 if TYPE_CHECKING:
-    from hal.plan import TransferPlan
-    from hal.topology import Topology
+    from hal.topology.model import Topology
+    from hal.transfer.plan import TransferPlan
 
 ENTRY_POINT_GROUP = "hicache.backends"
 
@@ -121,7 +121,7 @@ class Backend(abc.ABC):
 
     # -- topology ------------------------------------------------------------
     def topology(self) -> Topology:
-        from hal.topology import discover
+        from hal.topology.model import discover
 
         return discover(backend=self.name, profile=self.profile)
 
@@ -175,7 +175,7 @@ def get_backend(name: str = "emu", profile: Any = None) -> Backend:
     if not ok:
         raise RuntimeError(f"backend {name!r} is not available here: {why}")
     if profile is not None and not hasattr(profile, "link"):
-        from hal.profiles import load_profile
+        from hardware_profiles.model import load_profile
 
         profile = load_profile(profile)
     return cls(profile)

@@ -3,7 +3,7 @@
 The scheduler thread only enqueues: `write` (D2H backup) and `load` (H2D load-back) put a
 job on a queue and return a handle at once, because a submission can be slow (the seed
 measured 1.3 s per inline D2H submission on P800). Two daemon submitter threads, one per
-direction, each run jobs on their own backend stream through `hal.pool_transfer` (the only
+direction, each run jobs on their own backend stream through `hal.transfer.pool_ops` (the only
 way this package moves bytes): a backup is one all-layer submission, a load one submission
 per layer so compute on layer i can wait on layer i alone (`LoadHandle.layer_event`).
 The threads of one direction live in hicache_ref.direction_worker. Indices are checked on
@@ -24,7 +24,7 @@ still busy at the deadline is reported with TimeoutError (the threads are daemon
 
 Counters (`stats()`): tokens, bytes and segments per direction come from a one-layer plan
 of each job scaled by the layer count, planned per page where that is exact
-(hal.layer_plans), so counting costs a fraction of the transfer's own planning,
+(hal.transfer.layer_plans), so counting costs a fraction of the transfer's own planning,
 and it runs on the submitter thread, not the scheduler's. Modeled seconds per
 direction are the stream's modeled clock at its last completion: each stream is used only
 by its submitter and never waits on another, so that is the sum of its transfers' modeled
@@ -42,9 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from hal import kvcacheio, pool_transfer
-from hal.layer_plans import LayerPlanner
-from hal.plan import TransferPlan
+from hal.transfer import kvcacheio
+from hal.transfer import pool_ops as pool_transfer
+from hal.transfer.layer_plans import LayerPlanner
+from hal.transfer.plan import TransferPlan
 from hicache_ref.allocator import has_duplicates, pages_to_slots, slots_to_pages
 from hicache_ref.direction_worker import STOP, DirectionWorker, Job
 from hicache_ref.transfers import (

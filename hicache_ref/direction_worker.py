@@ -1,6 +1,6 @@
 """One direction of the cache controller: a submitter thread and a watcher thread on one stream.
 
-The submitter takes jobs from the direction's queue and runs them through `hal.pool_transfer`
+The submitter takes jobs from the direction's queue and runs them through `hal.transfer.pool_ops`
 on the direction's own backend stream; the watcher waits the stream's events in submission
 order and turns completions into acks (or failures) for the scheduler thread. The
 controller (hicache_ref.controller) owns the shared state: lock, acks, error, cancel flag.
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from hal import kvcacheio
-from hal.plan import TransferPlan
+from hal.transfer import kvcacheio
+from hal.transfer.plan import TransferPlan
 from hicache_ref.transfers import Ack, DirectionStats, TransferCancelled, TransferHandle
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class DirectionWorker:
         self.inflight.put(([job.handle for job in jobs], events[-1]))
 
     def _count(self, job: Job, layer0: TransferPlan, submit_seconds: float) -> None:
-        # Every layer repeats layer 0's runs (hal.plan merges once and shifts per layer).
+        # Every layer repeats layer 0's runs (hal.transfer.plan merges once and shifts per layer).
         layers = self.ctl.geom.layers
         nbytes, segments = layer0.nbytes * layers, layer0.num_segments * layers
         with self.ctl._lock:

@@ -4,16 +4,16 @@ A pool is a `PageAllocator` (whole pages, FIFO or LIFO, SPMD-deterministic; see
 `hicache_ref.allocator`) plus, when `materialize` is set, the KV memory itself:
 
 - DevicePool.buffers[part][layer]: one tensor per K/V part and layer, shape
-  `hal.layouts.device_shape(geom, num_tokens)`, from `backend.alloc_device` (plain
+  `hal.transfer.layouts.device_shape(geom, num_tokens)`, from `backend.alloc_device` (plain
   CPU tensors when no backend is given).
 - HostPool.buffers[part]: views of one host allocation in a HAL host layout; for MHA
-  part p is `host[p]` of `hal.layouts.host_shape(...)` (K then V), for MLA the single
-  part is the whole shape. Memory comes from `hal.memory.allocate_host`; a caller may
+  part p is `host[p]` of `hal.transfer.layouts.host_shape(...)` (K then V), for MLA the single
+  part is the whole shape. Memory comes from `hal.memory.host.allocate_host`; a caller may
   hand in its own `host_buffer` (e.g. a TP-shared segment), which the pool then does not
   close.
 
 Without `materialize` the pools only count slots: replay and planning need indices, not
-bytes. Pools never move bytes; the controller does, through `hal.kvcacheio`.
+bytes. Pools never move bytes; the controller does, through `hal.transfer.kvcacheio`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import math
 
 import torch
 
-from hal import layouts, memory
+from hal.memory import host as memory
+from hal.transfer import layouts
 from hicache_ref.allocator import PageAllocator, pages_to_slots, slots_to_pages
 
 __all__ = ["DevicePool", "HostPool", "PageAllocator", "pages_to_slots", "slots_to_pages"]
@@ -80,7 +81,7 @@ class HostPool:
             self.buffers = [whole[p] for p in range(geom.parts)] if geom.attention == "mha" else [whole]
 
     def _allocate(self, options: dict):
-        """A HostBuffer from hal.memory; None for a pool of no bytes (nothing to map)."""
+        """A HostBuffer from hal.memory.host; None for a pool of no bytes (nothing to map)."""
         if self.nbytes == 0:
             return None
         return memory.allocate_host(self.nbytes, backend=self.backend, **options)

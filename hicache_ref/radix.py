@@ -2,7 +2,7 @@
 
 It decides, as SGLang's HiRadixCache does, and never moves bytes: a decision that needs a
 copy comes back as a `Transfer` (device slots <-> host slots) for the caller
-(hicache_ref.controller) to perform through hal.kvcacheio.
+(hicache_ref.controller) to perform through hal.transfer.kvcacheio.
 - insert -> InsertResult.backups (D2H, the write policy's choice): host slots already
   allocated, nodes locked in L1; call `complete(t)` once the copy has landed.
 - evict -> write-backs (write_back policy, D2H): passed to `on_write_back(transfers)`,

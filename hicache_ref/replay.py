@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hal.layouts import KVGeometry, parse_dtype
+from hal.transfer.layouts import KVGeometry, parse_dtype
 from hicache_ref.allocator import ORDERS
 from hicache_ref.cache import HiCache
 from hicache_ref.ghost import GhostList

@@ -2,7 +2,7 @@
 
 import json
 
-from conformance.cli import main
+from conformance.cli.main import main
 
 
 def test_small_run_reports_layouts_and_checks_measured_targets(capsys):

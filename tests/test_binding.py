@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from test_topology import build_p800_box
 
-from hal.binding import RESERVE_FRACTION, plan_binding
-from hal.profiles import load_profile
-from hal.topology import GIB, from_profile, from_sysfs
+from hal.topology.binding import RESERVE_FRACTION, plan_binding
+from hal.topology.model import GIB, from_profile, from_sysfs
+from hardware_profiles.model import load_profile
 
 
 def test_seed_check_strict_local_binding_leaves_about_75_gib_per_card():
@@ -108,7 +108,7 @@ def test_bad_arguments_raise_naming_the_argument(kwargs, arg):
 
 
 def test_plan_numa_argument_places_a_real_buffer_on_this_host():
-    from hal.memory import allocate_host
+    from hal.memory.host import allocate_host
 
     plan = plan_binding(from_profile("emu"), "local")
     numa = plan.bindings[0].numa_arg("local")

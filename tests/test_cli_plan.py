@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conformance.cli import main
+from conformance.cli.main import main
 
 SEED = ["--attention", "mla", "--tokens", "32768", "--page-size", "64", "--layers", "78", "--kv-dim", "576", "--json"]
 
@@ -51,8 +51,8 @@ def test_bad_arguments_exit_2_naming_the_argument(capsys, args, named):
 
 
 def test_every_subcommand_and_benchmark_is_wired(capsys):
-    from conformance.cli import COMMANDS, build_parser
-    from conformance.commands.bench import BENCHES
+    from conformance.cli.bench import BENCHES
+    from conformance.cli.main import COMMANDS, build_parser
 
     help_text = build_parser().format_help()
     assert all(name in help_text for name in COMMANDS)

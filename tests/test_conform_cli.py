@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from conformance.cli import main
+from conformance.cli.main import main
 
 SUBSET = "test_targets or (backup and mla-ps16-bf16-128) or (load and mha-ps1-fp32-1page)"
 

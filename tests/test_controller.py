@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from conformance import reference as ref
-from hal import pool_transfer
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
-from hal.layer_plans import LayerPlanner
-from hal.layouts import KVGeometry
+from hal.transfer import pool_ops as pool_transfer
+from hal.transfer.layer_plans import LayerPlanner
+from hal.transfer.layouts import KVGeometry
 from hicache_ref.controller import CacheController
 from hicache_ref.pools import DevicePool, HostPool
 from hicache_ref.transfers import TransferCancelled, TransferError

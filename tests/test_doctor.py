@@ -8,8 +8,8 @@ import os
 import pytest
 from test_topology import build_p800_box
 
-from conformance.cli import main
-from conformance.doctor_checks import (
+from conformance.cli.main import main
+from conformance.doctor.checks import (
     STATUSES,
     Check,
     DoctorReport,
@@ -19,8 +19,8 @@ from conformance.doctor_checks import (
     parse_bytes,
     run_doctor,
 )
-from hal import shm, vm
-from hal.topology import GIB, from_profile
+from hal.memory import shm, vm
+from hal.topology.model import GIB, from_profile
 
 ORDER = [
     "pcie_ordering", "numa_placement", "thp_anon", "thp_shmem", "page_table_entries",
@@ -29,7 +29,7 @@ ORDER = [
 
 
 def our_shared_files() -> set[str]:
-    """Shared-buffer files of this process (hal.shm names carry the pid), on disk or still mapped."""
+    """Shared-buffer files of this process (hal.memory.shm names carry the pid), on disk or still mapped."""
     mine = f"hicache-kv-{os.getpid()}-"
     with open("/proc/self/maps") as f:
         mapped = {line.split()[-1] for line in f if mine in line}
@@ -127,7 +127,7 @@ def test_bad_input_exits_2_naming_the_argument_and_leaves_nothing_behind(capsys,
 
 
 def test_a_run_leaves_no_shared_files(capsys):
-    from hal.memory import allocate_host
+    from hal.memory.host import allocate_host
 
     probe = allocate_host(2 << 20, shared_dir="/dev/shm")  # the check itself can see a live one
     assert our_shared_files()

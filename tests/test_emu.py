@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from hal import kvcacheio as kv
 from hal.backend import available_backends, backend_class, get_backend
 from hal.backends.emu import EmuBackend
-from hal.plan import CopyGroup, Segments, TransferPlan
+from hal.transfer import kvcacheio as kv
+from hal.transfer.plan import CopyGroup, Segments, TransferPlan
 
 
 @pytest.fixture

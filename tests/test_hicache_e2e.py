@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from conformance import reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
-from hal.layouts import KVGeometry
+from hal.transfer.layouts import KVGeometry
 from hicache_ref.cache import HiCache, synthetic_kv
 from hicache_ref.controller import TransferError
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from hal import kvcacheio as kv
 from hal.backend import get_backend
+from hal.transfer import kvcacheio as kv
 
 L, SIZE, D = 2, 8, 8
 
@@ -57,7 +57,7 @@ def test_direct_host_without_pages_is_a_value_error(emu):
 def test_sizes_follow_one_rule_numpy_ints_yes_bools_no():
     import numpy as np
 
-    from hal.layouts import KVGeometry, positive_int
+    from hal.transfer.layouts import KVGeometry, positive_int
 
     assert positive_int("page_size", np.int64(64)) == 64
     g = KVGeometry("mla", np.int32(2), 1, 8)
@@ -68,8 +68,8 @@ def test_sizes_follow_one_rule_numpy_ints_yes_bools_no():
 
 
 def test_pool_transfer_without_buffers_names_the_argument(emu):
-    from hal import pool_transfer
-    from hal.layouts import KVGeometry
+    from hal.transfer import pool_ops as pool_transfer
+    from hal.transfer.layouts import KVGeometry
 
     g = KVGeometry("mla", L, 1, D)
     with pytest.raises(ValueError, match="host_bufs"):

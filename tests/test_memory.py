@@ -1,4 +1,4 @@
-"""hal.memory host buffers on this machine: THP coverage, NUMA placement, registration rollback, shared-file hygiene."""
+"""hal.memory.host host buffers on this machine: THP coverage, NUMA placement, registration rollback, shared-file hygiene."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import textwrap
 import pytest
 import torch
 
-from hal import numa, shm, vm
 from hal.backend import Backend
-from hal.memory import allocate_host, attach_host
+from hal.memory import numa, shm, vm
+from hal.memory.host import allocate_host, attach_host
 
 MB = 1 << 20
 
@@ -268,7 +268,7 @@ def test_attach_refuses_a_file_others_can_read(plain_tmpfs):
 def _spawn_holder(directory) -> subprocess.Popen:
     code = textwrap.dedent(f"""
         import sys, time
-        from hal.memory import allocate_host
+        from hal.memory.host import allocate_host
         buf = allocate_host(1 << 20, shared_dir={str(directory)!r}, keep_name=True, huge_pages=False)
         print(buf.shared_path, flush=True)
         time.sleep(60)
@@ -321,7 +321,7 @@ def test_dead_files_of_other_users_and_symlinks_are_left_alone(tmp_path):
 
 def test_interpreter_exit_removes_kept_files(plain_tmpfs):
     code = (
-        "from hal.memory import allocate_host\n"
+        "from hal.memory.host import allocate_host\n"
         f"b = allocate_host(1 << 20, shared_dir={str(plain_tmpfs)!r}, keep_name=True, huge_pages=False)\n"
         "v = b.tensor[:10]\n"
         "print(b.shared_path)\n"

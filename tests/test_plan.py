@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hal.layouts import HOST_LAYOUTS, MLA_LAYOUTS, KVGeometry, host_layer_shift, host_piece_offsets
-from hal.plan import merge_runs, plan_pool_transfer
+from hal.transfer.layouts import HOST_LAYOUTS, MLA_LAYOUTS, KVGeometry, host_layer_shift, host_piece_offsets
+from hal.transfer.plan import merge_runs, plan_pool_transfer
 
 SEED_MLA = KVGeometry("mla", 78, 1, 576, torch.bfloat16, 64)
 

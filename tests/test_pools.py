@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from hal import layouts
 from hal.backend import get_backend
+from hal.transfer import layouts
 from hicache_ref.allocator import PageAllocator, pages_to_slots, slots_to_pages
 from hicache_ref.pools import DevicePool, HostPool
 
@@ -130,7 +130,7 @@ def test_host_pool_views_of_one_allocation(geom, layout):
 
 
 def test_host_pool_uses_a_callers_buffer_and_leaves_it_open():
-    from hal.memory import allocate_host
+    from hal.memory.host import allocate_host
 
     need = HostPool(MHA, 16, "page_first").nbytes
     buf = allocate_host(need, huge_pages=False)
@@ -146,7 +146,7 @@ def test_host_pool_uses_a_callers_buffer_and_leaves_it_open():
 
 
 def test_host_pool_memory_comes_from_hal_memory():
-    from hal.memory import HostBuffer
+    from hal.memory.host import HostBuffer
 
     pool = HostPool(MLA, 16, "layer_first", materialize=True)
     try:

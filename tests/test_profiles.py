@@ -6,7 +6,7 @@ import math
 import pytest
 import yaml
 
-from hal.profiles import (
+from hardware_profiles.model import (
     METRICS,
     ComputeModel,
     LinkModel,

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from hal import layouts
+from hal.transfer import layouts
 from hicache_ref.ghost import GhostList
 from hicache_ref.policy import POLICIES
 from hicache_ref.pools import DevicePool, HostPool

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance.cli import main as cli_main
+from conformance.cli.main import main as cli_main
 from hicache_ref.replay import JSON_KEYS, replay
 from hicache_ref.trace import TraceRequest, find_trace, read_trace, request_tokens
 

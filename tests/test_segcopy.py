@@ -3,8 +3,8 @@
 import numpy as np
 import torch
 
-from hal import segcopy
-from hal.plan import CopyGroup, Segments
+from hal.transfer import segcopy
+from hal.transfer.plan import CopyGroup, Segments
 
 
 def _random_segments(rng, size, n, unit):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hal.topology import (
+from hal.topology.model import (
     GIB,
     Topology,
     discover,

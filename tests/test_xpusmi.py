@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hal.binding import plan_binding
-from hal.topology import GIB, NumaNode, from_profile, from_xpusmi, parse_cpulist
-from hal.xpusmi import parse_topo_matrix
+from hal.topology.binding import plan_binding
+from hal.topology.model import GIB, NumaNode, from_profile, from_xpusmi, parse_cpulist
+from hal.topology.xpusmi import parse_topo_matrix
 
-FIXTURES = Path(__file__).parents[1] / "conformance/fixtures"
+FIXTURES = Path(__file__).parent / "fixtures"
 PCIE = (FIXTURES / "xpu_smi_topo_m.p800_pcie_8card.composed.txt").read_text()
 OAM = (FIXTURES / "xpu_smi_topo_m.p800_oam_xl_8card.composed.txt").read_text()
 

@@ -10,9 +10,10 @@ import numpy as np
 import torch
 
 from conformance.bench.common import emit, machine
-from hal import kvcacheio, segcopy, vm
 from hal.backend import get_backend
-from hal.memory import allocate_host
+from hal.memory import vm
+from hal.memory.host import allocate_host
+from hal.transfer import kvcacheio, segcopy
 from hal.units import HELP as UNITS_HELP
 from hal.units import parse_size
 
@@ -95,7 +96,7 @@ def _scattered_slots(slots: int, page: int, rng: np.random.Generator) -> torch.T
 
 
 def bandwidth(copy_size: int, item: int, page: int, repeat: int, backend) -> dict:
-    """H2D and D2H of `copy_size` bytes in scattered pages through hal.kvcacheio, and one contiguous
+    """H2D and D2H of `copy_size` bytes in scattered pages through hal.transfer.kvcacheio, and one contiguous
     torch copy for reference, with the host buffer on THP and on 4 KB pages (both registered)."""
     slots = copy_size // item // page * page
     if slots == 0:
@@ -152,7 +153,7 @@ def run(a) -> int:
     result = {
         "machine": machine(),
         "registration_via": "emu backend register_host (mlock of the range)",
-        "copies_via": f"hal.kvcacheio.transfer_kv_per_layer_mla on emu (engine {segcopy.engine()}), "
+        "copies_via": f"hal.transfer.kvcacheio.transfer_kv_per_layer_mla on emu (engine {segcopy.engine()}), "
         f"pages of {a.page_size} x {a.item_bytes} B scattered; plus one contiguous torch copy_",
         "repeat": a.repeat,
         "registration": reg,

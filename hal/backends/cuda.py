@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hal.backends.cudalike import CudaLikeBackend, kunlun_runtime_sign
+from hal.backends.support.cudalike import CudaLikeBackend, kunlun_runtime_sign
 
 
 class CudaBackend(CudaLikeBackend):

@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from hal import segcopy
 from hal.backend import Backend, Capabilities, Event, Stream
-from hal.plan import TransferPlan, check_group
+from hal.transfer import segcopy
+from hal.transfer.plan import TransferPlan, check_group
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.mlock.argtypes = _libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
@@ -170,7 +170,7 @@ class EmuBackend(Backend):
 
     def __init__(self, profile: Any = None):
         if profile is None:
-            from hal.profiles import load_profile
+            from hardware_profiles.model import load_profile
 
             profile = load_profile("emu")
         super().__init__(profile)

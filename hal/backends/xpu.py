@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from hal.backends.cudalike import CudaLikeBackend, CudartRegistrar, loaded_library
+from hal.backends.support.cudalike import CudaLikeBackend, CudartRegistrar, loaded_library
 
 
 def _hardware_name() -> str:

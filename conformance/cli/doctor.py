@@ -1,0 +1,24 @@
+"""`hicache doctor`: preflight of this host for a HiCache deployment (checks in conformance/doctor_checks.py)."""
+
+from __future__ import annotations
+
+from conformance.doctor.checks import parse_bytes, run_doctor
+
+HELP = ("preflight: PCIe ordering on shared uplinks, NUMA placement, THP (anon, /dev/shm), page tables, "
+        "memlock, registered size, then configuration advice; exit 1 if a check fails")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--backend", default="emu", help="backend whose host is checked (default emu)")
+    p.add_argument("--profile", help="hardware profile name or YAML path; emulates its topology when the "
+                   "backend has no hardware here")
+    p.add_argument("--pool-bytes", help="host KV pool per card, e.g. 80G, 75GiB or a byte count "
+                   "(default: the planned local capacity per card)")
+    p.add_argument("--json", action="store_true", help='print {"backend", "profile", "checks": [...]} as JSON')
+
+
+def run(a) -> int:
+    pool = None if a.pool_bytes is None else parse_bytes(a.pool_bytes, "--pool-bytes")
+    report = run_doctor(backend=a.backend, profile=a.profile, pool_bytes=pool)
+    print(report.to_json() if a.json else report.to_table())
+    return report.exit_code()

@@ -1,1 +1,0 @@
-"""Subcommands of `hicache`: module name = subcommand; each has HELP, add_arguments(parser), run(args)."""

@@ -1,0 +1,1 @@
+"""`hicache doctor`: host-side preflight checks (`checks`) and the advice drawn from them (`advice`)."""

@@ -1,0 +1,1 @@
+"""Code shared by backends of one family (not a backend itself): `cudalike` for CUDA-like devices."""

@@ -1,0 +1,379 @@
+"""Host buffers for the L2 KV pool: mmap, huge pages, NUMA placement, registration, measured report.
+
+Order of operations matters and is the point of this module:
+  map (2 MiB aligned) -> madvise(MADV_HUGEPAGE) -> NUMA policy -> pre-fault -> register.
+Huge pages must be requested before the first touch (a touched 4 KB page stays 4 KB until
+khugepaged collapses it) and before registration (registration pins pages, and pinned 4 KB
+pages are never collapsed). The NUMA policy must be in place at first touch, because that is
+when a page gets its node.
+
+Lifetime of the memory: `HostBuffer.tensor` and every view of it keep the mapping alive.
+`close()` unregisters and removes any file at once, but the munmap happens when the last
+tensor view dies (immediately when there is none), so a view never dangles.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+
+from hal.backend import Backend
+from hal.memory import numa as _numa
+from hal.memory import shm
+from hal.memory.vm import (
+    HUGE_PAGE,
+    PAGE,
+    madvise_huge,
+    map_aligned,
+    populate,
+    smaps_range,
+    thp_disabled_reason,
+    unmap_aligned,
+)
+
+DEFAULT_REGISTER_CHUNK_BYTES = 1 << 30
+# move_pages is asked about at most this many pages; bigger buffers are sampled evenly.
+NUMA_SAMPLE_PAGES = 1 << 16
+WELL_COVERED = 0.99
+
+
+def _parse_numa(numa) -> tuple[int, list[int]] | None:
+    if numa is None:
+        return None
+    if (
+        not isinstance(numa, tuple | list)
+        or len(numa) != 2
+        or not isinstance(numa[0], str)
+        or numa[0] not in _numa.MODES
+    ):
+        raise ValueError(f"numa: expected None, ('bind', [nodes]) or ('interleave', [nodes]), got {numa!r}")
+    return _numa.MODES[numa[0]], _numa.validate_nodes(numa[1], arg="numa")
+
+
+def _check_positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    return value
+
+
+def _register(backend: Backend, address: int, length: int, chunk: int) -> tuple[list[Any], float]:
+    """Register in chunks of `chunk` bytes; on failure unregister the chunks done, newest first."""
+    chunk = -(-chunk // PAGE) * PAGE  # pinning is per page; a chunk boundary inside a page would pin it twice
+    handles: list[Any] = []
+    t0 = time.perf_counter()
+    try:
+        for off in range(0, length, chunk):
+            handles.append(backend.register_host(address + off, min(chunk, length - off)))
+    except BaseException as e:
+        e.add_note(
+            f"host registration failed at chunk {len(handles)}; chunks 0..{len(handles) - 1} rolled back"
+        )
+        _unregister(backend, handles)
+        raise
+    return handles, time.perf_counter() - t0
+
+
+def _unregister(backend: Backend, handles: list[Any]) -> list[BaseException]:
+    errors = []
+    while handles:
+        try:
+            backend.unregister_host(handles.pop())
+        except Exception as e:  # keep going: every other chunk must still be released
+            errors.append(e)
+    return errors
+
+
+class _State:
+    """What close() releases; kept apart from HostBuffer so a finalizer can hold it without
+    keeping the HostBuffer alive (the finalizer is also what runs at interpreter exit)."""
+
+    def __init__(self, backend, handles, path, owns_file, tensor, backing):
+        self.backend, self.handles, self.path, self.owns_file = backend, handles, path, owns_file
+        self.tensor, self.backing = tensor, backing
+        self.lock = threading.Lock()
+
+    def unlink(self) -> None:
+        with self.lock:
+            path, self.path = self.path, None
+        if path is not None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        errors = _unregister(self.backend, self.handles) if self.backend is not None else []
+        if self.owns_file:
+            self.unlink()
+        # Dropping our references lets the mapping go now, or when the last outside view dies.
+        self.tensor = self.backing = None
+        if errors:
+            raise errors[0]
+
+
+class HostBuffer:
+    """A host buffer mapped by allocate_host or attach_host. Use close() (or `with`) to release."""
+
+    def __init__(self, *, address, nbytes, mapped_bytes, finalizer, state, info):
+        self.address, self.nbytes, self.mapped_bytes = address, nbytes, mapped_bytes
+        self._mapping_finalizer = finalizer
+        self._state = state
+        self._info = info
+        self._closer = weakref.finalize(self, state.close)
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        """1-D uint8 tensor over the `nbytes` requested; its views keep the memory mapped."""
+        t = self._state.tensor
+        if t is None:
+            raise RuntimeError("HostBuffer is closed")
+        return t
+
+    @property
+    def closed(self) -> bool:
+        return not self._closer.alive
+
+    @property
+    def mapped(self) -> bool:
+        """False once the memory is unmapped (after close() and the death of the last view)."""
+        return self._mapping_finalizer.alive
+
+    @property
+    def shared(self) -> bool:
+        return self._info["shared"]
+
+    @property
+    def shared_path(self) -> str | None:
+        """The file's path while it still has a name (keep_name=True, before unlink())."""
+        return self._state.path
+
+    def unlink(self) -> None:
+        """Remove the shared file's name once every process that needs it has mapped it."""
+        self._state.unlink()
+
+    def close(self) -> None:
+        """Unregister, unlink any file, drop the mapping; idempotent. Also runs at exit."""
+        self._closer()
+
+    def __enter__(self) -> HostBuffer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<HostBuffer {self.nbytes} bytes at {self.address:#x}, shared={self.shared}, {state}>"
+
+    def report(self) -> dict[str, Any]:
+        """Measured facts about the range: THP coverage from smaps, placement from move_pages."""
+        if self.closed:
+            raise RuntimeError("HostBuffer is closed")
+        info = self._info
+        warnings = list(info["warnings"])
+        smaps = smaps_range(self.address, self.mapped_bytes)
+        huge_bytes = (
+            smaps.get("AnonHugePages", 0) + smaps.get("ShmemPmdMapped", 0) + smaps.get("FilePmdMapped", 0)
+        )
+        coverage = min(1.0, huge_bytes / self.mapped_bytes)
+        if info["huge_pages_requested"] and coverage < WELL_COVERED and not warnings:
+            warnings.append(
+                f"only {coverage:.1%} of the range is on 2 MB pages: the kernel found too few free "
+                "2 MB blocks at fault time (fragmentation); khugepaged may collapse more later"
+            )
+        numa_pages, stride = self._numa_pages()
+        allowed = info["policy_nodes"]
+        placed = [n for n in numa_pages if isinstance(n, int)]
+        achieved = "unpopulated" not in numa_pages and all(allowed is None or n in allowed for n in placed)
+        if info["policy_requested"] is not None and not achieved:
+            warnings.append(f"pages are on nodes {numa_pages}, policy asked for {allowed}")
+        handles = self._state.handles
+        return {
+            "bytes": self.nbytes,
+            "mapped_bytes": self.mapped_bytes,
+            "registered_bytes": self.mapped_bytes if handles else 0,
+            "register_chunks": len(handles),
+            "register_seconds": info["register_seconds"],
+            "huge_pages_requested": info["huge_pages_requested"],
+            "huge_page_coverage": coverage,
+            "huge_page_bytes": huge_bytes,
+            "numa_pages": numa_pages,
+            "numa_sample_stride_pages": stride,
+            "policy_requested": info["policy_requested"],
+            "policy_achieved": achieved,
+            "shared": info["shared"],
+            "shared_path": self.shared_path,
+            "prefault": info["prefault"],
+            "warnings": warnings,
+        }
+
+    def _numa_pages(self) -> tuple[dict, int]:
+        """node -> 4 KB pages. Over NUMA_SAMPLE_PAGES pages only every stride-th page is asked
+        about and stands for the stride pages from it (a THP's pages share one node anyway)."""
+        npages = self.mapped_bytes // PAGE
+        stride = max(1, -(-npages // NUMA_SAMPLE_PAGES))
+        first = np.arange(0, npages, stride, dtype=np.uint64)
+        status = _numa.move_pages_query(self.address + first * PAGE)
+        weight = np.minimum(stride, npages - first.astype(np.int64))
+        out: dict = {}
+        for node in np.unique(status):
+            key = int(node) if node >= 0 else "unpopulated"
+            out[key] = out.get(key, 0) + int(weight[status == node].sum())
+        return out, stride
+
+
+def _build(address, nbytes, mapped, finalizer, backend, handles, path, owns_file, info) -> HostBuffer:
+    backing = (ctypes.c_uint8 * mapped).from_address(address)
+    # The mapping is released when `backing` dies: the tensor's storage holds a reference to it.
+    finalizer_obj = weakref.finalize(backing, finalizer[0], *finalizer[1:])
+    finalizer_obj.atexit = False  # never unmap under live tensors during interpreter shutdown
+    tensor = torch.frombuffer(backing, dtype=torch.uint8, count=nbytes)
+    state = _State(backend, handles, path, owns_file, tensor, backing)
+    return HostBuffer(
+        address=address, nbytes=nbytes, mapped_bytes=mapped,
+        finalizer=finalizer_obj, state=state, info=info,
+    )  # fmt: skip
+
+
+def _map_and_prepare(mapped, fd, huge_pages, policy, fresh, warnings) -> tuple[int, str]:
+    """Map, madvise, place and pre-fault; unmaps again on failure. -> (address, prefault method)."""
+    address = map_aligned(mapped, fd)
+    try:
+        why = madvise_huge(address, mapped, huge_pages)
+        if why:
+            warnings.append(why)
+        if policy is None:
+            method = populate(address, mapped, fd, fresh)
+        else:
+            mode, nodes = policy
+            # mbind sets the range's own policy (anon and tmpfs pages follow it, whichever thread
+            # faults them); the thread policy covers page-cache files and the page tables.
+            with _numa.thread_policy(mode, nodes):
+                _numa.mbind(address, mapped, mode, nodes)
+                method = populate(address, mapped, fd, fresh)
+        return address, method
+    except BaseException:
+        unmap_aligned(address, mapped)
+        raise
+
+
+def allocate_host(
+    nbytes: int,
+    *,
+    huge_pages: bool = True,
+    numa=None,
+    shared_dir=None,
+    backend: Backend | None = None,
+    register_chunk_bytes: int = DEFAULT_REGISTER_CHUNK_BYTES,
+    keep_name: bool = False,
+) -> HostBuffer:
+    """Map `nbytes` of host memory, anonymous private or (with shared_dir) a MAP_SHARED file.
+
+    numa: None, ("bind", [nodes]) or ("interleave", [nodes]). backend: register the range with
+    it in chunks of register_chunk_bytes (None: no registration). keep_name: leave the shared
+    file's name in place for attach_host until HostBuffer.unlink() or close().
+    """
+    nbytes = _check_positive_int(nbytes, "nbytes")
+    register_chunk_bytes = _check_positive_int(register_chunk_bytes, "register_chunk_bytes")
+    policy = _parse_numa(numa)
+    if backend is not None and not isinstance(backend, Backend):
+        raise ValueError(f"backend: expected a hal.backend.Backend or None, got {type(backend).__name__}")
+    if keep_name and shared_dir is None:
+        raise ValueError("keep_name: only meaningful with shared_dir")
+    # Whole 2 MiB pages when huge pages are wanted, so the tail is not left on 4 KB pages.
+    granule = HUGE_PAGE if huge_pages else PAGE
+    mapped = -(-nbytes // granule) * granule
+    warnings: list[str] = []
+    if huge_pages and (why := thp_disabled_reason(shared_dir is not None)):
+        warnings.append(why)
+
+    fd = path = None
+    if shared_dir is not None:
+        directory = shm.validate_dir(shared_dir, mapped)
+        shm.reap_dead_files(directory)
+        if huge_pages and (why := shm.huge_page_warning(directory)):
+            warnings.append(why)
+        fd, path = shm.create_file(directory, mapped)
+    handles: list[Any] = []
+    address = None
+    try:
+        address, method = _map_and_prepare(mapped, fd, bool(huge_pages), policy, True, warnings)
+        if path is not None and not keep_name:
+            os.unlink(path)  # a single user has mapped it: no name left to find or leak
+            path = None
+        seconds = 0.0
+        if backend is not None:
+            handles, seconds = _register(backend, address, mapped, register_chunk_bytes)
+    except BaseException:
+        if address is not None:
+            unmap_aligned(address, mapped)
+        if path is not None:
+            os.unlink(path)
+        raise
+    finally:
+        if fd is not None:
+            os.close(fd)  # the mapping keeps the file alive
+    info = {
+        "shared": shared_dir is not None,
+        "huge_pages_requested": bool(huge_pages),
+        "policy_requested": None if numa is None else {"mode": numa[0], "nodes": policy[1]},
+        "policy_nodes": None if policy is None else set(policy[1]),
+        "prefault": method,
+        "register_seconds": seconds,
+        "warnings": warnings,
+    }
+    fin = (unmap_aligned, address, mapped)
+    return _build(address, nbytes, mapped, fin, backend, handles, path, path is not None, info)
+
+
+def attach_host(
+    path,
+    *,
+    huge_pages: bool = True,
+    backend: Backend | None = None,
+    register_chunk_bytes: int = DEFAULT_REGISTER_CHUNK_BYTES,
+) -> HostBuffer:
+    """Map a file made by allocate_host(shared_dir=..., keep_name=True) in another process.
+
+    The pages already exist (and have their nodes); pre-faulting only maps them. close() does
+    not remove the file; HostBuffer.unlink() does, once every user has attached.
+    """
+    register_chunk_bytes = _check_positive_int(register_chunk_bytes, "register_chunk_bytes")
+    if backend is not None and not isinstance(backend, Backend):
+        raise ValueError(f"backend: expected a hal.backend.Backend or None, got {type(backend).__name__}")
+    fd, size = shm.open_file(path)
+    warnings: list[str] = []
+    handles: list[Any] = []
+    try:
+        if size % PAGE:
+            raise ValueError(f"path: {path} has {size} bytes, not a whole number of pages")
+        if huge_pages and (why := shm.huge_page_warning(os.path.dirname(os.path.abspath(path)))):
+            warnings.append(why)
+        address, method = _map_and_prepare(size, fd, bool(huge_pages), None, False, warnings)
+        seconds = 0.0
+        if backend is not None:
+            try:
+                handles, seconds = _register(backend, address, size, register_chunk_bytes)
+            except BaseException:
+                unmap_aligned(address, size)
+                raise
+    finally:
+        os.close(fd)
+    info = {
+        "shared": True,
+        "huge_pages_requested": bool(huge_pages),
+        "policy_requested": None,
+        "policy_nodes": None,
+        "prefault": method,
+        "register_seconds": seconds,
+        "warnings": warnings,
+    }
+    fin = (unmap_aligned, address, size)
+    return _build(address, size, size, fin, backend, handles, os.fspath(path), False, info)

@@ -1,0 +1,91 @@
+"""One-layer plans standing for whole pool transfers: cheap counting, and symbolic plans without memory.
+
+Lives in hal because it is address math: callers (the reference HiCache's controller)
+count segments and bytes through it instead of knowing any layout.
+
+hal.transfer.plan merges a transfer's runs once and repeats them per layer (every layout puts layer
+l at a constant shift from layer 0), so a transfer's segments and bytes are its layer-0
+plan's times the layer count. The controller therefore plans layer 0 only.
+
+Page granularity: where every page's tokens are consecutive pieces on the host side, as
+they always are on the device side (layer_first and page_first_direct, not page_first or
+page_head), a run can only break between pages. Planning whole pages as single "tokens" of
+a page-wide geometry then gives the same segments, from arrays page_size times shorter.
+`LayerPlanner` checks that equivalence against hal.transfer.layouts' address math at construction
+instead of trusting a list of layout names, and falls back to tokens when indices are not
+whole aligned pages.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hal.transfer import layouts
+from hal.transfer import pool_ops as pool_transfer
+from hal.transfer.layouts import KVGeometry
+from hal.transfer.plan import CopyGroup, Segments, TransferPlan
+
+TILE_MAX_RUNS = 1 << 16  # symbolic plans up to this many segments become one array
+
+
+class LayerPlanner:
+    """Layer-0 plans of device <-> host transfers for one pool pair."""
+
+    def __init__(self, layout: str, geom: KVGeometry, host_size: int):
+        self.layout, self.geom, self.host_size = layout, geom, host_size
+        self.page_geom = self._page_geometry()
+
+    def _page_geometry(self) -> KVGeometry | None:
+        g, ps = self.geom, self.geom.page_size
+        if ps == 1 or g.pieces(self.layout) != 1 or self.host_size < 2 * ps:
+            return None
+        pg = KVGeometry(g.attention, g.layers, g.heads, g.head_dim * ps, g.dtype, 1)
+        tokens = np.arange(2 * ps, dtype=np.int64)
+        host = layouts.host_piece_offsets(self.layout, g, self.host_size, tokens).reshape(-1)
+        dev = layouts.device_piece_offsets("layer_first", g, tokens).reshape(-1)
+        inside = (tokens[1:] % ps) != 0  # steps between two tokens of the same page
+        if not ((np.diff(host)[inside] == g.item_size).all() and (np.diff(dev)[inside] == g.item_size).all()):
+            return None
+        pages = np.array([0, 1, self.host_size // ps - 1], dtype=np.int64)
+        same_start = layouts.host_piece_offsets(self.layout, pg, self.host_size // ps, pages).reshape(-1) == \
+            layouts.host_piece_offsets(self.layout, g, self.host_size, pages * ps).reshape(-1)
+        return pg if same_start.all() else None
+
+    def _whole_pages(self, indices: np.ndarray) -> np.ndarray | None:
+        ps = self.geom.page_size
+        if len(indices) % ps:
+            return None
+        grid = indices.reshape(-1, ps)
+        first = grid[:, 0]
+        if (first % ps).any() or (grid - first[:, None] != np.arange(ps)).any():
+            return None
+        return first // ps
+
+    def layer0(self, direction: str, host_indices: np.ndarray, device_indices: np.ndarray) -> TransferPlan:
+        """The plan of layer 0 (all K/V parts) of host[host_indices] <-> device[device_indices]."""
+        if self.page_geom is not None:
+            hp, dp = self._whole_pages(host_indices), self._whole_pages(device_indices)
+            if hp is not None and dp is not None:
+                return pool_transfer.plan_for(self.layout, self.page_geom, self.host_size // self.geom.page_size,
+                                              hp, dp, direction, layers=[0])
+        return pool_transfer.plan_for(self.layout, self.geom, self.host_size, host_indices, device_indices,
+                                      direction, layers=[0])
+
+    def all_layers(self, direction: str, plans: list[TransferPlan]) -> TransferPlan:
+        """One symbolic plan standing for every layer of every transfer in `plans` (layer-0 plans).
+
+        Same bytes, segments and launches as the real submissions (one per backup, one per
+        layer per load), hence the same modeled cost under a link model linear in them. The
+        runs of all plans are concatenated into one group (nothing reads a symbolic plan's
+        offsets), then tiled per layer when small, else the group is repeated per layer,
+        sharing its arrays: the model's cost stays one pass per layer, whatever the batch.
+        """
+        layers = self.geom.layers
+        groups = [g for p in plans for g in p.groups]
+        one = Segments(*(np.concatenate([g.segments[i] for g in groups]) for i in range(3)))
+        if len(one.nbytes) * layers <= TILE_MAX_RUNS:
+            groups = [CopyGroup(groups[0].src, groups[0].dst, Segments(*(np.tile(a, layers) for a in one)))]
+        else:
+            groups = [CopyGroup(groups[0].src, groups[0].dst, one)] * layers
+        launches = len(plans) * (1 if direction == "d2h" else layers)
+        return TransferPlan(plans[0].op, groups, direction, launches)

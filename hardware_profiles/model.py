@@ -1,0 +1,275 @@
+"""Hardware profiles: one YAML file per machine, loaded with strict validation.
+
+A profile says what a machine is (device, host, topology), how its host link behaves (link
+model), how fast it prefills (compute model) and what a run on it must reach (targets). The
+schema is documented in hardware_profiles/README.md; this module is the one place that
+enforces it, so every error names the file, the key path and what was expected.
+
+Values a profile does not know are written `unknown` and load as None: consumers then report
+"not modeled" instead of computing with an invented number.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+UNKNOWN = "unknown"
+COMPARATORS = ("<=", ">=", "<", ">", "==")
+DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
+IDO_STATES = ("on", "off", "unknown")
+_PACKAGE = "hardware_profiles"
+
+# Stable metric names that targets may use: name -> (unit, what is measured). Consumers
+# measure these under the same names, so a target with a misspelt metric fails to load
+# rather than never being checked.
+METRICS: dict[str, tuple[str, str]] = {
+    "plan_segments_layer_first_seed": ("segments", "segments in the SEED_PLAN transfer, host layout layer_first"),
+    "plan_segments_page_first_direct_seed": ("segments", "segments in the SEED_PLAN transfer, page_first_direct"),
+    "plan_seconds_seed": ("s", "wall time to build the SEED_PLAN transfer plan (page_first_direct)"),
+    "h2d_gbps": ("GB/s", "host-to-device bandwidth of large registered transfers"),
+    "d2h_gbps": ("GB/s", "device-to-host bandwidth of large registered transfers"),
+    "transfer_ratio_vs_memcpy": ("ratio", "backend transfer throughput / plain memcpy throughput, same run"),
+    "allhit_fixed_ms": ("ms", "intercept of the all-hit request time fit T(n) = a + b*n"),
+    "allhit_per_token_us": ("us/token", "slope of the all-hit request time fit T(n) = a + b*n"),
+    "break_even_tokens": ("tokens", "prompt length above which loading cached KV beats recomputing it"),
+    "per_card_host_gib_local": ("GiB", "host memory one card can use with strictly NUMA-local binding"),
+    "host_pool_page_bytes": ("B", "page size backing the host KV pool"),
+    "slowdown_pct_registered_15gb": ("%", "seed workload slowdown with 15 GB of host memory registered"),
+    "slowdown_pct_numa_local": ("%", "seed workload slowdown with NUMA-local host pools"),
+    "d2h_submit_block_s": ("s", "longest time the scheduler thread blocks submitting a D2H backup"),
+    "ghost_entry_bytes": ("B", "host memory per ghost-list entry"),
+}
+
+# The plan behind the *_seed metrics: the P800 seed config (MLA latent, 78 layers, kv_dim 576,
+# bf16, page 64) moving 32,768 contiguous tokens (512 pages) host->device; page_first_direct
+# gives one segment per (page, layer): 512 * 78 = 39,936.
+SEED_PLAN = {
+    "attention": "mla", "layers": 78, "heads": 1, "head_dim": 576, "dtype": "bf16",
+    "page_size": 64, "tokens": 32768, "direction": "h2d",
+}
+
+
+def seed_plan(layout: str, direction: str = SEED_PLAN["direction"]):
+    """The SEED_PLAN transfer in `layout` (contiguous slots on both sides), without memory."""
+    import numpy as np
+
+    from hal.transfer.layouts import KVGeometry, parse_dtype
+    from hal.transfer.plan import plan_pool_transfer
+
+    s = SEED_PLAN
+    geom = KVGeometry(s["attention"], s["layers"], s["heads"], s["head_dim"], parse_dtype(s["dtype"]), s["page_size"])
+    tokens = np.arange(s["tokens"], dtype=np.int64)
+    return plan_pool_transfer(layout, geom, s["tokens"], tokens, tokens, direction)
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used: "<file>: <key.path>: expected <what>, got <repr>"."""
+
+    def __init__(self, file: str, key_path: str, expected: str, got: str):
+        self.file, self.key_path, self.expected, self.got = str(file), key_path, expected, got
+        super().__init__(f"{self.file}: {key_path}: expected {expected}, got {got}")
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """Host link cost: per launch + per segment (DMA descriptor) + bytes / bandwidth."""
+
+    h2d_gbps: float | None  # decimal GB/s (1e9 bytes per second)
+    d2h_gbps: float | None
+    per_segment_us: float | None
+    per_launch_us: float | None
+    registration_s_per_gib: float | None
+
+    def __post_init__(self):
+        for name in ("h2d_gbps", "d2h_gbps", "per_segment_us", "per_launch_us", "registration_s_per_gib"):
+            v = getattr(self, name)
+            if v is not None and not (v > 0 if name.endswith("gbps") else v >= 0):
+                raise ValueError(f"{name}: expected a {'positive' if name.endswith('gbps') else 'non-negative'} number, got {v!r}")
+
+    def seconds(self, direction: str, nbytes: int, segments: int, launches: int = 1) -> float | None:
+        """Modeled seconds for one transfer, or None when it cannot be modeled.
+
+        None when a term with a nonzero count needs a value the profile leaves unknown, and
+        for d2d/h2h, which a host-link model does not cover: guessing would hide the gap.
+        """
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction: expected one of {', '.join(DIRECTIONS)}, got {direction!r}")
+        for name, n in (("nbytes", nbytes), ("segments", segments), ("launches", launches)):
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+                raise ValueError(f"{name}: expected a non-negative integer, got {n!r}")
+        if direction not in ("h2d", "d2h"):
+            return None
+        total = 0.0
+        bandwidth = self.h2d_gbps if direction == "h2d" else self.d2h_gbps
+        for count, cost_us in ((launches, self.per_launch_us), (segments, self.per_segment_us)):
+            if count:
+                if cost_us is None:
+                    return None
+                total += int(count) * cost_us * 1e-6
+        if nbytes:
+            if bandwidth is None:
+                return None
+            total += int(nbytes) / (bandwidth * 1e9)
+        return total
+
+    def registration_seconds(self, nbytes: int) -> float | None:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 0:
+            raise ValueError(f"nbytes: expected a non-negative integer, got {nbytes!r}")
+        if nbytes == 0:
+            return 0.0
+        if self.registration_s_per_gib is None:
+            return None
+        return int(nbytes) / 2**30 * self.registration_s_per_gib
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Prefill time: a measured curve when given, else fixed + per_token * tokens."""
+
+    prefill_fixed_s: float | None
+    prefill_per_token_s: float | None
+    prefill_curve: tuple[tuple[int, float], ...] | None = None  # (tokens, seconds), tokens ascending
+
+    def prefill_seconds(self, tokens: int) -> float | None:
+        if isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens < 0:
+            raise ValueError(f"tokens: expected a non-negative integer, got {tokens!r}")
+        if tokens == 0:
+            return 0.0
+        if self.prefill_curve:
+            return _interpolate(self.prefill_curve, int(tokens))
+        if self.prefill_fixed_s is None or self.prefill_per_token_s is None:
+            return None
+        return self.prefill_fixed_s + self.prefill_per_token_s * int(tokens)
+
+
+def _interpolate(points: tuple[tuple[int, float], ...], x: int) -> float:
+    """Piecewise linear through the points; outside them the nearest segment's line, floored at 0."""
+    i = 1
+    while i < len(points) - 1 and x > points[i][0]:
+        i += 1
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    model: str
+    hbm_gib: float | None
+    devices_per_node: int | None
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    cpu_model: str | None
+    numa_nodes: int | None
+    memory_per_node_gib: float | None
+    cpu_vendor: str | None = None
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    device_numa: tuple[int, ...] | None  # device i -> NUMA node
+    devices_per_switch: int | None
+    uplink_generation: int | None  # PCIe generation of the switch's uplink
+    uplink_lanes: int | None
+    ido: str  # PCIe ID-based ordering: 'on' | 'off' | 'unknown'
+
+
+@dataclass(frozen=True)
+class Target:
+    """A number a run must reach. `tolerance` is absolute, in `unit`, and always loosens:
+    '<=' passes up to value + tolerance, '>=' down to value - tolerance, '==' within it."""
+
+    name: str
+    metric: str
+    comparator: str
+    value: float
+    tolerance: float
+    unit: str
+    source: str
+    note: str = ""
+
+    def __post_init__(self):
+        if self.comparator not in COMPARATORS:
+            raise ValueError(f"comparator: expected one of {' '.join(COMPARATORS)}, got {self.comparator!r}")
+        if not self.tolerance >= 0:
+            raise ValueError(f"tolerance: expected a non-negative number, got {self.tolerance!r}")
+
+    def check(self, measured: float) -> bool:
+        m = float(measured)
+        if math.isnan(m):
+            return False
+        v, t = self.value, self.tolerance
+        return {
+            "<=": m <= v + t, "<": m < v + t, ">=": m >= v - t, ">": m > v - t, "==": abs(m - v) <= t,
+        }[self.comparator]
+
+    def describe(self) -> str:
+        tol = f" (tolerance {self.tolerance:g})" if self.tolerance else ""
+        return f"{self.metric} {self.comparator} {self.value:g} {self.unit}{tol}"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path
+    description: str
+    device: DeviceSpec
+    host: HostSpec
+    topology: TopologySpec | None
+    link: LinkModel
+    compute: ComputeModel
+    targets: tuple[Target, ...]
+    # key path -> where its value comes from, for every value written with a source
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def target(self, name: str) -> Target:
+        for t in self.targets:
+            if t.name == name:
+                return t
+        have = ", ".join(t.name for t in self.targets) or "none"
+        raise KeyError(f"profile {self.name!r} ({self.path}) has no target {name!r}; its targets: {have}")
+
+    def require_topology(self) -> TopologySpec:
+        if self.topology is None:
+            raise ProfileError(str(self.path), "topology", "a topology section",
+                               f"none (profile {self.name} has no topology)")
+        return self.topology
+
+    def assumptions(self) -> dict[str, str]:
+        """Values that are assumed rather than measured or derived, so reports can flag them."""
+        return {k: s for k, s in self.sources.items() if s.lower().startswith("assumed")}
+
+
+# -- loading -------------------------------------------------------------------------------
+
+
+def list_profiles() -> list[str]:
+    return sorted(e.name[: -len(".yaml")] for e in resources.files(_PACKAGE).iterdir() if e.name.endswith(".yaml"))
+
+
+def load_profile(name_or_path: str | Path | Profile) -> Profile:
+    """A bare name loads the packaged hardware_profiles/<name>.yaml; anything path-like loads that file."""
+    from hardware_profiles.schema import build as _build
+    if isinstance(name_or_path, Profile):
+        return name_or_path
+    if isinstance(name_or_path, Path) or (
+        isinstance(name_or_path, str) and ("/" in name_or_path or name_or_path.endswith((".yaml", ".yml")))
+    ):
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ProfileError(str(path), "(file)", "an existing YAML file", repr(str(name_or_path)))
+        return _build(path.read_text(encoding="utf-8"), path)
+    if not isinstance(name_or_path, str):
+        raise ProfileError("load_profile", "name_or_path", "a profile name or a path", repr(name_or_path))
+    known = list_profiles()
+    if name_or_path not in known:
+        raise ProfileError(f"{_PACKAGE}/{name_or_path}.yaml", "(profile name)",
+                           f"one of {', '.join(known)} or a path to a YAML file", repr(name_or_path))
+    entry = resources.files(_PACKAGE) / f"{name_or_path}.yaml"
+    return _build(entry.read_text(encoding="utf-8"), Path(str(entry)))

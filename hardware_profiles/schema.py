@@ -1,0 +1,291 @@
+"""Strict reading of a profile's YAML: every key checked, every error naming file, key path and expectation."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+from hardware_profiles.model import (
+    COMPARATORS,
+    IDO_STATES,
+    METRICS,
+    SCHEMA_VERSION,
+    UNKNOWN,
+    ComputeModel,
+    DeviceSpec,
+    HostSpec,
+    LinkModel,
+    Profile,
+    ProfileError,
+    Target,
+    TopologySpec,
+)
+
+
+class _StrictSafeLoader(yaml.SafeLoader):
+    """SafeLoader that also reads exponent floats like 1e-6 (PyYAML's YAML 1.1 rules make them strings)."""
+
+
+_StrictSafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _parse(text: str, file: str) -> Any:
+    loader = _StrictSafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise ProfileError(file, "(document)", "a mapping of profile sections", "an empty file")
+        _reject_duplicate_keys(node, "", file)
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"(yaml, line {mark.line + 1})" if mark else "(yaml)"
+        raise ProfileError(file, where, "valid YAML", repr(getattr(e, "problem", None) or str(e))) from None
+    finally:
+        loader.dispose()
+
+
+def _reject_duplicate_keys(node: yaml.Node, path: str, file: str, walked: set[int] | None = None) -> None:
+    # safe_load keeps the last of two equal keys silently; in a profile that hides a typo'd edit.
+    walked = set() if walked is None else walked
+    if id(node) in walked:  # an alias seen before (anchors may even refer to themselves)
+        return
+    walked.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key in seen:
+                raise ProfileError(file, _join(path, key), "each key once",
+                                   f"a second {key!r} at line {key_node.start_mark.line + 1}")
+            seen.add(key)
+            _reject_duplicate_keys(value_node, _join(path, key), file, walked)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _reject_duplicate_keys(item, f"{path}[{i}]", file, walked)
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def build(text: str, path: Path) -> Profile:
+    """Parse and validate one profile's YAML text; errors name `path` and the key path."""
+    return _Reader(str(path)).profile(_parse(text, str(path)), path)
+
+
+_MISSING = "no value (the key is missing)"
+
+
+class _Reader:
+    """Walks the parsed YAML once, checking every key, and records each value's source."""
+
+    def __init__(self, file: str):
+        self.file = file
+        self.sources: dict[str, str] = {}
+
+    def fail(self, key_path: str, expected: str, got: str) -> NoReturn:
+        raise ProfileError(self.file, key_path, expected, got)
+
+    def section(self, data: Any, path: str, keys: tuple[str, ...]) -> dict:
+        """A mapping whose keys are all among `keys` (presence is checked as each is read)."""
+        if not isinstance(data, dict):
+            self.fail(path or "(document)", f"a mapping with keys {', '.join(keys)}", repr(data))
+        for key in data:
+            if key not in keys:
+                self.fail(_join(path, key), f"one of the keys {', '.join(keys)}", f"unknown key {key!r}")
+        return data
+
+    def leaf(self, parent: dict, key: str, path: str, expected: str, sourced: bool) -> tuple[Any, str]:
+        """(raw value, its key path): a bare value, `unknown`, or {value: ..., source: ...}.
+
+        `sourced` leaves (link and compute numbers) must say where a known value comes from.
+        """
+        p = _join(path, key)
+        if key not in parent:
+            self.fail(p, expected, _MISSING)
+        raw = parent[key]
+        if isinstance(raw, dict):
+            self.section(raw, p, ("value", "source"))
+            if "value" not in raw:
+                self.fail(f"{p}.value", expected, _MISSING)
+            source = raw.get("source")
+            if not isinstance(source, str) or not source.strip():
+                self.fail(f"{p}.source", "a non-empty string saying where the value comes from",
+                          _MISSING if "source" not in raw else repr(source))
+            self.sources[p] = source.strip()
+            return raw["value"], f"{p}.value"
+        if sourced and raw != UNKNOWN:
+            self.fail(p, f"{{value: <{expected}>, source: <where it comes from>}} or 'unknown'", repr(raw))
+        return raw, p
+
+    def number(self, parent, key, path, unit, lo, hi, *, integer=False, lo_open=False, sourced=False):
+        kind = "an integer" if integer else "a number"
+        expected = f"{kind} of {unit} in {'(' if lo_open else '['}{lo:g}, {hi:g}] or 'unknown'"
+        raw, p = self.leaf(parent, key, path, expected, sourced)
+        if raw == UNKNOWN:
+            return None
+        wrong_type = isinstance(raw, bool) or not isinstance(raw, int if integer else (int, float))
+        if wrong_type or not math.isfinite(raw) or raw > hi or raw < lo or (lo_open and raw == lo):
+            hint = "" if wrong_type else " (check the unit)"
+            self.fail(p, expected + hint, repr(raw))
+        return raw if integer else float(raw)
+
+    def text(self, parent, key, path, *, may_be_unknown=True) -> str | None:
+        expected = "a non-empty string" + (" or 'unknown'" if may_be_unknown else "")
+        raw, p = self.leaf(parent, key, path, expected, False)
+        if may_be_unknown and raw == UNKNOWN:
+            return None
+        if not isinstance(raw, str) or not raw.strip():
+            self.fail(p, expected, repr(raw))
+        return raw.strip()
+
+    # -- sections ----------------------------------------------------------------------------
+
+    def profile(self, data: Any, path: Path) -> Profile:
+        top = self.section(data, "", ("schema", "description", "device", "host", "topology",
+                                      "link", "compute", "targets"))
+        for key in ("schema", "description", "device", "host", "link", "compute", "targets"):
+            if key not in top:
+                self.fail(key, f"a '{key}' entry (see hardware_profiles/README.md)", _MISSING)
+        if top["schema"] != SCHEMA_VERSION or isinstance(top["schema"], bool):
+            self.fail("schema", f"{SCHEMA_VERSION} (the schema version this loader reads)", repr(top["schema"]))
+        device = self.device(top["device"])
+        host = self.host(top["host"])
+        topology = self.topology(top["topology"], device, host) if "topology" in top else None
+        return Profile(
+            name=path.stem, path=path, description=self.text(top, "description", "", may_be_unknown=False),
+            device=device, host=host, topology=topology, link=self.link(top["link"]),
+            compute=self.compute(top["compute"]), targets=self.targets(top["targets"]),
+            sources=dict(self.sources),
+        )
+
+    def device(self, data) -> DeviceSpec:
+        d = self.section(data, "device", ("model", "hbm_gib", "devices_per_node"))
+        return DeviceSpec(
+            model=self.text(d, "model", "device", may_be_unknown=False),
+            hbm_gib=self.number(d, "hbm_gib", "device", "GiB", 0, 4096, lo_open=True),
+            devices_per_node=self.number(d, "devices_per_node", "device", "devices", 1, 64, integer=True),
+        )
+
+    def host(self, data) -> HostSpec:
+        h = self.section(data, "host", ("cpu_vendor", "cpu_model", "numa_nodes", "memory_per_node_gib"))
+        return HostSpec(
+            cpu_vendor=self.text(h, "cpu_vendor", "host"),
+            cpu_model=self.text(h, "cpu_model", "host"),
+            numa_nodes=self.number(h, "numa_nodes", "host", "NUMA nodes", 1, 64, integer=True),
+            memory_per_node_gib=self.number(h, "memory_per_node_gib", "host", "GiB", 0, 65536, lo_open=True),
+        )
+
+    def topology(self, data, device: DeviceSpec, host: HostSpec) -> TopologySpec:
+        keys = ("device_numa", "devices_per_switch", "uplink_generation", "uplink_lanes", "ido")
+        t = self.section(data, "topology", keys)
+        expected = "a list of NUMA node numbers, one per device, or 'unknown'"
+        raw, p = self.leaf(t, "device_numa", "topology", expected, False)
+        device_numa = None
+        if raw != UNKNOWN:
+            if not isinstance(raw, list) or not raw:
+                self.fail(p, expected, repr(raw))
+            if device.devices_per_node is not None and len(raw) != device.devices_per_node:
+                self.fail(p, f"{device.devices_per_node} entries (device.devices_per_node)", f"{len(raw)}: {raw!r}")
+            top_node = (host.numa_nodes or 65) - 1
+            for i, n in enumerate(raw):
+                if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= top_node:
+                    self.fail(f"{p}[{i}]", f"a NUMA node number in [0, {top_node}] (host.numa_nodes)", repr(n))
+            device_numa = tuple(raw)
+        per_switch = self.number(t, "devices_per_switch", "topology", "devices", 1, 64, integer=True)
+        if per_switch and device.devices_per_node and per_switch > device.devices_per_node:
+            self.fail("topology.devices_per_switch", f"at most device.devices_per_node ({device.devices_per_node})",
+                      repr(per_switch))
+        lanes = self.number(t, "uplink_lanes", "topology", "PCIe lanes", 1, 32, integer=True)
+        if lanes is not None and lanes not in (1, 2, 4, 8, 16, 32):
+            self.fail("topology.uplink_lanes", "a PCIe link width: 1, 2, 4, 8, 16 or 32, or 'unknown'", repr(lanes))
+        raw, p = self.leaf(t, "ido", "topology", "'on', 'off' or 'unknown'", False)
+        ido = ("on" if raw else "off") if isinstance(raw, bool) else raw  # YAML 1.1 reads bare on/off as booleans
+        if ido not in IDO_STATES:
+            self.fail(p, "'on', 'off' or 'unknown'", repr(raw))
+        return TopologySpec(
+            device_numa=device_numa, devices_per_switch=per_switch,
+            uplink_generation=self.number(t, "uplink_generation", "topology", "PCIe generation", 1, 7, integer=True),
+            uplink_lanes=lanes, ido=ido,
+        )
+
+    def link(self, data) -> LinkModel:
+        k = self.section(data, "link", ("h2d_gbps", "d2h_gbps", "per_segment_us", "per_launch_us",
+                                        "registration_s_per_gib"))
+        return LinkModel(
+            h2d_gbps=self.number(k, "h2d_gbps", "link", "GB/s", 0, 1000, lo_open=True, sourced=True),
+            d2h_gbps=self.number(k, "d2h_gbps", "link", "GB/s", 0, 1000, lo_open=True, sourced=True),
+            per_segment_us=self.number(k, "per_segment_us", "link", "microseconds", 0, 10_000, sourced=True),
+            per_launch_us=self.number(k, "per_launch_us", "link", "microseconds", 0, 100_000, sourced=True),
+            registration_s_per_gib=self.number(k, "registration_s_per_gib", "link", "seconds per GiB", 0, 1000,
+                                               sourced=True),
+        )
+
+    def compute(self, data) -> ComputeModel:
+        c = self.section(data, "compute", ("prefill_fixed_s", "prefill_per_token_s", "prefill_curve"))
+        curve = None
+        if "prefill_curve" in c:
+            expected = "a list of at least 2 [tokens, seconds] pairs, tokens ascending"
+            raw, p = self.leaf(c, "prefill_curve", "compute", expected, True)
+            if raw != UNKNOWN:
+                if not isinstance(raw, list) or len(raw) < 2:
+                    self.fail(p, expected, repr(raw))
+                points = []
+                for i, pt in enumerate(raw):
+                    ok = (isinstance(pt, list) and len(pt) == 2 and isinstance(pt[0], int)
+                          and not isinstance(pt[0], bool) and pt[0] >= 0 and isinstance(pt[1], (int, float))
+                          and not isinstance(pt[1], bool) and 0 <= pt[1] <= 86_400
+                          and (not points or pt[0] > points[-1][0]))
+                    if not ok:
+                        self.fail(f"{p}[{i}]", "[tokens, seconds]: integer tokens above the previous point's, "
+                                  "seconds in [0, 86400]", repr(pt))
+                    points.append((pt[0], float(pt[1])))
+                curve = tuple(points)
+        return ComputeModel(
+            prefill_fixed_s=self.number(c, "prefill_fixed_s", "compute", "seconds", 0, 3600, sourced=True),
+            # an upper bound of 1 s/token catches a value written in ms or us
+            prefill_per_token_s=self.number(c, "prefill_per_token_s", "compute", "seconds per token", 0, 1,
+                                            sourced=True),
+            prefill_curve=curve,
+        )
+
+    def targets(self, data) -> tuple[Target, ...]:
+        if not isinstance(data, dict):
+            self.fail("targets", "a mapping of target name -> {comparator, value, ...}, or {} for none", repr(data))
+        out = []
+        for name, raw in data.items():
+            p = f"targets.{name}"
+            if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+                self.fail(p, "a snake_case target name", repr(name))
+            t = self.section(raw, p, ("metric", "comparator", "value", "tolerance", "unit", "source", "note"))
+            metric = t.get("metric", name)
+            if metric not in METRICS:
+                self.fail(f"{p}.metric", f"a known metric ({', '.join(METRICS)})", repr(metric))
+            unit = METRICS[metric][0]
+            comparator = t.get("comparator")
+            if comparator not in COMPARATORS:
+                self.fail(f"{p}.comparator", f"one of {' '.join(COMPARATORS)}",
+                          _MISSING if "comparator" not in t else repr(comparator))
+            for key in ("value", "tolerance"):
+                v = t.get(key)
+                if key not in t or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                        or (key == "tolerance" and v < 0):
+                    what = "a finite number" if key == "value" else "a non-negative number (absolute, same unit)"
+                    self.fail(f"{p}.{key}", f"{what} of {unit}", _MISSING if key not in t else repr(v))
+            if t.get("unit") != unit:
+                self.fail(f"{p}.unit", f"{unit!r} (the unit of metric {metric})",
+                          _MISSING if "unit" not in t else repr(t.get("unit")))
+            source = self.text(t, "source", p, may_be_unknown=False)
+            note = self.text(t, "note", p, may_be_unknown=False) if "note" in t else ""
+            out.append(Target(name, metric, comparator, float(t["value"]), float(t["tolerance"]), unit,
+                              source, note))
+        return tuple(out)
