@@ -31,6 +31,7 @@ class Capabilities(NamedTuple):
     device_type: str  # torch device type of device buffers ("cpu" on emu)
     modeled_clock: bool  # events carry modeled seconds from the profile's link model
     host_registration: bool  # register_host pins/maps memory for DMA
+    moves_bytes: bool = True  # False: plans are priced, not run (the count backend)
 
 
 class Event(abc.ABC):
@@ -130,6 +131,7 @@ _BUILTIN = {
     "emu": "hal.backends.emu:EmuBackend",
     "cuda": "hal.backends.cuda:CudaBackend",
     "xpu": "hal.backends.xpu:XpuBackend",
+    "count": "hal.backends.count:CountBackend",
 }
 _lock = threading.Lock()
 _registry: dict[str, type[Backend]] = {}

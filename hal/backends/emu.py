@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from hal.backend import Backend, Capabilities, Event, Stream
+from hal.backends.support.modeled_clock import ModeledClock, plan_seconds
 from hal.transfer import segcopy
 from hal.transfer.plan import TransferPlan, check_group
 
@@ -65,8 +66,7 @@ class EmuStream(Stream):
 
     def __init__(self, backend: EmuBackend, name: str):
         self.backend, self.name = backend, name
-        self.modeled_now = 0.0  # seconds on this stream's modeled clock (None-safe: 0 when unmodeled)
-        self.modeled = True  # False once a plan could not be modeled (unknown link values)
+        self.clock = ModeledClock()
         self._error: BaseException | None = None
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"emu-{name}", daemon=True)
@@ -85,10 +85,9 @@ class EmuStream(Stream):
                     self._run_batch(batch)
                 elif kind == "wait" and self._error is None:
                     payload.wait()
-                    if payload.modeled_time is not None:
-                        self.modeled_now = max(self.modeled_now, payload.modeled_time)
+                    self.clock.wait_until(payload.modeled_time)
                 elif kind == "event":
-                    payload._complete(self.modeled_now if self.modeled else None, self._error)
+                    payload._complete(self.clock.reading(), self._error)
             except BaseException as e:  # noqa: BLE001 - carried to the events, never lost
                 self._error = e
 
@@ -134,16 +133,12 @@ class EmuStream(Stream):
                 except BaseException as e:  # noqa: BLE001 - the stream has failed from here on
                     self._error = e
             elif kind == "event":
-                payload._complete(self.modeled_now if self.modeled else None, self._error)
+                payload._complete(self.clock.reading(), self._error)
 
     def _account(self, plan: TransferPlan) -> None:
         """Advance the modeled clock by one executed plan. Tests override it to inject a
         device fault at the k-th plan (the stream then fails as a real one would)."""
-        cost = self.backend.model_seconds(plan)
-        if cost is None:
-            self.modeled = False
-        else:
-            self.modeled_now += cost
+        self.clock.advance(self.backend.model_seconds(plan))
 
     def submit(self, kind: str, payload: Any) -> None:
         self._q.put((kind, payload))
@@ -229,9 +224,7 @@ class EmuBackend(Backend):
 
     def model_seconds(self, plan: TransferPlan) -> float | None:
         """Modeled cost of `plan` on the profile's link, or None when the profile can't say."""
-        if not plan.groups or plan.direction in ("d2d", "h2h"):
-            return 0.0  # the link model prices the host link; these copies do not cross it
-        return self.profile.link.seconds(plan.direction, plan.nbytes, plan.num_segments, plan.launches)
+        return plan_seconds(self.profile.link, plan)
 
     def execute(self, plan: TransferPlan, stream: Stream | None = None) -> EmuEvent:
         stream = stream or self.default_stream()
