@@ -62,7 +62,7 @@ def _steps(layout, geom, host, dev, host_idx, dev_idx, layers) -> dict:
 
 def run(a) -> int:
     emu = get_backend("emu", "emu")
-    priced = get_backend("emu", a.profile)
+    priced = get_backend("count", a.profile)  # prices the plans on the modeled clock, moves nothing
     geom = KVGeometry("mla", a.layers, 1, a.kv_dim, torch.bfloat16, a.page_size)
     pool = 2 * (-(-a.tokens // a.page_size)) * a.page_size
     rng = np.random.default_rng(0)

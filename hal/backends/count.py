@@ -15,7 +15,7 @@ import torch
 
 from hal.backend import Backend, Capabilities, Event, Stream
 from hal.backends.support.modeled_clock import ModeledClock, plan_seconds
-from hal.transfer.plan import TransferPlan, check_group
+from hal.transfer.plan import TransferPlan
 
 
 class CountEvent(Event):
@@ -48,6 +48,9 @@ class CountStream(Stream):
 class CountBackend(Backend):
     name = "count"
     device_type = "meta"
+    default_profile = "emu"
+    stream_type = CountStream
+    runs_symbolic_plans = True
 
     def __init__(self, profile: Any = None):
         if profile is None:
@@ -79,14 +82,6 @@ class CountBackend(Backend):
         """Modeled cost of `plan` on the profile's link, or None when the profile can't say."""
         return plan_seconds(self.profile.link, plan)
 
-    def execute(self, plan: TransferPlan, stream: Stream | None = None) -> CountEvent:
-        stream = stream or self.default_stream()
-        if not isinstance(stream, CountStream):
-            raise ValueError(f"stream: {stream!r} is not a count stream")
-        if plan.groups and isinstance(plan.groups[0].src, torch.Tensor):
-            for i, g in enumerate(plan.groups):
-                check_group(plan.op, i, g)
-            g = plan.groups[0]
-            plan.direction = f"{'d' if self.is_device(g.src) else 'h'}2{'d' if self.is_device(g.dst) else 'h'}"
+    def _execute(self, plan: TransferPlan, stream: CountStream) -> CountEvent:
         stream.clock.advance(self.model_seconds(plan))
         return stream.record()

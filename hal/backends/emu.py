@@ -34,7 +34,7 @@ import torch
 from hal.backend import Backend, Capabilities, Event, Stream
 from hal.backends.support.modeled_clock import ModeledClock, plan_seconds
 from hal.transfer import segcopy
-from hal.transfer.plan import TransferPlan, check_group
+from hal.transfer.plan import TransferPlan
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.mlock.argtypes = _libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
@@ -162,6 +162,10 @@ class EmuStream(Stream):
 class EmuBackend(Backend):
     name = "emu"
     device_type = "cpu"
+    default_profile = "emu"
+    stream_type = EmuStream
+    # Unmaterialized replay still prices symbolic plans here (until it runs on count).
+    runs_symbolic_plans = True
 
     def __init__(self, profile: Any = None):
         if profile is None:
@@ -173,7 +177,6 @@ class EmuBackend(Backend):
         self._streams_made = 0
         self._streams: weakref.WeakSet[EmuStream] = weakref.WeakSet()
         self._default: EmuStream | None = None
-        self._registered: dict[int, tuple[int, int]] = {}
 
     @classmethod
     def probe(cls) -> tuple[bool, str]:
@@ -216,40 +219,24 @@ class EmuBackend(Backend):
             stream.close()
         self._default = None
 
-    def direction(self, src: Any, dst: Any) -> str:
-        def side(x):
-            return "d" if isinstance(x, torch.Tensor) and self.is_device(x) else "h"
-
-        return f"{side(src)}2{side(dst)}"
-
     def model_seconds(self, plan: TransferPlan) -> float | None:
         """Modeled cost of `plan` on the profile's link, or None when the profile can't say."""
         return plan_seconds(self.profile.link, plan)
 
-    def execute(self, plan: TransferPlan, stream: Stream | None = None) -> EmuEvent:
-        stream = stream or self.default_stream()
-        if not isinstance(stream, EmuStream):
-            raise ValueError(f"stream: {stream!r} is not an emu stream")
-        if _materialized(plan):
-            for i, g in enumerate(plan.groups):
-                check_group(plan.op, i, g)
-            plan.direction = self.direction(plan.groups[0].src, plan.groups[0].dst)
+    def _execute(self, plan: TransferPlan, stream: EmuStream) -> EmuEvent:
         stream.submit("plan", plan)
         return stream.record()
 
-    def register_host(self, address: int, nbytes: int) -> Any:
+    def _register_range(self, address: int, nbytes: int) -> tuple[int, int]:
         # Pinning is what registration does to the pages; mlock is the same kernel work.
         if _libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes)) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"mlock of {nbytes} bytes failed: {os.strerror(err)} (check `ulimit -l`)")
-        handle = (address, nbytes)
-        self._registered[address] = handle
-        return handle
+        return address, nbytes
 
-    def unregister_host(self, handle: Any) -> None:
+    def _unregister_range(self, handle: tuple[int, int]) -> None:
         address, nbytes = handle
-        if self._registered.pop(address, None) is not None:
-            _libc.munlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes))
+        _libc.munlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes))
 
 
 _BATCH_BYTES = 256 << 20  # a batch stops growing here, so early events are not held back long

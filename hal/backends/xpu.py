@@ -85,6 +85,7 @@ class XpurtRegistrar:
 
 class XpuBackend(CudaLikeBackend):
     name = "xpu"
+    default_profile = "p800"
     max_registration_bytes = 128 << 30  # see the module docstring
 
     @classmethod

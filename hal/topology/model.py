@@ -348,23 +348,15 @@ def from_xpusmi(text: str, numa_nodes: tuple[NumaNode, ...] | None = None, origi
 # -- choosing a source ---------------------------------------------------------------------------
 
 
-def backend_has_hardware(backend: str) -> bool:
-    """True when `backend` drives real devices here: it probes available and its device buffers
-    are not CPU memory. Decided from the backend contract, not from its name."""
-    from hal.backend import backend_class
-
-    try:
-        cls = backend_class(backend)
-    except ImportError:
-        return False
-    ok, _ = cls.probe()
-    return bool(ok) and cls.device_type != "cpu"
+def has_hardware(capabilities: Any) -> bool:
+    """True when a backend with these hal.backend.Capabilities drives real devices here: it is
+    available, moves bytes, and its device buffers are not CPU memory."""
+    return bool(capabilities.available and capabilities.moves_bytes and capabilities.device_type != "cpu")
 
 
-def discover(backend: str | None = None, profile: Any = None, sysfs_root: str = "/sys") -> Topology:
+def discover(profile: Any = None, hardware: bool = False, sysfs_root: str = "/sys") -> Topology:
     """Real sysfs when the backend has hardware (or no profile is given); else the profile's
-    emulated topology. Unknown backend / profile, or a profile without topology: ValueError."""
-    hardware = backend_has_hardware(backend) if backend is not None else False
+    emulated topology. Unknown profile, or a profile without topology: ValueError."""
     if profile is not None and not hardware:
         return from_profile(profile)
     return from_sysfs(sysfs_root)
