@@ -16,17 +16,16 @@ gets one range of a registration already split and rolled back on failure. Nothi
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
 from hal.checks import positive_int
 from hal.memory.registration import HostRegistration, register_ranges, release
 from hal.registry import ENTRY_POINT_GROUP, available_backends, backend_class, get_backend, register
+from hal.topology.discover import discover, has_hardware
+from hal.topology.model import Topology
 from hal.transfer.plan import CopyGroup, TransferPlan, check_group
-
-if TYPE_CHECKING:
-    from hal.topology.model import Topology
 
 __all__ = [
     "ENTRY_POINT_GROUP", "Backend", "Capabilities", "Event", "HostRegistrar", "HostRegistration", "Stream",
@@ -187,8 +186,6 @@ class TopologySource:
 
     def topology(self) -> Topology:
         """Real sysfs when this backend drives hardware here, else its profile's emulated box."""
-        from hal.topology.model import discover, has_hardware
-
         return discover(self.profile, hardware=has_hardware(self.capabilities()))
 
 

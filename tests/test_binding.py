@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from test_topology import build_p800_box
 
+from hal.topology import GIB, from_profile, from_sysfs
 from hal.topology.binding import RESERVE_FRACTION, plan_binding
-from hal.topology.model import GIB, from_profile, from_sysfs
 from hardware_profiles.model import load_profile
 
 

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from hal.topology.model import (
+from hal.topology import (
     GIB,
     Topology,
     discover,
     from_profile,
     from_sysfs,
     has_hardware,
-    ido_from_config,
     parse_cpulist,
     sysfs_numa_nodes,
 )
+from hal.topology.sysfs import ido_from_config
 
 KUNLUN, P800_ID, NVIDIA, MELLANOX = 0x1D22, 0x3688, 0x10DE, 0x15B3
 

@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 
 from hal.memory import shm, vm
 from hal.topology.binding import plan_binding
-from hal.topology.model import GIB, Topology, discover, has_hardware
+from hal.topology.discover import discover, has_hardware
+from hal.topology.model import GIB, Topology
 from hal.units import parse_size
 
 STATUSES = ("ok", "warn", "fail", "unknown")

@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 
 from hal.backends.support.cudalike import CudaLikeBackend, CudartRegistrar, loaded_library
+from hal.topology.discover import from_xpusmi_command, has_hardware
+from hal.topology.model import Topology
 
 
 def _hardware_name() -> str:
@@ -117,3 +119,10 @@ class XpuBackend(CudaLikeBackend):
             except (OSError, AttributeError):
                 pass  # library without the symbols: the shim's cudaHostRegister still works
         return CudartRegistrar()
+
+    def topology(self) -> Topology:
+        """On an XPU box, what `xpu-smi topo -m` reports (its source says "xpu-smi"), or sysfs
+        with a note when the tool is absent or fails; elsewhere the profile's emulated box."""
+        if not has_hardware(self.capabilities()):
+            return super().topology()
+        return from_xpusmi_command()
