@@ -63,7 +63,7 @@ def default_profile_name(backend: str) -> str | None:
     """The profile a backend gets when --profile is not given: its own `default_profile`, else a
     profile of its name if one ships, else none (suites that need one then skip and say so)."""
     from hal.backend import backend_class
-    from hardware_profiles.model import list_profiles
+    from hardware_profiles import list_profiles
 
     try:
         own = getattr(backend_class(backend), "default_profile", None)
@@ -100,7 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _load_profile(name: str):
-    from hardware_profiles.model import load_profile
+    from hardware_profiles import load_profile
 
     try:
         return load_profile(name)

@@ -65,7 +65,7 @@ def get_backend(name: str = "emu", profile: Any = None) -> Any:
     if not ok:
         raise RuntimeError(f"backend {name!r} is not available here: {why}")
     if profile is not None and not hasattr(profile, "link"):
-        from hardware_profiles.model import load_profile
+        from hardware_profiles.loader import load_profile
 
         profile = load_profile(profile)
     return cls(profile)

@@ -1,9 +1,10 @@
-"""Hardware profiles: one YAML file per machine, loaded with strict validation.
+"""What a hardware profile holds: the dataclasses, the schema's constants and the metric names.
 
 A profile says what a machine is (device, host, topology), how its host link behaves (link
 model), how fast it prefills (compute model) and what a run on it must reach (targets). The
-schema is documented in hardware_profiles/README.md; this module is the one place that
-enforces it, so every error names the file, the key path and what was expected.
+schema is documented in hardware_profiles/README.md and enforced by hardware_profiles.schema,
+so every error names the file, the key path and what was expected; hardware_profiles.loader
+finds and loads the files.
 
 Values a profile does not know are written `unknown` and load as None: consumers then report
 "not modeled" instead of computing with an invented number.
@@ -14,7 +15,6 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 SCHEMA_VERSION = 1
@@ -22,15 +22,14 @@ UNKNOWN = "unknown"
 COMPARATORS = ("<=", ">=", "<", ">", "==")
 DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
 IDO_STATES = ("on", "off", "unknown")
-_PACKAGE = "hardware_profiles"
 
 # Stable metric names that targets may use: name -> (unit, what is measured). Consumers
 # measure these under the same names, so a target with a misspelt metric fails to load
 # rather than never being checked.
 METRICS: dict[str, tuple[str, str]] = {
-    "plan_segments_layer_first_seed": ("segments", "segments in the SEED_PLAN transfer, host layout layer_first"),
-    "plan_segments_page_first_direct_seed": ("segments", "segments in the SEED_PLAN transfer, page_first_direct"),
-    "plan_seconds_seed": ("s", "wall time to build the SEED_PLAN transfer plan (page_first_direct)"),
+    "plan_segments_layer_first_seed": ("segments", "segments in the seed transfer (hal.transfer.seed), host layout layer_first"),
+    "plan_segments_page_first_direct_seed": ("segments", "segments in the seed transfer (hal.transfer.seed), page_first_direct"),
+    "plan_seconds_seed": ("s", "wall time to build the seed transfer plan (page_first_direct)"),
     "h2d_gbps": ("GB/s", "host-to-device bandwidth of large registered transfers"),
     "d2h_gbps": ("GB/s", "device-to-host bandwidth of large registered transfers"),
     "transfer_ratio_vs_memcpy": ("ratio", "backend transfer throughput / plain memcpy throughput, same run"),
@@ -44,28 +43,6 @@ METRICS: dict[str, tuple[str, str]] = {
     "d2h_submit_block_s": ("s", "longest time the scheduler thread blocks submitting a D2H backup"),
     "ghost_entry_bytes": ("B", "host memory per ghost-list entry"),
 }
-
-# The plan behind the *_seed metrics: the P800 seed config (MLA latent, 78 layers, kv_dim 576,
-# bf16, page 64) moving 32,768 contiguous tokens (512 pages) host->device; page_first_direct
-# gives one segment per (page, layer): 512 * 78 = 39,936.
-SEED_PLAN = {
-    "attention": "mla", "layers": 78, "heads": 1, "head_dim": 576, "dtype": "bf16",
-    "page_size": 64, "tokens": 32768, "direction": "h2d",
-}
-
-
-def seed_plan(layout: str, direction: str = SEED_PLAN["direction"]):
-    """The SEED_PLAN transfer in `layout` (contiguous slots on both sides), without memory."""
-    import numpy as np
-
-    from hal.transfer.layouts import KVGeometry, parse_dtype
-    from hal.transfer.plan import plan_pool_transfer
-
-    s = SEED_PLAN
-    geom = KVGeometry(s["attention"], s["layers"], s["heads"], s["head_dim"], parse_dtype(s["dtype"]), s["page_size"])
-    tokens = np.arange(s["tokens"], dtype=np.int64)
-    return plan_pool_transfer(layout, geom, s["tokens"], tokens, tokens, direction)
-
 
 class ProfileError(ValueError):
     """A profile that cannot be used: "<file>: <key.path>: expected <what>, got <repr>"."""
@@ -244,32 +221,3 @@ class Profile:
     def assumptions(self) -> dict[str, str]:
         """Values that are assumed rather than measured or derived, so reports can flag them."""
         return {k: s for k, s in self.sources.items() if s.lower().startswith("assumed")}
-
-
-# -- loading -------------------------------------------------------------------------------
-
-
-def list_profiles() -> list[str]:
-    return sorted(e.name[: -len(".yaml")] for e in resources.files(_PACKAGE).iterdir() if e.name.endswith(".yaml"))
-
-
-def load_profile(name_or_path: str | Path | Profile) -> Profile:
-    """A bare name loads the packaged hardware_profiles/<name>.yaml; anything path-like loads that file."""
-    from hardware_profiles.schema import build as _build
-    if isinstance(name_or_path, Profile):
-        return name_or_path
-    if isinstance(name_or_path, Path) or (
-        isinstance(name_or_path, str) and ("/" in name_or_path or name_or_path.endswith((".yaml", ".yml")))
-    ):
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise ProfileError(str(path), "(file)", "an existing YAML file", repr(str(name_or_path)))
-        return _build(path.read_text(encoding="utf-8"), path)
-    if not isinstance(name_or_path, str):
-        raise ProfileError("load_profile", "name_or_path", "a profile name or a path", repr(name_or_path))
-    known = list_profiles()
-    if name_or_path not in known:
-        raise ProfileError(f"{_PACKAGE}/{name_or_path}.yaml", "(profile name)",
-                           f"one of {', '.join(known)} or a path to a YAML file", repr(name_or_path))
-    entry = resources.files(_PACKAGE) / f"{name_or_path}.yaml"
-    return _build(entry.read_text(encoding="utf-8"), Path(str(entry)))

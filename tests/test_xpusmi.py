@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hal.topology import GIB, NumaNode, from_profile, from_xpusmi, parse_cpulist
 from hal.topology.binding import plan_binding
 from hal.topology.xpusmi import parse_topo_matrix
-from hardware_profiles.model import load_profile
+from hardware_profiles import load_profile
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PCIE = (FIXTURES / "xpu_smi_topo_m.p800_pcie_8card.composed.txt").read_text()

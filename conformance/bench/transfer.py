@@ -12,7 +12,7 @@ from hal.transfer import kvcacheio, segcopy
 from hal.transfer import pool_ops as pool_transfer
 from hal.transfer.layouts import KVGeometry, host_shape
 from hal.transfer.plan import plan_pool_transfer
-from hardware_profiles.model import seed_plan
+from hal.transfer.seed import seed_plan
 
 HELP = "plan time for the seed config and emu transfer bandwidth per host layout vs a contiguous copy"
 
@@ -31,7 +31,7 @@ def add_arguments(p) -> None:
 
 
 def plan_times(repeat: int) -> dict:
-    """Segments and median planning time of the seed transfer (hardware_profiles.model.SEED_PLAN)."""
+    """Segments and median planning time of the seed transfer (hal.transfer.seed)."""
     out = {}
     for layout in ("layer_first", "page_first_direct"):
         secs = median_seconds(lambda lay=layout: seed_plan(lay), repeat)

@@ -310,7 +310,7 @@ def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None
     if backend not in available_backends():
         raise ValueError(f"--backend: unknown backend {backend!r}; known: {', '.join(available_backends())}")
     if profile is not None and not hasattr(profile, "link"):
-        from hardware_profiles.model import load_profile
+        from hardware_profiles import load_profile
 
         try:
             profile = load_profile(profile)

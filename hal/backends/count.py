@@ -54,7 +54,7 @@ class CountBackend(Backend):
 
     def __init__(self, profile: Any = None):
         if profile is None:
-            from hardware_profiles.model import load_profile
+            from hardware_profiles.loader import load_profile
 
             profile = load_profile("emu")
         super().__init__(profile)

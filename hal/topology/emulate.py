@@ -72,7 +72,7 @@ def from_profile(profile: Any, sysfs_root: str = "/sys") -> Topology:
 
 def _load_profile(profile: Any) -> Any:
     if isinstance(profile, str | os.PathLike):
-        from hardware_profiles.model import load_profile
+        from hardware_profiles.loader import load_profile
 
         return load_profile(profile)
     return profile
