@@ -25,6 +25,7 @@ from hal.memory.registration import HostRegistration, register_ranges, release
 from hal.registry import ENTRY_POINT_GROUP, available_backends, backend_class, get_backend, register
 from hal.topology.discover import discover, has_hardware
 from hal.topology.model import Topology
+from hal.transfer.direction import Direction
 from hal.transfer.plan import CopyGroup, TransferPlan, check_group
 
 __all__ = [
@@ -119,11 +120,11 @@ class TransferEngine(abc.ABC):
                 self._check_buffers(plan.op, i, g)
             if plan.groups:
                 g = plan.groups[0]
-                plan.direction = f"{self._side(g.src)}2{self._side(g.dst)}"
+                plan.direction = Direction.of(self._on_device(g.src), self._on_device(g.dst))
         return self._execute(plan, stream or self.default_stream())
 
-    def _side(self, buffer: Any) -> str:
-        return "d" if isinstance(buffer, torch.Tensor) and self.is_device(buffer) else "h"
+    def _on_device(self, buffer: Any) -> bool:
+        return isinstance(buffer, torch.Tensor) and self.is_device(buffer)
 
     def _check_buffers(self, op: str, i: int, group: CopyGroup) -> None:
         """Hook: refuse a group whose tensors this backend cannot reach (ValueError)."""

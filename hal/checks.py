@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 
 def _whole(value) -> int | None:
     if isinstance(value, bool):
@@ -17,6 +19,16 @@ def _whole(value) -> int | None:
         return operator.index(value)
     except TypeError:
         return None
+
+
+def is_int(value) -> bool:
+    """True for a whole number (Python or numpy int), False for bools and everything else."""
+    return _whole(value) is not None
+
+
+def is_number(value) -> bool:
+    """True for an int or float (numpy's too), False for bools and everything else."""
+    return is_int(value) or isinstance(value, float | np.floating)
 
 
 def positive_int(name: str, value) -> int:
@@ -37,6 +49,6 @@ def non_negative_int(name: str, value) -> int:
 
 def boolean(name: str, value) -> bool:
     """`value` if it is a bool (numpy bools too), else a ValueError naming `name`."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool | np.bool_):
         return bool(value)
     raise ValueError(f"{name}: {value!r} is not a bool (True or False)")

@@ -13,14 +13,16 @@ Values a profile does not know are written `unknown` and load as None: consumers
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from hal.checks import non_negative_int
+from hal.transfer.direction import Direction
 
 SCHEMA_VERSION = 1
 UNKNOWN = "unknown"
 COMPARATORS = ("<=", ">=", "<", ">", "==")
-DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
+DIRECTIONS = (Direction.H2D, Direction.D2H, Direction.D2D, Direction.H2H)
 IDO_STATES = ("on", "off", "unknown")
 
 # Stable metric names that targets may use: name -> (unit, what is measured). Consumers
@@ -68,7 +70,7 @@ class LinkModel:
             if v is not None and not (v > 0 if name.endswith("gbps") else v >= 0):
                 raise ValueError(f"{name}: expected a {'positive' if name.endswith('gbps') else 'non-negative'} number, got {v!r}")
 
-    def seconds(self, direction: str, nbytes: int, segments: int, launches: int = 1) -> float | None:
+    def seconds(self, direction: Direction | str, nbytes: int, segments: int, launches: int = 1) -> float | None:
         """Modeled seconds for one transfer, or None when it cannot be modeled.
 
         None when a term with a nonzero count needs a value the profile leaves unknown, and
@@ -76,13 +78,12 @@ class LinkModel:
         """
         if direction not in DIRECTIONS:
             raise ValueError(f"direction: expected one of {', '.join(DIRECTIONS)}, got {direction!r}")
-        for name, n in (("nbytes", nbytes), ("segments", segments), ("launches", launches)):
-            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
-                raise ValueError(f"{name}: expected a non-negative integer, got {n!r}")
-        if direction not in ("h2d", "d2h"):
+        nbytes, segments, launches = (non_negative_int(name, n) for name, n in
+                                      (("nbytes", nbytes), ("segments", segments), ("launches", launches)))
+        if not Direction(direction).crosses_host_link:
             return None
         total = 0.0
-        bandwidth = self.h2d_gbps if direction == "h2d" else self.d2h_gbps
+        bandwidth = self.h2d_gbps if direction == Direction.H2D else self.d2h_gbps
         for count, cost_us in ((launches, self.per_launch_us), (segments, self.per_segment_us)):
             if count:
                 if cost_us is None:
@@ -95,8 +96,7 @@ class LinkModel:
         return total
 
     def registration_seconds(self, nbytes: int) -> float | None:
-        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 0:
-            raise ValueError(f"nbytes: expected a non-negative integer, got {nbytes!r}")
+        nbytes = non_negative_int("nbytes", nbytes)
         if nbytes == 0:
             return 0.0
         if self.registration_s_per_gib is None:
@@ -113,8 +113,7 @@ class ComputeModel:
     prefill_curve: tuple[tuple[int, float], ...] | None = None  # (tokens, seconds), tokens ascending
 
     def prefill_seconds(self, tokens: int) -> float | None:
-        if isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens < 0:
-            raise ValueError(f"tokens: expected a non-negative integer, got {tokens!r}")
+        tokens = non_negative_int("tokens", tokens)
         if tokens == 0:
             return 0.0
         if self.prefill_curve:

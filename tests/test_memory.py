@@ -361,6 +361,8 @@ def _big_mappings() -> set[tuple[int, int]]:
         ({"shared_dir": "/nonexistent/hicache"}, "shared_dir"),
         ({"shared_dir": "/etc/hostname"}, "shared_dir"),
         ({"keep_name": True}, "keep_name"),
+        ({"keep_name": "yes"}, "keep_name"),
+        ({"huge_pages": 1}, "huge_pages"),
         ({"backend": object()}, "backend"),
     ],
 )

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from hal.backend import Backend
-from hal.checks import positive_int
+from hal.checks import boolean, positive_int
 from hal.memory import numa as _numa
 from hal.memory import shm
 from hal.memory.registration import register_ranges, release
@@ -258,6 +258,7 @@ def allocate_host(
     file's name in place for attach_host until HostBuffer.unlink() or close().
     """
     nbytes = positive_int("nbytes", nbytes)
+    huge_pages, keep_name = boolean("huge_pages", huge_pages), boolean("keep_name", keep_name)
     register_chunk_bytes = positive_int("register_chunk_bytes", register_chunk_bytes)
     policy = _parse_numa(numa)
     if backend is not None and not isinstance(backend, Backend):

@@ -11,11 +11,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from hal.transfer.direction import Direction
 from hal.transfer.layouts import KVGeometry, parse_dtype
 from hal.transfer.plan import TransferPlan, plan_pool_transfer
 
 SEED_TOKENS = 32768
-SEED_DIRECTION = "h2d"
+SEED_DIRECTION = Direction.H2D
 
 
 def seed_geometry(*, page_size: int = 64, layers: int = 78, kv_dim: int = 576, attention: str = "mla",
@@ -27,7 +28,7 @@ def seed_geometry(*, page_size: int = 64, layers: int = 78, kv_dim: int = 576, a
 SEED_GEOMETRY = seed_geometry()
 
 
-def seed_plan(layout: str, direction: str = SEED_DIRECTION) -> TransferPlan:
+def seed_plan(layout: str, direction: Direction | str = SEED_DIRECTION) -> TransferPlan:
     """The seed transfer in host `layout` (contiguous slots on both sides), without memory."""
     tokens = np.arange(SEED_TOKENS, dtype=np.int64)
     return plan_pool_transfer(layout, SEED_GEOMETRY, SEED_TOKENS, tokens, tokens, direction)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hal.transfer.direction import Direction
 from hal.transfer.plan import TransferPlan
 
 
@@ -15,7 +16,7 @@ def plan_seconds(link: Any, plan: TransferPlan) -> float | None:
     """Modeled seconds of `plan` on `link` (a hardware_profiles LinkModel), or None when the
     profile leaves a needed value unknown. Device-to-device and host-to-host copies do not
     cross the host link the model prices: 0."""
-    if not plan.groups or plan.direction in ("d2d", "h2h"):
+    if not plan.groups or plan.direction in (Direction.D2D, Direction.H2H):
         return 0.0
     return link.seconds(plan.direction, plan.nbytes, plan.num_segments, plan.launches)
 
