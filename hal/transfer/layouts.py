@@ -111,10 +111,6 @@ def device_shape(geom: KVGeometry, size: int) -> tuple[int, ...]:
     return (size, geom.heads, geom.head_dim)
 
 
-def host_part_bytes(geom: KVGeometry, size: int) -> int:
-    return size * geom.layout_dim
-
-
 def host_piece_offsets(layout: str, geom: KVGeometry, size: int, tokens: np.ndarray) -> np.ndarray:
     """Byte offsets of (layer 0, token, piece) in one host part; shape (len(tokens), pieces)."""
     t = tokens.astype(np.int64)[:, None]
