@@ -103,3 +103,21 @@ def test_register_host_failure_rolls_back_the_pieces_done():
         b.register_host(1 << 20, 16_384)
     assert b.released == [(1 << 20) + 4096, 1 << 20]  # newest first
     assert any("rolled back" in n for n in info.value.__notes__)
+
+
+def test_default_profile_is_a_backend_attribute():
+    from conformance.plugin import default_profile_name
+    from hal.backend import backend_class
+
+    assert {n: backend_class(n).default_profile for n in ("emu", "count", "cuda", "xpu")} == \
+        {"emu": "emu", "count": "emu", "cuda": None, "xpu": "p800"}
+    assert [default_profile_name(n) for n in ("emu", "count", "cuda", "xpu")] == ["emu", "emu", None, "p800"]
+
+
+def test_model_seconds_is_part_of_the_contract():
+    from hal.backend import get_backend
+    from hal.transfer.seed import seed_plan
+
+    plan = seed_plan("page_first_direct")
+    assert _Recorder().model_seconds(plan) is None  # no model: None, not 0
+    assert get_backend("count", "p800").model_seconds(plan) == get_backend("emu", "p800").model_seconds(plan) > 0
