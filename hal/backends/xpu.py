@@ -72,7 +72,6 @@ class XpurtRegistrar:
         self._unregister = lib.xpu_host_unregister
         self._unregister.argtypes = [ctypes.c_void_p]
         self._unregister.restype = ctypes.c_int
-        self.name = f"xpu_host_register ({path})"
 
     def register(self, address: int, nbytes: int) -> None:
         rc = self._register(address, nbytes, 0)

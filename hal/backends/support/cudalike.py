@@ -73,8 +73,6 @@ def kunlun_runtime_sign() -> str:
 class CudartRegistrar:
     """cudaHostRegister through torch's own libcudart bindings (on Kunlun: the runtime shim's)."""
 
-    name = "cudaHostRegister"
-
     def __init__(self):
         rt = torch.cuda.cudart()
         if not hasattr(rt, "cudaHostRegister"):
