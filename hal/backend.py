@@ -181,7 +181,8 @@ class HostRegistrar:
 
 
 class TopologySource:
-    """The machine a backend runs on, as hal.topology models it."""
+    """The machine a backend runs on, as hal.topology models it (from the backend's
+    `capabilities()` and `profile`, which Backend supplies)."""
 
     profile: Any = None
 
