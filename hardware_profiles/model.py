@@ -13,10 +13,11 @@ Values a profile does not know are written `unknown` and load as None: consumers
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hal.checks import non_negative_int
+from hal.checks import is_int, is_number, non_negative_int
 from hal.transfer.direction import Direction
 
 SCHEMA_VERSION = 1
@@ -54,6 +55,62 @@ class ProfileError(ValueError):
         super().__init__(f"{self.file}: {key_path}: expected {expected}, got {got}")
 
 
+class FieldError(ValueError):
+    """A profile value refused by its dataclass: "<field>: expected <what>, got <repr>".
+
+    The YAML reader turns it into a ProfileError with the file and key path, so a value built
+    directly and one read from a file are refused by the same check with the same words.
+    """
+
+    def __init__(self, field_name: str, expected: str, got: str):
+        self.field, self.expected, self.got = field_name, expected, got
+        super().__init__(f"{field_name}: expected {expected}, got {got}")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range a profile number must lie in; the bounds also catch values in the wrong unit."""
+
+    unit: str
+    lo: float
+    hi: float
+    integer: bool = False
+    lo_open: bool = False
+
+    def expected(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        return f"{kind} of {self.unit} in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}] or 'unknown'"
+
+    def check(self, field_name: str, raw):
+        """`raw` as an int or float, or a FieldError naming `field_name`."""
+        wrong_type = not (is_int(raw) if self.integer else is_number(raw))
+        if wrong_type or not math.isfinite(raw) or not self.lo <= raw <= self.hi or (self.lo_open and raw == self.lo):
+            hint = "" if wrong_type else " (check the unit)"
+            raise FieldError(field_name, self.expected() + hint, repr(raw))
+        return int(raw) if self.integer else float(raw)
+
+
+LINK_BOUNDS = {
+    "h2d_gbps": Bound("GB/s", 0, 1000, lo_open=True),
+    "d2h_gbps": Bound("GB/s", 0, 1000, lo_open=True),
+    "per_segment_us": Bound("microseconds", 0, 10_000),
+    "per_launch_us": Bound("microseconds", 0, 100_000),
+    "registration_s_per_gib": Bound("seconds per GiB", 0, 1000),
+}
+COMPUTE_BOUNDS = {
+    "prefill_fixed_s": Bound("seconds", 0, 3600),
+    # an upper bound of 1 s/token catches a value written in ms or us
+    "prefill_per_token_s": Bound("seconds per token", 0, 1),
+}
+
+
+def _check_bounded(obj, bounds: dict[str, Bound]) -> None:
+    for name, bound in bounds.items():
+        value = getattr(obj, name)
+        if value is not None:
+            object.__setattr__(obj, name, bound.check(name, value))
+
+
 @dataclass(frozen=True)
 class LinkModel:
     """Host link cost: per launch + per segment (DMA descriptor) + bytes / bandwidth."""
@@ -65,10 +122,7 @@ class LinkModel:
     registration_s_per_gib: float | None
 
     def __post_init__(self):
-        for name in ("h2d_gbps", "d2h_gbps", "per_segment_us", "per_launch_us", "registration_s_per_gib"):
-            v = getattr(self, name)
-            if v is not None and not (v > 0 if name.endswith("gbps") else v >= 0):
-                raise ValueError(f"{name}: expected a {'positive' if name.endswith('gbps') else 'non-negative'} number, got {v!r}")
+        _check_bounded(self, LINK_BOUNDS)
 
     def seconds(self, direction: Direction | str, nbytes: int, segments: int, launches: int = 1) -> float | None:
         """Modeled seconds for one transfer, or None when it cannot be modeled.
@@ -112,6 +166,9 @@ class ComputeModel:
     prefill_per_token_s: float | None
     prefill_curve: tuple[tuple[int, float], ...] | None = None  # (tokens, seconds), tokens ascending
 
+    def __post_init__(self):
+        _check_bounded(self, COMPUTE_BOUNDS)
+
     def prefill_seconds(self, tokens: int) -> float | None:
         tokens = non_negative_int("tokens", tokens)
         if tokens == 0:
@@ -134,7 +191,7 @@ def _interpolate(points: tuple[tuple[int, float], ...], x: int) -> float:
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    model: str
+    model: str | None  # None: unknown, like every other value written `unknown`
     hbm_gib: float | None
     devices_per_node: int | None
 
@@ -171,10 +228,25 @@ class Target:
     note: str = ""
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+            raise FieldError("name", "a snake_case target name", repr(self.name))
+        if self.metric not in METRICS:
+            raise FieldError("metric", f"a known metric ({', '.join(METRICS)})", repr(self.metric))
+        unit = METRICS[self.metric][0]
         if self.comparator not in COMPARATORS:
-            raise ValueError(f"comparator: expected one of {' '.join(COMPARATORS)}, got {self.comparator!r}")
-        if not self.tolerance >= 0:
-            raise ValueError(f"tolerance: expected a non-negative number, got {self.tolerance!r}")
+            raise FieldError("comparator", f"one of {' '.join(COMPARATORS)}", repr(self.comparator))
+        for key, what in (("value", "a finite number"),
+                          ("tolerance", "a non-negative number (absolute, same unit)")):
+            v = getattr(self, key)
+            if not is_number(v) or not math.isfinite(v) or (key == "tolerance" and v < 0):
+                raise FieldError(key, f"{what} of {unit}", repr(v))
+            object.__setattr__(self, key, float(v))
+        if self.unit != unit:
+            raise FieldError("unit", f"{unit!r} (the unit of metric {self.metric})", repr(self.unit))
+        for key in ("source", "note"):
+            v = getattr(self, key)
+            if not isinstance(v, str) or (key == "source" and not v.strip()):
+                raise FieldError(key, "a non-empty string", repr(v))
 
     def check(self, measured: float) -> bool:
         m = float(measured)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any, NoReturn
@@ -12,12 +11,16 @@ import yaml
 from hal.checks import is_int, is_number
 from hardware_profiles.model import (
     COMPARATORS,
+    COMPUTE_BOUNDS,
     IDO_STATES,
+    LINK_BOUNDS,
     METRICS,
     SCHEMA_VERSION,
     UNKNOWN,
+    Bound,
     ComputeModel,
     DeviceSpec,
+    FieldError,
     HostSpec,
     LinkModel,
     Profile,
@@ -129,16 +132,17 @@ class _Reader:
         return raw, p
 
     def number(self, parent, key, path, unit, lo, hi, *, integer=False, lo_open=False, sourced=False):
-        kind = "an integer" if integer else "a number"
-        expected = f"{kind} of {unit} in {'(' if lo_open else '['}{lo:g}, {hi:g}] or 'unknown'"
-        raw, p = self.leaf(parent, key, path, expected, sourced)
+        return self.bounded(parent, key, path, Bound(unit, lo, hi, integer, lo_open), sourced)
+
+    def bounded(self, parent, key, path, bound: Bound, sourced=False):
+        """A number checked by `bound` (the check the dataclasses run too), or None for unknown."""
+        raw, p = self.leaf(parent, key, path, bound.expected(), sourced)
         if raw == UNKNOWN:
             return None
-        wrong_type = not (is_int(raw) if integer else is_number(raw))
-        if wrong_type or not math.isfinite(raw) or raw > hi or raw < lo or (lo_open and raw == lo):
-            hint = "" if wrong_type else " (check the unit)"
-            self.fail(p, expected + hint, repr(raw))
-        return raw if integer else float(raw)
+        try:
+            return bound.check(key, raw)
+        except FieldError as e:
+            self.fail(p, e.expected, e.got)
 
     def text(self, parent, key, path, *, may_be_unknown=True) -> str | None:
         expected = "a non-empty string" + (" or 'unknown'" if may_be_unknown else "")
@@ -172,7 +176,7 @@ class _Reader:
     def device(self, data) -> DeviceSpec:
         d = self.section(data, "device", ("model", "hbm_gib", "devices_per_node"))
         return DeviceSpec(
-            model=self.text(d, "model", "device", may_be_unknown=False),
+            model=self.text(d, "model", "device"),
             hbm_gib=self.number(d, "hbm_gib", "device", "GiB", 0, 4096, lo_open=True),
             devices_per_node=self.number(d, "devices_per_node", "device", "devices", 1, 64, integer=True),
         )
@@ -203,9 +207,11 @@ class _Reader:
                     self.fail(f"{p}[{i}]", f"a NUMA node number in [0, {top_node}] (host.numa_nodes)", repr(n))
             device_numa = tuple(raw)
         per_switch = self.number(t, "devices_per_switch", "topology", "devices", 1, 64, integer=True)
-        if per_switch and device.devices_per_node and per_switch > device.devices_per_node:
-            self.fail("topology.devices_per_switch", f"at most device.devices_per_node ({device.devices_per_node})",
-                      repr(per_switch))
+        # Switches split a node's devices into equal groups: a count that leaves a remainder
+        # (3 per switch, 8 devices) describes no real machine and would skew per-switch sums.
+        if per_switch and device.devices_per_node and device.devices_per_node % per_switch:
+            self.fail("topology.devices_per_switch",
+                      f"a divisor of device.devices_per_node ({device.devices_per_node})", repr(per_switch))
         lanes = self.number(t, "uplink_lanes", "topology", "PCIe lanes", 1, 32, integer=True)
         if lanes is not None and lanes not in (1, 2, 4, 8, 16, 32):
             self.fail("topology.uplink_lanes", "a PCIe link width: 1, 2, 4, 8, 16 or 32, or 'unknown'", repr(lanes))
@@ -222,14 +228,8 @@ class _Reader:
     def link(self, data) -> LinkModel:
         k = self.section(data, "link", ("h2d_gbps", "d2h_gbps", "per_segment_us", "per_launch_us",
                                         "registration_s_per_gib"))
-        return LinkModel(
-            h2d_gbps=self.number(k, "h2d_gbps", "link", "GB/s", 0, 1000, lo_open=True, sourced=True),
-            d2h_gbps=self.number(k, "d2h_gbps", "link", "GB/s", 0, 1000, lo_open=True, sourced=True),
-            per_segment_us=self.number(k, "per_segment_us", "link", "microseconds", 0, 10_000, sourced=True),
-            per_launch_us=self.number(k, "per_launch_us", "link", "microseconds", 0, 100_000, sourced=True),
-            registration_s_per_gib=self.number(k, "registration_s_per_gib", "link", "seconds per GiB", 0, 1000,
-                                               sourced=True),
-        )
+        return LinkModel(**{name: self.bounded(k, name, "link", bound, sourced=True)
+                            for name, bound in LINK_BOUNDS.items()})
 
     def compute(self, data) -> ComputeModel:
         c = self.section(data, "compute", ("prefill_fixed_s", "prefill_per_token_s", "prefill_curve"))
@@ -250,13 +250,8 @@ class _Reader:
                                   "seconds in [0, 86400]", repr(pt))
                     points.append((pt[0], float(pt[1])))
                 curve = tuple(points)
-        return ComputeModel(
-            prefill_fixed_s=self.number(c, "prefill_fixed_s", "compute", "seconds", 0, 3600, sourced=True),
-            # an upper bound of 1 s/token catches a value written in ms or us
-            prefill_per_token_s=self.number(c, "prefill_per_token_s", "compute", "seconds per token", 0, 1,
-                                            sourced=True),
-            prefill_curve=curve,
-        )
+        return ComputeModel(**{name: self.bounded(c, name, "compute", bound, sourced=True)
+                               for name, bound in COMPUTE_BOUNDS.items()}, prefill_curve=curve)
 
     def targets(self, data) -> tuple[Target, ...]:
         if not isinstance(data, dict):
@@ -268,24 +263,22 @@ class _Reader:
                 self.fail(p, "a snake_case target name", repr(name))
             t = self.section(raw, p, ("metric", "comparator", "value", "tolerance", "unit", "source", "note"))
             metric = t.get("metric", name)
-            if metric not in METRICS:
-                self.fail(f"{p}.metric", f"a known metric ({', '.join(METRICS)})", repr(metric))
-            unit = METRICS[metric][0]
-            comparator = t.get("comparator")
-            if comparator not in COMPARATORS:
-                self.fail(f"{p}.comparator", f"one of {' '.join(COMPARATORS)}",
-                          _MISSING if "comparator" not in t else repr(comparator))
-            for key in ("value", "tolerance"):
-                v = t.get(key)
-                if key not in t or not is_number(v) or not math.isfinite(v) \
-                        or (key == "tolerance" and v < 0):
-                    what = "a finite number" if key == "value" else "a non-negative number (absolute, same unit)"
-                    self.fail(f"{p}.{key}", f"{what} of {unit}", _MISSING if key not in t else repr(v))
-            if t.get("unit") != unit:
-                self.fail(f"{p}.unit", f"{unit!r} (the unit of metric {metric})",
-                          _MISSING if "unit" not in t else repr(t.get("unit")))
-            source = self.text(t, "source", p, may_be_unknown=False)
-            note = self.text(t, "note", p, may_be_unknown=False) if "note" in t else ""
-            out.append(Target(name, metric, comparator, float(t["value"]), float(t["tolerance"]), unit,
-                              source, note))
+            unit = METRICS[metric][0] if metric in METRICS else "the metric's unit"
+            missing = {"comparator": f"one of {' '.join(COMPARATORS)}", "value": f"a finite number of {unit}",
+                       "tolerance": f"a non-negative number (absolute, same unit) of {unit}",
+                       "unit": f"{unit!r} (the unit of metric {metric})"}
+            for key, expected in missing.items():
+                if key not in t and metric in METRICS:
+                    self.fail(f"{p}.{key}", expected, _MISSING)
+            source = t.get("source")
+            if not isinstance(source, str) or not source.strip():
+                self.fail(f"{p}.source", "a non-empty string", _MISSING if "source" not in t else repr(source))
+            note = t.get("note", "")
+            if "note" in t and (not isinstance(note, str) or not note.strip()):
+                self.fail(f"{p}.note", "a non-empty string", repr(note))
+            try:  # Target checks every field: the same check, and words, as for a Target built directly
+                out.append(Target(name, metric, t.get("comparator"), t.get("value"), t.get("tolerance"),
+                                  t.get("unit"), source.strip(), note.strip()))
+            except FieldError as e:
+                self.fail(p if e.field == "name" else f"{p}.{e.field}", e.expected, e.got)
         return tuple(out)

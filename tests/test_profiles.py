@@ -153,6 +153,8 @@ BAD = [
     ("ido", ("topology.ido", "maybe"), "topology.ido", "'on'"),
     ("lanes", ("topology.uplink_lanes", 12), "topology.uplink_lanes", "16"),
     ("schema version", ("schema", 2), "schema", "1"),
+    ("switch count not a divisor", ("topology.devices_per_switch", 3), "topology.devices_per_switch",
+     "a divisor of device.devices_per_node (2)"),
     ("curve not ascending", ("compute.prefill_curve", {"value": [[100, 0.1], [50, 0.2]], "source": "x"}),
      "compute.prefill_curve.value[1]", "tokens"),
 ]
@@ -257,3 +259,70 @@ def test_target_check_loosens_by_absolute_tolerance(comparator, passes, fails):
     with pytest.raises(ValueError, match="comparator"):
         Target("t", "h2d_gbps", "=>", 10.0, 0.5, "GB/s", "test")
 
+
+
+def test_unknown_device_model_loads_as_none_like_every_unknown(tmp_path):
+    profile = load_profile(write(tmp_path, mutated("device.model", "unknown"), "nomodel.yaml"))
+    assert profile.device.model is None
+
+
+def test_devices_per_switch_must_divide_the_devices_of_a_node(tmp_path):
+    data = mutated("device.devices_per_node", 8)
+    data["topology"]["device_numa"] = [0, 0, 0, 0, 1, 1, 1, 1]
+    for ok in (1, 2, 4, 8):
+        data["topology"]["devices_per_switch"] = ok
+        assert load_profile(write(tmp_path, data, f"ok{ok}.yaml")).topology.devices_per_switch == ok
+    data["topology"]["devices_per_switch"] = 3
+    path = write(tmp_path, data)
+    with pytest.raises(ProfileError, match=rf"^{path}: topology\.devices_per_switch: expected a divisor of "
+                                           r"device\.devices_per_node \(8\), got 3$"):
+        load_profile(path)
+
+
+LINK_OK = dict(h2d_gbps=10.0, d2h_gbps=5.0, per_segment_us=2.0, per_launch_us=5.0, registration_s_per_gib=0.5)
+TARGET_OK = dict(name="t", metric="h2d_gbps", comparator=">=", value=10.0, tolerance=0.5, unit="GB/s", source="test")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("h2d_gbps", 0), ("h2d_gbps", -7.4), ("d2h_gbps", 0.0), ("d2h_gbps", 5000.0), ("h2d_gbps", math.nan),
+    ("h2d_gbps", math.inf), ("h2d_gbps", "7.4"), ("h2d_gbps", True), ("per_segment_us", -1.0),
+    ("per_launch_us", 1e9), ("registration_s_per_gib", -0.5),
+])
+def test_link_model_built_directly_is_refused_like_the_yaml_value(tmp_path, field, value):
+    # One check for both paths: the direct refusal carries the words the file's refusal carries.
+    with pytest.raises(ValueError) as direct:
+        LinkModel(**{**LINK_OK, field: value})
+    yaml_value = {"value": value, "source": "x"}
+    path = write(tmp_path, mutated(f"link.{field}", yaml_value))
+    with pytest.raises(ProfileError) as loaded:
+        load_profile(path)
+    assert str(direct.value).startswith(f"{field}: expected ")
+    assert str(loaded.value) == f"{path}: link.{field}.value: {str(direct.value).partition(': ')[2]}"
+
+
+@pytest.mark.parametrize("field,value", [("prefill_fixed_s", -1.0), ("prefill_per_token_s", 13.5)])
+def test_compute_model_built_directly_is_refused_like_the_yaml_value(field, value):
+    with pytest.raises(ValueError, match=rf"^{field}: expected a number of .* \(check the unit\), got {value}"):
+        ComputeModel(**{"prefill_fixed_s": None, "prefill_per_token_s": None, field: value})
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("value", math.inf, "a finite number of GB/s"), ("value", "7.4", "a finite number"),
+    ("tolerance", -1.0, "non-negative"), ("tolerance", math.nan, "non-negative"),
+    ("metric", "h2d_gbs", "known metric"), ("unit", "MB/s", "'GB/s'"), ("comparator", "=>", "<="),
+    ("source", "", "non-empty string"),
+])
+def test_target_built_directly_is_refused_like_the_yaml_value(tmp_path, field, value, words):
+    with pytest.raises(ValueError) as direct:
+        Target(**{**TARGET_OK, field: value})
+    assert str(direct.value).startswith(f"{field}: expected ") and words in str(direct.value)
+    path = write(tmp_path, mutated(f"targets.h2d_gbps.{field}", value))
+    with pytest.raises(ProfileError) as loaded:
+        load_profile(path)
+    assert str(loaded.value) == f"{path}: targets.h2d_gbps.{field}: {str(direct.value).partition(': ')[2]}"
+
+
+def test_direct_construction_normalizes_like_the_loader():
+    link = LinkModel(**{**LINK_OK, "h2d_gbps": 10})
+    assert type(link.h2d_gbps) is float
+    assert type(Target(**{**TARGET_OK, "value": 10}).value) is float
