@@ -193,6 +193,13 @@ def _layer_id(args, op):
     return "layer_id"
 
 
+def _layer_id_bool(args, op):
+    if "layer_id" not in args:
+        return None
+    args["layer_id"] = True  # an int to Python, but no layer: must not mean layer 1
+    return "layer_id"
+
+
 def _num_layers(args, op):
     if "num_layers" not in args:
         return None
@@ -228,6 +235,7 @@ MUTATIONS = {
     "host-page-not-aligned": _unaligned_host_page,
     "page-not-consecutive": _page_not_consecutive,
     "layer-id-out-of-range": _layer_id,
+    "layer-id-bool": _layer_id_bool,
     "num-layers-mismatch": _num_layers,
     "dtype-mismatch": _dtype,
     "device-mismatch": _device,
@@ -294,3 +302,49 @@ def test_bad_input_names_argument_and_moves_nothing(kv, kv_memory, key, case):
     after = _snapshot(watched)
     for i, (b, a) in enumerate(zip(before, after, strict=True)):
         assert torch.equal(b, a), f"{key} with {case}: destination tensor {i} changed before the ValueError"
+
+
+LAYER_OPS = [key for key, args in good_calls(_CpuOnly()).items() if "layer_id" in args]
+
+
+@pytest.mark.parametrize("key", LAYER_OPS)
+def test_numpy_integer_layer_id_is_a_layer(kv, kv_memory, key):
+    args = good_calls(kv_memory)[key]
+    expected = good_calls(kv_memory)[key]
+    args["layer_id"] = np.int64(args["layer_id"])
+    _call(kv, key, args).wait(60)
+    _call(kv, key, expected).wait(60)
+    for got, want in zip(_snapshot(_dst_tensors(args)), _snapshot(_dst_tensors(expected)), strict=True):
+        assert torch.equal(got, want), f"{key}: layer_id=np.int64 moved other bytes than layer_id=int"
+
+
+def _at_bound(t: torch.Tensor, bad: int, page_op: bool) -> torch.Tensor:
+    """`t` with one index set to `bad`. Page ops get a whole page of consecutive slots ending
+    (or starting) there, so only the bound, not the page shape, is wrong."""
+    t = t.clone()
+    if not page_op:
+        t[-1 if bad >= 0 else 0] = bad
+    elif bad >= 0:
+        t[-PAGE:] = torch.arange(bad - PAGE + 1, bad + 1)
+    else:
+        t[:PAGE] = torch.arange(bad, bad + PAGE)
+    return t
+
+
+@pytest.mark.parametrize("bad", [SIZE, -1], ids=["at-slots", "minus-one"])
+@pytest.mark.parametrize("name", ["src_indices", "dst_indices"])
+@pytest.mark.parametrize("key", OP_KEYS)
+def test_index_bounds_are_refused_by_the_argument_check(kv, kv_memory, monkeypatch, key, name, bad):
+    # Exactly `slots` is the first index out of range: an off-by-one in the argument check
+    # (`> n` for `>= n`) would leave the refusal to the plan check, which names no argument.
+    def plan_reached(*a, **k):
+        raise AssertionError(f"{key}: {name}={bad} got past the argument check to the plan")
+
+    monkeypatch.setattr(kv, "plan_copy", plan_reached)
+    args = good_calls(kv_memory)[key]
+    args[name] = _at_bound(args[name], bad, _op_name(key) in PAGE_OPS)
+    before = _snapshot(_dst_tensors(args))
+    with pytest.raises(ValueError, match=rf"^{name}: index {bad} is outside \[0, {SIZE}\)$"):
+        _call(kv, key, args)
+    kv_memory.synchronize()
+    assert all(torch.equal(b, a) for b, a in zip(before, _snapshot(_dst_tensors(args)), strict=True))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-from hal.checks import positive_int
+from hal.checks import is_int, positive_int
 from hal.transfer.kvcheck import Checked, geometry, indices, min_slots, page_tokens, slots_of
 from hal.transfer.layouts import KVGeometry
 from hal.transfer.plan import Side, TransferPlan, plan_copy
@@ -144,10 +144,13 @@ def _page_head_host(page_size, head_num, **host) -> None:
             raise ValueError(f"head_num: {head_num!r} does not match {name}'s head dimension {t.shape[1]}")
 
 
-def _layer(layer_id: int, geom: KVGeometry) -> list[int]:
-    if not isinstance(layer_id, int) or not 0 <= layer_id < geom.layers:
+def _layer(layer_id, geom: KVGeometry) -> int:
+    """`layer_id` as a plain int: numpy ints are layers, bools are not (True is no layer 1)."""
+    if not is_int(layer_id):
+        raise ValueError(f"layer_id: {layer_id!r} is not a layer index (an integer, not a bool)")
+    if not 0 <= layer_id < geom.layers:
         raise ValueError(f"layer_id: {layer_id!r} is outside [0, {geom.layers})")
-    return [layer_id]
+    return int(layer_id)
 
 
 def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size,
@@ -155,7 +158,8 @@ def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_ind
     c = Checked(src_k=src_k, dst_k=dst_k, src_v=src_v, dst_v=dst_v)
     ds = min_slots(("dst_k", "dst_v"), (dst_k, dst_v), _item(item_size))
     geom = _host_geom("mha", "src_layout_dim", src_layout_dim, item_size, src_k)
-    layers = _layer(layer_id, geom)
+    layer_id = _layer(layer_id, geom)
+    layers = [layer_id]
     hs = min_slots(("src_k", "src_v"), (src_k, src_v), src_layout_dim)
     si, di = indices(src_indices, dst_indices, hs, ds)
     src = Side("page_first", [src_k, src_v], hs)
@@ -168,7 +172,8 @@ def transfer_kv_per_layer_mla_pf_lf(src, dst, src_indices, dst_indices, layer_id
     c = Checked(src=src, dst=dst)
     ds = slots_of("dst", dst, _item(item_size))
     geom = _host_geom("mla", "src_layout_dim", src_layout_dim, item_size, src)
-    layers = _layer(layer_id, geom)
+    layer_id = _layer(layer_id, geom)
+    layers = [layer_id]
     hs = slots_of("src", src, src_layout_dim)
     si, di = indices(src_indices, dst_indices, hs, ds)
     return _run("transfer_kv_per_layer_mla_pf_lf", geom, Side("page_first", [src], hs),
@@ -215,7 +220,8 @@ def transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_ind
     ds = min_slots(("dst_k", "dst_v"), (dst_k, dst_v), _item(item_size))
     _page_head_host(page_size, head_num, src_k=src_k, src_v=src_v)
     geom = _host_geom("mha", "src_layout_dim", src_layout_dim, item_size, src_k, page_size, head_num)
-    layers = _layer(layer_id, geom)
+    layer_id = _layer(layer_id, geom)
+    layers = [layer_id]
     hs = min_slots(("src_k", "src_v"), (src_k, src_v), src_layout_dim, page_size)
     si, di = indices(src_indices, dst_indices, hs, ds, page_size=page_size)
     dst = Side("layer_buffers", [{layer_id: dst_k}, {layer_id: dst_v}], 0)
@@ -281,7 +287,8 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indi
     geom, hs = _direct_host("src_ptrs", src_ptrs, row, ps, dst_ptrs[0])
     if len(dst_ptrs) != len(src_ptrs):
         raise ValueError(f"dst_ptrs: expected {len(src_ptrs)} per-layer device tensors (one per part), got {len(dst_ptrs)}")
-    layers = _layer(layer_id, geom)
+    layer_id = _layer(layer_id, geom)
+    layers = [layer_id]
     ds = min_slots("dst_ptrs", dst_ptrs, row)
     si, di = page_tokens(src_indices, dst_indices, ps, hs, ds, host_side="src")
     dst = Side("layer_buffers", [{layer_id: t} for t in dst_ptrs], 0)
