@@ -14,6 +14,7 @@ tensor view dies (immediately when there is none), so a view never dangles.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -34,6 +35,7 @@ from hal.memory.vm import (
     PAGE,
     madvise_huge,
     map_aligned,
+    map_size_problem,
     populate,
     smaps_range,
     thp_disabled_reason,
@@ -211,12 +213,27 @@ def _build(address, nbytes, mapped, finalizer, backend, handles, path, owns_file
     # The mapping is released when `backing` dies: the tensor's storage holds a reference to it.
     finalizer_obj = weakref.finalize(backing, finalizer[0], *finalizer[1:])
     finalizer_obj.atexit = False  # never unmap under live tensors during interpreter shutdown
-    tensor = torch.frombuffer(backing, dtype=torch.uint8, count=nbytes)
-    state = _State(backend, handles, path, owns_file, tensor, backing)
-    return HostBuffer(
-        address=address, nbytes=nbytes, mapped_bytes=mapped,
-        finalizer=finalizer_obj, state=state, info=info,
-    )  # fmt: skip
+    try:
+        tensor = torch.frombuffer(backing, dtype=torch.uint8, count=nbytes)
+        state = _State(backend, handles, path, owns_file, tensor, backing)
+        return HostBuffer(
+            address=address, nbytes=nbytes, mapped_bytes=mapped,
+            finalizer=finalizer_obj, state=state, info=info,
+        )  # fmt: skip
+    except BaseException:
+        finalizer_obj.detach()  # the caller unmaps; a second munmap later could hit a new mapping
+        raise
+
+
+def _undo(backend, handles, address, length, path) -> None:
+    """Roll back a half-made buffer in reverse order: registration, mapping, file name."""
+    if handles:
+        release(backend.unregister_host, handles)
+    if address is not None:
+        unmap_aligned(address, length)
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _map_and_prepare(mapped, fd, huge_pages, policy, fresh, warnings) -> tuple[int, str]:
@@ -268,6 +285,8 @@ def allocate_host(
     # Whole 2 MiB pages when huge pages are wanted, so the tail is not left on 4 KB pages.
     granule = HUGE_PAGE if huge_pages else PAGE
     mapped = -(-nbytes // granule) * granule
+    if why := map_size_problem(mapped):
+        raise ValueError(f"nbytes: {nbytes} bytes (mapped as {mapped}) {why}")
     warnings: list[str] = []
     if huge_pages and (why := thp_disabled_reason(shared_dir is not None)):
         warnings.append(why)
@@ -289,26 +308,23 @@ def allocate_host(
         seconds = 0.0
         if backend is not None:
             handles, seconds = _register(backend, address, mapped, register_chunk_bytes)
+        info = {
+            "shared": shared_dir is not None,
+            "huge_pages_requested": bool(huge_pages),
+            "policy_requested": None if numa is None else {"mode": numa[0], "nodes": policy[1]},
+            "policy_nodes": None if policy is None else set(policy[1]),
+            "prefault": method,
+            "register_seconds": seconds,
+            "warnings": warnings,
+        }
+        fin = (unmap_aligned, address, mapped)
+        return _build(address, nbytes, mapped, fin, backend, handles, path, path is not None, info)
     except BaseException:
-        if address is not None:
-            unmap_aligned(address, mapped)
-        if path is not None:
-            os.unlink(path)
+        _undo(backend, handles, address, mapped, path)
         raise
     finally:
         if fd is not None:
             os.close(fd)  # the mapping keeps the file alive
-    info = {
-        "shared": shared_dir is not None,
-        "huge_pages_requested": bool(huge_pages),
-        "policy_requested": None if numa is None else {"mode": numa[0], "nodes": policy[1]},
-        "policy_nodes": None if policy is None else set(policy[1]),
-        "prefault": method,
-        "register_seconds": seconds,
-        "warnings": warnings,
-    }
-    fin = (unmap_aligned, address, mapped)
-    return _build(address, nbytes, mapped, fin, backend, handles, path, path is not None, info)
 
 
 def attach_host(
@@ -323,35 +339,40 @@ def attach_host(
     The pages already exist (and have their nodes); pre-faulting only maps them. close() does
     not remove the file; HostBuffer.unlink() does, once every user has attached.
     """
+    huge_pages = boolean("huge_pages", huge_pages)
     register_chunk_bytes = positive_int("register_chunk_bytes", register_chunk_bytes)
     if backend is not None and not isinstance(backend, Backend):
         raise ValueError(f"backend: expected a hal.backend.Backend or None, got {type(backend).__name__}")
+    if not isinstance(path, str | os.PathLike):
+        raise ValueError(f"path: expected a file path, got {path!r}")
     fd, size = shm.open_file(path)
     warnings: list[str] = []
     handles: list[Any] = []
+    address = None
     try:
         if size % PAGE:
             raise ValueError(f"path: {path} has {size} bytes, not a whole number of pages")
+        if why := map_size_problem(size):
+            raise ValueError(f"path: {path} has {size} bytes, which {why}")
         if huge_pages and (why := shm.huge_page_warning(os.path.dirname(os.path.abspath(path)))):
             warnings.append(why)
         address, method = _map_and_prepare(size, fd, bool(huge_pages), None, False, warnings)
         seconds = 0.0
         if backend is not None:
-            try:
-                handles, seconds = _register(backend, address, size, register_chunk_bytes)
-            except BaseException:
-                unmap_aligned(address, size)
-                raise
+            handles, seconds = _register(backend, address, size, register_chunk_bytes)
+        info = {
+            "shared": True,
+            "huge_pages_requested": bool(huge_pages),
+            "policy_requested": None,
+            "policy_nodes": None,
+            "prefault": method,
+            "register_seconds": seconds,
+            "warnings": warnings,
+        }
+        fin = (unmap_aligned, address, size)
+        return _build(address, size, size, fin, backend, handles, os.fspath(path), False, info)
+    except BaseException:
+        _undo(backend, handles, address, size, None)  # the file is the creator's: never removed here
+        raise
     finally:
         os.close(fd)
-    info = {
-        "shared": True,
-        "huge_pages_requested": bool(huge_pages),
-        "policy_requested": None,
-        "policy_nodes": None,
-        "prefault": method,
-        "register_seconds": seconds,
-        "warnings": warnings,
-    }
-    fin = (unmap_aligned, address, size)
-    return _build(address, size, size, fin, backend, handles, os.fspath(path), False, info)

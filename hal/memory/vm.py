@@ -70,6 +70,41 @@ def _munmap(addr: int, length: int) -> None:
         raise _os_error("munmap")
 
 
+# The user half of a 48-bit virtual address space (x86_64 and aarch64 with 4-level tables): no
+# mapping this large can be placed, whatever the host's memory.
+ADDRESS_SPACE_BYTES = 1 << 47
+MEMINFO_PATH = "/proc/meminfo"
+
+
+def memory_and_swap_bytes(path: str = MEMINFO_PATH) -> int | None:
+    """MemTotal + SwapTotal of this host in bytes, or None when /proc/meminfo cannot say."""
+    totals = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "SwapTotal"):
+                    totals[key] = int(rest.split()[0]) * 1024  # the kernel writes kB (KiB)
+    except (OSError, ValueError, IndexError):
+        return None
+    return totals["MemTotal"] + totals.get("SwapTotal", 0) if "MemTotal" in totals else None
+
+
+def map_size_problem(length: int, meminfo: str = MEMINFO_PATH) -> str | None:
+    """Why `length` bytes can never be mapped and pre-faulted here, or None.
+
+    Asked before any mmap, so a size no host could hold is refused as bad input instead of
+    surfacing as mmap's OSError or MemoryError (or an OOM kill while pre-faulting).
+    """
+    span = length + HUGE_PAGE + 2 * PAGE  # what map_aligned reserves
+    if span > ADDRESS_SPACE_BYTES:
+        return f"exceeds the {ADDRESS_SPACE_BYTES} bytes of user address space"
+    total = memory_and_swap_bytes(meminfo)
+    if total is not None and length > total:
+        return f"exceeds this host's memory and swap ({total} bytes, MemTotal + SwapTotal)"
+    return None
+
+
 def map_aligned(length: int, fd: int | None = None) -> int:
     """Map `length` bytes (anonymous private, or `fd` shared) at a HUGE_PAGE-aligned address.
 
