@@ -1,5 +1,7 @@
 """Emu backend: FIFO streams, cross-stream events, the modeled clock, sticky errors, pinning."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +9,7 @@ import torch
 from hal.backend import available_backends, backend_class, get_backend
 from hal.backends.emu import EmuBackend
 from hal.transfer import kvcacheio as kv
+from hal.transfer import segcopy
 from hal.transfer.plan import CopyGroup, Segments, TransferPlan
 
 
@@ -141,23 +144,104 @@ def _segments(n, size, reverse=False):
     return Segments(off, off.copy(), np.full(n, size, dtype=np.int64))
 
 
-def test_queued_plans_keep_stream_order_when_one_reads_what_another_writes():
+class _GatedCopies:
+    """Stands in for segcopy.copy_groups to make the stream-order hazard certain, not timing luck.
+
+    The stream's first copy blocks until release(), so every plan submitted meanwhile is queued
+    behind it and offered to one batch. Each call's groups are recorded and copied in reverse,
+    an order a parallel copy may take: a read batched with the write it depends on then sees
+    the old bytes on every run, while plans kept in separate batches still copy correctly.
+    """
+
+    def __init__(self, monkeypatch):
+        self.calls: list[list] = []
+        self.entered, self._gate = threading.Event(), threading.Event()
+        real = segcopy.copy_groups
+
+        def copy_groups(groups):
+            self.calls.append(list(groups))
+            if len(self.calls) == 1:
+                self.entered.set()
+                assert self._gate.wait(30), "the test never released the stream"
+            real(list(reversed(groups)))
+
+        monkeypatch.setattr(segcopy, "copy_groups", copy_groups)
+
+    def hold_stream(self, emu, stream) -> None:
+        """Give `stream` a first plan and return once its worker is copying it (and blocked)."""
+        src, dst = emu.alloc_device((64,), torch.uint8), torch.empty(64, dtype=torch.uint8)
+        emu.execute(_plan(src, dst, 64), stream)
+        assert self.entered.wait(30), "the stream never started its first copy"
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def batched_together(self, a: TransferPlan, b: TransferPlan) -> bool:
+        ga, gb = {id(g) for g in a.groups}, {id(g) for g in b.groups}
+        return any(ga & {id(g) for g in call} and gb & {id(g) for g in call} for call in self.calls)
+
+
+def test_queued_plans_keep_stream_order_when_one_reads_what_another_writes(monkeypatch):
     emu = get_backend("emu", "emu")
     s = emu.new_stream()
+    copies = _GatedCopies(monkeypatch)
     n, size = 64, 64 << 10
-    busy_src = emu.alloc_device((256 << 20,), torch.uint8)
-    busy_dst = torch.empty(256 << 20, dtype=torch.uint8)
     dev = emu.alloc_device((n * size,), torch.uint8).fill_(9)
     host = torch.zeros(n * size, dtype=torch.uint8)
     back = emu.alloc_device((n * size,), torch.uint8).zero_()
-    emu.execute(_plan(busy_src, busy_dst, 256 << 20), s)  # keeps the worker busy while we queue
+    copies.hold_stream(emu, s)  # both plans below are queued while the worker is busy
     write = TransferPlan("write", [CopyGroup(dev, host, _segments(n, size))])
     read = TransferPlan("read", [CopyGroup(host, back, _segments(n, size, reverse=True))])
     e1 = emu.execute(write, s)
     e2 = emu.execute(read, s)
-    e2.wait()
+    copies.release()
+    e2.wait(30)
+    assert not copies.batched_together(write, read)
     assert e1.query() and e1.modeled_time < e2.modeled_time
     assert torch.equal(back, dev)  # the read saw every byte the earlier write put there
+
+
+@pytest.mark.parametrize("hazard", ["write-after-read", "write-after-write"])
+def test_queued_plans_keep_stream_order_for_every_hazard(monkeypatch, hazard):
+    # RAW is the test above; here the later plan writes what the earlier one reads or writes.
+    emu = get_backend("emu", "emu")
+    s = emu.new_stream()
+    copies = _GatedCopies(monkeypatch)
+    n = 1 << 16
+    old, new = (emu.alloc_device((n,), torch.uint8).fill_(v) for v in (1, 2))
+    shared = torch.empty(n, dtype=torch.uint8)
+    out = emu.alloc_device((n,), torch.uint8).zero_()
+    copies.hold_stream(emu, s)
+    if hazard == "write-after-read":
+        shared.fill_(1)
+        first, second = _plan(shared, out, n), _plan(new, shared, n)  # out must get the old bytes
+    else:
+        first, second = _plan(old, shared, n), _plan(new, shared, n)  # shared must end as `new`
+    emu.execute(first, s)
+    ev = emu.execute(second, s)
+    copies.release()
+    ev.wait(30)
+    assert not copies.batched_together(first, second)
+    if hazard == "write-after-read":
+        assert torch.equal(out, old) and torch.equal(shared, new)
+    else:
+        assert torch.equal(shared, new)
+
+
+def test_disjoint_queued_plans_are_batched_into_one_copy(monkeypatch):
+    # The other half of the rule: plans that share no bytes do go into one copy call.
+    emu = get_backend("emu", "emu")
+    s = emu.new_stream()
+    copies = _GatedCopies(monkeypatch)
+    host = torch.ones(1 << 16, dtype=torch.uint8)
+    devs = [emu.alloc_device((1 << 16,), torch.uint8) for _ in range(2)]
+    copies.hold_stream(emu, s)
+    plans = [_plan(host, d, 1 << 16) for d in devs]
+    events = [emu.execute(p, s) for p in plans]
+    copies.release()
+    events[-1].wait(30)
+    assert copies.batched_together(*plans) and len(copies.calls) == 2
+    assert all(torch.equal(d, host) for d in devs)
 
 
 def test_independent_queued_plans_complete_in_order_with_per_plan_modeled_times():
@@ -205,20 +289,23 @@ def test_close_ends_every_stream_thread_after_its_queued_work():
     assert not any(t.is_alive() for t in mine) and torch.equal(dev, host)
 
 
-def test_views_of_one_storage_are_ordered_even_when_queued_together():
+def test_views_of_one_storage_are_ordered_even_when_queued_together(monkeypatch):
     # Write into one half of a buffer, then read a view over the whole of it: the read must
     # wait for the write although the two plans name different tensor objects.
     emu = get_backend("emu", "emu")
     s = emu.new_stream()
-    busy_src = emu.alloc_device((256 << 20,), torch.uint8)
-    busy_dst = torch.empty(256 << 20, dtype=torch.uint8)
+    copies = _GatedCopies(monkeypatch)
     n, size = 64, 64 << 10
     dev = emu.alloc_device((n * size,), torch.uint8).fill_(5)
     host = torch.zeros(2 * n * size, dtype=torch.uint8)
     back = emu.alloc_device((n * size,), torch.uint8).zero_()
-    emu.execute(_plan(busy_src, busy_dst, 256 << 20), s)
-    emu.execute(TransferPlan("write", [CopyGroup(dev, host[n * size:], _segments(n, size))]), s)
+    copies.hold_stream(emu, s)
+    write = TransferPlan("write", [CopyGroup(dev, host[n * size:], _segments(n, size))])
+    emu.execute(write, s)
     whole = host.view(2, n * size)[1]  # another tensor object over the same bytes
-    ev = emu.execute(TransferPlan("read", [CopyGroup(whole, back, _segments(n, size, reverse=True))]), s)
-    ev.wait()
+    read = TransferPlan("read", [CopyGroup(whole, back, _segments(n, size, reverse=True))])
+    ev = emu.execute(read, s)
+    copies.release()
+    ev.wait(30)
+    assert not copies.batched_together(write, read)
     assert torch.equal(back, dev)
