@@ -193,13 +193,6 @@ def _layer_id(args, op):
     return "layer_id"
 
 
-def _layer_id_bool(args, op):
-    if "layer_id" not in args:
-        return None
-    args["layer_id"] = True  # an int to Python, but no layer: must not mean layer 1
-    return "layer_id"
-
-
 def _num_layers(args, op):
     if "num_layers" not in args:
         return None
@@ -235,7 +228,6 @@ MUTATIONS = {
     "host-page-not-aligned": _unaligned_host_page,
     "page-not-consecutive": _page_not_consecutive,
     "layer-id-out-of-range": _layer_id,
-    "layer-id-bool": _layer_id_bool,
     "num-layers-mismatch": _num_layers,
     "dtype-mismatch": _dtype,
     "device-mismatch": _device,
@@ -304,18 +296,33 @@ def test_bad_input_names_argument_and_moves_nothing(kv, kv_memory, key, case):
         assert torch.equal(b, a), f"{key} with {case}: destination tensor {i} changed before the ValueError"
 
 
-LAYER_OPS = [key for key, args in good_calls(_CpuOnly()).items() if "layer_id" in args]
+INT_ARGS = ("item_size", "src_layout_dim", "dst_layout_dim", "layer_id", "num_layers", "page_size", "head_num")
+INT_CASES = [pytest.param(key, name, id=f"{key}-{name}") for key, args in good_calls(_CpuOnly()).items()
+             for name in INT_ARGS if name in args]
 
 
-@pytest.mark.parametrize("key", LAYER_OPS)
-def test_numpy_integer_layer_id_is_a_layer(kv, kv_memory, key):
+@pytest.mark.parametrize("key, name", INT_CASES)
+def test_numpy_integer_arguments_are_integers(kv, kv_memory, key, name):
+    # One rule for every count and index argument: numpy ints are ints (a layer_id taken from
+    # an array must work), bools are not (True is no layer 1): the test below.
     args = good_calls(kv_memory)[key]
     expected = good_calls(kv_memory)[key]
-    args["layer_id"] = np.int64(args["layer_id"])
+    args[name] = np.int64(args[name])
     _call(kv, key, args).wait(60)
     _call(kv, key, expected).wait(60)
     for got, want in zip(_snapshot(_dst_tensors(args)), _snapshot(_dst_tensors(expected)), strict=True):
-        assert torch.equal(got, want), f"{key}: layer_id=np.int64 moved other bytes than layer_id=int"
+        assert torch.equal(got, want), f"{key}: {name}=np.int64 moved other bytes than {name}=int"
+
+
+@pytest.mark.parametrize("key, name", INT_CASES)
+def test_bool_arguments_are_refused_naming_the_argument(kv, kv_memory, key, name):
+    args = good_calls(kv_memory)[key]
+    before = _snapshot(_dst_tensors(args))
+    args[name] = True
+    with pytest.raises(ValueError, match=rf"^{name}: True "):
+        _call(kv, key, args)
+    kv_memory.synchronize()
+    assert all(torch.equal(b, a) for b, a in zip(before, _snapshot(_dst_tensors(args)), strict=True))
 
 
 def _at_bound(t: torch.Tensor, bad: int, page_op: bool) -> torch.Tensor:

@@ -123,8 +123,10 @@ def transfer_kv_all_layer_mla(src_layers, dst_layers, src_indices, dst_indices, 
 # -- page-first host <-> layer-first device ---------------------------------------------
 
 def _host_geom(attention, layout_dim_name, layout_dim, item_size, ref, page_size=1, head_num=1):
-    if not isinstance(layout_dim, int) or layout_dim <= 0 or layout_dim % max(item_size, 1):
+    item_size = positive_int("item_size", item_size)
+    if not is_int(layout_dim) or layout_dim <= 0 or layout_dim % item_size:
         raise ValueError(f"{layout_dim_name}: {layout_dim!r} is not a positive multiple of item_size {item_size}")
+    layout_dim = int(layout_dim)
     return geometry(attention, layout_dim // item_size, item_size, ref, page_size=page_size, head_num=head_num)
 
 

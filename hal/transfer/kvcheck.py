@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hal.checks import positive_int
+from hal.checks import is_int, positive_int
 from hal.transfer.layouts import KVGeometry
 
 
@@ -73,8 +73,9 @@ def geometry(attention: str, layers: int, item_size, ref: torch.Tensor, page_siz
     if item_size % 8:
         raise ValueError(f"item_size: {item_size} is not a multiple of 8 bytes (as upstream requires)")
     page_size = positive_int("page_size", page_size)
-    if not isinstance(head_num, int) or head_num <= 0 or item_size % head_num:
+    if not is_int(head_num) or head_num <= 0 or item_size % head_num:
         raise ValueError(f"head_num: {head_num!r} does not divide item_size {item_size}")
+    head_num = int(head_num)
     es = ref.element_size()
     if (item_size // head_num) % es:
         raise ValueError(f"item_size: {item_size} bytes per token is not a whole number of {ref.dtype} heads")
