@@ -20,13 +20,15 @@ from conformance.cli.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 COMMANDS = ("plan", "conform", "bench", "doctor", "replay")
 
 
+class UsageError(ValueError):
+    """argparse's complaint about the command line, reported like every other bad input."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are the same one line as every other error."""
 
     def error(self, message: str):
-        message = message.removeprefix("argument ")
-        say(f"{message} (see {self.prog} --help)")
-        raise SystemExit(EXIT_BAD_INPUT)
+        raise UsageError(f"{message.removeprefix('argument ')} (see {self.prog} --help)")
 
 
 def say(message: str) -> None:

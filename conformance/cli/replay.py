@@ -48,7 +48,7 @@ def add_arguments(p) -> None:
 PAGE_BOOKKEEPING_BYTES = 8
 
 
-def _tokens_arg(name: str, text: str | None, page_size: int) -> int | None:
+def _tokens_arg(name: str, text: str | None, page_size: int = 1) -> int | None:
     """A capacity in tokens: 0 (no tier, L2 only) or at least one whole page."""
     if text is None:
         return None
