@@ -1,4 +1,5 @@
-"""`hicache bench <what>`: benchmarks; each lives in conformance/bench/<what>.py."""
+"""`hicache bench <what>`: benchmarks; each lives in conformance/bench/<what>.py, and is checked
+first by conformance/cli/bench_checks.py (bad options, files and sizes refused before it runs)."""
 
 from __future__ import annotations
 
@@ -13,4 +14,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from conformance.cli.bench_checks import CHECKS
+
+    CHECKS[args.bench](args)
     return args._bench_run(args)
