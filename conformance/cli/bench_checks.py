@@ -9,7 +9,7 @@ RLIMIT_MEMLOCK would refuse (mlock fails without CAP_IPC_LOCK above the limit).
 from __future__ import annotations
 
 from conformance.cli.budget import fmt, refuse_over
-from conformance.cli.errors import CliError, clip
+from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg, text_file
 
 MLA_BF16_BYTES = 2
@@ -57,6 +57,10 @@ def check_memory(a) -> None:
         raise CliError("--sizes", f"registering {fmt(max(sizes))} pins it with mlock, but RLIMIT_MEMLOCK is "
                                   f"{fmt(room)} and this process lacks CAP_IPC_LOCK; raise `ulimit -l` "
                                   "(or run with CAP_IPC_LOCK), or give smaller --sizes")
+    if room is not None and copy_size > room:
+        raise CliError("--copy-size", f"the {fmt(copy_size)} host buffers are pinned with mlock, but "
+                                      f"RLIMIT_MEMLOCK is {fmt(room)} without CAP_IPC_LOCK; raise `ulimit -l`, "
+                                      "or give a smaller --copy-size")
 
 
 def check_replay(a) -> None:
@@ -69,9 +73,9 @@ def check_replay(a) -> None:
     try:
         empty = not read_trace(trace, 1)
     except UnicodeDecodeError as e:
-        raise CliError("--trace", f"{clip(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
+        raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     if empty:
-        raise CliError("--trace", f"{clip(trace)}: holds no request; nothing to time")
+        raise CliError("--trace", f"{clip_path(trace)}: holds no request; nothing to time")
 
 
 CHECKS = {"transfer": check_transfer, "memory": check_memory, "replay": check_replay}

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conformance.cli.errors import EXIT_NOT_RUN, CliError, clip
+from conformance.cli.errors import EXIT_NOT_RUN, CliError, clip, clip_path
 from conformance.cli.inputs import is_path, load_profile_arg
 
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
@@ -92,7 +92,7 @@ RESULTS = ("summary.json", "junit.xml")  # in this order: the verdict goes first
 def claim_out(out: Path, given: bool) -> int:
     """Create OUT, lock it for this run (fd returned; the kernel drops the lock when this process
     dies, however it dies), and delete the previous run's results. CliError naming --out."""
-    shown = clip(out)
+    shown = clip_path(out)
     if out.exists() and not out.is_dir():
         raise CliError("--out", f"{shown}: exists and is not a folder")
     try:

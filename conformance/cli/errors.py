@@ -25,6 +25,12 @@ def clip(text: object, limit: int = ECHO_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def clip_path(path: object, limit: int = 2 * ECHO_CHARS) -> str:
+    """A path on one line, cut at the front when longer: the file name is the part that tells."""
+    flat = " ".join(str(path).split())
+    return flat if len(flat) <= limit else "..." + flat[-(limit - 3):]
+
+
 def one_line(message: str, limit: int = 400) -> str:
     """A whole message on one line: newlines folded, cut to `limit` characters. The parts echoing
     user input are clipped where they are made; this bounds what a library message can carry."""

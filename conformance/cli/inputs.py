@@ -11,7 +11,7 @@ import codecs
 import os
 from pathlib import Path
 
-from conformance.cli.errors import CliError, clip
+from conformance.cli.errors import CliError, clip, clip_path
 
 SNIFF_BYTES = 64 << 10
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
@@ -20,7 +20,7 @@ _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2
 def readable_file(option: str, path: str | os.PathLike) -> Path:
     """`path` as a Path once it is an existing regular file this process can open."""
     p = Path(path)
-    shown = clip(p)
+    shown = clip_path(p)
     if not p.exists():
         raise CliError(option, f"{shown}: no such file")
     if p.is_dir():
@@ -40,14 +40,14 @@ def text_file(option: str, path: str | os.PathLike, what: str = "JSONL text") ->
         head = f.read(SNIFF_BYTES)
     for magic, kind in _MAGIC.items():
         if head.startswith(magic):
-            raise CliError(option, f"{clip(p)}: is {kind}-compressed; decompress it first (expected {what})")
+            raise CliError(option, f"{clip_path(p)}: is {kind}-compressed; decompress it first (expected {what})")
     try:
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
         binary = b"\x00" in head
     except UnicodeDecodeError:
         binary = True
     if binary:
-        raise CliError(option, f"{clip(p)}: is binary, not {what}")
+        raise CliError(option, f"{clip_path(p)}: is binary, not {what}")
     return p
 
 
@@ -64,7 +64,7 @@ def load_profile_arg(option: str, name_or_path: str):
     try:
         return load_profile(name_or_path)
     except ProfileError as e:
-        raise CliError(option, f"{clip(e.file)}: {e.key_path}: expected {clip(e.expected, 160)}, "
+        raise CliError(option, f"{clip_path(e.file)}: {e.key_path}: expected {clip(e.expected, 160)}, "
                                f"got {clip(e.got)}") from None
     except UnicodeDecodeError:
-        raise CliError(option, f"{clip(name_or_path)}: is not UTF-8 text") from None
+        raise CliError(option, f"{clip_path(name_or_path)}: is not UTF-8 text") from None

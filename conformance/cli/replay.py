@@ -7,7 +7,7 @@ import sys
 
 from conformance.cli import args as types
 from conformance.cli.budget import refuse_over
-from conformance.cli.errors import CliError, clip
+from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg, text_file
 from hal.transfer.layouts import DTYPES, HOST_LAYOUTS
 from hal.units import HELP as UNITS
@@ -96,14 +96,14 @@ def run(a) -> int:
                      materialize=a.materialize, layers=a.layers, kv_dim=a.kv_dim, attention=a.attention,
                      heads=a.heads, dtype=a.dtype, host_layout=a.host_layout, profile=a.profile)
     except UnicodeDecodeError as e:
-        raise CliError("--trace", f"{clip(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
+        raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)
     if a.json:
         print(json.dumps(fig, indent=2))
     else:
         print("\n".join(summary_lines(fig)))
     if not fig["requests"]:
-        warn(f"--trace {clip(trace)}: no request replayed (empty trace or --limit 0); every figure is zero")
+        warn(f"--trace {clip_path(trace)}: no request replayed (empty trace or --limit 0); every figure is zero")
     elif fig["truncated_requests"]:
         warn(f"{fig['truncated_requests']:,} of {fig['requests']:,} requests did not fit in L1 (--l1-tokens) "
              "and were cut to what fits; their hits and transfers are partial")
