@@ -1,7 +1,11 @@
 """Every `hicache` command refuses bad input the same way: one stderr line `hicache: <option or
 file>: <what>`, exit 2, no traceback, nothing left behind (files in the working folder or the
-temp folder, /dev/shm shared buffers, child processes). Each case runs the command as a
-subprocess of this checkout (`python -m conformance.cli.main` with PYTHONPATH at the repo root).
+temp folder, /dev/shm shared buffers, child processes).
+
+Each case of the table runs in a process of its own: forked from this (already imported) test
+process, so 30 cases cost tenths of a second each instead of a torch import each, and once per
+command as a real `python -m conformance.cli.main` subprocess of this checkout (PYTHONPATH at the
+repo root), which also covers the interpreter's own entry and exit.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import gzip
 import os
 import subprocess
 import sys
+import traceback
 import uuid
 from pathlib import Path
 
@@ -87,6 +92,46 @@ def hicache(args: list[str], cwd: Path, env: dict | None = None, timeout: float 
     return proc, marker
 
 
+class Forked:
+    """What subprocess.run returns, for a case run in a forked child."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def hicache_forked(args: list[str], cwd: Path, env: dict | None = None) -> tuple[Forked, str]:
+    """main(args) in a forked child with its own cwd, environment and stdout/stderr files; an
+    exception escaping main prints its traceback and exits 1, as the interpreter would."""
+    marker = uuid.uuid4().hex
+    out, err = cwd.parent / f".{marker}.out", cwd.parent / f".{marker}.err"
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.chdir(cwd)
+            os.environ.update({"HICACHE_TEST_MARKER": marker, **(env or {})})
+            os.environ.pop("HICACHE_TRACEBACK", None)
+            for fd, path in ((1, out), (2, err)):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), fd)
+            sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
+            from conformance.cli.main import main
+
+            code = main(args)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    result = Forked(os.waitstatus_to_exitcode(status), out.read_text(), err.read_text())
+    out.unlink()
+    err.unlink()
+    return result, marker
+
+
 def processes_with(marker: str) -> list[int]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -127,13 +172,31 @@ def test_bad_input_is_one_line_naming_the_option_and_leaves_nothing(tmp_path, ar
 
     before_shm = shm_files()
     # A fixed budget, so the memory refusals do not depend on what this machine has free.
-    proc, marker = hicache([sub(a) for a in argv], work, env={BUDGET: "16GiB"})
+    proc, marker = hicache_forked([sub(a) for a in argv], work, env={BUDGET: "16GiB"})
     line = assert_one_line_refusal(proc, code, sub(named))
     assert proc.stdout == ""
     assert "y" * 100 not in line and "/usr/sbin/nologin bin:" not in line  # file contents echoed at most briefly
     assert list(work.iterdir()) == []
     assert shm_files() <= before_shm
     assert processes_with(marker) == []
+
+
+# One real subprocess per command: the same refusal through `python -m conformance.cli.main`.
+SUBPROCESS_CASES = ["plan-kv-dim-0", "replay-trace-gzip", "conform-out-file", "doctor-profile-folder",
+                    "bench-transfer-tokens-negative", "bench-memory-30GiB", "bench-replay-empty"]
+
+
+@pytest.mark.parametrize("case", SUBPROCESS_CASES)
+def test_bad_input_through_the_interpreter(tmp_path, case):
+    argv, code, named = next(c[1:] for c in CASES if c[0] == case)
+    paths = files(tmp_path / "in")
+    work = tmp_path / "cwd"
+    work.mkdir()
+    fill = {f"{{{k}}}": str(v) for k, v in paths.items()}
+    sub = lambda text: [text := text.replace(k, v) for k, v in fill.items()][-1]  # noqa: E731
+    proc, marker = hicache([sub(a) for a in argv], work, env={BUDGET: "16GiB"})
+    assert_one_line_refusal(proc, code, sub(named))
+    assert list(work.iterdir()) == [] and processes_with(marker) == []
 
 
 def test_read_only_working_folder_is_refused_naming_out():
