@@ -73,6 +73,7 @@ CASES = [
     ("doctor-pool-zero", ["doctor", "--pool-bytes", "0"], 2, "--pool-bytes"),
     ("bench-transfer-tokens-negative", ["bench", "transfer", "--tokens", "-1"], 2, "--tokens"),
     ("bench-transfer-tokens-huge", ["bench", "transfer", "--tokens", "100000000000"], 2, "--tokens: needs ~"),
+    ("bench-transfer-partial-page", ["bench", "transfer", "--tokens", "2K"], 2, "--tokens: 2,000 is not a whole"),
     ("bench-transfer-repeat-0", ["bench", "transfer", "--repeat", "0"], 2, "--repeat"),
     ("bench-memory-30GiB", ["bench", "memory", "--sizes", "30GiB"], 2, "--sizes: needs ~"),
     ("bench-replay-limit-0", ["bench", "replay", "--trace", "{trace.jsonl}", "--limit", "0"], 2, "--limit"),

@@ -29,6 +29,8 @@ def check_transfer(a) -> None:
         raise CliError("--layouts", f"{clip(', '.join(bad) or repr(a.layouts))}: expected a comma-separated "
                                     f"list of {', '.join(MLA_LAYOUTS)}")
     _profiles(a, "--profile", "--targets")
+    if a.tokens % a.page_size:  # the kvcacheio ops move whole pages
+        raise CliError("--tokens", f"{a.tokens:,} is not a whole number of pages of --page-size {a.page_size}")
     pool = 2 * -(-a.tokens // a.page_size) * a.page_size  # slots: scattered pages in twice the room
     row = a.kv_dim * MLA_BF16_BYTES
     # device pool, one host pool at a time, and the contiguous copy's source and destination
