@@ -98,3 +98,31 @@ def test_every_subcommand_and_benchmark_is_wired(capsys):
             main(["bench", name, "--help"])
         assert e.value.code == 0
         assert capsys.readouterr().out.startswith(f"usage: hicache bench {name}")
+
+
+class FakeTTY:
+    def __init__(self, tty: bool):
+        self.tty, self.text = tty, ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, s: str) -> None:
+        self.text += s
+
+    def flush(self) -> None:
+        pass
+
+
+def test_progress_only_on_a_terminal_and_not_with_quiet():
+    import time
+
+    from conformance.cli.progress import ticker
+
+    for tty, quiet, shown in ((True, False, True), (False, False, False), (True, True, False)):
+        stream = FakeTTY(tty)
+        with ticker("hicache replay", quiet, stream=stream, after=0.0, every=0.01):
+            time.sleep(0.1)
+        assert ("hicache replay: 0 s" in stream.text) is shown, (tty, quiet, stream.text)
+        if shown:
+            assert stream.text.endswith("\r\033[K")  # erased: stdout's table is not interleaved

@@ -9,6 +9,7 @@ from conformance.cli import args as types
 from conformance.cli.budget import refuse_over
 from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg, text_file
+from conformance.cli.progress import ticker
 from hal.transfer.layouts import DTYPES, HOST_LAYOUTS
 from hal.units import HELP as UNITS
 from hal.units import parse_size
@@ -41,6 +42,7 @@ def add_arguments(p) -> None:
     p.add_argument("--host-layout", default="layer_first", choices=HOST_LAYOUTS)
     p.add_argument("--profile", default="emu", help="hardware profile for the modeled clock (name or YAML path)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
 
 
 # Per page of capacity the reference keeps an allocator slot and tree bookkeeping, allocated
@@ -91,10 +93,11 @@ def run(a) -> int:
     l2 = _tokens_arg("--l2-tokens", a.l2_tokens, a.page_size)
     check_capacity(l1, l2, a)
     try:
-        fig = replay(trace, page_size=a.page_size, l1_tokens=l1, l2_tokens=l2, write_policy=a.write_policy,
-                     ghost=a.ghost, ghost_entries=a.ghost_entries, free_list=a.free_list, limit=a.limit,
-                     materialize=a.materialize, layers=a.layers, kv_dim=a.kv_dim, attention=a.attention,
-                     heads=a.heads, dtype=a.dtype, host_layout=a.host_layout, profile=a.profile)
+        with ticker("hicache replay", a.quiet):
+            fig = replay(trace, page_size=a.page_size, l1_tokens=l1, l2_tokens=l2, write_policy=a.write_policy,
+                         ghost=a.ghost, ghost_entries=a.ghost_entries, free_list=a.free_list, limit=a.limit,
+                         materialize=a.materialize, layers=a.layers, kv_dim=a.kv_dim, attention=a.attention,
+                         heads=a.heads, dtype=a.dtype, host_layout=a.host_layout, profile=a.profile)
     except UnicodeDecodeError as e:
         raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)
