@@ -78,6 +78,8 @@ CASES = [
     ("bench-memory-30GiB", ["bench", "memory", "--sizes", "30GiB"], 2, "--sizes: needs ~"),
     ("bench-replay-limit-0", ["bench", "replay", "--trace", "{trace.jsonl}", "--limit", "0"], 2, "--limit"),
     ("bench-replay-empty", ["bench", "replay", "--trace", "{empty.jsonl}"], 2, "--trace: {empty.jsonl}"),
+    ("plan-layout-long", ["plan", "--layout", "x" * 500, "--attention", "mla", "--tokens", "1", "--layers", "1"],
+     2, "--layout: invalid choice"),
     ("unknown-option", [*SMALL_PLAN, "--kv-dim", "8", "--tokens", "64", "--no-such-option"], 2,
      "unrecognized arguments"),
 ]
@@ -176,7 +178,7 @@ def test_bad_input_is_one_line_naming_the_option_and_leaves_nothing(tmp_path, ar
     proc, marker = hicache_forked([sub(a) for a in argv], work, env={BUDGET: "16GiB"})
     line = assert_one_line_refusal(proc, code, sub(named))
     assert proc.stdout == ""
-    assert "y" * 100 not in line and "/usr/sbin/nologin bin:" not in line  # file contents echoed at most briefly
+    assert "y" * 100 not in line and "x" * 100 not in line and "/usr/sbin/nologin bin:" not in line  # file contents echoed at most briefly
     assert list(work.iterdir()) == []
     assert shm_files() <= before_shm
     assert processes_with(marker) == []

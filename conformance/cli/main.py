@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
-from conformance.cli.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, clip, one_line
+from conformance.cli.errors import ECHO_CHARS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, clip, one_line
 
 # Each module defines HELP, add_arguments(parser) and run(args) -> int (exit code).
 COMMANDS = ("plan", "conform", "bench", "doctor", "replay")
@@ -28,6 +29,8 @@ class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are the same one line as every other error."""
 
     def error(self, message: str):
+        # argparse quotes the value it refused; a long one is cut like every other echo
+        message = re.sub(rf"'([^']{{{ECHO_CHARS},}})'", lambda m: repr(clip(m.group(1))), message)
         raise UsageError(f"{message.removeprefix('argument ')} (see {self.prog} --help)")
 
 
