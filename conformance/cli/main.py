@@ -14,6 +14,8 @@ import importlib
 import os
 import re
 import sys
+import threading
+import time
 
 from conformance.cli.errors import ECHO_CHARS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, clip, one_line
 
@@ -78,7 +80,32 @@ def describe(e: BaseException) -> str:
     return text
 
 
+THREAD_JOIN_SECONDS = 10.0
+
+
+def join_new_threads(before: set[threading.Thread], timeout: float = THREAD_JOIN_SECONDS) -> None:
+    """Wait for the threads this command started (emu stream workers end shortly after their
+    backend closes). A daemon thread still inside a torch op when the interpreter finalizes is
+    killed there, and C++ aborts the process ("terminate called without an active exception"),
+    so a run that was done, or interrupted and cleaned up, would end in SIGABRT."""
+    deadline = time.monotonic() + timeout
+    for t in threading.enumerate():
+        if t not in before and t is not threading.current_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
 def main(argv: list[str] | None = None) -> int:
+    before = set(threading.enumerate())
+    try:
+        return _main(argv)
+    finally:
+        try:
+            join_new_threads(before)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            pass
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return int(args._run(args) or 0)
