@@ -14,6 +14,7 @@ import gzip
 import os
 import subprocess
 import sys
+import time
 import traceback
 import uuid
 from pathlib import Path
@@ -128,7 +129,16 @@ def hicache_forked(args: list[str], cwd: Path, env: dict | None = None) -> tuple
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    deadline = time.monotonic() + 60  # a child that hangs fails the case instead of the suite
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError(f"hicache {args} did not finish in 60 s")
+        time.sleep(0.01)
     result = Forked(os.waitstatus_to_exitcode(status), out.read_text(), err.read_text())
     out.unlink()
     err.unlink()
