@@ -220,7 +220,8 @@ def test_read_only_working_folder_is_refused_naming_out():
 
 
 def test_version_prints_one_line_and_exits_0(tmp_path):
-    proc, _ = hicache(["--version"], tmp_path)
+    (tmp_path / "cwd").mkdir()
+    proc, _ = hicache_forked(["--version"], tmp_path / "cwd")
     assert proc.returncode == 0 and proc.stdout.startswith("hicache ") and len(proc.stdout.splitlines()) == 1
 
 
@@ -269,7 +270,8 @@ def test_runs_on_nothing_or_truncated_succeed_with_a_warning(tmp_path, argv, war
     (tmp_path / "t.jsonl").write_text(REQUEST * 3)
     (tmp_path / "e.jsonl").write_text("")
     argv = [a.replace("{trace}", str(tmp_path / "t.jsonl")).replace("{empty}", str(tmp_path / "e.jsonl")) for a in argv]
-    proc, _ = hicache(["replay", *argv], tmp_path)
+    (tmp_path / "cwd").mkdir()
+    proc, _ = hicache_forked(["replay", *argv], tmp_path / "cwd")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hicache: warning: ") and warning in lines[0]
