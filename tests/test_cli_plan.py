@@ -50,6 +50,43 @@ def test_bad_arguments_exit_2_naming_the_argument(capsys, args, named):
     assert named in capsys.readouterr().err
 
 
+def test_sizes_read_one_way_in_every_command(capsys):
+    from conformance.cli.main import build_parser
+
+    out = _plan(capsys, "--layout", "layer_first", "--attention", "mla", "--tokens", "32K", "--layers", "2",
+                "--kv-dim", "8", "--json")
+    assert out["tokens"] == 32_000 and isinstance(out["tokens"], int)
+    parser = build_parser()
+    assert parser.parse_args(["bench", "transfer", "--tokens", "32K"]).tokens == 32_000
+    assert parser.parse_args(["replay", "--ghost", "--ghost-entries", "32K"]).ghost_entries == 32_000
+    assert parser.parse_args(["plan", "--layout", "layer_first", "--attention", "mla", "--tokens", "2_048",
+                              "--layers", "2"]).tokens == 2048
+
+
+@pytest.mark.parametrize("args,named", [
+    (["--attention", "mla", "--kv-dim", "8", "--heads", "8"], "--heads"),
+    (["--attention", "mla", "--kv-dim", "8", "--head-dim", "8"], "--head-dim"),
+    (["--attention", "mha", "--heads", "2", "--head-dim", "8", "--kv-dim", "8"], "--kv-dim"),
+])
+def test_geometry_options_of_the_other_attention_are_refused(capsys, args, named):
+    assert main(["plan", "--layout", "layer_first", "--tokens", "64", "--layers", "2", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hicache: {named}: ") and err.count("\n") == 1
+
+
+def test_target_counts_print_as_integers(capsys):
+    from conformance.bench.common import check_targets
+
+    _, lines = check_targets("emu", {"plan_segments_page_first_direct_seed": 39_936})
+    assert any("39,936 segments" in line for line in lines) and not any("e+04" in line for line in lines)
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("hicache ")
+
+
 def test_every_subcommand_and_benchmark_is_wired(capsys):
     from conformance.cli.bench import BENCHES
     from conformance.cli.main import COMMANDS, build_parser
@@ -61,3 +98,31 @@ def test_every_subcommand_and_benchmark_is_wired(capsys):
             main(["bench", name, "--help"])
         assert e.value.code == 0
         assert capsys.readouterr().out.startswith(f"usage: hicache bench {name}")
+
+
+class FakeTTY:
+    def __init__(self, tty: bool):
+        self.tty, self.text = tty, ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, s: str) -> None:
+        self.text += s
+
+    def flush(self) -> None:
+        pass
+
+
+def test_progress_only_on_a_terminal_and_not_with_quiet():
+    import time
+
+    from conformance.cli.progress import ticker
+
+    for tty, quiet, shown in ((True, False, True), (False, False, False), (True, True, False)):
+        stream = FakeTTY(tty)
+        with ticker("hicache replay", quiet, stream=stream, after=0.0, every=0.01):
+            time.sleep(0.1)
+        assert ("hicache replay: 0 s" in stream.text) is shown, (tty, quiet, stream.text)
+        if shown:
+            assert stream.text.endswith("\r\033[K")  # erased: stdout's table is not interleaved

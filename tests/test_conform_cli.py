@@ -1,13 +1,18 @@
-"""`hicache conform`: junit.xml + summary.json, exit 0 on pass or absent hardware, non-zero on a wrong byte or bad argument."""
+"""`hicache conform`: junit.xml + summary.json, exit 0 on pass, 1 on a wrong byte, 3 (NOT RUN) on absent hardware or
+skipped deciding suites, 2 on a bad argument or a busy/unusable --out; one folder per backend and profile identity."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import textwrap
 
 import pytest
 
+from conformance.cli.conform import LOCK_NAME, default_out
 from conformance.cli.main import main
+from conformance.report.summary import ModuleResult, Summary
 
 SUBSET = "test_targets or (backup and mla-ps16-bf16-128) or (load and mha-ps1-fp32-1page)"
 
@@ -79,13 +84,73 @@ def test_one_wrong_byte_fails_the_run(tmp_path, capfd, backends_module):
     assert "FAIL:" in capfd.readouterr().out
 
 
-def test_absent_hardware_skips_with_its_reason_and_exits_0(tmp_path, capfd, backends_module):
+def test_absent_hardware_is_not_run_exit_3_and_not_ok(tmp_path, capfd, backends_module):
     out = tmp_path / "report"
-    assert conform(out, "--backend", "absent", "--backend-module", backends_module, "-k", SUBSET) == 0
+    assert conform(out, "--backend", "absent", "--backend-module", backends_module, "-k", SUBSET) == 3
     s = summary(out)
     reasons = " ".join(s["skip_reasons"])
     assert s["totals"]["skipped"] >= 3 and "no absent-accelerator in this machine" in reasons
-    assert "not available here" in capfd.readouterr().out
+    assert s["totals"]["passed"] >= 1  # test_targets needs no backend: passes that must not sign off
+    assert s["ok"] is False and s["verdict"] == "NOT RUN"
+    assert "no absent-accelerator in this machine" in s["not_run_reason"]
+    printed = capfd.readouterr().out
+    assert "not available here" in printed and "NOT RUN: backend 'absent'" in printed and "PASS" not in printed
+
+
+def test_a_deciding_suite_all_skipped_is_not_run():
+    def summ(*modules):
+        return Summary("emu", "emu", "junit.xml", list(modules))
+
+    assert summ(ModuleResult("test_targets", passed=4), ModuleResult("test_bad_input", skipped=9)).verdict == "NOT RUN"
+    assert summ(ModuleResult("test_targets", skipped=4)).verdict == "NOT RUN"
+    assert summ().verdict == "NOT RUN" and not summ().ok
+    assert summ(ModuleResult("test_bad_input", passed=1, skipped=8)).verdict == "PASS"
+    assert summ(ModuleResult("test_bad_input", passed=1, failed=1)).verdict == "FAIL"
+    s = Summary("x", None, "j", [ModuleResult("test_bad_input", passed=3)], unavailable="no card")
+    assert s.verdict == "NOT RUN" and s.to_json()["ok"] is False and "no card" in s.to_json()["not_run_reason"]
+
+
+def test_a_second_run_on_a_locked_out_is_refused_and_old_results_stay(tmp_path, capfd):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "summary.json").write_text('{"ok": true}')
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    os.write(fd, b"4242\n")
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another run holds it
+    try:
+        assert conform(out, "-k", SUBSET) == 2
+    finally:
+        os.close(fd)
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hicache: --out: ") and "pid 4242" in err[0]
+    assert (out / "summary.json").read_text() == '{"ok": true}'  # the other run's, untouched
+
+
+def test_a_failed_start_leaves_no_stale_verdict(tmp_path, capfd):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "summary.json").write_text('{"ok": true}')
+    (out / "junit.xml").write_text("<testsuites/>")
+    # pytest stops at once (a usage error in its own arguments): no report from this run.
+    assert conform(out, "--", "--no-such-pytest-option") != 0
+    assert not (out / "summary.json").exists() and not (out / "junit.xml").exists()
+    assert "pytest wrote no report" in capfd.readouterr().err
+
+
+def test_default_folders_tell_same_stem_profiles_apart(tmp_path):
+    a, b = tmp_path / "a" / "p800.yaml", tmp_path / "b" / "p800.yaml"
+    assert default_out("emu", str(a)) != default_out("emu", str(b))
+    assert default_out("emu", str(a)).name.startswith("hicache-conform-emu-p800-")
+    assert default_out("emu", "p800").name == "hicache-conform-emu-p800"
+
+
+def test_out_that_is_a_file_is_refused(tmp_path, capfd):
+    f = tmp_path / "taken"
+    f.write_text("mine")
+    assert conform(f) == 2
+    err = capfd.readouterr().err.strip()
+    assert err.startswith("hicache: --out: ") and err.endswith(": exists and is not a folder") and "\n" not in err
+    assert f.read_text() == "mine"
 
 
 @pytest.mark.parametrize("args, named", [

@@ -115,7 +115,6 @@ def test_text_output_is_a_table_with_fixes(capsys):
         (["--pool-bytes", "-5"], "--pool-bytes"),
         (["--pool-bytes", "lots"], "--pool-bytes"),
         (["--profile", "no-such-profile"], "--profile"),
-        (["--profile", "p900"], "p900' has no topology"),
         (["--backend", "no-such-backend"], "--backend"),
     ],
 )
@@ -124,6 +123,56 @@ def test_bad_input_exits_2_naming_the_argument_and_leaves_nothing_behind(capsys,
     captured = capsys.readouterr()
     assert message in captured.err and captured.out == ""
     assert our_shared_files() == set()
+
+
+def test_profile_without_topology_runs_the_host_checks_and_says_the_rest_is_unknown(capsys):
+    rc, out = doctor_json(capsys, "--profile", "p900")
+    assert rc == 0 and [c["name"] for c in out["checks"]] == ORDER
+    checks = by_name(out)
+    for name in ("pcie_ordering", "binding_policy"):
+        assert checks[name]["status"] == "unknown" and "p900 has no topology" in checks[name]["value"]
+    assert checks["thp_anon"]["status"] in ("ok", "warn")  # ran on this host
+    assert out["pool_source"] == "default"
+
+
+def test_unknown_host_memory_stays_unknown_in_the_advice(capsys):
+    # h200.yaml gives no host memory: this machine's must not stand in for the H200 server's.
+    _, out = doctor_json(capsys, "--backend", "cuda", "--profile", "h200")
+    checks = by_name(out)
+    assert checks["binding_policy"]["status"] == "unknown" and "no host memory" in checks["binding_policy"]["value"]
+    assert "--pool-bytes <=" not in checks["binding_policy"]["fix"]
+    assert checks["pcie_ordering"]["status"] == "unknown"  # devices_per_switch unknown: sharing unknown, not "ok"
+    assert out["pool_source"] == "default"
+
+
+def test_pool_size_advice_says_smaller_when_l2_is_smaller():
+    from conformance.doctor.advice import advise_pool_size
+    from hardware_profiles import load_profile
+
+    h200 = load_profile("h200")  # 140.4 GiB HBM
+    small = advise_pool_size(h200, 14 * GIB)
+    assert small.status == "warn" and "smaller than L1" in small.value and "barely" not in small.value
+    near = advise_pool_size(h200, 200 * GIB)
+    assert near.status == "warn" and "barely larger" in near.value
+    assert advise_pool_size(h200, 400 * GIB).status == "ok"
+
+
+def test_a_pool_under_1_gb_is_not_advised_as_hicache_size_0(capsys):
+    _, out = doctor_json(capsys, "--profile", "p800", "--pool-bytes", "1")
+    check = by_name(out)["host_pool_size"]
+    assert check["status"] == "warn" and "--hicache-size 0" not in check["value"] + check["fix"]
+    assert "under 1 GB" in check["value"]
+
+
+def test_checks_and_advice_do_not_import_each_other():
+    import ast
+    import inspect
+
+    import conformance.doctor.advice as advice
+
+    tree = ast.parse(inspect.getsource(advice))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "conformance.doctor.checks" not in imported
 
 
 def test_a_run_leaves_no_shared_files(capsys):

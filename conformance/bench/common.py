@@ -63,7 +63,8 @@ def check_targets(profile_name: str, measured: dict[str, float]) -> tuple[list[d
         ok = t.check(value)
         records.append({"name": t.name, "metric": t.metric, "measured": value, "comparator": t.comparator,
                         "value": t.value, "tolerance": t.tolerance, "unit": t.unit, "source": t.source, "ok": ok})
-        lines.append(f"  {'PASS' if ok else 'FAIL'} {t.name}: {value:.4g} {t.unit}, target {t.describe()}")
+        shown = f"{value:,}" if isinstance(value, int) else f"{value:.4g}"  # counts stay whole numbers
+        lines.append(f"  {'PASS' if ok else 'FAIL'} {t.name}: {shown} {t.unit}, target {t.describe()}")
     if not records:
         lines.append("  (none of its targets is measured here)")
     return records, lines

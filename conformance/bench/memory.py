@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from conformance.bench.common import emit, machine
+from conformance.cli import args as cli_args
 from hal.backend import get_backend
 from hal.memory import vm
 from hal.memory.host import allocate_host
@@ -33,9 +34,9 @@ def add_arguments(p) -> None:
     p.add_argument("--sizes", default="64MiB,256MiB,1GiB",
                    help=f"comma-separated buffer sizes whose registration is timed ({UNITS_HELP})")
     p.add_argument("--copy-size", default="256MiB", help=f"bytes moved per H2D/D2H transfer ({UNITS_HELP})")
-    p.add_argument("--item-bytes", type=int, default=1152, help="bytes per token (576-dim MLA row in bf16)")
-    p.add_argument("--page-size", type=int, default=64, help="tokens per page; pages are scattered")
-    p.add_argument("--repeat", type=int, default=5, help="timed repetitions; medians are reported")
+    p.add_argument("--item-bytes", type=cli_args.positive, default=1152, help="bytes per token (576-dim MLA row in bf16)")
+    p.add_argument("--page-size", type=cli_args.page_size, default=64, help="tokens per page; pages are scattered")
+    p.add_argument("--repeat", type=cli_args.positive, default=5, help="timed repetitions; medians are reported")
     p.add_argument("--json", action="store_true")
 
 

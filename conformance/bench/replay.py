@@ -30,6 +30,7 @@ from array import array
 from pathlib import Path
 
 from conformance.bench.common import emit, machine
+from conformance.cli import args as cli_args
 from hicache_ref.replay import replay
 from hicache_ref.trace import find_trace, read_trace, request_tokens
 
@@ -41,11 +42,11 @@ _SGLANG_STUBBED = ("sglang.kernels", "sglang.srt.configs", "sglang.srt.mem_cache
 
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the shared conversation_trace.jsonl)")
-    p.add_argument("--page-size", type=int, default=64)
+    p.add_argument("--page-size", type=cli_args.page_size, default=64)
     p.add_argument("--write-policy", default="write_through_selective")
     p.add_argument("--host-layout", default="layer_first")
-    p.add_argument("--limit", type=int, help="only the first N requests")
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--limit", type=cli_args.count(1), help="only the first N requests")
+    p.add_argument("--repeat", type=cli_args.positive, default=3)
     p.add_argument("--sglang-root", help="directory holding an unpacked `sglang` Python package: run its "
                                          "RadixCache as the peer in the same run")
     p.add_argument("--peer-keys", default="array", help="token containers for the peer, comma-separated: "

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from conformance.bench.common import check_targets, emit, machine, median_seconds
+from conformance.cli import args as cli_args
 from conformance.cli.plan import slot_indices
 from hal.backend import get_backend
 from hal.transfer import kvcacheio, segcopy
@@ -18,15 +19,15 @@ HELP = "plan time for the seed config and emu transfer bandwidth per host layout
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--tokens", type=int, default=8192, help="tokens moved per transfer (scattered pages)")
-    p.add_argument("--layers", type=int, default=78)
-    p.add_argument("--kv-dim", type=int, default=576)
-    p.add_argument("--page-size", type=int, default=64)
+    p.add_argument("--tokens", type=cli_args.size(), default=8192, help="tokens moved per transfer (scattered pages)")
+    p.add_argument("--layers", type=cli_args.layers, default=78)
+    p.add_argument("--kv-dim", type=cli_args.dim, default=576)
+    p.add_argument("--page-size", type=cli_args.page_size, default=64)
     p.add_argument("--layouts", default="layer_first,page_first_direct,page_first")
     p.add_argument("--profile", default="p800", help="profile whose link model prices the same plans")
     p.add_argument("--targets", default="emu",
                    help="profile whose targets the measured figures are checked against (this machine's class)")
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=cli_args.positive, default=5)
     p.add_argument("--json", action="store_true")
 
 

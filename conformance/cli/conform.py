@@ -2,20 +2,35 @@
 
 Runs `pytest --pyargs conformance` (the installed package: no source checkout needed) in a
 child process, writes OUT/junit.xml and OUT/summary.json, and prints a per-module table.
-Exit status: pytest's (0 all passed or skipped, 1 some test failed, 5 nothing matched -k);
-2 for a bad argument (unknown backend or profile). A backend whose hardware is absent is not
-an error: every test that needs it is skipped with the backend's reason, and the run exits 0.
+The verdict and the exit status:
+  PASS     0  the suites that decide (layout equivalence, bad input) ran and nothing failed
+  FAIL     1  a test failed or errored
+  NOT RUN  3  the backend is unavailable here, or every test of a deciding suite was skipped:
+              nothing was checked, so nothing is signed off (summary.json: "ok": false,
+              "verdict": "NOT RUN", "not_run_reason")
+  5 when -k matched no test; 2 for a bad argument or an OUT that cannot be used; 130 on Ctrl-C.
+One run owns OUT at a time (a lock; a second run is refused), and its first act is to delete the
+previous run's summary.json and junit.xml, so an interrupted run leaves no stale verdict. The
+pytest child is its own process group (Ctrl-C stops it and its xdist workers) and is killed by
+the kernel if this process dies (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import fcntl
+import hashlib
 import importlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from conformance.cli.errors import EXIT_NOT_RUN, CliError, clip, clip_path
+from conformance.cli.inputs import is_path, load_profile_arg
 
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
 
@@ -25,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=None,
                    help="hardware profile name or YAML path (default: emu for emu, p800 for xpu, "
                         "else one named like the backend if it ships)")
-    p.add_argument("--out", default=None, help="report folder (default: ./hicache-conform-BACKEND-PROFILE)")
+    p.add_argument("--out", default=None, help="report folder (default: ./hicache-conform-BACKEND-PROFILE; a "
+                   "profile given as a path is named by its stem and a hash of its path)")
     p.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression")
     p.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failure")
     p.add_argument("-n", "--workers", default="auto",
@@ -43,19 +59,60 @@ def _check_backend(name: str, modules: list[str]) -> None:
         try:
             importlib.import_module(mod)
         except ImportError as e:
-            raise ValueError(f"--backend-module: cannot import {mod!r}: {e}") from e
+            raise CliError("--backend-module", f"cannot import {clip(repr(mod))}: {clip(e, 160)}") from None
     if name not in available_backends():
-        raise ValueError(f"--backend: unknown backend {name!r}; known: {', '.join(available_backends())}")
+        raise CliError("--backend", f"unknown backend {clip(repr(name))}; known: {', '.join(available_backends())}")
 
 
 def _profile_name(backend: str, profile: str | None) -> str | None:
     from conformance.plugin import default_profile_name
-    from hardware_profiles import load_profile
 
     if profile is None:
         return default_profile_name(backend)
-    load_profile(profile)  # a ProfileError (a ValueError) names the file and what was expected
-    return profile
+    load_profile_arg("--profile", profile)  # one line naming the file and what was expected
+    return str(Path(profile).resolve()) if is_path(profile) else profile  # the child runs in OUT
+
+
+def default_out(backend: str, profile: str | None) -> Path:
+    """./hicache-conform-BACKEND-PROFILE; a profile path adds a hash of the path, so two
+    profiles with the same file stem in different folders get different folders."""
+    if profile is None:
+        label = "noprofile"
+    elif is_path(profile):
+        label = f"{Path(profile).stem}-{hashlib.sha256(profile.encode()).hexdigest()[:8]}"
+    else:
+        label = profile
+    return Path(f"hicache-conform-{backend}-{label}")
+
+
+LOCK_NAME = ".hicache-conform.lock"
+RESULTS = ("summary.json", "junit.xml")  # in this order: the verdict goes first
+
+
+def claim_out(out: Path, given: bool) -> int:
+    """Create OUT, lock it for this run (fd returned; the kernel drops the lock when this process
+    dies, however it dies), and delete the previous run's results. CliError naming --out."""
+    shown = clip_path(out)
+    if out.exists() and not out.is_dir():
+        raise CliError("--out", f"{shown}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        hint = "" if given else " (the current folder is not writable: pass --out DIR)"
+        raise CliError("--out", f"{shown}: cannot be written ({e.strerror or e}){hint}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise CliError("--out", f"{shown}: another hicache conform run (pid {owner}) is writing there; "
+                                "wait for it or pass another --out") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    for name in RESULTS:
+        (out / name).unlink(missing_ok=True)
+    return fd
 
 
 def _workers(value: str) -> list[str]:
@@ -64,7 +121,7 @@ def _workers(value: str) -> list[str]:
     if value == "auto":
         return ["-n", "auto"] if (os.cpu_count() or 1) > 1 else []
     if not value.isdigit():
-        raise ValueError(f"--workers: {value!r} is not 'auto' or a number")
+        raise CliError("--workers", f"{clip(repr(value))} is not 'auto' or a number")
     return ["-n", value]
 
 
@@ -85,31 +142,73 @@ def pytest_command(a, profile: str | None, out: Path) -> list[str]:
     return cmd + _workers(a.workers) + list(a.pytest_args)
 
 
+PR_SET_PDEATHSIG = 1
+STOP_GRACE_SECONDS = 5.0
+
+
+def _die_with_parent(parent: int):
+    """preexec for the pytest child: the kernel sends it SIGKILL when this process dies."""
+    def preexec() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def run_child(cmd: list[str], cwd: Path) -> int:
+    """pytest in its own process group; on Ctrl-C the whole group (xdist workers too) is stopped
+    quietly, SIGTERM first, then SIGKILL, before KeyboardInterrupt goes on to main."""
+    proc = subprocess.Popen(cmd, cwd=cwd, process_group=0, preexec_fn=_die_with_parent(os.getpid()))
+    try:
+        return proc.wait()
+    except BaseException:
+        for sig, grace in ((signal.SIGTERM, STOP_GRACE_SECONDS), (signal.SIGKILL, None)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        proc.wait()
+        raise
+
+
 def run(a) -> int:
     from conformance.plugin import backend_status
     from conformance.report import summary as report
 
     _check_backend(a.backend, a.backend_module)
     profile = _profile_name(a.backend, a.profile)
-    if profile and ("/" in profile or profile.endswith((".yaml", ".yml"))):
-        profile = str(Path(profile).resolve())  # the child runs in OUT
-    out = Path(a.out or f"hicache-conform-{a.backend}-{Path(profile).stem if profile else 'noprofile'}").resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    junit = out / "junit.xml"
-    junit.unlink(missing_ok=True)  # never summarize a previous run's file
-
-    ok, why = backend_status(a.backend)
-    if not ok:
-        print(f"hicache conform: backend {a.backend!r} is not available here: {why}\n"
-              f"  every test that needs it is skipped with that reason", flush=True)
-    rc = subprocess.call(pytest_command(a, profile, out), cwd=out)
-    if not junit.exists():
-        print(f"hicache conform: pytest wrote no {junit} (exit {rc})", file=sys.stderr)
-        return rc or 1
-    summary = report.summarize_junit(junit, a.backend, profile)
-    report.write_json(summary, out / "summary.json")
-    print()
-    print(report.format_table(summary))
-    print(f"reports: {junit}, {out / 'summary.json'}")
-    return rc if rc else (0 if summary.ok else 1)
+    _workers(a.workers)  # a bad --workers is refused before OUT is touched
+    out = Path(a.out or default_out(a.backend, profile)).resolve()
+    lock = claim_out(out, a.out is not None)
+    try:
+        (out / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+        junit = out / "junit.xml"
+        ok, why = backend_status(a.backend)
+        if not ok:
+            print(f"hicache conform: backend {a.backend!r} is not available here: {why}\n"
+                  f"  every test that needs it is skipped with that reason; the verdict will be NOT RUN", flush=True)
+        rc = run_child(pytest_command(a, profile, out), out)
+        if not junit.exists():
+            print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
+            return 1 if rc in (0, EXIT_NOT_RUN) else rc
+        summary = report.summarize_junit(junit, a.backend, profile, None if ok else str(why))
+        report.write_json(summary, out / "summary.json")
+        print()
+        print(report.format_table(summary))
+        print(f"reports: {junit}, {out / 'summary.json'}")
+    finally:
+        os.close(lock)
+    if summary.verdict == "FAIL":
+        return rc if rc not in (0, EXIT_NOT_RUN) else 1
+    if rc == 5:  # pytest: no test collected (-k matched nothing)
+        return 5
+    if rc not in (0, 1):  # pytest stopped for its own reason (interrupted, internal, usage)
+        return 1 if rc == EXIT_NOT_RUN else rc
+    return EXIT_NOT_RUN if summary.verdict == "NOT RUN" else 0

@@ -1,7 +1,8 @@
-"""`hicache doctor`: preflight of this host for a HiCache deployment (checks in conformance/doctor_checks.py)."""
+"""`hicache doctor`: preflight of this host for a HiCache deployment (checks in conformance/doctor/checks.py)."""
 
 from __future__ import annotations
 
+from conformance.cli.inputs import load_profile_arg
 from conformance.doctor.checks import parse_bytes, run_doctor
 
 HELP = ("preflight: PCIe ordering on shared uplinks, NUMA placement, THP (anon, /dev/shm), page tables, "
@@ -19,6 +20,7 @@ def add_arguments(p) -> None:
 
 def run(a) -> int:
     pool = None if a.pool_bytes is None else parse_bytes(a.pool_bytes, "--pool-bytes")
-    report = run_doctor(backend=a.backend, profile=a.profile, pool_bytes=pool)
+    profile = None if a.profile is None else load_profile_arg("--profile", a.profile)
+    report = run_doctor(backend=a.backend, profile=profile, pool_bytes=pool)
     print(report.to_json() if a.json else report.to_table())
     return report.exit_code()

@@ -1,13 +1,53 @@
-"""The `hicache` command: one thin subcommand per module in conformance/commands/."""
+"""The `hicache` command: one thin subcommand per module in conformance/cli/, one error boundary.
+
+Every run ends in one of these exit codes (README "Exit codes"): 0 done / passed, 1 a check
+failed, 2 bad input or an environment the command cannot run in, 3 `conform` ran nothing that
+decides (NOT RUN), 5 `conform -k` matched no test, 130 interrupted (Ctrl-C). Whatever goes wrong
+is reported on stderr as the single line `hicache: <option or file>: <what is wrong>`; set
+HICACHE_TRACEBACK=1 to see the traceback of an unexpected error instead.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import sys
+import threading
+import time
+
+from conformance.cli.errors import ECHO_CHARS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, clip, one_line
 
 # Each module defines HELP, add_arguments(parser) and run(args) -> int (exit code).
 COMMANDS = ("plan", "conform", "bench", "doctor", "replay")
+
+
+class UsageError(ValueError):
+    """argparse's complaint about the command line, reported like every other bad input."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are the same one line as every other error."""
+
+    def error(self, message: str):
+        # argparse quotes the value it refused; a long one is cut like every other echo
+        message = re.sub(rf"'([^']{{{ECHO_CHARS},}})'", lambda m: repr(clip(m.group(1))), message)
+        raise UsageError(f"{message.removeprefix('argument ')} (see {self.prog} --help)")
+
+
+def say(message: str) -> None:
+    print(f"hicache: {one_line(message)}", file=sys.stderr, flush=True)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("hicache-harness")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def add_module_parsers(sub, package: str, names, run_key: str) -> None:
@@ -20,19 +60,69 @@ def add_module_parsers(sub, package: str, names, run_key: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hicache", description="HiCache test harness")
+    parser = Parser(prog="hicache", description="HiCache test harness")
+    parser.add_argument("--version", action="version", version=f"hicache {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_module_parsers(sub, "conformance.cli", COMMANDS, "_run")
     return parser
 
 
+def describe(e: BaseException) -> str:
+    """The one line for an exception that reached the boundary: the option or file first."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"input is not UTF-8 text (byte {e.start}: binary or compressed?)"
+    if isinstance(e, OSError) and e.strerror:
+        where = e.filename if e.filename is not None else None
+        return f"{clip(where)}: {e.strerror}" if where is not None else e.strerror
+    if isinstance(e, MemoryError):
+        return f"out of memory{': ' + str(e) if str(e) else ''}; give smaller sizes"
+    text = str(e) or type(e).__name__
+    return text
+
+
+THREAD_JOIN_SECONDS = 10.0
+
+
+def join_new_threads(before: set[threading.Thread], timeout: float = THREAD_JOIN_SECONDS) -> None:
+    """Wait for the threads this command started (emu stream workers end shortly after their
+    backend closes). A daemon thread still inside a torch op when the interpreter finalizes is
+    killed there, and C++ aborts the process ("terminate called without an active exception"),
+    so a run that was done, or interrupted and cleaned up, would end in SIGABRT."""
+    deadline = time.monotonic() + timeout
+    for t in threading.enumerate():
+        if t not in before and t is not threading.current_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    before = set(threading.enumerate())
     try:
+        return _main(argv)
+    finally:
+        try:
+            join_new_threads(before)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            pass
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
         return int(args._run(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"hicache {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        say("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `hicache ... | head`: the reader left; nothing to tell it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except (ValueError, OSError, MemoryError) as e:
+        say(describe(e))
+        return EXIT_BAD_INPUT
+    except Exception as e:  # a bug: still one line, unless asked for the traceback
+        if os.environ.get("HICACHE_TRACEBACK"):
+            raise
+        say(f"internal error: {type(e).__name__}: {e} (HICACHE_TRACEBACK=1 shows where)")
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

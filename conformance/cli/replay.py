@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 
+from conformance.cli import args as types
+from conformance.cli.budget import refuse_over
+from conformance.cli.errors import CliError, clip, clip_path
+from conformance.cli.inputs import load_profile_arg, text_file
+from conformance.cli.progress import ticker
 from hal.transfer.layouts import DTYPES, HOST_LAYOUTS
 from hal.units import HELP as UNITS
 from hal.units import parse_size
@@ -16,45 +22,92 @@ HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, 
 
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the shared conversation_trace.jsonl)")
-    p.add_argument("--page-size", type=int, default=64)
+    p.add_argument("--page-size", type=types.page_size, default=64,
+                   help=f"tokens per page (at most {types.MAX_PAGE_SIZE:,})")
     p.add_argument("--l1-tokens", help=f"device (L1) capacity in tokens, e.g. 2M (2,000,000; {UNITS}); "
                    "omitted: unlimited")
     p.add_argument("--l2-tokens", help=f"host (L2) capacity in tokens ({UNITS}); 0: no L2; omitted: unlimited")
     p.add_argument("--write-policy", default="write_through_selective", choices=POLICIES)
     p.add_argument("--ghost", action="store_true", help="back up prefixes proven reused by a ghost list of L1 evictions")
-    p.add_argument("--ghost-entries", type=int, help="ghost list bound (default: L1 pages, at least 1024)")
+    p.add_argument("--ghost-entries", type=types.size(),
+                   help=f"with --ghost: ghost list bound ({UNITS} ; default: L1 pages, at least 1024)")
     p.add_argument("--free-list", default="fifo", choices=("fifo", "lifo"))
-    p.add_argument("--limit", type=int, help="replay only the first N requests")
+    p.add_argument("--limit", type=types.count(0), help="replay only the first N requests")
     p.add_argument("--materialize", action="store_true", help="real KV pools and bytes; every hit checked bit for bit")
     p.add_argument("--attention", default="mla", choices=("mla", "mha"))
-    p.add_argument("--layers", type=int, default=78)
-    p.add_argument("--kv-dim", type=int, default=576, help="MLA latent width, or the head dim with --attention mha")
-    p.add_argument("--heads", type=int, default=1, help="KV heads (MHA)")
+    p.add_argument("--layers", type=types.layers, default=78, help=f"at most {types.MAX_LAYERS:,}")
+    p.add_argument("--kv-dim", type=types.dim, default=576, help="MLA latent width, or the head dim with --attention mha")
+    p.add_argument("--heads", type=types.heads, default=1, help="KV heads (MHA)")
     p.add_argument("--dtype", default="bf16", choices=tuple(DTYPES))
     p.add_argument("--host-layout", default="layer_first", choices=HOST_LAYOUTS)
     p.add_argument("--profile", default="emu", help="hardware profile for the modeled clock (name or YAML path)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
 
 
-def _tokens_arg(name: str, text: str | None) -> int | None:
-    return None if text is None else parse_size(text, name=name)
+# Per page of capacity the reference keeps an allocator slot and tree bookkeeping, allocated
+# up front for the whole capacity (measured: 8 bytes per page per tier, peak RSS).
+PAGE_BOOKKEEPING_BYTES = 8
+
+
+def _tokens_arg(name: str, text: str | None, page_size: int = 1) -> int | None:
+    """A capacity in tokens: 0 (no tier, L2 only) or at least one whole page."""
+    if text is None:
+        return None
+    tokens = parse_size(text, name=name)
+    if 0 < tokens < page_size or (name == "--l1-tokens" and tokens == 0):
+        raise CliError(name, f"{clip(text)} tokens hold no whole page of --page-size {page_size}"
+                             + ("; give 0 for no L2" if name == "--l2-tokens" else ""))
+    return tokens
+
+
+def check_capacity(l1: int | None, l2: int | None, a) -> None:
+    """Refuse, naming the option, capacities whose bookkeeping (and pools) cannot fit here."""
+    from hicache_ref.replay import make_geometry
+
+    geom = make_geometry(a.page_size, a.layers, a.kv_dim, a.attention, a.heads, a.dtype)
+    for option, tokens in (("--l1-tokens", l1), ("--l2-tokens", l2)):
+        if tokens is None:
+            continue
+        per_token = PAGE_BOOKKEEPING_BYTES / a.page_size + (geom.token_bytes if a.materialize else 0)
+        what = "per-page bookkeeping" + (" and KV pool" if a.materialize else "")
+        refuse_over(option, tokens * per_token, f"{what} of {tokens:,} tokens")
+
+
+def warn(message: str) -> None:
+    print(f"hicache: warning: {message}", file=sys.stderr, flush=True)
 
 
 def run(a) -> int:
     trace = a.trace or find_trace("conversation_trace.jsonl")
     if trace is None:
-        raise ValueError("--trace: not given and no shared conversation_trace.jsonl found "
-                         "(set HICACHE_TRACES or pass --trace PATH)")
-    if a.limit is not None and a.limit < 0:
-        raise ValueError(f"--limit: must be non-negative, got {a.limit}")
-    fig = replay(trace, page_size=a.page_size, l1_tokens=_tokens_arg("--l1-tokens", a.l1_tokens),
-                 l2_tokens=_tokens_arg("--l2-tokens", a.l2_tokens), write_policy=a.write_policy, ghost=a.ghost,
-                 ghost_entries=a.ghost_entries, free_list=a.free_list, limit=a.limit, materialize=a.materialize,
-                 layers=a.layers, kv_dim=a.kv_dim, attention=a.attention, heads=a.heads, dtype=a.dtype,
-                 host_layout=a.host_layout, profile=a.profile)
+        raise CliError("--trace", "not given and no shared conversation_trace.jsonl found "
+                                  "(set HICACHE_TRACES or pass --trace PATH)")
+    trace = text_file("--trace", trace, "a Mooncake JSONL trace")
+    if a.ghost_entries is not None and not a.ghost:
+        raise CliError("--ghost-entries", "bounds the ghost list, which only --ghost turns on")
+    if a.attention == "mla" and a.heads != 1:
+        raise CliError("--heads", f"MLA keeps one latent KV head, got {a.heads}; --heads is for --attention mha")
+    load_profile_arg("--profile", a.profile)
+    l1 = _tokens_arg("--l1-tokens", a.l1_tokens, a.page_size)
+    l2 = _tokens_arg("--l2-tokens", a.l2_tokens, a.page_size)
+    check_capacity(l1, l2, a)
+    try:
+        with ticker("hicache replay", a.quiet):
+            fig = replay(trace, page_size=a.page_size, l1_tokens=l1, l2_tokens=l2, write_policy=a.write_policy,
+                         ghost=a.ghost, ghost_entries=a.ghost_entries, free_list=a.free_list, limit=a.limit,
+                         materialize=a.materialize, layers=a.layers, kv_dim=a.kv_dim, attention=a.attention,
+                         heads=a.heads, dtype=a.dtype, host_layout=a.host_layout, profile=a.profile)
+    except UnicodeDecodeError as e:
+        raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)
     if a.json:
         print(json.dumps(fig, indent=2))
     else:
         print("\n".join(summary_lines(fig)))
+    if not fig["requests"]:
+        warn(f"--trace {clip_path(trace)}: no request replayed (empty trace or --limit 0); every figure is zero")
+    elif fig["truncated_requests"]:
+        warn(f"{fig['truncated_requests']:,} of {fig['requests']:,} requests did not fit in L1 (--l1-tokens) "
+             "and were cut to what fits; their hits and transfers are partial")
     return 1 if fig["kv_mismatch_tokens"] else 0

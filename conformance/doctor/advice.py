@@ -1,6 +1,6 @@
 """`hicache doctor` configuration advice: binding policy, host pool size, write policy.
 
-Advice comes after the host-side checks (conformance/doctor_checks.py) and uses the same
+Advice comes after the host-side checks (conformance/doctor/checks.py) and uses the same
 `Check` record; it is derived from the binding plans and the topology, not measured.
 """
 
@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.doctor.checks import GIB, Check, fmt_bytes
+from conformance.doctor.records import GIB, Check, fmt_bytes
 from hal.topology.binding import BindingPlan, uplink_warnings
 from hal.topology.model import Topology
 
 
-def advise_binding(local: BindingPlan, interleave: BindingPlan, pool_bytes: int) -> Check:
+def advise_binding(local: BindingPlan, interleave: BindingPlan, pool_bytes: int,
+                   memory_unknown: str | None = None) -> Check:
+    """Local vs interleaved binding for a pool of `pool_bytes` per card. `memory_unknown` says why
+    the host memory behind the plans is not known (a profile without it): then so is the advice."""
+    if memory_unknown:
+        return Check("binding_policy", "unknown", f"{memory_unknown}: capacity per card unknown; "
+                     f"pool {fmt_bytes(pool_bytes)}/card not checked",
+                     "give host.numa_nodes and host.memory_per_node_gib in the profile, or run doctor on that host")
     if not local.bindings:
         return Check("binding_policy", "unknown", "no accelerators: nothing to bind",
                      "run on the accelerator host, or pass --profile to plan for the profile's box")
@@ -44,13 +51,22 @@ def advise_write_policy(topology: Topology) -> Check:
 
 
 def advise_pool_size(profile: Any, pool_bytes: int) -> Check:
+    """SGLang's --hicache-size (whole GB per rank) for the pool, and the host:device ratio."""
+    size_gb = pool_bytes // 10**9
+    if size_gb < 1:  # --hicache-size 0 means "size by --hicache-ratio", not a tiny pool
+        return Check("host_pool_size", "warn", f"host pool {fmt_bytes(pool_bytes)} is under 1 GB, the smallest "
+                     "--hicache-size (whole GB; 0 would mean: size the pool by --hicache-ratio)",
+                     "give --pool-bytes of at least 1G")
     hbm = None if profile is None else profile.device.hbm_gib
     if hbm is None:
-        return Check("host_pool_size", "ok", f"--hicache-size {pool_bytes / 1e9:.0f} (GB per rank); device HBM unknown, "
-                     "so the host:device ratio is not checked", f"--hicache-size {pool_bytes / 1e9:.0f}")
+        return Check("host_pool_size", "ok", f"--hicache-size {size_gb} (GB per rank); device HBM unknown, "
+                     "so the host:device ratio is not checked", f"--hicache-size {size_gb}")
     ratio = pool_bytes / (float(hbm) * GIB)
-    value = f"host pool {fmt_bytes(pool_bytes)} = {ratio:.1f}x device HBM {hbm:g} GiB"
+    value = f"host pool {fmt_bytes(pool_bytes)} = {ratio:.2g}x device HBM {hbm:g} GiB"
+    fix = "give the host pool at least 2x HBM (interleave, or more memory per node)"
+    if ratio < 1:
+        return Check("host_pool_size", "warn", value + ": L2 is smaller than L1, so it holds little that L1 "
+                     "does not; few extra hits", fix)
     if ratio < 2:
-        return Check("host_pool_size", "warn", value + ": L2 barely larger than L1 adds few hits",
-                     "give the host pool at least 2x HBM (interleave, or more memory per node)")
-    return Check("host_pool_size", "ok", value, f"--hicache-size {pool_bytes / 1e9:.0f}")
+        return Check("host_pool_size", "warn", value + ": L2 barely larger than L1 adds few hits", fix)
+    return Check("host_pool_size", "ok", value, f"--hicache-size {size_gb}")

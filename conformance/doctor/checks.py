@@ -16,29 +16,23 @@ import json
 import os
 import resource
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
+from conformance.doctor.advice import advise_binding, advise_pool_size, advise_write_policy
+from conformance.doctor.records import GIB, MIB, STATUSES, Check, fmt_bytes
 from hal.memory import shm, vm
 from hal.topology.binding import plan_binding
 from hal.topology.discover import discover, has_hardware
-from hal.topology.model import GIB, Topology
+from hal.topology.model import Topology
 from hal.units import parse_size
 
-STATUSES = ("ok", "warn", "fail", "unknown")
-MIB = 1 << 20
+__all__ = ["STATUSES", "Check", "DoctorReport", "HostPaths", "fmt_bytes", "parse_bytes", "run_doctor"]
 PAGE_4K, PAGE_2M, PTE_BYTES = 4096, 2 * MIB, 8
 TEST_BUFFER_BYTES = 4 * MIB  # two 2 MB pages: enough to see placement and THP, cheap anywhere
 DEFAULT_POOL_BYTES = 16 * GIB  # used when neither --pool-bytes nor a binding plan gives a size
 # The seed work: registering 80 GB of host pool slowed the workload +20.6%, 15 GB only +8.8%.
 REGISTERED_WARN_BYTES = 16 * GIB
 CAP_IPC_LOCK = 14
-
-
-class Check(NamedTuple):
-    name: str
-    status: str  # one of STATUSES
-    value: str
-    fix: str
 
 
 @dataclass(frozen=True)
@@ -89,10 +83,6 @@ class DoctorReport:
             if c.status != "ok" and c.fix:
                 lines.append(f"{''.ljust(width)}  {''.ljust(7)}  fix: {c.fix}")
         return "\n".join(lines)
-
-
-def fmt_bytes(n: int) -> str:
-    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"
 
 
 def parse_bytes(text: str | int, arg: str = "--pool-bytes") -> int:
@@ -317,31 +307,41 @@ def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None
         except ValueError as e:
             raise ValueError(f"--profile: {e}") from e
     hardware = _drives_hardware(backend, profile)
+    missing = None  # why the box's layout or memory is not known, when it is not
     if profile is not None and not hardware and profile.topology is None:
-        raise ValueError(f"--profile: profile {profile.name!r} has no topology, so the box cannot be emulated "
-                         f"(add a topology: section to {profile.path}, or run with a hardware backend)")
-    topology = discover(profile, hardware=hardware, sysfs_root=paths.sys_root)
+        # Host-side checks still run on this host; what needs the box's layout says unknown.
+        missing = f"profile {profile.name} has no topology"
+        topology = Topology("profile", (), (), (), profile.name,
+                            notes=(f"{missing}: devices, uplinks and NUMA placement unknown",))
+    else:
+        topology = discover(profile, hardware=hardware, sysfs_root=paths.sys_root)
+        if topology.source == "profile" and (profile.host.numa_nodes is None or profile.host.memory_per_node_gib is None):
+            missing = f"profile {profile.name} gives no host memory (host.numa_nodes, host.memory_per_node_gib)"
+    uplinks_unknown = None
+    if topology.source == "profile" and (profile.topology is None or profile.topology.devices_per_switch is None):
+        uplinks_unknown = missing if profile.topology is None else \
+            f"profile {profile.name} does not say how devices share uplinks (topology.devices_per_switch)"
     local = plan_binding(topology, "local")
     interleave = plan_binding(topology, "interleave")
     if pool_bytes is not None:
         source = "--pool-bytes"
-    elif local.min_capacity() > 0:
+    elif local.min_capacity() > 0 and missing is None:
         pool_bytes, source = local.min_capacity(), "planned local capacity per card"
     else:
         pool_bytes, source = DEFAULT_POOL_BYTES, "default"
     thp_mode = vm.thp_mode(os.path.join(paths.sys_root, "kernel/mm/transparent_hugepage/enabled"))
-    from conformance.doctor.advice import advise_binding, advise_pool_size, advise_write_policy
-
     numa_check, coverage = check_numa_placement(topology)
     checks = [
-        check_pcie_ordering(topology),
+        check_pcie_ordering(topology) if not uplinks_unknown else
+        Check("pcie_ordering", "unknown", f"{uplinks_unknown}: uplink sharing unknown",
+              f"fill topology.devices_per_switch in {profile.path}, or run on the accelerator host"),
         numa_check,
         check_thp_anon(paths),
         check_thp_shmem(paths),
         check_page_table_entries(pool_bytes, coverage if paths.real else None, thp_mode),
         check_memlock(pool_bytes, memlock_limit(), cap_ipc_lock(paths.proc_root)),
         check_registered_size(profile, pool_bytes),
-        advise_binding(local, interleave, pool_bytes),
+        advise_binding(local, interleave, pool_bytes, missing),
         advise_pool_size(profile, pool_bytes),
         advise_write_policy(topology),
     ]

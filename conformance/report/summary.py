@@ -8,12 +8,17 @@ aggregated by reason, because an unavailable backend skips hundreds of tests for
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 OUTCOMES = ("passed", "failed", "errors", "skipped", "xfailed")
+# The suites whose tests need the backend and decide the verdict: a run in which every one of
+# their tests was skipped checked nothing about the backend, whatever else passed.
+DEFINING_MODULES = ("test_layout_equivalence", "test_bad_input")
+VERDICTS = ("PASS", "FAIL", "NOT RUN")
 
 
 @dataclass
@@ -39,6 +44,7 @@ class Summary:
     skip_reasons: dict[str, int] = field(default_factory=dict)
     xfail_reasons: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, str]] = field(default_factory=list)  # {"test", "message"}
+    unavailable: str | None = None  # why the backend cannot run here, when it cannot
 
     def total(self, outcome: str) -> int:
         return sum(getattr(m, outcome) for m in self.modules)
@@ -48,8 +54,27 @@ class Summary:
         return sum(m.tests for m in self.modules)
 
     @property
+    def not_run_reason(self) -> str | None:
+        """Why nothing that decides the verdict ran, or None when it did."""
+        if self.unavailable:
+            return f"backend {self.backend!r} is not available here: {self.unavailable}"
+        if not self.total("passed"):
+            return "no test passed: every test was skipped" if self.tests else "no test ran"
+        idle = [m.module for m in self.modules if m.module in DEFINING_MODULES and m.tests and not m.passed]
+        if idle:
+            return f"every test of {', '.join(idle)} was skipped"
+        return None
+
+    @property
+    def verdict(self) -> str:
+        """FAIL on any failure or error; else NOT RUN when the defining suites did not run; else PASS."""
+        if self.total("failed") or self.total("errors"):
+            return "FAIL"
+        return "NOT RUN" if self.not_run_reason else "PASS"
+
+    @property
     def ok(self) -> bool:
-        return self.total("failed") == 0 and self.total("errors") == 0
+        return self.verdict == "PASS"
 
     def to_json(self) -> dict:
         return {
@@ -57,6 +82,8 @@ class Summary:
             "profile": self.profile,
             "junit": self.junit,
             "ok": self.ok,
+            "verdict": self.verdict,
+            "not_run_reason": self.not_run_reason if self.verdict == "NOT RUN" else None,
             "totals": {"tests": self.tests, **{o: self.total(o) for o in OUTCOMES}},
             "modules": [{**asdict(m), "tests": m.tests} for m in self.modules],
             "skip_reasons": self.skip_reasons,
@@ -78,8 +105,9 @@ def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
-def summarize_junit(path: str | Path, backend: str, profile: str | None) -> Summary:
-    """Read pytest's junit XML (with or without xdist) into a Summary."""
+def summarize_junit(path: str | Path, backend: str, profile: str | None, unavailable: str | None = None) -> Summary:
+    """Read pytest's junit XML (with or without xdist) into a Summary; `unavailable` is the
+    backend's reason when it cannot run here (the verdict is then NOT RUN)."""
     path = Path(path)
     root = ET.parse(path).getroot()
     modules: dict[str, ModuleResult] = {}
@@ -109,7 +137,7 @@ def summarize_junit(path: str | Path, backend: str, profile: str | None) -> Summ
         else:
             result.passed += 1
     return Summary(backend, profile, str(path), [modules[m] for m in sorted(modules)],
-                   dict(skips.most_common()), dict(xfails.most_common()), failures)
+                   dict(skips.most_common()), dict(xfails.most_common()), failures, unavailable)
 
 
 def format_table(s: Summary, max_failures: int = 20) -> str:
@@ -130,14 +158,18 @@ def format_table(s: Summary, max_failures: int = 20) -> str:
         lines.extend(f"  {f['test']}: {f['message'][:300]}" for f in s.failures[:max_failures])
         if len(s.failures) > max_failures:
             lines.append(f"  ... and {len(s.failures) - max_failures} more in {s.junit}")
-    if not s.ok:
-        verdict = "FAIL"
+    counts = (f"{s.total('passed')} passed, {s.total('failed') + s.total('errors')} failed, "
+              f"{s.total('skipped')} skipped of {s.tests}")
+    if s.verdict == "NOT RUN":
+        lines.append(f"NOT RUN: {s.not_run_reason} ({counts})")
     else:
-        verdict = "PASS" if s.total("passed") else ("ALL SKIPPED" if s.tests else "NO TESTS RAN")
-    lines.append(f"{verdict}: {s.total('passed')} passed, {s.total('failed') + s.total('errors')} failed, "
-                 f"{s.total('skipped')} skipped of {s.tests}")
+        lines.append(f"{s.verdict}: {counts}")
     return "\n".join(lines)
 
 
 def write_json(s: Summary, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(s.to_json(), indent=2) + "\n", encoding="utf-8")
+    """summary.json, replaced atomically: a reader sees the old file or the new one, never half."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(s.to_json(), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

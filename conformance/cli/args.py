@@ -1,0 +1,60 @@
+"""argparse types shared by the subcommands: counts and sizes are read one way everywhere.
+
+Each type raises argparse.ArgumentTypeError, so argparse reports `argument --NAME: <what>`,
+which `conformance.cli.main` prints as the one line `hicache: --NAME: <what>`. Sizes go through
+hal.units.parse_size (K/M/G powers of 1000, KiB/MiB/GiB powers of 1024).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from conformance.cli.errors import clip
+from hal.units import parse_size
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {clip(repr(text))}") from None
+
+
+def count(minimum: int = 1, maximum: int | None = None, why: str = ""):
+    """A whole number in [minimum, maximum]; `why` says where the maximum comes from."""
+    def parse(text: str) -> int:
+        value = _int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError("must be positive, got " + clip(text) if minimum == 1
+                                             else f"must be at least {minimum}, got {clip(text)}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"at most {maximum:,}{why}, got {clip(text)}")
+        return value
+
+    parse.__name__ = "count"
+    return parse
+
+
+def size(minimum: int = 1):
+    """A size or token count as hal.units reads it ("32K", "2M", "75GiB", "4096"), >= minimum."""
+    def parse(text: str) -> int:
+        try:
+            return parse_size(text, name="", minimum=minimum)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(clip(str(e).removeprefix(": "), 160)) from None
+
+    parse.__name__ = "size"
+    return parse
+
+
+# Geometry bounds: far above any model (DeepSeek-V3 has 61 layers, SGLang pages are 1..256
+# tokens) and low enough that a typo is refused before it sizes an array.
+MAX_LAYERS = 4096
+MAX_PAGE_SIZE = 1 << 16
+MAX_DIM = 1 << 16
+MAX_HEADS = 1024
+layers = count(1, MAX_LAYERS, " (the largest model has a few hundred layers)")
+page_size = count(1, MAX_PAGE_SIZE, " tokens")
+dim = count(1, MAX_DIM)
+heads = count(1, MAX_HEADS)
+positive = count(1)

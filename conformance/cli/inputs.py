@@ -1,0 +1,70 @@
+"""Files and profiles named on the command line, checked before any work starts.
+
+A path that is a directory, unreadable, compressed or binary is refused with the option and the
+file named (never the codec or the Python exception); a profile error echoes at most
+errors.ECHO_CHARS of what the file holds.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from pathlib import Path
+
+from conformance.cli.errors import CliError, clip, clip_path
+
+SNIFF_BYTES = 64 << 10
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
+
+
+def readable_file(option: str, path: str | os.PathLike) -> Path:
+    """`path` as a Path once it is an existing regular file this process can open."""
+    p = Path(path)
+    shown = clip_path(p)
+    if not p.exists():
+        raise CliError(option, f"{shown}: no such file")
+    if p.is_dir():
+        raise CliError(option, f"{shown}: is a directory, not a file")
+    try:
+        with p.open("rb"):
+            pass
+    except OSError as e:
+        raise CliError(option, f"{shown}: cannot be read ({e.strerror or e})") from None
+    return p
+
+
+def text_file(option: str, path: str | os.PathLike, what: str = "JSONL text") -> Path:
+    """readable_file, and its first bytes are UTF-8 text, not a compressed or binary file."""
+    p = readable_file(option, path)
+    with p.open("rb") as f:
+        head = f.read(SNIFF_BYTES)
+    for magic, kind in _MAGIC.items():
+        if head.startswith(magic):
+            raise CliError(option, f"{clip_path(p)}: is {kind}-compressed; decompress it first (expected {what})")
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        binary = b"\x00" in head
+    except UnicodeDecodeError:
+        binary = True
+    if binary:
+        raise CliError(option, f"{clip_path(p)}: is binary, not {what}")
+    return p
+
+
+def is_path(text: str) -> bool:
+    return "/" in text or text.endswith((".yaml", ".yml"))
+
+
+def load_profile_arg(option: str, name_or_path: str):
+    """The loaded profile; a ProfileError becomes one line naming the option and the file."""
+    from hardware_profiles import ProfileError, load_profile
+
+    if is_path(name_or_path):
+        text_file(option, name_or_path, "a YAML profile")
+    try:
+        return load_profile(name_or_path)
+    except ProfileError as e:
+        raise CliError(option, f"{clip_path(e.file)}: {e.key_path}: expected {clip(e.expected, 160)}, "
+                               f"got {clip(e.got)}") from None
+    except UnicodeDecodeError:
+        raise CliError(option, f"{clip_path(name_or_path)}: is not UTF-8 text") from None
