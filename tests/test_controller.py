@@ -17,7 +17,7 @@ from hal.transfer.layer_plans import LayerPlanner
 from hal.transfer.layouts import KVGeometry
 from hicache_ref.controller import CacheController
 from hicache_ref.pools import DevicePool, HostPool
-from hicache_ref.transfers import TransferCancelled, TransferError
+from hicache_ref.controller_state import TransferCancelled, TransferError
 
 PS = 4
 
