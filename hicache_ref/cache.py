@@ -30,7 +30,7 @@ import torch
 from hicache_ref.allocator import pages_to_slots
 from hicache_ref.controller import CacheController
 from hicache_ref.pools import DevicePool, HostPool
-from hicache_ref.radix import RadixTree, Transfer
+from hicache_ref.radix import RadixTree, TierCopy
 
 
 class RequestResult(NamedTuple):
@@ -84,14 +84,14 @@ class HiCache:
     def _complete(self, acks) -> None:
         for ack in acks:
             t = ack.tag
-            if isinstance(t, Transfer) and t.lock_node is not None and not t.done:
+            if isinstance(t, TierCopy) and t.lock_node is not None and not t.done:
                 self.tree.complete(t)
 
-    def _on_write_back(self, transfers: list[Transfer]) -> None:
-        # One write per transfer (the tree guarantees write-backs of one evict() own disjoint
+    def _on_write_back(self, copies: list[TierCopy]) -> None:
+        # One write per copy (the tree guarantees write-backs of one evict() own disjoint
         # host slots), submitted in the tree's order on the FIFO D2H stream.
         handles = [self.controller.write_pages(t.device_pages, t.host_pages, tag=("write_back", t.num_tokens))
-                   for t in transfers]
+                   for t in copies]
         if self.materialize:  # the tree frees these device slots when we return
             for h in handles:
                 h.wait()

@@ -42,8 +42,7 @@ import numpy as np
 from hicache_ref.allocator import has_duplicates, pages_to_slots, slots_to_pages
 from hicache_ref.controller_state import ControllerState, TransferCancelled, TransferError
 from hicache_ref.direction_worker import STOP, DirectionWorker, Job
-from hicache_ref.pool_mover import PoolMover
-from hicache_ref.transfers import (
+from hicache_ref.handles import (
     Ack,
     ControllerStats,
     DirectionStats,
@@ -51,6 +50,7 @@ from hicache_ref.transfers import (
     TransferHandle,
     WriteHandle,
 )
+from hicache_ref.pool_mover import PoolMover
 
 __all__ = ["Ack", "CacheController", "ControllerStats", "DirectionStats", "LoadHandle", "TransferCancelled",
            "TransferError", "TransferHandle", "WriteHandle"]

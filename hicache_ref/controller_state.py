@@ -1,7 +1,7 @@
 """The cache controller's shared state: what its scheduler thread, direction workers and handles all touch.
 
 One `ControllerState` per controller (hicache_ref.controller), handed to each direction
-worker (hicache_ref.direction_worker) and each handle (hicache_ref.transfers) instead of
+worker (hicache_ref.direction_worker) and each handle (hicache_ref.handles) instead of
 the controller itself, so that none of them reaches into another's privates:
 
 - `lock`: one Condition guarding everything below and the workers' pending counts and

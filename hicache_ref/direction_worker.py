@@ -20,8 +20,8 @@ import numpy as np
 from hal.transfer import kvcacheio
 from hal.transfer.plan import TransferPlan
 from hicache_ref.controller_state import ControllerState, TransferCancelled
+from hicache_ref.handles import Ack, DirectionStats, TransferHandle
 from hicache_ref.pool_mover import PoolMover
-from hicache_ref.transfers import Ack, DirectionStats, TransferHandle
 
 STOP = object()  # queue sentinel: submit what is queued before it, then end
 _CANCELLED = object()

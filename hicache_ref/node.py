@@ -114,8 +114,9 @@ class PageMatch(NamedTuple):
 
 
 @dataclass(eq=False)
-class Transfer:
-    """A copy the caller must perform: kind 'backup' / 'write_back' (D2H) or 'load' (H2D).
+class TierCopy:
+    """A copy between the tiers that the tree asks its caller to perform (the tree moves no
+    bytes): kind 'backup' / 'write_back' (D2H) or 'load' (H2D).
 
     Kept in pages (page p = slots [p*page_size, (p+1)*page_size)); the token slots are
     expanded on first use, so a caller that moves pages (HiCache) never pays for them.
@@ -148,14 +149,14 @@ class InsertResult(NamedTuple):
     adopted_len: int  # tokens of host-only nodes that took the caller's device indices
     new_pages: int
     new_nodes: list[Node]
-    backups: list[Transfer]
+    backups: list[TierCopy]
     last_node: Node
 
 
 class EvictResult(NamedTuple):
     evicted_tokens: int
     freed_device_indices: np.ndarray
-    write_backs: list[Transfer]
+    write_backs: list[TierCopy]
     dropped_nodes: int
 
 

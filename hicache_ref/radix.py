@@ -1,19 +1,19 @@
 """Radix tree of the reference HiCache: which prefix KV lives in L1 (device) and/or L2 (host).
 
 It decides, as SGLang's HiRadixCache does, and never moves bytes: a decision that needs a
-copy comes back as a `Transfer` (device slots <-> host slots) for the caller
+copy comes back as a `TierCopy` (device slots <-> host slots) for the caller
 (hicache_ref.controller) to perform through hal.transfer.kvcacheio.
 - insert -> InsertResult.backups (D2H, the write policy's choice): host slots already
   allocated, nodes locked in L1; call `complete(t)` once the copy has landed.
-- evict -> write-backs (write_back policy, D2H): passed to `on_write_back(transfers)`,
+- evict -> write-backs (write_back policy, D2H): passed to `on_write_back(copies)`,
   which must finish or order the copies, before the device slots are freed.
-- load_back -> one H2D Transfer: device slots allocated (evicting L1 if needed), chain
+- load_back -> one H2D TierCopy: device slots allocated (evicting L1 if needed), chain
   locked; the nodes count as in L1 at once, so call `complete(t)` before reading them.
 
 Keys are the token ids as uint32 little-endian bytes (the hashing byte order), whole
 pages per node; children are keyed by their first page's bytes and prefixes compared with
 bytes.startswith (memcmp): no per-token Python work. Indices are kept per page (page p =
-slots [p*ps, (p+1)*ps)) and expanded only in results (a Transfer's slots on first use);
+slots [p*ps, (p+1)*ps)) and expanded only in results (a TierCopy's slots on first use);
 `match_pages` / `insert_pages` are match_prefix / insert in page numbers, for a caller
 that works in pages (hicache_ref.cache) and so never expands them. Page hashes are
 computed lazily, for the ghost list and `node_hashes` (storage keys). Given allocators (`device`, `host`:
@@ -61,7 +61,7 @@ from hicache_ref.node import (
     MatchResult,
     Node,
     PageMatch,
-    Transfer,
+    TierCopy,
     iter_subtree,
     lock_path,
     node_hashes,
@@ -71,7 +71,7 @@ from hicache_ref.policy import WritePolicy, make_policy
 from hicache_ref.tiers import TierMoves
 
 __all__ = ["EvictHostResult", "EvictResult", "InsertResult", "MatchResult", "Node", "PageMatch", "RadixTree",
-           "Transfer"]
+           "TierCopy"]
 
 
 def _common_pages(a: bytes, off: int, b: bytes, page_bytes: int) -> int:
@@ -97,7 +97,7 @@ def _allocator(x):
 class RadixTree:
     def __init__(self, page_size: int, policy: str | WritePolicy = "write_through_selective", ghost=None,
                  clock: Callable[[], int] | None = None, device=None, host=None,
-                 on_write_back: Callable[[list[Transfer]], None] | None = None):
+                 on_write_back: Callable[[list[TierCopy]], None] | None = None):
         if not isinstance(page_size, int) or page_size <= 0:
             raise ValueError(f"page_size: must be a positive integer, got {page_size!r}")
         self.page_size = page_size
@@ -136,7 +136,7 @@ class RadixTree:
         """`need` pages from a tier's allocator, evicting that tier once if short (TierMoves.take_pages)."""
         return self.tiers.take_pages(allocator, need, evict, partial)
 
-    def evict(self, n_tokens: int, on_write_back: Callable[[list[Transfer]], None] | None = None) -> EvictResult:
+    def evict(self, n_tokens: int, on_write_back: Callable[[list[TierCopy]], None] | None = None) -> EvictResult:
         """Free at least `n_tokens` of L1, LRU leaves first (TierMoves.evict)."""
         return self.tiers.evict(n_tokens, on_write_back)
 
@@ -144,13 +144,13 @@ class RadixTree:
         """Free at least `n_tokens` of L2 from host-only leaves (TierMoves.evict_host)."""
         return self.tiers.evict_host(n_tokens)
 
-    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0) -> Transfer | None:
+    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0) -> TierCopy | None:
         """Give the host-only chain ending at `target` device slots again (TierMoves.load_back)."""
         return self.tiers.load_back(target, min_tokens)
 
-    def complete(self, transfer: Transfer) -> None:
+    def complete(self, copy: TierCopy) -> None:
         """The caller's copy for a backup or load has landed: release its lock (TierMoves.complete)."""
-        self.tiers.complete(transfer)
+        self.tiers.complete(copy)
 
     # -- match -------------------------------------------------------------------
     def _tokens(self, tokens) -> tuple[bytes, int]:
@@ -289,7 +289,7 @@ class RadixTree:
         ps = self.page_size
         return InsertResult(prefix_pages * ps, adopted * ps, (n - off) // P, new_nodes, backups, last)
 
-    def _backups_after_insert(self, path: list[Node]) -> list[Transfer]:
+    def _backups_after_insert(self, path: list[Node]) -> list[TierCopy]:
         if self.host is None or not path:
             return []
         deepest = -1

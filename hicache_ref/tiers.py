@@ -1,6 +1,6 @@
 """Moves of prefix KV between the radix tree's tiers, L1 (device) and L2 (host).
 
-Every copy the tree asks of its caller is built here as a `Transfer`: a backup on insert
+Every copy the tree asks of its caller is built here as a `TierCopy`: a backup on insert
 (which nodes: radix.insert, by write policy and ghost list) and a write-back on eviction
 (D2H), a load_back (H2D). Here too are the evictions that free slots: `evict` (L1,
 writing back or dropping what has no host copy) and `evict_host` (L2, host-only leaves,
@@ -29,7 +29,7 @@ from hicache_ref.node import (
     MatchResult,
     Node,
     PageMatch,
-    Transfer,
+    TierCopy,
     iter_subtree,
     lock_path,
     node_hashes,
@@ -42,7 +42,7 @@ class TierMoves:
     """A radix tree's backups, evictions, write-backs and load_backs (see the module docstring)."""
 
     def __init__(self, root: Node, page_size: int, policy: WritePolicy, ghost=None, device=None, host=None,
-                 on_write_back: Callable[[list[Transfer]], None] | None = None):
+                 on_write_back: Callable[[list[TierCopy]], None] | None = None):
         self.root, self.page_size, self.page_bytes = root, page_size, 4 * page_size
         self.policy, self.ghost, self.device, self.host = policy, ghost, device, host
         self.on_write_back = on_write_back
@@ -85,7 +85,7 @@ class TierMoves:
         return pages
 
     # -- backup (insert) ----------------------------------------------------------
-    def back_up(self, nodes: list[Node]) -> Transfer | None:
+    def back_up(self, nodes: list[Node]) -> TierCopy | None:
         """Give `nodes` (root-first, on device, no host copy) host slots; lock them until complete()."""
         need = sum(len(x.dev) for x in nodes)
         self.lock(nodes[-1])  # keep them in L1 while host eviction runs and the copy is in flight
@@ -98,18 +98,18 @@ class TierMoves:
             x.host, at = pages[at : at + len(x.dev)], at + len(x.dev)
         self.host_pages += need
         dev = np.concatenate([x.dev for x in nodes])
-        return Transfer("backup", nodes, dev, pages, self.page_size, nodes[-1])
+        return TierCopy("backup", nodes, dev, pages, self.page_size, nodes[-1])
 
-    def complete(self, transfer: Transfer) -> None:
+    def complete(self, copy: TierCopy) -> None:
         """The caller's copy for a backup or load has landed: release its lock."""
-        if transfer.done:
-            raise ValueError("transfer: already completed")
-        transfer.done = True
-        if transfer.lock_node is not None:
-            self.unlock(transfer.lock_node)
+        if copy.done:
+            raise ValueError("copy: already completed")
+        copy.done = True
+        if copy.lock_node is not None:
+            self.unlock(copy.lock_node)
 
     # -- eviction ---------------------------------------------------------------------
-    def evict(self, n_tokens: int, on_write_back: Callable[[list[Transfer]], None] | None = None) -> EvictResult:
+    def evict(self, n_tokens: int, on_write_back: Callable[[list[TierCopy]], None] | None = None) -> EvictResult:
         """Free at least `n_tokens` of L1 (fewer if too much is locked), least recently used leaves first.
 
         A node with a host copy keeps it and stays in the tree; one without is written back
@@ -170,14 +170,14 @@ class TierMoves:
             self.device.free_pages(freed_pages)
         return EvictResult(evicted, pages_to_slots(freed_pages, self.page_size), write_backs, dropped)
 
-    def _write_back(self, node: Node) -> Transfer | None:
+    def _write_back(self, node: Node) -> TierCopy | None:
         n = len(node.dev)
         pages = self.take_pages(self.host, n, self.evict_host)
         if pages is None:
             return None
         node.host, dev, node.dev = pages, node.dev, None
         self.host_pages += n
-        return Transfer("write_back", [node], dev, pages, self.page_size)
+        return TierCopy("write_back", [node], dev, pages, self.page_size)
 
     def _drop(self, node: Node) -> int:
         """Remove `node` and its (host-only) subtree; free their host slots. Returns nodes removed."""
@@ -219,12 +219,12 @@ class TierMoves:
         return EvictHostResult(evicted, pages_to_slots(freed_pages, self.page_size))
 
     # -- load back -------------------------------------------------------------------
-    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0) -> Transfer | None:
+    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0) -> TierCopy | None:
         """Give the host-only chain ending at `target` device slots again (H2D), or None.
 
         None when nothing is host-only, the chain is under `min_tokens`, or L1 cannot make
         room. Otherwise the nodes count as in L1 at once (as upstream) and stay locked
-        until `complete(transfer)`: the caller must not read their KV before the copy.
+        until `complete(copy)`: the caller must not read their KV before the copy.
         """
         if self.device is None:
             raise ValueError("load_back: the tree has no device allocator to take slots from")
@@ -250,4 +250,4 @@ class TierMoves:
         self.device_pages += need
         self.note(chain[-1])
         host = np.concatenate([x.host for x in chain])
-        return Transfer("load", chain, pages, host, self.page_size, chain[-1])
+        return TierCopy("load", chain, pages, host, self.page_size, chain[-1])

@@ -12,12 +12,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from conformance import reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
-from hal.transfer import pool_ops as pool_transfer
+from hal.transfer import pool_ops
 from hal.transfer.layer_plans import LayerPlanner
 from hal.transfer.layouts import KVGeometry
 from hicache_ref.controller import CacheController
-from hicache_ref.pools import DevicePool, HostPool
 from hicache_ref.controller_state import TransferCancelled, TransferError
+from hicache_ref.pools import DevicePool, HostPool
 
 PS = 4
 
@@ -72,7 +72,7 @@ def test_backup_then_load_is_bit_identical_and_counts_match_the_plan(emu, attent
         acks = ctl.flush(10)  # one per direction; across directions the order is the watchers'
         assert sorted((a.direction, a.tag) for a in acks) == [("d2h", "w"), ("h2d", "l")]
         s = ctl.stats()
-    full = pool_transfer.plan_for(layout, dp.geom, hp.num_tokens, hi, di, "d2h")
+    full = pool_ops.plan_for(layout, dp.geom, hp.num_tokens, hi, di, "d2h")
     assert (s.d2h.tokens, s.d2h.bytes, s.d2h.segments) == (len(hi), full.nbytes, full.num_segments)
     assert (s.h2d.tokens, s.h2d.bytes, s.h2d.segments) == (len(hi), full.nbytes, full.num_segments)
     assert s.d2h.modeled_seconds == pytest.approx(emu.profile.link.seconds("d2h", full.nbytes, full.num_segments, 1))
@@ -470,7 +470,7 @@ def test_layer0_plans_count_exactly_what_the_full_plan_moves(attention, layout):
              (rng.permutation(size)[:13].astype(np.int64), rng.permutation(size)[:13].astype(np.int64))]
     for hi, di in cases:
         for direction in ("d2h", "h2d"):
-            full = pool_transfer.plan_for(layout, geom, size, hi, di, direction)
+            full = pool_ops.plan_for(layout, geom, size, hi, di, direction)
             one = planner.layer0(direction, hi, di)
             assert one.num_segments * geom.layers == full.num_segments
             assert one.nbytes * geom.layers == full.nbytes

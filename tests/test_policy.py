@@ -105,7 +105,7 @@ def test_write_through_backs_up_on_first_insert_and_locks_until_complete():
     tree.complete(t)
     assert tree.evict(256).evicted_tokens == 8
     assert tree.match_prefix(np.arange(8)).host_len == 8
-    with pytest.raises(ValueError, match="transfer"):
+    with pytest.raises(ValueError, match="copy: already completed"):
         tree.complete(t)
 
 

@@ -1,4 +1,4 @@
-"""What the cache controller hands to the scheduler thread: handles, acks, counters, errors.
+"""What the cache controller hands to the scheduler thread: transfer handles, acks, counters.
 
 A handle stands for one queued transfer. Its backend events appear when the controller's
 submitter thread reaches it, so waiting first waits for the submission, then for the
@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from hicache_ref.controller_state import ControllerState, TransferCancelled, TransferError
+from hicache_ref.controller_state import ControllerState, TransferCancelled
 
 
 class Ack(NamedTuple):
@@ -30,7 +30,7 @@ class DirectionStats:
     bytes: int = 0
     segments: int = 0
     modeled_seconds: float | None = 0.0
-    submit_seconds: float = 0.0  # submitter-thread wall time inside pool_transfer calls
+    submit_seconds: float = 0.0  # submitter-thread wall time inside pool_ops calls
     max_enqueue_seconds: float = 0.0  # longest the scheduler thread spent in write()/load()
 
 
@@ -145,5 +145,4 @@ class LoadHandle(TransferHandle):
         self.wait(timeout)
 
 
-__all__ = ["Ack", "ControllerStats", "DirectionStats", "LoadHandle", "TransferCancelled", "TransferError",
-           "TransferHandle", "WriteHandle"]
+__all__ = ["Ack", "ControllerStats", "DirectionStats", "LoadHandle", "TransferHandle", "WriteHandle"]
