@@ -14,16 +14,17 @@ from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
 from hal.transfer import pool_ops
 from hal.transfer.layer_plans import LayerPlanner
-from hal.transfer.layouts import KVGeometry
 from hicache_ref.controller import CacheController
 from hicache_ref.controller_state import TransferCancelled, TransferError
 from hicache_ref.pools import DevicePool, HostPool
+from hicache_ref.spec import CacheSpec
 
 PS = 4
 
 
 def _geom(attention="mha", layers=3):
-    return KVGeometry(attention, layers, 2 if attention == "mha" else 1, 8, torch.bfloat16, PS)
+    return CacheSpec(page_size=PS, attention=attention, layers=layers, heads=2 if attention == "mha" else 1,
+                     kv_dim=8, dtype="bf16").geometry()
 
 
 def _pools(backend, layout, attention="mha", materialize=True, dev_tokens=64, host_tokens=128):

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from conformance import reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
-from hal.transfer.layouts import KVGeometry
-from hicache_ref.cache import HiCache, synthetic_kv
+from hicache_ref.cache import synthetic_kv
 from hicache_ref.controller import TransferError
+from hicache_ref.spec import CacheSpec
 
 PS = 16
 A = np.arange(0, 96, dtype=np.uint32)  # 6 pages
@@ -21,8 +21,10 @@ U = np.arange(5000, 5128, dtype=np.uint32)  # 8 pages, unrelated
 
 
 def _cache(backend, attention, layout, l1=128, l2=512, policy="write_through"):
-    geom = KVGeometry(attention, 3, 2 if attention == "mha" else 1, 8, torch.bfloat16, PS)
-    return HiCache(geom, l1, l2, backend, layout=layout, policy=policy, materialize=True)
+    spec = CacheSpec(page_size=PS, l1_tokens=l1, l2_tokens=l2, write_policy=policy, host_layout=layout,
+                     attention=attention, layers=3, heads=2 if attention == "mha" else 1, kv_dim=8, dtype="bf16",
+                     materialize=True)
+    return spec.build(backend)
 
 
 def _device_kv_matches(cache, tokens) -> bool:

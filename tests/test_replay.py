@@ -10,9 +10,14 @@ import pytest
 
 from conformance.cli.main import main as cli_main
 from hicache_ref.replay import JSON_KEYS, replay
+from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import TraceRequest, find_trace, read_trace, request_tokens
 
 SMALL = dict(layers=2, kv_dim=8)  # geometry only sets bytes; hit counts do not depend on it
+
+
+def _replay(trace, limit=None, **spec):
+    return replay(CacheSpec(**spec), trace, limit)
 
 
 def _req(ids, n):
@@ -76,7 +81,7 @@ A, B_SHARES_TWO, A_AGAIN, B_CUT = _req([1, 2, 3], 1536), _req([1, 2, 9], 1500), 
 
 
 def test_shared_blocks_hit_exactly_and_partial_pages_never_do():
-    fig = replay([A, B_SHARES_TWO, A_AGAIN, B_CUT], **SMALL)
+    fig = _replay([A, B_SHARES_TWO, A_AGAIN, B_CUT], **SMALL)
     # B shares 2 of A's blocks (1024); A again hits all 1536; B cut to 1400 hits its 21 full pages
     # of B's 23 cached pages (1472 = 1500 rounded down to pages; the partial page is never cached).
     assert fig["l1_hit_tokens"] == 1024 + 1536 + 1344
@@ -86,13 +91,13 @@ def test_shared_blocks_hit_exactly_and_partial_pages_never_do():
 
 
 def test_unlimited_write_through_backs_up_every_new_page_once():
-    fig = replay([A, B_SHARES_TWO, A_AGAIN], write_policy="write_through", **SMALL)
+    fig = _replay([A, B_SHARES_TWO, A_AGAIN], write_policy="write_through", **SMALL)
     assert fig["d2h_tokens"] == 1536 + (1472 - 1024)
     assert fig["h2d_tokens"] == 0 and fig["l2_hit_tokens"] == 0
 
 
 def test_selective_backs_up_on_the_second_hit():
-    fig = replay([A, A_AGAIN, B_SHARES_TWO], **SMALL)
+    fig = _replay([A, A_AGAIN, B_SHARES_TWO], **SMALL)
     # A's node gets its 2nd hit from A again (1536 backed up); B splits it: no new backup for B's tail.
     assert fig["d2h_tokens"] == 1536
 
@@ -103,7 +108,7 @@ UNRELATED = _req([10, 11, 12, 13], 2048)
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
 def test_capacity_forces_eviction_to_l2_and_a_load_back(policy):
     # L1 holds 2048 tokens: the unrelated request evicts A (to L2), and A's return evicts it in turn.
-    fig = replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, write_policy=policy, **SMALL)
+    fig = _replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, write_policy=policy, **SMALL)
     assert (fig["l1_hit_tokens"], fig["l2_hit_tokens"]) == (0, 1536)
     assert fig["h2d_tokens"] == 1536
     assert fig["d2h_tokens"] == 1536 + 2048  # A, then the unrelated request (written through / back)
@@ -111,22 +116,22 @@ def test_capacity_forces_eviction_to_l2_and_a_load_back(policy):
 
 
 def test_without_a_backup_an_evicted_prefix_is_a_miss():
-    fig = replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, **SMALL)  # selective: 1 hit each
+    fig = _replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, **SMALL)  # selective: 1 hit each
     assert fig["l1_hit_tokens"] == fig["l2_hit_tokens"] == fig["d2h_tokens"] == 0
 
 
 def test_no_l2_is_a_plain_radix_cache():
-    fig = replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=0, write_policy="write_through", **SMALL)
+    fig = _replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=0, write_policy="write_through", **SMALL)
     assert fig["l1_hit_tokens"] == fig["l2_hit_tokens"] == fig["d2h_tokens"] == 0
-    fig = replay([A, A_AGAIN], l1_tokens=2048, l2_tokens=0, **SMALL)
+    fig = _replay([A, A_AGAIN], l1_tokens=2048, l2_tokens=0, **SMALL)
     assert fig["l1_hit_tokens"] == 1536
 
 
 def test_capacity_includes_the_live_request():
     # 1500 tokens need 24 pages live (the partial one too): 1472 + 64 > 1500-token L1 of 23 pages.
-    fig = replay([B_SHARES_TWO], l1_tokens=1472, **SMALL)
+    fig = _replay([B_SHARES_TWO], l1_tokens=1472, **SMALL)
     assert fig["truncated_requests"] == 1
-    fig = replay([B_SHARES_TWO], l1_tokens=1536, **SMALL)
+    fig = _replay([B_SHARES_TWO], l1_tokens=1536, **SMALL)
     assert fig["truncated_requests"] == 0
 
 
@@ -135,7 +140,7 @@ def test_materialized_and_symbolic_give_the_same_figures(layout):
     reqs = [A, UNRELATED, A_AGAIN, B_SHARES_TWO, UNRELATED, B_CUT]
     kw = dict(l1_tokens=2560, l2_tokens=8192, write_policy="write_through", host_layout=layout,
               attention="mha", heads=2, kv_dim=4, layers=3)
-    real, symbolic = replay(reqs, materialize=True, **kw), replay(reqs, **kw)
+    real, symbolic = _replay(reqs, materialize=True, **kw), _replay(reqs, **kw)
     assert real["kv_mismatch_tokens"] == 0 and real["l2_hit_tokens"] > 0
     for key in JSON_KEYS:
         if key.endswith("seconds"):
@@ -147,7 +152,7 @@ def test_materialized_and_symbolic_give_the_same_figures(layout):
 def test_replays_are_deterministic_and_free_list_order_does_not_change_hits():
     reqs = [A, UNRELATED, A_AGAIN, B_SHARES_TWO, UNRELATED, B_CUT] * 3
     kw = dict(l1_tokens=2560, l2_tokens=6144, write_policy="write_back", **SMALL)
-    one, two, lifo = replay(reqs, **kw), replay(reqs, **kw), replay(reqs, free_list="lifo", **kw)
+    one, two, lifo = _replay(reqs, **kw), _replay(reqs, **kw), _replay(reqs, free_list="lifo", **kw)
     drop = lambda f: {k: v for k, v in f.items() if "seconds" not in k and k != "tokens_per_second"}  # noqa: E731
     assert drop(one) == drop(two)
     assert (lifo["l1_hit_tokens"], lifo["l2_hit_tokens"]) == (one["l1_hit_tokens"], one["l2_hit_tokens"])
@@ -159,7 +164,7 @@ def test_ghost_list_turns_a_returning_request_into_l2_hits_and_is_reported():
     # before UNRELATED evicts it again, and A's third arrival loads it back from L2.
     reqs = [A, UNRELATED, A_AGAIN, UNRELATED, A_AGAIN]
     kw = dict(l1_tokens=2048, l2_tokens=8192, write_policy="write_through_selective", **SMALL)
-    with_ghost, without = replay(reqs, ghost=True, **kw), replay(reqs, **kw)
+    with_ghost, without = _replay(reqs, ghost=True, **kw), _replay(reqs, **kw)
     assert (without["l1_hit_tokens"], without["l2_hit_tokens"], without["d2h_tokens"]) == (0, 0, 0)
     assert (with_ghost["l1_hit_tokens"], with_ghost["l2_hit_tokens"]) == (0, 1536)
     assert with_ghost["d2h_tokens"] == 1536 + 2048  # A and UNRELATED, each on its proven return
@@ -169,20 +174,26 @@ def test_ghost_list_turns_a_returning_request_into_l2_hits_and_is_reported():
 
 def test_bad_capacity_is_refused_before_running():
     with pytest.raises(ValueError, match="l1_tokens"):
-        replay([A], l1_tokens=10, **SMALL)
+        _replay([A], l1_tokens=10, **SMALL)
     with pytest.raises(ValueError, match="materialize"):
-        replay([A], materialize=True, l1_tokens=1 << 40)
+        _replay([A], materialize=True, l1_tokens=1 << 40)
 
 
 def test_bad_arguments_are_refused_by_name_before_running(tmp_path):
     missing = tmp_path / "no-such-trace.jsonl"  # checked first: the trace is not even read
     for kw, name in ((dict(write_policy="write_around"), "write_policy"), (dict(free_list="random"), "free_list"),
                      (dict(ghost=True, ghost_entries=0), "ghost_entries"), (dict(ghost_entries=2.5), "ghost_entries"),
-                     (dict(limit=-1), "limit")):
-        for trace in (missing, [A]):
-            with pytest.raises(ValueError, match=f"^{name}: "):
-                replay(trace, **kw, **SMALL)
-    assert replay([A], ghost=True, ghost_entries=5, **SMALL)["ghost"]["bound"] == 5
+                     (dict(page_size=0), "page_size"), (dict(l2_tokens=-1), "l2_tokens"), (dict(layers=0), "layers"),
+                     (dict(dtype="int3"), "dtype"), (dict(host_layout="page_head"), "host_layout"),
+                     (dict(ghost=1), "ghost"), (dict(materialize="yes"), "materialize")):
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            CacheSpec(**{**SMALL, **kw})
+    for trace in (missing, [A]):
+        with pytest.raises(ValueError, match="^limit: "):
+            replay(CacheSpec(**SMALL), trace, limit=-1)
+        with pytest.raises(ValueError, match="^spec: "):
+            replay(dict(SMALL), trace)
+    assert _replay([A], ghost=True, ghost_entries=5, **SMALL)["ghost"]["bound"] == 5
 
 
 # -- the CLI -------------------------------------------------------------------------------------
@@ -216,7 +227,7 @@ def test_cli_bad_input_names_the_argument(tmp_path, capsys):
 
 def test_conversation_slice_figures_are_consistent(conversation):
     reqs = read_trace(conversation, limit=300)
-    fig = replay(conversation, limit=300, **SMALL)
+    fig = _replay(conversation, limit=300, **SMALL)
     assert fig["requests"] == 300 and fig["input_tokens"] == sum(r.input_length for r in reqs)
     assert fig["hit_rate"] == (fig["l1_hit_tokens"] + fig["l2_hit_tokens"]) / fig["input_tokens"]
     assert fig["l1_hit_tokens"] > 0 and fig["l1_hit_tokens"] % 64 == 0
@@ -226,7 +237,7 @@ def test_conversation_slice_figures_are_consistent(conversation):
 def test_conversation_slice_materialized_matches_symbolic(conversation):
     kw = dict(limit=120, l1_tokens=120_000, l2_tokens=400_000, write_policy="write_through",
               host_layout="page_first_direct", layers=2, kv_dim=8)
-    real, symbolic = replay(conversation, materialize=True, **kw), replay(conversation, **kw)
+    real, symbolic = _replay(conversation, materialize=True, **kw), _replay(conversation, **kw)
     assert real["kv_mismatch_tokens"] == 0
     for key in ("l1_hit_tokens", "l2_hit_tokens", "d2h_tokens", "h2d_tokens", "d2h_segments", "h2d_segments"):
         assert real[key] == symbolic[key], key

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from conformance.bench.common import emit, machine
 from hicache_ref.replay import replay
+from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import find_trace, read_trace, request_tokens
 
 HELP = "whole-trace replay (no materialization): wall time and tokens/s, vs SGLang's RadixCache if given"
@@ -212,10 +213,11 @@ def run(a) -> int:
     ours, tree_only, cpu = [], [], []
     theirs: dict[str, list[dict]] = {k: [] for k in key_kinds} if peer is not None else {}
     fig = None
+    spec = CacheSpec(page_size=a.page_size, write_policy=a.write_policy, host_layout=a.host_layout)
     for _ in range(a.repeat):
         gc.collect()  # every run starts without the previous run's garbage (trees are cyclic)
         c0 = time.process_time()
-        fig = replay(requests, page_size=a.page_size, write_policy=a.write_policy, host_layout=a.host_layout)
+        fig = replay(spec, requests)
         cpu.append(time.process_time() - c0)
         ours.append(fig["wall_seconds"])
         gc.collect()

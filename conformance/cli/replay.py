@@ -9,6 +9,7 @@ from hal.units import HELP as UNITS
 from hal.units import parse_size
 from hicache_ref.policy import POLICIES
 from hicache_ref.replay import replay, summary_lines
+from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import find_trace
 
 HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, L2 host) and report hits and transfers"
@@ -40,6 +41,15 @@ def _tokens_arg(name: str, text: str | None) -> int | None:
     return None if text is None else parse_size(text, name=name)
 
 
+def spec_from_args(a) -> CacheSpec:
+    """The CacheSpec the command line describes."""
+    return CacheSpec(page_size=a.page_size, l1_tokens=_tokens_arg("--l1-tokens", a.l1_tokens),
+                     l2_tokens=_tokens_arg("--l2-tokens", a.l2_tokens), write_policy=a.write_policy, ghost=a.ghost,
+                     ghost_entries=a.ghost_entries, free_list=a.free_list, host_layout=a.host_layout,
+                     attention=a.attention, layers=a.layers, heads=a.heads, kv_dim=a.kv_dim, dtype=a.dtype,
+                     profile=a.profile, materialize=a.materialize)
+
+
 def run(a) -> int:
     trace = a.trace or find_trace("conversation_trace.jsonl")
     if trace is None:
@@ -47,11 +57,7 @@ def run(a) -> int:
                          "(set HICACHE_TRACES or pass --trace PATH)")
     if a.limit is not None and a.limit < 0:
         raise ValueError(f"--limit: must be non-negative, got {a.limit}")
-    fig = replay(trace, page_size=a.page_size, l1_tokens=_tokens_arg("--l1-tokens", a.l1_tokens),
-                 l2_tokens=_tokens_arg("--l2-tokens", a.l2_tokens), write_policy=a.write_policy, ghost=a.ghost,
-                 ghost_entries=a.ghost_entries, free_list=a.free_list, limit=a.limit, materialize=a.materialize,
-                 layers=a.layers, kv_dim=a.kv_dim, attention=a.attention, heads=a.heads, dtype=a.dtype,
-                 host_layout=a.host_layout, profile=a.profile)
+    fig = replay(spec_from_args(a), trace, a.limit)
     fig["trace"] = str(trace)
     if a.json:
         print(json.dumps(fig, indent=2))

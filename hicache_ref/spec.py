@@ -1,0 +1,131 @@
+"""One spec object that describes a reference HiCache and builds it (like vLLM's OffloadingSpec).
+
+`CacheSpec` holds everything a cache needs to be built: the KV geometry (attention,
+layers, heads, kv_dim, dtype, page size), the tier capacities, write policy, ghost list,
+free-list order, host layout, hardware profile, backend and whether pools hold real
+bytes. Every field is checked once, when the spec is made (ValueError naming the field,
+before anything is built); capacities that depend on a trace (None: unlimited, i.e. sized
+to the whole trace) are resolved by `capacities`, and `build` returns the HiCache (tree,
+pools and controller). hicache_ref.replay, the `hicache replay` / `bench replay` commands
+and the tests all build caches from a spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hal.backend import get_backend
+from hal.transfer.layouts import HOST_LAYOUTS, MLA_LAYOUTS, KVGeometry, parse_dtype, positive_int
+from hicache_ref.allocator import ORDERS
+from hicache_ref.cache import HiCache
+from hicache_ref.ghost import GhostList
+from hicache_ref.policy import POLICIES
+
+MATERIALIZE_LIMIT_BYTES = 16 << 30  # refuse pools larger than this: a typo should not eat the host
+MIN_GHOST_ENTRIES = 1024  # the ghost list's default bound: L1 pages, at least this many
+
+# The P800 seed configuration (MLA latent, 78 layers, kv_dim 576, bf16): byte counts and
+# modeled seconds are the ones that deployment would see.
+# TODO(merge): use hal.transfer.seed (the seed geometry's one definition) for these defaults.
+SEED_ATTENTION, SEED_LAYERS, SEED_HEADS, SEED_KV_DIM, SEED_DTYPE = "mla", 78, 1, 576, "bf16"
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected True or False, got {value!r}")
+    return value
+
+
+def _one_of(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}: {value!r} is not one of {', '.join(choices)}")
+
+
+def _tokens_or_none(name: str, value) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{name}: expected a non-negative number of tokens, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """What to build: geometry, capacities (tokens; None: unlimited), policies, layout, backend."""
+
+    page_size: int = 64
+    l1_tokens: int | None = None  # device (L1) capacity; None: the whole trace
+    l2_tokens: int | None = None  # host (L2) capacity; 0: no L2; None: the whole trace
+    write_policy: str = "write_through_selective"
+    ghost: bool = False
+    ghost_entries: int | None = None  # None: L1 pages, at least MIN_GHOST_ENTRIES
+    free_list: str = "fifo"
+    host_layout: str = "layer_first"
+    attention: str = SEED_ATTENTION
+    layers: int = SEED_LAYERS
+    heads: int = SEED_HEADS
+    kv_dim: int = SEED_KV_DIM  # MLA latent width, or the head dim for MHA
+    dtype: str = SEED_DTYPE
+    profile: str | None = "emu"  # hardware profile of the backend made when `backend` is None
+    backend: Any = None  # a hal backend to run on; None: an emu backend of `profile`, owned by the caller of open_backend
+    materialize: bool = False  # real KV pools and bytes, every hit checked
+
+    def __post_init__(self):
+        positive_int("page_size", self.page_size)
+        _tokens_or_none("l1_tokens", self.l1_tokens)
+        _tokens_or_none("l2_tokens", self.l2_tokens)
+        if self.l1_tokens is not None and self.l1_tokens < self.page_size:
+            raise ValueError(f"l1_tokens: {self.l1_tokens} holds no whole page of {self.page_size} tokens")
+        _one_of("write_policy", self.write_policy, POLICIES)
+        _flag("ghost", self.ghost)
+        if self.ghost_entries is not None:
+            positive_int("ghost_entries", self.ghost_entries)
+        _one_of("free_list", self.free_list, ORDERS)
+        _one_of("attention", self.attention, ("mla", "mha"))
+        for name in ("layers", "heads", "kv_dim"):
+            positive_int(name, getattr(self, name))
+        parse_dtype(self.dtype)
+        _one_of("host_layout", self.host_layout, MLA_LAYOUTS if self.attention == "mla" else HOST_LAYOUTS)
+        _flag("materialize", self.materialize)
+        self.geometry()  # what KVGeometry itself checks (e.g. MLA has one head)
+
+    def geometry(self) -> KVGeometry:
+        """The KV geometry this spec describes."""
+        return KVGeometry(self.attention, self.layers, self.heads, self.kv_dim, parse_dtype(self.dtype),
+                          self.page_size)
+
+    def geometry_config(self) -> dict:
+        """The geometry as the figures report it (the names and values given)."""
+        return dict(attention=self.attention, layers=self.layers, heads=self.heads, kv_dim=self.kv_dim,
+                    dtype=self.dtype)
+
+    def capacities(self, whole_tokens: int = 0) -> tuple[int, int]:
+        """(L1, L2) in tokens, rounded down to whole pages; an unlimited tier holds `whole_tokens`
+        (at least one page). ValueError if materialized pools would exceed MATERIALIZE_LIMIT_BYTES."""
+        ps = self.page_size
+        unlimited = max(whole_tokens, ps)
+        l1, l2 = (unlimited if t is None else t // ps * ps for t in (self.l1_tokens, self.l2_tokens))
+        token_bytes = self.geometry().token_bytes
+        if self.materialize and (l1 + l2) * token_bytes > MATERIALIZE_LIMIT_BYTES:
+            raise ValueError(f"materialize: pools of {(l1 + l2) * token_bytes / 2**30:.1f} GiB exceed "
+                             f"{MATERIALIZE_LIMIT_BYTES >> 30} GiB; give l1/l2 capacities, a limit, or a smaller "
+                             "geometry")
+        return l1, l2
+
+    @property
+    def sync(self) -> bool:
+        """Apply completions before each request: whenever eviction is possible (finite capacity,
+        or real bytes), so figures do not depend on thread timing."""
+        return self.materialize or self.l1_tokens is not None or self.l2_tokens is not None
+
+    def open_backend(self) -> tuple[Any, bool]:
+        """(backend, owned): the spec's backend, or a new emu backend of `profile` that the caller closes."""
+        if self.backend is not None:
+            return self.backend, False
+        return get_backend("emu", self.profile), True
+
+    def build(self, backend, whole_tokens: int = 0) -> HiCache:
+        """The HiCache this spec describes on `backend` (see capacities for `whole_tokens`)."""
+        l1, l2 = self.capacities(whole_tokens)
+        bound = self.ghost_entries if self.ghost_entries is not None else max(l1 // self.page_size, MIN_GHOST_ENTRIES)
+        return HiCache(self.geometry(), l1, l2, backend, layout=self.host_layout, policy=self.write_policy,
+                       ghost=GhostList(bound) if self.ghost else None, order=self.free_list,
+                       materialize=self.materialize, sync=self.sync)
