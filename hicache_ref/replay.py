@@ -19,6 +19,7 @@ hicache_ref.spec.CacheSpec; its default geometry is the P800 seed configuration.
 from __future__ import annotations
 
 import time
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from hicache_ref.cache import HiCache
@@ -29,8 +30,9 @@ JSON_KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_
              "d2h_bytes", "h2d_bytes", "d2h_segments", "h2d_segments", "modeled_transfer_seconds", "wall_seconds")
 
 
-def replay(spec: CacheSpec, trace: str | Path | list[TraceRequest], limit: int | None = None) -> dict:
-    """Replay the first `limit` requests of `trace` (a JSONL path or read requests; all when None)
+def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest], limit: int | None = None) -> dict:
+    """Replay the first `limit` requests of `trace` (a JSONL path, a packaged trace from
+    find_trace, or a list of read requests; all when None)
     on the cache `spec` describes, and return the figures (JSON_KEYS and more)."""
     if not isinstance(spec, CacheSpec):
         raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
@@ -38,7 +40,7 @@ def replay(spec: CacheSpec, trace: str | Path | list[TraceRequest], limit: int |
         raise ValueError(f"limit: expected a non-negative integer, got {limit!r}")
     ps = spec.page_size
     t_read = time.perf_counter()
-    requests = read_trace(trace, limit) if isinstance(trace, (str, Path)) else list(trace)[:limit]
+    requests = list(trace)[:limit] if isinstance(trace, (list, tuple)) else read_trace(trace, limit)
     read_seconds = time.perf_counter() - t_read
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
     l1, l2 = spec.capacities(whole)  # checked before a backend or pool exists

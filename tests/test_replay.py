@@ -1,6 +1,7 @@
 """Trace replay: exact hit counts on hand-made traces, capacities, L2 hits, CLI figures, real-trace slices."""
 
 import contextlib
+import gzip
 import io
 import json
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from conformance.cli.main import main as cli_main
 from hicache_ref.replay import JSON_KEYS, replay
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import TraceRequest, find_trace, read_trace, request_tokens
+from hicache_ref.trace import TraceRequest, find_trace, packaged_traces, read_trace, request_tokens
 
 SMALL = dict(layers=2, kv_dim=8)  # geometry only sets bytes; hit counts do not depend on it
 
@@ -35,8 +36,7 @@ def _write_trace(path: Path, reqs) -> Path:
 @pytest.fixture(scope="module")
 def conversation():
     path = find_trace("conversation_trace.jsonl")
-    if path is None:
-        pytest.skip("shared traces absent: set HICACHE_TRACES or place shared/ beside the repository")
+    assert path is not None, "the packaged conversation trace is missing"
     return path
 
 
@@ -250,3 +250,82 @@ def test_bench_replay_runs_and_reports(tmp_path):
     assert rc == 0 and result["requests"] == 3
     assert result["ours"]["hit_tokens"] == result["ours_tree_only"]["hit_tokens"] == 1024 + 1536
     assert cli_main(["bench", "replay", "--trace", str(path), "--sglang-root", str(tmp_path)]) == 2
+
+
+# -- the packaged traces -------------------------------------------------------------------------
+
+PACKAGED = ("conversation_trace.jsonl.gz", "synthetic_trace.jsonl.gz", "LICENSE-APACHE", "README.md")
+
+
+def test_the_mooncake_traces_ship_in_the_package_with_their_license(monkeypatch, tmp_path):
+    monkeypatch.delenv("HICACHE_TRACES", raising=False)
+    monkeypatch.chdir(tmp_path)  # found through the package, not the working directory
+    folder = packaged_traces()
+    assert all((folder / name).is_file() for name in PACKAGED)
+    assert "Apache License" in (folder / "LICENSE-APACHE").read_text()
+    assert "kvcache-ai/Mooncake" in (folder / "README.md").read_text()
+    conv, synth = find_trace("conversation_trace.jsonl"), find_trace("synthetic_trace.jsonl")
+    assert conv.name == "conversation_trace.jsonl.gz" and synth.name == "synthetic_trace.jsonl.gz"
+    assert (len(read_trace(conv)), len(read_trace(synth))) == (12031, 3993)
+    assert find_trace("no_such_trace.jsonl") is None
+
+
+def test_pyproject_package_data_covers_every_packaged_trace_file():
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["hicache_ref"]
+    for name in PACKAGED:
+        assert any(fnmatch.fnmatch(f"traces/{name}", g) for g in globs), name
+
+
+def test_gzipped_user_traces_read_like_plain_ones_and_hicache_traces_overrides(monkeypatch, tmp_path):
+    plain = _write_trace(tmp_path / "mine.jsonl", [A, B_SHARES_TWO, A_AGAIN])
+    packed = tmp_path / "packed" / "mine.jsonl.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert read_trace(packed) == read_trace(plain)
+    assert [(r.input_length, r.hash_ids) for r in read_trace(str(packed), limit=2)] == [(1536, (1, 2, 3)),
+                                                                                      (1500, (1, 2, 9))]
+    monkeypatch.setenv("HICACHE_TRACES", str(packed.parent))
+    assert find_trace("mine.jsonl") == packed  # the .gz of the name asked for
+    monkeypatch.setenv("HICACHE_TRACES", str(tmp_path))
+    assert find_trace("mine.jsonl") == plain
+    assert find_trace("conversation_trace.jsonl").name == "conversation_trace.jsonl.gz"  # else the packaged one
+
+
+@pytest.mark.slow
+def test_replay_and_bench_replay_work_from_a_wheel_install_with_no_checkout(tmp_path):
+    """Build a wheel from the sources, install it in a fresh venv (torch etc. from this
+    interpreter's site-packages), and run both commands on their default trace elsewhere."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import venv
+
+    root = Path(__file__).resolve().parent.parent
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info", "build")
+    for pkg in ("hal", "hicache_ref", "conformance", "hardware_profiles"):
+        shutil.copytree(root / pkg, src / pkg, ignore=skip)
+    shutil.copy(root / "pyproject.toml", src)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HICACHE_TRACES")}
+    run = lambda *cmd, **kw: subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, **kw)  # noqa: E731
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"),
+        str(src))
+    shutil.rmtree(src)  # no checkout beside the install
+    venv.create(tmp_path / "venv", system_site_packages=True, with_pip=False)
+    py = str(tmp_path / "venv" / "bin" / "python")
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    run(sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", "--no-index", "-q", str(wheel))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    fig = json.loads(run(py, "-m", "conformance.cli.main", "replay", "--limit", "20", "--layers", "2", "--json",
+                         cwd=elsewhere).stdout)
+    assert fig["requests"] == 20 and fig["trace"].startswith(str(tmp_path / "venv"))
+    assert fig["trace"].endswith("conversation_trace.jsonl.gz")
+    bench = json.loads(run(py, "-m", "conformance.cli.main", "bench", "replay", "--limit", "20", "--repeat", "1",
+                           "--json", cwd=elsewhere).stdout)
+    assert bench["requests"] == 20 and bench["trace"] == fig["trace"]

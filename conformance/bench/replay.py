@@ -1,6 +1,6 @@
 """`hicache bench replay`: wall time and tokens/s of a whole-trace replay, against SGLang's RadixCache.
 
-Ours: `hicache_ref.replay.replay` over the whole trace (default: the shared conversation
+Ours: `hicache_ref.replay.replay` over the whole trace (default: the packaged conversation
 trace, 12,031 requests, 145M input tokens, page 64, unlimited capacity, not materialized),
 timed end to end: token arrays, tree, pools, controller threads, drain.
 
@@ -41,7 +41,8 @@ _SGLANG_STUBBED = ("sglang.kernels", "sglang.srt.configs", "sglang.srt.mem_cache
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--trace", help="Mooncake JSONL trace (default: the shared conversation_trace.jsonl)")
+    p.add_argument("--trace", help="Mooncake JSONL trace, .jsonl or .jsonl.gz (default: the packaged "
+                   "conversation_trace.jsonl.gz)")
     p.add_argument("--page-size", type=int, default=64)
     p.add_argument("--write-policy", default="write_through_selective")
     p.add_argument("--host-layout", default="layer_first")
@@ -202,7 +203,8 @@ def run_tree_only(requests, page_size: int) -> dict:
 def run(a) -> int:
     trace = a.trace or find_trace("conversation_trace.jsonl")
     if trace is None:
-        raise ValueError("--trace: not given and no shared conversation_trace.jsonl found (set HICACHE_TRACES)")
+        raise ValueError("--trace: not given and no conversation_trace.jsonl found (neither in $HICACHE_TRACES "
+                         "nor packaged: reinstall the package or pass --trace PATH)")
     if a.repeat < 1:
         raise ValueError(f"--repeat: must be at least 1, got {a.repeat}")
     requests = read_trace(trace, a.limit)

@@ -16,7 +16,8 @@ HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, 
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--trace", help="Mooncake JSONL trace (default: the shared conversation_trace.jsonl)")
+    p.add_argument("--trace", help="Mooncake JSONL trace, .jsonl or .jsonl.gz (default: the packaged "
+                   "conversation_trace.jsonl.gz)")
     p.add_argument("--page-size", type=int, default=64)
     p.add_argument("--l1-tokens", help=f"device (L1) capacity in tokens, e.g. 2M (2,000,000; {UNITS}); "
                    "omitted: unlimited")
@@ -53,8 +54,8 @@ def spec_from_args(a) -> CacheSpec:
 def run(a) -> int:
     trace = a.trace or find_trace("conversation_trace.jsonl")
     if trace is None:
-        raise ValueError("--trace: not given and no shared conversation_trace.jsonl found "
-                         "(set HICACHE_TRACES or pass --trace PATH)")
+        raise ValueError("--trace: not given and no conversation_trace.jsonl found (neither in $HICACHE_TRACES "
+                         "nor packaged: reinstall the package or pass --trace PATH)")
     if a.limit is not None and a.limit < 0:
         raise ValueError(f"--limit: must be non-negative, got {a.limit}")
     fig = replay(spec_from_args(a), trace, a.limit)
