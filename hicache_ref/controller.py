@@ -3,10 +3,13 @@
 The scheduler thread only enqueues: `write` (D2H backup) and `load` (H2D load-back) put a
 job on a queue and return a handle at once, because a submission can be slow (the seed
 measured 1.3 s per inline D2H submission on P800). Two daemon submitter threads, one per
-direction, each run jobs on their own backend stream through `hal.transfer.pool_ops` (the only
-way this package moves bytes): a backup is one all-layer submission, a load one submission
+direction, each run jobs on their own backend stream through hicache_ref.pool_mover
+(`hal.transfer.pool_ops`): a backup is one all-layer submission, a load one submission
 per layer so compute on layer i can wait on layer i alone (`LoadHandle.layer_event`).
-The threads of one direction live in hicache_ref.direction_worker. Indices are checked on
+Unmaterialized pools (no buffers) are priced on the modeled clock instead, batched, with
+the same counters. The threads of one direction live in hicache_ref.direction_worker;
+what they share with the scheduler thread (lock, acks, fail-stop error, cancel flag) is
+one hicache_ref.controller_state.ControllerState. Indices are checked on
 the scheduler thread before anything is queued (equal lengths, in the pools, whole
 page-aligned pages, no destination page twice): ValueError naming the argument.
 `write_pages` / `load_pages` take page numbers instead of token slots (what the radix
@@ -15,8 +18,8 @@ tree hands out), so their checks run per page.
 Completion: a watcher thread per direction waits the stream's events in order (a stream
 completes in submission order) and queues an `Ack`; `poll()` hands the acks to the
 scheduler thread in completion order within a direction, and across the two directions in
-the order the watchers saw the completions (which can trail the device by a thread wake-up). Errors: a failure while submitting
-or reported by an event makes the controller fail-stop: the next scheduler call (`poll`,
+the order the watchers saw the completions (which can trail the device by a thread
+wake-up). Errors: a failure while submitting or reported by an event makes the controller fail-stop: the next scheduler call (`poll`,
 `write`, `load`, `flush`, a handle's wait) raises `TransferError` with the direction, tag
 and size, and so does every later one, so an error cannot be lost by a caller that drops
 one exception. `shutdown(timeout, drain)` drains or cancels and never hangs: a thread
@@ -59,11 +62,8 @@ DIRECTIONS = ("d2h", "h2d")
 
 
 class CacheController:
-    """Queues D2H backups and H2D loads between `device_pool` and `host_pool` on `backend`.
-
-    Pools without buffers (not materialized) run symbolically: plans, counts and the
-    modeled clock advance, no byte moves.
-    """
+    """Queues D2H backups and H2D loads between `device_pool` and `host_pool` on `backend`
+    (both pools materialized, or neither: then jobs are priced, not copied)."""
 
     def __init__(self, device_pool, host_pool, backend):
         if device_pool.geom != host_pool.geom:

@@ -35,11 +35,8 @@ class Node:
         self.hashes: list[bytes] | None = None  # per-page chained SHA-256, filled lazily
 
     @property
-    def evicted(self) -> bool:
-        return self.dev is None
-
-    @property
     def backed_up(self) -> bool:
+        """Whether the node has a host (L2) copy."""
         return self.host is not None
 
     def __repr__(self) -> str:
