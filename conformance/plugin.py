@@ -39,9 +39,6 @@ MARKERS = {
     "needs_modeled_clock": "needs a backend whose events carry modeled time from the profile's link model",
     "needs_host_registration": "needs a backend that registers (pins) host memory for DMA",
 }
-# Profiles a backend gets when --profile is not given; other backends get a profile of their
-# own name if one ships, otherwise none (suites that need one then skip and say so).
-DEFAULT_PROFILES = {"emu": "emu", "xpu": "p800"}
 
 _STATE = pytest.StashKey[dict]()
 
@@ -63,10 +60,17 @@ def backend_modules(config: pytest.Config) -> list[str]:
 
 
 def default_profile_name(backend: str) -> str | None:
-    if backend in DEFAULT_PROFILES:
-        return DEFAULT_PROFILES[backend]
-    from hardware_profiles.model import list_profiles
+    """The profile a backend gets when --profile is not given: its own `default_profile`, else a
+    profile of its name if one ships, else none (suites that need one then skip and say so)."""
+    from hal.backend import backend_class
+    from hardware_profiles import list_profiles
 
+    try:
+        own = getattr(backend_class(backend), "default_profile", None)
+    except ImportError:  # a backend that cannot import here has no say
+        own = None
+    if own is not None:
+        return own
     return backend if backend in list_profiles() else None
 
 
@@ -96,7 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _load_profile(name: str):
-    from hardware_profiles.model import load_profile
+    from hardware_profiles import load_profile
 
     try:
         return load_profile(name)

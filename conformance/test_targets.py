@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hardware_profiles.model import SEED_PLAN, seed_plan
+from hal.transfer.seed import SEED_GEOMETRY, SEED_TOKENS, seed_plan
 
-# The P800 seed transfer (hardware_profiles.model.SEED_PLAN). Its segment counts come from the seed
+# The P800 seed transfer (hal.transfer.seed). Its segment counts come from the seed
 # work and hold on any device: page_first_direct makes one descriptor per (page, layer) =
 # 512 * 78, layer_first one per layer.
 SEED_SEGMENTS = {"layer_first": 78, "page_first_direct": 39_936}
@@ -18,7 +18,7 @@ METRIC_OF_LAYOUT = {"layer_first": "plan_segments_layer_first_seed",
 @pytest.mark.parametrize("layout", list(SEED_SEGMENTS))
 def test_seed_plan_segments_meet_targets(profile, layout, direction):
     plan = seed_plan(layout, direction)
-    assert plan.nbytes == SEED_PLAN["tokens"] * SEED_PLAN["layers"] * SEED_PLAN["head_dim"] * 2  # every byte, once
+    assert plan.nbytes == SEED_TOKENS * SEED_GEOMETRY.layout_dim == 32768 * 78 * 576 * 2  # every byte, once
     targets = [t for t in (profile.targets if profile is not None else ()) if t.metric == METRIC_OF_LAYOUT[layout]]
     if not targets:  # no profile, or one without this target: the seed work's own number
         assert plan.num_segments == SEED_SEGMENTS[layout]

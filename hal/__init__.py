@@ -1,4 +1,10 @@
-"""Hardware-abstraction layer: transfer op set and planner, host memory, topology, backends."""
+"""Hardware-abstraction layer: the backend contract and what it is built from.
+
+`backend` (the contract: TransferEngine + HostRegistrar + TopologySource), `registry` (backend
+names -> classes, get_backend), `checks` (argument checks), `transfer/` (layouts, planner, op set,
+CPU copy engine, seed transfer, Direction), `memory/` (host buffers and registration),
+`topology/` (NUMA/PCIe model and sources, binding planner), `backends/` (emu, count, cuda, xpu).
+"""
 
 from hal.backend import Backend, Capabilities, Event, Stream, available_backends, get_backend
 

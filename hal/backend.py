@@ -1,36 +1,47 @@
-"""The backend contract: what every device (emu, cuda, xpu, out-of-tree) implements.
+"""The backend contract: what every device (emu, count, cuda, xpu, out-of-tree) implements.
 
-A backend moves bytes described by a `TransferPlan` (hal.transfer.plan) on a `Stream`, and reports
-completion through an `Event`. Nothing outside `hal/backends/` knows which backend runs;
-callers get one from `get_backend(name, profile)`.
+A Backend is three contracts, one per interface of the design card:
+- `TransferEngine`: device buffers, streams and events, and `execute`, which moves the bytes a
+  `TransferPlan` (hal.transfer.plan) describes;
+- `HostRegistrar`: `register_host` / `unregister_host`, making host memory ready for DMA;
+- `TopologySource`: `topology`, the NUMA nodes and accelerators the backend runs on.
 
-Out-of-tree backends register under the entry-point group ``hicache.backends``
-(name = class path), like vLLM's platform plugins.
+Like tinygrad's runtime, the public methods validate and dispatch once and a backend fills only
+underscore hooks: `_execute` gets a checked plan whose direction is known, `_register_range`
+gets one range of a registration already split and rolled back on failure. Nothing outside
+`hal/backends/` knows which backend runs; callers get one from `get_backend(name, profile)`
+(hal.registry, re-exported here).
 """
 
 from __future__ import annotations
 
 import abc
-import threading
-from importlib import metadata
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
-if TYPE_CHECKING:
-    from hal.topology.model import Topology
-    from hal.transfer.plan import TransferPlan
+from hal.checks import positive_int
+from hal.memory.registration import HostRegistration, register_ranges, release
+from hal.registry import ENTRY_POINT_GROUP, available_backends, backend_class, get_backend, register
+from hal.topology.discover import discover, has_hardware
+from hal.topology.model import Topology
+from hal.transfer.direction import Direction
+from hal.transfer.plan import CopyGroup, TransferPlan, check_group
 
-ENTRY_POINT_GROUP = "hicache.backends"
+__all__ = [
+    "ENTRY_POINT_GROUP", "Backend", "Capabilities", "Event", "HostRegistrar", "HostRegistration", "Stream",
+    "TopologySource", "TransferEngine", "available_backends", "backend_class", "get_backend", "register",
+]
 
 
 class Capabilities(NamedTuple):
     name: str
     available: bool
     reason: str  # why the backend cannot run here, "" when it can
-    device_type: str  # torch device type of device buffers ("cpu" on emu)
+    device_type: str  # torch device type of device buffers ("cpu" on emu, "meta" on count)
     modeled_clock: bool  # events carry modeled seconds from the profile's link model
     host_registration: bool  # register_host pins/maps memory for DMA
+    moves_bytes: bool = True  # False: plans are priced, not run (the count backend)
 
 
 class Event(abc.ABC):
@@ -41,7 +52,8 @@ class Event(abc.ABC):
         """Block the caller; re-raise the failure of the work it covers."""
 
     @abc.abstractmethod
-    def query(self) -> bool: ...
+    def query(self) -> bool:
+        """True when the covered work is complete (never blocks)."""
 
     # Seconds on the stream's modeled clock when the covered work ends (None: not modeled).
     modeled_time: float | None = None
@@ -51,22 +63,140 @@ class Stream(abc.ABC):
     """An in-order queue of work. Submissions return at once."""
 
     @abc.abstractmethod
-    def record(self) -> Event: ...
+    def record(self) -> Event:
+        """An event completing when everything submitted so far has run."""
 
     @abc.abstractmethod
     def wait_event(self, event: Event) -> None:
         """Later work on this stream starts after `event` (the caller does not block)."""
 
     @abc.abstractmethod
-    def synchronize(self) -> None: ...
+    def synchronize(self) -> None:
+        """Block until everything submitted so far has run; re-raise its failure."""
 
     def close(self) -> None:
         """Let queued work finish, then release the stream (threads, handles)."""
         return None
 
 
-class Backend(abc.ABC):
+class TransferEngine(abc.ABC):
+    """Device buffers, streams, and plans executed on them."""
+
     name: str = "?"
+    device_type: str = "cpu"  # torch device type of the buffers alloc_device returns
+    stream_type: type[Stream] = Stream  # the streams execute accepts (this backend's own)
+    # True: a plan naming its buffers by symbolic keys (built without memory) is priced and
+    # queued instead of refused; its direction is the one the planner set.
+    runs_symbolic_plans: bool = False
+
+    @abc.abstractmethod
+    def alloc_device(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A buffer in this backend's device memory."""
+
+    def is_device(self, tensor: torch.Tensor) -> bool:
+        """True when `tensor` lives in this backend's device memory (decides d2h vs h2d)."""
+        return tensor.device.type == self.device_type and self.device_type != "cpu"
+
+    @abc.abstractmethod
+    def new_stream(self) -> Stream:
+        """A new in-order stream, independent of the others."""
+
+    @abc.abstractmethod
+    def default_stream(self) -> Stream:
+        """The stream `execute` uses when given none."""
+
+    def execute(self, plan: TransferPlan, stream: Stream | None = None) -> Event:
+        """Enqueue `plan` on `stream` (default stream if None); return its completion event.
+
+        Every group is checked first (ValueError naming it: bounds, contiguity, buffers this
+        backend can reach) and `plan.direction` is set from which side is device memory, so a
+        bad plan fails here with nothing queued.
+        """
+        if stream is not None and not isinstance(stream, self.stream_type):
+            raise ValueError(f"stream: {stream!r} is not a stream of backend {self.name!r}")
+        if binds_memory(plan) or not self.runs_symbolic_plans:
+            for i, g in enumerate(plan.groups):
+                check_group(plan.op, i, g)
+                self._check_buffers(plan.op, i, g)
+            if plan.groups:
+                g = plan.groups[0]
+                plan.direction = Direction.of(self._on_device(g.src), self._on_device(g.dst))
+        return self._execute(plan, stream or self.default_stream())
+
+    def _on_device(self, buffer: Any) -> bool:
+        return isinstance(buffer, torch.Tensor) and self.is_device(buffer)
+
+    def _check_buffers(self, op: str, i: int, group: CopyGroup) -> None:
+        """Hook: refuse a group whose tensors this backend cannot reach (ValueError)."""
+        return None
+
+    @abc.abstractmethod
+    def _execute(self, plan: TransferPlan, stream: Stream) -> Event:
+        """Hook: queue a checked plan (direction set) on `stream`; return its completion event."""
+
+    def model_seconds(self, plan: TransferPlan) -> float | None:
+        """Seconds `plan` costs on this backend's modeled clock; None where there is no model
+        (real devices) or the profile leaves a needed value unknown."""
+        return None
+
+
+def binds_memory(plan: TransferPlan) -> bool:
+    """True when the plan's buffers are tensors, not the symbolic keys of a plan built without memory."""
+    return bool(plan.groups) and isinstance(plan.groups[0].src, torch.Tensor)
+
+
+class HostRegistrar:
+    """Host memory made ready for DMA (pinned, mapped), range by range."""
+
+    name: str = "?"
+    # Largest range one `_register_range` call may get; None: no limit known.
+    max_registration_bytes: int | None = None
+
+    def register_host(self, address: int, nbytes: int) -> HostRegistration:
+        """Register [address, address+nbytes) for DMA; returns the handle for unregister_host.
+
+        The range is split at max_registration_bytes; if one piece fails, the pieces before it
+        are unregistered and the failure is raised: all or nothing.
+        """
+        address, nbytes = positive_int("address", address), positive_int("nbytes", nbytes)
+        ranges = register_ranges(self._register_range, self._unregister_range, address, nbytes,
+                                 self.max_registration_bytes)
+        return HostRegistration(address, nbytes, ranges)
+
+    def unregister_host(self, handle: HostRegistration) -> None:
+        """Undo register_host; every piece is released even if one fails (then RuntimeError)."""
+        if not isinstance(handle, HostRegistration):
+            raise ValueError(f"handle: {handle!r} did not come from {self.name}.register_host")
+        errors = release(self._unregister_range, handle.ranges)
+        if errors:
+            raise RuntimeError("; ".join(str(e) for e in errors))
+
+    def _register_range(self, address: int, nbytes: int) -> Any:
+        """Hook: register one range; returns what `_unregister_range` needs. Default: nothing to do."""
+        return None
+
+    def _unregister_range(self, handle: Any) -> None:
+        """Hook: undo one `_register_range`."""
+        return None
+
+
+class TopologySource:
+    """The machine a backend runs on, as hal.topology models it (from the backend's
+    `capabilities()` and `profile`, which Backend supplies)."""
+
+    profile: Any = None
+
+    def topology(self) -> Topology:
+        """Real sysfs when this backend drives hardware here, else its profile's emulated box."""
+        return discover(self.profile, hardware=has_hardware(self.capabilities()))
+
+
+class Backend(TransferEngine, HostRegistrar, TopologySource):
+    """A device: transfer engine + host registrar + topology source, bound to a hardware profile."""
+
+    # Profile a run gets when none is named (`hicache conform`, the plugin); None: a profile
+    # named like the backend if one ships, else none.
+    default_profile: str | None = None
 
     def __init__(self, profile: Any = None):
         self.profile = profile
@@ -77,37 +207,9 @@ class Backend(abc.ABC):
         """(available, reason) without side effects: used to skip with a stated reason."""
 
     def capabilities(self) -> Capabilities:
+        """What this backend can do here; suites skip on these, never on the backend's name."""
         ok, why = self.probe()
         return Capabilities(self.name, ok, why, self.device_type, False, False)
-
-    device_type: str = "cpu"
-
-    # -- device memory -------------------------------------------------------
-    @abc.abstractmethod
-    def alloc_device(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor: ...
-
-    def is_device(self, tensor: torch.Tensor) -> bool:
-        """True when `tensor` lives in this backend's device memory (decides d2h vs h2d)."""
-        return tensor.device.type == self.device_type and self.device_type != "cpu"
-
-    # -- transfer ------------------------------------------------------------
-    @abc.abstractmethod
-    def new_stream(self) -> Stream: ...
-
-    @abc.abstractmethod
-    def default_stream(self) -> Stream: ...
-
-    @abc.abstractmethod
-    def execute(self, plan: TransferPlan, stream: Stream | None = None) -> Event:
-        """Enqueue `plan` on `stream` (default stream if None); return its completion event."""
-
-    # -- host memory registration (pinning for DMA) -------------------------
-    def register_host(self, address: int, nbytes: int) -> Any:
-        """Register [address, address+nbytes) for DMA; returns a handle for unregister_host."""
-        return None
-
-    def unregister_host(self, handle: Any) -> None:
-        return None
 
     def close(self) -> None:
         """Release the streams this backend made; device buffers stay valid while referenced."""
@@ -118,64 +220,3 @@ class Backend(abc.ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    # -- topology ------------------------------------------------------------
-    def topology(self) -> Topology:
-        from hal.topology.model import discover
-
-        return discover(backend=self.name, profile=self.profile)
-
-
-_BUILTIN = {
-    "emu": "hal.backends.emu:EmuBackend",
-    "cuda": "hal.backends.cuda:CudaBackend",
-    "xpu": "hal.backends.xpu:XpuBackend",
-}
-_lock = threading.Lock()
-_registry: dict[str, type[Backend]] = {}
-
-
-def register(name: str, cls: type[Backend]) -> None:
-    with _lock:
-        _registry[name] = cls
-
-
-def _load(spec: str) -> type[Backend]:
-    mod, _, attr = spec.partition(":")
-    module = __import__(mod, fromlist=[attr])
-    return getattr(module, attr)
-
-
-def available_backends() -> list[str]:
-    names = set(_BUILTIN) | set(_registry)
-    names |= {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    return sorted(names)
-
-
-def backend_class(name: str) -> type[Backend]:
-    with _lock:
-        if name in _registry:
-            return _registry[name]
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name:
-            cls = ep.load()
-            register(name, cls)
-            return cls
-    if name in _BUILTIN:
-        cls = _load(_BUILTIN[name])
-        register(name, cls)
-        return cls
-    raise ValueError(f"backend: unknown backend {name!r}; known: {', '.join(available_backends())}")
-
-
-def get_backend(name: str = "emu", profile: Any = None) -> Backend:
-    """A backend instance bound to a hardware profile (name, path or loaded Profile)."""
-    cls = backend_class(name)
-    ok, why = cls.probe()
-    if not ok:
-        raise RuntimeError(f"backend {name!r} is not available here: {why}")
-    if profile is not None and not hasattr(profile, "link"):
-        from hardware_profiles.model import load_profile
-
-        profile = load_profile(profile)
-    return cls(profile)

@@ -1,0 +1,26 @@
+"""Hardware profiles: one YAML file per machine (next to this file) and the code that reads them.
+
+`model` (Profile and its parts: LinkModel, ComputeModel, Target...; schema constants; METRICS),
+`schema` (the strict YAML reader), `loader` (list_profiles, load_profile). Profiles are data
+about machines, not an interface, so they live apart from hal; the public API is re-exported here.
+"""
+
+from hardware_profiles.loader import list_profiles, load_profile
+from hardware_profiles.model import (
+    METRICS,
+    SCHEMA_VERSION,
+    UNKNOWN,
+    ComputeModel,
+    DeviceSpec,
+    HostSpec,
+    LinkModel,
+    Profile,
+    ProfileError,
+    Target,
+    TopologySpec,
+)
+
+__all__ = [
+    "METRICS", "SCHEMA_VERSION", "UNKNOWN", "ComputeModel", "DeviceSpec", "HostSpec", "LinkModel", "Profile",
+    "ProfileError", "Target", "TopologySpec", "list_profiles", "load_profile",
+]

@@ -1,9 +1,10 @@
-"""Hardware profiles: one YAML file per machine, loaded with strict validation.
+"""What a hardware profile holds: the dataclasses, the schema's constants and the metric names.
 
 A profile says what a machine is (device, host, topology), how its host link behaves (link
 model), how fast it prefills (compute model) and what a run on it must reach (targets). The
-schema is documented in hardware_profiles/README.md; this module is the one place that
-enforces it, so every error names the file, the key path and what was expected.
+schema is documented in hardware_profiles/README.md and enforced by hardware_profiles.schema,
+so every error names the file, the key path and what was expected; hardware_profiles.loader
+finds and loads the files.
 
 Values a profile does not know are written `unknown` and load as None: consumers then report
 "not modeled" instead of computing with an invented number.
@@ -12,25 +13,25 @@ Values a profile does not know are written `unknown` and load as None: consumers
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
+
+from hal.checks import non_negative_int
+from hal.transfer.direction import Direction
 
 SCHEMA_VERSION = 1
 UNKNOWN = "unknown"
 COMPARATORS = ("<=", ">=", "<", ">", "==")
-DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
+DIRECTIONS = (Direction.H2D, Direction.D2H, Direction.D2D, Direction.H2H)
 IDO_STATES = ("on", "off", "unknown")
-_PACKAGE = "hardware_profiles"
 
 # Stable metric names that targets may use: name -> (unit, what is measured). Consumers
 # measure these under the same names, so a target with a misspelt metric fails to load
 # rather than never being checked.
 METRICS: dict[str, tuple[str, str]] = {
-    "plan_segments_layer_first_seed": ("segments", "segments in the SEED_PLAN transfer, host layout layer_first"),
-    "plan_segments_page_first_direct_seed": ("segments", "segments in the SEED_PLAN transfer, page_first_direct"),
-    "plan_seconds_seed": ("s", "wall time to build the SEED_PLAN transfer plan (page_first_direct)"),
+    "plan_segments_layer_first_seed": ("segments", "segments in the seed transfer (hal.transfer.seed), host layout layer_first"),
+    "plan_segments_page_first_direct_seed": ("segments", "segments in the seed transfer (hal.transfer.seed), page_first_direct"),
+    "plan_seconds_seed": ("s", "wall time to build the seed transfer plan (page_first_direct)"),
     "h2d_gbps": ("GB/s", "host-to-device bandwidth of large registered transfers"),
     "d2h_gbps": ("GB/s", "device-to-host bandwidth of large registered transfers"),
     "transfer_ratio_vs_memcpy": ("ratio", "backend transfer throughput / plain memcpy throughput, same run"),
@@ -44,28 +45,6 @@ METRICS: dict[str, tuple[str, str]] = {
     "d2h_submit_block_s": ("s", "longest time the scheduler thread blocks submitting a D2H backup"),
     "ghost_entry_bytes": ("B", "host memory per ghost-list entry"),
 }
-
-# The plan behind the *_seed metrics: the P800 seed config (MLA latent, 78 layers, kv_dim 576,
-# bf16, page 64) moving 32,768 contiguous tokens (512 pages) host->device; page_first_direct
-# gives one segment per (page, layer): 512 * 78 = 39,936.
-SEED_PLAN = {
-    "attention": "mla", "layers": 78, "heads": 1, "head_dim": 576, "dtype": "bf16",
-    "page_size": 64, "tokens": 32768, "direction": "h2d",
-}
-
-
-def seed_plan(layout: str, direction: str = SEED_PLAN["direction"]):
-    """The SEED_PLAN transfer in `layout` (contiguous slots on both sides), without memory."""
-    import numpy as np
-
-    from hal.transfer.layouts import KVGeometry, parse_dtype
-    from hal.transfer.plan import plan_pool_transfer
-
-    s = SEED_PLAN
-    geom = KVGeometry(s["attention"], s["layers"], s["heads"], s["head_dim"], parse_dtype(s["dtype"]), s["page_size"])
-    tokens = np.arange(s["tokens"], dtype=np.int64)
-    return plan_pool_transfer(layout, geom, s["tokens"], tokens, tokens, direction)
-
 
 class ProfileError(ValueError):
     """A profile that cannot be used: "<file>: <key.path>: expected <what>, got <repr>"."""
@@ -91,7 +70,7 @@ class LinkModel:
             if v is not None and not (v > 0 if name.endswith("gbps") else v >= 0):
                 raise ValueError(f"{name}: expected a {'positive' if name.endswith('gbps') else 'non-negative'} number, got {v!r}")
 
-    def seconds(self, direction: str, nbytes: int, segments: int, launches: int = 1) -> float | None:
+    def seconds(self, direction: Direction | str, nbytes: int, segments: int, launches: int = 1) -> float | None:
         """Modeled seconds for one transfer, or None when it cannot be modeled.
 
         None when a term with a nonzero count needs a value the profile leaves unknown, and
@@ -99,13 +78,12 @@ class LinkModel:
         """
         if direction not in DIRECTIONS:
             raise ValueError(f"direction: expected one of {', '.join(DIRECTIONS)}, got {direction!r}")
-        for name, n in (("nbytes", nbytes), ("segments", segments), ("launches", launches)):
-            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
-                raise ValueError(f"{name}: expected a non-negative integer, got {n!r}")
-        if direction not in ("h2d", "d2h"):
+        nbytes, segments, launches = (non_negative_int(name, n) for name, n in
+                                      (("nbytes", nbytes), ("segments", segments), ("launches", launches)))
+        if not Direction(direction).crosses_host_link:
             return None
         total = 0.0
-        bandwidth = self.h2d_gbps if direction == "h2d" else self.d2h_gbps
+        bandwidth = self.h2d_gbps if direction == Direction.H2D else self.d2h_gbps
         for count, cost_us in ((launches, self.per_launch_us), (segments, self.per_segment_us)):
             if count:
                 if cost_us is None:
@@ -118,8 +96,7 @@ class LinkModel:
         return total
 
     def registration_seconds(self, nbytes: int) -> float | None:
-        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 0:
-            raise ValueError(f"nbytes: expected a non-negative integer, got {nbytes!r}")
+        nbytes = non_negative_int("nbytes", nbytes)
         if nbytes == 0:
             return 0.0
         if self.registration_s_per_gib is None:
@@ -136,8 +113,7 @@ class ComputeModel:
     prefill_curve: tuple[tuple[int, float], ...] | None = None  # (tokens, seconds), tokens ascending
 
     def prefill_seconds(self, tokens: int) -> float | None:
-        if isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens < 0:
-            raise ValueError(f"tokens: expected a non-negative integer, got {tokens!r}")
+        tokens = non_negative_int("tokens", tokens)
         if tokens == 0:
             return 0.0
         if self.prefill_curve:
@@ -244,32 +220,3 @@ class Profile:
     def assumptions(self) -> dict[str, str]:
         """Values that are assumed rather than measured or derived, so reports can flag them."""
         return {k: s for k, s in self.sources.items() if s.lower().startswith("assumed")}
-
-
-# -- loading -------------------------------------------------------------------------------
-
-
-def list_profiles() -> list[str]:
-    return sorted(e.name[: -len(".yaml")] for e in resources.files(_PACKAGE).iterdir() if e.name.endswith(".yaml"))
-
-
-def load_profile(name_or_path: str | Path | Profile) -> Profile:
-    """A bare name loads the packaged hardware_profiles/<name>.yaml; anything path-like loads that file."""
-    from hardware_profiles.schema import build as _build
-    if isinstance(name_or_path, Profile):
-        return name_or_path
-    if isinstance(name_or_path, Path) or (
-        isinstance(name_or_path, str) and ("/" in name_or_path or name_or_path.endswith((".yaml", ".yml")))
-    ):
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise ProfileError(str(path), "(file)", "an existing YAML file", repr(str(name_or_path)))
-        return _build(path.read_text(encoding="utf-8"), path)
-    if not isinstance(name_or_path, str):
-        raise ProfileError("load_profile", "name_or_path", "a profile name or a path", repr(name_or_path))
-    known = list_profiles()
-    if name_or_path not in known:
-        raise ProfileError(f"{_PACKAGE}/{name_or_path}.yaml", "(profile name)",
-                           f"one of {', '.join(known)} or a path to a YAML file", repr(name_or_path))
-    entry = resources.files(_PACKAGE) / f"{name_or_path}.yaml"
-    return _build(entry.read_text(encoding="utf-8"), Path(str(entry)))

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from hal.checks import is_int, is_number
 from hardware_profiles.model import (
     COMPARATORS,
     IDO_STATES,
@@ -133,7 +134,7 @@ class _Reader:
         raw, p = self.leaf(parent, key, path, expected, sourced)
         if raw == UNKNOWN:
             return None
-        wrong_type = isinstance(raw, bool) or not isinstance(raw, int if integer else (int, float))
+        wrong_type = not (is_int(raw) if integer else is_number(raw))
         if wrong_type or not math.isfinite(raw) or raw > hi or raw < lo or (lo_open and raw == lo):
             hint = "" if wrong_type else " (check the unit)"
             self.fail(p, expected + hint, repr(raw))
@@ -156,7 +157,7 @@ class _Reader:
         for key in ("schema", "description", "device", "host", "link", "compute", "targets"):
             if key not in top:
                 self.fail(key, f"a '{key}' entry (see hardware_profiles/README.md)", _MISSING)
-        if top["schema"] != SCHEMA_VERSION or isinstance(top["schema"], bool):
+        if not is_int(top["schema"]) or top["schema"] != SCHEMA_VERSION:
             self.fail("schema", f"{SCHEMA_VERSION} (the schema version this loader reads)", repr(top["schema"]))
         device = self.device(top["device"])
         host = self.host(top["host"])
@@ -198,7 +199,7 @@ class _Reader:
                 self.fail(p, f"{device.devices_per_node} entries (device.devices_per_node)", f"{len(raw)}: {raw!r}")
             top_node = (host.numa_nodes or 65) - 1
             for i, n in enumerate(raw):
-                if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= top_node:
+                if not is_int(n) or not 0 <= n <= top_node:
                     self.fail(f"{p}[{i}]", f"a NUMA node number in [0, {top_node}] (host.numa_nodes)", repr(n))
             device_numa = tuple(raw)
         per_switch = self.number(t, "devices_per_switch", "topology", "devices", 1, 64, integer=True)
@@ -241,9 +242,8 @@ class _Reader:
                     self.fail(p, expected, repr(raw))
                 points = []
                 for i, pt in enumerate(raw):
-                    ok = (isinstance(pt, list) and len(pt) == 2 and isinstance(pt[0], int)
-                          and not isinstance(pt[0], bool) and pt[0] >= 0 and isinstance(pt[1], (int, float))
-                          and not isinstance(pt[1], bool) and 0 <= pt[1] <= 86_400
+                    ok = (isinstance(pt, list) and len(pt) == 2 and is_int(pt[0]) and pt[0] >= 0
+                          and is_number(pt[1]) and 0 <= pt[1] <= 86_400
                           and (not points or pt[0] > points[-1][0]))
                     if not ok:
                         self.fail(f"{p}[{i}]", "[tokens, seconds]: integer tokens above the previous point's, "
@@ -277,7 +277,7 @@ class _Reader:
                           _MISSING if "comparator" not in t else repr(comparator))
             for key in ("value", "tolerance"):
                 v = t.get(key)
-                if key not in t or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                if key not in t or not is_number(v) or not math.isfinite(v) \
                         or (key == "tolerance" and v < 0):
                     what = "a finite number" if key == "value" else "a non-negative number (absolute, same unit)"
                     self.fail(f"{p}.{key}", f"{what} of {unit}", _MISSING if key not in t else repr(v))

@@ -10,8 +10,9 @@ import torch
 
 from hal.backend import Backend, get_backend
 from hal.backends.cuda import CudaBackend
-from hal.backends.support.cudalike import DIRECT_SEGMENT_LIMIT, split_range
+from hal.backends.support.cudalike import DIRECT_SEGMENT_LIMIT
 from hal.backends.xpu import XpuBackend
+from hal.memory.registration import split_range
 from hal.transfer.layouts import KVGeometry, device_shape, host_shape
 from hal.transfer.plan import CopyGroup, Segments, TransferPlan, plan_pool_transfer
 from hal.transfer.rows import flat_bytes, row_dtype, row_indices, row_unit, row_views

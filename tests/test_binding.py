@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from test_topology import build_p800_box
 
+from hal.topology import GIB, from_profile, from_sysfs
 from hal.topology.binding import RESERVE_FRACTION, plan_binding
-from hal.topology.model import GIB, from_profile, from_sysfs
-from hardware_profiles.model import load_profile
+from hardware_profiles import load_profile
 
 
 def test_seed_check_strict_local_binding_leaves_about_75_gib_per_card():

@@ -20,7 +20,7 @@ from conformance.doctor.checks import (
     run_doctor,
 )
 from hal.memory import shm, vm
-from hal.topology.model import GIB, from_profile
+from hal.topology import GIB, from_profile
 
 ORDER = [
     "pcie_ordering", "numa_placement", "thp_anon", "thp_shmem", "page_table_entries",

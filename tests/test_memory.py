@@ -84,7 +84,7 @@ class MlockBackend(Backend):
     def probe(cls):
         return True, ""
 
-    def register_host(self, address, nbytes):
+    def _register_range(self, address, nbytes):
         k = len(self.calls)
         self.calls.append(("register", k, address, nbytes))
         if k == self.fail_at:
@@ -94,7 +94,7 @@ class MlockBackend(Backend):
         self.live.append(k)
         return (k, address, nbytes)
 
-    def unregister_host(self, handle):
+    def _unregister_range(self, handle):
         k, address, nbytes = handle
         self.calls.append(("unregister", k, address, nbytes))
         self._libc.munlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes))
@@ -109,7 +109,7 @@ class MlockBackend(Backend):
     def default_stream(self):
         raise NotImplementedError
 
-    def execute(self, plan, stream=None):
+    def _execute(self, plan, stream):
         raise NotImplementedError
 
 
@@ -361,6 +361,8 @@ def _big_mappings() -> set[tuple[int, int]]:
         ({"shared_dir": "/nonexistent/hicache"}, "shared_dir"),
         ({"shared_dir": "/etc/hostname"}, "shared_dir"),
         ({"keep_name": True}, "keep_name"),
+        ({"keep_name": "yes"}, "keep_name"),
+        ({"huge_pages": 1}, "huge_pages"),
         ({"backend": object()}, "backend"),
     ],
 )

@@ -8,16 +8,24 @@ from hypothesis import strategies as st
 
 from hal.transfer.layouts import HOST_LAYOUTS, MLA_LAYOUTS, KVGeometry, host_layer_shift, host_piece_offsets
 from hal.transfer.plan import merge_runs, plan_pool_transfer
+from hal.transfer.seed import SEED_GEOMETRY, SEED_TOKENS, seed_geometry, seed_plan
 
-SEED_MLA = KVGeometry("mla", 78, 1, 576, torch.bfloat16, 64)
+
+def test_seed_geometry_is_the_p800_seed_config():
+    assert SEED_GEOMETRY == KVGeometry("mla", 78, 1, 576, torch.bfloat16, 64) == seed_geometry()
+    assert SEED_TOKENS == 32_768
+    assert seed_geometry(page_size=1, layers=4) == KVGeometry("mla", 4, 1, 576, torch.bfloat16, 1)
+    with pytest.raises(ValueError, match="page_size"):
+        seed_geometry(page_size=0)
 
 
+@pytest.mark.parametrize("direction", ["d2h", "h2d"])
 @pytest.mark.parametrize("layout,segments", [("layer_first", 78), ("page_first_direct", 39_936)])
-def test_seed_config_segment_counts(layout, segments):
-    idx = np.arange(32_768)
-    plan = plan_pool_transfer(layout, SEED_MLA, 32_768, idx, idx, "d2h")
-    assert plan.num_segments == segments
+def test_seed_config_segment_counts(layout, segments, direction):
+    plan = seed_plan(layout, direction)
+    assert plan.num_segments == segments and plan.direction == direction
     assert plan.nbytes == 32_768 * 78 * 576 * 2
+    assert seed_plan(layout).direction == "h2d"  # the seed transfer is a load
 
 
 def test_page_first_is_one_segment_per_token_and_layer():

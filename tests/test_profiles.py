@@ -6,7 +6,7 @@ import math
 import pytest
 import yaml
 
-from hardware_profiles.model import (
+from hardware_profiles import (
     METRICS,
     ComputeModel,
     LinkModel,

@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from hal.topology.model import (
+from hal.topology import (
     GIB,
     Topology,
     discover,
     from_profile,
     from_sysfs,
-    ido_from_config,
+    has_hardware,
     parse_cpulist,
     sysfs_numa_nodes,
 )
+from hal.topology.sysfs import ido_from_config
 
 KUNLUN, P800_ID, NVIDIA, MELLANOX = 0x1D22, 0x3688, 0x10DE, 0x15B3
 
@@ -246,17 +247,25 @@ def test_emu_profile_takes_numa_nodes_from_this_host():
 def test_discover_picks_profile_without_hardware_and_sysfs_otherwise(p800_box):
     assert discover().source == "sysfs"
     assert discover(profile="p800").source == "profile"
-    assert discover(backend="emu", profile="p800").origin == "p800"
+    assert discover("p800", hardware=False).origin == "p800"
     fake = discover(sysfs_root=str(p800_box.root))
     assert fake.source == "sysfs" and len(fake.devices) == 8
-    assert isinstance(discover(backend="emu"), Topology)
+    # With hardware, the real machine wins over the profile.
+    assert discover("p800", hardware=True, sysfs_root=str(p800_box.root)).source == "sysfs"
+
+
+def test_has_hardware_comes_from_capabilities():
+    from hal.backend import Capabilities, get_backend
+
+    assert not has_hardware(get_backend("emu").capabilities())  # device buffers are CPU memory
+    assert not has_hardware(get_backend("count").capabilities())  # moves no bytes
+    assert has_hardware(Capabilities("gpu", True, "", "cuda", False, True))
+    assert not has_hardware(Capabilities("gpu", False, "no device", "cuda", False, True))
 
 
 def test_discover_bad_input_raises_value_error():
-    with pytest.raises(ValueError, match="unknown backend"):
-        discover(backend="no-such-backend")
     with pytest.raises(ValueError, match="no topology"):
-        discover(backend="emu", profile="p900")
+        discover("p900")
     with pytest.raises(ValueError):
         discover(profile="no-such-profile")
 
@@ -265,6 +274,8 @@ def test_backend_topology_comes_from_discover():
     from hal.backend import get_backend
 
     assert isinstance(get_backend("emu").topology(), Topology)
+    assert get_backend("emu", "p800").topology().origin == "p800"
+    assert get_backend("count", "p800").topology().origin == "p800"
 
 
 def test_uplink_of_and_bad_model_input(p800_box):

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hal.topology import GIB, NumaNode, from_profile, from_xpusmi, parse_cpulist
 from hal.topology.binding import plan_binding
-from hal.topology.model import GIB, NumaNode, from_profile, from_xpusmi, parse_cpulist
 from hal.topology.xpusmi import parse_topo_matrix
+from hardware_profiles import load_profile
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PCIE = (FIXTURES / "xpu_smi_topo_m.p800_pcie_8card.composed.txt").read_text()
@@ -154,3 +156,36 @@ def test_rendered_switch_groups_come_back_as_uplinks(sizes, data):
     topo = from_xpusmi(render(groups, nodes))
     assert sorted(topo.uplinks) == sorted(tuple(g) for g in groups)
     assert [d.numa_node for d in topo.devices] == [nodes[g] for g, m in enumerate(groups) for _ in m]
+
+
+def test_xpusmi_command_is_run_when_the_binary_exists(tmp_path, monkeypatch):
+    from hal.topology import from_xpusmi_command
+
+    tool = tmp_path / "xpu-smi"
+    fixture = FIXTURES / "xpu_smi_topo_m.p800_pcie_8card.composed.txt"
+    tool.write_text(f"#!{sys.executable}\nimport sys\nassert sys.argv[1:] == ['topo', '-m']\n"
+                    f"print(open({str(fixture)!r}).read(), end='')\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    topo = from_xpusmi_command()
+    assert topo.source == "xpu-smi" and topo.origin == f"{tool} topo -m" and len(topo.devices) == 8
+    assert topo == from_xpusmi(fixture.read_text(), topo.numa_nodes, origin=topo.origin)
+
+
+def test_xpusmi_command_falls_back_to_sysfs_and_says_why(tmp_path, monkeypatch):
+    from hal.topology import from_xpusmi_command
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    topo = from_xpusmi_command()
+    assert topo.source == "sysfs" and "xpu-smi not found" in topo.notes[0]
+    broken = tmp_path / "xpu-smi"
+    broken.write_text("#!/bin/sh\necho 'not a matrix'\n")
+    broken.chmod(0o755)
+    topo = from_xpusmi_command()
+    assert topo.source == "sysfs" and "topo -m failed" in topo.notes[0]
+
+
+def test_xpu_backend_without_an_xpu_emulates_its_profile():
+    from hal.backends.xpu import XpuBackend
+
+    assert XpuBackend(load_profile("p800")).topology().source == "profile"

@@ -52,7 +52,7 @@ def check_targets(profile_name: str, measured: dict[str, float]) -> tuple[list[d
     Returns one record per target that was measured (with `ok`) and the lines to print;
     targets for metrics this benchmark does not measure are left out, not passed.
     """
-    from hardware_profiles.model import load_profile
+    from hardware_profiles import load_profile
 
     profile = load_profile(profile_name)
     records, lines = [], [f"targets of profile {profile.name}:"]

@@ -12,7 +12,7 @@ from hal.transfer import kvcacheio, segcopy
 from hal.transfer import pool_ops as pool_transfer
 from hal.transfer.layouts import KVGeometry, host_shape
 from hal.transfer.plan import plan_pool_transfer
-from hardware_profiles.model import seed_plan
+from hal.transfer.seed import seed_plan
 
 HELP = "plan time for the seed config and emu transfer bandwidth per host layout vs a contiguous copy"
 
@@ -31,7 +31,7 @@ def add_arguments(p) -> None:
 
 
 def plan_times(repeat: int) -> dict:
-    """Segments and median planning time of the seed transfer (hardware_profiles.model.SEED_PLAN)."""
+    """Segments and median planning time of the seed transfer (hal.transfer.seed)."""
     out = {}
     for layout in ("layer_first", "page_first_direct"):
         secs = median_seconds(lambda lay=layout: seed_plan(lay), repeat)
@@ -62,7 +62,7 @@ def _steps(layout, geom, host, dev, host_idx, dev_idx, layers) -> dict:
 
 def run(a) -> int:
     emu = get_backend("emu", "emu")
-    priced = get_backend("emu", a.profile)
+    priced = get_backend("count", a.profile)  # prices the plans on the modeled clock, moves nothing
     geom = KVGeometry("mla", a.layers, 1, a.kv_dim, torch.bfloat16, a.page_size)
     pool = 2 * (-(-a.tokens // a.page_size)) * a.page_size
     rng = np.random.default_rng(0)

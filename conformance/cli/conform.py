@@ -50,7 +50,7 @@ def _check_backend(name: str, modules: list[str]) -> None:
 
 def _profile_name(backend: str, profile: str | None) -> str | None:
     from conformance.plugin import default_profile_name
-    from hardware_profiles.model import load_profile
+    from hardware_profiles import load_profile
 
     if profile is None:
         return default_profile_name(backend)

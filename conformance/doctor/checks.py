@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 
 from hal.memory import shm, vm
 from hal.topology.binding import plan_binding
-from hal.topology.model import GIB, Topology, backend_has_hardware, discover
+from hal.topology.discover import discover, has_hardware
+from hal.topology.model import GIB, Topology
 from hal.units import parse_size
 
 STATUSES = ("ok", "warn", "fail", "unknown")
@@ -288,6 +289,17 @@ def check_registered_size(profile: Any, pool_bytes: int) -> Check:
 # -- the whole run -------------------------------------------------------------------------------
 
 
+def _drives_hardware(backend: str, profile: Any) -> bool:
+    """Whether backend `backend` drives real devices here, from its capabilities (hal.topology)."""
+    from hal.backend import backend_class
+
+    try:
+        cls = backend_class(backend)
+    except ImportError:  # a backend whose module cannot import here drives nothing
+        return False
+    return bool(cls.probe()[0]) and has_hardware(cls(profile).capabilities())
+
+
 def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None = None,
                paths: HostPaths = HostPaths()) -> DoctorReport:
     """Validate every argument first (ValueError naming it), then run the checks in order."""
@@ -297,18 +309,18 @@ def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None
 
     if backend not in available_backends():
         raise ValueError(f"--backend: unknown backend {backend!r}; known: {', '.join(available_backends())}")
-    hardware = backend_has_hardware(backend)
     if profile is not None and not hasattr(profile, "link"):
-        from hardware_profiles.model import load_profile
+        from hardware_profiles import load_profile
 
         try:
             profile = load_profile(profile)
         except ValueError as e:
             raise ValueError(f"--profile: {e}") from e
+    hardware = _drives_hardware(backend, profile)
     if profile is not None and not hardware and profile.topology is None:
         raise ValueError(f"--profile: profile {profile.name!r} has no topology, so the box cannot be emulated "
                          f"(add a topology: section to {profile.path}, or run with a hardware backend)")
-    topology = discover(backend=backend, profile=profile, sysfs_root=paths.sys_root)
+    topology = discover(profile, hardware=hardware, sysfs_root=paths.sys_root)
     local = plan_binding(topology, "local")
     interleave = plan_binding(topology, "interleave")
     if pool_bytes is not None:

@@ -32,8 +32,9 @@ from typing import Any
 import torch
 
 from hal.backend import Backend, Capabilities, Event, Stream
+from hal.backends.support.modeled_clock import ModeledClock, plan_seconds
 from hal.transfer import segcopy
-from hal.transfer.plan import TransferPlan, check_group
+from hal.transfer.plan import TransferPlan
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.mlock.argtypes = _libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
@@ -65,8 +66,7 @@ class EmuStream(Stream):
 
     def __init__(self, backend: EmuBackend, name: str):
         self.backend, self.name = backend, name
-        self.modeled_now = 0.0  # seconds on this stream's modeled clock (None-safe: 0 when unmodeled)
-        self.modeled = True  # False once a plan could not be modeled (unknown link values)
+        self.clock = ModeledClock()
         self._error: BaseException | None = None
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"emu-{name}", daemon=True)
@@ -85,10 +85,9 @@ class EmuStream(Stream):
                     self._run_batch(batch)
                 elif kind == "wait" and self._error is None:
                     payload.wait()
-                    if payload.modeled_time is not None:
-                        self.modeled_now = max(self.modeled_now, payload.modeled_time)
+                    self.clock.wait_until(payload.modeled_time)
                 elif kind == "event":
-                    payload._complete(self.modeled_now if self.modeled else None, self._error)
+                    payload._complete(self.clock.reading(), self._error)
             except BaseException as e:  # noqa: BLE001 - carried to the events, never lost
                 self._error = e
 
@@ -134,16 +133,12 @@ class EmuStream(Stream):
                 except BaseException as e:  # noqa: BLE001 - the stream has failed from here on
                     self._error = e
             elif kind == "event":
-                payload._complete(self.modeled_now if self.modeled else None, self._error)
+                payload._complete(self.clock.reading(), self._error)
 
     def _account(self, plan: TransferPlan) -> None:
         """Advance the modeled clock by one executed plan. Tests override it to inject a
         device fault at the k-th plan (the stream then fails as a real one would)."""
-        cost = self.backend.model_seconds(plan)
-        if cost is None:
-            self.modeled = False
-        else:
-            self.modeled_now += cost
+        self.clock.advance(self.backend.model_seconds(plan))
 
     def submit(self, kind: str, payload: Any) -> None:
         self._q.put((kind, payload))
@@ -167,10 +162,14 @@ class EmuStream(Stream):
 class EmuBackend(Backend):
     name = "emu"
     device_type = "cpu"
+    default_profile = "emu"
+    stream_type = EmuStream
+    # Unmaterialized replay still prices symbolic plans here (until it runs on count).
+    runs_symbolic_plans = True
 
     def __init__(self, profile: Any = None):
         if profile is None:
-            from hardware_profiles.model import load_profile
+            from hardware_profiles.loader import load_profile
 
             profile = load_profile("emu")
         super().__init__(profile)
@@ -178,7 +177,6 @@ class EmuBackend(Backend):
         self._streams_made = 0
         self._streams: weakref.WeakSet[EmuStream] = weakref.WeakSet()
         self._default: EmuStream | None = None
-        self._registered: dict[int, tuple[int, int]] = {}
 
     @classmethod
     def probe(cls) -> tuple[bool, str]:
@@ -221,42 +219,24 @@ class EmuBackend(Backend):
             stream.close()
         self._default = None
 
-    def direction(self, src: Any, dst: Any) -> str:
-        def side(x):
-            return "d" if isinstance(x, torch.Tensor) and self.is_device(x) else "h"
-
-        return f"{side(src)}2{side(dst)}"
-
     def model_seconds(self, plan: TransferPlan) -> float | None:
         """Modeled cost of `plan` on the profile's link, or None when the profile can't say."""
-        if not plan.groups or plan.direction in ("d2d", "h2h"):
-            return 0.0  # the link model prices the host link; these copies do not cross it
-        return self.profile.link.seconds(plan.direction, plan.nbytes, plan.num_segments, plan.launches)
+        return plan_seconds(self.profile.link, plan)
 
-    def execute(self, plan: TransferPlan, stream: Stream | None = None) -> EmuEvent:
-        stream = stream or self.default_stream()
-        if not isinstance(stream, EmuStream):
-            raise ValueError(f"stream: {stream!r} is not an emu stream")
-        if _materialized(plan):
-            for i, g in enumerate(plan.groups):
-                check_group(plan.op, i, g)
-            plan.direction = self.direction(plan.groups[0].src, plan.groups[0].dst)
+    def _execute(self, plan: TransferPlan, stream: EmuStream) -> EmuEvent:
         stream.submit("plan", plan)
         return stream.record()
 
-    def register_host(self, address: int, nbytes: int) -> Any:
+    def _register_range(self, address: int, nbytes: int) -> tuple[int, int]:
         # Pinning is what registration does to the pages; mlock is the same kernel work.
         if _libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes)) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"mlock of {nbytes} bytes failed: {os.strerror(err)} (check `ulimit -l`)")
-        handle = (address, nbytes)
-        self._registered[address] = handle
-        return handle
+        return address, nbytes
 
-    def unregister_host(self, handle: Any) -> None:
+    def _unregister_range(self, handle: tuple[int, int]) -> None:
         address, nbytes = handle
-        if self._registered.pop(address, None) is not None:
-            _libc.munlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes))
+        _libc.munlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes))
 
 
 _BATCH_BYTES = 256 << 20  # a batch stops growing here, so early events are not held back long

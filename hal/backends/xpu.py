@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 
 from hal.backends.support.cudalike import CudaLikeBackend, CudartRegistrar, loaded_library
+from hal.topology.discover import from_xpusmi_command, has_hardware
+from hal.topology.model import Topology
 
 
 def _hardware_name() -> str:
@@ -70,7 +72,6 @@ class XpurtRegistrar:
         self._unregister = lib.xpu_host_unregister
         self._unregister.argtypes = [ctypes.c_void_p]
         self._unregister.restype = ctypes.c_int
-        self.name = f"xpu_host_register ({path})"
 
     def register(self, address: int, nbytes: int) -> None:
         rc = self._register(address, nbytes, 0)
@@ -85,6 +86,7 @@ class XpurtRegistrar:
 
 class XpuBackend(CudaLikeBackend):
     name = "xpu"
+    default_profile = "p800"
     max_registration_bytes = 128 << 30  # see the module docstring
 
     @classmethod
@@ -116,3 +118,10 @@ class XpuBackend(CudaLikeBackend):
             except (OSError, AttributeError):
                 pass  # library without the symbols: the shim's cudaHostRegister still works
         return CudartRegistrar()
+
+    def topology(self) -> Topology:
+        """On an XPU box, what `xpu-smi topo -m` reports (its source says "xpu-smi"), or sysfs
+        with a note when the tool is absent or fails; elsewhere the profile's emulated box."""
+        if not has_hardware(self.capabilities()):
+            return super().topology()
+        return from_xpusmi_command()

@@ -25,8 +25,10 @@ import numpy as np
 import torch
 
 from hal.backend import Backend
+from hal.checks import boolean, positive_int
 from hal.memory import numa as _numa
 from hal.memory import shm
+from hal.memory.registration import register_ranges, release
 from hal.memory.vm import (
     HUGE_PAGE,
     PAGE,
@@ -57,37 +59,12 @@ def _parse_numa(numa) -> tuple[int, list[int]] | None:
     return _numa.MODES[numa[0]], _numa.validate_nodes(numa[1], arg="numa")
 
 
-def _check_positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
-    return value
-
-
 def _register(backend: Backend, address: int, length: int, chunk: int) -> tuple[list[Any], float]:
-    """Register in chunks of `chunk` bytes; on failure unregister the chunks done, newest first."""
+    """Register in chunks of `chunk` bytes, all or nothing (hal.memory.registration)."""
     chunk = -(-chunk // PAGE) * PAGE  # pinning is per page; a chunk boundary inside a page would pin it twice
-    handles: list[Any] = []
     t0 = time.perf_counter()
-    try:
-        for off in range(0, length, chunk):
-            handles.append(backend.register_host(address + off, min(chunk, length - off)))
-    except BaseException as e:
-        e.add_note(
-            f"host registration failed at chunk {len(handles)}; chunks 0..{len(handles) - 1} rolled back"
-        )
-        _unregister(backend, handles)
-        raise
+    handles = register_ranges(backend.register_host, backend.unregister_host, address, length, chunk)
     return handles, time.perf_counter() - t0
-
-
-def _unregister(backend: Backend, handles: list[Any]) -> list[BaseException]:
-    errors = []
-    while handles:
-        try:
-            backend.unregister_host(handles.pop())
-        except Exception as e:  # keep going: every other chunk must still be released
-            errors.append(e)
-    return errors
 
 
 class _State:
@@ -109,7 +86,7 @@ class _State:
                 pass
 
     def close(self) -> None:
-        errors = _unregister(self.backend, self.handles) if self.backend is not None else []
+        errors = release(self.backend.unregister_host, self.handles) if self.backend is not None else []
         if self.owns_file:
             self.unlink()
         # Dropping our references lets the mapping go now, or when the last outside view dies.
@@ -280,8 +257,9 @@ def allocate_host(
     it in chunks of register_chunk_bytes (None: no registration). keep_name: leave the shared
     file's name in place for attach_host until HostBuffer.unlink() or close().
     """
-    nbytes = _check_positive_int(nbytes, "nbytes")
-    register_chunk_bytes = _check_positive_int(register_chunk_bytes, "register_chunk_bytes")
+    nbytes = positive_int("nbytes", nbytes)
+    huge_pages, keep_name = boolean("huge_pages", huge_pages), boolean("keep_name", keep_name)
+    register_chunk_bytes = positive_int("register_chunk_bytes", register_chunk_bytes)
     policy = _parse_numa(numa)
     if backend is not None and not isinstance(backend, Backend):
         raise ValueError(f"backend: expected a hal.backend.Backend or None, got {type(backend).__name__}")
@@ -345,7 +323,7 @@ def attach_host(
     The pages already exist (and have their nodes); pre-faulting only maps them. close() does
     not remove the file; HostBuffer.unlink() does, once every user has attached.
     """
-    register_chunk_bytes = _check_positive_int(register_chunk_bytes, "register_chunk_bytes")
+    register_chunk_bytes = positive_int("register_chunk_bytes", register_chunk_bytes)
     if backend is not None and not isinstance(backend, Backend):
         raise ValueError(f"backend: expected a hal.backend.Backend or None, got {type(backend).__name__}")
     fd, size = shm.open_file(path)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from hal.checks import non_negative_int
 from hal.topology.model import Topology
 
 POLICIES = ("local", "interleave")
@@ -90,8 +91,7 @@ def plan_binding(
         raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
     if not 0.0 <= float(reserve_fraction) < 1.0:
         raise ValueError(f"reserve_fraction: expected 0 <= f < 1, got {reserve_fraction!r}")
-    if isinstance(reserve_bytes, bool) or not isinstance(reserve_bytes, int) or reserve_bytes < 0:
-        raise ValueError(f"reserve_bytes: expected a non-negative int, got {reserve_bytes!r}")
+    reserve_bytes = non_negative_int("reserve_bytes", reserve_bytes)
     ids = topology.node_ids()
     if nodes is not None:
         nodes = list(nodes)

@@ -6,7 +6,8 @@ per device giving the link kind to every column plus its affinity values, then a
 block and, when NICs are named NICn, a "NIC Legend:" block mapping NICn to a device name.
 Columns are separated by tabs or runs of spaces; cells may carry ANSI colour codes.
 
-`parse_topo_matrix` reads the text; `to_topology` turns the matrix into a hal.topology.model.Topology.
+`parse_topo_matrix` reads the text; `to_topology` turns the matrix into a hal.topology.model.Topology
+(hal.topology.discover runs the command).
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
+from hal.checks import positive_int
 from hal.transfer.kvcheck import Checked, geometry, indices, min_slots, page_tokens, slots_of
-from hal.transfer.layouts import KVGeometry, positive_int
+from hal.transfer.layouts import KVGeometry
 from hal.transfer.plan import Side, TransferPlan, plan_copy
 
 _state = threading.local()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hal.transfer.layouts import KVGeometry, positive_int
+from hal.checks import positive_int
+from hal.transfer.layouts import KVGeometry
 
 
 def _is_tensor(name: str, t) -> torch.Tensor:

@@ -22,6 +22,7 @@ import numpy as np
 
 from hal.transfer import layouts
 from hal.transfer import pool_ops as pool_transfer
+from hal.transfer.direction import Direction
 from hal.transfer.layouts import KVGeometry
 from hal.transfer.plan import CopyGroup, Segments, TransferPlan
 
@@ -61,7 +62,7 @@ class LayerPlanner:
             return None
         return first // ps
 
-    def layer0(self, direction: str, host_indices: np.ndarray, device_indices: np.ndarray) -> TransferPlan:
+    def layer0(self, direction: Direction | str, host_indices: np.ndarray, device_indices: np.ndarray) -> TransferPlan:
         """The plan of layer 0 (all K/V parts) of host[host_indices] <-> device[device_indices]."""
         if self.page_geom is not None:
             hp, dp = self._whole_pages(host_indices), self._whole_pages(device_indices)
@@ -71,7 +72,7 @@ class LayerPlanner:
         return pool_transfer.plan_for(self.layout, self.geom, self.host_size, host_indices, device_indices,
                                       direction, layers=[0])
 
-    def all_layers(self, direction: str, plans: list[TransferPlan]) -> TransferPlan:
+    def all_layers(self, direction: Direction | str, plans: list[TransferPlan]) -> TransferPlan:
         """One symbolic plan standing for every layer of every transfer in `plans` (layer-0 plans).
 
         Same bytes, segments and launches as the real submissions (one per backup, one per
@@ -87,5 +88,5 @@ class LayerPlanner:
             groups = [CopyGroup(groups[0].src, groups[0].dst, Segments(*(np.tile(a, layers) for a in one)))]
         else:
             groups = [CopyGroup(groups[0].src, groups[0].dst, one)] * layers
-        launches = len(plans) * (1 if direction == "d2h" else layers)
+        launches = len(plans) * (1 if direction == Direction.D2H else layers)
         return TransferPlan(plans[0].op, groups, direction, launches)

@@ -11,27 +11,16 @@ per-layer shift, so the planner can merge once and shift per layer.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from hal.checks import positive_int  # noqa: F401 - also importable from here, as before
+
 HOST_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn}
-
-
-def positive_int(name: str, value) -> int:
-    """`value` as an int if it is a whole number > 0 (numpy ints too, bools not), else a
-    ValueError naming `name`: the one rule every size and count argument follows."""
-    if not isinstance(value, bool):
-        try:
-            if operator.index(value) > 0:
-                return operator.index(value)
-        except TypeError:
-            pass
-    raise ValueError(f"{name}: {value!r} is not a positive integer")
 
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:
@@ -120,10 +109,6 @@ def host_shape(layout: str, geom: KVGeometry, size: int) -> tuple[int, ...]:
 
 def device_shape(geom: KVGeometry, size: int) -> tuple[int, ...]:
     return (size, geom.heads, geom.head_dim)
-
-
-def host_part_bytes(geom: KVGeometry, size: int) -> int:
-    return size * geom.layout_dim
 
 
 def host_piece_offsets(layout: str, geom: KVGeometry, size: int, tokens: np.ndarray) -> np.ndarray:

@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from hal.transfer.direction import POOL_DIRECTIONS, Direction
+
 
 class Segments(NamedTuple):
     src_offsets: np.ndarray  # int64 byte offsets into src
@@ -32,7 +34,7 @@ class CopyGroup(NamedTuple):
 class TransferPlan:
     op: str
     groups: list[CopyGroup] = field(default_factory=list)
-    direction: str = "?"  # d2h | h2d | d2d | h2h, set by the backend when it binds buffers
+    direction: Direction | str = "?"  # a Direction once known: set by the planner, or by the backend from the buffers
     launches: int = 1  # submissions this plan stands for (a symbolic all-layer load counts one per layer)
 
     @property
@@ -138,7 +140,7 @@ def plan_copy(op: str, geom, src: Side, dst: Side, src_tokens, dst_tokens, layer
     return TransferPlan(op, stacked_groups(base, pairs))
 
 
-def plan_pool_transfer(layout: str, geom, host_size: int, host_tokens, device_tokens, direction: str,
+def plan_pool_transfer(layout: str, geom, host_size: int, host_tokens, device_tokens, direction: Direction | str,
                        layers=None, host_bufs=None, device_bufs=None, op: str | None = None) -> TransferPlan:
     """Plan a device pool <-> host pool transfer without needing memory (symbolic buffers).
 
@@ -148,15 +150,16 @@ def plan_pool_transfer(layout: str, geom, host_size: int, host_tokens, device_to
     from hal.transfer import layouts
 
     layouts.check_layout(layout, geom)
-    if direction not in ("d2h", "h2d"):
+    if direction not in POOL_DIRECTIONS:
         raise ValueError(f"direction: {direction!r} is not 'd2h' or 'h2d'")
+    direction = Direction(direction)
     layers = range(geom.layers) if layers is None else layers
     parts = range(geom.parts)
     host_bufs = host_bufs or [("host", p) for p in parts]
     device_bufs = device_bufs or [{layer: ("device", p, layer) for layer in layers} for p in parts]
     host = Side(layout, list(host_bufs), host_size)
     dev = Side("layer_buffers", list(device_bufs), 0)
-    if direction == "d2h":
+    if direction == Direction.D2H:
         plan = plan_copy(op or f"d2h_{layout}", geom, dev, host, device_tokens, host_tokens, layers)
     else:
         plan = plan_copy(op or f"h2d_{layout}", geom, host, dev, host_tokens, device_tokens, layers)

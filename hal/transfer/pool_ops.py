@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from hal.transfer import kvcacheio as kv
+from hal.transfer.direction import Direction
 from hal.transfer.layouts import KVGeometry, check_layout
 from hal.transfer.plan import TransferPlan, plan_pool_transfer
 
@@ -79,14 +80,14 @@ def load_all_layers(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_
         return [first] + [load_layer(layout, geom, host_bufs, device_bufs, host_indices, device_indices, layer)
                           for layer in rest]
     plan = plan_pool_transfer(layout, geom, _host_slots(layout, geom, host_bufs[0]), _np(host_indices),
-                              _np(device_indices), "h2d", layers=rest, host_bufs=list(host_bufs),
+                              _np(device_indices), Direction.H2D, layers=rest, host_bufs=list(host_bufs),
                               device_bufs=[dict(enumerate(part)) for part in device_bufs])
     layer_of = {id(t): layer for part in device_bufs for layer, t in enumerate(part)}
     groups: dict[int, list] = {layer: [] for layer in rest}
     for g in plan.groups:
         groups[layer_of[id(g.dst)]].append(g)
     backend, stream = kv.active_backend(), kv.current_stream()
-    return [first] + [backend.execute(TransferPlan(f"load_layer_{layout}", groups[layer], "h2d"), stream)
+    return [first] + [backend.execute(TransferPlan(f"load_layer_{layout}", groups[layer], Direction.H2D), stream)
                       for layer in rest]
 
 

@@ -1,11 +1,11 @@
-"""What the cuda and xpu backends share: torch.cuda streams and events, host registration, plans.
+"""What the cuda and xpu backends share: device buffers, plan execution, host registration.
 
 Kunlunxin XPUs run under torch_xmlir as torch device type "cuda": stock torch.cuda streams,
 events and copies run on a CUDA-compatible runtime shim over the Kunlun runtime. So one
 implementation serves both; cuda.py and xpu.py differ in probe() and in how host memory is
-registered.
+registered. Streams and events (with the host-side D2H scatters) are in cuda_streams.
 
-How `execute` moves one CopyGroup:
+How `_execute` moves one CopyGroup:
 - few segments (<= DIRECT_SEGMENT_LIMIT): one copy_(non_blocking=True) per segment, i.e. one
   DMA descriptor each -- the per-descriptor behaviour users measure;
 - more: both buffers are viewed as rows of `unit` bytes (gcd of every offset and length),
@@ -19,32 +19,22 @@ How `execute` moves one CopyGroup:
 
 from __future__ import annotations
 
-import collections
 import functools
 import importlib.util
 import sys
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from hal.backend import Backend, Capabilities, Event, Stream
-from hal.transfer.layouts import positive_int
-from hal.transfer.plan import CopyGroup, Segments, TransferPlan, check_group
+from hal.backend import Backend, Capabilities
+from hal.backends.support.cuda_streams import CudaEvent, CudaStream
+from hal.transfer.plan import CopyGroup, Segments, TransferPlan
 from hal.transfer.rows import flat_bytes, row_views
 
 # Up to this many segments a group is copied descriptor by descriptor (layer_first runs are few).
 DIRECT_SEGMENT_LIMIT = 64
-
-def split_range(address: int, nbytes: int, limit: int | None) -> list[tuple[int, int]]:
-    """[address, address + nbytes) as consecutive (start, length) pieces of at most `limit` bytes."""
-    if limit is None or nbytes <= limit:
-        return [(address, nbytes)]
-    return [(address + o, min(limit, nbytes - o)) for o in range(0, nbytes, limit)]
 
 
 def loaded_library(stem: str) -> str | None:
@@ -78,134 +68,10 @@ def kunlun_runtime_sign() -> str:
     return f"{lib} is loaded" if lib else ""
 
 
-# -- streams and events ---------------------------------------------------------------------
-
-class CudaEvent(Event):
-    """A torch.cuda.Event plus, for D2H gathers, the host-side scatter that follows it."""
-
-    modeled_time = None
-
-    def __init__(self, torch_event: torch.cuda.Event, keep: list, earlier: list[CudaEvent],
-                 host_tail: list[Callable[[], Any]] | None):
-        self.torch_event = torch_event
-        self._keep = keep  # staging and index tensors the queued work still reads
-        self._earlier = earlier  # host tails queued before this event on the same stream
-        self._host_tail = host_tail
-        self._host_done = threading.Event()
-        self._error: BaseException | None = None
-        if not host_tail:
-            self._host_done.set()
-
-    def host_pending(self) -> bool:
-        return not self._host_done.is_set() or any(e.host_pending() for e in self._earlier)
-
-    def _run_host_tail(self) -> None:  # on the stream's completion thread
-        try:
-            self.torch_event.synchronize()
-            for step in self._host_tail:
-                step()
-        except BaseException as e:  # noqa: BLE001 - re-raised by wait()
-            self._error = e
-        finally:
-            self._host_tail = None
-            self._keep = []
-            self._host_done.set()
-
-    def query(self) -> bool:
-        done = self.torch_event.query() and self._host_done.is_set() and all(e.query() for e in self._earlier)
-        if done:
-            self._keep = []
-        return done
-
-    def wait(self, timeout: float | None = None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-
-        def left() -> float | None:
-            return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-        if deadline is None:
-            self.torch_event.synchronize()
-        while deadline is not None and not self.torch_event.query():
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"event not complete after {timeout} s")
-            time.sleep(1e-4)
-        if not self._host_done.wait(left()):
-            raise TimeoutError(f"host-side scatter not complete after {timeout} s")
-        for e in self._earlier:
-            e.wait(left())
-        self._keep = []
-        if self._error is not None:
-            raise RuntimeError(f"host-side scatter of a D2H plan failed: {self._error!r}") from self._error
-
-
-class CudaStream(Stream):
-    """A torch.cuda.Stream, plus a worker that finishes host-side scatters in submission order.
-
-    The worker thread exists only while scatters are queued, so idle streams hold no thread.
-    """
-
-    def __init__(self, torch_stream: torch.cuda.Stream):
-        self.torch_stream = torch_stream
-        self._lock = threading.Lock()
-        self._pending: list[CudaEvent] = []  # events whose host tail has not run yet
-        self._queue: collections.deque[CudaEvent] = collections.deque()
-        self._worker: threading.Thread | None = None
-
-    def _tail_loop(self) -> None:
-        while True:
-            with self._lock:
-                if not self._queue:
-                    self._worker = None
-                    return
-                ev = self._queue.popleft()
-            ev._run_host_tail()
-
-    def _record(self, keep: list, host_tail: list | None) -> CudaEvent:
-        ev = torch.cuda.Event()
-        ev.record(self.torch_stream)
-        with self._lock:
-            self._pending = [e for e in self._pending if not e._host_done.is_set()]
-            out = CudaEvent(ev, keep, list(self._pending), host_tail)
-            if host_tail:
-                self._pending.append(out)
-                self._queue.append(out)
-                if self._worker is None:
-                    self._worker = threading.Thread(target=self._tail_loop, name="cudalike-host-tail", daemon=True)
-                    self._worker.start()
-        return out
-
-    def record(self) -> CudaEvent:
-        return self._record([], None)
-
-    def wait_event(self, event: Event) -> None:
-        if not isinstance(event, CudaEvent):
-            raise ValueError(f"event: {event!r} is not a cuda/xpu event")
-        # The device cannot order after a CPU-side scatter; only then does the caller block.
-        if event.host_pending():
-            event.wait()
-        self.torch_stream.wait_event(event.torch_event)
-
-    def synchronize(self) -> None:
-        """Wait for the device and for queued host scatters; re-raise the first scatter failure."""
-        self.torch_stream.synchronize()
-        with self._lock:
-            pending, self._pending = self._pending, []
-        first: BaseException | None = None
-        for e in pending:
-            try:
-                e.wait()
-            except RuntimeError as err:
-                first = first or err
-        if first is not None:
-            raise first
-
-
 # -- host registration ------------------------------------------------------------------------
 
 class CudartRegistrar:
     """cudaHostRegister through torch's own libcudart bindings (on Kunlun: the runtime shim's)."""
-
-    name = "cudaHostRegister"
 
     def __init__(self):
         rt = torch.cuda.cudart()
@@ -230,20 +96,6 @@ class CudartRegistrar:
             raise RuntimeError(f"cudaHostUnregister({address:#x}) failed: {self._describe(rc)}")
 
 
-@dataclass(frozen=True)
-class HostRegistration:
-    """What register_host pinned, and through which API, so unregister_host can undo it."""
-
-    address: int
-    nbytes: int
-    registrar: Any
-    pieces: tuple[tuple[int, int], ...]
-
-    @property
-    def api(self) -> str:
-        return self.registrar.name
-
-
 # -- the backend -------------------------------------------------------------------------------
 
 class _Job(NamedTuple):
@@ -256,8 +108,7 @@ class _Job(NamedTuple):
 
 class CudaLikeBackend(Backend):
     device_type = "cuda"
-    # Largest single host registration; None: no limit known.
-    max_registration_bytes: int | None = None
+    stream_type = CudaStream
 
     def __init__(self, profile: Any = None):
         super().__init__(profile)
@@ -292,27 +143,19 @@ class CudaLikeBackend(Backend):
             return self._default
 
     # -- transfer ---------------------------------------------------------------------------
-    def _check_group(self, op: str, i: int, g: CopyGroup) -> _Job:
-        check_group(op, i, g)
-        sides = []
+    def _check_buffers(self, op: str, i: int, g: CopyGroup) -> None:
         for name, t in (("src", g.src), ("dst", g.dst)):
             on_dev = self.is_device(t)
             if not on_dev and t.device.type != "cpu":
                 raise ValueError(f"plan {op}: groups[{i}].{name} is on {t.device}; backend {self.name!r} takes cpu or cuda")
             if on_dev and t.device != self.device:
                 raise ValueError(f"plan {op}: groups[{i}] has a buffer on {t.device}; this backend uses {self.device}")
-            sides.append((t, on_dev))
-        (src, src_dev), (dst, dst_dev) = sides
-        return _Job(flat_bytes(src), flat_bytes(dst), g.segments, src_dev, dst_dev)
 
-    def execute(self, plan: TransferPlan, stream: Stream | None = None) -> CudaEvent:
-        # Validate everything before any byte moves.
-        jobs = [self._check_group(plan.op, i, g) for i, g in enumerate(plan.groups) if len(g.segments.nbytes)]
-        if stream is not None and not isinstance(stream, CudaStream):
-            raise ValueError(f"stream: {stream!r} is not a {self.name} stream")
-        if jobs:
-            plan.direction = f"{'d' if jobs[0].src_dev else 'h'}2{'d' if jobs[0].dst_dev else 'h'}"
-        stream = stream or self.default_stream()
+    def _job(self, g: CopyGroup) -> _Job:
+        return _Job(flat_bytes(g.src), flat_bytes(g.dst), g.segments, self.is_device(g.src), self.is_device(g.dst))
+
+    def _execute(self, plan: TransferPlan, stream: CudaStream) -> CudaEvent:
+        jobs = [self._job(g) for g in plan.groups if len(g.segments.nbytes)]
         keep: list = []
         tail: list = []
         with torch.cuda.device(self.device), torch.cuda.stream(stream.torch_stream):
@@ -365,31 +208,9 @@ class CudaLikeBackend(Backend):
         # One per backend: finding the runtime library (xpu) scans /proc and loads it.
         return self._registrar()
 
-    def register_host(self, address: int, nbytes: int) -> HostRegistration:
-        address, nbytes = positive_int("address", address), positive_int("nbytes", nbytes)
-        registrar = self._host_registrar
-        done: list[tuple[int, int]] = []
-        try:
-            for start, length in split_range(address, nbytes, self.max_registration_bytes):
-                registrar.register(start, length)
-                done.append((start, length))
-        except BaseException:
-            for start, _ in reversed(done):  # all or nothing
-                try:
-                    registrar.unregister(start)
-                except Exception:  # noqa: BLE001 - the original failure is the one to report
-                    pass
-            raise
-        return HostRegistration(address, nbytes, registrar, tuple(done))
+    def _register_range(self, address: int, nbytes: int) -> int:
+        self._host_registrar.register(address, nbytes)
+        return address
 
-    def unregister_host(self, handle: Any) -> None:
-        if not isinstance(handle, HostRegistration):
-            raise ValueError(f"handle: {handle!r} did not come from {self.name}.register_host")
-        errors = []
-        for start, _ in handle.pieces:
-            try:
-                handle.registrar.unregister(start)
-            except RuntimeError as e:
-                errors.append(str(e))
-        if errors:
-            raise RuntimeError("; ".join(errors))
+    def _unregister_range(self, address: int) -> None:
+        self._host_registrar.unregister(address)

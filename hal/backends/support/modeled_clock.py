@@ -1,0 +1,45 @@
+"""The modeled clock: what a plan costs on a profile's link model, and a stream's modeled time.
+
+Emu and count price plans here, so both give the same modeled seconds for the same plan: emu next
+to its real copies, count instead of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hal.transfer.direction import Direction
+from hal.transfer.plan import TransferPlan
+
+
+def plan_seconds(link: Any, plan: TransferPlan) -> float | None:
+    """Modeled seconds of `plan` on `link` (a hardware_profiles LinkModel), or None when the
+    profile leaves a needed value unknown. Device-to-device and host-to-host copies do not
+    cross the host link the model prices: 0."""
+    if not plan.groups or plan.direction in (Direction.D2D, Direction.H2H):
+        return 0.0
+    return link.seconds(plan.direction, plan.nbytes, plan.num_segments, plan.launches)
+
+
+class ModeledClock:
+    """One stream's position in modeled seconds. Once a plan could not be priced the clock is
+    unknown from then on (readings are None) rather than silently short."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.known = True
+
+    def advance(self, seconds: float | None) -> None:
+        """Account one executed plan of `seconds` (None: not modeled)."""
+        if seconds is None:
+            self.known = False
+        else:
+            self.now += seconds
+
+    def wait_until(self, seconds: float | None) -> None:
+        """Later work starts no earlier than `seconds` (another stream's event)."""
+        if seconds is not None:
+            self.now = max(self.now, seconds)
+
+    def reading(self) -> float | None:
+        return self.now if self.known else None

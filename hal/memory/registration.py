@@ -1,0 +1,61 @@
+"""Host-memory registration in pieces, all or nothing: written once, used by every caller.
+
+A backend registers [address, address + nbytes) by registering consecutive ranges through its
+per-range hook (some runtimes cap one registration's size); `hal.memory.host` registers a pool
+in chunks through the backend. Both go through `register_ranges`, so a failure part way always
+undoes the ranges already registered, newest first, and reports the original failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def split_range(address: int, nbytes: int, limit: int | None) -> list[tuple[int, int]]:
+    """[address, address + nbytes) as consecutive (start, length) pieces of at most `limit` bytes."""
+    if limit is None or nbytes <= limit:
+        return [(address, nbytes)]
+    return [(address + o, min(limit, nbytes - o)) for o in range(0, nbytes, limit)]
+
+
+def register_ranges(register: Callable[[int, int], Any], unregister: Callable[[Any], None],
+                    address: int, nbytes: int, limit: int | None) -> list[Any]:
+    """Register every piece of split_range(address, nbytes, limit); returns their handles in order.
+
+    On a failure the pieces already registered are unregistered (newest first) and the failure
+    is re-raised with a note saying how far it got.
+    """
+    handles: list[Any] = []
+    try:
+        for start, length in split_range(address, nbytes, limit):
+            handles.append(register(start, length))
+    except BaseException as e:
+        e.add_note(f"host registration failed at chunk {len(handles)}; "
+                   f"chunks 0..{len(handles) - 1} rolled back")
+        release(unregister, handles)
+        raise
+    return handles
+
+
+def release(unregister: Callable[[Any], None], handles: list[Any]) -> list[BaseException]:
+    """Unregister and remove every handle of `handles`, newest first; keep going past failures
+    (every other range must still be released) and return them."""
+    errors: list[BaseException] = []
+    while handles:
+        try:
+            unregister(handles.pop())
+        except Exception as e:  # noqa: BLE001 - reported to the caller, after the rest are released
+            errors.append(e)
+    return errors
+
+
+@dataclass(eq=False)
+class HostRegistration:
+    """What Backend.register_host registered: the range and the per-range handles still held
+    (emptied by unregister_host, so unregistering twice releases nothing twice)."""
+
+    address: int
+    nbytes: int
+    ranges: list[Any] = field(default_factory=list)
