@@ -45,20 +45,25 @@ class RequestResult(NamedTuple):
 
 
 class HiCache:
-    """L1 of `l1_tokens` and L2 of `l2_tokens` (0: no L2) over one KV geometry on `backend`."""
+    """L1 of `l1_tokens` and L2 of `l2_tokens` (0: no L2) over one KV geometry on `backend`.
+
+    The KV is real (`materialize`: written, copied and checked) exactly when the backend
+    moves bytes; on one that does not (count) the pools are meta tensors and transfers are
+    priced on the modeled clock only.
+    """
 
     def __init__(self, geom, l1_tokens: int, l2_tokens: int, backend, *, layout: str = "layer_first",
-                 policy="write_through_selective", ghost=None, order: str = "fifo", materialize: bool = False,
-                 sync: bool = True):
+                 policy="write_through_selective", ghost=None, order: str = "fifo", sync: bool = True):
         self.geom, self.page_size = geom, geom.page_size
-        self.backend, self.materialize, self.sync = backend, materialize, sync
-        self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=materialize, order=order)
-        self.host = HostPool(geom, l2_tokens, layout, backend=backend, materialize=materialize and l2_tokens > 0,
+        self.backend, self.sync = backend, sync
+        self.materialize = backend.capabilities().moves_bytes
+        self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=True, order=order)
+        self.host = HostPool(geom, l2_tokens, layout, backend=backend, materialize=True,
                              order=order) if l2_tokens else None
         self.tree = RadixTree(geom.page_size, policy=policy, ghost=ghost, device=self.device, host=self.host,
                               on_write_back=self._on_write_back)
         self.controller = CacheController(self.device, self.host, backend) if self.host is not None else None
-        self.kv = KVWriter(self.device, backend) if materialize else None
+        self.kv = KVWriter(self.device, backend) if self.materialize else None
         self._closed = False
 
     # -- completions ----------------------------------------------------------------------

@@ -6,8 +6,8 @@ measured 1.3 s per inline D2H submission on P800). Two daemon submitter threads,
 direction, each run jobs on their own backend stream through hicache_ref.pool_mover
 (`hal.transfer.pool_ops`): a backup is one all-layer submission, a load one submission
 per layer so compute on layer i can wait on layer i alone (`LoadHandle.layer_event`).
-Unmaterialized pools (no buffers) are priced on the modeled clock instead, batched, with
-the same counters. The threads of one direction live in hicache_ref.direction_worker;
+On a backend that moves no bytes (count) jobs are priced on the modeled clock instead,
+batched, with the same counters. The threads of one direction live in hicache_ref.direction_worker;
 what they share with the scheduler thread (lock, acks, fail-stop error, cancel flag) is
 one hicache_ref.controller_state.ControllerState. Indices are checked on
 the scheduler thread before anything is queued (equal lengths, in the pools, whole
@@ -63,13 +63,11 @@ DIRECTIONS = ("d2h", "h2d")
 
 class CacheController:
     """Queues D2H backups and H2D loads between `device_pool` and `host_pool` on `backend`
-    (both pools materialized, or neither: then jobs are priced, not copied)."""
+    (both pools with buffers; meta ones on a backend that moves no bytes)."""
 
     def __init__(self, device_pool, host_pool, backend):
         if device_pool.geom != host_pool.geom:
             raise ValueError("host_pool: geometry differs from device_pool's")
-        if (device_pool.buffers is None) != (host_pool.buffers is None):
-            raise ValueError("host_pool: materialize both pools or neither")
         self.device_pool, self.host_pool, self.backend = device_pool, host_pool, backend
         self.geom, self.layout = device_pool.geom, host_pool.layout
         self._state = ControllerState()

@@ -26,8 +26,8 @@ from hicache_ref.pool_mover import PoolMover
 STOP = object()  # queue sentinel: submit what is queued before it, then end
 _CANCELLED = object()
 _WAIT_SLICE_S = 0.1  # how often a watcher blocked on an event checks for cancellation
-_BATCH_MAX = 256  # unmaterialized jobs submitted as one plan at most
-_BATCH_WINDOW_S = 0.02  # unmaterialized jobs wait this long for company unless someone waits on them
+_BATCH_MAX = 256  # priced jobs submitted as one plan at most
+_BATCH_WINDOW_S = 0.02  # priced jobs wait this long for company unless someone waits on them
 
 
 class Job(NamedTuple):
@@ -55,7 +55,7 @@ class DirectionWorker:
         with kvcacheio.use(self.backend, self.stream):
             while True:
                 batch, stop = self._take_batch()
-                if not self.mover.materialized:
+                if self.mover.priced:
                     if batch:
                         self._submit(batch)
                 else:
@@ -66,16 +66,16 @@ class DirectionWorker:
                     return
 
     def _take_batch(self) -> tuple[list[Job], bool]:
-        """The next job and, without memory, every job queued behind it (up to _BATCH_MAX).
+        """The next job and, when jobs are only priced, every job queued behind it (up to _BATCH_MAX).
 
-        Unmaterialized jobs are submitted together as one plan: the link model is linear in
+        Priced jobs are submitted together as one plan: the link model is linear in
         launches, segments and bytes, so the modeled total is the same, and one stream
         submission per batch instead of per job saves thread hand-offs (GIL round trips
-        that cost more than the modeling itself). Nothing waits on an unmaterialized transfer's
+        that cost more than the modeling itself). Nothing waits on a priced transfer's
         bytes, so the submitter also waits up to _BATCH_WINDOW_S for a batch to build.
         """
         jobs, stop = [self.jobs.get()], False
-        if not self.mover.materialized:
+        if self.mover.priced:
             if jobs[0] is not STOP:
                 # Let more jobs arrive before taking the GIL from the scheduler thread again,
                 # unless someone waits for completions (flush, a handle, shutdown).

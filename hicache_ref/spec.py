@@ -65,7 +65,9 @@ class CacheSpec:
     kv_dim: int = SEED_KV_DIM  # MLA latent width, or the head dim for MHA
     dtype: str = SEED_DTYPE
     profile: str | None = "emu"  # hardware profile of the backend made when `backend` is None
-    backend: Any = None  # a hal backend to run on; None: an emu backend of `profile`, owned by the caller of open_backend
+    # A hal backend to run on, or None: one of `profile` made by open_backend (emu when
+    # materialized, else count, which prices the same plans on the same clock and moves no bytes).
+    backend: Any = None
     materialize: bool = False  # real KV pools and bytes, every hit checked
 
     def __post_init__(self):
@@ -85,6 +87,10 @@ class CacheSpec:
         parse_dtype(self.dtype)
         _one_of("host_layout", self.host_layout, MLA_LAYOUTS if self.attention == "mla" else HOST_LAYOUTS)
         _flag("materialize", self.materialize)
+        if self.backend is not None and self.backend.capabilities().moves_bytes != self.materialize:
+            raise ValueError(f"backend: {self.backend.name!r} {'moves' if not self.materialize else 'moves no'} "
+                             f"bytes, but materialize={self.materialize} (unmaterialized caches run on a backend "
+                             "that moves none, such as count)")
         self.geometry()  # what KVGeometry itself checks (e.g. MLA has one head)
 
     def geometry(self) -> KVGeometry:
@@ -117,15 +123,19 @@ class CacheSpec:
         return self.materialize or self.l1_tokens is not None or self.l2_tokens is not None
 
     def open_backend(self) -> tuple[Any, bool]:
-        """(backend, owned): the spec's backend, or a new emu backend of `profile` that the caller closes."""
+        """(backend, owned): the spec's backend, or a new one of `profile` that the caller closes:
+        emu when materialized, else count (no bytes, the same modeled seconds)."""
         if self.backend is not None:
             return self.backend, False
-        return get_backend("emu", self.profile), True
+        return get_backend("emu" if self.materialize else "count", self.profile), True
 
     def build(self, backend, whole_tokens: int = 0) -> HiCache:
-        """The HiCache this spec describes on `backend` (see capacities for `whole_tokens`)."""
+        """The HiCache this spec describes on `backend` (see capacities for `whole_tokens`); the
+        backend moves bytes exactly when the spec is materialized."""
+        if backend.capabilities().moves_bytes != self.materialize:
+            raise ValueError(f"backend: {backend.name!r} does not match materialize={self.materialize} "
+                             "(open_backend picks one that does)")
         l1, l2 = self.capacities(whole_tokens)
         bound = self.ghost_entries if self.ghost_entries is not None else max(l1 // self.page_size, MIN_GHOST_ENTRIES)
         return HiCache(self.geometry(), l1, l2, backend, layout=self.host_layout, policy=self.write_policy,
-                       ghost=GhostList(bound) if self.ghost else None, order=self.free_list,
-                       materialize=self.materialize, sync=self.sync)
+                       ghost=GhostList(bound) if self.ghost else None, order=self.free_list, sync=self.sync)

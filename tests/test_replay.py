@@ -5,6 +5,7 @@ import gzip
 import io
 import json
 from pathlib import Path
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -194,6 +195,23 @@ def test_bad_arguments_are_refused_by_name_before_running(tmp_path):
         with pytest.raises(ValueError, match="^spec: "):
             replay(dict(SMALL), trace)
     assert _replay([A], ghost=True, ghost_entries=5, **SMALL)["ghost"]["bound"] == 5
+
+
+def test_unmaterialized_replays_run_on_count_and_a_mismatched_backend_is_refused():
+    from hal.backend import get_backend
+
+    emu, count = get_backend("emu", "emu"), get_backend("count", "emu")
+    with pytest.raises(ValueError, match="^backend: 'emu' moves bytes, but materialize=False"):
+        CacheSpec(backend=emu, **SMALL)
+    with pytest.raises(ValueError, match="^backend: 'count' moves no bytes, but materialize=True"):
+        CacheSpec(backend=count, materialize=True, **SMALL)
+    reqs, kw = [A, UNRELATED, A_AGAIN], dict(l1_tokens=2048, l2_tokens=8192, write_policy="write_through", **SMALL)
+    assert _replay(reqs, backend=count, **kw) == {**_replay(reqs, **kw), "wall_seconds": ANY, "read_seconds": ANY,
+                                                  "tokens_per_second": ANY, "max_d2h_enqueue_seconds": ANY,
+                                                  "max_h2d_enqueue_seconds": ANY}
+    spec = CacheSpec(**SMALL)
+    with pytest.raises(ValueError, match="^backend: 'emu' does not match materialize=False"):
+        spec.build(emu, 4096)
 
 
 # -- the CLI -------------------------------------------------------------------------------------
