@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hal.backend import get_backend
-from hal.transfer.layouts import HOST_LAYOUTS, MLA_LAYOUTS, KVGeometry, parse_dtype, positive_int
+from hal.transfer.layouts import DTYPES, HOST_LAYOUTS, MLA_LAYOUTS, KVGeometry, parse_dtype, positive_int
+from hal.transfer.seed import SEED_GEOMETRY
 from hicache_ref.allocator import ORDERS
 from hicache_ref.cache import HiCache
 from hicache_ref.ghost import GhostList
@@ -25,10 +26,9 @@ from hicache_ref.policy import POLICIES
 MATERIALIZE_LIMIT_BYTES = 16 << 30  # refuse pools larger than this: a typo should not eat the host
 MIN_GHOST_ENTRIES = 1024  # the ghost list's default bound: L1 pages, at least this many
 
-# The P800 seed configuration (MLA latent, 78 layers, kv_dim 576, bf16): byte counts and
-# modeled seconds are the ones that deployment would see.
-# TODO(merge): use hal.transfer.seed (the seed geometry's one definition) for these defaults.
-SEED_ATTENTION, SEED_LAYERS, SEED_HEADS, SEED_KV_DIM, SEED_DTYPE = "mla", 78, 1, 576, "bf16"
+# Defaults: the P800 seed geometry (hal.transfer.seed, its one definition), so byte counts
+# and modeled seconds are the ones that deployment would see.
+_SEED_DTYPE_NAME = next(name for name, dt in DTYPES.items() if dt == SEED_GEOMETRY.dtype)
 
 
 def _flag(name: str, value) -> bool:
@@ -51,7 +51,7 @@ def _tokens_or_none(name: str, value) -> None:
 class CacheSpec:
     """What to build: geometry, capacities (tokens; None: unlimited), policies, layout, backend."""
 
-    page_size: int = 64
+    page_size: int = SEED_GEOMETRY.page_size
     l1_tokens: int | None = None  # device (L1) capacity; None: the whole trace
     l2_tokens: int | None = None  # host (L2) capacity; 0: no L2; None: the whole trace
     write_policy: str = "write_through_selective"
@@ -59,11 +59,11 @@ class CacheSpec:
     ghost_entries: int | None = None  # None: L1 pages, at least MIN_GHOST_ENTRIES
     free_list: str = "fifo"
     host_layout: str = "layer_first"
-    attention: str = SEED_ATTENTION
-    layers: int = SEED_LAYERS
-    heads: int = SEED_HEADS
-    kv_dim: int = SEED_KV_DIM  # MLA latent width, or the head dim for MHA
-    dtype: str = SEED_DTYPE
+    attention: str = SEED_GEOMETRY.attention
+    layers: int = SEED_GEOMETRY.layers
+    heads: int = SEED_GEOMETRY.heads
+    kv_dim: int = SEED_GEOMETRY.head_dim  # MLA latent width, or the head dim for MHA
+    dtype: str = _SEED_DTYPE_NAME
     profile: str | None = "emu"  # hardware profile of the backend made when `backend` is None
     # A hal backend to run on, or None: one of `profile` made by open_backend (emu when
     # materialized, else count, which prices the same plans on the same clock and moves no bytes).

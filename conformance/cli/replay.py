@@ -12,29 +12,30 @@ from hicache_ref.replay import replay, summary_lines
 from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import find_trace
 
+DEFAULTS = CacheSpec()  # the seed geometry and the spec's policies
 HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, L2 host) and report hits and transfers"
 
 
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace, .jsonl or .jsonl.gz (default: the packaged "
                    "conversation_trace.jsonl.gz)")
-    p.add_argument("--page-size", type=int, default=64)
+    p.add_argument("--page-size", type=int, default=DEFAULTS.page_size)
     p.add_argument("--l1-tokens", help=f"device (L1) capacity in tokens, e.g. 2M (2,000,000; {UNITS}); "
                    "omitted: unlimited")
     p.add_argument("--l2-tokens", help=f"host (L2) capacity in tokens ({UNITS}); 0: no L2; omitted: unlimited")
-    p.add_argument("--write-policy", default="write_through_selective", choices=POLICIES)
+    p.add_argument("--write-policy", default=DEFAULTS.write_policy, choices=POLICIES)
     p.add_argument("--ghost", action="store_true", help="back up prefixes proven reused by a ghost list of L1 evictions")
     p.add_argument("--ghost-entries", type=int, help="ghost list bound (default: L1 pages, at least 1024)")
-    p.add_argument("--free-list", default="fifo", choices=("fifo", "lifo"))
+    p.add_argument("--free-list", default=DEFAULTS.free_list, choices=("fifo", "lifo"))
     p.add_argument("--limit", type=int, help="replay only the first N requests")
     p.add_argument("--materialize", action="store_true", help="real KV pools and bytes; every hit checked bit for bit")
-    p.add_argument("--attention", default="mla", choices=("mla", "mha"))
-    p.add_argument("--layers", type=int, default=78)
-    p.add_argument("--kv-dim", type=int, default=576, help="MLA latent width, or the head dim with --attention mha")
-    p.add_argument("--heads", type=int, default=1, help="KV heads (MHA)")
-    p.add_argument("--dtype", default="bf16", choices=tuple(DTYPES))
-    p.add_argument("--host-layout", default="layer_first", choices=HOST_LAYOUTS)
-    p.add_argument("--profile", default="emu", help="hardware profile for the modeled clock (name or YAML path)")
+    p.add_argument("--attention", default=DEFAULTS.attention, choices=("mla", "mha"))
+    p.add_argument("--layers", type=int, default=DEFAULTS.layers)
+    p.add_argument("--kv-dim", type=int, default=DEFAULTS.kv_dim, help="MLA latent width, or the head dim with --attention mha")
+    p.add_argument("--heads", type=int, default=DEFAULTS.heads, help="KV heads (MHA)")
+    p.add_argument("--dtype", default=DEFAULTS.dtype, choices=tuple(DTYPES))
+    p.add_argument("--host-layout", default=DEFAULTS.host_layout, choices=HOST_LAYOUTS)
+    p.add_argument("--profile", default=DEFAULTS.profile, help="hardware profile for the modeled clock (name or YAML path)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
 
 
