@@ -31,7 +31,12 @@ import numpy as np
 import torch
 
 from hal.backend import Backend, Capabilities
-from hal.backends.support.copy_modes import COPY_MODES, DIRECT_SEGMENT_LIMIT, copies_each_segment, resolve_copy_mode
+from hal.backends.support.copy_modes import (
+    COPY_MODES,
+    DIRECT_SEGMENT_LIMIT,
+    copies_each_segment,
+    resolve_copy_mode,
+)
 from hal.backends.support.cuda_streams import CudaEvent, CudaStream
 from hal.backends.support.vendor_ops import BoundVendorOps, StreamHooks, VendorOps, VendorSearch
 from hal.transfer.plan import CopyGroup, Segments, TransferPlan

@@ -121,6 +121,10 @@ class VendorOps:
         return BoundVendorOps(self, hooks)
 
 
+class MissingVendorOp(AttributeError):
+    """The vendor module has no kernel for this kvcacheio op (its cases skip, saying which)."""
+
+
 class BoundVendorOps:
     """The vendor ops as a module-like object: `bound.transfer_kv_per_layer(...)` like kvcacheio's."""
 
@@ -131,7 +135,7 @@ class BoundVendorOps:
         if op not in kvcacheio.OPS:
             raise AttributeError(op)
         if not self.vendor.has(op):
-            raise AttributeError(f"{self.vendor.source} has no {op}")
+            raise MissingVendorOp(f"{self.vendor.source} has no {op}")
         return lambda *args, **kwargs: self.vendor.call(self.hooks, op, *args, **kwargs)
 
 
