@@ -381,12 +381,12 @@ def _vendor(call):
 
 
 @pytest.mark.parametrize("layout, c", LAYOUT_CASES)
-def test_vendor_all_layer_backup_matches_reference(vendor_kv, kv_memory, layout, c):
+def test_vendor_all_layer_d2h_matches_reference(vendor_kv, kv_memory, layout, c):
     _vendor(lambda: test_all_layer_backup_matches_reference(vendor_kv, kv_memory, layout, c))
 
 
 @pytest.mark.parametrize("layout, c", LAYOUT_CASES)
-def test_vendor_per_layer_load_matches_reference(vendor_kv, kv_memory, layout, c):
+def test_vendor_per_layer_h2d_matches_reference(vendor_kv, kv_memory, layout, c):
     _vendor(lambda: test_per_layer_load_matches_reference(vendor_kv, kv_memory, layout, c))
 
 
