@@ -198,7 +198,8 @@ class Backend(TransferEngine, HostRegistrar, TopologySource):
     # named like the backend if one ships, else none.
     default_profile: str | None = None
     # How plans become device copies, where a backend offers a choice (cuda/xpu: "descriptor",
-    # "gather"); the instance's mode is `copy_mode`. Empty / None: one way only (emu, count).
+    # "gather"); the instance's mode is `copy_mode`, and `with_copy_mode(mode)` gives a sibling
+    # in another mode. Empty / None: one way only (emu, count).
     copy_modes: tuple[str, ...] = ()
     copy_mode: str | None = None
 
