@@ -32,6 +32,7 @@ import numpy as np
 
 from hicache_ref.trace import BLOCK_TOKENS, TraceRequest
 
+MAX_BLOCK_ID = (2**32 - BLOCK_TOKENS) // BLOCK_TOKENS  # as hicache_ref.trace reads them
 DONOR_TRIES = 8  # earlier requests looked at for a longer prefix when the history is short
 
 
@@ -54,6 +55,10 @@ def _check(requests, min_tokens, max_tokens, reuse, sessions, rate, seed) -> Non
                              or not math.isfinite(rate) or rate <= 0):
         raise ValueError(f"rate: expected a positive number of requests per second, got {rate!r}")
     _positive_int("seed", seed, 0)
+    worst = requests * -(-max_tokens // BLOCK_TOKENS)  # every block fresh
+    if worst > MAX_BLOCK_ID + 1:
+        raise ValueError(f"requests: {requests:,} requests of up to {max_tokens:,} tokens may need {worst:,} distinct "
+                         f"blocks; hash ids stop at {MAX_BLOCK_ID + 1:,} (token ids are 32-bit)")
 
 
 def synthesize(requests: int, min_tokens: int, max_tokens: int, reuse: float, sessions: int = 16,
