@@ -139,3 +139,15 @@ def test_sweep_cli_refusals_are_one_line(tmp_path, capsys, args, where):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"hicache: {where}"), err
+
+
+def test_bench_sweep_reports_the_ratio_and_the_largest_tier_check(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    write_trace(trace, synthesize(120, 500, 3000, 0.6, sessions=6, seed=3))
+    rc = main(["bench", "sweep", "--trace", str(trace), "--json", "--quiet"])
+    r = json.loads(capsys.readouterr().out)
+    assert rc == (0 if r["ok"] else 1)  # timing decides the verdict; the figures must be there either way
+    assert r["sweep"]["method"] == "one_pass" and len(r["config"]["l2_tiers"]) == 8
+    assert r["largest_tier_hit_rate_difference"] >= 0
+    assert r["sweep_over_replay"] == pytest.approx(r["sweep"]["median_wall_seconds"]
+                                                   / r["replay_largest_tier"]["median_wall_seconds"])

@@ -123,6 +123,9 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
         alone = replay(alone_spec, requests)
         tick()
         if alone["truncated_requests"]:
+            if method == "one_pass":
+                raise ValueError(f"method: one_pass does not apply: {alone['truncated_requests']} requests do "
+                                 "not fit in L1 (l1_tokens) and are cut")
             use, refusal = "replay", f"{alone['truncated_requests']} requests cut to fit L1"
             total = len(tiers) + 1
         else:
