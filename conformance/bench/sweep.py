@@ -75,6 +75,7 @@ def run(a) -> int:
               "replay_largest_tier": {"wall_seconds": replays, "median_wall_seconds": r_med, "hit_rate": fig["hit_rate"]},
               "sweep": {"method": result_sweep["method"], "wall_seconds": sweeps, "median_wall_seconds": s_med,
                         "hit_rates": [t["hit_rate"] for t in result_sweep["tiers"]],
+                        "l1_alone_hit_rate": result_sweep["l1_alone_hit_rate"],
                         "plateau_l2_tokens": result_sweep["plateau_l2_tokens"],
                         "on_plateau": result_sweep["on_plateau"]},
               "sweep_over_replay": ratio, "target_ratio": TARGET_RATIO, "ok": ratio <= TARGET_RATIO,
