@@ -106,3 +106,16 @@ def test_trace_cli_refusals_are_one_line(tmp_path, monkeypatch, capsys, argv, wh
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"hicache: {where}"), err
+
+
+def test_reuse_distance_histogram_counts_every_reused_page_once():
+    reqs = synthesize(200, 1000, 6000, 0.6, sessions=8, seed=12)
+    s = trace_stats(reqs, page_size=64)
+    hist = s["reuse_distance_histogram"]
+    assert sum(b["pages"] for b in hist) == s["reused_pages"] > 0
+    assert hist[-1]["below_tokens"] is None and all(a["below_tokens"] == b["from_tokens"]
+                                                     for a, b in zip(hist, hist[1:], strict=False))
+    # the hit-rate curve is the histogram accumulated: pages below each edge, as tokens
+    for point, upto in zip(s["hit_rate_by_capacity"], range(1, len(hist)), strict=False):
+        below = sum(b["pages"] for b in hist[:upto])
+        assert point["hit_rate"] == pytest.approx(below * 64 / s["input_tokens"])

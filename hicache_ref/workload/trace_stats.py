@@ -11,7 +11,8 @@ Definitions (README "Traces"):
   `page_size` (what `hicache replay` reports with no capacities; equal to it).
 - reuse distance of a reused page: its LRU stack distance in tokens, i.e. how many distinct
   tokens of other pages were used since it was last used; an LRU cache of C tokens hits it
-  exactly when the distance is below C. `hit_rate_by_capacity` is that curve.
+  exactly when the distance is below C. `hit_rate_by_capacity` is that curve, and
+  `reuse_distance_histogram` counts reused pages per power-of-two bin of distance.
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ def _percentiles(values) -> dict:
     return {f"p{p}": int(np.percentile(v, p, method="lower")) for p in PERCENTILES}
 
 
+def _histogram(distances: np.ndarray, edges: list[int]) -> list[dict]:
+    """Reused pages per distance bin: [previous edge, edge) tokens, the last bin open-ended."""
+    counts = np.bincount(np.searchsorted(edges, distances, side="right"), minlength=len(edges) + 1)
+    lows = [0, *edges]
+    return [dict(from_tokens=lo, below_tokens=hi, pages=int(c))
+            for lo, hi, c in zip(lows, [*edges, None], counts, strict=True)]
+
+
 def capacity_points(whole_tokens: int, page_size: int) -> list[int]:
     """Capacities (tokens, powers of two from one page up to the whole trace) for the curve."""
     points, c = [], page_size
@@ -76,7 +85,8 @@ def trace_stats(requests: list[TraceRequest], page_size: int = 64) -> dict:
         output_length=_percentiles([r.output_length for r in requests]),
         prefix_reuse_rate=reused / total if total else 0.0,
         unlimited_hit_rate=int(profile.seen_pages.sum()) * page_size / total if total else 0.0,
-        reused_pages=int(len(distances) // 1), reuse_distance_tokens=_percentiles(distances),
+        reused_pages=int(len(distances)), reuse_distance_tokens=_percentiles(distances),
+        reuse_distance_histogram=_histogram(distances, caps),
         hit_rate_by_capacity=[dict(capacity_tokens=c, hit_rate=float(h))
                               for c, h in zip(caps, profile.hit_rate(caps), strict=True)],
         duration_seconds=span, requests_per_second=(len(requests) - 1) / span if span > 0 else None)
