@@ -161,7 +161,9 @@ def processes_with(marker: str) -> list[int]:
 
 
 def shm_files() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("hicache")}
+    from hal.memory.shm import PREFIX
+
+    return {n for n in os.listdir("/dev/shm") if n.startswith(PREFIX)}
 
 
 def leaked_shm(before: set[str]) -> set[str]:
@@ -169,7 +171,7 @@ def leaked_shm(before: set[str]) -> set[str]:
     (Files of other tests running alongside belong to live processes and are not counted.)"""
     from hal.memory.shm import owner_alive
 
-    return {n for n in shm_files() - before if owner_alive(n) is not True}
+    return {n for n in shm_files() - before if owner_alive(n) is False}
 
 
 def assert_one_line_refusal(proc, code: int, named: str) -> str:
