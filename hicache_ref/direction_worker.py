@@ -36,6 +36,30 @@ class Job(NamedTuple):
     device_indices: np.ndarray
 
 
+class ExactSeconds:
+    """A sum of modeled seconds rounded once, at the end: the same bits whatever the order or
+    grouping of the terms (a float running sum rounds at every step, so it would not be).
+
+    Every finite float is an integer multiple of 2**-1074; terms are kept as that integer.
+    """
+
+    _SCALE_BITS = 1074
+
+    def __init__(self) -> None:
+        self._units = 0
+        self.known = True  # False once a term was None (not modeled): the sum is unknown
+
+    def add(self, seconds: float | None) -> None:
+        if seconds is None:
+            self.known = False
+            return
+        num, den = float(seconds).as_integer_ratio()
+        self._units += num << (self._SCALE_BITS - (den.bit_length() - 1))
+
+    def value(self) -> float | None:
+        return self._units / (1 << self._SCALE_BITS) if self.known else None  # int / int rounds once
+
+
 class DirectionWorker:
     """Submitter + watcher threads of one direction, on one backend stream."""
 
@@ -45,6 +69,7 @@ class DirectionWorker:
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.inflight: queue.SimpleQueue = queue.SimpleQueue()  # ([handles], last event), stream order
         self.stats = DirectionStats()
+        self._modeled = ExactSeconds()  # acknowledged jobs' modeled seconds (guarded by state.lock)
         self.pending = 0  # enqueued and not yet acked (guarded by state.lock)
         self.submitter = threading.Thread(target=self._submit_loop, name=f"hicache-{name}", daemon=True)
         self.watcher = threading.Thread(target=self._watch_loop, name=f"hicache-{name}-acks", daemon=True)
@@ -106,6 +131,7 @@ class DirectionWorker:
             plans = [self.mover.layer0_plan(self.name, job) for job in jobs]
             events = self.mover.run(self.name, jobs, plans)
             for job, layer0 in zip(jobs, plans, strict=True):
+                job.handle.modeled_cost = self.mover.job_seconds(self.name, layer0)
                 self._count(job, layer0, (time.perf_counter() - t0) / len(jobs))
         except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
             for job in jobs:
@@ -165,11 +191,11 @@ class DirectionWorker:
 
     def _acknowledge(self, handles: list[TransferHandle], modeled_time: float | None) -> None:
         with self.state.lock:
-            s = self.stats
-            if modeled_time is None:
-                s.modeled_seconds = None
-            elif s.modeled_seconds is not None:
-                s.modeled_seconds = max(s.modeled_seconds, modeled_time)
+            # The direction's modeled seconds add each job's own price (not the stream clock,
+            # whose readings depend on how timing batched the jobs): reproducible to the bit.
+            for h in handles:
+                self._modeled.add(h.modeled_cost)
+            self.stats.modeled_seconds = self._modeled.value()
             for h in handles:
                 self.state.acks.append(Ack(self.name, h.tag, h.num_tokens, modeled_time))
             self.state.last_completion = time.perf_counter()

@@ -51,6 +51,7 @@ class TransferHandle:
 
     def __init__(self, state: ControllerState, direction: str, tag: Any, num_tokens: int, n_events: int):
         self.direction, self.tag, self.num_tokens = direction, tag, num_tokens
+        self.modeled_cost: float | None = 0.0  # this transfer's own modeled seconds (set at submission)
         self._state = state
         self._cond = threading.Condition()
         self._events: list = []
