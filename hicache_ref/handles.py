@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from hicache_ref.controller_state import ControllerState, TransferCancelled
 
 
@@ -132,15 +134,22 @@ class LoadHandle(TransferHandle):
     def layer_event(self, layer: int, timeout: float | None = None):
         """The backend Event of `layer`'s load (blocks only until the submitter reached it):
         a compute stream can `wait_event` on it without blocking the host."""
-        if not isinstance(layer, int) or not 0 <= layer < self._n_events:
-            raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
+        layer = self._layer(layer)
         with self._state.waiting():
             return self._event(layer, timeout)
 
     def wait_layer(self, layer: int, timeout: float | None = None) -> None:
-        if not isinstance(layer, int) or not 0 <= layer < self._n_events:
-            raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
-        self._wait_event(layer, timeout)
+        """Block until `layer`'s load completed (ValueError at once for a layer not in [0, layers))."""
+        self._wait_event(self._layer(layer), timeout)
+
+    def _layer(self, layer) -> int:
+        """`layer` as an index of this load's layers; ValueError naming it otherwise, before any
+        wait (a layer past the end would otherwise wait for an event that never comes)."""
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+            raise ValueError(f"layer: expected an integer layer index, got {layer!r}")
+        if not 0 <= layer < self._n_events:
+            raise ValueError(f"layer: {int(layer)} is outside [0, {self._n_events})")
+        return int(layer)
 
     def wait_all(self, timeout: float | None = None) -> None:
         self.wait(timeout)

@@ -1,6 +1,7 @@
 """Cache controller: async D2H/H2D on own threads and streams, per-layer events, acks, errors, shutdown."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -121,6 +122,20 @@ def test_load_has_one_event_per_layer_completing_in_layer_order(emu):
         assert times == sorted(times) and len(set(times)) == len(times)
         with pytest.raises(ValueError, match="layer"):
             h.wait_layer(dp.geom.layers)
+        assert h.layer_event(np.int64(1)) is events[1]
+
+
+def test_a_layer_outside_the_load_is_refused_at_once_naming_the_argument(emu):
+    dp, hp = _pools(emu, "page_first")
+    with CacheController(dp, hp, emu) as ctl:
+        h = ctl.load(_pages([0, 1]), _pages([2, 3]))
+        h.wait_all(10)
+        for bad in (h.layers, h.layers + 5, -1, True, 1.0, "0"):
+            for call in (h.layer_event, h.wait_layer):
+                t0 = time.monotonic()
+                with pytest.raises(ValueError, match="^layer: "):
+                    call(bad, timeout=30)
+                assert time.monotonic() - t0 < 1, (call, bad)
 
 
 @pytest.mark.parametrize("name", ["emu", "count"])
