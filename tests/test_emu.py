@@ -312,6 +312,23 @@ def test_close_ends_every_stream_thread_after_its_queued_work():
     assert not any(t.is_alive() for t in mine) and torch.equal(dev, host)
 
 
+def test_close_returns_only_once_the_stream_thread_has_ended(monkeypatch):
+    """A worker still copying when the interpreter exits aborts the process (SIGABRT): close joins it."""
+    import time
+
+    import hal.backends.emu as emu_module
+
+    real = emu_module.segcopy.copy_groups
+    monkeypatch.setattr(emu_module.segcopy, "copy_groups", lambda groups: (time.sleep(0.3), real(groups)))
+    emu = get_backend("emu", "emu")
+    s = emu.new_stream()
+    dev = emu.alloc_device((1 << 12,), torch.uint8)
+    ev = emu.execute(_plan(torch.ones(1 << 12, dtype=torch.uint8), dev, 1 << 12), s)
+    s.close()
+    assert not s._thread.is_alive() and ev.query()
+    emu.close()  # closing again (every stream) is harmless
+
+
 def test_views_of_one_storage_are_ordered_even_when_queued_together(monkeypatch):
     # Write into one half of a buffer, then read a view over the whole of it: the read must
     # wait for the write although the two plans name different tensor objects.

@@ -40,6 +40,10 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.mlock.argtypes = _libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
 
+_BATCH_BYTES = 256 << 20  # a batch stops growing here, so early events are not held back long
+_CLOSE_JOIN_SECONDS = 10.0  # how long closing a stream waits for its queued work and thread
+
+
 class EmuEvent(Event):
     def __init__(self):
         self._done = threading.Event()
@@ -154,9 +158,13 @@ class EmuStream(Stream):
     def synchronize(self) -> None:
         self.record().wait()
 
-    def close(self) -> None:
-        """Queued work finishes first; the worker thread then ends."""
+    def close(self, timeout: float = _CLOSE_JOIN_SECONDS) -> None:
+        """Queued work finishes first; the worker thread then ends, and close waits for it (at
+        most `timeout` s): a worker still inside a copy when the interpreter exits is killed
+        mid-op, and the process aborts ("terminate called without an active exception")."""
         self._q.put(("stop", None))
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
 
 class EmuBackend(Backend):
@@ -251,9 +259,6 @@ def _forget_mapping(storages: dict[int, object], lock: threading.Lock, ptr: int,
     with lock:
         if storages.get(ptr) is token:
             del storages[ptr]
-
-
-_BATCH_BYTES = 256 << 20  # a batch stops growing here, so early events are not held back long
 
 
 def _materialized(plan: TransferPlan) -> bool:
