@@ -15,11 +15,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from hal.transfer.direction import Direction
 from hicache_ref.controller_state import ControllerState, TransferCancelled
 
 
 class Ack(NamedTuple):
-    direction: str  # "d2h" | "h2d"
+    direction: Direction  # D2H (a backup) or H2D (a load); compares equal to "d2h" / "h2d"
     tag: Any
     num_tokens: int
     modeled_time: float | None  # the stream's modeled clock when the transfer ended
@@ -51,7 +52,7 @@ class ControllerStats:
 class TransferHandle:
     """One queued transfer: its per-submission backend events appear as the submitter runs."""
 
-    def __init__(self, state: ControllerState, direction: str, tag: Any, num_tokens: int, n_events: int):
+    def __init__(self, state: ControllerState, direction: Direction, tag: Any, num_tokens: int, n_events: int):
         self.direction, self.tag, self.num_tokens = direction, tag, num_tokens
         self.modeled_cost: float | None = 0.0  # this transfer's own modeled seconds (set at submission)
         self._state = state

@@ -18,6 +18,7 @@ timing, and pricing a batch as one plan rounds differently from pricing its jobs
 from __future__ import annotations
 
 from hal.transfer import kvcacheio, pool_ops
+from hal.transfer.direction import Direction
 from hal.transfer.layer_plans import LayerPlanner
 from hal.transfer.plan import TransferPlan
 
@@ -39,11 +40,11 @@ class PoolMover:
         self._planner = LayerPlanner(self.layout, self.geom, host_pool.num_tokens)
         self._job_seconds: dict[tuple, float | None] = {}  # (direction, bytes, segments) -> price
 
-    def layer0_plan(self, direction: str, job) -> TransferPlan:
+    def layer0_plan(self, direction: Direction, job) -> TransferPlan:
         """Layer 0's plan of `job` (every layer repeats its runs): what the counters scale."""
         return self._planner.layer0(direction, job.host_indices, job.device_indices)
 
-    def job_seconds(self, direction: str, layer0: TransferPlan) -> float | None:
+    def job_seconds(self, direction: Direction, layer0: TransferPlan) -> float | None:
         """Modeled seconds of one job whose layer-0 plan is `layer0` (None: the backend has no
         model): its all-layer plan priced by the backend, remembered per shape (the price
         depends only on direction, bytes and segments, and replays repeat shapes)."""
@@ -57,7 +58,7 @@ class PoolMover:
             self._job_seconds[key] = seconds
         return self._job_seconds[key]
 
-    def run(self, direction: str, jobs: list, plans: list[TransferPlan]) -> list:
+    def run(self, direction: Direction, jobs: list, plans: list[TransferPlan]) -> list:
         """Submit `jobs` (one job, or with `priced` a batch) on the current kvcacheio stream;
         returns the events they share (one for a D2H, one per layer for an H2D)."""
         if self.priced:
@@ -65,15 +66,15 @@ class PoolMover:
         (job,) = jobs
         args = (self.layout, self.geom, self.host_pool.buffers, self.device_pool.buffers, job.host_indices,
                 job.device_indices)
-        if direction == "d2h":
+        if direction == Direction.D2H:
             return [pool_ops.backup(*args)]
         return list(pool_ops.load_all_layers(*args))
 
-    def _price(self, direction: str, plans: list[TransferPlan]) -> list:
+    def _price(self, direction: Direction, plans: list[TransferPlan]) -> list:
         """Nothing to copy: one plan standing for every layer of every job, for the modeled clock.
 
         (Planning every layer would be 78 shifted copies of the same runs on the seed
         geometry: ~1.5 ms per backup of a whole-trace replay.)
         """
         ev = self.backend.execute(self._planner.all_layers(direction, plans), kvcacheio.current_stream())
-        return [ev] if direction == "d2h" else [ev] * self.layers
+        return [ev] if direction == Direction.D2H else [ev] * self.layers

@@ -126,7 +126,7 @@ class EmuStream(Stream):
         """Copy every plan of the batch, then advance the clock and complete events in order."""
         if self._error is None:
             try:
-                groups = [g for kind, p in batch if kind == "plan" and _materialized(p) for g in p.groups]
+                groups = [g for kind, p in batch if kind == "plan" for g in p.groups]
                 segcopy.copy_groups(groups)
             except BaseException as e:  # noqa: BLE001 - carried to the batch's events
                 self._error = e
@@ -172,8 +172,6 @@ class EmuBackend(Backend):
     device_type = "cpu"
     default_profile = "emu"
     stream_type = EmuStream
-    # Unmaterialized replay still prices symbolic plans here (until it runs on count).
-    runs_symbolic_plans = True
 
     def __init__(self, profile: Any = None):
         if profile is None:
@@ -261,14 +259,9 @@ def _forget_mapping(storages: dict[int, object], lock: threading.Lock, ptr: int,
             del storages[ptr]
 
 
-def _materialized(plan: TransferPlan) -> bool:
-    return bool(plan.groups) and isinstance(plan.groups[0].src, torch.Tensor)
-
-
 def _extents(plan: TransferPlan) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """[start, end) address ranges of the buffers a plan reads and writes (symbolic: none)."""
-    if not _materialized(plan):
-        return [], []
+    """[start, end) address ranges of the buffers a plan reads and writes (every plan here is of
+    tensors: Backend.execute refuses symbolic ones, which run on count)."""
 
     def extent(t: torch.Tensor) -> tuple[int, int]:
         return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
