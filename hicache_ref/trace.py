@@ -16,6 +16,7 @@ by name through importlib.resources (`find_trace`), so nothing here knows a mach
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -55,11 +56,16 @@ def _int(obj: dict, key: str, path, line_no: int, minimum: int = 0) -> int:
     return v
 
 
+@contextlib.contextmanager
 def _open_bytes(path: Path | Traversable):
-    """`path` as a binary stream, gunzipped when its name ends in .gz."""
-    if path.name.endswith(".gz"):
-        return gzip.GzipFile(fileobj=path.open("rb"))
-    return path.open("rb")
+    """`path` as a binary stream, gunzipped when its name ends in .gz; the file is closed on
+    exit (a GzipFile leaves the file it was given open)."""
+    with path.open("rb") as raw:
+        if path.name.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw) as unzipped:
+                yield unzipped
+        else:
+            yield raw
 
 
 def _text(path, line_no: int, raw: bytes) -> str:

@@ -14,6 +14,7 @@ from conformance import reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
 from hal.transfer import pool_ops
+from hal.transfer.direction import Direction
 from hal.transfer.layer_plans import LayerPlanner
 from hicache_ref.controller import CacheController
 from hicache_ref.controller_state import TransferCancelled, TransferError
@@ -79,6 +80,7 @@ def test_backup_then_load_is_bit_identical_and_counts_match_the_plan(emu, attent
             ref.assert_same_bits(got, dev[:, layer][:, di], f"layer {layer} after load")
         acks = ctl.flush(10)  # one per direction; across directions the order is the watchers'
         assert sorted((a.direction, a.tag) for a in acks) == [("d2h", "w"), ("h2d", "l")]
+        assert {type(a.direction) for a in acks} == {Direction}
         s = ctl.stats()
     full = pool_ops.plan_for(layout, dp.geom, hp.num_tokens, hi, di, "d2h")
     assert (s.d2h.tokens, s.d2h.bytes, s.d2h.segments) == (len(hi), full.nbytes, full.num_segments)

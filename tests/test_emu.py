@@ -62,6 +62,13 @@ def test_a_late_finalizer_of_a_freed_buffer_does_not_forget_a_new_one_at_its_add
     assert emu.is_device(keep[-1])
 
 
+def test_symbolic_plans_are_refused_they_run_on_count(emu):
+    """Unmaterialized replay runs on the count backend; emu executes only plans of tensors."""
+    with pytest.raises(ValueError, match="not a tensor"):
+        emu.execute(_plan(("host", 0), ("device", 0), 16))
+    assert not getattr(emu, "runs_symbolic_plans", False)
+
+
 def test_modeled_clock_advances_by_link_model(emu):
     dev = emu.alloc_device((1024,), torch.uint8).zero_()
     src = torch.full((1024,), 7, dtype=torch.uint8)
