@@ -80,4 +80,4 @@ def check_replay(a) -> None:
         raise CliError("--trace", f"{clip_path(trace)}: holds no request; nothing to time")
 
 
-CHECKS = {"transfer": check_transfer, "memory": check_memory, "replay": check_replay}
+CHECKS = {"transfer": check_transfer, "memory": check_memory, "replay": check_replay, "sweep": check_replay}
