@@ -11,8 +11,7 @@ import numpy as np
 
 from conformance.targets.verdict import Outcome, model_inputs, not_measured
 from hal.memory import host as memory
-from hal.memory import numa
-from hal.memory import vm
+from hal.memory import numa, vm
 from hal.topology.binding import plan_binding
 from hal.transfer.seed import seed_geometry
 from hicache_ref import ghost
