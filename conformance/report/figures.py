@@ -22,7 +22,7 @@ def allhit_curve(profile) -> dict | None:
         return None
     compute = profile.compute
     be = cost.break_even_tokens(fit.a, fit.b, compute)
-    grid = [0, 1024, 2048, 3000, 4096, 8192, 16384, 32768]
+    grid = [256, 1024, 2048, 3000, 4096, 8192, 16384, 32768]
     prefill = [[n, compute.prefill_seconds(n)] for n in grid] if compute.known else None
     split = cost.split_allhit(fit.a, compute)
     return {"fit": fit.to_json(), "break_even_tokens": be, "prefill": prefill,

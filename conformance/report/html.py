@@ -51,7 +51,11 @@ def _targets(report: dict) -> str:
     rows = []
     for r in report["targets"]:
         tol = f" ± {r['tolerance']:g}" if r.get("tolerance") else ""
-        inputs = "<br>".join(f"<code>{escape(k)}</code>: {escape(v[:140])}" for k, v in (r.get("inputs") or {}).items())
+        # key names only (the source is the tooltip); assumed ones are flagged, they are what to replace
+        inputs = "<br>".join(
+            f'<code title="{escape(v)}">{escape(k)}</code>'
+            + (' <span class="warn">assumed</span>' if v.lower().startswith("assumed") else "")
+            for k, v in (r.get("inputs") or {}).items())
         rows.append([f'<span id="target-{escape(r["name"])}">{escape(r["name"])}</span>', _fmt(r["value"]),
                      f"{escape(r['comparator'])} {_fmt(r['target'])}{tol}", escape(r["unit"]), _badge(r["verdict"]),
                      escape(r["basis"]), escape(r["reason"]), escape(r["source"]),
@@ -101,9 +105,9 @@ def _environment(env: dict) -> str:
     if doctor.get("checks"):
         cls = {"ok": "ok", "warn": "warn", "fail": "bad"}
         out += "<h3>Doctor checks</h3>" + _table(
-            ["check", "status", "detail", "fix"],
+            ["check", "status", "what was found", "fix"],
             [[escape(c["name"]), f"<span class='{cls.get(c['status'], 'muted')}'>{escape(c['status'])}</span>",
-              escape(c.get("detail", "")), escape(c.get("fix", "") or "")] for c in doctor["checks"]])
+              escape(c.get("value", "")), escape(c.get("fix", "") or "")] for c in doctor["checks"]])
     elif doctor.get("error"):
         out += f"<p class='bad'>doctor could not run: {escape(doctor['error'])}</p>"
     return out
