@@ -10,7 +10,8 @@ One `request(tokens)` does what a scheduler does for a prefill, serially:
 4. take L1 slots for the rest of the live request, partial last page included (the
    capacity includes the live request), evicting least recently used L1 leaves;
 5. with materialized pools, check the hit KV bit for bit and write the request's own KV
-   (a deterministic function of token, position, part and layer: `synthetic_kv`);
+   (a deterministic function of token, position, part and layer), both through hal
+   (hicache_ref.synthetic_kv.KVWriter);
 6. insert every full page and queue the backups the write policy asks for (D2H).
 
 A request that cannot fit in L1 even after evicting everything unlocked is cached up to
@@ -25,12 +26,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import torch
 
 from hicache_ref.allocator import pages_to_slots
 from hicache_ref.controller import CacheController
 from hicache_ref.pools import DevicePool, HostPool
-from hicache_ref.radix import RadixTree, Transfer
+from hicache_ref.radix import RadixTree, TierCopy
+from hicache_ref.synthetic_kv import KVWriter
 
 
 class RequestResult(NamedTuple):
@@ -43,55 +44,40 @@ class RequestResult(NamedTuple):
     kv_mismatch_tokens: int  # hit tokens whose KV bytes were wrong (materialized only)
 
 
-def synthetic_kv(tokens: np.ndarray, positions: np.ndarray, part: int, layer: int, item_size: int) -> np.ndarray:
-    """Deterministic KV bytes (n, item_size) for tokens at positions: what 'compute' writes.
-
-    A mix of token, position, part, layer and byte index, so a byte landing in the wrong
-    token, layer, part or offset shows up as a mismatch.
-    """
-    mix = tokens.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ positions.astype(np.uint64) * np.uint64(
-        0xC2B2AE3D27D4EB4F)
-    mix ^= np.uint64((layer * 2 + part + 1) * 0x165667B19E3779F9 & 0xFFFFFFFFFFFFFFFF)
-    col = np.arange(item_size, dtype=np.uint64) * np.uint64(0xD6E8FEB86659FD93)
-    x = mix[:, None] ^ col[None, :]
-    x ^= x >> np.uint64(29)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    return (x >> np.uint64(56)).astype(np.uint8)
-
-
-def _rows(buf: torch.Tensor) -> torch.Tensor:
-    """A device layer buffer as (slots, item_size) bytes."""
-    return buf.view(torch.uint8).reshape(buf.shape[0], -1)
-
-
 class HiCache:
-    """L1 of `l1_tokens` and L2 of `l2_tokens` (0: no L2) over one KV geometry on `backend`."""
+    """L1 of `l1_tokens` and L2 of `l2_tokens` (0: no L2) over one KV geometry on `backend`.
+
+    The KV is real (`materialize`: written, copied and checked) exactly when the backend
+    moves bytes; on one that does not (count) the pools are meta tensors and transfers are
+    priced on the modeled clock only.
+    """
 
     def __init__(self, geom, l1_tokens: int, l2_tokens: int, backend, *, layout: str = "layer_first",
-                 policy="write_through_selective", ghost=None, order: str = "fifo", materialize: bool = False,
-                 sync: bool = True):
+                 policy="write_through_selective", ghost=None, order: str = "fifo", sync: bool = True):
         self.geom, self.page_size = geom, geom.page_size
-        self.backend, self.materialize, self.sync = backend, materialize, sync
-        self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=materialize, order=order)
-        self.host = HostPool(geom, l2_tokens, layout, backend=backend, materialize=materialize and l2_tokens > 0,
+        self.backend, self.sync = backend, sync
+        self.materialize = backend.capabilities().moves_bytes
+        self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=True, order=order)
+        self.host = HostPool(geom, l2_tokens, layout, backend=backend, materialize=True,
                              order=order) if l2_tokens else None
         self.tree = RadixTree(geom.page_size, policy=policy, ghost=ghost, device=self.device, host=self.host,
                               on_write_back=self._on_write_back)
         self.controller = CacheController(self.device, self.host, backend) if self.host is not None else None
+        self.kv = KVWriter(self.device, backend) if self.materialize else None
         self._closed = False
 
     # -- completions ----------------------------------------------------------------------
     def _complete(self, acks) -> None:
         for ack in acks:
             t = ack.tag
-            if isinstance(t, Transfer) and t.lock_node is not None and not t.done:
+            if isinstance(t, TierCopy) and t.lock_node is not None and not t.done:
                 self.tree.complete(t)
 
-    def _on_write_back(self, transfers: list[Transfer]) -> None:
-        # One write per transfer (the tree guarantees write-backs of one evict() own disjoint
+    def _on_write_back(self, copies: list[TierCopy]) -> None:
+        # One write per copy (the tree guarantees write-backs of one evict() own disjoint
         # host slots), submitted in the tree's order on the FIFO D2H stream.
         handles = [self.controller.write_pages(t.device_pages, t.host_pages, tag=("write_back", t.num_tokens))
-                   for t in transfers]
+                   for t in copies]
         if self.materialize:  # the tree frees these device slots when we return
             for h in handles:
                 h.wait()
@@ -135,9 +121,9 @@ class HiCache:
                 if load is not None:
                     load.wait_all()
                 hit = pages_to_slots(np.concatenate([m.device_pages, loaded]), ps)
-                mismatch = self._check_kv(tokens[:prefix], hit)
+                mismatch = self.kv.mismatches(tokens[:prefix], hit)
                 new = pages_to_slots(new_pages, ps)
-                self._write_kv(tokens[prefix: prefix + len(new)], prefix, new)
+                self.kv.write(tokens[prefix: prefix + len(new)], prefix, new)
             cached_len = min(full, prefix + len(new_pages) * ps)
             cached = prefix
             kept = (cached_len - prefix) // ps
@@ -155,32 +141,6 @@ class HiCache:
             for node in locked:
                 tree.unlock(node)
         return RequestResult(n, l1, l2, unloaded, cached, truncated, mismatch)
-
-    # -- materialized KV ----------------------------------------------------------------------
-    def _write_kv(self, tokens: np.ndarray, start: int, slots: np.ndarray) -> None:
-        n = min(len(tokens), len(slots))
-        if n == 0:
-            return
-        pos = np.arange(start, start + n)
-        idx = torch.from_numpy(slots[:n])
-        for part, layers in enumerate(self.device.buffers):
-            for layer, buf in enumerate(layers):
-                rows = _rows(buf)
-                rows[idx] = torch.from_numpy(synthetic_kv(tokens[:n], pos, part, layer, rows.shape[1]))
-
-    def _check_kv(self, tokens: np.ndarray, slots: np.ndarray) -> int:
-        """Hit tokens whose KV differs, in any part or layer, from what was computed for them."""
-        if not len(tokens):
-            return 0
-        pos = np.arange(len(tokens))
-        idx = torch.from_numpy(slots)
-        bad = torch.zeros(len(tokens), dtype=torch.bool)
-        for part, layers in enumerate(self.device.buffers):
-            for layer, buf in enumerate(layers):
-                rows = _rows(buf)
-                want = torch.from_numpy(synthetic_kv(tokens, pos, part, layer, rows.shape[1]))
-                bad |= (rows[idx] != want).any(dim=1)
-        return int(bad.sum())
 
     # -- teardown ----------------------------------------------------------------------------
     def close(self, timeout: float = 30.0) -> None:

@@ -3,10 +3,13 @@
 The scheduler thread only enqueues: `write` (D2H backup) and `load` (H2D load-back) put a
 job on a queue and return a handle at once, because a submission can be slow (the seed
 measured 1.3 s per inline D2H submission on P800). Two daemon submitter threads, one per
-direction, each run jobs on their own backend stream through `hal.transfer.pool_ops` (the only
-way this package moves bytes): a backup is one all-layer submission, a load one submission
+direction, each run jobs on their own backend stream through hicache_ref.pool_mover
+(`hal.transfer.pool_ops`): a backup is one all-layer submission, a load one submission
 per layer so compute on layer i can wait on layer i alone (`LoadHandle.layer_event`).
-The threads of one direction live in hicache_ref.direction_worker. Indices are checked on
+On a backend that moves no bytes (count) jobs are priced on the modeled clock instead,
+batched, with the same counters. The threads of one direction live in hicache_ref.direction_worker;
+what they share with the scheduler thread (lock, acks, fail-stop error, cancel flag) is
+one hicache_ref.controller_state.ControllerState. Indices are checked on
 the scheduler thread before anything is queued (equal lengths, in the pools, whole
 page-aligned pages, no destination page twice): ValueError naming the argument.
 `write_pages` / `load_pages` take page numbers instead of token slots (what the radix
@@ -15,8 +18,8 @@ tree hands out), so their checks run per page.
 Completion: a watcher thread per direction waits the stream's events in order (a stream
 completes in submission order) and queues an `Ack`; `poll()` hands the acks to the
 scheduler thread in completion order within a direction, and across the two directions in
-the order the watchers saw the completions (which can trail the device by a thread wake-up). Errors: a failure while submitting
-or reported by an event makes the controller fail-stop: the next scheduler call (`poll`,
+the order the watchers saw the completions (which can trail the device by a thread
+wake-up). Errors: a failure while submitting or reported by an event makes the controller fail-stop: the next scheduler call (`poll`,
 `write`, `load`, `flush`, a handle's wait) raises `TransferError` with the direction, tag
 and size, and so does every later one, so an error cannot be lost by a caller that drops
 one exception. `shutdown(timeout, drain)` drains or cancels and never hangs: a thread
@@ -34,59 +37,42 @@ overlap them). None when the profile cannot model a transfer (e.g. an unknown ba
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from hal.transfer import kvcacheio
-from hal.transfer import pool_ops as pool_transfer
-from hal.transfer.layer_plans import LayerPlanner
-from hal.transfer.plan import TransferPlan
 from hicache_ref.allocator import has_duplicates, pages_to_slots, slots_to_pages
+from hicache_ref.controller_state import ControllerState, TransferCancelled, TransferError
 from hicache_ref.direction_worker import STOP, DirectionWorker, Job
-from hicache_ref.transfers import (
+from hicache_ref.handles import (
     Ack,
     ControllerStats,
     DirectionStats,
     LoadHandle,
-    TransferError,
     TransferHandle,
     WriteHandle,
 )
+from hicache_ref.pool_mover import PoolMover
+
+__all__ = ["Ack", "CacheController", "ControllerStats", "DirectionStats", "LoadHandle", "TransferCancelled",
+           "TransferError", "TransferHandle", "WriteHandle"]
 
 DIRECTIONS = ("d2h", "h2d")
 
 
 class CacheController:
-    """Queues D2H backups and H2D loads between `device_pool` and `host_pool` on `backend`.
-
-    Pools without buffers (not materialized) run symbolically: plans, counts and the
-    modeled clock advance, no byte moves.
-    """
+    """Queues D2H backups and H2D loads between `device_pool` and `host_pool` on `backend`
+    (both pools with buffers; meta ones on a backend that moves no bytes)."""
 
     def __init__(self, device_pool, host_pool, backend):
         if device_pool.geom != host_pool.geom:
             raise ValueError("host_pool: geometry differs from device_pool's")
-        if (device_pool.buffers is None) != (host_pool.buffers is None):
-            raise ValueError("host_pool: materialize both pools or neither")
         self.device_pool, self.host_pool, self.backend = device_pool, host_pool, backend
         self.geom, self.layout = device_pool.geom, host_pool.layout
-        self._planner = LayerPlanner(self.layout, self.geom, host_pool.num_tokens)
-        self._lock = threading.Condition()
-        self._acks: deque[Ack] = deque()
-        self._error: BaseException | None = None
-        self._error_reported = False
-        self._error_handle: TransferHandle | None = None
-        self._cancelled = threading.Event()
-        self._hurry = threading.Event()  # set while anyone waits for completions
-        self._waiters = 0
-        self._closed = False
-        self._t0 = self._last_completion = time.perf_counter()
-        self._dirs = {name: DirectionWorker(self, name) for name in DIRECTIONS}
+        self._state = ControllerState()
+        mover = PoolMover(device_pool, host_pool, backend)
+        self._dirs = {name: DirectionWorker(name, self._state, mover, backend) for name in DIRECTIONS}
 
     # -- scheduler thread: enqueue ------------------------------------------------------
     def write(self, device_indices, host_indices, tag: Any = None) -> WriteHandle:
@@ -118,17 +104,17 @@ class CacheController:
 
     def _queue(self, direction: str, di: np.ndarray, hi: np.ndarray, tag: Any, t0: float) -> TransferHandle:
         if direction == "d2h":
-            h = WriteHandle(self, "d2h", tag, len(hi), 1)
+            h = WriteHandle(self._state, "d2h", tag, len(hi), 1)
         else:
-            h = LoadHandle(self, "h2d", tag, len(hi), self.geom.layers)
+            h = LoadHandle(self._state, "h2d", tag, len(hi), self.geom.layers)
         self._enqueue(direction, Job(h, hi, di), t0)
         return h
 
     # Every check runs here, on the scheduler thread, before anything is queued: a bad
     # transfer found on a worker thread would fail-stop the controller for good.
     def _check_open(self) -> None:
-        self._raise_if_failed()
-        if self._closed:
+        self._state.raise_if_failed()
+        if self._state.closed:
             raise RuntimeError("controller: shut down")
 
     def _slots(self, device_indices, host_indices, destination: str) -> tuple[np.ndarray, np.ndarray]:
@@ -166,121 +152,49 @@ class CacheController:
 
     def _enqueue(self, name: str, job: Job, t0: float) -> None:
         d = self._dirs[name]
-        with self._lock:
+        with self._state.lock:
             d.pending += 1
         d.jobs.put(job)
         spent = time.perf_counter() - t0
         if spent > d.stats.max_enqueue_seconds:
             d.stats.max_enqueue_seconds = spent
 
-    # -- submitter threads ----------------------------------------------------------------
-    def _layer0_plan(self, direction: str, job: Job) -> TransferPlan:
-        return self._planner.layer0(direction, job.host_indices, job.device_indices)
-
-    def _run(self, direction: str, jobs: list[Job], plans: list[TransferPlan]) -> list:
-        """Submit `jobs` (one job, or a batch of symbolic ones); returns the events they share."""
-        dev, host = self.device_pool.buffers, self.host_pool.buffers
-        if host is None:
-            return self._run_symbolic(direction, plans)
-        (job,) = jobs
-        args = (self.layout, self.geom, host, dev, job.host_indices, job.device_indices)
-        if direction == "d2h":
-            return [pool_transfer.backup(*args)]
-        return list(pool_transfer.load_all_layers(*args))
-
-    def _run_symbolic(self, direction: str, plans: list[TransferPlan]) -> list:
-        """No memory: one plan standing for every layer of every job, for the modeled clock.
-
-        (pool_transfer's symbolic mode plans every layer, 78 shifted copies of the same
-        runs on the seed geometry: ~1.5 ms per backup of a whole-trace replay.)
-        """
-        ev = self.backend.execute(self._planner.all_layers(direction, plans), kvcacheio.current_stream())
-        return [ev] if direction == "d2h" else [ev] * self.geom.layers
-
-    @contextmanager
-    def _waiting(self):
-        """Mark a wait for completions: batching submitters stop waiting for company."""
-        with self._lock:
-            self._waiters += 1
-            self._hurry.set()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._waiters -= 1
-                if not self._waiters and not self._closed:
-                    self._hurry.clear()
-
-    def _record_error(self, direction: str, handle: TransferHandle, error: BaseException) -> None:
-        self._note_error(handle, error)
-        with self._lock:
-            self._dirs[direction].pending -= 1
-            self._lock.notify_all()
-
-    def _note_error(self, handle: TransferHandle, error: BaseException, reported: bool = False) -> TransferError:
-        """Make the controller fail-stop on its first failed transfer; returns this one's error.
-        `reported`: the caller raises it on the scheduler thread now (a handle's wait)."""
-        with self._lock:
-            if self._error is not None and self._error_handle is handle:
-                wrapped = self._error  # the same failure seen a second way: one error object
-            else:
-                wrapped = self._wrap(handle.direction, handle.tag, handle.num_tokens, error)
-            if self._error is None:
-                self._error, self._error_handle = wrapped, handle
-            if reported and self._error is wrapped:
-                self._error_reported = True
-            self._lock.notify_all()
-        return wrapped
-
-    def _wrap(self, direction: str, tag: Any, tokens: int, error: BaseException) -> TransferError:
-        if isinstance(error, TransferError):
-            return error
-        e = TransferError(f"{direction} transfer {tag!r} ({tokens} tokens) failed: {error!r}")
-        e.__cause__ = error
-        return e
-
     # -- scheduler thread: completions ------------------------------------------------------
-    def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            self._error_reported = True
-            raise self._error
-
     def poll(self) -> list[Ack]:
         """Acks of transfers completed since the last poll, in completion order (see the module
         docstring for the two directions); raises TransferError once any transfer failed (and on
         every later call)."""
-        self._raise_if_failed()
-        with self._lock:
-            acks = list(self._acks)
-            self._acks.clear()
-        return acks
+        self._state.raise_if_failed()
+        return self._state.take_acks()
 
     @property
     def pending(self) -> int:
         """Transfers enqueued and not yet acknowledged by a watcher."""
-        with self._lock:
+        with self._state.lock:
             return sum(d.pending for d in self._dirs.values())
 
     def flush(self, timeout: float | None = None) -> list[Ack]:
         """Wait until every queued transfer completed, then `poll()`. After shutdown, `poll()`
         at once: a cancelled or timed-out shutdown can leave transfers that no watcher will
         ever acknowledge, and waiting for them would hang."""
-        if self._closed:
+        st = self._state
+        if st.closed:
             return self.poll()
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._waiting(), self._lock:
-            while self._error is None and any(d.pending for d in self._dirs.values()):
+        with st.waiting(), st.lock:
+            while st.error is None and any(d.pending for d in self._dirs.values()):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"controller: {self.pending} transfers still pending after {timeout} s")
-                self._lock.wait(left)
+                st.lock.wait(left)
         return self.poll()
 
     def stats(self) -> ControllerStats:
-        with self._lock:
+        st = self._state
+        with st.lock:
             s = ControllerStats(
                 *(DirectionStats(**vars(self._dirs[n].stats)) for n in DIRECTIONS),
-                wall_seconds=self._last_completion - self._t0,
+                wall_seconds=st.last_completion - st.started,
             )
         return s
 
@@ -288,12 +202,13 @@ class CacheController:
         """Stop the threads: with `drain`, after every queued transfer ran; else cancel what
         has not been submitted (its handles raise TransferCancelled). Returns the acks not yet
         polled; raises an error not yet reported, or TimeoutError if a thread is stuck."""
-        if self._closed:
+        st = self._state
+        if st.closed:
             return self.poll()
-        self._closed = True
-        self._hurry.set()
+        st.closed = True
+        st.hurry.set()
         if not drain:
-            self._cancelled.set()
+            st.cancelled.set()
         for d in self._dirs.values():
             d.jobs.put(STOP)
         deadline = time.monotonic() + timeout
@@ -304,16 +219,13 @@ class CacheController:
                 if t.is_alive():
                     stuck.append(t.name)
         if stuck:
-            self._cancelled.set()  # let watchers blocked on events leave when they can
+            st.cancelled.set()  # let watchers blocked on events leave when they can
             raise TimeoutError(f"controller: thread(s) {', '.join(stuck)} still running after {timeout} s")
         for d in self._dirs.values():
             d.stream.close()
-        if self._error is not None and not self._error_reported:
-            self._raise_if_failed()
-        with self._lock:
-            acks = list(self._acks)
-            self._acks.clear()
-        return acks
+        if st.error is not None and not st.error_reported:
+            st.raise_if_failed()
+        return st.take_acks()
 
     def __enter__(self) -> CacheController:
         return self

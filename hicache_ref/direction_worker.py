@@ -2,8 +2,10 @@
 
 The submitter takes jobs from the direction's queue and runs them through `hal.transfer.pool_ops`
 on the direction's own backend stream; the watcher waits the stream's events in submission
-order and turns completions into acks (or failures) for the scheduler thread. The
-controller (hicache_ref.controller) owns the shared state: lock, acks, error, cancel flag.
+order and turns completions into acks (or failures) for the scheduler thread. A worker
+is given what it works with: the controller's shared state (hicache_ref.controller_state:
+lock, acks, error, cancel and hurry flags), the pool mover that plans and submits its jobs
+(hicache_ref.pool_mover) and the backend that gives it a stream.
 """
 
 from __future__ import annotations
@@ -11,22 +13,21 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from hal.transfer import kvcacheio
 from hal.transfer.plan import TransferPlan
-from hicache_ref.transfers import Ack, DirectionStats, TransferCancelled, TransferHandle
-
-if TYPE_CHECKING:
-    from hicache_ref.controller import CacheController
+from hicache_ref.controller_state import ControllerState, TransferCancelled
+from hicache_ref.handles import Ack, DirectionStats, TransferHandle
+from hicache_ref.pool_mover import PoolMover
 
 STOP = object()  # queue sentinel: submit what is queued before it, then end
 _CANCELLED = object()
 _WAIT_SLICE_S = 0.1  # how often a watcher blocked on an event checks for cancellation
-_BATCH_MAX = 256  # symbolic jobs submitted as one plan at most
-_BATCH_WINDOW_S = 0.02  # symbolic jobs wait this long for company unless someone waits on them
+_BATCH_MAX = 256  # priced jobs submitted as one plan at most
+_BATCH_WINDOW_S = 0.02  # priced jobs wait this long for company unless someone waits on them
 
 
 class Job(NamedTuple):
@@ -38,23 +39,23 @@ class Job(NamedTuple):
 class DirectionWorker:
     """Submitter + watcher threads of one direction, on one backend stream."""
 
-    def __init__(self, ctl: CacheController, name: str):
-        self.ctl, self.name = ctl, name
-        self.stream = ctl.backend.new_stream()
+    def __init__(self, name: str, state: ControllerState, mover: PoolMover, backend):
+        self.name, self.state, self.mover, self.backend = name, state, mover, backend
+        self.stream = backend.new_stream()
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.inflight: queue.SimpleQueue = queue.SimpleQueue()  # ([handles], last event), stream order
         self.stats = DirectionStats()
-        self.pending = 0  # enqueued and not yet acked (guarded by ctl._lock)
+        self.pending = 0  # enqueued and not yet acked (guarded by state.lock)
         self.submitter = threading.Thread(target=self._submit_loop, name=f"hicache-{name}", daemon=True)
         self.watcher = threading.Thread(target=self._watch_loop, name=f"hicache-{name}-acks", daemon=True)
         self.submitter.start()
         self.watcher.start()
 
     def _submit_loop(self) -> None:
-        with kvcacheio.use(self.ctl.backend, self.stream):
+        with kvcacheio.use(self.backend, self.stream):
             while True:
                 batch, stop = self._take_batch()
-                if self.ctl.device_pool.buffers is None:
+                if self.mover.priced:
                     if batch:
                         self._submit(batch)
                 else:
@@ -65,20 +66,20 @@ class DirectionWorker:
                     return
 
     def _take_batch(self) -> tuple[list[Job], bool]:
-        """The next job and, without memory, every job queued behind it (up to _BATCH_MAX).
+        """The next job and, when jobs are only priced, every job queued behind it (up to _BATCH_MAX).
 
-        Symbolic jobs are submitted together as one plan: the link model is linear in
+        Priced jobs are submitted together as one plan: the link model is linear in
         launches, segments and bytes, so the modeled total is the same, and one stream
         submission per batch instead of per job saves thread hand-offs (GIL round trips
-        that cost more than the modeling itself). Nothing waits on a symbolic transfer's
+        that cost more than the modeling itself). Nothing waits on a priced transfer's
         bytes, so the submitter also waits up to _BATCH_WINDOW_S for a batch to build.
         """
         jobs, stop = [self.jobs.get()], False
-        if self.ctl.device_pool.buffers is None:
+        if self.mover.priced:
             if jobs[0] is not STOP:
                 # Let more jobs arrive before taking the GIL from the scheduler thread again,
                 # unless someone waits for completions (flush, a handle, shutdown).
-                self.ctl._hurry.wait(_BATCH_WINDOW_S)
+                self.state.hurry.wait(_BATCH_WINDOW_S)
             while len(jobs) < _BATCH_MAX:
                 try:
                     jobs.append(self.jobs.get_nowait())
@@ -88,28 +89,28 @@ class DirectionWorker:
             jobs, stop = jobs[: jobs.index(STOP)], True
         live = []
         for job in jobs:
-            if self.ctl._cancelled.is_set():
+            if self.state.cancelled.is_set():
                 job.handle._fail(TransferCancelled(f"{self.name} transfer {job.handle.tag!r}: cancelled"))
-            elif self.ctl._error is not None:  # fail-stop: nothing more runs after a failure
-                job.handle._fail(self.ctl._error)
+            elif self.state.error is not None:  # fail-stop: nothing more runs after a failure
+                job.handle._fail(self.state.error)
             else:
                 live.append(job)
                 continue
-            with self.ctl._lock:
+            with self.state.lock:
                 self.pending -= 1
         return live, stop
 
     def _submit(self, jobs: list[Job]) -> None:
         try:
             t0 = time.perf_counter()
-            plans = [self.ctl._layer0_plan(self.name, job) for job in jobs]
-            events = self.ctl._run(self.name, jobs, plans)
+            plans = [self.mover.layer0_plan(self.name, job) for job in jobs]
+            events = self.mover.run(self.name, jobs, plans)
             for job, layer0 in zip(jobs, plans, strict=True):
                 self._count(job, layer0, (time.perf_counter() - t0) / len(jobs))
         except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
             for job in jobs:
                 job.handle._fail(e)
-                self.ctl._record_error(self.name, job.handle, e)
+                self._record_error(job.handle, e)
             return
         for job in jobs:
             job.handle._add_events(events)
@@ -117,9 +118,9 @@ class DirectionWorker:
 
     def _count(self, job: Job, layer0: TransferPlan, submit_seconds: float) -> None:
         # Every layer repeats layer 0's runs (hal.transfer.plan merges once and shifts per layer).
-        layers = self.ctl.geom.layers
+        layers = self.mover.layers
         nbytes, segments = layer0.nbytes * layers, layer0.num_segments * layers
-        with self.ctl._lock:
+        with self.state.lock:
             s = self.stats
             s.submit_seconds += submit_seconds
             s.transfers += 1
@@ -139,7 +140,7 @@ class DirectionWorker:
             if error is not None:
                 for h in handles:
                     h._fail(error)
-                    self.ctl._record_error(self.name, h, error)
+                    self._record_error(h, error)
             else:
                 self._acknowledge(handles, getattr(ev, "modeled_time", None))
 
@@ -159,18 +160,25 @@ class DirectionWorker:
                 except BaseException as e:  # noqa: BLE001
                     return e
                 return None
-            if self.ctl._cancelled.is_set():
+            if self.state.cancelled.is_set():
                 return _CANCELLED
 
     def _acknowledge(self, handles: list[TransferHandle], modeled_time: float | None) -> None:
-        with self.ctl._lock:
+        with self.state.lock:
             s = self.stats
             if modeled_time is None:
                 s.modeled_seconds = None
             elif s.modeled_seconds is not None:
                 s.modeled_seconds = max(s.modeled_seconds, modeled_time)
             for h in handles:
-                self.ctl._acks.append(Ack(self.name, h.tag, h.num_tokens, modeled_time))
-            self.ctl._last_completion = time.perf_counter()
+                self.state.acks.append(Ack(self.name, h.tag, h.num_tokens, modeled_time))
+            self.state.last_completion = time.perf_counter()
             self.pending -= len(handles)
-            self.ctl._lock.notify_all()
+            self.state.lock.notify_all()
+
+    def _record_error(self, handle: TransferHandle, error: BaseException) -> None:
+        """`handle` failed: the controller fail-stops, and the transfer is no longer pending."""
+        self.state.note_error(handle, error)
+        with self.state.lock:
+            self.pending -= 1
+            self.state.lock.notify_all()

@@ -12,8 +12,11 @@ A pool is a `PageAllocator` (whole pages, FIFO or LIFO, SPMD-deterministic; see
   hand in its own `host_buffer` (e.g. a TP-shared segment), which the pool then does not
   close.
 
-Without `materialize` the pools only count slots: replay and planning need indices, not
-bytes. Pools never move bytes; the controller does, through `hal.transfer.kvcacheio`.
+On a backend that moves no bytes (`capabilities().moves_bytes` False: the count backend)
+materialized buffers are meta tensors, shape and dtype without memory, for the host pool
+too (no mmap): unmaterialized replay runs there. Without `materialize` the pools only
+count slots (a tree's allocators). Pools never move bytes; the controller does, through
+`hal.transfer.kvcacheio`.
 """
 
 from __future__ import annotations
@@ -68,7 +71,10 @@ class HostPool:
         self.buffers: list[torch.Tensor] | None = None
         self.host_buffer = None
         self._owns_buffer = False
-        if materialize or host_buffer is not None:
+        if materialize and host_buffer is None and backend is not None and not backend.capabilities().moves_bytes:
+            whole = torch.empty(self.shape, dtype=geom.dtype, device="meta")  # priced, never touched
+            self.buffers = [whole[p] for p in range(geom.parts)] if geom.attention == "mha" else [whole]
+        elif materialize or host_buffer is not None:
             if host_buffer is None:
                 host_buffer = self._allocate(host_options or {})
                 self._owns_buffer = host_buffer is not None

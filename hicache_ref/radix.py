@@ -1,19 +1,19 @@
 """Radix tree of the reference HiCache: which prefix KV lives in L1 (device) and/or L2 (host).
 
 It decides, as SGLang's HiRadixCache does, and never moves bytes: a decision that needs a
-copy comes back as a `Transfer` (device slots <-> host slots) for the caller
+copy comes back as a `TierCopy` (device slots <-> host slots) for the caller
 (hicache_ref.controller) to perform through hal.transfer.kvcacheio.
 - insert -> InsertResult.backups (D2H, the write policy's choice): host slots already
   allocated, nodes locked in L1; call `complete(t)` once the copy has landed.
-- evict -> write-backs (write_back policy, D2H): passed to `on_write_back(transfers)`,
+- evict -> write-backs (write_back policy, D2H): passed to `on_write_back(copies)`,
   which must finish or order the copies, before the device slots are freed.
-- load_back -> one H2D Transfer: device slots allocated (evicting L1 if needed), chain
+- load_back -> one H2D TierCopy: device slots allocated (evicting L1 if needed), chain
   locked; the nodes count as in L1 at once, so call `complete(t)` before reading them.
 
 Keys are the token ids as uint32 little-endian bytes (the hashing byte order), whole
 pages per node; children are keyed by their first page's bytes and prefixes compared with
 bytes.startswith (memcmp): no per-token Python work. Indices are kept per page (page p =
-slots [p*ps, (p+1)*ps)) and expanded only in results (a Transfer's slots on first use);
+slots [p*ps, (p+1)*ps)) and expanded only in results (a TierCopy's slots on first use);
 `match_pages` / `insert_pages` are match_prefix / insert in page numbers, for a caller
 that works in pages (hicache_ref.cache) and so never expands them. Page hashes are
 computed lazily, for the ghost list and `node_hashes` (storage keys). Given allocators (`device`, `host`:
@@ -27,8 +27,9 @@ clock (an op counter by default) and LRU ties break by node creation number, so 
 rank decides alike. Not thread-safe: one scheduler thread calls it (as upstream).
 
 This module holds the tree (match, insert, split, lock, hashes); the tier moves (backup,
-evict, evict_host, write-back, load_back, complete) are in hicache_ref.tiers, the
-TierMoves mixin that RadixTree inherits.
+evict, evict_host, write-back, load_back, complete) and the tiers' counters and eviction
+order are hicache_ref.tiers.TierMoves, which the tree owns (`tree.tiers`) and delegates
+to; nodes and results are hicache_ref.node.
 
 Deliberate differences from upstream HiRadixCache:
 - Hits count once per request id, not once per insert (see hicache_ref.policy).
@@ -47,75 +48,30 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import NamedTuple
 
 import numpy as np
 
 from hicache_ref.allocator import has_duplicates, pages_to_slots, slots_to_pages
-from hicache_ref.hashing import chain_hashes, hash64, token_bytes
-from hicache_ref.policy import LeafHeap, WritePolicy, make_policy
-from hicache_ref.tiers import EvictHostResult, EvictResult, TierMoves, Transfer
+from hicache_ref.hashing import hash64, token_bytes
+from hicache_ref.node import (
+    NO_PAGES,
+    EvictHostResult,
+    EvictResult,
+    InsertResult,
+    MatchResult,
+    Node,
+    PageMatch,
+    TierCopy,
+    iter_subtree,
+    lock_path,
+    node_hashes,
+    unlock_path,
+)
+from hicache_ref.policy import WritePolicy, make_policy
+from hicache_ref.tiers import TierMoves
 
 __all__ = ["EvictHostResult", "EvictResult", "InsertResult", "MatchResult", "Node", "PageMatch", "RadixTree",
-           "Transfer"]
-
-_NO_PAGES = np.zeros(0, dtype=np.int64)
-
-
-class Node:
-    __slots__ = ("id", "parent", "children", "key", "dev", "host", "lock_ref", "hit_count", "last_access", "hashes")
-
-    def __init__(self, nid: int, parent: Node | None, key: bytes, dev, host=None):
-        self.id = nid  # creation number: the deterministic LRU tie-break
-        self.parent = parent
-        self.children: dict[bytes, Node] = {}  # first page bytes -> child
-        self.key = key  # token ids as <u4 bytes, whole pages
-        self.dev: np.ndarray | None = dev  # device page numbers, None when not in L1
-        self.host: np.ndarray | None = host  # host page numbers, None when not in L2
-        self.lock_ref = 0
-        self.hit_count = 0
-        self.last_access = 0
-        self.hashes: list[bytes] | None = None  # per-page chained SHA-256, filled lazily
-
-    @property
-    def evicted(self) -> bool:
-        return self.dev is None
-
-    @property
-    def backed_up(self) -> bool:
-        return self.host is not None
-
-    def __repr__(self) -> str:
-        pages = len(self.key) // 4  # tokens; the tree knows the page size
-        return f"Node(id={self.id}, tokens={pages}, dev={self.dev is not None}, host={self.host is not None}, " \
-               f"lock={self.lock_ref})"
-
-
-class MatchResult(NamedTuple):
-    device_len: int
-    host_len: int
-    last_device_node: Node
-    last_host_node: Node
-    device_indices: np.ndarray
-    host_indices: np.ndarray
-
-
-class PageMatch(NamedTuple):
-    """match_pages' answer: MatchResult in page numbers (page p = slots [p*ps, (p+1)*ps))."""
-
-    device_pages: np.ndarray
-    host_pages: np.ndarray
-    last_device_node: Node
-    last_host_node: Node
-
-
-class InsertResult(NamedTuple):
-    prefix_len: int  # tokens already in L1: the caller's indices for them were not adopted
-    adopted_len: int  # tokens of host-only nodes that took the caller's device indices
-    new_pages: int
-    new_nodes: list[Node]
-    backups: list[Transfer]
-    last_node: Node
+           "TierCopy"]
 
 
 def _common_pages(a: bytes, off: int, b: bytes, page_bytes: int) -> int:
@@ -138,10 +94,10 @@ def _allocator(x):
     return getattr(x, "allocator", x)
 
 
-class RadixTree(TierMoves):
+class RadixTree:
     def __init__(self, page_size: int, policy: str | WritePolicy = "write_through_selective", ghost=None,
                  clock: Callable[[], int] | None = None, device=None, host=None,
-                 on_write_back: Callable[[list[Transfer]], None] | None = None):
+                 on_write_back: Callable[[list[TierCopy]], None] | None = None):
         if not isinstance(page_size, int) or page_size <= 0:
             raise ValueError(f"page_size: must be a positive integer, got {page_size!r}")
         self.page_size = page_size
@@ -153,20 +109,48 @@ class RadixTree(TierMoves):
         for name, a in (("device", self.device), ("host", self.host)):
             if a is not None and a.page_size != page_size:
                 raise ValueError(f"{name}: allocator page_size {a.page_size} != tree page_size {page_size}")
-        self.on_write_back = on_write_back
         self._ops = itertools.count(1)
         self.clock = clock or (lambda: next(self._ops))
         self._ids = itertools.count(1)
-        self.root = Node(0, None, b"", _NO_PAGES, _NO_PAGES)
+        self.root = Node(0, None, b"", NO_PAGES, NO_PAGES)
         self.root.hashes = []
-        self.device_pages = 0  # pages the tree holds in L1
-        self.host_pages = 0
-        self.num_nodes = 0  # without the root
-        on_dev = lambda x: x.dev is not None  # noqa: E731
-        # A node is in the tree while it has a parent (the root is never a leaf).
-        self._dev_leaves = LeafHeap(lambda x: x.parent is not None and on_dev(x)
-                                    and not any(on_dev(c) for c in x.children.values()))
-        self._host_leaves = LeafHeap(lambda x: x.parent is not None and x.dev is None and not x.children)
+        self.tiers = TierMoves(self.root, page_size, self.policy, ghost, self.device, self.host, on_write_back)
+
+    # -- occupancy and the tier moves (hicache_ref.tiers) ------------------------------
+    @property
+    def device_pages(self) -> int:
+        """Pages the tree holds in L1."""
+        return self.tiers.device_pages
+
+    @property
+    def host_pages(self) -> int:
+        """Pages the tree holds in L2."""
+        return self.tiers.host_pages
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes in the tree, the root excluded."""
+        return self.tiers.num_nodes
+
+    def take_pages(self, allocator, need: int, evict: Callable, partial: bool = False) -> np.ndarray | None:
+        """`need` pages from a tier's allocator, evicting that tier once if short (TierMoves.take_pages)."""
+        return self.tiers.take_pages(allocator, need, evict, partial)
+
+    def evict(self, n_tokens: int, on_write_back: Callable[[list[TierCopy]], None] | None = None) -> EvictResult:
+        """Free at least `n_tokens` of L1, LRU leaves first (TierMoves.evict)."""
+        return self.tiers.evict(n_tokens, on_write_back)
+
+    def evict_host(self, n_tokens: int) -> EvictHostResult:
+        """Free at least `n_tokens` of L2 from host-only leaves (TierMoves.evict_host)."""
+        return self.tiers.evict_host(n_tokens)
+
+    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0) -> TierCopy | None:
+        """Give the host-only chain ending at `target` device slots again (TierMoves.load_back)."""
+        return self.tiers.load_back(target, min_tokens)
+
+    def complete(self, copy: TierCopy) -> None:
+        """The caller's copy for a backup or load has landed: release its lock (TierMoves.complete)."""
+        self.tiers.complete(copy)
 
     # -- match -------------------------------------------------------------------
     def _tokens(self, tokens) -> tuple[bytes, int]:
@@ -206,10 +190,10 @@ class RadixTree(TierMoves):
         dev = [x.dev for x in path if x.dev is not None]
         host = [x.host for x in path[len(dev) :]]
         last_dev = path[len(dev) - 1] if dev else self.root
-        cat = lambda parts: np.concatenate(parts) if parts else _NO_PAGES  # noqa: E731
-        self._note(last_dev)  # touched: the only path nodes that can be leaves
+        cat = lambda parts: np.concatenate(parts) if parts else NO_PAGES  # noqa: E731
+        self.tiers.note(last_dev)  # touched: the only path nodes that can be leaves
         if path:
-            self._note(path[-1])
+            self.tiers.note(path[-1])
         return PageMatch(cat(dev), cat(host), last_dev, path[-1] if path else self.root)
 
     def _split(self, node: Node, k: int) -> Node:
@@ -218,7 +202,7 @@ class RadixTree(TierMoves):
         upper = Node(next(self._ids), node.parent, node.key[:cut],
                      None if node.dev is None else node.dev[:k], None if node.host is None else node.host[:k])
         upper.lock_ref, upper.hit_count, upper.last_access = node.lock_ref, node.hit_count, node.last_access
-        self.num_nodes += 1
+        self.tiers.num_nodes += 1
         if node.hashes is not None:
             upper.hashes, node.hashes = node.hashes[:k], node.hashes[k:]
         if node.dev is not None:
@@ -229,7 +213,7 @@ class RadixTree(TierMoves):
         node.key = node.key[cut:]
         node.parent = upper
         upper.children[node.key[: self.page_bytes]] = node
-        self._note(node)  # touched by the walk that split it, and off that walk's path
+        self.tiers.note(node)  # touched by the walk that split it, and off that walk's path
         return upper
 
     # -- insert ------------------------------------------------------------------
@@ -243,7 +227,7 @@ class RadixTree(TierMoves):
         """
         _check_request_id(request_id)
         data, n = self._tokens(tokens)
-        idx = np.asarray(device_indices if device_indices is not None else _NO_PAGES)
+        idx = np.asarray(device_indices if device_indices is not None else NO_PAGES)
         if len(idx) < n // 4:
             raise ValueError(f"device_indices: {len(idx)} slots for {n // 4} page-aligned tokens")
         pages = slots_to_pages(idx[: n // 4], self.page_size, "device_indices")
@@ -255,7 +239,7 @@ class RadixTree(TierMoves):
         of its slots, for a caller that works in pages (HiCache); the same checks, per page."""
         _check_request_id(request_id)
         data, n = self._tokens(tokens)
-        pages = np.asarray(device_pages if device_pages is not None else _NO_PAGES)
+        pages = np.asarray(device_pages if device_pages is not None else NO_PAGES)
         if pages.ndim != 1 or (pages.size and not np.issubdtype(pages.dtype, np.integer)):
             raise ValueError(f"device_pages: expected a 1-D integer array, got shape {pages.shape} dtype {pages.dtype}")
         if len(pages) < n // self.page_bytes:
@@ -285,7 +269,7 @@ class RadixTree(TierMoves):
                     node.hit_count += 1
             else:  # host-only: take the request's recomputed KV instead of loading it
                 node.dev = pages_in[page:end].copy()
-                self.device_pages += end - page
+                self.tiers.device_pages += end - page
                 adopted += end - page
             page = end
         new = None
@@ -294,18 +278,18 @@ class RadixTree(TierMoves):
             new = Node(next(self._ids), parent, data[off:n], pages_in[off // P :].copy())
             new.hit_count, new.last_access = 1, now
             parent.children[data[off : off + P]] = new
-            self.device_pages += len(new.dev)
-            self.num_nodes += 1
+            self.tiers.device_pages += len(new.dev)
+            self.tiers.num_nodes += 1
             path.append(new)
         last = path[-1] if path else self.root
-        self._note(last)  # the whole path is in L1 now: only its end can be a leaf
+        self.tiers.note(last)  # the whole path is in L1 now: only its end can be a leaf
         self.policy.record(request_id, n // P, finished)
         backups = self._backups_after_insert(path)
         new_nodes = [] if new is None else [new] if new.parent is parent else [new.parent, new]  # ghost may split it
         ps = self.page_size
         return InsertResult(prefix_pages * ps, adopted * ps, (n - off) // P, new_nodes, backups, last)
 
-    def _backups_after_insert(self, path: list[Node]) -> list[Transfer]:
+    def _backups_after_insert(self, path: list[Node]) -> list[TierCopy]:
         if self.host is None or not path:
             return []
         deepest = -1
@@ -315,7 +299,7 @@ class RadixTree(TierMoves):
         if self.ghost is not None and deepest < len(path) - 1:
             deepest = max(deepest, self._ghost_proven(path, deepest + 1))
         todo = [x for x in path[: deepest + 1] if x.host is None]
-        t = self._back_up(todo) if todo else None
+        t = self.tiers.back_up(todo) if todo else None
         return [t] if t else []
 
     def _ghost_proven(self, path: list[Node], start: int) -> int:
@@ -328,7 +312,7 @@ class RadixTree(TierMoves):
         remembered page inside it is not looked at, so the policy's nodes stay whole.
         """
         for i in range(len(path) - 1, start - 1, -1):
-            hashes = self.node_hashes(path[i])
+            hashes = node_hashes(path[i], self.page_bytes)
             for j in range(len(hashes) - 1, -1, -1):
                 if self.ghost.hit(hash64(hashes[j])):
                     if j + 1 < len(hashes):
@@ -336,57 +320,22 @@ class RadixTree(TierMoves):
                     return i
         return -1
 
-    # -- lock ----------------------------------------------------------------------
-    def _path_to_root(self, node: Node) -> list[Node]:
-        path = []
-        while node is not self.root:
-            if node is None:
-                raise ValueError("node: not in the tree (evicted from both tiers)")
-            path.append(node)
-            node = node.parent
-        return path
-
+    # -- lock and hashes ----------------------------------------------------------------
     def lock(self, node: Node) -> None:
         """Protect `node` and its ancestors from eviction on both tiers until unlock(node)."""
-        for x in self._path_to_root(node):
-            x.lock_ref += 1
+        lock_path(self.root, node)
 
     def unlock(self, node: Node) -> None:
-        path = self._path_to_root(node)
-        if any(x.lock_ref <= 0 for x in path):
-            raise ValueError(f"node: unlock of an unlocked node {node!r}")
-        for x in path:
-            x.lock_ref -= 1
+        """Undo one lock(node); ValueError if it is not locked."""
+        unlock_path(self.root, node)
 
-    # -- hashes ----------------------------------------------------------------------
     def node_hashes(self, node: Node) -> list[bytes]:
         """Chained SHA-256 of each page of `node` (computed on first use, with its ancestors')."""
-        todo = []
-        while node.hashes is None:
-            todo.append(node)
-            node = node.parent
-        for x in reversed(todo):
-            prior = x.parent.hashes[-1] if x.parent.hashes else None
-            x.hashes = chain_hashes(x.key, self.page_bytes, prior)
-        return todo[0].hashes if todo else node.hashes
-
-    # -- eviction order (the moves themselves: hicache_ref.tiers) ----------------------
-    def _note(self, node: Node) -> None:
-        """`node` may have become a leaf, or was touched: queue it for both eviction orders."""
-        self._dev_leaves.push(node)
-        self._host_leaves.push(node)
-        if len(self._dev_leaves) + len(self._host_leaves) > 4 * self.num_nodes + 1024:
-            for heap in (self._dev_leaves, self._host_leaves):  # compact stale entries
-                heap.rebuild(self.iter_nodes())
+        return node_hashes(node, self.page_bytes)
 
     def iter_nodes(self):
         """All nodes except the root, parents before children, in creation order per level."""
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            if node is not self.root:
-                yield node
-            stack.extend(reversed(list(node.children.values())))
+        return iter_subtree(self.root)
 
     def forget_request(self, request_id) -> None:
         """Drop the hit-counting memory of a request that will never send its finished insert

@@ -12,106 +12,69 @@ capacity, or real bytes), so the figures do not depend on thread timing; with un
 capacity nothing is evicted, locks decide nothing, and completions are applied as they
 arrive, which keeps the scheduler thread from waiting on the transfer threads.
 
-The default geometry is the P800 seed configuration (MLA latent, 78 layers, kv_dim 576,
-bf16), so byte counts and modeled seconds are the ones that deployment would see.
+What to replay on (geometry, capacities, policies, layout, profile, backend) is a
+hicache_ref.spec.CacheSpec; its default geometry is the P800 seed configuration.
 """
 
 from __future__ import annotations
 
 import time
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from hal.transfer.layouts import KVGeometry, parse_dtype
-from hicache_ref.allocator import ORDERS
 from hicache_ref.cache import HiCache
-from hicache_ref.ghost import GhostList
-from hicache_ref.policy import POLICIES
+from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import TraceRequest, read_trace, request_tokens
 
-SEED_GEOMETRY = {"attention": "mla", "layers": 78, "heads": 1, "kv_dim": 576, "dtype": "bf16"}
-MATERIALIZE_LIMIT_BYTES = 16 << 30  # refuse pools larger than this: a typo should not eat the host
 JSON_KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_rate", "d2h_tokens", "h2d_tokens",
              "d2h_bytes", "h2d_bytes", "d2h_segments", "h2d_segments", "modeled_transfer_seconds", "wall_seconds")
 
 
-def make_geometry(page_size: int = 64, layers: int = 78, kv_dim: int = 576, attention: str = "mla", heads: int = 1,
-                  dtype: str = "bf16") -> KVGeometry:
-    return KVGeometry(attention, layers, heads, kv_dim, parse_dtype(dtype), page_size)
-
-
-def _capacity(name: str, tokens: int | None, page_size: int, unlimited: int) -> int:
-    if tokens is None:
-        return unlimited
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-        raise ValueError(f"{name}: expected a non-negative number of tokens, got {tokens!r}")
-    return tokens // page_size * page_size
-
-
-def replay(trace: str | Path | list[TraceRequest], *, page_size: int = 64, l1_tokens: int | None = None,
-           l2_tokens: int | None = None, write_policy: str = "write_through_selective", ghost: bool = False,
-           ghost_entries: int | None = None, free_list: str = "fifo", limit: int | None = None,
-           materialize: bool = False, layers: int = 78, kv_dim: int = 576, attention: str = "mla", heads: int = 1,
-           dtype: str = "bf16", host_layout: str = "layer_first", profile: str | None = "emu",
-           backend=None) -> dict:
-    """Replay `trace` (a JSONL path or read requests) and return the figures (JSON_KEYS and more)."""
-    if write_policy not in POLICIES:
-        raise ValueError(f"write_policy: {write_policy!r} is not one of {', '.join(POLICIES)}")
-    if free_list not in ORDERS:
-        raise ValueError(f"free_list: {free_list!r} is not one of {', '.join(ORDERS)}")
-    if ghost_entries is not None and (isinstance(ghost_entries, bool) or not isinstance(ghost_entries, int)
-                                      or ghost_entries <= 0):
-        raise ValueError(f"ghost_entries: expected a positive integer, got {ghost_entries!r}")
+def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest], limit: int | None = None) -> dict:
+    """Replay the first `limit` requests of `trace` (a JSONL path, a packaged trace from
+    find_trace, or a list of read requests; all when None)
+    on the cache `spec` describes, and return the figures (JSON_KEYS and more)."""
+    if not isinstance(spec, CacheSpec):
+        raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit: expected a non-negative integer, got {limit!r}")
-    geom = make_geometry(page_size, layers, kv_dim, attention, heads, dtype)
+    ps = spec.page_size
     t_read = time.perf_counter()
-    requests = read_trace(trace, limit) if isinstance(trace, (str, Path)) else list(trace)[:limit]
+    requests = list(trace)[:limit] if isinstance(trace, (list, tuple)) else read_trace(trace, limit)
     read_seconds = time.perf_counter() - t_read
-    whole = sum(-(-r.input_length // page_size) * page_size for r in requests)
-    l1 = _capacity("l1_tokens", l1_tokens, page_size, max(whole, page_size))
-    l2 = _capacity("l2_tokens", l2_tokens, page_size, max(whole, page_size))
-    if l1 < page_size:
-        raise ValueError(f"l1_tokens: {l1_tokens} holds no whole page of {page_size} tokens")
-    if materialize and (l1 + l2) * geom.token_bytes > MATERIALIZE_LIMIT_BYTES:
-        raise ValueError(f"materialize: pools of {(l1 + l2) * geom.token_bytes / 2**30:.1f} GiB exceed "
-                         f"{MATERIALIZE_LIMIT_BYTES >> 30} GiB; give l1/l2 capacities, a limit, or a smaller geometry")
-    own_backend = backend is None
-    if own_backend:
-        from hal.backend import get_backend
-
-        backend = get_backend("emu", profile)
-    bound = ghost_entries if ghost_entries is not None else max(l1 // page_size, 1024)
-    ghost_list = GhostList(bound) if ghost else None
-    sync = materialize or l1_tokens is not None or l2_tokens is not None
+    whole = sum(-(-r.input_length // ps) * ps for r in requests)
+    l1, l2 = spec.capacities(whole)  # checked before a backend or pool exists
+    backend, own_backend = spec.open_backend()
     totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
                   truncated_requests=0, kv_mismatch_tokens=0)
     compute = getattr(getattr(backend, "profile", None), "compute", None)
     saved = 0.0 if compute is not None else None
     t0 = time.perf_counter()
-    cache = HiCache(geom, l1, l2, backend, layout=host_layout, policy=write_policy, ghost=ghost_list,
-                    order=free_list, materialize=materialize, sync=sync)
     try:
-        for r in requests:
-            res = cache.request(request_tokens(r.hash_ids, r.input_length))
-            totals["requests"] += 1
-            totals["input_tokens"] += res.input_tokens
-            totals["l1_hit_tokens"] += res.l1_hit_tokens
-            totals["l2_hit_tokens"] += res.l2_hit_tokens
-            totals["l2_unloaded_tokens"] += res.l2_unloaded_tokens
-            totals["truncated_requests"] += res.truncated
-            totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
-            if saved is not None:
-                saved = _add_saved(saved, compute, res)
+        cache = spec.build(backend, whole)
+        try:
+            for r in requests:
+                res = cache.request(request_tokens(r.hash_ids, r.input_length))
+                totals["requests"] += 1
+                totals["input_tokens"] += res.input_tokens
+                totals["l1_hit_tokens"] += res.l1_hit_tokens
+                totals["l2_hit_tokens"] += res.l2_hit_tokens
+                totals["l2_unloaded_tokens"] += res.l2_unloaded_tokens
+                totals["truncated_requests"] += res.truncated
+                totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
+                if saved is not None:
+                    saved = _add_saved(saved, compute, res)
+        finally:
+            cache.close()
     finally:
-        cache.close()
         if own_backend:
             backend.close()
     wall = time.perf_counter() - t0
-    return _figures(totals, cache, wall, read_seconds, saved, ghost_list, dict(
-        page_size=page_size, l1_tokens=l1, l2_tokens=l2, l1_unlimited=l1_tokens is None,
-        l2_unlimited=l2_tokens is None, write_policy=write_policy, free_list=free_list, host_layout=host_layout,
-        materialize=materialize, profile=getattr(getattr(backend, "profile", None), "name", profile),
-        geometry=dict(attention=attention, layers=layers, heads=heads, kv_dim=kv_dim, dtype=dtype)))
+    return _figures(totals, cache, wall, read_seconds, saved, cache.tree.ghost, dict(
+        page_size=ps, l1_tokens=l1, l2_tokens=l2, l1_unlimited=spec.l1_tokens is None,
+        l2_unlimited=spec.l2_tokens is None, write_policy=spec.write_policy, free_list=spec.free_list,
+        host_layout=spec.host_layout, materialize=spec.materialize,
+        profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
 
 
 def _add_saved(saved: float | None, compute, res) -> float | None:

@@ -1,81 +1,76 @@
 """Moves of prefix KV between the radix tree's tiers, L1 (device) and L2 (host).
 
-Every copy the tree asks of its caller is built here as a `Transfer`: a backup on insert
+Every copy the tree asks of its caller is built here as a `TierCopy`: a backup on insert
 (which nodes: radix.insert, by write policy and ghost list) and a write-back on eviction
 (D2H), a load_back (H2D). Here too are the evictions that free slots: `evict` (L1,
 writing back or dropping what has no host copy) and `evict_host` (L2, host-only leaves,
 which leave the tree).
 
-`TierMoves` is a mixin of hicache_ref.radix.RadixTree, which holds the state it works
-on: page_size, policy, ghost, the `device`/`host` allocators, on_write_back, the page
-counters, the leaf heaps `_dev_leaves`/`_host_leaves`, and lock/unlock, node_hashes and
-_note. The behaviour and its differences from upstream are described in radix.py.
+`TierMoves` owns what the moves work on, handed to it explicitly by
+hicache_ref.radix.RadixTree: the root, page size, write policy, ghost list, the
+`device`/`host` allocators and on_write_back; and it keeps the tiers' occupancy (page and
+node counters) and eviction order (one leaf heap per tier), which the tree updates
+through `note` and the counters as it matches, inserts and splits. The behaviour and
+its differences from upstream are described in radix.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from hicache_ref.allocator import pages_to_slots
 from hicache_ref.hashing import hash64
-
-if TYPE_CHECKING:
-    from hicache_ref.radix import MatchResult, Node, PageMatch
-
-_NO_PAGES = np.zeros(0, dtype=np.int64)
-
-
-@dataclass(eq=False)
-class Transfer:
-    """A copy the caller must perform: kind 'backup' / 'write_back' (D2H) or 'load' (H2D).
-
-    Kept in pages (page p = slots [p*page_size, (p+1)*page_size)); the token slots are
-    expanded on first use, so a caller that moves pages (HiCache) never pays for them.
-    """
-
-    kind: str
-    nodes: list[Node]
-    device_pages: np.ndarray  # page numbers, int64
-    host_pages: np.ndarray
-    page_size: int
-    lock_node: Node | None = None  # held until complete(); None for write-backs
-    done: bool = field(default=False)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.device_pages) * self.page_size
-
-    @cached_property
-    def device_indices(self) -> np.ndarray:
-        """Token slots (int64) of device_pages."""
-        return pages_to_slots(self.device_pages, self.page_size)
-
-    @cached_property
-    def host_indices(self) -> np.ndarray:
-        return pages_to_slots(self.host_pages, self.page_size)
-
-
-class EvictResult(NamedTuple):
-    evicted_tokens: int
-    freed_device_indices: np.ndarray
-    write_backs: list[Transfer]
-    dropped_nodes: int
-
-
-class EvictHostResult(NamedTuple):
-    evicted_tokens: int
-    freed_host_indices: np.ndarray
+from hicache_ref.node import (
+    NO_PAGES,
+    EvictHostResult,
+    EvictResult,
+    MatchResult,
+    Node,
+    PageMatch,
+    TierCopy,
+    iter_subtree,
+    lock_path,
+    node_hashes,
+    unlock_path,
+)
+from hicache_ref.policy import LeafHeap, WritePolicy
 
 
 class TierMoves:
-    """RadixTree's backups, evictions, write-backs and load_backs (see the module docstring)."""
+    """A radix tree's backups, evictions, write-backs and load_backs (see the module docstring)."""
 
-    _uncopied: set = frozenset()  # ids of write-back nodes whose copy is still owed (inside evict)
+    def __init__(self, root: Node, page_size: int, policy: WritePolicy, ghost=None, device=None, host=None,
+                 on_write_back: Callable[[list[TierCopy]], None] | None = None):
+        self.root, self.page_size, self.page_bytes = root, page_size, 4 * page_size
+        self.policy, self.ghost, self.device, self.host = policy, ghost, device, host
+        self.on_write_back = on_write_back
+        self.device_pages = 0  # pages the tree holds in L1
+        self.host_pages = 0
+        self.num_nodes = 0  # without the root
+        self._uncopied: set = frozenset()  # ids of write-back nodes whose copy is still owed (inside evict)
+        on_dev = lambda x: x.dev is not None  # noqa: E731
+        # A node is in the tree while it has a parent (the root is never a leaf).
+        self._dev_leaves = LeafHeap(lambda x: x.parent is not None and on_dev(x)
+                                    and not any(on_dev(c) for c in x.children.values()))
+        self._host_leaves = LeafHeap(lambda x: x.parent is not None and x.dev is None and not x.children)
+
+    def note(self, node: Node) -> None:
+        """`node` may have become a leaf, or was touched: queue it for both eviction orders."""
+        self._dev_leaves.push(node)
+        self._host_leaves.push(node)
+        if len(self._dev_leaves) + len(self._host_leaves) > 4 * self.num_nodes + 1024:
+            for heap in (self._dev_leaves, self._host_leaves):  # compact stale entries
+                heap.rebuild(iter_subtree(self.root))
+
+    def lock(self, node: Node) -> None:
+        """Protect `node` and its ancestors from eviction (node.lock_path)."""
+        lock_path(self.root, node)
+
+    def unlock(self, node: Node) -> None:
+        """Undo one lock(node) (node.unlock_path)."""
+        unlock_path(self.root, node)
 
     def take_pages(self, allocator, need: int, evict: Callable, partial: bool = False) -> np.ndarray | None:
         """`need` pages from `allocator` (a tier's: self.device or self.host), evicting that tier
@@ -90,7 +85,7 @@ class TierMoves:
         return pages
 
     # -- backup (insert) ----------------------------------------------------------
-    def _back_up(self, nodes: list[Node]) -> Transfer | None:
+    def back_up(self, nodes: list[Node]) -> TierCopy | None:
         """Give `nodes` (root-first, on device, no host copy) host slots; lock them until complete()."""
         need = sum(len(x.dev) for x in nodes)
         self.lock(nodes[-1])  # keep them in L1 while host eviction runs and the copy is in flight
@@ -103,18 +98,18 @@ class TierMoves:
             x.host, at = pages[at : at + len(x.dev)], at + len(x.dev)
         self.host_pages += need
         dev = np.concatenate([x.dev for x in nodes])
-        return Transfer("backup", nodes, dev, pages, self.page_size, nodes[-1])
+        return TierCopy("backup", nodes, dev, pages, self.page_size, nodes[-1])
 
-    def complete(self, transfer: Transfer) -> None:
+    def complete(self, copy: TierCopy) -> None:
         """The caller's copy for a backup or load has landed: release its lock."""
-        if transfer.done:
-            raise ValueError("transfer: already completed")
-        transfer.done = True
-        if transfer.lock_node is not None:
-            self.unlock(transfer.lock_node)
+        if copy.done:
+            raise ValueError("copy: already completed")
+        copy.done = True
+        if copy.lock_node is not None:
+            self.unlock(copy.lock_node)
 
     # -- eviction ---------------------------------------------------------------------
-    def evict(self, n_tokens: int, on_write_back: Callable[[list[Transfer]], None] | None = None) -> EvictResult:
+    def evict(self, n_tokens: int, on_write_back: Callable[[list[TierCopy]], None] | None = None) -> EvictResult:
         """Free at least `n_tokens` of L1 (fewer if too much is locked), least recently used leaves first.
 
         A node with a host copy keeps it and stays in the tree; one without is written back
@@ -135,7 +130,7 @@ class TierMoves:
                 locked[node.id] = node  # back in the heap after this eviction
                 continue
             if self.ghost is not None:
-                for h in self.node_hashes(node):
+                for h in node_hashes(node, self.page_bytes):
                     self.ghost.add(hash64(h))
             n, parent = len(node.dev), node.parent
             evicted += n * self.page_size
@@ -150,8 +145,8 @@ class TierMoves:
                     dropped += self._drop(node)
                 else:
                     node.dev = None
-            self._note(node)
-            self._note(parent)
+            self.note(node)
+            self.note(parent)
         for node in locked.values():
             self._dev_leaves.push(node)
         self._uncopied = set()
@@ -170,19 +165,19 @@ class TierMoves:
                 t.done = True
                 freed.append(t.device_pages)
                 self.device_pages -= len(t.device_pages)
-        freed_pages = np.concatenate(freed) if freed else _NO_PAGES
+        freed_pages = np.concatenate(freed) if freed else NO_PAGES
         if self.device is not None:
             self.device.free_pages(freed_pages)
         return EvictResult(evicted, pages_to_slots(freed_pages, self.page_size), write_backs, dropped)
 
-    def _write_back(self, node: Node) -> Transfer | None:
+    def _write_back(self, node: Node) -> TierCopy | None:
         n = len(node.dev)
         pages = self.take_pages(self.host, n, self.evict_host)
         if pages is None:
             return None
         node.host, dev, node.dev = pages, node.dev, None
         self.host_pages += n
-        return Transfer("write_back", [node], dev, pages, self.page_size)
+        return TierCopy("write_back", [node], dev, pages, self.page_size)
 
     def _drop(self, node: Node) -> int:
         """Remove `node` and its (host-only) subtree; free their host slots. Returns nodes removed."""
@@ -199,7 +194,7 @@ class TierMoves:
             x.parent = x.dev = x.host = None  # detached (stale in the eviction heaps); its slots are gone
             removed += 1
         self.num_nodes -= removed
-        self._note(parent)
+        self.note(parent)
         return removed
 
     def evict_host(self, n_tokens: int) -> EvictHostResult:
@@ -220,16 +215,16 @@ class TierMoves:
             self._drop(node)
         for node in locked.values():
             self._host_leaves.push(node)
-        freed_pages = np.concatenate(freed) if freed else _NO_PAGES
+        freed_pages = np.concatenate(freed) if freed else NO_PAGES
         return EvictHostResult(evicted, pages_to_slots(freed_pages, self.page_size))
 
     # -- load back -------------------------------------------------------------------
-    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0) -> Transfer | None:
+    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0) -> TierCopy | None:
         """Give the host-only chain ending at `target` device slots again (H2D), or None.
 
         None when nothing is host-only, the chain is under `min_tokens`, or L1 cannot make
         room. Otherwise the nodes count as in L1 at once (as upstream) and stay locked
-        until `complete(transfer)`: the caller must not read their KV before the copy.
+        until `complete(copy)`: the caller must not read their KV before the copy.
         """
         if self.device is None:
             raise ValueError("load_back: the tree has no device allocator to take slots from")
@@ -253,6 +248,6 @@ class TierMoves:
         for x in chain:
             x.dev, at = pages[at : at + len(x.host)], at + len(x.host)
         self.device_pages += need
-        self._note(chain[-1])
+        self.note(chain[-1])
         host = np.concatenate([x.host for x in chain])
-        return Transfer("load", chain, pages, host, self.page_size, chain[-1])
+        return TierCopy("load", chain, pages, host, self.page_size, chain[-1])

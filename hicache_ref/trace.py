@@ -8,12 +8,20 @@ at equal positions give equal tokens and nothing else does.
 
 Token arrays are built with numpy (no per-token Python) as uint32, the byte order the
 radix tree and page hashes read; a trace whose ids do not fit in 32 bits is refused.
+
+Traces may be gzip-compressed (a name ending in .gz). The two Mooncake traces ship as
+package data (hicache_ref/traces/, Apache-2.0, see its README and LICENSE) and are found
+by name through importlib.resources (`find_trace`), so nothing here knows a machine path.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,14 +49,24 @@ def _int(obj: dict, key: str, path, line_no: int, minimum: int = 0) -> int:
     return v
 
 
-def read_trace(path: str | Path, limit: int | None = None) -> list[TraceRequest]:
-    """The first `limit` requests of a Mooncake JSONL trace (all when None), in file order."""
-    path = Path(path)
+def _open_text(path: Path | Traversable):
+    """`path` as a text stream, gunzipped when its name ends in .gz."""
+    if path.name.endswith(".gz"):
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=path.open("rb")), encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
+def read_trace(path: str | Path | Traversable, limit: int | None = None) -> list[TraceRequest]:
+    """The first `limit` requests of a Mooncake JSONL trace (all when None), in file order.
+
+    `path`: a file path or a package resource (what find_trace returns); a name ending in
+    .gz is read through gzip."""
+    path = Path(path) if isinstance(path, str) else path
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit: expected a non-negative integer, got {limit!r}")
     out: list[TraceRequest] = []
     max_id = (2**32 - BLOCK_TOKENS) // BLOCK_TOKENS  # its last token is 2**32 - 1
-    with path.open(encoding="utf-8") as f:
+    with _open_text(path) as f:
         for line_no, line in enumerate(f, 1):
             if limit is not None and len(out) >= limit:
                 break
@@ -87,15 +105,22 @@ def request_tokens(hash_ids, input_length: int) -> np.ndarray:
     return (ids[:, None] * np.uint32(BLOCK_TOKENS) + _OFFSETS).reshape(-1)[:input_length]
 
 
-def find_trace(name: str = "conversation_trace.jsonl") -> Path | None:
-    """A shared trace file: $HICACHE_TRACES/<name>, else ../shared/traces/<name> beside the
-    repository (CI's layout), else /work/shared/traces/<name>; None when none exists."""
-    candidates = []
+def packaged_traces() -> Traversable:
+    """The folder of traces shipped with the package (hicache_ref/traces)."""
+    return resources.files("hicache_ref") / "traces"
+
+
+def find_trace(name: str = "conversation_trace.jsonl") -> Path | Traversable | None:
+    """A trace by file name: $HICACHE_TRACES/<name> if that variable is set and the file is
+    there, else the packaged trace of that name; each also as <name>.gz. None if neither."""
+    folders: list[Path | Traversable] = []
     if os.environ.get(_ENV):
-        candidates.append(Path(os.environ[_ENV]) / name)
-    repo = Path(__file__).resolve().parent.parent
-    candidates += [repo.parent / "shared" / "traces" / name, Path("/work/shared/traces") / name]
-    for p in candidates:
-        if p.is_file():
-            return p
+        folders.append(Path(os.environ[_ENV]))
+    folders.append(packaged_traces())
+    names = (name,) if name.endswith(".gz") else (name, name + ".gz")
+    for folder in folders:
+        for n in names:
+            p = folder / n
+            if p.is_file():
+                return p
     return None

@@ -35,11 +35,13 @@ def files(tmp: Path) -> dict[str, Path]:
     (tmp / "folder").mkdir(parents=True)
     (tmp / "trace.jsonl").write_text(REQUEST * 3)
     (tmp / "empty.jsonl").write_text("")
-    (tmp / "trace.jsonl.gz").write_bytes(gzip.compress(REQUEST.encode()))
+    # gzip is read when the name says .gz; the same bytes under a .jsonl name, or a torn .gz, are refused
+    (tmp / "gzipped.jsonl").write_bytes(gzip.compress(REQUEST.encode()))
+    (tmp / "torn.jsonl.gz").write_bytes(gzip.compress((REQUEST * 50).encode())[:40])
     (tmp / "binary.jsonl").write_bytes(bytes(range(256)) * 4)
     (tmp / "long.yaml").write_text("x: " + "y" * 5000 + "\n")
     (tmp / "taken").write_text("a file, not a folder")
-    return {k: tmp / k for k in ("folder", "trace.jsonl", "empty.jsonl", "trace.jsonl.gz", "binary.jsonl",
+    return {k: tmp / k for k in ("folder", "trace.jsonl", "empty.jsonl", "gzipped.jsonl", "torn.jsonl.gz", "binary.jsonl",
                                  "long.yaml", "taken")}
 
 
@@ -53,7 +55,8 @@ CASES = [
      2, "--page-size"),
     ("plan-heads-with-mla", [*SMALL_PLAN, "--kv-dim", "8", "--tokens", "64", "--heads", "8"], 2, "--heads"),
     ("replay-trace-folder", ["replay", "--trace", "{folder}"], 2, "--trace: {folder}: is a directory"),
-    ("replay-trace-gzip", ["replay", "--trace", "{trace.jsonl.gz}"], 2, "gzip-compressed"),
+    ("replay-trace-gzip", ["replay", "--trace", "{gzipped.jsonl}"], 2, "gzip-compressed"),
+    ("replay-trace-torn-gz", ["replay", "--trace", "{torn.jsonl.gz}"], 2, "is not a readable gzip file"),
     ("replay-trace-binary", ["replay", "--trace", "{binary.jsonl}"], 2, "--trace: {binary.jsonl}: is binary"),
     ("replay-profile-folder", ["replay", "--trace", "{trace.jsonl}", "--profile", "{folder}"], 2, "--profile"),
     ("replay-profile-long", ["replay", "--trace", "{trace.jsonl}", "--profile", "{long.yaml}"], 2,

@@ -12,18 +12,19 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from conformance import reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
-from hal.transfer import pool_ops as pool_transfer
+from hal.transfer import pool_ops
 from hal.transfer.layer_plans import LayerPlanner
-from hal.transfer.layouts import KVGeometry
 from hicache_ref.controller import CacheController
+from hicache_ref.controller_state import TransferCancelled, TransferError
 from hicache_ref.pools import DevicePool, HostPool
-from hicache_ref.transfers import TransferCancelled, TransferError
+from hicache_ref.spec import CacheSpec
 
 PS = 4
 
 
 def _geom(attention="mha", layers=3):
-    return KVGeometry(attention, layers, 2 if attention == "mha" else 1, 8, torch.bfloat16, PS)
+    return CacheSpec(page_size=PS, attention=attention, layers=layers, heads=2 if attention == "mha" else 1,
+                     kv_dim=8, dtype="bf16").geometry()
 
 
 def _pools(backend, layout, attention="mha", materialize=True, dev_tokens=64, host_tokens=128):
@@ -53,6 +54,12 @@ def emu():
     return get_backend("emu", "emu")
 
 
+@pytest.fixture(scope="module")
+def count():
+    """Moves no bytes: pools are meta tensors and the controller prices its jobs (batched)."""
+    return get_backend("count", "emu")
+
+
 @pytest.mark.parametrize("attention,layout", [("mha", x) for x in ref.MHA_LAYOUTS] +
                          [("mla", x) for x in ref.MLA_LAYOUTS])
 def test_backup_then_load_is_bit_identical_and_counts_match_the_plan(emu, attention, layout):
@@ -72,7 +79,7 @@ def test_backup_then_load_is_bit_identical_and_counts_match_the_plan(emu, attent
         acks = ctl.flush(10)  # one per direction; across directions the order is the watchers'
         assert sorted((a.direction, a.tag) for a in acks) == [("d2h", "w"), ("h2d", "l")]
         s = ctl.stats()
-    full = pool_transfer.plan_for(layout, dp.geom, hp.num_tokens, hi, di, "d2h")
+    full = pool_ops.plan_for(layout, dp.geom, hp.num_tokens, hi, di, "d2h")
     assert (s.d2h.tokens, s.d2h.bytes, s.d2h.segments) == (len(hi), full.nbytes, full.num_segments)
     assert (s.h2d.tokens, s.h2d.bytes, s.h2d.segments) == (len(hi), full.nbytes, full.num_segments)
     assert s.d2h.modeled_seconds == pytest.approx(emu.profile.link.seconds("d2h", full.nbytes, full.num_segments, 1))
@@ -82,12 +89,12 @@ def test_backup_then_load_is_bit_identical_and_counts_match_the_plan(emu, attent
 
 
 @pytest.mark.parametrize("layout", ref.MHA_LAYOUTS)
-def test_symbolic_pools_count_and_model_exactly_like_real_ones(emu, layout):
-    """Symbolic jobs are batched into one plan per wake-up; totals must not notice."""
+def test_priced_pools_count_and_model_exactly_like_real_ones(emu, count, layout):
+    """On count, jobs are priced in batches of one plan per wake-up; totals must not notice."""
     stats = []
-    for materialize in (True, False):
-        dp, hp = _pools(emu, layout, materialize=materialize)
-        with CacheController(dp, hp, emu) as ctl:
+    for backend in (emu, count):
+        dp, hp = _pools(backend, layout)
+        with CacheController(dp, hp, backend) as ctl:
             for i in range(6):
                 ctl.write(_pages([i, (i * 5 + 1) % 16]), _pages([2 * i, 2 * i + 1]), tag=i)
             ctl.load(_pages([7, 8]), _pages([9, 3]))
@@ -95,9 +102,9 @@ def test_symbolic_pools_count_and_model_exactly_like_real_ones(emu, layout):
             acks = ctl.flush(10)
             stats.append(ctl.stats())
         assert [a.tag for a in acks if a.direction == "d2h"] == list(range(6))
-    real, symbolic = stats
+    real, priced = stats
     for d in ("d2h", "h2d"):
-        r, s = getattr(real, d), getattr(symbolic, d)
+        r, s = getattr(real, d), getattr(priced, d)
         assert (r.transfers, r.tokens, r.bytes, r.segments) == (s.transfers, s.tokens, s.bytes, s.segments)
         assert r.modeled_seconds == pytest.approx(s.modeled_seconds)
 
@@ -116,10 +123,11 @@ def test_load_has_one_event_per_layer_completing_in_layer_order(emu):
             h.wait_layer(dp.geom.layers)
 
 
-@pytest.mark.parametrize("materialize", [True, False])
-def test_bad_indices_raise_before_anything_is_queued(emu, materialize):
-    dp, hp = _pools(emu, "layer_first", materialize=materialize)
-    with CacheController(dp, hp, emu) as ctl:
+@pytest.mark.parametrize("name", ["emu", "count"])
+def test_bad_indices_raise_before_anything_is_queued(name):
+    backend = get_backend(name, "emu")
+    dp, hp = _pools(backend, "layer_first")
+    with CacheController(dp, hp, backend) as ctl:
         with pytest.raises(ValueError, match="host_indices: length"):
             ctl.write(_pages([0]), _pages([0, 1]))
         with pytest.raises(ValueError, match="device_indices: outside"):
@@ -162,9 +170,18 @@ def test_page_level_write_and_load_move_and_count_what_the_slot_level_ones_do(em
         assert (a.transfers, a.tokens, a.bytes, a.segments) == (b.transfers, b.tokens, b.bytes, b.segments)
 
 
-def test_page_level_bad_input_is_named_before_anything_is_queued(emu):
-    dp, hp = _pools(emu, "layer_first", materialize=False)
-    with CacheController(dp, hp, emu) as ctl:
+def test_pools_without_buffers_are_refused_naming_the_pool(emu):
+    for materialize_device in (False, True):
+        dp = DevicePool(_geom(), 64, backend=emu, materialize=materialize_device)
+        hp = HostPool(_geom(), 128, "layer_first", backend=emu, materialize=not materialize_device)
+        with pytest.raises(ValueError, match="^device_pool: has no buffers" if not materialize_device
+                           else "^host_pool: has no buffers"):
+            CacheController(dp, hp, emu)
+
+
+def test_page_level_bad_input_is_named_before_anything_is_queued(count):
+    dp, hp = _pools(count, "layer_first")
+    with CacheController(dp, hp, count) as ctl:
         for call, name in ((lambda: ctl.write_pages([0], [0, 1]), "host_pages: length"),
                            (lambda: ctl.write_pages([[0]], [0]), "device_pages: expected a 1-D"),
                            (lambda: ctl.load_pages([0.5], [0]), "host_pages: expected a 1-D integer"),
@@ -225,7 +242,7 @@ register("emu-failing", _FailingBackend)
 def test_write_and_load_return_while_the_submission_is_still_blocked():
     b = get_backend("emu-gated", "emu")
     _GatedBackend.gate.clear()
-    dp, hp = _pools(b, "layer_first", materialize=False)
+    dp, hp = _pools(b, "layer_first")
     ctl = CacheController(dp, hp, b)
     try:
         w = ctl.write(_pages([0]), _pages([0]), tag="w")
@@ -254,10 +271,11 @@ def test_stream_failure_surfaces_on_the_scheduler_thread_and_stays():
 
 def test_failure_raised_from_poll_even_if_nobody_waited():
     b = get_backend("emu-failing", "emu")
-    dp, hp = _pools(b, "layer_first", materialize=False)
+    b.fail_at = 4  # a load is one plan per layer: the first load's three run, the second's first fails
+    dp, hp = _pools(b, "layer_first")
     ctl = CacheController(dp, hp, b)
-    ctl.load(_pages([0]), _pages([0]), tag="first").wait(10)  # the stream's 1st plan
-    ctl.load(_pages([1]), _pages([1]), tag="second")  # the 2nd plan fails
+    ctl.load(_pages([0]), _pages([0]), tag="first").wait(10)  # the stream's plans 1-3
+    ctl.load(_pages([1]), _pages([1]), tag="second")  # its 4th plan fails
     with pytest.raises(TransferError, match="h2d transfer 'second'"):
         ctl.flush(10)
     with pytest.raises(TransferError):
@@ -267,7 +285,7 @@ def test_failure_raised_from_poll_even_if_nobody_waited():
 
 def test_unreported_failure_is_raised_by_shutdown():
     b = get_backend("emu-failing", "emu")
-    dp, hp = _pools(b, "layer_first", materialize=False)
+    dp, hp = _pools(b, "layer_first")
     ctl = CacheController(dp, hp, b)
     ctl.write(_pages([0]), _pages([0])).wait(10)
     ctl.write(_pages([1]), _pages([1]), tag="lost?")
@@ -289,7 +307,7 @@ def test_submission_error_surfaces_too():
 def test_stuck_submission_times_out_instead_of_hanging_shutdown():
     b = get_backend("emu-gated", "emu")
     _GatedBackend.gate.clear()
-    dp, hp = _pools(b, "layer_first", materialize=False)
+    dp, hp = _pools(b, "layer_first")
     ctl = CacheController(dp, hp, b)
     ctl.write(_pages([0]), _pages([0]))
     try:
@@ -302,7 +320,7 @@ def test_stuck_submission_times_out_instead_of_hanging_shutdown():
 def test_flush_after_a_timed_out_shutdown_returns_instead_of_waiting_forever():
     b = get_backend("emu-gated", "emu")
     _GatedBackend.gate.clear()
-    dp, hp = _pools(b, "layer_first", materialize=False)
+    dp, hp = _pools(b, "layer_first")
     ctl = CacheController(dp, hp, b)
     ctl.write(_pages([0]), _pages([0]))
     try:
@@ -315,7 +333,7 @@ def test_flush_after_a_timed_out_shutdown_returns_instead_of_waiting_forever():
         assert not flusher.is_alive() and got == [[]]  # the stuck transfer is still pending, not acked
     finally:
         _GatedBackend.gate.set()
-    dp, hp = _pools(b, "layer_first", materialize=False)
+    dp, hp = _pools(b, "layer_first")
     with CacheController(dp, hp, b) as ctl:
         ctl.write(_pages([0]), _pages([0]), tag="w")
     assert ctl.flush() == []  # drained: shutdown handed the ack out
@@ -341,9 +359,9 @@ def test_cancel_drops_unsubmitted_transfers():
             h.wait(10)
 
 
-def test_drain_runs_everything_and_acks_in_completion_order(emu):
-    dp, hp = _pools(emu, "page_first", materialize=False)
-    ctl = CacheController(dp, hp, emu)
+def test_drain_runs_everything_and_acks_in_completion_order(count):
+    dp, hp = _pools(count, "page_first")
+    ctl = CacheController(dp, hp, count)
     for i in range(16):
         ctl.write(_pages([i]), _pages([i]), tag=i)
     acks = ctl.shutdown(timeout=30)
@@ -470,7 +488,7 @@ def test_layer0_plans_count_exactly_what_the_full_plan_moves(attention, layout):
              (rng.permutation(size)[:13].astype(np.int64), rng.permutation(size)[:13].astype(np.int64))]
     for hi, di in cases:
         for direction in ("d2h", "h2d"):
-            full = pool_transfer.plan_for(layout, geom, size, hi, di, direction)
+            full = pool_ops.plan_for(layout, geom, size, hi, di, direction)
             one = planner.layer0(direction, hi, di)
             assert one.num_segments * geom.layers == full.num_segments
             assert one.nbytes * geom.layers == full.nbytes

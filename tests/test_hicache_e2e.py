@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from conformance import reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
-from hal.transfer.layouts import KVGeometry
-from hicache_ref.cache import HiCache, synthetic_kv
 from hicache_ref.controller import TransferError
+from hicache_ref.spec import CacheSpec
+from hicache_ref.synthetic_kv import synthetic_kv
 
 PS = 16
 A = np.arange(0, 96, dtype=np.uint32)  # 6 pages
@@ -21,18 +21,20 @@ U = np.arange(5000, 5128, dtype=np.uint32)  # 8 pages, unrelated
 
 
 def _cache(backend, attention, layout, l1=128, l2=512, policy="write_through"):
-    geom = KVGeometry(attention, 3, 2 if attention == "mha" else 1, 8, torch.bfloat16, PS)
-    return HiCache(geom, l1, l2, backend, layout=layout, policy=policy, materialize=True)
+    spec = CacheSpec(page_size=PS, l1_tokens=l1, l2_tokens=l2, write_policy=policy, host_layout=layout,
+                     attention=attention, layers=3, heads=2 if attention == "mha" else 1, kv_dim=8, dtype="bf16",
+                     materialize=True)
+    return spec.build(backend)
 
 
 def _device_kv_matches(cache, tokens) -> bool:
-    """Read L1 back independently of the cache's own check: rows at the matched slots."""
+    """Read L1 back (through hal, as the cache does) and compare it here, independently of the
+    cache's own check: rows at the matched slots."""
     m = cache.tree.match_prefix(tokens)
     assert m.device_len == len(tokens)
-    idx = torch.from_numpy(m.device_indices)
-    for part, layers in enumerate(cache.device.buffers):
-        for layer, buf in enumerate(layers):
-            rows = buf.view(torch.uint8).reshape(buf.shape[0], -1)[idx]
+    for part, layers in enumerate(cache.kv.read(m.device_indices)):
+        for layer, t in enumerate(layers):
+            rows = t.view(torch.uint8).reshape(t.shape[0], -1)
             want = torch.from_numpy(synthetic_kv(tokens, np.arange(len(tokens)), part, layer, rows.shape[1]))
             if not torch.equal(rows, want):
                 return False

@@ -105,7 +105,7 @@ def test_write_through_backs_up_on_first_insert_and_locks_until_complete():
     tree.complete(t)
     assert tree.evict(256).evicted_tokens == 8
     assert tree.match_prefix(np.arange(8)).host_len == 8
-    with pytest.raises(ValueError, match="transfer"):
+    with pytest.raises(ValueError, match="copy: already completed"):
         tree.complete(t)
 
 
@@ -142,7 +142,7 @@ def test_backup_includes_ancestors_without_a_host_copy():
     # Upstream's rules keep a parent's hits >= its child's, so build the rare case by hand:
     # an ancestor without a host copy and under the threshold.
     tree.host.free_pages(parent.host)
-    parent.host, parent.hit_count, tree.host_pages = None, 0, 0
+    parent.host, parent.hit_count, tree.tiers.host_pages = None, 0, 0
     r = insert(tree, dev, np.arange(16))  # parent: 1 hit, child: 2 hits
     (t,) = r.backups
     assert t.nodes == [parent, child] and t.num_tokens == 16

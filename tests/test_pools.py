@@ -169,3 +169,16 @@ def test_pool_bad_input():
         HostPool(MLA, 16, "page_head")
     with pytest.raises(ValueError, match="layout"):
         HostPool(MHA, 16, "nonsense")
+
+
+def test_pools_on_a_backend_that_moves_no_bytes_are_meta_tensors_without_memory():
+    from hal.backend import get_backend
+
+    count = get_backend("count", "emu")
+    dev = DevicePool(MHA, 1 << 30, backend=count, materialize=True)  # a GiB-scale pool costs nothing
+    host = HostPool(MHA, 1 << 30, "page_head", backend=count, materialize=True)
+    assert all(t.is_meta for part in dev.buffers for t in part)
+    assert host.host_buffer is None and len(host.buffers) == 2 and all(t.is_meta for t in host.buffers)
+    assert host.buffers[0].shape == layouts.host_shape("page_head", MHA, 1 << 30)[1:]
+    host.close()
+    assert host.buffers is None

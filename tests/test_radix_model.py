@@ -13,9 +13,10 @@ from hicache_ref.ghost import GhostList
 from hicache_ref.policy import POLICIES
 from hicache_ref.pools import DevicePool, HostPool
 from hicache_ref.radix import RadixTree
+from hicache_ref.spec import CacheSpec
 
 PS = 2
-GEOM = layouts.KVGeometry("mha", layers=2, heads=1, head_dim=2, dtype=torch.float32, page_size=PS)
+GEOM = CacheSpec(page_size=PS, attention="mha", layers=2, heads=1, kv_dim=2, dtype="fp32").geometry()
 DEV_TOKENS, HOST_TOKENS = 24, 32
 
 # Prompts: prefixes of a few conversations (long shared prefixes, exact repeats, multi-page

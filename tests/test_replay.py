@@ -1,18 +1,25 @@
 """Trace replay: exact hit counts on hand-made traces, capacities, L2 hits, CLI figures, real-trace slices."""
 
 import contextlib
+import gzip
 import io
 import json
 from pathlib import Path
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
 
 from conformance.cli.main import main as cli_main
 from hicache_ref.replay import JSON_KEYS, replay
-from hicache_ref.trace import TraceRequest, find_trace, read_trace, request_tokens
+from hicache_ref.spec import CacheSpec
+from hicache_ref.trace import TraceRequest, find_trace, packaged_traces, read_trace, request_tokens
 
 SMALL = dict(layers=2, kv_dim=8)  # geometry only sets bytes; hit counts do not depend on it
+
+
+def _replay(trace, limit=None, **spec):
+    return replay(CacheSpec(**spec), trace, limit)
 
 
 def _req(ids, n):
@@ -30,8 +37,7 @@ def _write_trace(path: Path, reqs) -> Path:
 @pytest.fixture(scope="module")
 def conversation():
     path = find_trace("conversation_trace.jsonl")
-    if path is None:
-        pytest.skip("shared traces absent: set HICACHE_TRACES or place shared/ beside the repository")
+    assert path is not None, "the packaged conversation trace is missing"
     return path
 
 
@@ -76,7 +82,7 @@ A, B_SHARES_TWO, A_AGAIN, B_CUT = _req([1, 2, 3], 1536), _req([1, 2, 9], 1500), 
 
 
 def test_shared_blocks_hit_exactly_and_partial_pages_never_do():
-    fig = replay([A, B_SHARES_TWO, A_AGAIN, B_CUT], **SMALL)
+    fig = _replay([A, B_SHARES_TWO, A_AGAIN, B_CUT], **SMALL)
     # B shares 2 of A's blocks (1024); A again hits all 1536; B cut to 1400 hits its 21 full pages
     # of B's 23 cached pages (1472 = 1500 rounded down to pages; the partial page is never cached).
     assert fig["l1_hit_tokens"] == 1024 + 1536 + 1344
@@ -86,13 +92,13 @@ def test_shared_blocks_hit_exactly_and_partial_pages_never_do():
 
 
 def test_unlimited_write_through_backs_up_every_new_page_once():
-    fig = replay([A, B_SHARES_TWO, A_AGAIN], write_policy="write_through", **SMALL)
+    fig = _replay([A, B_SHARES_TWO, A_AGAIN], write_policy="write_through", **SMALL)
     assert fig["d2h_tokens"] == 1536 + (1472 - 1024)
     assert fig["h2d_tokens"] == 0 and fig["l2_hit_tokens"] == 0
 
 
 def test_selective_backs_up_on_the_second_hit():
-    fig = replay([A, A_AGAIN, B_SHARES_TWO], **SMALL)
+    fig = _replay([A, A_AGAIN, B_SHARES_TWO], **SMALL)
     # A's node gets its 2nd hit from A again (1536 backed up); B splits it: no new backup for B's tail.
     assert fig["d2h_tokens"] == 1536
 
@@ -103,7 +109,7 @@ UNRELATED = _req([10, 11, 12, 13], 2048)
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
 def test_capacity_forces_eviction_to_l2_and_a_load_back(policy):
     # L1 holds 2048 tokens: the unrelated request evicts A (to L2), and A's return evicts it in turn.
-    fig = replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, write_policy=policy, **SMALL)
+    fig = _replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, write_policy=policy, **SMALL)
     assert (fig["l1_hit_tokens"], fig["l2_hit_tokens"]) == (0, 1536)
     assert fig["h2d_tokens"] == 1536
     assert fig["d2h_tokens"] == 1536 + 2048  # A, then the unrelated request (written through / back)
@@ -111,22 +117,22 @@ def test_capacity_forces_eviction_to_l2_and_a_load_back(policy):
 
 
 def test_without_a_backup_an_evicted_prefix_is_a_miss():
-    fig = replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, **SMALL)  # selective: 1 hit each
+    fig = _replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=8192, **SMALL)  # selective: 1 hit each
     assert fig["l1_hit_tokens"] == fig["l2_hit_tokens"] == fig["d2h_tokens"] == 0
 
 
 def test_no_l2_is_a_plain_radix_cache():
-    fig = replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=0, write_policy="write_through", **SMALL)
+    fig = _replay([A, UNRELATED, A_AGAIN], l1_tokens=2048, l2_tokens=0, write_policy="write_through", **SMALL)
     assert fig["l1_hit_tokens"] == fig["l2_hit_tokens"] == fig["d2h_tokens"] == 0
-    fig = replay([A, A_AGAIN], l1_tokens=2048, l2_tokens=0, **SMALL)
+    fig = _replay([A, A_AGAIN], l1_tokens=2048, l2_tokens=0, **SMALL)
     assert fig["l1_hit_tokens"] == 1536
 
 
 def test_capacity_includes_the_live_request():
     # 1500 tokens need 24 pages live (the partial one too): 1472 + 64 > 1500-token L1 of 23 pages.
-    fig = replay([B_SHARES_TWO], l1_tokens=1472, **SMALL)
+    fig = _replay([B_SHARES_TWO], l1_tokens=1472, **SMALL)
     assert fig["truncated_requests"] == 1
-    fig = replay([B_SHARES_TWO], l1_tokens=1536, **SMALL)
+    fig = _replay([B_SHARES_TWO], l1_tokens=1536, **SMALL)
     assert fig["truncated_requests"] == 0
 
 
@@ -135,7 +141,7 @@ def test_materialized_and_symbolic_give_the_same_figures(layout):
     reqs = [A, UNRELATED, A_AGAIN, B_SHARES_TWO, UNRELATED, B_CUT]
     kw = dict(l1_tokens=2560, l2_tokens=8192, write_policy="write_through", host_layout=layout,
               attention="mha", heads=2, kv_dim=4, layers=3)
-    real, symbolic = replay(reqs, materialize=True, **kw), replay(reqs, **kw)
+    real, symbolic = _replay(reqs, materialize=True, **kw), _replay(reqs, **kw)
     assert real["kv_mismatch_tokens"] == 0 and real["l2_hit_tokens"] > 0
     for key in JSON_KEYS:
         if key.endswith("seconds"):
@@ -147,7 +153,7 @@ def test_materialized_and_symbolic_give_the_same_figures(layout):
 def test_replays_are_deterministic_and_free_list_order_does_not_change_hits():
     reqs = [A, UNRELATED, A_AGAIN, B_SHARES_TWO, UNRELATED, B_CUT] * 3
     kw = dict(l1_tokens=2560, l2_tokens=6144, write_policy="write_back", **SMALL)
-    one, two, lifo = replay(reqs, **kw), replay(reqs, **kw), replay(reqs, free_list="lifo", **kw)
+    one, two, lifo = _replay(reqs, **kw), _replay(reqs, **kw), _replay(reqs, free_list="lifo", **kw)
     drop = lambda f: {k: v for k, v in f.items() if "seconds" not in k and k != "tokens_per_second"}  # noqa: E731
     assert drop(one) == drop(two)
     assert (lifo["l1_hit_tokens"], lifo["l2_hit_tokens"]) == (one["l1_hit_tokens"], one["l2_hit_tokens"])
@@ -159,7 +165,7 @@ def test_ghost_list_turns_a_returning_request_into_l2_hits_and_is_reported():
     # before UNRELATED evicts it again, and A's third arrival loads it back from L2.
     reqs = [A, UNRELATED, A_AGAIN, UNRELATED, A_AGAIN]
     kw = dict(l1_tokens=2048, l2_tokens=8192, write_policy="write_through_selective", **SMALL)
-    with_ghost, without = replay(reqs, ghost=True, **kw), replay(reqs, **kw)
+    with_ghost, without = _replay(reqs, ghost=True, **kw), _replay(reqs, **kw)
     assert (without["l1_hit_tokens"], without["l2_hit_tokens"], without["d2h_tokens"]) == (0, 0, 0)
     assert (with_ghost["l1_hit_tokens"], with_ghost["l2_hit_tokens"]) == (0, 1536)
     assert with_ghost["d2h_tokens"] == 1536 + 2048  # A and UNRELATED, each on its proven return
@@ -169,20 +175,43 @@ def test_ghost_list_turns_a_returning_request_into_l2_hits_and_is_reported():
 
 def test_bad_capacity_is_refused_before_running():
     with pytest.raises(ValueError, match="l1_tokens"):
-        replay([A], l1_tokens=10, **SMALL)
+        _replay([A], l1_tokens=10, **SMALL)
     with pytest.raises(ValueError, match="materialize"):
-        replay([A], materialize=True, l1_tokens=1 << 40)
+        _replay([A], materialize=True, l1_tokens=1 << 40)
 
 
 def test_bad_arguments_are_refused_by_name_before_running(tmp_path):
     missing = tmp_path / "no-such-trace.jsonl"  # checked first: the trace is not even read
     for kw, name in ((dict(write_policy="write_around"), "write_policy"), (dict(free_list="random"), "free_list"),
                      (dict(ghost=True, ghost_entries=0), "ghost_entries"), (dict(ghost_entries=2.5), "ghost_entries"),
-                     (dict(limit=-1), "limit")):
-        for trace in (missing, [A]):
-            with pytest.raises(ValueError, match=f"^{name}: "):
-                replay(trace, **kw, **SMALL)
-    assert replay([A], ghost=True, ghost_entries=5, **SMALL)["ghost"]["bound"] == 5
+                     (dict(page_size=0), "page_size"), (dict(l2_tokens=-1), "l2_tokens"), (dict(layers=0), "layers"),
+                     (dict(dtype="int3"), "dtype"), (dict(host_layout="page_head"), "host_layout"),
+                     (dict(ghost=1), "ghost"), (dict(materialize="yes"), "materialize")):
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            CacheSpec(**{**SMALL, **kw})
+    for trace in (missing, [A]):
+        with pytest.raises(ValueError, match="^limit: "):
+            replay(CacheSpec(**SMALL), trace, limit=-1)
+        with pytest.raises(ValueError, match="^spec: "):
+            replay(dict(SMALL), trace)
+    assert _replay([A], ghost=True, ghost_entries=5, **SMALL)["ghost"]["bound"] == 5
+
+
+def test_unmaterialized_replays_run_on_count_and_a_mismatched_backend_is_refused():
+    from hal.backend import get_backend
+
+    emu, count = get_backend("emu", "emu"), get_backend("count", "emu")
+    with pytest.raises(ValueError, match="^backend: 'emu' moves bytes, but materialize=False"):
+        CacheSpec(backend=emu, **SMALL)
+    with pytest.raises(ValueError, match="^backend: 'count' moves no bytes, but materialize=True"):
+        CacheSpec(backend=count, materialize=True, **SMALL)
+    reqs, kw = [A, UNRELATED, A_AGAIN], dict(l1_tokens=2048, l2_tokens=8192, write_policy="write_through", **SMALL)
+    assert _replay(reqs, backend=count, **kw) == {**_replay(reqs, **kw), "wall_seconds": ANY, "read_seconds": ANY,
+                                                  "tokens_per_second": ANY, "max_d2h_enqueue_seconds": ANY,
+                                                  "max_h2d_enqueue_seconds": ANY}
+    spec = CacheSpec(**SMALL)
+    with pytest.raises(ValueError, match="^backend: 'emu' does not match materialize=False"):
+        spec.build(emu, 4096)
 
 
 # -- the CLI -------------------------------------------------------------------------------------
@@ -216,7 +245,7 @@ def test_cli_bad_input_names_the_argument(tmp_path, capsys):
 
 def test_conversation_slice_figures_are_consistent(conversation):
     reqs = read_trace(conversation, limit=300)
-    fig = replay(conversation, limit=300, **SMALL)
+    fig = _replay(conversation, limit=300, **SMALL)
     assert fig["requests"] == 300 and fig["input_tokens"] == sum(r.input_length for r in reqs)
     assert fig["hit_rate"] == (fig["l1_hit_tokens"] + fig["l2_hit_tokens"]) / fig["input_tokens"]
     assert fig["l1_hit_tokens"] > 0 and fig["l1_hit_tokens"] % 64 == 0
@@ -226,7 +255,7 @@ def test_conversation_slice_figures_are_consistent(conversation):
 def test_conversation_slice_materialized_matches_symbolic(conversation):
     kw = dict(limit=120, l1_tokens=120_000, l2_tokens=400_000, write_policy="write_through",
               host_layout="page_first_direct", layers=2, kv_dim=8)
-    real, symbolic = replay(conversation, materialize=True, **kw), replay(conversation, **kw)
+    real, symbolic = _replay(conversation, materialize=True, **kw), _replay(conversation, **kw)
     assert real["kv_mismatch_tokens"] == 0
     for key in ("l1_hit_tokens", "l2_hit_tokens", "d2h_tokens", "h2d_tokens", "d2h_segments", "h2d_segments"):
         assert real[key] == symbolic[key], key
@@ -239,3 +268,82 @@ def test_bench_replay_runs_and_reports(tmp_path):
     assert rc == 0 and result["requests"] == 3
     assert result["ours"]["hit_tokens"] == result["ours_tree_only"]["hit_tokens"] == 1024 + 1536
     assert cli_main(["bench", "replay", "--trace", str(path), "--sglang-root", str(tmp_path)]) == 2
+
+
+# -- the packaged traces -------------------------------------------------------------------------
+
+PACKAGED = ("conversation_trace.jsonl.gz", "synthetic_trace.jsonl.gz", "LICENSE-APACHE", "README.md")
+
+
+def test_the_mooncake_traces_ship_in_the_package_with_their_license(monkeypatch, tmp_path):
+    monkeypatch.delenv("HICACHE_TRACES", raising=False)
+    monkeypatch.chdir(tmp_path)  # found through the package, not the working directory
+    folder = packaged_traces()
+    assert all((folder / name).is_file() for name in PACKAGED)
+    assert "Apache License" in (folder / "LICENSE-APACHE").read_text()
+    assert "kvcache-ai/Mooncake" in (folder / "README.md").read_text()
+    conv, synth = find_trace("conversation_trace.jsonl"), find_trace("synthetic_trace.jsonl")
+    assert conv.name == "conversation_trace.jsonl.gz" and synth.name == "synthetic_trace.jsonl.gz"
+    assert (len(read_trace(conv)), len(read_trace(synth))) == (12031, 3993)
+    assert find_trace("no_such_trace.jsonl") is None
+
+
+def test_pyproject_package_data_covers_every_packaged_trace_file():
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["hicache_ref"]
+    for name in PACKAGED:
+        assert any(fnmatch.fnmatch(f"traces/{name}", g) for g in globs), name
+
+
+def test_gzipped_user_traces_read_like_plain_ones_and_hicache_traces_overrides(monkeypatch, tmp_path):
+    plain = _write_trace(tmp_path / "mine.jsonl", [A, B_SHARES_TWO, A_AGAIN])
+    packed = tmp_path / "packed" / "mine.jsonl.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert read_trace(packed) == read_trace(plain)
+    assert [(r.input_length, r.hash_ids) for r in read_trace(str(packed), limit=2)] == [(1536, (1, 2, 3)),
+                                                                                      (1500, (1, 2, 9))]
+    monkeypatch.setenv("HICACHE_TRACES", str(packed.parent))
+    assert find_trace("mine.jsonl") == packed  # the .gz of the name asked for
+    monkeypatch.setenv("HICACHE_TRACES", str(tmp_path))
+    assert find_trace("mine.jsonl") == plain
+    assert find_trace("conversation_trace.jsonl").name == "conversation_trace.jsonl.gz"  # else the packaged one
+
+
+@pytest.mark.slow
+def test_replay_and_bench_replay_work_from_a_wheel_install_with_no_checkout(tmp_path):
+    """Build a wheel from the sources, install it in a fresh venv (torch etc. from this
+    interpreter's site-packages), and run both commands on their default trace elsewhere."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import venv
+
+    root = Path(__file__).resolve().parent.parent
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info", "build")
+    for pkg in ("hal", "hicache_ref", "conformance", "hardware_profiles"):
+        shutil.copytree(root / pkg, src / pkg, ignore=skip)
+    shutil.copy(root / "pyproject.toml", src)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HICACHE_TRACES")}
+    run = lambda *cmd, **kw: subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, **kw)  # noqa: E731
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"),
+        str(src))
+    shutil.rmtree(src)  # no checkout beside the install
+    venv.create(tmp_path / "venv", system_site_packages=True, with_pip=False)
+    py = str(tmp_path / "venv" / "bin" / "python")
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    run(sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", "--no-index", "-q", str(wheel))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    fig = json.loads(run(py, "-m", "conformance.cli.main", "replay", "--limit", "20", "--layers", "2", "--json",
+                         cwd=elsewhere).stdout)
+    assert fig["requests"] == 20 and fig["trace"].startswith(str(tmp_path / "venv"))
+    assert fig["trace"].endswith("conversation_trace.jsonl.gz")
+    bench = json.loads(run(py, "-m", "conformance.cli.main", "bench", "replay", "--limit", "20", "--repeat", "1",
+                           "--json", cwd=elsewhere).stdout)
+    assert bench["requests"] == 20 and bench["trace"] == fig["trace"]

@@ -1,6 +1,6 @@
 """`hicache bench replay`: wall time and tokens/s of a whole-trace replay, against SGLang's RadixCache.
 
-Ours: `hicache_ref.replay.replay` over the whole trace (default: the shared conversation
+Ours: `hicache_ref.replay.replay` over the whole trace (default: the packaged conversation
 trace, 12,031 requests, 145M input tokens, page 64, unlimited capacity, not materialized),
 timed end to end: token arrays, tree, pools, controller threads, drain.
 
@@ -32,6 +32,7 @@ from pathlib import Path
 from conformance.bench.common import emit, machine
 from conformance.cli import args as cli_args
 from hicache_ref.replay import replay
+from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import find_trace, read_trace, request_tokens
 
 HELP = "whole-trace replay (no materialization): wall time and tokens/s, vs SGLang's RadixCache if given"
@@ -41,7 +42,8 @@ _SGLANG_STUBBED = ("sglang.kernels", "sglang.srt.configs", "sglang.srt.mem_cache
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--trace", help="Mooncake JSONL trace (default: the shared conversation_trace.jsonl)")
+    p.add_argument("--trace", help="Mooncake JSONL trace, .jsonl or .jsonl.gz (default: the packaged "
+                   "conversation_trace.jsonl.gz)")
     p.add_argument("--page-size", type=cli_args.page_size, default=64)
     p.add_argument("--write-policy", default="write_through_selective")
     p.add_argument("--host-layout", default="layer_first")
@@ -202,7 +204,8 @@ def run_tree_only(requests, page_size: int) -> dict:
 def run(a) -> int:
     trace = a.trace or find_trace("conversation_trace.jsonl")
     if trace is None:
-        raise ValueError("--trace: not given and no shared conversation_trace.jsonl found (set HICACHE_TRACES)")
+        raise ValueError("--trace: not given and no conversation_trace.jsonl found (neither in $HICACHE_TRACES "
+                         "nor packaged: reinstall the package or pass --trace PATH)")
     if a.repeat < 1:
         raise ValueError(f"--repeat: must be at least 1, got {a.repeat}")
     requests = read_trace(trace, a.limit)
@@ -213,10 +216,11 @@ def run(a) -> int:
     ours, tree_only, cpu = [], [], []
     theirs: dict[str, list[dict]] = {k: [] for k in key_kinds} if peer is not None else {}
     fig = None
+    spec = CacheSpec(page_size=a.page_size, write_policy=a.write_policy, host_layout=a.host_layout)
     for _ in range(a.repeat):
         gc.collect()  # every run starts without the previous run's garbage (trees are cyclic)
         c0 = time.process_time()
-        fig = replay(requests, page_size=a.page_size, write_policy=a.write_policy, host_layout=a.host_layout)
+        fig = replay(spec, requests)
         cpu.append(time.process_time() - c0)
         ours.append(fig["wall_seconds"])
         gc.collect()

@@ -70,7 +70,7 @@ def check_replay(a) -> None:
 
     trace = a.trace or find_trace("conversation_trace.jsonl")
     if trace is None:
-        raise CliError("--trace", "not given and no shared conversation_trace.jsonl found (set HICACHE_TRACES)")
+        raise CliError("--trace", "not given and no conversation_trace.jsonl found (neither in $HICACHE_TRACES nor packaged)")
     trace = text_file("--trace", trace, "a Mooncake JSONL trace")
     try:
         empty = not read_trace(trace, 1)

@@ -8,7 +8,9 @@ errors.ECHO_CHARS of what the file holds.
 from __future__ import annotations
 
 import codecs
+import gzip
 import os
+import zlib
 from pathlib import Path
 
 from conformance.cli.errors import CliError, clip, clip_path
@@ -34,10 +36,19 @@ def readable_file(option: str, path: str | os.PathLike) -> Path:
 
 
 def text_file(option: str, path: str | os.PathLike, what: str = "JSONL text") -> Path:
-    """readable_file, and its first bytes are UTF-8 text, not a compressed or binary file."""
+    """readable_file, and its first bytes are UTF-8 text, not a compressed or binary file.
+
+    A name ending in .gz is read through gzip (as hicache_ref.trace reads it): its
+    decompressed head must be text."""
     p = readable_file(option, path)
     with p.open("rb") as f:
         head = f.read(SNIFF_BYTES)
+    if p.name.endswith(".gz") and head.startswith(b"\x1f\x8b"):
+        try:
+            with gzip.open(p, "rb") as f:
+                head = f.read(SNIFF_BYTES)
+        except (OSError, EOFError, zlib.error):
+            raise CliError(option, f"{clip_path(p)}: is not a readable gzip file (expected {what})") from None
     for magic, kind in _MAGIC.items():
         if head.startswith(magic):
             raise CliError(option, f"{clip_path(p)}: is {kind}-compressed; decompress it first (expected {what})")

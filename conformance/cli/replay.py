@@ -15,32 +15,35 @@ from hal.units import HELP as UNITS
 from hal.units import parse_size
 from hicache_ref.policy import POLICIES
 from hicache_ref.replay import replay, summary_lines
+from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import find_trace
 
+DEFAULTS = CacheSpec()  # the seed geometry and the spec's policies
 HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, L2 host) and report hits and transfers"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--trace", help="Mooncake JSONL trace (default: the shared conversation_trace.jsonl)")
-    p.add_argument("--page-size", type=types.page_size, default=64,
+    p.add_argument("--trace", help="Mooncake JSONL trace, .jsonl or .jsonl.gz (default: the packaged "
+                   "conversation_trace.jsonl.gz)")
+    p.add_argument("--page-size", type=types.page_size, default=DEFAULTS.page_size,
                    help=f"tokens per page (at most {types.MAX_PAGE_SIZE:,})")
     p.add_argument("--l1-tokens", help=f"device (L1) capacity in tokens, e.g. 2M (2,000,000; {UNITS}); "
                    "omitted: unlimited")
     p.add_argument("--l2-tokens", help=f"host (L2) capacity in tokens ({UNITS}); 0: no L2; omitted: unlimited")
-    p.add_argument("--write-policy", default="write_through_selective", choices=POLICIES)
+    p.add_argument("--write-policy", default=DEFAULTS.write_policy, choices=POLICIES)
     p.add_argument("--ghost", action="store_true", help="back up prefixes proven reused by a ghost list of L1 evictions")
     p.add_argument("--ghost-entries", type=types.size(),
                    help=f"with --ghost: ghost list bound ({UNITS} ; default: L1 pages, at least 1024)")
-    p.add_argument("--free-list", default="fifo", choices=("fifo", "lifo"))
+    p.add_argument("--free-list", default=DEFAULTS.free_list, choices=("fifo", "lifo"))
     p.add_argument("--limit", type=types.count(0), help="replay only the first N requests")
     p.add_argument("--materialize", action="store_true", help="real KV pools and bytes; every hit checked bit for bit")
-    p.add_argument("--attention", default="mla", choices=("mla", "mha"))
-    p.add_argument("--layers", type=types.layers, default=78, help=f"at most {types.MAX_LAYERS:,}")
-    p.add_argument("--kv-dim", type=types.dim, default=576, help="MLA latent width, or the head dim with --attention mha")
-    p.add_argument("--heads", type=types.heads, default=1, help="KV heads (MHA)")
-    p.add_argument("--dtype", default="bf16", choices=tuple(DTYPES))
-    p.add_argument("--host-layout", default="layer_first", choices=HOST_LAYOUTS)
-    p.add_argument("--profile", default="emu", help="hardware profile for the modeled clock (name or YAML path)")
+    p.add_argument("--attention", default=DEFAULTS.attention, choices=("mla", "mha"))
+    p.add_argument("--layers", type=types.layers, default=DEFAULTS.layers, help=f"at most {types.MAX_LAYERS:,}")
+    p.add_argument("--kv-dim", type=types.dim, default=DEFAULTS.kv_dim, help="MLA latent width, or the head dim with --attention mha")
+    p.add_argument("--heads", type=types.heads, default=DEFAULTS.heads, help="KV heads (MHA)")
+    p.add_argument("--dtype", default=DEFAULTS.dtype, choices=tuple(DTYPES))
+    p.add_argument("--host-layout", default=DEFAULTS.host_layout, choices=HOST_LAYOUTS)
+    p.add_argument("--profile", default=DEFAULTS.profile, help="hardware profile for the modeled clock (name or YAML path)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
 
@@ -61,16 +64,23 @@ def _tokens_arg(name: str, text: str | None, page_size: int = 1) -> int | None:
     return tokens
 
 
-def check_capacity(l1: int | None, l2: int | None, a) -> None:
-    """Refuse, naming the option, capacities whose bookkeeping (and pools) cannot fit here."""
-    from hicache_ref.replay import make_geometry
+def spec_from_args(a, l1: int | None, l2: int | None) -> CacheSpec:
+    """The CacheSpec the command line describes (capacities already parsed)."""
+    return CacheSpec(page_size=a.page_size, l1_tokens=l1, l2_tokens=l2, write_policy=a.write_policy, ghost=a.ghost,
+                     ghost_entries=a.ghost_entries, free_list=a.free_list, host_layout=a.host_layout,
+                     attention=a.attention, layers=a.layers, heads=a.heads, kv_dim=a.kv_dim, dtype=a.dtype,
+                     profile=a.profile, materialize=a.materialize)
 
-    geom = make_geometry(a.page_size, a.layers, a.kv_dim, a.attention, a.heads, a.dtype)
+
+def check_capacity(spec: CacheSpec) -> None:
+    """Refuse, naming the option, capacities whose bookkeeping (and pools) cannot fit here."""
+    geom = spec.geometry()
+    l1, l2 = spec.l1_tokens, spec.l2_tokens
     for option, tokens in (("--l1-tokens", l1), ("--l2-tokens", l2)):
         if tokens is None:
             continue
-        per_token = PAGE_BOOKKEEPING_BYTES / a.page_size + (geom.token_bytes if a.materialize else 0)
-        what = "per-page bookkeeping" + (" and KV pool" if a.materialize else "")
+        per_token = PAGE_BOOKKEEPING_BYTES / spec.page_size + (geom.token_bytes if spec.materialize else 0)
+        what = "per-page bookkeeping" + (" and KV pool" if spec.materialize else "")
         refuse_over(option, tokens * per_token, f"{what} of {tokens:,} tokens")
 
 
@@ -81,8 +91,8 @@ def warn(message: str) -> None:
 def run(a) -> int:
     trace = a.trace or find_trace("conversation_trace.jsonl")
     if trace is None:
-        raise CliError("--trace", "not given and no shared conversation_trace.jsonl found "
-                                  "(set HICACHE_TRACES or pass --trace PATH)")
+        raise CliError("--trace", "not given and no conversation_trace.jsonl found (neither in $HICACHE_TRACES "
+                                  "nor packaged: reinstall the package or pass --trace PATH)")
     trace = text_file("--trace", trace, "a Mooncake JSONL trace")
     if a.ghost_entries is not None and not a.ghost:
         raise CliError("--ghost-entries", "bounds the ghost list, which only --ghost turns on")
@@ -91,13 +101,11 @@ def run(a) -> int:
     load_profile_arg("--profile", a.profile)
     l1 = _tokens_arg("--l1-tokens", a.l1_tokens, a.page_size)
     l2 = _tokens_arg("--l2-tokens", a.l2_tokens, a.page_size)
-    check_capacity(l1, l2, a)
+    spec = spec_from_args(a, l1, l2)
+    check_capacity(spec)
     try:
         with ticker("hicache replay", a.quiet):
-            fig = replay(trace, page_size=a.page_size, l1_tokens=l1, l2_tokens=l2, write_policy=a.write_policy,
-                         ghost=a.ghost, ghost_entries=a.ghost_entries, free_list=a.free_list, limit=a.limit,
-                         materialize=a.materialize, layers=a.layers, kv_dim=a.kv_dim, attention=a.attention,
-                         heads=a.heads, dtype=a.dtype, host_layout=a.host_layout, profile=a.profile)
+            fig = replay(spec, trace, a.limit)
     except UnicodeDecodeError as e:
         raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)

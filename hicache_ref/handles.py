@@ -1,8 +1,9 @@
-"""What the cache controller hands to the scheduler thread: handles, acks, counters, errors.
+"""What the cache controller hands to the scheduler thread: transfer handles, acks, counters.
 
 A handle stands for one queued transfer. Its backend events appear when the controller's
 submitter thread reaches it, so waiting first waits for the submission, then for the
-event; a failure seen here also makes the controller fail-stop (see hicache_ref.controller).
+event; a failure seen here also makes the controller fail-stop, through the controller's
+shared state (hicache_ref.controller_state), which each handle is given.
 """
 
 from __future__ import annotations
@@ -10,18 +11,9 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-if TYPE_CHECKING:
-    from hicache_ref.controller import CacheController
-
-
-class TransferError(RuntimeError):
-    """A transfer failed on a controller thread; raised on the scheduler thread."""
-
-
-class TransferCancelled(RuntimeError):
-    """The controller shut down without draining before this transfer ran."""
+from hicache_ref.controller_state import ControllerState, TransferCancelled
 
 
 class Ack(NamedTuple):
@@ -38,7 +30,7 @@ class DirectionStats:
     bytes: int = 0
     segments: int = 0
     modeled_seconds: float | None = 0.0
-    submit_seconds: float = 0.0  # submitter-thread wall time inside pool_transfer calls
+    submit_seconds: float = 0.0  # submitter-thread wall time inside pool_ops calls
     max_enqueue_seconds: float = 0.0  # longest the scheduler thread spent in write()/load()
 
 
@@ -57,9 +49,9 @@ class ControllerStats:
 class TransferHandle:
     """One queued transfer: its per-submission backend events appear as the submitter runs."""
 
-    def __init__(self, controller: CacheController, direction: str, tag: Any, num_tokens: int, n_events: int):
+    def __init__(self, state: ControllerState, direction: str, tag: Any, num_tokens: int, n_events: int):
         self.direction, self.tag, self.num_tokens = direction, tag, num_tokens
-        self._controller = controller
+        self._state = state
         self._cond = threading.Condition()
         self._events: list = []
         self._n_events = n_events
@@ -91,10 +83,10 @@ class TransferHandle:
             err = self._error
         if isinstance(err, TransferCancelled):
             raise err
-        raise self._controller._note_error(self, err, reported=True)
+        raise self._state.note_error(self, err, reported=True)
 
     def _wait_event(self, i: int, timeout: float | None) -> None:
-        with self._controller._waiting():
+        with self._state.waiting():
             self._wait_event_now(i, timeout)
 
     def _wait_event_now(self, i: int, timeout: float | None) -> None:
@@ -109,7 +101,7 @@ class TransferHandle:
         except Exception as e:  # noqa: BLE001 - the stream's failure, with our context
             # The watcher may not have seen it yet: make the controller fail-stop now, so the
             # next poll() raises it too, whatever the threads' timing.
-            raise self._controller._note_error(self, e, reported=True) from e
+            raise self._state.note_error(self, e, reported=True) from e
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until every submission of this transfer completed; TransferError if one failed."""
@@ -141,7 +133,7 @@ class LoadHandle(TransferHandle):
         a compute stream can `wait_event` on it without blocking the host."""
         if not isinstance(layer, int) or not 0 <= layer < self._n_events:
             raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
-        with self._controller._waiting():
+        with self._state.waiting():
             return self._event(layer, timeout)
 
     def wait_layer(self, layer: int, timeout: float | None = None) -> None:
@@ -153,5 +145,4 @@ class LoadHandle(TransferHandle):
         self.wait(timeout)
 
 
-__all__ = ["Ack", "ControllerStats", "DirectionStats", "LoadHandle", "TransferCancelled", "TransferError",
-           "TransferHandle", "WriteHandle"]
+__all__ = ["Ack", "ControllerStats", "DirectionStats", "LoadHandle", "TransferHandle", "WriteHandle"]

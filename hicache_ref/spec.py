@@ -1,0 +1,141 @@
+"""One spec object that describes a reference HiCache and builds it (like vLLM's OffloadingSpec).
+
+`CacheSpec` holds everything a cache needs to be built: the KV geometry (attention,
+layers, heads, kv_dim, dtype, page size), the tier capacities, write policy, ghost list,
+free-list order, host layout, hardware profile, backend and whether pools hold real
+bytes. Every field is checked once, when the spec is made (ValueError naming the field,
+before anything is built); capacities that depend on a trace (None: unlimited, i.e. sized
+to the whole trace) are resolved by `capacities`, and `build` returns the HiCache (tree,
+pools and controller). hicache_ref.replay, the `hicache replay` / `bench replay` commands
+and the tests all build caches from a spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hal.backend import get_backend
+from hal.transfer.layouts import DTYPES, HOST_LAYOUTS, MLA_LAYOUTS, KVGeometry, parse_dtype, positive_int
+from hal.transfer.seed import SEED_GEOMETRY
+from hicache_ref.allocator import ORDERS
+from hicache_ref.cache import HiCache
+from hicache_ref.ghost import GhostList
+from hicache_ref.policy import POLICIES
+
+MATERIALIZE_LIMIT_BYTES = 16 << 30  # refuse pools larger than this: a typo should not eat the host
+MIN_GHOST_ENTRIES = 1024  # the ghost list's default bound: L1 pages, at least this many
+
+# Defaults: the P800 seed geometry (hal.transfer.seed, its one definition), so byte counts
+# and modeled seconds are the ones that deployment would see.
+_SEED_DTYPE_NAME = next(name for name, dt in DTYPES.items() if dt == SEED_GEOMETRY.dtype)
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected True or False, got {value!r}")
+    return value
+
+
+def _one_of(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}: {value!r} is not one of {', '.join(choices)}")
+
+
+def _tokens_or_none(name: str, value) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{name}: expected a non-negative number of tokens, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """What to build: geometry, capacities (tokens; None: unlimited), policies, layout, backend."""
+
+    page_size: int = SEED_GEOMETRY.page_size
+    l1_tokens: int | None = None  # device (L1) capacity; None: the whole trace
+    l2_tokens: int | None = None  # host (L2) capacity; 0: no L2; None: the whole trace
+    write_policy: str = "write_through_selective"
+    ghost: bool = False
+    ghost_entries: int | None = None  # None: L1 pages, at least MIN_GHOST_ENTRIES
+    free_list: str = "fifo"
+    host_layout: str = "layer_first"
+    attention: str = SEED_GEOMETRY.attention
+    layers: int = SEED_GEOMETRY.layers
+    heads: int = SEED_GEOMETRY.heads
+    kv_dim: int = SEED_GEOMETRY.head_dim  # MLA latent width, or the head dim for MHA
+    dtype: str = _SEED_DTYPE_NAME
+    profile: str | None = "emu"  # hardware profile of the backend made when `backend` is None
+    # A hal backend to run on, or None: one of `profile` made by open_backend (emu when
+    # materialized, else count, which prices the same plans on the same clock and moves no bytes).
+    backend: Any = None
+    materialize: bool = False  # real KV pools and bytes, every hit checked
+
+    def __post_init__(self):
+        positive_int("page_size", self.page_size)
+        _tokens_or_none("l1_tokens", self.l1_tokens)
+        _tokens_or_none("l2_tokens", self.l2_tokens)
+        if self.l1_tokens is not None and self.l1_tokens < self.page_size:
+            raise ValueError(f"l1_tokens: {self.l1_tokens} holds no whole page of {self.page_size} tokens")
+        _one_of("write_policy", self.write_policy, POLICIES)
+        _flag("ghost", self.ghost)
+        if self.ghost_entries is not None:
+            positive_int("ghost_entries", self.ghost_entries)
+        _one_of("free_list", self.free_list, ORDERS)
+        _one_of("attention", self.attention, ("mla", "mha"))
+        for name in ("layers", "heads", "kv_dim"):
+            positive_int(name, getattr(self, name))
+        parse_dtype(self.dtype)
+        _one_of("host_layout", self.host_layout, MLA_LAYOUTS if self.attention == "mla" else HOST_LAYOUTS)
+        _flag("materialize", self.materialize)
+        if self.backend is not None and self.backend.capabilities().moves_bytes != self.materialize:
+            raise ValueError(f"backend: {self.backend.name!r} {'moves' if not self.materialize else 'moves no'} "
+                             f"bytes, but materialize={self.materialize} (unmaterialized caches run on a backend "
+                             "that moves none, such as count)")
+        self.geometry()  # what KVGeometry itself checks (e.g. MLA has one head)
+
+    def geometry(self) -> KVGeometry:
+        """The KV geometry this spec describes."""
+        return KVGeometry(self.attention, self.layers, self.heads, self.kv_dim, parse_dtype(self.dtype),
+                          self.page_size)
+
+    def geometry_config(self) -> dict:
+        """The geometry as the figures report it (the names and values given)."""
+        return dict(attention=self.attention, layers=self.layers, heads=self.heads, kv_dim=self.kv_dim,
+                    dtype=self.dtype)
+
+    def capacities(self, whole_tokens: int = 0) -> tuple[int, int]:
+        """(L1, L2) in tokens, rounded down to whole pages; an unlimited tier holds `whole_tokens`
+        (at least one page). ValueError if materialized pools would exceed MATERIALIZE_LIMIT_BYTES."""
+        ps = self.page_size
+        unlimited = max(whole_tokens, ps)
+        l1, l2 = (unlimited if t is None else t // ps * ps for t in (self.l1_tokens, self.l2_tokens))
+        token_bytes = self.geometry().token_bytes
+        if self.materialize and (l1 + l2) * token_bytes > MATERIALIZE_LIMIT_BYTES:
+            raise ValueError(f"materialize: pools of {(l1 + l2) * token_bytes / 2**30:.1f} GiB exceed "
+                             f"{MATERIALIZE_LIMIT_BYTES >> 30} GiB; give l1/l2 capacities, a limit, or a smaller "
+                             "geometry")
+        return l1, l2
+
+    @property
+    def sync(self) -> bool:
+        """Apply completions before each request: whenever eviction is possible (finite capacity,
+        or real bytes), so figures do not depend on thread timing."""
+        return self.materialize or self.l1_tokens is not None or self.l2_tokens is not None
+
+    def open_backend(self) -> tuple[Any, bool]:
+        """(backend, owned): the spec's backend, or a new one of `profile` that the caller closes:
+        emu when materialized, else count (no bytes, the same modeled seconds)."""
+        if self.backend is not None:
+            return self.backend, False
+        return get_backend("emu" if self.materialize else "count", self.profile), True
+
+    def build(self, backend, whole_tokens: int = 0) -> HiCache:
+        """The HiCache this spec describes on `backend` (see capacities for `whole_tokens`); the
+        backend moves bytes exactly when the spec is materialized."""
+        if backend.capabilities().moves_bytes != self.materialize:
+            raise ValueError(f"backend: {backend.name!r} does not match materialize={self.materialize} "
+                             "(open_backend picks one that does)")
+        l1, l2 = self.capacities(whole_tokens)
+        bound = self.ghost_entries if self.ghost_entries is not None else max(l1 // self.page_size, MIN_GHOST_ENTRIES)
+        return HiCache(self.geometry(), l1, l2, backend, layout=self.host_layout, policy=self.write_policy,
+                       ghost=GhostList(bound) if self.ghost else None, order=self.free_list, sync=self.sync)

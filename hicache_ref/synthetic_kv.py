@@ -1,0 +1,98 @@
+"""Synthetic KV of a materialized HiCache: what "compute" writes, and the bit-for-bit check of hits.
+
+`synthetic_kv` is a deterministic function of token, position, part (K/V), layer and byte,
+so a byte landing in the wrong token, layer, part or offset shows up as a mismatch.
+
+`KVWriter` moves those bytes in and out of the device pool only through hal
+(hal.transfer.kvcacheio's layer-first ops, on the backend's default stream, where a
+model's compute would write KV), never by indexing device buffers from the host: on a
+real device that would run on no stream the controller's copies are ordered with. Each call waits for its own event before it returns, so a write has
+landed before the caller queues the backup that reads it (the controller's D2H stream),
+and a read sees every copy that completed before it was submitted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hal.transfer import kvcacheio
+
+
+def synthetic_kv(tokens: np.ndarray, positions: np.ndarray, part: int, layer: int, item_size: int) -> np.ndarray:
+    """Deterministic KV bytes (n, item_size) for tokens at positions: what 'compute' writes."""
+    mix = tokens.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ positions.astype(np.uint64) * np.uint64(
+        0xC2B2AE3D27D4EB4F)
+    mix ^= np.uint64((layer * 2 + part + 1) * 0x165667B19E3779F9 & 0xFFFFFFFFFFFFFFFF)
+    col = np.arange(item_size, dtype=np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+    x = mix[:, None] ^ col[None, :]
+    x ^= x >> np.uint64(29)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    return (x >> np.uint64(56)).astype(np.uint8)
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """A host staging tensor as (tokens, item_size) bytes."""
+    return t.view(torch.uint8).reshape(t.shape[0], -1)
+
+
+class KVWriter:
+    """Writes synthetic KV into, and reads KV back from, `device_pool` on `backend` (see the module docstring)."""
+
+    def __init__(self, device_pool, backend):
+        if device_pool.buffers is None:
+            raise ValueError("device_pool: not materialized (no KV to write or check)")
+        self.pool, self.backend, self.geom = device_pool, backend, device_pool.geom
+        self.stream = backend.default_stream()  # compute's stream, not one of the controller's
+
+    def _staging(self, n: int) -> list[list[torch.Tensor]]:
+        """Host tensors shaped like the device layers' first n rows: [part][layer]."""
+        shape = (self.geom.parts, self.geom.layers, n) + tuple(self.pool.buffers[0][0].shape[1:])
+        whole = torch.empty(shape, dtype=self.geom.dtype)
+        return [[whole[p, layer] for layer in range(self.geom.layers)] for p in range(self.geom.parts)]
+
+    def _copy(self, src: list[list[torch.Tensor]], dst: list[list[torch.Tensor]], src_slots, dst_slots) -> None:
+        """dst[part][layer][dst_slots] = src[part][layer][src_slots], all layers, then wait."""
+        g = self.geom
+        si = torch.from_numpy(np.ascontiguousarray(src_slots, dtype=np.int64))
+        di = torch.from_numpy(np.ascontiguousarray(dst_slots, dtype=np.int64))
+        with kvcacheio.use(self.backend, self.stream):
+            if g.attention == "mla":
+                ev = kvcacheio.transfer_kv_all_layer_mla(src[0], dst[0], si, di, g.item_size, g.layers)
+            else:
+                ev = kvcacheio.transfer_kv_all_layer(src[0], dst[0], src[1], dst[1], si, di, g.item_size, g.layers)
+        ev.wait()
+
+    def write(self, tokens: np.ndarray, start: int, slots: np.ndarray) -> None:
+        """Write the KV of `tokens` (at positions start, start+1, ...) into device `slots`."""
+        n = min(len(tokens), len(slots))
+        if n == 0:
+            return
+        pos = np.arange(start, start + n)
+        staging = self._staging(n)
+        for part, layers in enumerate(staging):
+            for layer, t in enumerate(layers):
+                rows = _bytes(t)
+                rows.copy_(torch.from_numpy(synthetic_kv(tokens[:n], pos, part, layer, rows.shape[1])))
+        self._copy(staging, self.pool.buffers, np.arange(n), slots[:n])
+
+    def read(self, slots: np.ndarray) -> list[list[torch.Tensor]]:
+        """Host copies of the device rows at `slots`: [part][layer] tensors of len(slots) rows."""
+        staging = self._staging(len(slots))
+        if len(slots):
+            self._copy(self.pool.buffers, staging, slots, np.arange(len(slots)))
+        return staging
+
+    def mismatches(self, tokens: np.ndarray, slots: np.ndarray) -> int:
+        """Tokens (at positions 0, 1, ...) whose KV at `slots` differs, in any part or layer,
+        from what was written for them."""
+        if not len(tokens):
+            return 0
+        pos = np.arange(len(tokens))
+        bad = torch.zeros(len(tokens), dtype=torch.bool)
+        for part, layers in enumerate(self.read(slots)):
+            for layer, t in enumerate(layers):
+                rows = _bytes(t)
+                want = torch.from_numpy(synthetic_kv(tokens, pos, part, layer, rows.shape[1]))
+                bad |= (rows != want).any(dim=1)
+        return int(bad.sum())
