@@ -38,7 +38,8 @@ def bandwidth(backend, sizes, repeat: int) -> tuple[dict, dict]:
         for direction in rows:
             t, peer = paired(backend, buffers, direction, repeat, SIZE_SEGMENTS)
             rows[direction].append({"bytes": nbytes, "median_s": t.median_s, "gbps": t.gbps, "spread": t.spread,
-                                    "modeled_gbps": t.modeled_gbps, "memcpy_gbps": peer.gbps,
+                                    "best_gbps": t.best_gbps, "modeled_gbps": t.modeled_gbps,
+                                    "memcpy_gbps": peer.gbps, "memcpy_best_gbps": peer.best_gbps,
                                     "memcpy_spread": peer.spread})
         del buffers
     fits = {}

@@ -83,5 +83,5 @@ def ratio_vs_memcpy(ctx, target) -> Outcome:
         ratios.append(got["ratio"])
         details[f"{direction}_ratio"] = got["ratio"]
     return Outcome(min(ratios), "measured", f"slower of H2D and D2H on {ctx.backend.name}, "
-                   f"{PROBE_BYTES >> 20} MiB in {PROBE_SEGMENTS} segments, vs a torch copy alternating with it",
+                   f"{PROBE_BYTES >> 20} MiB in {PROBE_SEGMENTS} segments, vs a plain memcpy alternating with it (best of each)",
                    details=details)
