@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 GB = 1e9  # the seed's registered sizes are decimal GB
+SEED_REGISTERED_GB = (15, 80)  # the registered sizes the seed's penalty figures come from
 
 
 @dataclass(frozen=True)
@@ -203,3 +204,29 @@ def net_benefit(profile, compute_saved_s: float, transfer_s: float, baseline_s: 
             keys += NUMA_KEYS
     return NetBenefit(float(compute_saved_s), float(transfer_s), baseline_s * pct / 100.0, pct,
                       assumed_inputs(profile, keys))
+
+
+def replay_figures(profile, compute_saved_s: float | None, transfer_s: float | None, baseline_s: float | None,
+                   registered_bytes: int) -> dict:
+    """The net-benefit keys of `hicache replay --json`: net_benefit_seconds (None with
+    net_benefit_reason when the profile cannot say), its parts, and the assumed inputs. The
+    registered-size penalty is taken at the host pool's bytes (all of it is registered); NUMA
+    placement is not known to a replay, so its penalty is left out (and said so)."""
+    missing = [name for name, v in (("compute model (compute.prefill_*)", compute_saved_s),
+                                    ("complete link model (link.*)", transfer_s),
+                                    ("compute model (compute.prefill_*)", baseline_s)) if v is None]
+    if profile is None or missing:
+        why = "no profile" if profile is None else f"profile {profile.name} has no {missing[0]}"
+        return {"net_benefit_seconds": None, "net_benefit_reason": why}
+    nb = net_benefit(profile, compute_saved_s, transfer_s, baseline_s, registered_bytes=registered_bytes)
+    out = nb.to_json()
+    reason = ("compute saved by hits - modeled transfer seconds - registered-size penalty x baseline prefill "
+              "seconds; NUMA penalty not applied (a replay places no memory)")
+    gb = registered_bytes / GB
+    if profile.penalties.registered_pct_per_gb is not None and not SEED_REGISTERED_GB[0] <= gb <= SEED_REGISTERED_GB[1]:
+        reason += (f"; {gb:.0f} GB registered lies outside the {SEED_REGISTERED_GB[0]}-{SEED_REGISTERED_GB[1]} GB "
+                   "the penalty line was measured over: extrapolated (bound L2 with --l2-tokens)")
+    out["net_benefit_reason"] = reason
+    out["baseline_prefill_seconds"] = baseline_s
+    out["registered_bytes"] = registered_bytes
+    return {k if k.startswith("net_benefit") else f"net_benefit_{k}": v for k, v in out.items()}

@@ -83,3 +83,25 @@ def test_net_benefit_subtracts_transfer_and_penalties_and_names_assumptions():
     assert cost.net_benefit(p, 1.0, 0.5, 10.0).penalty_s == 0.0
     with pytest.raises(ValueError, match="^transfer_s:"):
         cost.net_benefit(p, 1.0, -0.5, 10.0)
+
+
+def test_replay_reports_net_benefit_with_assumed_inputs_when_the_profile_has_a_compute_model():
+    from hicache_ref.replay import replay
+    from hicache_ref.spec import CacheSpec
+
+    fig = replay(CacheSpec(profile="p800", l2_tokens=8192), _small_trace(), None)
+    parts = fig["net_benefit_compute_saved_seconds"] - fig["net_benefit_transfer_seconds"] \
+        - fig["net_benefit_penalty_seconds"]
+    assert fig["net_benefit_seconds"] == pytest.approx(parts)
+    assert fig["net_benefit_compute_saved_seconds"] == fig["modeled_prefill_seconds_saved"] > 0
+    assert "link.per_segment_us" in fig["net_benefit_assumed_inputs"]
+    assert fig["net_benefit_registered_bytes"] > 0 and "extrapolated" in fig["net_benefit_reason"]
+    none = replay(CacheSpec(profile="h200"), _small_trace(), None)
+    assert none["net_benefit_seconds"] is None and "compute model" in none["net_benefit_reason"]
+
+
+def _small_trace():
+    from hicache_ref.trace import TraceRequest
+
+    return [TraceRequest(timestamp=i, input_length=4096, output_length=1, hash_ids=tuple(range(64)))
+            for i in range(3)]
