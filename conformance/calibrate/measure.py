@@ -21,7 +21,7 @@ MIB = 1 << 20
 SIZES = (1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB)
 SIZE_SEGMENTS = 8  # large transfers in a few segments: the CPU copy engine spreads them over its threads
 SEGMENT_BYTES = 16 * MIB
-SEGMENT_COUNTS = (1, 16, 64, 256, 1024)
+SEGMENT_COUNTS = (1, 256, 1024, 4096, 16384)  # down to 1 KiB segments, where a fixed cost shows
 LAUNCH_COUNTS = (1, 4, 16, 64, 256)
 REGISTER_SIZES = (32 * MIB, 64 * MIB, 128 * MIB)
 

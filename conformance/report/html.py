@@ -65,21 +65,24 @@ def _targets(report: dict) -> str:
 
 
 def _images(report: dict) -> str:
-    f = report["figures"]
+    f, env = report["figures"], report["environment"]
     parts = []
-    for title, png, note in (
+    for title, png, note, missing in (
         ("All-hit fit and break-even", plots.allhit(f.get("allhit")),
-         "modeled points from the profile's compute model, fitted by least squares (hicache_ref.cost)"),
+         "modeled points from the profile's compute model, fitted by least squares (hicache_ref.cost)",
+         f"profile {env.get('profile')} has no all-hit compute model (compute.allhit_fixed_s, allhit_per_token_s)"),
         ("Bandwidth vs size, per direction", plots.bandwidth(f.get("bandwidth")),
-         f"measured on backend {report['environment']['backend']} in this run (median of 3), with memcpy as the peer"),
+         f"measured on backend {env['backend']} in this run (median of 3; 8 segments per transfer), with a plain "
+         "memcpy of the same bytes as the peer",
+         f"backend {env['backend']} is not available here: nothing was measured"),
         ("Seed transfer per host layout", plots.layouts(f.get("layouts")),
-         "segments of the seed transfer and its time priced by the profile's link model"),
+         "segments of the seed transfer and its time priced by the profile's link model", "no profile"),
     ):
         if png:
             parts.append(f"<h3>{escape(title)}</h3><p class='muted small'>{escape(note)}</p>"
                          f'<img alt="{escape(title)}" src="data:image/png;base64,{png}">')
         else:
-            parts.append(f"<h3>{escape(title)}</h3><p class='muted'>not available in this run</p>")
+            parts.append(f"<h3>{escape(title)}</h3><p class='muted'>not available: {escape(missing)}</p>")
     cal = plots.calibration(f.get("calibration"))
     if cal:
         c = f["calibration"]

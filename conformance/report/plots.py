@@ -53,7 +53,7 @@ def allhit(data: dict | None) -> str | None:
     return _png(fig)
 
 
-def bandwidth(sweep: dict | None, title: str = "Bandwidth vs transfer size (this run)") -> str | None:
+def bandwidth(sweep: dict | None, title: str = "Bandwidth vs transfer size (this run)", modeled: bool = True) -> str | None:
     if not sweep:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -63,7 +63,7 @@ def bandwidth(sweep: dict | None, title: str = "Bandwidth vs transfer size (this
             continue
         mib = [r["bytes"] / 2**20 for r in rows]
         ax.plot(mib, [r["gbps"] for r in rows], "o-", color=COLORS[direction], label=f"{direction} measured (wall)")
-        if any(r.get("modeled_gbps") for r in rows):
+        if modeled and any(r.get("modeled_gbps") for r in rows):
             ax.plot(mib, [r.get("modeled_gbps") or float("nan") for r in rows], "s--", color=COLORS[direction],
                     alpha=0.6, label=f"{direction} modeled clock")
     first = next((sweep[d] for d in ("h2d", "d2h") if sweep.get(d)), [])
@@ -126,7 +126,7 @@ def calibration(cal: dict | None) -> list[str]:
         return []
     out = []
     if cal.get("bandwidth"):
-        out.append(bandwidth(cal["bandwidth"], "Calibration: bandwidth vs size"))
+        out.append(bandwidth(cal["bandwidth"], "Calibration: bandwidth vs size", modeled=False))
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
     if cal.get("segments"):
         _fit_panel(axes[0], cal["segments"], "segments", "segments (same bytes)", "Per-segment cost")
