@@ -101,3 +101,18 @@ def test_an_unavailable_backend_reports_measured_targets_not_measured(tmp_path, 
     assert rows["h2d_gbps"]["verdict"] == "not_measured" and "unavailable" in rows["h2d_gbps"]["reason"]
     assert rows["d2h_submit_block_s"]["verdict"] == "not_measured"
     assert report["figures"]["bandwidth"] is None
+
+
+def test_a_failed_target_fails_the_run_and_is_named(tmp_path, child_sees_this_checkout, capsys):
+    text = (ROOT / "hardware_profiles" / "emu.yaml").read_text()
+    text += ('  ghost_entry_bytes:\n    comparator: "<="\n    value: 1\n    tolerance: 0\n    unit: B\n'
+             '    source: "test: no ghost list entry fits in one byte"\n')
+    prof = tmp_path / "tight.yaml"
+    prof.write_text(text)
+    out = tmp_path / "out"
+    rc = main(["conform", "--out", str(out), "-n", "0", "--profile", str(prof), "-k", "test_target and ghost"])
+    assert rc == 1
+    report = json.loads((out / "report.json").read_text())
+    schema.validate(report)
+    assert report["verdict"] == "FAIL" and report["failed_targets"] == ["ghost_entry_bytes"]
+    assert "FAIL ghost_entry_bytes" in capsys.readouterr().out
