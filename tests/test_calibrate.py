@@ -4,6 +4,7 @@ memcpy of the same run; its samples and fits (with residuals) are kept beside it
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -14,8 +15,10 @@ from hardware_profiles import load_profile
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory):
     out = tmp_path_factory.mktemp("calibrate") / "thisbox.yaml"
-    rc = main(["calibrate", "--backend", "emu", "--out", str(out), "--sizes", "4MiB,16MiB,64MiB", "--repeat", "3",
+    t0 = time.perf_counter()
+    rc = main(["calibrate", "--backend", "emu", "--out", str(out), "--sizes", "4MiB,16MiB,64MiB", "--repeat", "7",
                "--quiet"])
+    assert time.perf_counter() - t0 < 60  # issue 10: calibrate on emu under a minute
     return rc, out
 
 
@@ -36,9 +39,9 @@ def test_calibrated_bandwidth_is_within_20pct_of_memcpy_in_the_same_run(calibrat
     largest = cal["bandwidth"]["h2d"][-1]
     for direction in ("h2d", "d2h"):
         row = cal["bandwidth"][direction][-1]
-        # fastest repeats compared: this test shares the host with the rest of the suite, and the
-        # medians (the profile's figure) move with that load while the least disturbed repeats do not
-        assert row["best_gbps"] == pytest.approx(row["memcpy_best_gbps"], rel=0.20), (direction, row)
+        # transfer and memcpy alternate, round by round: the median of their per-round ratio holds
+        # while the rest of the suite loads the host, where either median alone moves with the load
+        assert row["ratio_vs_memcpy"] == pytest.approx(1.0, abs=0.20), (direction, row)
     assert cal["link"]["h2d_gbps"] == largest["gbps"]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 
-from conformance.calibrate.probe import Buffers, paired, probe
+from conformance.calibrate.probe import Buffers, paired, paired_ratio, probe
 from hicache_ref.cost import LineFit, fit_line
 
 MIB = 1 << 20
@@ -40,7 +40,7 @@ def bandwidth(backend, sizes, repeat: int) -> tuple[dict, dict]:
             rows[direction].append({"bytes": nbytes, "median_s": t.median_s, "gbps": t.gbps, "spread": t.spread,
                                     "best_gbps": t.best_gbps, "modeled_gbps": t.modeled_gbps,
                                     "memcpy_gbps": peer.gbps, "memcpy_best_gbps": peer.best_gbps,
-                                    "memcpy_spread": peer.spread})
+                                    "memcpy_spread": peer.spread, "ratio_vs_memcpy": paired_ratio(t, peer)})
         del buffers
     fits = {}
     for direction, rs in rows.items():

@@ -153,6 +153,7 @@ def paired(backend, buffers: Buffers, direction: Direction | str, rounds: int = 
             Sample(buffers.nbytes, 1, 1, tuple(copies), None))
 
 
-def best_ratio(transfer: Sample, peer: Sample) -> float:
-    """Peer time / transfer time, best of each: the fastest repeat is the least disturbed one."""
-    return min(peer.wall_s) / min(transfer.wall_s)
+def paired_ratio(transfer: Sample, peer: Sample) -> float:
+    """Median over rounds of peer time / transfer time: each round's two timings are adjacent, so
+    load on a shared host moves both, and the median drops the rounds where it hit only one."""
+    return statistics.median(p / t for p, t in zip(peer.wall_s, transfer.wall_s, strict=True))

@@ -11,7 +11,7 @@ from pathlib import Path
 from hicache_ref import cost
 
 SWEEP_BYTES = (1 << 20, 4 << 20, 16 << 20, 64 << 20)
-SWEEP_REPEAT = 3
+SWEEP_REPEAT = 5
 
 
 def allhit_curve(profile) -> dict | None:
@@ -79,6 +79,17 @@ def calibration(profile) -> dict | None:
         return None
 
 
+def uplink_sharing(profile) -> dict | None:
+    """Per-card D2H bandwidth while the cards of one uplink back up at once (the IDO effect)."""
+    if profile is None or profile.topology is None:
+        return None
+    topo = profile.topology
+    return {"devices_per_switch": topo.devices_per_switch, "ido": topo.ido, "d2h_gbps": profile.link.d2h_gbps,
+            "shared_d2h_gbps": cost.d2h_gbps_shared(profile.link, profile.penalties, topo.devices_per_switch, topo.ido),
+            "ido_on_d2h_gbps": cost.d2h_gbps_shared(profile.link, profile.penalties, topo.devices_per_switch, "on"),
+            "factor_source": profile.sources.get("penalties.ido_shared_d2h_factor")}
+
+
 def gather(profile, backend) -> dict:
     return {"allhit": allhit_curve(profile), "bandwidth": bandwidth_sweep(backend),
-            "layouts": layouts(profile), "calibration": calibration(profile)}
+            "layouts": layouts(profile), "calibration": calibration(profile), "uplink": uplink_sharing(profile)}

@@ -72,7 +72,7 @@ def _images(report: dict) -> str:
          "modeled points from the profile's compute model, fitted by least squares (hicache_ref.cost)",
          f"profile {env.get('profile')} has no all-hit compute model (compute.allhit_fixed_s, allhit_per_token_s)"),
         ("Bandwidth vs size, per direction", plots.bandwidth(f.get("bandwidth")),
-         f"measured on backend {env['backend']} in this run (median of 3; 8 segments per transfer), with a plain "
+         f"measured on backend {env['backend']} in this run (median of 5; 8 segments per transfer), with a plain "
          "memcpy of the same bytes as the peer",
          f"backend {env['backend']} is not available here: nothing was measured"),
         ("Seed transfer per host layout", plots.layouts(f.get("layouts")),
@@ -83,6 +83,14 @@ def _images(report: dict) -> str:
                          f'<img alt="{escape(title)}" src="data:image/png;base64,{png}">')
         else:
             parts.append(f"<h3>{escape(title)}</h3><p class='muted'>not available: {escape(missing)}</p>")
+    up = f.get("uplink")
+    if up and up.get("devices_per_switch") and up["devices_per_switch"] > 1:
+        parts.append("<h3>Shared uplinks and PCIe ordering (IDO)</h3>" + _table(
+            ["devices per uplink", "IDO", "D2H per card alone", "D2H per card, uplink shared, this IDO",
+             "same with IDO on", "factor source"],
+            [[_fmt(up["devices_per_switch"]), escape(up["ido"]), _fmt(up["d2h_gbps"]) + " GB/s",
+              _fmt(up["shared_d2h_gbps"]) + " GB/s", _fmt(up["ido_on_d2h_gbps"]) + " GB/s",
+              escape(up.get("factor_source") or "not given")]]))
     cal = plots.calibration(f.get("calibration"))
     if cal:
         c = f["calibration"]
