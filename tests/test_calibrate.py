@@ -16,7 +16,7 @@ from hardware_profiles import load_profile
 def calibrated(tmp_path_factory):
     out = tmp_path_factory.mktemp("calibrate") / "thisbox.yaml"
     t0 = time.perf_counter()
-    rc = main(["calibrate", "--backend", "emu", "--out", str(out), "--sizes", "4MiB,16MiB,64MiB", "--repeat", "7",
+    rc = main(["calibrate", "--backend", "emu", "--out", str(out), "--sizes", "16MiB,64MiB,256MiB", "--repeat", "9",
                "--quiet"])
     assert time.perf_counter() - t0 < 60  # issue 10: calibrate on emu under a minute
     return rc, out

@@ -18,8 +18,8 @@ from conformance.calibrate.probe import Buffers, paired, paired_ratio, probe
 from hicache_ref.cost import LineFit, fit_line
 
 MIB = 1 << 20
-SIZES = (1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB)
-SIZE_SEGMENTS = 8  # large transfers in a few segments: the CPU copy engine spreads them over its threads
+SIZES = (1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB)
+SIZE_SEGMENTS = 1  # one contiguous transfer per size (nvbandwidth-style), like the memcpy peer
 SEGMENT_BYTES = 16 * MIB
 SEGMENT_COUNTS = (1, 256, 1024, 4096, 16384)  # down to 1 KiB segments, where a fixed cost shows
 LAUNCH_COUNTS = (1, 4, 16, 64, 256)

@@ -3,13 +3,12 @@
 One probe moves `nbytes` between a device buffer from the backend and a host buffer (pinned
 where the device is real) in `segments` equal segments spread over `launches` submissions, and
 times it on the wall (submission to the last event) and, where the backend keeps one, on its
-modeled clock. The peer is a plain memcpy of the same bytes in the same run, so a figure can be
-read as a ratio on any host. Used by the target suite (conformance.targets) and `hicache calibrate`.
+modeled clock. The peer is a plain memcpy of the same bytes in the same run (the copy engine called
+directly), so a figure can be read as a ratio on any host. Used by the target suite (conformance.targets) and `hicache calibrate`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import statistics
 import time
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from hal.transfer import segcopy
 from hal.transfer.direction import Direction
 from hal.transfer.plan import CopyGroup, Segments, TransferPlan
 
@@ -112,16 +112,24 @@ def probe(backend, buffers: Buffers, direction: Direction | str, *, segments: in
 
 
 class Memcpy:
-    """The peer: one plain C memcpy (libc, one thread) of `nbytes` between two host buffers,
-    the copy a CPU copy engine does per segment."""
+    """The peer: `nbytes` copied between two host buffers by this host's copy engine called
+    directly (hal.transfer.segcopy: one contiguous memcpy split over the threads the engine
+    would use; torch's copy where the native engine is absent), with no backend, stream or
+    event around it. Same threads, same bytes: the ratio shows what the backend adds."""
 
     def __init__(self, nbytes: int):
         self.nbytes = int(nbytes)
         self.src, self.dst = torch.ones(self.nbytes, dtype=torch.uint8), torch.zeros(self.nbytes, dtype=torch.uint8)
+        self.native = segcopy.engine() == "native"
+        self.args = (np.array([self.src.data_ptr()], dtype=np.uint64), np.array([self.dst.data_ptr()], dtype=np.uint64),
+                     np.array([self.nbytes], dtype=np.uint64))
 
     def __call__(self) -> float:
         t0 = time.perf_counter()
-        ctypes.memmove(self.dst.data_ptr(), self.src.data_ptr(), self.nbytes)
+        if self.native:
+            segcopy.copy_segments(*self.args)
+        else:
+            self.dst.copy_(self.src)
         return time.perf_counter() - t0
 
 

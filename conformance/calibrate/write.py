@@ -28,8 +28,8 @@ def stamp() -> str:
 
 
 HOW = {
-    "h2d_gbps": "median of {repeat} transfers of {size} MiB in {segs} segments (warm-up 1)",
-    "d2h_gbps": "median of {repeat} transfers of {size} MiB in {segs} segments (warm-up 1)",
+    "h2d_gbps": "median of {repeat} transfers of {size} MiB in {segs} segment(s) (warm-up 1)",
+    "d2h_gbps": "median of {repeat} transfers of {size} MiB in {segs} segment(s) (warm-up 1)",
     "per_segment_us": "least-squares slope over {seg_counts} segments of 16 MiB, one submission (R^2 {seg_r2:.3f})",
     "per_launch_us": "least-squares slope over {launch_counts} submissions of 16 MiB (R^2 {launch_r2:.3f})",
     "registration_s_per_gib": "least-squares slope over registrations of {reg_sizes} MiB on THP "

@@ -16,12 +16,13 @@ import sys
 from pathlib import Path
 
 from conformance.cli import args as cli_args
+from conformance.cli.budget import refuse_over
 from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg
 from conformance.cli.progress import ticker
 
 HELP = "measure H2D/D2H bandwidth, per-segment, per-launch and registration costs; write a measured profile"
-MAX_SIZE = 4 << 30
+MAX_SIZE = 1 << 30
 
 
 def add_arguments(p) -> None:
@@ -30,7 +31,8 @@ def add_arguments(p) -> None:
                    "(default: the backend's default profile)")
     p.add_argument("--out", default=None, help="write the calibrated profile here (FILE.yaml) and "
                    "FILE.calibration.json beside it")
-    p.add_argument("--sizes", default="1MiB,4MiB,16MiB,64MiB", help="transfer sizes, comma separated")
+    p.add_argument("--sizes", default="1MiB,4MiB,16MiB,64MiB,256MiB", help="transfer sizes, comma separated "
+                   "(at most 1 GiB each; the largest gives the profile's bandwidth)")
     p.add_argument("--repeat", type=cli_args.count(3, 1000), default=5, help="timed repeats per point (>= 3)")
     p.add_argument("--json", action="store_true", help="print the samples, fits and link figures as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress line")
@@ -46,6 +48,8 @@ def _sizes(text: str) -> list[int]:
         raise CliError("--sizes", f"need at least two distinct sizes for a fit, got {clip(repr(text))}")
     if sizes[-1] > MAX_SIZE:
         raise CliError("--sizes", f"at most {MAX_SIZE >> 30} GiB per transfer, got {sizes[-1]:,} bytes")
+    # device + host buffers of the largest size and the memcpy peer's two
+    refuse_over("--sizes", 4 * sizes[-1], f"buffers for {sizes[-1]:,}-byte transfers")
     return sizes
 
 

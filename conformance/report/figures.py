@@ -40,7 +40,7 @@ def bandwidth_sweep(backend) -> dict | None:
         buffers = Buffers(backend, nbytes)
         peer = memcpy_sample(nbytes, SWEEP_REPEAT)
         for direction in out:
-            s = probe(backend, buffers, direction, segments=8, repeat=SWEEP_REPEAT)
+            s = probe(backend, buffers, direction, segments=1, repeat=SWEEP_REPEAT)
             out[direction].append({"bytes": nbytes, "gbps": s.gbps, "modeled_gbps": s.modeled_gbps,
                                    "spread": s.spread, "memcpy_gbps": peer.gbps})
     return out

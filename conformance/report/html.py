@@ -72,7 +72,7 @@ def _images(report: dict) -> str:
          "modeled points from the profile's compute model, fitted by least squares (hicache_ref.cost)",
          f"profile {env.get('profile')} has no all-hit compute model (compute.allhit_fixed_s, allhit_per_token_s)"),
         ("Bandwidth vs size, per direction", plots.bandwidth(f.get("bandwidth")),
-         f"measured on backend {env['backend']} in this run (median of 5; 8 segments per transfer), with a plain "
+         f"measured on backend {env['backend']} in this run (median of 5; one segment per transfer), with a plain "
          "memcpy of the same bytes as the peer",
          f"backend {env['backend']} is not available here: nothing was measured"),
         ("Seed transfer per host layout", plots.layouts(f.get("layouts")),

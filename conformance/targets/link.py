@@ -16,9 +16,9 @@ from conformance.calibrate.probe import Buffers, paired, paired_ratio
 from conformance.targets.verdict import Outcome, model_inputs, not_measured
 from hal.transfer.seed import seed_plan
 
-PROBE_BYTES = 64 << 20
-PROBE_SEGMENTS = 8  # a few large segments: the CPU copy engine spreads them over its threads
-ROUNDS = 15
+PROBE_BYTES = 128 << 20
+PROBE_SEGMENTS = 1  # one contiguous transfer, like the memcpy it is compared with
+ROUNDS = 9
 
 
 def plan_segments(layout: str):
