@@ -45,15 +45,17 @@ def test_calibrated_bandwidth_is_within_20pct_of_memcpy_in_the_same_run(calibrat
     # compared. On a host loaded past its cores (this suite's own workers, other jobs) the emu
     # stream's thread hand-offs wait for a core while the inline memcpy does not; such a
     # calibration is retaken (at most twice), as an engineer would retake a disturbed run.
-    for attempt in range(2):
-        if all(abs(r - 1.0) <= 0.20 for r in _ratios(cal).values()) or os.getloadavg()[0] <= (os.cpu_count() or 1):
-            break
-        again = tmp_path / f"again{attempt}.yaml"
+    def within(c):
+        return all(abs(r - 1.0) <= 0.20 for r in _ratios(c).values())
+
+    attempts = [cal]
+    while not within(attempts[-1]) and len(attempts) < 3 and os.getloadavg()[0] > (os.cpu_count() or 1):
+        again = tmp_path / f"again{len(attempts)}.yaml"
         assert main(["calibrate", "--out", str(again), "--sizes", "16MiB,64MiB,256MiB", "--repeat", "9",
                      "--quiet"]) == 0
-        cal = json.loads(again.with_name(f"again{attempt}.calibration.json").read_text())
-    for direction, ratio in _ratios(cal).items():
-        assert ratio == pytest.approx(1.0, abs=0.20), (direction, cal["bandwidth"][direction][-1])
+        attempts.append(json.loads(again.with_name(again.stem + ".calibration.json").read_text()))
+    assert within(attempts[-1]), [_ratios(c) for c in attempts]
+    cal = attempts[-1]
     assert cal["link"]["h2d_gbps"] == cal["bandwidth"]["h2d"][-1]["gbps"]
 
 

@@ -43,6 +43,11 @@ class TargetContext:
             self._memo[key] = fn()
         return self._memo[key]
 
+    def forget(self, *keys: str) -> None:
+        """Drop measurements so the next memo() takes them again (a disturbed run retaken)."""
+        for key in keys:
+            self._memo.pop(key, None)
+
 
 def evaluate(target, ctx: TargetContext) -> dict:
     """The report row of one target (conformance.targets.verdict.judge)."""
