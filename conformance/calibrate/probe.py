@@ -112,16 +112,19 @@ def probe(backend, buffers: Buffers, direction: Direction | str, *, segments: in
 
 
 class Memcpy:
-    """The peer: `nbytes` copied between two host buffers by this host's copy engine called
-    directly (hal.transfer.segcopy: one contiguous memcpy split over the threads the engine
-    would use; torch's copy where the native engine is absent), with no backend, stream or
-    event around it. Same threads, same bytes: the ratio shows what the backend adds."""
+    """The peer: `nbytes` copied by this host's copy engine called directly (hal.transfer.segcopy:
+    one contiguous memcpy split over the threads the engine would use; torch's copy where the
+    native engine is absent), with no backend, stream or event around it. Between the probe's own
+    buffers when both are host-addressable (emu), so only what the backend adds differs; else
+    between two host buffers."""
 
-    def __init__(self, nbytes: int):
+    def __init__(self, nbytes: int, src: torch.Tensor | None = None, dst: torch.Tensor | None = None):
         self.nbytes = int(nbytes)
-        self.src, self.dst = torch.ones(self.nbytes, dtype=torch.uint8), torch.zeros(self.nbytes, dtype=torch.uint8)
+        if src is None or dst is None:
+            src, dst = torch.ones(self.nbytes, dtype=torch.uint8), torch.zeros(self.nbytes, dtype=torch.uint8)
+        self.src, self.dst = src, dst
         self.native = segcopy.engine() == "native"
-        self.args = (np.array([self.src.data_ptr()], dtype=np.uint64), np.array([self.dst.data_ptr()], dtype=np.uint64),
+        self.args = (np.array([src.data_ptr()], dtype=np.uint64), np.array([dst.data_ptr()], dtype=np.uint64),
                      np.array([self.nbytes], dtype=np.uint64))
 
     def __call__(self) -> float:
@@ -144,7 +147,13 @@ def paired(backend, buffers: Buffers, direction: Direction | str, rounds: int = 
            segments: int = 1) -> tuple[Sample, Sample]:
     """(transfer, memcpy) samples taken in alternation, one of each per round after a warm-up
     of both, so load on a shared host hits the two alike."""
-    copy = Memcpy(buffers.nbytes)
+    same = buffers.device.device.type == "cpu"  # emu: "device" memory is host memory
+    if same:
+        src, dst = (buffers.host, buffers.device) if Direction(direction) == Direction.H2D else (buffers.device,
+                                                                                                  buffers.host)
+        copy = Memcpy(buffers.nbytes, src, dst)
+    else:
+        copy = Memcpy(buffers.nbytes)
     stream = backend.new_stream()
     try:
         plans = buffers.plans(direction, segments, 1)

@@ -94,7 +94,7 @@ def ratio_vs_memcpy(ctx, target) -> Outcome:
                 return not_measured("measured", got)
             ratios.append(got["ratio"])
             details[f"{direction}_ratio"] = got["ratio"]
-        attempts.append(details)
+        attempts.append(dict(details))
         if target.check(min(ratios)) or len(attempts) > RETAKES or not _loaded():
             break
         ctx.forget("bandwidth_h2d", "bandwidth_d2h")
