@@ -25,3 +25,68 @@ def test_seed_plan_segments_meet_targets(profile, layout, direction):
     for t in targets:
         assert t.check(plan.num_segments), (
             f"{t.name}: {plan.num_segments} segments, target {t.describe()} (source: {t.source})")
+
+
+# -- every target of the profile: a verdict (pass | fail | not_measured) on a basis (measured | modeled) --
+
+# Where each test writes its target's report row (one JSON file per target); `hicache conform`
+# sets it to OUT/targets, and the report reads the rows back. Unset: rows are not kept.
+RESULTS_ENV = "HICACHE_TARGET_RESULTS"
+
+
+def _profile_targets(config) -> list[str]:
+    from conformance.plugin import default_profile_name
+    from hardware_profiles import load_profile
+
+    name = config.getoption("profile") or default_profile_name(config.getoption("backend"))
+    if name is None:
+        return []
+    try:
+        return [t.name for t in load_profile(name).targets]
+    except (ValueError, OSError):  # the plugin reports a bad --profile as a usage error
+        return []
+
+
+def pytest_generate_tests(metafunc):
+    if "target_name" in metafunc.fixturenames:
+        names = _profile_targets(metafunc.config)
+        metafunc.parametrize("target_name", names or [None], ids=names or ["no_targets"])
+
+
+@pytest.fixture(scope="session")
+def target_context(request, profile, backend_name):
+    from conformance.targets.evaluate import TargetContext
+
+    try:
+        backend = request.getfixturevalue("backend")
+    except pytest.skip.Exception as e:  # modeled targets are still evaluated; measured ones say why not
+        return TargetContext(None, profile, str(e.msg) if hasattr(e, "msg") else str(e))
+    return TargetContext(backend, profile)
+
+
+def _keep(row: dict) -> None:
+    import json
+    import os
+    from pathlib import Path
+
+    folder = os.environ.get(RESULTS_ENV)
+    if not folder:
+        return
+    path = Path(folder) / f"{row['name']}.json"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(row, indent=1, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def test_target(target_name, profile, target_context):
+    """Each target gets its verdict; not_measured skips with the reason (never a pass)."""
+    from conformance.targets.evaluate import evaluate
+    from conformance.targets.verdict import describe
+
+    if profile is None or target_name is None:
+        pytest.skip("no profile targets: pass --profile" if profile is None else f"profile {profile.name} has no targets")
+    row = evaluate(profile.target(target_name), target_context)
+    _keep(row)
+    if row["verdict"] == "not_measured":
+        pytest.skip(f"not measured: {target_name}: {row['reason']}")
+    assert row["verdict"] == "pass", f"{describe(row)} (source: {row['source']})"

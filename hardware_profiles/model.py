@@ -114,6 +114,20 @@ COMPUTE_BOUNDS = {
     # an upper bound of 1 s/token catches a value written in ms or us
     "prefill_per_token_s": Bound("seconds per token", 0, 1),
 }
+# Optional compute keys: the all-hit request (every prefix page loaded from L2) as the seed fitted it.
+ALLHIT_BOUNDS = {
+    "allhit_fixed_s": Bound("seconds", 0, 3600),
+    "allhit_per_token_s": Bound("seconds per token", 0, 1),
+}
+# Optional `penalties` section: slowdowns of the seed workload (percent of its time) and the
+# IDO factor on D2H bandwidth. Percent bounds are wide; a fraction written as percent still loads.
+PENALTY_BOUNDS = {
+    "registered_base_pct": Bound("percent", -100, 1000),
+    "registered_pct_per_gb": Bound("percent per GB registered", 0, 100),
+    "numa_remote_pct": Bound("percent", -100, 1000),
+    "numa_local_pct": Bound("percent", -100, 1000),
+    "ido_shared_d2h_factor": Bound("fraction of D2H bandwidth", 0, 1, lo_open=True),
+}
 
 
 def _check_bounded(obj, bounds: dict[str, Bound]) -> None:
@@ -172,14 +186,31 @@ class LinkModel:
 
 @dataclass(frozen=True)
 class ComputeModel:
-    """Prefill time: a measured curve when given, else fixed + per_token * tokens."""
+    """Prefill time: a measured curve when given, else fixed + per_token * tokens; and the
+    all-hit request time allhit_fixed + allhit_per_token * tokens when the profile gives it
+    (hicache_ref.cost fits, splits and compares the two)."""
 
     prefill_fixed_s: float | None
     prefill_per_token_s: float | None
     prefill_curve: tuple[tuple[int, float], ...] | None = None  # (tokens, seconds), tokens ascending
+    allhit_fixed_s: float | None = None
+    allhit_per_token_s: float | None = None
 
     def __post_init__(self):
         _check_bounded(self, COMPUTE_BOUNDS)
+        _check_bounded(self, ALLHIT_BOUNDS)
+
+    @property
+    def known(self) -> bool:
+        """True when prefill time can be computed for any token count."""
+        return bool(self.prefill_curve) or (self.prefill_fixed_s is not None and self.prefill_per_token_s is not None)
+
+    def allhit_seconds(self, tokens: int) -> float | None:
+        """Modeled time of a request whose whole prompt hits L2, or None when not given."""
+        tokens = non_negative_int("tokens", tokens)
+        if self.allhit_fixed_s is None or self.allhit_per_token_s is None:
+            return None
+        return self.allhit_fixed_s + self.allhit_per_token_s * int(tokens)
 
     def prefill_seconds(self, tokens: int) -> float | None:
         tokens = non_negative_int("tokens", tokens)
@@ -190,6 +221,34 @@ class ComputeModel:
         if self.prefill_fixed_s is None or self.prefill_per_token_s is None:
             return None
         return self.prefill_fixed_s + self.prefill_per_token_s * int(tokens)
+
+
+@dataclass(frozen=True)
+class Penalties:
+    """Slowdowns the link model alone does not show, each as the profile states it (percent of
+    the seed workload's time): registered size (linear in GB registered), NUMA placement, and
+    the factor on per-card D2H bandwidth when cards share an uplink with strict (non-IDO) ordering."""
+
+    registered_base_pct: float | None = None
+    registered_pct_per_gb: float | None = None
+    numa_remote_pct: float | None = None
+    numa_local_pct: float | None = None
+    ido_shared_d2h_factor: float | None = None
+
+    def __post_init__(self):
+        _check_bounded(self, PENALTY_BOUNDS)
+
+    def registered_pct(self, registered_gb: float) -> float | None:
+        """Slowdown (%) with `registered_gb` decimal GB of host memory registered, or None."""
+        if not is_number(registered_gb) or registered_gb < 0:
+            raise ValueError(f"registered_gb: expected a non-negative number, got {registered_gb!r}")
+        if self.registered_base_pct is None or self.registered_pct_per_gb is None:
+            return None
+        return self.registered_base_pct + self.registered_pct_per_gb * float(registered_gb)
+
+    def numa_pct(self, local: bool) -> float | None:
+        """Slowdown (%) with host pools NUMA-local (True) or remote (False), or None."""
+        return self.numa_local_pct if local else self.numa_remote_pct
 
 
 def _interpolate(points: tuple[tuple[int, float], ...], x: int) -> float:
@@ -285,6 +344,7 @@ class Profile:
     link: LinkModel
     compute: ComputeModel
     targets: tuple[Target, ...]
+    penalties: Penalties = field(default_factory=Penalties)
     # key path -> where its value comes from, for every value written with a source
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
 

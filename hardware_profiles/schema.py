@@ -10,11 +10,13 @@ import yaml
 
 from hal.checks import is_int, is_number
 from hardware_profiles.model import (
+    ALLHIT_BOUNDS,
     COMPARATORS,
     COMPUTE_BOUNDS,
     IDO_STATES,
     LINK_BOUNDS,
     METRICS,
+    PENALTY_BOUNDS,
     SCHEMA_VERSION,
     UNKNOWN,
     Bound,
@@ -23,6 +25,7 @@ from hardware_profiles.model import (
     FieldError,
     HostSpec,
     LinkModel,
+    Penalties,
     Profile,
     ProfileError,
     Target,
@@ -157,7 +160,7 @@ class _Reader:
 
     def profile(self, data: Any, path: Path) -> Profile:
         top = self.section(data, "", ("schema", "description", "device", "host", "topology",
-                                      "link", "compute", "targets"))
+                                      "link", "compute", "penalties", "targets"))
         for key in ("schema", "description", "device", "host", "link", "compute", "targets"):
             if key not in top:
                 self.fail(key, f"a '{key}' entry (see hardware_profiles/README.md)", _MISSING)
@@ -170,6 +173,7 @@ class _Reader:
             name=path.stem, path=path, description=self.text(top, "description", "", may_be_unknown=False),
             device=device, host=host, topology=topology, link=self.link(top["link"]),
             compute=self.compute(top["compute"]), targets=self.targets(top["targets"]),
+            penalties=self.penalties(top["penalties"]) if "penalties" in top else Penalties(),
             sources=dict(self.sources),
         )
 
@@ -232,7 +236,8 @@ class _Reader:
                             for name, bound in LINK_BOUNDS.items()})
 
     def compute(self, data) -> ComputeModel:
-        c = self.section(data, "compute", ("prefill_fixed_s", "prefill_per_token_s", "prefill_curve"))
+        c = self.section(data, "compute", ("prefill_fixed_s", "prefill_per_token_s", "prefill_curve",
+                                           *ALLHIT_BOUNDS))
         curve = None
         if "prefill_curve" in c:
             expected = "a list of at least 2 [tokens, seconds] pairs, tokens ascending"
@@ -250,8 +255,16 @@ class _Reader:
                                   "seconds in [0, 86400]", repr(pt))
                     points.append((pt[0], float(pt[1])))
                 curve = tuple(points)
+        allhit = {name: self.bounded(c, name, "compute", bound, sourced=True)
+                  for name, bound in ALLHIT_BOUNDS.items() if name in c}
         return ComputeModel(**{name: self.bounded(c, name, "compute", bound, sourced=True)
-                               for name, bound in COMPUTE_BOUNDS.items()}, prefill_curve=curve)
+                               for name, bound in COMPUTE_BOUNDS.items()}, prefill_curve=curve, **allhit)
+
+    def penalties(self, data) -> Penalties:
+        """Optional section; each key optional too (absent = unknown), each known value sourced."""
+        p = self.section(data, "penalties", tuple(PENALTY_BOUNDS))
+        return Penalties(**{name: self.bounded(p, name, "penalties", bound, sourced=True)
+                            for name, bound in PENALTY_BOUNDS.items() if name in p})
 
     def targets(self, data) -> tuple[Target, ...]:
         if not isinstance(data, dict):

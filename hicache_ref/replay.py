@@ -23,6 +23,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from hal.transfer.direction import POOL_DIRECTIONS
+from hicache_ref import cost
 from hicache_ref.cache import HiCache
 from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import TraceRequest, read_trace, request_tokens
@@ -50,6 +51,7 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
                   truncated_requests=0, kv_mismatch_tokens=0)
     compute = getattr(getattr(backend, "profile", None), "compute", None)
     saved = 0.0 if compute is not None else None
+    baseline = 0.0 if compute is not None else None  # prefill seconds of every request without a cache
     t0 = time.perf_counter()
     try:
         cache = spec.build(backend, whole)
@@ -65,17 +67,24 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
                 totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
                 if saved is not None:
                     saved = _add_saved(saved, compute, res)
+                if baseline is not None:
+                    full = compute.prefill_seconds(res.input_tokens)
+                    baseline = None if full is None else baseline + full
         finally:
             cache.close()
     finally:
         if own_backend:
             backend.close()
     wall = time.perf_counter() - t0
-    return _figures(totals, cache, wall, read_seconds, saved, cache.tree.ghost, dict(
+    fig = _figures(totals, cache, wall, read_seconds, saved, cache.tree.ghost, dict(
         page_size=ps, l1_tokens=l1, l2_tokens=l2, l1_unlimited=spec.l1_tokens is None,
         l2_unlimited=spec.l2_tokens is None, write_policy=spec.write_policy, free_list=spec.free_list,
         host_layout=spec.host_layout, materialize=spec.materialize,
         profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
+    registered = cache.host.nbytes if cache.host is not None else 0
+    fig.update(cost.replay_figures(getattr(backend, "profile", None), saved, fig["modeled_transfer_seconds"],
+                                   baseline, registered))
+    return fig
 
 
 def _add_saved(saved: float | None, compute, res) -> float | None:
@@ -127,4 +136,15 @@ def summary_lines(fig: dict) -> list[str]:
         f"modeled transfer time {'not modeled by this profile' if m is None else f'{m:.3f} s'} "
         f"(profile {fig['profile']}); wall {fig['wall_seconds']:.2f} s, "
         f"{(fig['tokens_per_second'] or 0) / 1e6:.1f} M tokens/s",
-    ] + ([f"KV mismatches: {fig['kv_mismatch_tokens']:,} tokens"] if fig["materialize"] else [])
+    ] + _net_benefit_lines(fig) + ([f"KV mismatches: {fig['kv_mismatch_tokens']:,} tokens"] if fig["materialize"] else [])
+
+
+def _net_benefit_lines(fig: dict) -> list[str]:
+    net = fig.get("net_benefit_seconds")
+    if net is None:
+        return [f"net benefit: not modeled ({fig.get('net_benefit_reason', 'no profile')})"]
+    assumed = fig.get("net_benefit_assumed_inputs") or []
+    return [f"net benefit {net:+.3f} s = compute saved {fig['net_benefit_compute_saved_seconds']:.3f} s - transfer "
+            f"{fig['net_benefit_transfer_seconds']:.3f} s - penalties {fig['net_benefit_penalty_seconds']:.3f} s "
+            f"({fig['net_benefit_penalty_pct']:+.1f}% of {fig['net_benefit_baseline_prefill_seconds']:.1f} s prefill)"
+            + (f"; assumed inputs: {', '.join(assumed)}" if assumed else "")]

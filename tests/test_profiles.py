@@ -97,9 +97,13 @@ def test_p800_records_the_seed_figures():
     for name, value in expect.items():
         assert p.target(name).value == pytest.approx(value)
         assert "seed work (P800 acceptance runs)" in p.target(name).source
-    # Values the seed work did not measure are either unknown or labelled as assumptions.
-    assert p.compute.prefill_seconds(1000) is None
-    assert set(p.assumptions()) == {"link.d2h_gbps", "link.per_segment_us", "link.per_launch_us"}
+    # Values the seed work did not measure are derived from its figures (with the arithmetic),
+    # unknown, or labelled as assumptions.
+    assert p.compute.prefill_seconds(3000) == pytest.approx(p.compute.allhit_seconds(3000))  # break-even
+    assert p.sources["compute.prefill_per_token_s"].startswith("derived:")
+    assert p.sources["penalties.registered_pct_per_gb"].startswith("derived:")
+    assert set(p.assumptions()) == {"link.d2h_gbps", "link.per_segment_us", "link.per_launch_us",
+                                    "penalties.ido_shared_d2h_factor"}
 
 
 def test_p800_link_model_shows_why_many_segments_hurt():

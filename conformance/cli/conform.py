@@ -1,7 +1,10 @@
 """`hicache conform`: the conformance suites against one backend and profile, through pytest.
 
 Runs `pytest --pyargs conformance` (the installed package: no source checkout needed) in a
-child process, writes OUT/junit.xml and OUT/summary.json, and prints a per-module table.
+child process, writes OUT/junit.xml and OUT/summary.json, and prints a per-module table; then
+OUT/report.json and OUT/report.html (conformance.report.document: every target's verdict from
+the rows the suite left in OUT/targets, assumptions, environment, plots) and the summary's
+target lines (failed and unchecked targets, assumed inputs). A failed target fails the run.
 The verdict and the exit status:
   PASS     0  the suites that decide (layout equivalence, bad input) ran and nothing failed
   FAIL     1  a test failed or errored
@@ -86,7 +89,9 @@ def default_out(backend: str, profile: str | None) -> Path:
 
 
 LOCK_NAME = ".hicache-conform.lock"
-RESULTS = ("summary.json", "junit.xml")  # in this order: the verdict goes first
+# in this order: the verdicts go first
+RESULTS = ("summary.json", "report.json", "report.html", "junit.xml")
+TARGET_ROWS = "targets"  # OUT/targets/<target>.json: the rows conformance/test_targets.py writes
 
 
 def claim_out(out: Path, given: bool) -> int:
@@ -112,6 +117,11 @@ def claim_out(out: Path, given: bool) -> int:
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     for name in RESULTS:
         (out / name).unlink(missing_ok=True)
+    rows = out / TARGET_ROWS
+    if rows.is_dir():
+        for old in rows.iterdir():
+            old.unlink(missing_ok=True)
+    rows.mkdir(exist_ok=True)
     return fd
 
 
@@ -157,10 +167,10 @@ def _die_with_parent(parent: int):
     return preexec
 
 
-def run_child(cmd: list[str], cwd: Path) -> int:
+def run_child(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> int:
     """pytest in its own process group; on Ctrl-C the whole group (xdist workers too) is stopped
     quietly, SIGTERM first, then SIGKILL, before KeyboardInterrupt goes on to main."""
-    proc = subprocess.Popen(cmd, cwd=cwd, process_group=0, preexec_fn=_die_with_parent(os.getpid()))
+    proc = subprocess.Popen(cmd, cwd=cwd, process_group=0, preexec_fn=_die_with_parent(os.getpid()), env=env)
     try:
         return proc.wait()
     except BaseException:
@@ -176,6 +186,31 @@ def run_child(cmd: list[str], cwd: Path) -> int:
                 continue
         proc.wait()
         raise
+
+
+def write_reports(summary, out: Path, backend_name: str, profile: str | None, unavailable: str | None) -> dict:
+    """report.json and report.html (conformance.report.document); prints the target lines of the summary."""
+    from conformance.report import document
+
+    loaded = None
+    if profile is not None:
+        from hardware_profiles import load_profile
+
+        loaded = load_profile(profile)
+    backend = None
+    if unavailable is None:
+        from hal.backend import get_backend
+
+        backend = get_backend(backend_name, loaded)
+    try:
+        doc = document.build(summary, out, loaded, backend, unavailable)
+    finally:
+        if backend is not None:
+            backend.close()
+    document.write(doc, out)
+    for line in document.summary_lines(doc):
+        print(line)
+    return doc
 
 
 def run(a) -> int:
@@ -194,7 +229,10 @@ def run(a) -> int:
         if not ok:
             print(f"hicache conform: backend {a.backend!r} is not available here: {why}\n"
                   f"  every test that needs it is skipped with that reason; the verdict will be NOT RUN", flush=True)
-        rc = run_child(pytest_command(a, profile, out), out)
+        from conformance.test_targets import RESULTS_ENV
+
+        env = {**os.environ, RESULTS_ENV: str(out / TARGET_ROWS)}
+        rc = run_child(pytest_command(a, profile, out), out, env)
         if not junit.exists():
             print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
             return 1 if rc in (0, EXIT_NOT_RUN) else rc
@@ -202,9 +240,12 @@ def run(a) -> int:
         report.write_json(summary, out / "summary.json")
         print()
         print(report.format_table(summary))
-        print(f"reports: {junit}, {out / 'summary.json'}")
+        signed = write_reports(summary, out, a.backend, profile, None if ok else str(why))
+        print(f"reports: {junit}, {out / 'summary.json'}, {out / 'report.json'}, {out / 'report.html'}")
     finally:
         os.close(lock)
+    if signed["verdict"] == "FAIL" and summary.verdict != "FAIL":  # a failed target without a failed test
+        return 1
     if summary.verdict == "FAIL":
         return rc if rc not in (0, EXIT_NOT_RUN) else 1
     if rc == 5:  # pytest: no test collected (-k matched nothing)

@@ -1,0 +1,76 @@
+"""A calibrated profile: the base profile's YAML with its link section replaced by what was
+measured, each figure sourced `measured: <command> on <host> (<cpu>), <date>: <how>`, and the
+samples kept beside it as <stem>.calibration.json (report.html draws them). The result loads
+with `--profile FILE.yaml`; writing refuses to leave a file that would not."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+from pathlib import Path
+
+import yaml
+
+from hardware_profiles import load_profile
+
+
+def machine() -> dict:
+    from conformance.report.environment import cpu_model
+
+    return {"host": socket.gethostname(), "cpu": cpu_model(), "cores": os.cpu_count(), "kernel": platform.release()}
+
+
+def stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+HOW = {
+    "h2d_gbps": "median of {repeat} transfers of {size} MiB in {segs} segment(s) (warm-up 1)",
+    "d2h_gbps": "median of {repeat} transfers of {size} MiB in {segs} segment(s) (warm-up 1)",
+    "per_segment_us": "least-squares slope over {seg_counts} segments of 16 MiB, one submission (R^2 {seg_r2:.3f})",
+    "per_launch_us": "least-squares slope over {launch_counts} submissions of 16 MiB (R^2 {launch_r2:.3f})",
+    "registration_s_per_gib": "least-squares slope over registrations of {reg_sizes} MiB on THP "
+                              "(4 KB pages: {reg_4k:.4f} s/GiB)",
+}
+
+
+def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
+    """YAML text of `base` (a loaded Profile) with the calibrated link section."""
+    data = yaml.safe_load(Path(str(base.path)).read_text(encoding="utf-8"))
+    m, when = cal["machine"], cal["date"]
+    who = f"measured: `{command}` (backend {backend}) on {m['host']} ({m['cpu']}, {m['cores']} cores), {when}"
+    from conformance.calibrate.measure import LAUNCH_COUNTS, REGISTER_SIZES, SEGMENT_COUNTS, SIZE_SEGMENTS
+
+    reg = cal["registration"]
+    fields = {"repeat": cal["repeat"], "size": cal["sizes"][-1] >> 20, "segs": SIZE_SEGMENTS,
+              "seg_counts": "/".join(map(str, SEGMENT_COUNTS)), "seg_r2": cal["segments"]["fit"]["r2"],
+              "launch_counts": "/".join(map(str, LAUNCH_COUNTS)), "launch_r2": cal["launches"]["fit"]["r2"],
+              "reg_sizes": "/".join(str(s >> 20) for s in REGISTER_SIZES), "reg_4k": reg.get("4k_s_per_gib") or 0.0}
+    link = {}
+    for key, value in cal["link"].items():
+        if value is None:
+            link[key] = "unknown"
+            continue
+        link[key] = {"value": round(float(value), 6), "source": f"{who}: {HOW[key].format(**fields)}"}
+    data["link"] = link
+    data["description"] = (f"{base.description} Link calibrated by hicache calibrate on {m['host']}, {when}; "
+                           f"the rest as in profile {base.name}.")
+    header = (f"# Calibrated from profile {base.name} by `{command}` on {m['host']}, {when}.\n"
+              f"# Samples and fits: the .calibration.json beside this file.\n")
+    return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+
+
+def write(out: Path, base, cal: dict, command: str, backend: str) -> Path:
+    """Write OUT (YAML) and OUT's .calibration.json atomically, then load OUT as a profile."""
+    out = Path(out)
+    text = profile_yaml(base, cal, command, backend)
+    side = out.with_name(out.stem + ".calibration.json")
+    for path, body in ((side, json.dumps(cal, indent=1) + "\n"), (out, text)):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(body, encoding="utf-8")
+        os.replace(tmp, path)
+    load_profile(out)  # a file --profile cannot load is a bug here, not the user's problem later
+    return side

@@ -1,0 +1,111 @@
+"""`hicache calibrate`: measure the link model on this machine and write it as a profile.
+
+nvbandwidth-style (warm-up, repeats, medians, spread): H2D/D2H bandwidth over sizes, the cost
+of one more segment and of one more submission, registration seconds per GiB on 4 KB pages and
+on THP, each with a least-squares fit (conformance/calibrate). `--out FILE.yaml` writes the base
+profile with the measured link section (every figure sourced `measured:` with machine, date and
+command) and FILE.calibration.json beside it; `hicache conform --profile FILE.yaml` then uses it
+and draws the curves. On emu this calibrates the CPU; on cuda/xpu the device.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from conformance.cli import args as cli_args
+from conformance.cli.budget import refuse_over
+from conformance.cli.errors import CliError, clip, clip_path
+from conformance.cli.inputs import load_profile_arg
+from conformance.cli.progress import ticker
+
+HELP = "measure H2D/D2H bandwidth, per-segment, per-launch and registration costs; write a measured profile"
+MAX_SIZE = 1 << 30
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--backend", default="emu", help="backend to calibrate (default emu: this CPU)")
+    p.add_argument("--profile", default=None, help="base profile whose other sections the output keeps "
+                   "(default: the backend's default profile)")
+    p.add_argument("--out", default=None, help="write the calibrated profile here (FILE.yaml) and "
+                   "FILE.calibration.json beside it")
+    p.add_argument("--sizes", default="1MiB,4MiB,16MiB,64MiB,256MiB", help="transfer sizes, comma separated "
+                   "(at most 1 GiB each; the largest gives the profile's bandwidth)")
+    p.add_argument("--repeat", type=cli_args.count(3, 1000), default=5, help="timed repeats per point (>= 3)")
+    p.add_argument("--json", action="store_true", help="print the samples, fits and link figures as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def _sizes(text: str) -> list[int]:
+    parse = cli_args.size(minimum=4096)
+    try:
+        sizes = sorted({parse(part.strip()) for part in text.split(",") if part.strip()})
+    except Exception as e:  # argparse.ArgumentTypeError
+        raise CliError("--sizes", str(e)) from None
+    if len(sizes) < 2:
+        raise CliError("--sizes", f"need at least two distinct sizes for a fit, got {clip(repr(text))}")
+    if sizes[-1] > MAX_SIZE:
+        raise CliError("--sizes", f"at most {MAX_SIZE >> 30} GiB per transfer, got {sizes[-1]:,} bytes")
+    # device + host buffers of the largest size and the memcpy peer's two
+    refuse_over("--sizes", 4 * sizes[-1], f"buffers for {sizes[-1]:,}-byte transfers")
+    return sizes
+
+
+def _out(path: str) -> Path:
+    out = Path(path)
+    if out.suffix not in (".yaml", ".yml"):
+        raise CliError("--out", f"{clip_path(out)}: expected a .yaml file name")
+    if out.is_dir():
+        raise CliError("--out", f"{clip_path(out)}: is a directory")
+    if not out.parent.is_dir():
+        raise CliError("--out", f"{clip_path(out.parent)}: no such folder")
+    return out
+
+
+def run(a) -> int:
+    from conformance.calibrate import measure, write
+    from conformance.cli.conform import _check_backend
+    from conformance.plugin import backend_status, default_profile_name
+    from hal.backend import get_backend
+
+    sizes = _sizes(a.sizes)
+    out = None if a.out is None else _out(a.out)
+    _check_backend(a.backend, [])
+    name = a.profile or default_profile_name(a.backend)
+    if name is None:
+        raise CliError("--profile", f"backend {a.backend!r} has no default profile: name a base profile")
+    base = load_profile_arg("--profile", name)
+    ok, why = backend_status(a.backend)
+    if not ok:
+        raise CliError("--backend", f"{a.backend} is not available here: {clip(why, 160)}")
+    command = "hicache calibrate " + " ".join(shlex.quote(x) for x in sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] \
+        else f"hicache calibrate --backend {a.backend}"
+    with get_backend(a.backend, base) as backend, ticker("hicache calibrate", a.quiet):
+        cal = measure.calibrate(backend, sizes=sizes, repeat=a.repeat)
+    cal.update({"machine": write.machine(), "date": write.stamp(), "command": command, "backend": a.backend,
+                "base_profile": base.name})
+    if out is not None:
+        side = write.write(out, base, cal, command, a.backend)
+        cal["written"] = {"profile": str(out), "calibration": str(side)}
+    if a.json:
+        print(json.dumps(cal, indent=1))
+        return 0
+    link = cal["link"]
+    print(f"calibrated {a.backend} on {cal['machine']['host']} ({cal['machine']['cpu']}), {cal['date']}")
+    print(f"{'size':>10}  {'h2d GB/s':>9}  {'d2h GB/s':>9}  {'memcpy GB/s':>11}  spread h2d/d2h")
+    for h, d in zip(cal["bandwidth"]["h2d"], cal["bandwidth"]["d2h"], strict=True):
+        print(f"{h['bytes'] >> 20:>7} MiB  {h['gbps']:>9.2f}  {d['gbps']:>9.2f}  {h['memcpy_gbps']:>11.2f}  "
+              f"{h['spread']:.0%}/{d['spread']:.0%}")
+    seg, lau = cal["segments"]["fit"], cal["launches"]["fit"]
+    print(f"per segment {link['per_segment_us']:.3f} us (R^2 {seg['r2']:.3f}), per launch "
+          f"{link['per_launch_us']:.3f} us (R^2 {lau['r2']:.3f})")
+    reg = cal["registration"]
+    if "error" in reg:
+        print(f"registration: not measured: {reg['error']}")
+    else:
+        print(f"registration: {reg['4k_s_per_gib']:.4f} s/GiB on 4 KB pages, {reg['thp_s_per_gib']:.4f} s/GiB on THP")
+    if out is not None:
+        print(f"profile: {out} (load it with --profile {out}); samples: {cal['written']['calibration']}")
+    return 0

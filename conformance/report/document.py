@@ -1,0 +1,82 @@
+"""report.json and report.html of a `hicache conform` run, built from junit.xml, the target rows
+the suite wrote, the environment and the figures; both written atomically."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+
+from conformance.report import environment as env_mod
+from conformance.report import figures, html
+from conformance.report.cases import read_cases
+from conformance.report.schema import SCHEMA_ID
+from conformance.report.targets import collect, counts
+
+TARGETS_DIR = "targets"  # OUT/targets/<target>.json, written by conformance/test_targets.py
+
+
+def build(summary, out: Path, profile, backend=None, backend_reason: str | None = None) -> dict:
+    """The report.json document. `backend`: an instance to measure the bandwidth sweep on (None:
+    unavailable here; the sweep is left out)."""
+    cases = read_cases(summary.junit)
+    rows = collect(profile, out / TARGETS_DIR, cases)
+    failed = [r["name"] for r in rows if r["verdict"] == "fail"]
+    verdict = summary.verdict
+    if failed and verdict != "FAIL":
+        verdict = "FAIL"
+    return {
+        "schema": SCHEMA_ID,
+        "verdict": verdict,
+        "ok": verdict == "PASS",
+        "not_run_reason": summary.not_run_reason if verdict == "NOT RUN" else None,
+        "summary": summary.to_json(),
+        "tests": cases,
+        "targets": rows,
+        "target_counts": counts(rows),
+        "unchecked_targets": [r["name"] for r in rows if r["verdict"] == "not_measured"],
+        "failed_targets": failed,
+        "assumptions": {} if profile is None else dict(profile.assumptions()),
+        "environment": env_mod.environment(summary.backend, profile, backend_reason),
+        "figures": figures.gather(profile, backend),
+        "generated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write(report: dict, out: Path) -> tuple[Path, Path]:
+    """OUT/report.json and OUT/report.html."""
+    j, h = out / "report.json", out / "report.html"
+    _atomic(j, json.dumps(report, indent=1, default=str) + "\n")
+    _atomic(h, html.render(report))
+    return j, h
+
+
+def summary_lines(report: dict) -> list[str]:
+    """What the console summary adds: target counts, failed and unchecked targets, assumed inputs."""
+    c = report["target_counts"]
+    lines = [f"targets: {c['pass']} pass, {c['fail']} fail, {c['not_measured']} not measured "
+             f"of {len(report['targets'])}"]
+    for row in report["targets"]:
+        if row["verdict"] == "fail":
+            lines.append(f"  FAIL {row['name']}: {row['value']:.6g} {row['unit']}, target {row['comparator']} "
+                         f"{row['target']:g} ({row['basis']})")
+    if report["unchecked_targets"]:
+        lines.append("unchecked targets (not measured):")
+        for row in report["targets"]:
+            if row["verdict"] == "not_measured":
+                lines.append(f"  {row['name']}: {row['reason'][:200]}")
+    if report["assumptions"]:
+        lines.append("assumed inputs (replace with measured values; `hicache calibrate` measures the link):")
+        for key, source in report["assumptions"].items():
+            lines.append(f"  {key}: {source[:160]}")
+    modeled = [r["name"] for r in report["targets"] if r["basis"] == "modeled" and r["verdict"] != "not_measured"]
+    if modeled:
+        lines.append(f"modeled, not measured on this backend: {', '.join(modeled)}")
+    return lines

@@ -1,0 +1,178 @@
+"""report.html: one self-contained page (styles inline, plots as base64 PNG) from which a person
+can sign a node off: verdict, every target with its basis and source, the assumptions, the plots,
+the environment and doctor checks, and the per-module test table."""
+
+from __future__ import annotations
+
+from html import escape
+
+from conformance.report import plots
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1300px}
+h1{font-size:22px;margin-bottom:4px} h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}
+table{border-collapse:collapse;width:100%;font-size:13px;margin:8px 0}
+th,td{border:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top}
+th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.badge{display:inline-block;padding:3px 10px;border-radius:4px;color:#fff;font-weight:600}
+.PASS,.pass{background:#2e7d32} .FAIL,.fail{background:#c62828} .NOT_RUN,.not_measured{background:#757575}
+.ok{color:#2e7d32;font-weight:600} .warn{color:#ef6c00;font-weight:600} .bad{color:#c62828;font-weight:600}
+.muted{color:#666} .small{font-size:12px} img{max-width:100%;border:1px solid #eee;margin:6px 0}
+.grid{display:flex;flex-wrap:wrap;gap:12px} .grid img{max-width:640px}
+"""
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 1):
+        return f"{int(v):,}"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return escape(str(v))
+
+
+def _badge(text: str) -> str:
+    return f'<span class="badge {escape(text.replace(" ", "_"))}">{escape(text)}</span>'
+
+
+def _table(head: list[str], rows: list[list[str]], num_cols=()) -> str:
+    out = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"]
+    for r in rows:
+        cells = "".join(f'<td class="num">{c}</td>' if i in num_cols else f"<td>{c}</td>" for i, c in enumerate(r))
+        out.append(f"<tr>{cells}</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _targets(report: dict) -> str:
+    rows = []
+    for r in report["targets"]:
+        tol = f" ± {r['tolerance']:g}" if r.get("tolerance") else ""
+        # key names only (the source is the tooltip); assumed ones are flagged, they are what to replace
+        inputs = "<br>".join(
+            f'<code title="{escape(v)}">{escape(k)}</code>'
+            + (' <span class="warn">assumed</span>' if v.lower().startswith("assumed") else "")
+            for k, v in (r.get("inputs") or {}).items())
+        rows.append([f'<span id="target-{escape(r["name"])}">{escape(r["name"])}</span>', _fmt(r["value"]),
+                     f"{escape(r['comparator'])} {_fmt(r['target'])}{tol}", escape(r["unit"]), _badge(r["verdict"]),
+                     escape(r["basis"]), escape(r["reason"]), escape(r["source"]),
+                     f'<span class="small">{inputs}</span>'])
+    return _table(["target", "value", "target", "unit", "verdict", "basis", "reason / what it rests on",
+                   "source", "model inputs"], rows, num_cols=(1,))
+
+
+def _images(report: dict) -> str:
+    f, env = report["figures"], report["environment"]
+    parts = []
+    for title, png, note, missing in (
+        ("All-hit fit and break-even", plots.allhit(f.get("allhit")),
+         "modeled points from the profile's compute model, fitted by least squares (hicache_ref.cost)",
+         f"profile {env.get('profile')} has no all-hit compute model (compute.allhit_fixed_s, allhit_per_token_s)"),
+        ("Bandwidth vs size, per direction", plots.bandwidth(f.get("bandwidth")),
+         f"measured on backend {env['backend']} in this run (median of 5; one segment per transfer), with a plain "
+         "memcpy of the same bytes as the peer",
+         f"backend {env['backend']} is not available here: nothing was measured"),
+        ("Seed transfer per host layout", plots.layouts(f.get("layouts")),
+         "segments of the seed transfer and its time priced by the profile's link model", "no profile"),
+    ):
+        if png:
+            parts.append(f"<h3>{escape(title)}</h3><p class='muted small'>{escape(note)}</p>"
+                         f'<img alt="{escape(title)}" src="data:image/png;base64,{png}">')
+        else:
+            parts.append(f"<h3>{escape(title)}</h3><p class='muted'>not available: {escape(missing)}</p>")
+    up = f.get("uplink")
+    if up and up.get("devices_per_switch") and up["devices_per_switch"] > 1:
+        parts.append("<h3>Shared uplinks and PCIe ordering (IDO)</h3>" + _table(
+            ["devices per uplink", "IDO", "D2H per card alone", "D2H per card, uplink shared, this IDO",
+             "same with IDO on", "factor source"],
+            [[_fmt(up["devices_per_switch"]), escape(up["ido"]), _fmt(up["d2h_gbps"]) + " GB/s",
+              _fmt(up["shared_d2h_gbps"]) + " GB/s", _fmt(up["ido_on_d2h_gbps"]) + " GB/s",
+              escape(up.get("factor_source") or "not given")]]))
+    cal = plots.calibration(f.get("calibration"))
+    if cal:
+        c = f["calibration"]
+        parts.append(f"<h3>Calibration curves</h3><p class='muted small'>from {escape(str(c.get('command', '?')))} "
+                     f"on {escape(str(c.get('machine', {}).get('host', '?')))}, {escape(str(c.get('date', '?')))}</p>")
+        parts.extend(f'<img alt="calibration" src="data:image/png;base64,{png}">' for png in cal)
+    else:
+        parts.append("<h3>Calibration curves</h3><p class='muted'>no calibration for this profile "
+                     "(run <code>hicache calibrate --out PROFILE.yaml</code> and pass that profile)</p>")
+    return "\n".join(parts)
+
+
+def _environment(env: dict) -> str:
+    keys = ("backend", "backend_available", "backend_reason", "profile", "profile_path", "host", "cpu", "cores",
+            "kernel", "os", "python", "torch")
+    rows = [[escape(k), _fmt(env.get(k))] for k in keys]
+    topo = env.get("topology") or {}
+    rows.append(["topology", escape(f"{topo.get('source', '?')} ({topo.get('origin', '?')}): "
+                                    f"{topo.get('devices', '?')} device(s), {topo.get('numa_nodes', '?')} NUMA node(s)")
+                 + "<br><span class='small muted'>" + "<br>".join(escape(n) for n in topo.get("notes", [])) + "</span>"])
+    out = _table(["item", "value"], rows)
+    doctor = env.get("doctor") or {}
+    if doctor.get("checks"):
+        cls = {"ok": "ok", "warn": "warn", "fail": "bad"}
+        out += "<h3>Doctor checks</h3>" + _table(
+            ["check", "status", "what was found", "fix"],
+            [[escape(c["name"]), f"<span class='{cls.get(c['status'], 'muted')}'>{escape(c['status'])}</span>",
+              escape(c.get("value", "")), escape(c.get("fix", "") or "")] for c in doctor["checks"]])
+    elif doctor.get("error"):
+        out += f"<p class='bad'>doctor could not run: {escape(doctor['error'])}</p>"
+    return out
+
+
+def _tests(report: dict) -> str:
+    s = report["summary"]
+    rows = [[escape(m["module"]), *(_fmt(m[k]) for k in ("tests", "passed", "failed", "errors", "skipped", "xfailed"))]
+            for m in s["modules"]]
+    t = s["totals"]
+    rows.append(["<b>total</b>", *(f"<b>{_fmt(t[k])}</b>" for k in ("tests", "passed", "failed", "errors",
+                                                                       "skipped", "xfailed"))])
+    out = _table(["module", "tests", "passed", "failed", "errors", "skipped", "xfailed"], rows, range(1, 7))
+    if s["failures"]:
+        out += "<h3>Failures</h3>" + _table(["test", "message"], [[escape(f["test"]), escape(f["message"][:500])]
+                                                                 for f in s["failures"][:200]])
+    if s["skip_reasons"]:
+        out += "<h3>Skip reasons</h3>" + _table(["tests", "reason"], [[_fmt(n), escape(r)]
+                                                                    for r, n in s["skip_reasons"].items()], (0,))
+    return out
+
+
+def render(report: dict) -> str:
+    env, c = report["environment"], report["target_counts"]
+    why = f"<p class='bad'>NOT RUN: {escape(report['not_run_reason'])}</p>" if report.get("not_run_reason") else ""
+    assumptions = _table(["profile key", "source"], [[f"<code>{escape(k)}</code>", escape(v)]
+                                                     for k, v in report["assumptions"].items()]) \
+        if report["assumptions"] else "<p>none: every figure is measured, derived or from the seed work</p>"
+    unchecked = ", ".join(escape(n) for n in report["unchecked_targets"]) or "none"
+    failed = ", ".join(escape(n) for n in report["failed_targets"]) or "none"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>hicache conform: {escape(env['backend'])} / {escape(str(env.get('profile')))}: {escape(report['verdict'])}</title>
+<style>{STYLE}</style></head><body>
+<h1>HiCache conformance report {_badge(report['verdict'])}</h1>
+<p>backend <b>{escape(env['backend'])}</b>, profile <b>{escape(str(env.get('profile')))}</b>, host
+<b>{escape(env['host'])}</b> ({escape(env['cpu'])}), generated {escape(report.get('generated_at', ''))}</p>
+{why}
+<table><tr><th>tests</th><th>targets</th><th>failed targets</th><th>not measured</th><th>assumed inputs</th></tr>
+<tr><td>{_fmt(report['summary']['totals']['passed'])} passed, {_fmt(report['summary']['totals']['failed']
+ + report['summary']['totals']['errors'])} failed, {_fmt(report['summary']['totals']['skipped'])} skipped</td>
+<td>{c['pass']} pass, {c['fail']} fail, {c['not_measured']} not measured of {len(report['targets'])}</td>
+<td>{failed}</td><td>{unchecked}</td><td>{len(report['assumptions'])}</td></tr></table>
+<h2>Targets</h2>
+<p class="muted small">measured: on backend {escape(env['backend'])} in this run; modeled: from the profile's model,
+with the inputs named. A target that cannot be measured here is <i>not_measured</i>, never a pass.</p>
+{_targets(report)}
+<h2>Assumptions the verdict rests on</h2>
+{assumptions}
+<h2>Plots</h2>
+{_images(report)}
+<h2>Environment</h2>
+{_environment(env)}
+<h2>Tests</h2>
+{_tests(report)}
+</body></html>
+"""

@@ -1,0 +1,137 @@
+"""Measurers of the host-side targets, each on something real in this run: the page size and
+THP coverage of a host KV pool the reference cache allocates, the NUMA placement of a bound
+allocation, per-card local host memory from the backend's topology, ghost-list bytes per entry
+on a real GhostList, and how long the controller's `write` holds the scheduler thread."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from conformance.targets.verdict import Outcome, model_inputs, not_measured
+from hal.memory import host as memory
+from hal.memory import numa, vm
+from hal.topology.binding import plan_binding
+from hal.transfer.seed import seed_geometry
+from hicache_ref import ghost
+from hicache_ref.controller import CacheController
+from hicache_ref.pools import DevicePool, HostPool
+
+POOL_TOKENS = 512  # 8 pages of the seed geometry: 46 MB, 22 huge pages
+HUGE_PAGE, SMALL_PAGE = 2 << 20, 4096
+
+
+def host_pool_page_bytes(ctx, target) -> Outcome:
+    if ctx.backend is None:
+        return not_measured("measured", ctx.backend_reason)
+    pool = HostPool(seed_geometry(), POOL_TOKENS, "layer_first", backend=ctx.backend, materialize=True)
+    try:
+        report = pool.host_buffer.report()
+    finally:
+        pool.close()
+    coverage = report["huge_page_coverage"]
+    page = HUGE_PAGE if coverage >= memory.WELL_COVERED else SMALL_PAGE
+    details = {"pool_bytes": report["mapped_bytes"], "thp_coverage": coverage, "thp_mode": vm.thp_mode(),
+               "registered_bytes": report["registered_bytes"], "warnings": report["warnings"]}
+    why = (f"{coverage:.1%} of a {report['mapped_bytes'] >> 20} MiB host KV pool (hicache_ref.pools.HostPool, "
+           f"registered with {ctx.backend.name}) is on 2 MiB pages (smaps)")
+    return Outcome(page, "measured", why + ("" if page == HUGE_PAGE else "; " + "; ".join(report["warnings"])),
+                   details=details)
+
+
+def per_card_host_gib_local(ctx, target) -> Outcome:
+    if ctx.backend is None:
+        return not_measured("measured", ctx.backend_reason)
+    topology = ctx.backend.topology()
+    plan = plan_binding(topology, "local")
+    gib = plan.min_capacity() / 2**30
+    details = {"topology_source": topology.source, "per_device_gib": [b.capacity_bytes / 2**30 for b in plan.bindings],
+               "notes": list(topology.notes), "assumptions": list(plan.assumptions)}
+    if not topology.devices:
+        return not_measured("measured", f"topology ({topology.source}) has no devices", **details)
+    if topology.source == "profile":
+        return Outcome(gib, "modeled", "local binding planned (hal.topology.binding, 20% reserved) on the topology "
+                       f"emulated from profile {ctx.profile.name}: " + "; ".join(topology.notes),
+                       model_inputs(ctx.profile, "host.memory_per_node_gib"), details)
+    return Outcome(gib, "measured", f"local binding planned on this machine's {topology.source} topology",
+                   details=details)
+
+
+def _bound_allocation(ctx) -> dict | str:
+    """Bind a small buffer to the NUMA node of device 0 (or this host's first node) and ask the
+    kernel where its pages are (move_pages); cached per run."""
+    def run():
+        online = numa.online_nodes()
+        topology = ctx.backend.topology()
+        wanted = topology.devices[0].numa_node if topology.devices else None
+        node = wanted if wanted in online else online[0]
+        try:
+            with memory.allocate_host(8 << 20, numa=("bind", [node])) as buf:
+                placed = buf.report()["numa_pages"]
+        except (numa.NumaUnsupported, OSError) as e:
+            return f"NUMA binding unavailable here: {e}"
+        total = sum(placed.values())
+        return {"node": node, "device_node": wanted, "online": online, "pages": placed,
+                "local_fraction": placed.get(node, 0) / total if total else 0.0}
+    return ctx.memo("bound_allocation", run)
+
+
+def slowdown_pct_numa_local(ctx, target) -> Outcome:
+    pen = ctx.profile.penalties
+    if pen.numa_local_pct is None or pen.numa_remote_pct is None:
+        return not_measured("modeled", "profile gives no NUMA penalties (penalties.numa_local_pct, numa_remote_pct)")
+    if ctx.backend is None:
+        return not_measured("modeled", ctx.backend_reason)
+    got = _bound_allocation(ctx)
+    if isinstance(got, str):
+        return not_measured("modeled", got)
+    local = got["local_fraction"] >= 0.99
+    value = pen.numa_pct(local)
+    where = ("" if got["device_node"] == got["node"] else
+             f" (device 0's node {got['device_node']} is not online here: bound to node {got['node']})")
+    return Outcome(value, "modeled", f"measured: a host buffer bound to node {got['node']}{where} has "
+                   f"{got['local_fraction']:.1%} of its pages there, so the profile's "
+                   f"{'local' if local else 'remote'} penalty applies",
+                   model_inputs(ctx.profile, "penalties.numa_local_pct" if local else "penalties.numa_remote_pct"),
+                   {"bound_allocation": {**got, "pages": {str(k): v for k, v in got["pages"].items()}}})
+
+
+def ghost_entry_bytes(ctx, target) -> Outcome:
+    sample = 20_000
+    value = ghost.measure_bytes_per_entry(sample)
+    return Outcome(value, "measured", f"tracemalloc over a real GhostList filled with {sample:,} 64-bit hashes")
+
+
+WRITE_TOKENS, WRITES = 512, 6
+
+
+def d2h_submit_block_s(ctx, target) -> Outcome:
+    """Longest time `CacheController.write` holds its caller (the scheduler thread) over a few
+    seed-geometry backups of WRITE_TOKENS each, with real buffers on the backend under test."""
+    if ctx.backend is None:
+        return not_measured("measured", ctx.backend_reason)
+    geom = seed_geometry()
+    # every write backs up the same pages to the same host slots: the controller keeps them in
+    # order, and the memory stays two pools of WRITE_TOKENS (46 MB each)
+    dev = DevicePool(geom, WRITE_TOKENS, backend=ctx.backend, materialize=True)
+    host = HostPool(geom, WRITE_TOKENS, "layer_first", backend=ctx.backend, materialize=True)
+    blocks = []
+    try:
+        with CacheController(dev, host, ctx.backend) as ctl:
+            dev_idx = np.arange(WRITE_TOKENS, dtype=np.int64)
+            for _ in range(WRITES):
+                t0 = time.perf_counter()
+                ctl.write(dev_idx, dev_idx)
+                blocks.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            ctl.flush(timeout=120)
+            drained = time.perf_counter() - t0
+    finally:
+        dev.close()
+        host.close()
+    nbytes = WRITE_TOKENS * geom.layout_dim
+    return Outcome(max(blocks), "measured",
+                   f"longest of {WRITES} CacheController.write calls ({nbytes / 1e6:.0f} MB each, all layers, "
+                   f"layer_first) on {ctx.backend.name}; the copies finished {drained:.3f} s later on the D2H thread",
+                   details={"block_s": blocks, "drain_s": drained, "bytes_per_write": nbytes})

@@ -1,0 +1,118 @@
+"""`hicache conform --out DIR` writes junit.xml, report.json (valid against its schema: every test,
+every target, environment, assumptions) and a self-contained report.html with plots and every target."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conformance.cli.main import main
+from conformance.report import schema
+from hardware_profiles import load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBSET = "test_target or (backup and mla-ps16-bf16-128)"
+
+
+@pytest.fixture
+def child_sees_this_checkout(monkeypatch):
+    # the pytest child must import this checkout's conformance, like the parent
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+
+
+@pytest.fixture(scope="module")
+def p800_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("conform-p800")
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), old) if p)
+    try:
+        rc = main(["conform", "--out", str(out), "-n", "0", "--profile", "p800", "-k", SUBSET])
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+    return rc, out
+
+
+def test_report_json_matches_its_schema_and_lists_every_target(p800_run):
+    rc, out = p800_run
+    assert rc == 0
+    ET.parse(out / "junit.xml")  # JUnit parses
+    report = json.loads((out / "report.json").read_text())
+    schema.validate(report)
+    names = [t.name for t in load_profile("p800").targets]
+    assert [r["name"] for r in report["targets"]] == names
+    assert all(r["verdict"] == "pass" for r in report["targets"]), report["targets"]
+    assert report["verdict"] == "PASS" and report["failed_targets"] == []
+    assert {r["basis"] for r in report["targets"]} == {"measured", "modeled"}
+    assert set(report["assumptions"]) == set(load_profile("p800").assumptions())
+    env = report["environment"]
+    assert env["backend"] == "emu" and env["profile"] == "p800" and env["kernel"] and env["torch"]
+    assert env["topology"]["source"] == "profile" and env["doctor"]["checks"]
+    assert len(report["tests"]) == report["summary"]["totals"]["tests"]
+
+
+def test_report_html_is_self_contained_with_plots_and_every_target(p800_run):
+    _, out = p800_run
+    page = (out / "report.html").read_text()
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) >= 3 and all(len(i) > 1000 for i in images)  # T(n) fit, bandwidth, layouts
+    assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched: opens offline
+    for t in load_profile("p800").targets:
+        assert f'id="target-{t.name}"' in page
+
+
+def test_a_schema_violation_is_caught():
+    import jsonschema
+
+    bad = {"name": "x", "value": None, "target": 1, "comparator": "<=", "unit": "B", "verdict": "not_measured",
+           "basis": "measured", "reason": "", "source": "s"}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema.TARGET_ROW)  # not_measured without a reason
+
+
+def test_deselected_targets_are_listed_not_measured(tmp_path, child_sees_this_checkout, capsys):
+    rc = main(["conform", "--out", str(tmp_path), "-n", "0", "--profile", "p800", "-k", "test_target and ghost"])
+    assert rc == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    schema.validate(report)
+    rows = {r["name"]: r for r in report["targets"]}
+    assert rows["ghost_entry_bytes"]["verdict"] == "pass"
+    assert rows["h2d_gbps"]["verdict"] == "not_measured" and "did not run" in rows["h2d_gbps"]["reason"]
+    assert "h2d_gbps" in report["unchecked_targets"]
+    printed = capsys.readouterr().out
+    assert "unchecked targets (not measured):" in printed and "assumed inputs" in printed
+
+
+def test_an_unavailable_backend_reports_measured_targets_not_measured(tmp_path, child_sees_this_checkout):
+    rc = main(["conform", "--out", str(tmp_path), "-n", "0", "--backend", "xpu", "--profile", "p800",
+               "-k", "test_target"])
+    assert rc == 3  # NOT RUN, whatever the modeled targets say
+    report = json.loads((tmp_path / "report.json").read_text())
+    schema.validate(report)
+    assert report["verdict"] == "NOT RUN" and not report["ok"]
+    rows = {r["name"]: r for r in report["targets"]}
+    assert rows["h2d_gbps"]["verdict"] == "not_measured" and "unavailable" in rows["h2d_gbps"]["reason"]
+    assert rows["d2h_submit_block_s"]["verdict"] == "not_measured"
+    assert report["figures"]["bandwidth"] is None
+
+
+def test_a_failed_target_fails_the_run_and_is_named(tmp_path, child_sees_this_checkout, capsys):
+    text = (ROOT / "hardware_profiles" / "emu.yaml").read_text()
+    text += ('  ghost_entry_bytes:\n    comparator: "<="\n    value: 1\n    tolerance: 0\n    unit: B\n'
+             '    source: "test: no ghost list entry fits in one byte"\n')
+    prof = tmp_path / "tight.yaml"
+    prof.write_text(text)
+    out = tmp_path / "out"
+    rc = main(["conform", "--out", str(out), "-n", "0", "--profile", str(prof), "-k", "test_target and ghost"])
+    assert rc == 1
+    report = json.loads((out / "report.json").read_text())
+    schema.validate(report)
+    assert report["verdict"] == "FAIL" and report["failed_targets"] == ["ghost_entry_bytes"]
+    assert "FAIL ghost_entry_bytes" in capsys.readouterr().out
