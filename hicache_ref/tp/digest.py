@@ -128,7 +128,7 @@ class SpmdCheck:
             rows = self.group.all_gather([signed(log.digest), signed(log.read_digest)])
             self.checks += 1
             if len({r[0] for r in rows}) > 1:
-                self._raise_first(0, "allocator decisions")
+                self._raise_first(1, "allocator decisions")
             if len({r[1] for r in rows}) > 1:
                 self.reads_identical = False
                 self._raise_first(2, "KV bytes read")

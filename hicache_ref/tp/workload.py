@@ -50,8 +50,8 @@ class WorkloadConfig:
     layers: int = 2
     kv_dim: int = 64
     page_size: int = 4
-    l1_pages: int = 48
-    l2_pages: int = 96
+    l1_pages: int = 24  # small tiers: evictions, write-backs and load-backs from the first ops on
+    l2_pages: int = 48
     documents: int = 10
     max_doc_pages: int = 10
     timeout: float = 30.0  # every collective, and the rendezvous
