@@ -21,7 +21,7 @@ class OneOfTwo:
     def all_reduce(self, values, op):
         self.calls += 1
         other = self.peer(self.calls) if callable(self.peer) else self.peer
-        return [min(a, b) if op == "min" else max(a, b) for a, b in zip(values, other)]
+        return [min(a, b) if op == "min" else max(a, b) for a, b in zip(values, other, strict=False)]
 
     def all_gather(self, values):
         return [list(values), list(self.peer)] if self.rank == 0 else [list(self.peer), list(values)]

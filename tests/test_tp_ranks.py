@@ -60,11 +60,6 @@ def test_a_group_runs_under_torchrun(shared_dir):
     assert rep["ranks"] == 2 and rep["consistent"] and rep["d2h_bytes_by_rank"]["1"] == 0
 
 
-def hicache(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "conformance.cli.main", *args], capture_output=True, text=True,
-                          env=ENV, timeout=timeout, cwd=ROOT)
-
-
 def in_process(capsys, *args) -> tuple[int, str, str]:
     from conformance.cli import main
 
@@ -74,10 +69,10 @@ def in_process(capsys, *args) -> tuple[int, str, str]:
 
 
 def test_cli_reports_the_issue_keys(shared_dir, capsys):
-    out = hicache("spmd", "--ranks", "2", "--ops", "60", "--seed", "4", "--shared", "--shared-dir", shared_dir,
-                  "--json")
-    assert out.returncode == 0, out.stderr
-    rep = json.loads(out.stdout)
+    code, stdout, stderr = in_process(capsys, "spmd", "--ranks", "2", "--ops", "60", "--seed", "4", "--shared",
+                                      "--shared-dir", shared_dir, "--json")
+    assert code == 0, stderr
+    rep = json.loads(stdout)
     assert list(rep)[: len(KEYS)] == list(KEYS)
     assert rep["ranks"] == 2 and rep["ops"] == 60 and rep["consistent"] and rep["first_divergence"] is None
     assert rep["host_bytes_total"] == rep["host_pool"]["nbytes"] and rep["d2h_bytes_by_rank"]["1"] == 0
