@@ -45,18 +45,21 @@ class SpmdDivergence(RuntimeError):
 class DecisionLog:
     """Per-op decisions of this rank since the last agreeing check, and the running digests."""
 
-    def __init__(self):
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled  # False: log nothing (the bench's baseline for the self-check's cost)
         self.digest = 0  # decisions
         self.read_digest = 0  # KV bytes read
         self.op = -1
         self._parts: list[str] = []
         self.window: list[tuple[int, int, int, str]] = []  # (op, digest, read digest, decisions)
-        self.seconds = 0.0  # spent logging and checking (the self-check's overhead)
+        self.seconds = 0.0  # spent logging (part of the self-check's overhead)
 
     def begin(self, op: int) -> None:
         self.op, self._parts = op, []
 
     def record(self, tier: str, kind: str, pages) -> None:
+        if not self.enabled:
+            return
         t0 = time.perf_counter()
         if pages is None:
             text, blob = f"{tier} {kind} none", b""
@@ -69,11 +72,15 @@ class DecisionLog:
         self.seconds += time.perf_counter() - t0
 
     def record_read(self, data: bytes) -> None:
+        if not self.enabled:
+            return
         t0 = time.perf_counter()
         self.read_digest = _h64(self.read_digest.to_bytes(8, "big") + data)
         self.seconds += time.perf_counter() - t0
 
     def end(self) -> None:
+        if not self.enabled:
+            return
         text = "; ".join(self._parts) or "no allocator call"
         if len(text) > DECISION_CHARS:
             text = text[: DECISION_CHARS - 3] + "..."
@@ -115,6 +122,7 @@ class SpmdCheck:
         self.group, self.log, self.every = group, log, every
         self.checks = 0
         self.reads_identical = True
+        self.seconds = 0.0  # in the comparisons (collectives, including waiting for the slowest rank)
 
     def after_op(self, op: int) -> None:
         if (op + 1) % self.every == 0:
@@ -122,8 +130,10 @@ class SpmdCheck:
 
     def check(self) -> None:
         """Raise SpmdDivergence on every rank if the ranks' decisions differ (reads: noted)."""
-        t0 = time.perf_counter()
         log = self.log
+        if not log.enabled:
+            return
+        t0 = time.perf_counter()
         try:
             rows = self.group.all_gather([signed(log.digest), signed(log.read_digest)])
             self.checks += 1
@@ -134,7 +144,7 @@ class SpmdCheck:
                 self._raise_first(2, "KV bytes read")
             log.window = []
         finally:
-            log.seconds += time.perf_counter() - t0
+            self.seconds += time.perf_counter() - t0
 
     def _raise_first(self, field: int, what: str) -> None:
         windows = self.group.all_gather_object(self.log.window)

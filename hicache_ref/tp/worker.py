@@ -41,7 +41,7 @@ def run_rank(cfg: WorkloadConfig) -> list[dict]:
         group = Group(cfg.timeout, backend.capabilities().device_type)
         buf, pool = open_host_buffer(group, host_pool_bytes(cfg), shared=cfg.shared, shared_dir=cfg.shared_dir,
                                      backend=backend, faults=cfg.faults)
-        log = DecisionLog()
+        log = DecisionLog(enabled=cfg.self_check)
         check = SpmdCheck(group, log, cfg.check_every)
         cache = RankCache(cfg, group, backend, buf, log)
         ops = make_ops(cfg)
@@ -56,7 +56,8 @@ def run_rank(cfg: WorkloadConfig) -> list[dict]:
             cache.close()
         wall = time.perf_counter() - t0
         mine = dict(cache.stats(), rank=group.rank, digest=f"{log.digest:016x}", read_digest=f"{log.read_digest:016x}",
-                    checks=check.checks, wall_seconds=wall, check_seconds=log.seconds, pool=pool)
+                    checks=check.checks, wall_seconds=wall, log_seconds=log.seconds,
+                    check_seconds=check.seconds, pool=pool)
         return group.all_gather_object(mine)
     finally:
         if buf is not None:

@@ -58,6 +58,7 @@ class WorkloadConfig:
     backend: str = "emu"
     profile: str | None = None
     gate: bool = True  # the visibility protocol (off only to show it is needed)
+    self_check: bool = True  # log and compare decisions (off only for the bench's baseline)
     d2h_delay_ms: float = 0.0  # rank 0 sleeps up to this long before each D2H (stress)
     faults: dict = field(default_factory=dict)  # test hooks: fail_attach_rank, kill_in_setup_rank, kill_at
 
