@@ -31,7 +31,7 @@ def shared_dir():
 
 def test_without_the_gate_a_delayed_writer_lets_other_ranks_read_stale_kv(shared_dir):
     """The negative control of the visibility protocol: the same run with it off reads wrong bytes."""
-    cfg = WorkloadConfig(ops=200, seed=1, shared=True, shared_dir=shared_dir, gate=False, d2h_delay_ms=10.0,
+    cfg = WorkloadConfig(ops=200, seed=1, shared=True, shared_dir=shared_dir, gate=False, d2h_delay_ms=25.0,
                          check_every=10_000)
     outcomes = launch(cfg, 2)
     bad_reads = [o for o in outcomes if o.status == "diverged" and o.payload["what"] == "KV bytes read"]
@@ -117,3 +117,36 @@ def test_cli_a_rank_failure_is_one_line_and_exit_1(monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["hicache: spmd: rank 1: exited with signal SIGKILL before reporting; "
                    "rank 0: GroupError: rank 0: collective all_gather failed (a rank died...)"]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def test_sigkill_of_hicache_spmd_takes_its_ranks_down_and_leaves_no_file(shared_dir):
+    import signal
+    import time
+
+    cli = subprocess.Popen([sys.executable, "-m", "conformance.cli.main", "spmd", "--ranks", "2", "--ops", "1000000",
+                            "--shared", "--shared-dir", shared_dir], env=ENV, cwd=ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, ranks = time.monotonic() + 60, []
+        while time.monotonic() < deadline and len(ranks) < 2:
+            ranks = [g for c in _children(cli.pid) for g in _children(c)]
+            time.sleep(0.2)
+        assert len(ranks) == 2, "the ranks never started"
+        helpers = _children(cli.pid)
+        time.sleep(1.0)  # let the ranks get past setup
+    finally:
+        cli.send_signal(signal.SIGKILL)
+        cli.wait(30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in ranks + helpers):
+        time.sleep(0.2)
+    assert not [p for p in ranks if os.path.exists(f"/proc/{p}")], "ranks outlived hicache spmd"
+    # shared_dir's teardown asserts that no file was left

@@ -24,9 +24,12 @@ class GroupError(RuntimeError):
     """A collective failed: a rank died, timed out or reported a failure."""
 
 
-def process_group_backend(device_type: str) -> str:
-    """nccl for CUDA-like devices (torch_xmlir presents the XPU as cuda), gloo for CPU ones."""
-    return "nccl" if device_type == "cuda" and dist.is_nccl_available() else "gloo"
+def process_group_backend(device_type: str, local_ranks: int = 1) -> str:
+    """nccl for CUDA-like devices (torch_xmlir presents the XPU as cuda) when every local rank has
+    a card of its own (nccl refuses two ranks on one device), gloo otherwise and for CPU ones."""
+    if device_type != "cuda" or not dist.is_nccl_available():
+        return "gloo"
+    return "nccl" if torch.cuda.device_count() >= local_ranks else "gloo"
 
 
 class Group:
@@ -39,7 +42,7 @@ class Group:
         if not timeout > 0:
             raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
         self.timeout = float(timeout)
-        self.backend = process_group_backend(device_type)
+        self.backend = process_group_backend(device_type, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else None
         try:
             dist.init_process_group(self.backend, init_method="env://",

@@ -8,7 +8,7 @@ rank sends its outcome (figures, divergence, or error) back on a pipe.
 
 Bounded: once a rank has failed or died, the others get the collective timeout (plus a
 margin) to fail on their own, with their reason; whatever still runs after that is killed.
-Afterwards files in the shared directory whose creator died (a rank killed between creating
+A rank dies with the launcher (a watchdog thread in every rank), and the forkserver then exits. Afterwards files in the shared directory whose creator died (a rank killed between creating
 and unlinking the shared segment) are reaped, so no run leaves one behind.
 """
 
@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import socket
+import threading
 import time
 from typing import NamedTuple
 
@@ -40,7 +42,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, world: int, port: int, cfg: WorkloadConfig, conn) -> None:
+WATCH_SECONDS = 0.5
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[19]
+    except OSError:
+        return None
+
+
+def _die_with(launcher: int, started: str | None) -> None:
+    """SIGKILL this rank once the launcher is gone (the same pid with another start time is
+    another process). A rank's parent is the forkserver, which outlives a killed launcher
+    while ranks run, so PR_SET_PDEATHSIG would not fire: the rank watches the launcher itself."""
+    def watch():
+        while _start_time(launcher) == started:
+            time.sleep(WATCH_SECONDS)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="hicache-rank-watchdog", daemon=True).start()
+
+
+def _rank_main(rank: int, world: int, port: int, cfg: WorkloadConfig, conn, launcher: tuple) -> None:
+    _die_with(*launcher)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     import torch
@@ -73,11 +99,12 @@ def launch(cfg: WorkloadConfig, ranks: int, deadline_seconds: float | None = Non
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks: expected a positive number of ranks, got {ranks!r}")
     ctx, port = _context(), free_port()
+    launcher = (os.getpid(), _start_time(os.getpid()))
     pipes, procs = [], []
     try:
         for r in range(ranks):
             recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_rank_main, args=(r, ranks, port, cfg, send), name=f"hicache-rank-{r}", daemon=True)
+            p = ctx.Process(target=_rank_main, args=(r, ranks, port, cfg, send, launcher), name=f"hicache-rank-{r}", daemon=True)
             p.start()
             send.close()
             pipes.append(recv)
@@ -132,7 +159,5 @@ def _collect(procs, pipes, timeout: float, deadline_seconds: float | None) -> li
 
 def _exit_text(code: int | None) -> str:
     if code is not None and code < 0:
-        import signal
-
         return f"signal {signal.Signals(-code).name}"
     return f"code {code}"

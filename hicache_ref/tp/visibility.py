@@ -19,6 +19,10 @@ reads cover the pages' last load. Whether to sync is decided from numbers every 
 alike, so every rank enters the same collectives; while the MIN falls short, rank 0 waits for
 its oldest outstanding D2H (`progress`) before the next round.
 
+Memory ordering: rank 0's write has completed (its D2H event) before rank 0 counts it, and the
+count reaches another rank only through the collective, whose socket send and receive are
+full barriers on both sides; a load issued after the collective sees the bytes.
+
 With private pools (every rank its own copy) the gate runs no collective: a load waits only
 for this rank's own outstanding writes of its pages. `enabled=False` turns the protocol off, for the test that shows it is needed.
 """

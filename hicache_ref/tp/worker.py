@@ -28,7 +28,8 @@ from hicache_ref.tp.workload import WorkloadConfig, make_ops
 def _open_backend(cfg: WorkloadConfig):
     backend = get_backend(cfg.backend, cfg.profile)
     if backend.capabilities().device_type == "cuda" and "LOCAL_RANK" in os.environ:
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # one card per rank on a node
+        # one card per rank on a node; more ranks than cards share them round-robin (over gloo)
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % max(1, torch.cuda.device_count()))
     return backend
 
 
