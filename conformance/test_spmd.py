@@ -73,6 +73,9 @@ def test_ranks_decide_alike_with_a_shared_pool(run_on, shared_dir, ranks, order)
     assert rep["digest"] == _alone_digest(run_on, order)  # N ranks decide as one rank alone does
     assert rep["read_mismatches"] == 0 and rep["reads_identical"]
     assert rep["host_bytes_total"] == rep["host_pool"]["nbytes"]  # one copy for the group
+    assert all(b >= rep["host_bytes_total"] for b in rep["registered_bytes_by_rank"].values())  # each rank registered it
+    if "policy_restored" in rep["host_pool"]:  # interleaved while faulted and registered, then put back
+        assert rep["host_pool"]["policy_restored"] and rep["host_pool"]["policy_achieved"]
     d2h = rep["d2h_bytes_by_rank"]
     assert d2h["0"] > 0 and all(d2h[str(r)] == 0 for r in range(1, ranks))  # only rank 0 writes
     assert len(set(rep["h2d_bytes_by_rank"].values())) == 1 and rep["h2d_bytes_by_rank"]["0"] > 0  # all load alike

@@ -98,6 +98,7 @@ def test_cli_injected_divergence_exits_non_zero_at_that_op(capsys):
     (["--ranks", "1", "--inject-divergence-at", "0"], "--inject-divergence-at"),
     (["--shared", "--shared-dir", "/nonexistent/dir"], "--shared-dir"),
     (["--shared", "--shared-dir", "/etc/passwd"], "--shared-dir"),
+    (["--backend", "nope"], "--backend"), (["--backend", "count"], "--backend"),
 ])
 def test_cli_bad_input_is_one_line_naming_the_option(args, where, capsys):
     code, stdout, stderr = in_process(capsys, "spmd", *args)

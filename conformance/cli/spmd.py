@@ -38,6 +38,8 @@ def add_arguments(p) -> None:
                    help="perturb the last rank's allocator at op I (the check must catch it)")
     p.add_argument("--timeout", type=types.count(1, 3600), default=int(DEFAULTS.timeout),
                    help="seconds any collective may wait before the ranks give up")
+    p.add_argument("--backend", default=DEFAULTS.backend, help="backend every rank runs on (emu; cuda or xpu on "
+                   "hardware, one card per local rank)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
 
@@ -49,6 +51,19 @@ def config_from_args(a) -> WorkloadConfig:
                                                      f"({a.ops - 1}) of --ops {a.ops}")
         if a.ranks < 2:
             raise CliError("--inject-divergence-at", "needs --ranks 2 or more (one rank cannot diverge)")
+    from hal.backend import available_backends, backend_class, get_backend
+
+    if a.backend not in available_backends():
+        raise CliError("--backend", f"unknown backend {a.backend!r}; known: {', '.join(available_backends())}")
+    ok_here, why = backend_class(a.backend).probe()
+    if not ok_here:
+        raise CliError("--backend", f"{a.backend} is not available here: {why}")
+    probe = get_backend(a.backend)
+    try:
+        if not probe.capabilities().moves_bytes:
+            raise CliError("--backend", f"{a.backend} moves no bytes; the SPMD run writes and checks real KV")
+    finally:
+        probe.close()
     shared_dir = None
     if a.shared:
         try:
@@ -56,7 +71,8 @@ def config_from_args(a) -> WorkloadConfig:
         except ValueError as e:
             raise CliError("--shared-dir", str(e).removeprefix("shared_dir: ")) from None
     return WorkloadConfig(ops=a.ops, seed=a.seed, free_list=a.free_list, check_every=a.check_every, shared=a.shared,
-                          shared_dir=shared_dir, inject_divergence_at=a.inject_divergence_at, timeout=float(a.timeout))
+                          shared_dir=shared_dir, inject_divergence_at=a.inject_divergence_at, timeout=float(a.timeout),
+                          backend=a.backend)
 
 
 def failure_line(outcomes) -> str:

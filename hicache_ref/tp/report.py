@@ -38,6 +38,7 @@ def report(cfg: WorkloadConfig, results: list[dict]) -> dict:
         "reads_identical": len({r["read_digest"] for r in results}) == 1,
         "h2d_bytes_by_rank": {str(r["rank"]): r["h2d_bytes"] for r in results},
         "pages_read_by_rank": {str(r["rank"]): r["pages_read"] for r in results},
+        "registered_bytes_by_rank": {str(r["rank"]): r["registered_bytes"] for r in results},
         "checks": results[0]["checks"],
         "host_pool": {k: v for k, v in results[0]["pool"].items() if k not in ("file_uid",)},
     }

@@ -79,9 +79,13 @@ def open_host_buffer(group: Group, nbytes: int, *, shared: bool, shared_dir=None
     info: dict = {"shared": True, "numa": numa_note}
     if group.rank == 0:
         try:
+            before = numa.get_mempolicy() if nodes is not None else None
             with _interleaved(nodes):
                 buf = allocate_host(nbytes, shared_dir=shared_dir, keep_name=True, backend=backend,
                                     numa=None if nodes is None else ("interleave", nodes))
+            if nodes is not None:
+                info["policy_restored"] = numa.get_mempolicy() == before
+                info["policy_achieved"] = buf.report()["policy_achieved"]
             st = os.stat(buf.shared_path)
             info["file_mode"] = f"{stat.S_IMODE(st.st_mode):04o}"
             info["file_uid"] = st.st_uid

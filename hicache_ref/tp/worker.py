@@ -58,7 +58,7 @@ def run_rank(cfg: WorkloadConfig) -> list[dict]:
         wall = time.perf_counter() - t0
         mine = dict(cache.stats(), rank=group.rank, digest=f"{log.digest:016x}", read_digest=f"{log.read_digest:016x}",
                     checks=check.checks, wall_seconds=wall, log_seconds=log.seconds,
-                    check_seconds=check.seconds, pool=pool)
+                    check_seconds=check.seconds, pool=pool, registered_bytes=buf.report()["registered_bytes"])
         return group.all_gather_object(mine)
     finally:
         if buf is not None:
