@@ -27,6 +27,8 @@ def parse_size(text: str | int, *, name: str, minimum: int = 0) -> int:
     ValueError naming `name` (the argument) on anything else."""
     if isinstance(text, bool) or not isinstance(text, str | int):
         raise ValueError(f"{name}: expected a size such as 4096, 80G or 75GiB, got {text!r}")
+    if isinstance(text, int) and text < 0 or str(text).strip().startswith("-"):
+        raise ValueError(f"{name}: a size must be non-negative, got {text!r}")
     m = _FORM.fullmatch(str(text))
     if not m or m.group(2).lower() not in _SCALE:
         raise ValueError(f"{name}: expected a whole number, optionally with a unit ({HELP}), "

@@ -52,7 +52,19 @@ class ProfileError(ValueError):
 
     def __init__(self, file: str, key_path: str, expected: str, got: str):
         self.file, self.key_path, self.expected, self.got = str(file), key_path, expected, got
-        super().__init__(f"{self.file}: {key_path}: expected {expected}, got {got}")
+        super().__init__(f"{self.file}: {key_path}: expected {expected}, got {clip_echo(got)}")
+
+
+ECHO_CHARS = 80  # how much of a bad value a message echoes
+
+
+def clip_echo(got: str) -> str:
+    """`got` as a message echoes it: at most ECHO_CHARS characters, then how long it was (a
+    non-profile file given as --profile must not be printed whole)."""
+    got = str(got)
+    if len(got) <= ECHO_CHARS:
+        return got
+    return f"{got[: ECHO_CHARS - 3]}... ({len(got):,} characters)"
 
 
 class FieldError(ValueError):

@@ -3,7 +3,8 @@
 A pool of `num_tokens` token slots is cut into pages of `page_size` slots; page p owns
 slots [p*page_size, (p+1)*page_size). The allocator hands out whole pages only, so token
 slot indices are always page-aligned runs, and it can keep its bookkeeping per page
-(the free list of a 145M-token pool is 2.3M integers, not 145M).
+(the free list of a 145M-token pool is at most 2.3M integers, not 145M, and only as many
+as pages were freed).
 
 Order of the free list:
 - "fifo" (upstream's behaviour): freed pages go to the back, allocation takes from the
@@ -67,7 +68,15 @@ def slots_to_pages(slots, page_size: int, name: str = "indices") -> np.ndarray:
 
 
 class PageAllocator:
-    """Allocates whole pages of token slots; detects double allocation and double free."""
+    """Allocates whole pages of token slots; detects double allocation and double free.
+
+    Bookkeeping grows with use, not with capacity (a 50G-token pool that a trace fills to 1%
+    must not cost 6 GB of free list): pages [fresh, num_pages) were never handed out and are
+    kept as that one number, and only pages freed since are stored. The order is the same as
+    one free list over every page would give: fifo hands out never-used pages before any
+    freed page (they were queued first), lifo hands out the last freed pages first and then
+    never-used pages in ascending order.
+    """
 
     def __init__(self, num_tokens: int, page_size: int, order: str = "fifo"):
         if not isinstance(page_size, int) or page_size <= 0:
@@ -80,14 +89,14 @@ class PageAllocator:
         self.page_size = page_size
         self.order = order
         self.num_pages = num_tokens // page_size
-        # The free list is a ring (fifo) or a stack (lifo) over one fixed array: at most
-        # num_pages pages are ever free, so it never grows.
-        self._ring = np.arange(self.num_pages, dtype=np.int64)
-        if order == "lifo":  # top of the stack is the array's end: a fresh pool still hands out 0, 1, 2...
-            self._ring = self._ring[::-1].copy()
-        self._head = 0  # fifo: position of the oldest free page
+        self._fresh = 0  # pages [_fresh, num_pages) were never handed out
+        # Pages freed since they were handed out: a ring (fifo; _head is the oldest) or a
+        # stack (lifo; the top is _count - 1), grown by doubling, never past num_pages.
+        self._recycled = np.zeros(0, dtype=np.int64)
+        self._head = 0
+        self._count = 0
         self._free = self.num_pages
-        self._allocated = np.zeros(self.num_pages, dtype=bool)
+        self._allocated = np.zeros(0, dtype=bool)  # per page below _fresh (grown with it)
 
     # -- sizes -----------------------------------------------------------------
     @property
@@ -109,16 +118,29 @@ class PageAllocator:
         n = int(n_pages)
         if n > self._free:
             return None
-        cap = self.num_pages
-        if self.order == "fifo":
-            pos = (self._head + np.arange(n)) % cap if n else np.zeros(0, dtype=np.int64)
-            pages = self._ring[pos]
-            self._head = (self._head + n) % cap if cap else 0
-        else:  # lifo: top of the stack first
-            pages = self._ring[self._free - n : self._free][::-1].copy()
+        if self.order == "fifo":  # never-used pages were queued before any freed one
+            fresh = min(n, self.num_pages - self._fresh)
+            reused = n - fresh
+            pages = np.arange(self._fresh, self._fresh + fresh, dtype=np.int64)
+            if reused:
+                old = self._recycled[(self._head + np.arange(reused)) % len(self._recycled)]
+                pages = np.concatenate([pages, old]) if fresh else old
+        else:  # lifo: the stack's top first, then never-used pages from the lowest
+            reused = min(n, self._count)
+            fresh = n - reused
+            pages = self._recycled[self._count - reused : self._count][::-1].copy()
+            if fresh:
+                new = np.arange(self._fresh, self._fresh + fresh, dtype=np.int64)
+                pages = np.concatenate([pages, new]) if reused else new
+        if self._fresh + fresh > len(self._allocated):  # all False: no state change yet
+            self._allocated = self._grown(self._allocated, self._fresh + fresh)
         if self._allocated[pages].any() or has_duplicates(pages):
             # Only a corrupted free list gets here; refuse rather than hand a slot out twice.
             raise RuntimeError(f"double allocation of pages {pages[self._allocated[pages]].tolist()[:8]}")
+        if self.order == "fifo" and reused:
+            self._head = (self._head + reused) % len(self._recycled)
+        self._count -= reused
+        self._fresh += fresh
         self._free -= n
         self._allocated[pages] = True
         return pages
@@ -127,20 +149,48 @@ class PageAllocator:
         pages = np.asarray(pages, dtype=np.int64).reshape(-1)
         if not len(pages):
             return
-        if pages.min() < 0 or pages.max() >= self.num_pages:
+        top = pages.max()
+        if pages.min() < 0 or top >= self.num_pages:
             raise ValueError(f"indices: page outside this pool of {self.num_pages} pages")
         if has_duplicates(pages):
             raise ValueError("indices: the same page is freed twice in one call")
-        if not self._allocated[pages].all():
-            raise ValueError(f"indices: double free of pages {pages[~self._allocated[pages]].tolist()[:8]}")
-        n, cap = len(pages), self.num_pages
+        held = self._allocated[pages] if top < len(self._allocated) else self._is_allocated(pages)
+        if not held.all():
+            raise ValueError(f"indices: double free of pages {pages[~held].tolist()[:8]}")
+        n = len(pages)
+        if self._count + n > len(self._recycled):
+            self._unroll_and_grow(self._count + n)
         if self.order == "fifo":
-            pos = (self._head + self._free + np.arange(n)) % cap
-            self._ring[pos] = pages
+            self._recycled[(self._head + self._count + np.arange(n)) % len(self._recycled)] = pages
         else:
-            self._ring[self._free : self._free + n] = pages
+            self._recycled[self._count : self._count + n] = pages
+        self._count += n
         self._free += n
         self._allocated[pages] = False
+
+    def _is_allocated(self, pages: np.ndarray) -> np.ndarray:
+        """Per page (in range): allocated? Pages at or past the high-water mark never were."""
+        if not len(pages) or pages.max() < len(self._allocated):
+            return self._allocated[pages]
+        inside = pages < len(self._allocated)
+        held = np.zeros(len(pages), dtype=bool)
+        held[inside] = self._allocated[pages[inside]]
+        return held
+
+    def _grown(self, array: np.ndarray, need: int) -> np.ndarray:
+        """`array` copied into one of at least `need` entries (doubling, at most num_pages)."""
+        out = np.zeros(min(self.num_pages, max(need, 2 * len(array), 1024)), dtype=array.dtype)
+        out[: len(array)] = array
+        return out
+
+    def _unroll_and_grow(self, need: int) -> None:
+        """Room for `need` freed pages; a fifo ring is unrolled so its oldest page is at 0."""
+        if self.order == "fifo" and self._count:
+            live = self._recycled[(self._head + np.arange(self._count)) % len(self._recycled)]
+        else:
+            live = self._recycled[: self._count]
+        self._recycled = self._grown(live, need)
+        self._head = 0
 
     # -- token-slot API (upstream's interface) -----------------------------------
     def alloc(self, n_tokens: int) -> np.ndarray | None:
@@ -156,7 +206,10 @@ class PageAllocator:
 
     def is_allocated(self, indices) -> np.ndarray:
         """Per page of `indices`: is it allocated?"""
-        return self._allocated[slots_to_pages(indices, self.page_size)]
+        pages = slots_to_pages(indices, self.page_size)
+        if len(pages) and (pages.min() < 0 or pages.max() >= self.num_pages):
+            raise IndexError(f"indices: page outside this pool of {self.num_pages} pages")
+        return self._is_allocated(pages)
 
     def pages_allocated(self, pages: np.ndarray) -> bool:
         """Are all these page numbers in range and allocated?"""
@@ -165,10 +218,12 @@ class PageAllocator:
             return True
         if pages.min() < 0 or pages.max() >= self.num_pages:
             return False
-        return bool(self._allocated[pages].all())
+        return bool(self._is_allocated(pages).all())
 
     def free_page_list(self) -> np.ndarray:
         """Free pages in the order they would be handed out (for tests and reports)."""
+        never_used = np.arange(self._fresh, self.num_pages, dtype=np.int64)
         if self.order == "fifo":
-            return self._ring[(self._head + np.arange(self._free)) % max(self.num_pages, 1)]
-        return self._ring[: self._free][::-1].copy()
+            return np.concatenate([never_used, self._recycled[(self._head + np.arange(self._count))
+                                                              % max(len(self._recycled), 1)]])
+        return np.concatenate([self._recycled[: self._count][::-1], never_used])

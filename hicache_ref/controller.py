@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from hal.transfer.direction import POOL_DIRECTIONS, Direction
 from hicache_ref.allocator import has_duplicates, pages_to_slots, slots_to_pages
 from hicache_ref.controller_state import ControllerState, TransferCancelled, TransferError
 from hicache_ref.direction_worker import STOP, DirectionWorker, Job
@@ -58,7 +59,7 @@ from hicache_ref.pool_mover import PoolMover
 __all__ = ["Ack", "CacheController", "ControllerStats", "DirectionStats", "LoadHandle", "TransferCancelled",
            "TransferError", "TransferHandle", "WriteHandle"]
 
-DIRECTIONS = ("d2h", "h2d")
+DIRECTIONS = POOL_DIRECTIONS  # D2H backups, H2D loads: one worker each
 
 
 class CacheController:
@@ -79,13 +80,13 @@ class CacheController:
         """Queue a backup host[host_indices] = device[device_indices] (all layers); returns at once."""
         t0 = time.perf_counter()
         di, hi = self._slots(device_indices, host_indices, "host")
-        return self._queue("d2h", di, hi, tag, t0)
+        return self._queue(Direction.D2H, di, hi, tag, t0)
 
     def load(self, host_indices, device_indices, tag: Any = None) -> LoadHandle:
         """Queue a load device[device_indices] = host[host_indices], one submission per layer."""
         t0 = time.perf_counter()
         di, hi = self._slots(device_indices, host_indices, "device")
-        return self._queue("h2d", di, hi, tag, t0)
+        return self._queue(Direction.H2D, di, hi, tag, t0)
 
     def write_pages(self, device_pages, host_pages, tag: Any = None) -> WriteHandle:
         """`write` of whole pages (page p = slots [p*page_size, (p+1)*page_size)), as the radix
@@ -93,20 +94,20 @@ class CacheController:
         t0 = time.perf_counter()
         dp, hp = self._pages(device_pages, host_pages, "host")
         ps = self.geom.page_size
-        return self._queue("d2h", pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
+        return self._queue(Direction.D2H, pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
 
     def load_pages(self, host_pages, device_pages, tag: Any = None) -> LoadHandle:
         """`load` of whole pages (see write_pages)."""
         t0 = time.perf_counter()
         dp, hp = self._pages(device_pages, host_pages, "device")
         ps = self.geom.page_size
-        return self._queue("h2d", pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
+        return self._queue(Direction.H2D, pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
 
-    def _queue(self, direction: str, di: np.ndarray, hi: np.ndarray, tag: Any, t0: float) -> TransferHandle:
-        if direction == "d2h":
-            h = WriteHandle(self._state, "d2h", tag, len(hi), 1)
+    def _queue(self, direction: Direction, di: np.ndarray, hi: np.ndarray, tag: Any, t0: float) -> TransferHandle:
+        if direction == Direction.D2H:
+            h = WriteHandle(self._state, direction, tag, len(hi), 1)
         else:
-            h = LoadHandle(self._state, "h2d", tag, len(hi), self.geom.layers)
+            h = LoadHandle(self._state, direction, tag, len(hi), self.geom.layers)
         self._enqueue(direction, Job(h, hi, di), t0)
         return h
 

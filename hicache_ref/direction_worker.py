@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hal.transfer import kvcacheio
+from hal.transfer.direction import Direction
 from hal.transfer.plan import TransferPlan
 from hicache_ref.controller_state import ControllerState, TransferCancelled
 from hicache_ref.handles import Ack, DirectionStats, TransferHandle
@@ -36,18 +37,43 @@ class Job(NamedTuple):
     device_indices: np.ndarray
 
 
+class ExactSeconds:
+    """A sum of modeled seconds rounded once, at the end: the same bits whatever the order or
+    grouping of the terms (a float running sum rounds at every step, so it would not be).
+
+    Every finite float is an integer multiple of 2**-1074; terms are kept as that integer.
+    """
+
+    _SCALE_BITS = 1074
+
+    def __init__(self) -> None:
+        self._units = 0
+        self.known = True  # False once a term was None (not modeled): the sum is unknown
+
+    def add(self, seconds: float | None) -> None:
+        if seconds is None:
+            self.known = False
+            return
+        num, den = float(seconds).as_integer_ratio()
+        self._units += num << (self._SCALE_BITS - (den.bit_length() - 1))
+
+    def value(self) -> float | None:
+        return self._units / (1 << self._SCALE_BITS) if self.known else None  # int / int rounds once
+
+
 class DirectionWorker:
     """Submitter + watcher threads of one direction, on one backend stream."""
 
-    def __init__(self, name: str, state: ControllerState, mover: PoolMover, backend):
-        self.name, self.state, self.mover, self.backend = name, state, mover, backend
+    def __init__(self, direction: Direction, state: ControllerState, mover: PoolMover, backend):
+        self.direction, self.state, self.mover, self.backend = direction, state, mover, backend
         self.stream = backend.new_stream()
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.inflight: queue.SimpleQueue = queue.SimpleQueue()  # ([handles], last event), stream order
         self.stats = DirectionStats()
+        self._modeled = ExactSeconds()  # acknowledged jobs' modeled seconds (guarded by state.lock)
         self.pending = 0  # enqueued and not yet acked (guarded by state.lock)
-        self.submitter = threading.Thread(target=self._submit_loop, name=f"hicache-{name}", daemon=True)
-        self.watcher = threading.Thread(target=self._watch_loop, name=f"hicache-{name}-acks", daemon=True)
+        self.submitter = threading.Thread(target=self._submit_loop, name=f"hicache-{direction}", daemon=True)
+        self.watcher = threading.Thread(target=self._watch_loop, name=f"hicache-{direction}-acks", daemon=True)
         self.submitter.start()
         self.watcher.start()
 
@@ -90,7 +116,7 @@ class DirectionWorker:
         live = []
         for job in jobs:
             if self.state.cancelled.is_set():
-                job.handle._fail(TransferCancelled(f"{self.name} transfer {job.handle.tag!r}: cancelled"))
+                job.handle._fail(TransferCancelled(f"{self.direction} transfer {job.handle.tag!r}: cancelled"))
             elif self.state.error is not None:  # fail-stop: nothing more runs after a failure
                 job.handle._fail(self.state.error)
             else:
@@ -103,9 +129,10 @@ class DirectionWorker:
     def _submit(self, jobs: list[Job]) -> None:
         try:
             t0 = time.perf_counter()
-            plans = [self.mover.layer0_plan(self.name, job) for job in jobs]
-            events = self.mover.run(self.name, jobs, plans)
+            plans = [self.mover.layer0_plan(self.direction, job) for job in jobs]
+            events = self.mover.run(self.direction, jobs, plans)
             for job, layer0 in zip(jobs, plans, strict=True):
+                job.handle.modeled_cost = self.mover.job_seconds(self.direction, layer0)
                 self._count(job, layer0, (time.perf_counter() - t0) / len(jobs))
         except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
             for job in jobs:
@@ -165,13 +192,13 @@ class DirectionWorker:
 
     def _acknowledge(self, handles: list[TransferHandle], modeled_time: float | None) -> None:
         with self.state.lock:
-            s = self.stats
-            if modeled_time is None:
-                s.modeled_seconds = None
-            elif s.modeled_seconds is not None:
-                s.modeled_seconds = max(s.modeled_seconds, modeled_time)
+            # The direction's modeled seconds add each job's own price (not the stream clock,
+            # whose readings depend on how timing batched the jobs): reproducible to the bit.
             for h in handles:
-                self.state.acks.append(Ack(self.name, h.tag, h.num_tokens, modeled_time))
+                self._modeled.add(h.modeled_cost)
+            self.stats.modeled_seconds = self._modeled.value()
+            for h in handles:
+                self.state.acks.append(Ack(self.direction, h.tag, h.num_tokens, modeled_time))
             self.state.last_completion = time.perf_counter()
             self.pending -= len(handles)
             self.state.lock.notify_all()

@@ -13,11 +13,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from hal.transfer.direction import Direction
 from hicache_ref.controller_state import ControllerState, TransferCancelled
 
 
 class Ack(NamedTuple):
-    direction: str  # "d2h" | "h2d"
+    direction: Direction  # D2H (a backup) or H2D (a load); compares equal to "d2h" / "h2d"
     tag: Any
     num_tokens: int
     modeled_time: float | None  # the stream's modeled clock when the transfer ended
@@ -49,8 +52,9 @@ class ControllerStats:
 class TransferHandle:
     """One queued transfer: its per-submission backend events appear as the submitter runs."""
 
-    def __init__(self, state: ControllerState, direction: str, tag: Any, num_tokens: int, n_events: int):
+    def __init__(self, state: ControllerState, direction: Direction, tag: Any, num_tokens: int, n_events: int):
         self.direction, self.tag, self.num_tokens = direction, tag, num_tokens
+        self.modeled_cost: float | None = 0.0  # this transfer's own modeled seconds (set at submission)
         self._state = state
         self._cond = threading.Condition()
         self._events: list = []
@@ -131,15 +135,22 @@ class LoadHandle(TransferHandle):
     def layer_event(self, layer: int, timeout: float | None = None):
         """The backend Event of `layer`'s load (blocks only until the submitter reached it):
         a compute stream can `wait_event` on it without blocking the host."""
-        if not isinstance(layer, int) or not 0 <= layer < self._n_events:
-            raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
+        layer = self._layer(layer)
         with self._state.waiting():
             return self._event(layer, timeout)
 
     def wait_layer(self, layer: int, timeout: float | None = None) -> None:
-        if not isinstance(layer, int) or not 0 <= layer < self._n_events:
-            raise ValueError(f"layer: {layer!r} is outside [0, {self._n_events})")
-        self._wait_event(layer, timeout)
+        """Block until `layer`'s load completed (ValueError at once for a layer not in [0, layers))."""
+        self._wait_event(self._layer(layer), timeout)
+
+    def _layer(self, layer) -> int:
+        """`layer` as an index of this load's layers; ValueError naming it otherwise, before any
+        wait (a layer past the end would otherwise wait for an event that never comes)."""
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+            raise ValueError(f"layer: expected an integer layer index, got {layer!r}")
+        if not 0 <= layer < self._n_events:
+            raise ValueError(f"layer: {int(layer)} is outside [0, {self._n_events})")
+        return int(layer)
 
     def wait_all(self, timeout: float | None = None) -> None:
         self.wait(timeout)

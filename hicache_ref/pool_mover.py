@@ -8,13 +8,21 @@ False: the count backend, whose pools are meta tensors) jobs are priced instead:
 symbolic plan stands for every layer of every job in a batch, which prices the same as
 the per-layer plans pool_ops would build (the link model is linear) at a fraction of
 their planning cost.
+
+What a job costs on the modeled clock is `job_seconds`: the backend's price of the one plan
+that stands for every layer of that job alone. The controller's modeled seconds add these
+per job, so they do not depend on how the jobs were batched (batches depend on thread
+timing, and pricing a batch as one plan rounds differently from pricing its jobs).
 """
 
 from __future__ import annotations
 
 from hal.transfer import kvcacheio, pool_ops
+from hal.transfer.direction import Direction
 from hal.transfer.layer_plans import LayerPlanner
 from hal.transfer.plan import TransferPlan
+
+_PRICE_CACHE_MAX = 1 << 16  # job shapes remembered (a whole-trace replay has a few thousand)
 
 
 class PoolMover:
@@ -30,12 +38,27 @@ class PoolMover:
         self.geom, self.layout = device_pool.geom, host_pool.layout
         self.layers = self.geom.layers
         self._planner = LayerPlanner(self.layout, self.geom, host_pool.num_tokens)
+        self._job_seconds: dict[tuple, float | None] = {}  # (direction, bytes, segments) -> price
 
-    def layer0_plan(self, direction: str, job) -> TransferPlan:
+    def layer0_plan(self, direction: Direction, job) -> TransferPlan:
         """Layer 0's plan of `job` (every layer repeats its runs): what the counters scale."""
         return self._planner.layer0(direction, job.host_indices, job.device_indices)
 
-    def run(self, direction: str, jobs: list, plans: list[TransferPlan]) -> list:
+    def job_seconds(self, direction: Direction, layer0: TransferPlan) -> float | None:
+        """Modeled seconds of one job whose layer-0 plan is `layer0` (None: the backend has no
+        model): its all-layer plan priced by the backend, remembered per shape (the price
+        depends only on direction, bytes and segments, and replays repeat shapes)."""
+        key = (direction, layer0.nbytes, layer0.num_segments)
+        if key not in self._job_seconds:
+            if len(self._job_seconds) >= _PRICE_CACHE_MAX:
+                self._job_seconds.clear()
+            seconds = 0.0
+            if layer0.groups:
+                seconds = self.backend.model_seconds(self._planner.all_layers(direction, [layer0]))
+            self._job_seconds[key] = seconds
+        return self._job_seconds[key]
+
+    def run(self, direction: Direction, jobs: list, plans: list[TransferPlan]) -> list:
         """Submit `jobs` (one job, or with `priced` a batch) on the current kvcacheio stream;
         returns the events they share (one for a D2H, one per layer for an H2D)."""
         if self.priced:
@@ -43,15 +66,15 @@ class PoolMover:
         (job,) = jobs
         args = (self.layout, self.geom, self.host_pool.buffers, self.device_pool.buffers, job.host_indices,
                 job.device_indices)
-        if direction == "d2h":
+        if direction == Direction.D2H:
             return [pool_ops.backup(*args)]
         return list(pool_ops.load_all_layers(*args))
 
-    def _price(self, direction: str, plans: list[TransferPlan]) -> list:
+    def _price(self, direction: Direction, plans: list[TransferPlan]) -> list:
         """Nothing to copy: one plan standing for every layer of every job, for the modeled clock.
 
         (Planning every layer would be 78 shifted copies of the same runs on the seed
         geometry: ~1.5 ms per backup of a whole-trace replay.)
         """
         ev = self.backend.execute(self._planner.all_layers(direction, plans), kvcacheio.current_stream())
-        return [ev] if direction == "d2h" else [ev] * self.layers
+        return [ev] if direction == Direction.D2H else [ev] * self.layers

@@ -22,6 +22,7 @@ import time
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from hal.transfer.direction import POOL_DIRECTIONS
 from hicache_ref.cache import HiCache
 from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import TraceRequest, read_trace, request_tokens
@@ -92,7 +93,7 @@ def _figures(t: dict, cache: HiCache, wall: float, read_seconds: float, saved, g
     out = dict(t)
     out["hit_rate"] = (t["l1_hit_tokens"] + t["l2_hit_tokens"]) / t["input_tokens"] if t["input_tokens"] else 0.0
     ctl = cache.controller.stats() if cache.controller is not None else None
-    for d in ("d2h", "h2d"):
+    for d in POOL_DIRECTIONS:
         s = getattr(ctl, d) if ctl is not None else None
         out[f"{d}_tokens"] = s.tokens if s else 0
         out[f"{d}_bytes"] = s.bytes if s else 0

@@ -16,10 +16,11 @@ by name through importlib.resources (`find_trace`), so nothing here knows a mach
 
 from __future__ import annotations
 
+import contextlib
 import gzip
-import io
 import json
 import os
+import zlib
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -38,8 +39,14 @@ class TraceRequest(NamedTuple):
     hash_ids: tuple[int, ...]
 
 
+_ECHO_CHARS = 80  # what a message echoes of a bad value (a trace line may hold 100k ids)
+
+
 def _bad(path, line_no: int, key: str, expected: str, got) -> ValueError:
-    return ValueError(f"{path}: line {line_no}: {key}: expected {expected}, got {got!r}")
+    text = repr(got)
+    if len(text) > _ECHO_CHARS:
+        text = f"{text[: _ECHO_CHARS - 3]}... ({len(text):,} characters)"
+    return ValueError(f"{path}: line {line_no}: {key}: expected {expected}, got {text}")
 
 
 def _int(obj: dict, key: str, path, line_no: int, minimum: int = 0) -> int:
@@ -49,11 +56,26 @@ def _int(obj: dict, key: str, path, line_no: int, minimum: int = 0) -> int:
     return v
 
 
-def _open_text(path: Path | Traversable):
-    """`path` as a text stream, gunzipped when its name ends in .gz."""
-    if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.GzipFile(fileobj=path.open("rb")), encoding="utf-8")
-    return path.open(encoding="utf-8")
+@contextlib.contextmanager
+def _open_bytes(path: Path | Traversable):
+    """`path` as a binary stream, gunzipped when its name ends in .gz; the file is closed on
+    exit (a GzipFile leaves the file it was given open)."""
+    with path.open("rb") as raw:
+        if path.name.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw) as unzipped:
+                yield unzipped
+        else:
+            yield raw
+
+
+def _text(path, line_no: int, raw: bytes) -> str:
+    """One line as text; ValueError naming the file and line for bytes that are not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        hint = " (gzip data: name the file .gz)" if line_no == 1 and raw.startswith(b"\x1f\x8b") else \
+            " (a binary or compressed file?)"
+        raise ValueError(f"{path}: line {line_no}: not UTF-8 text (byte {e.start} of the line){hint}") from None
 
 
 def read_trace(path: str | Path | Traversable, limit: int | None = None) -> list[TraceRequest]:
@@ -66,34 +88,43 @@ def read_trace(path: str | Path | Traversable, limit: int | None = None) -> list
         raise ValueError(f"limit: expected a non-negative integer, got {limit!r}")
     out: list[TraceRequest] = []
     max_id = (2**32 - BLOCK_TOKENS) // BLOCK_TOKENS  # its last token is 2**32 - 1
-    with _open_text(path) as f:
-        for line_no, line in enumerate(f, 1):
-            if limit is not None and len(out) >= limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: line {line_no}: not JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise _bad(path, line_no, "(line)", "a JSON object", type(obj).__name__)
-            n = _int(obj, "input_length", path, line_no, 1)
-            ids = obj.get("hash_ids")
-            if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
-                raise _bad(path, line_no, "hash_ids", "a list of integers", ids)
-            if len(ids) != -(-n // BLOCK_TOKENS):
-                raise _bad(path, line_no, "hash_ids", f"ceil(input_length / {BLOCK_TOKENS}) = "
-                           f"{-(-n // BLOCK_TOKENS)} ids", f"{len(ids)} ids")
-            if ids and (min(ids) < 0 or max(ids) > max_id):
-                raise _bad(path, line_no, "hash_ids", f"ids in [0, {max_id}] (token ids fit in 32 bits)",
-                           min(ids) if min(ids) < 0 else max(ids))
-            ts = obj.get("timestamp", 0)
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-                raise _bad(path, line_no, "timestamp", "a number", ts)
-            out_len = _int(obj, "output_length", path, line_no) if "output_length" in obj else 0
-            out.append(TraceRequest(float(ts), n, out_len, tuple(ids)))
+    try:
+        with _open_bytes(path) as f:
+            for line_no, raw in enumerate(f, 1):
+                if limit is not None and len(out) >= limit:
+                    break
+                _parse_line(path, line_no, _text(path, line_no, raw), max_id, out)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # a torn or mislabelled .gz
+        raise ValueError(f"{path}: not a readable gzip file ({e})") from None
     return out
+
+
+def _parse_line(path, line_no: int, line: str, max_id: int, out: list[TraceRequest]) -> None:
+    """Append the request on `line` to `out` (nothing for a blank line); ValueError naming the
+    file, line and key otherwise."""
+    if not line.strip():
+        return
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: line {line_no}: not JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise _bad(path, line_no, "(line)", "a JSON object", type(obj).__name__)
+    n = _int(obj, "input_length", path, line_no, 1)
+    ids = obj.get("hash_ids")
+    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+        raise _bad(path, line_no, "hash_ids", "a list of integers", ids)
+    if len(ids) != -(-n // BLOCK_TOKENS):
+        raise _bad(path, line_no, "hash_ids", f"ceil(input_length / {BLOCK_TOKENS}) = "
+                   f"{-(-n // BLOCK_TOKENS)} ids", f"{len(ids)} ids")
+    if ids and (min(ids) < 0 or max(ids) > max_id):
+        raise _bad(path, line_no, "hash_ids", f"ids in [0, {max_id}] (token ids fit in 32 bits)",
+                   min(ids) if min(ids) < 0 else max(ids))
+    ts = obj.get("timestamp", 0)
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+        raise _bad(path, line_no, "timestamp", "a number", ts)
+    out_len = _int(obj, "output_length", path, line_no) if "output_length" in obj else 0
+    out.append(TraceRequest(float(ts), n, out_len, tuple(ids)))
 
 
 _OFFSETS = np.arange(BLOCK_TOKENS, dtype=np.uint32)

@@ -1,6 +1,7 @@
 """Cache controller: async D2H/H2D on own threads and streams, per-layer events, acks, errors, shutdown."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from conformance import reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
 from hal.transfer import pool_ops
+from hal.transfer.direction import Direction
 from hal.transfer.layer_plans import LayerPlanner
 from hicache_ref.controller import CacheController
 from hicache_ref.controller_state import TransferCancelled, TransferError
@@ -78,6 +80,7 @@ def test_backup_then_load_is_bit_identical_and_counts_match_the_plan(emu, attent
             ref.assert_same_bits(got, dev[:, layer][:, di], f"layer {layer} after load")
         acks = ctl.flush(10)  # one per direction; across directions the order is the watchers'
         assert sorted((a.direction, a.tag) for a in acks) == [("d2h", "w"), ("h2d", "l")]
+        assert {type(a.direction) for a in acks} == {Direction}
         s = ctl.stats()
     full = pool_ops.plan_for(layout, dp.geom, hp.num_tokens, hi, di, "d2h")
     assert (s.d2h.tokens, s.d2h.bytes, s.d2h.segments) == (len(hi), full.nbytes, full.num_segments)
@@ -121,6 +124,20 @@ def test_load_has_one_event_per_layer_completing_in_layer_order(emu):
         assert times == sorted(times) and len(set(times)) == len(times)
         with pytest.raises(ValueError, match="layer"):
             h.wait_layer(dp.geom.layers)
+        assert h.layer_event(np.int64(1)) is events[1]
+
+
+def test_a_layer_outside_the_load_is_refused_at_once_naming_the_argument(emu):
+    dp, hp = _pools(emu, "page_first")
+    with CacheController(dp, hp, emu) as ctl:
+        h = ctl.load(_pages([0, 1]), _pages([2, 3]))
+        h.wait_all(10)
+        for bad in (h.layers, h.layers + 5, -1, True, 1.0, "0"):
+            for call in (h.layer_event, h.wait_layer):
+                t0 = time.monotonic()
+                with pytest.raises(ValueError, match="^layer: "):
+                    call(bad, timeout=30)
+                assert time.monotonic() - t0 < 1, (call, bad)
 
 
 @pytest.mark.parametrize("name", ["emu", "count"])

@@ -59,11 +59,14 @@ def test_double_free_and_foreign_slots_raise_without_state_change(order):
 
 
 def test_double_allocation_from_a_corrupted_free_list_is_refused():
-    a = PageAllocator(16, 4, "fifo")
-    a.alloc(4)  # page 0
-    a._ring[a._head] = 0  # corrupt: page 0 is both allocated and at the head of the free list
-    with pytest.raises(RuntimeError, match="double allocation"):
-        a.alloc(4)
+    for order in ("fifo", "lifo"):
+        a = PageAllocator(16, 4, order)
+        a.alloc(16)  # pages 0-3
+        a.free_pages(np.array([1]))
+        a._recycled[a._head if order == "fifo" else a._count - 1] = 0  # corrupt: page 0 is allocated and next out
+        with pytest.raises(RuntimeError, match="double allocation"):
+            a.alloc(4)
+        assert a.available_pages == 1  # refused before anything changed
 
 
 def test_bad_arguments():
@@ -182,3 +185,57 @@ def test_pools_on_a_backend_that_moves_no_bytes_are_meta_tensors_without_memory(
     assert host.buffers[0].shape == layouts.host_shape("page_head", MHA, 1 << 30)[1:]
     host.close()
     assert host.buffers is None
+
+
+class _OneFreeList:
+    """The allocator's documented order, kept naively: one list of every free page."""
+
+    def __init__(self, num_pages, order):
+        self.order = order
+        self.free = list(range(num_pages)) if order == "fifo" else list(range(num_pages))[::-1]
+
+    def alloc(self, n):
+        if n > len(self.free):
+            return None
+        if self.order == "fifo":
+            got, self.free = self.free[:n], self.free[n:]
+        else:
+            got, self.free = self.free[len(self.free) - n:][::-1], self.free[: len(self.free) - n]
+        return got
+
+    def release(self, pages):
+        self.free += list(pages)
+
+    def listing(self):
+        return self.free if self.order == "fifo" else self.free[::-1]
+
+
+@pytest.mark.parametrize("order", ["fifo", "lifo"])
+def test_lazy_free_list_hands_out_what_one_list_of_every_page_would(order):
+    rng = np.random.default_rng(7)
+    a, model, held = PageAllocator(300 * 4, 4, order), _OneFreeList(300, order), []
+    for step in range(3000):
+        if held and rng.random() < 0.45:
+            pages = held.pop(int(rng.integers(len(held))))
+            a.free_pages(pages)
+            model.release(pages.tolist())
+        else:
+            n = int(rng.integers(0, 25))
+            got, want = a.alloc_pages(n), model.alloc(n)
+            assert (None if got is None else got.tolist()) == want, step
+            if got is not None and len(got):
+                held.append(got)
+        assert a.available_pages == len(model.free)
+        if step % 97 == 0:
+            assert a.free_page_list().tolist() == model.listing()
+
+
+def test_bookkeeping_grows_with_use_not_capacity():
+    a = PageAllocator(50_000_000_000 // 64 * 64, 64)  # a 50G-token pool: 781M pages
+    pages = a.alloc_pages(10)
+    a.free_pages(pages[:3])
+    assert a.available_pages == a.num_pages - 7
+    assert a._allocated.nbytes + a._recycled.nbytes < 1 << 20
+    assert a.pages_allocated(pages[3:]) and not a.pages_allocated(np.array([a.num_pages - 1]))
+    with pytest.raises(ValueError, match="double free"):
+        a.free_pages(np.array([a.num_pages - 1]))  # in the pool, never handed out

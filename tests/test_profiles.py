@@ -326,3 +326,20 @@ def test_direct_construction_normalizes_like_the_loader():
     link = LinkModel(**{**LINK_OK, "h2d_gbps": 10})
     assert type(link.h2d_gbps) is float
     assert type(Target(**{**TARGET_OK, "value": 10}).value) is float
+
+
+def test_a_profile_error_echoes_at_most_80_characters_of_what_it_got(tmp_path):
+    """`--profile /etc/passwd` printed the whole file on one line."""
+    from hardware_profiles.loader import load_profile
+    from hardware_profiles.model import ProfileError
+
+    big = tmp_path / "passwd"
+    big.write_text("".join(f"user{i}:x:{i}:{i}::/home/user{i}:/bin/sh\n" for i in range(200)))
+    with pytest.raises(ProfileError) as info:
+        load_profile(str(big))
+    message = str(info.value)
+    assert message.startswith(f"{big}: ") and "user0:x:0" in message and "user199" not in message
+    echoed = message.split(", got ", 1)[1]
+    assert len(echoed) < 120 and echoed.endswith("characters)")
+    assert str(ProfileError("f.yaml", "link.h2d_gbps", "a number", "'x'")) == \
+        "f.yaml: link.h2d_gbps: expected a number, got 'x'"  # short values are echoed whole

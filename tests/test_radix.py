@@ -117,6 +117,26 @@ def test_lru_uses_the_logical_clock_not_wall_time():
     assert tree.match_prefix([1, 1]).device_len == 2 and tree.match_prefix([2, 2]).device_len == 0
 
 
+@pytest.mark.parametrize("compacted", [False, True])
+def test_lru_ties_go_to_the_older_node_on_both_tiers(compacted):
+    """The documented rule: equal last access evicts the node created first (deterministic),
+    also after the eviction heaps were compacted (rebuilt from the tree)."""
+    tree = RadixTree(PS, "write_through", clock=lambda: 5, device=PageAllocator(16, PS),
+                     host=PageAllocator(16, PS))  # one tick for everything: every access ties
+    for tokens in ([1, 1], [2, 2], [3, 3]):
+        r = tree.insert(tokens, tree.device.alloc(2))
+        for t in r.backups:
+            tree.complete(t)
+    for _ in range(700 if compacted else 0):  # touches queue entries until the heaps compact
+        for tokens in ([3, 3], [2, 2], [1, 1]):
+            tree.match_prefix(tokens)
+    tree.evict(2)
+    assert [tree.match_prefix(t).device_len for t in ([1, 1], [2, 2], [3, 3])] == [0, 2, 2]
+    tree.evict(4)  # L1 empty; the host tier ties too
+    tree.evict_host(2)
+    assert [tree.match_prefix(t).host_len for t in ([1, 1], [2, 2], [3, 3])] == [0, 2, 2]
+
+
 def test_locked_nodes_are_not_evicted_from_either_tier():
     tree, dev, host = make_tree("write_through")
     insert(tree, [1, 2, 3, 4])

@@ -38,3 +38,9 @@ def test_every_cli_reads_sizes_the_same_way():
 
     for text, n in [("1G", 10**9), ("1GiB", 1 << 30), ("3M", 3 * 10**6), ("64MiB", 64 << 20)]:
         assert parse_bytes(text) == parse_sizes(text)[0] == _tokens_arg("--l1-tokens", text) == n, text
+
+
+@pytest.mark.parametrize("text", ["-1", " -4K", "-0.5G", -1])
+def test_a_negative_size_is_refused_as_negative(text):
+    with pytest.raises(ValueError, match="^--x: a size must be non-negative, got "):
+        parse_size(text, name="--x")

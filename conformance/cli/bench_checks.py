@@ -89,4 +89,5 @@ def check_spmd(a) -> None:
         raise CliError("--shared-dir", str(e).removeprefix("shared_dir: ")) from None
 
 
-CHECKS = {"transfer": check_transfer, "memory": check_memory, "replay": check_replay, "spmd": check_spmd}
+CHECKS = {"transfer": check_transfer, "memory": check_memory, "replay": check_replay, "sweep": check_replay,
+          "spmd": check_spmd}

@@ -48,6 +48,14 @@ def add_arguments(p) -> None:
     p.add_argument("--tp", type=types.count(1, 1024), help="TP ranks sharing the trace (figures for the group)")
     p.add_argument("--shared-host", action="store_true", help="with --tp: one host KV copy for the group (effective "
                    "L2 N x --l2-tokens, only rank 0 writes)")
+    p.add_argument("--concurrency", type=types.count(1, 100_000), help="serve up to N requests at once, each "
+                   "holding its KV in L1 until its output_length decode steps end (default: serial replay)")
+    p.add_argument("--timestamps", action="store_true", help="with --concurrency: admit requests at the trace's "
+                   "arrival times (decode steps of --step-ms)")
+    p.add_argument("--pd", action="store_true", help="with --concurrency: PD disaggregation, prefill releases the "
+                   "KV right after its transfer")
+    p.add_argument("--step-ms", type=types.count(1, 60_000), default=30, help="with --concurrency: one decode "
+                   "step, ms (the profiles hold no decode rate yet; default 30)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
 
@@ -109,9 +117,22 @@ def run(a) -> int:
         raise CliError("--shared-host", "shares one host pool among the ranks of --tp N; give --tp")
     spec = spec_from_args(a, l1, l2)
     check_capacity(spec if a.tp is None else tp_spec(spec, a.tp, a.shared_host))
+    if a.concurrency is None and (a.timestamps or a.pd):
+        raise CliError("--timestamps" if a.timestamps else "--pd", "applies to a served replay: give --concurrency N")
+    if a.concurrency is not None and a.tp is not None:
+        raise CliError("--tp", "applies to a serial replay (one rank stands for the group); drop --concurrency")
     try:
         with ticker("hicache replay", a.quiet):
-            fig = replay(spec, trace, a.limit) if a.tp is None else tp_replay(spec, trace, a.limit, a.tp, a.shared_host)
+            if a.tp is not None:
+                fig = tp_replay(spec, trace, a.limit, a.tp, a.shared_host)
+            elif a.concurrency is None:
+                fig = replay(spec, trace, a.limit)
+            else:
+                from hicache_ref.trace import read_trace
+                from hicache_ref.workload.serving import replay_served
+
+                fig = replay_served(spec, read_trace(trace, a.limit), a.concurrency, timestamps=a.timestamps,
+                                    pd=a.pd, step_seconds=a.step_ms / 1000)
     except UnicodeDecodeError as e:
         raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)

@@ -40,6 +40,10 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.mlock.argtypes = _libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
 
+_BATCH_BYTES = 256 << 20  # a batch stops growing here, so early events are not held back long
+_CLOSE_JOIN_SECONDS = 10.0  # how long closing a stream waits for its queued work and thread
+
+
 class EmuEvent(Event):
     def __init__(self):
         self._done = threading.Event()
@@ -122,7 +126,7 @@ class EmuStream(Stream):
         """Copy every plan of the batch, then advance the clock and complete events in order."""
         if self._error is None:
             try:
-                groups = [g for kind, p in batch if kind == "plan" and _materialized(p) for g in p.groups]
+                groups = [g for kind, p in batch if kind == "plan" for g in p.groups]
                 segcopy.copy_groups(groups)
             except BaseException as e:  # noqa: BLE001 - carried to the batch's events
                 self._error = e
@@ -154,9 +158,13 @@ class EmuStream(Stream):
     def synchronize(self) -> None:
         self.record().wait()
 
-    def close(self) -> None:
-        """Queued work finishes first; the worker thread then ends."""
+    def close(self, timeout: float = _CLOSE_JOIN_SECONDS) -> None:
+        """Queued work finishes first; the worker thread then ends, and close waits for it (at
+        most `timeout` s): a worker still inside a copy when the interpreter exits is killed
+        mid-op, and the process aborts ("terminate called without an active exception")."""
         self._q.put(("stop", None))
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
 
 class EmuBackend(Backend):
@@ -164,8 +172,6 @@ class EmuBackend(Backend):
     device_type = "cpu"
     default_profile = "emu"
     stream_type = EmuStream
-    # Unmaterialized replay still prices symbolic plans here (until it runs on count).
-    runs_symbolic_plans = True
 
     def __init__(self, profile: Any = None):
         if profile is None:
@@ -173,7 +179,9 @@ class EmuBackend(Backend):
 
             profile = load_profile("emu")
         super().__init__(profile)
-        self._device_storages: dict[int, int] = {}  # storage data_ptr -> nbytes
+        # storage data_ptr -> the mapping's registration token (see alloc_device)
+        self._device_storages: dict[int, object] = {}
+        self._device_lock = threading.Lock()
         self._streams_made = 0
         self._streams: weakref.WeakSet[EmuStream] = weakref.WeakSet()
         self._default: EmuStream | None = None
@@ -188,13 +196,18 @@ class EmuBackend(Backend):
     def alloc_device(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         # A mapping of its own per buffer, apart from host memory. The tensor's storage keeps
         # the mapping alive; when the last view dies the finalizer forgets the address, so a
-        # host buffer later placed there is not mistaken for device memory.
+        # host buffer later placed there is not mistaken for device memory. The finalizer
+        # forgets only its own registration: the mapping is unmapped before it runs (possibly
+        # on a stream thread dropping the last plan that held it), so a new device buffer
+        # can already sit at the same address, and popping the address would make that
+        # buffer host memory (its plans then priced as host-to-host: 0 s).
         nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
         region = mmap.mmap(-1, max(nbytes, 1))
         t = torch.frombuffer(region, dtype=torch.uint8)[:nbytes].view(dtype).view(shape)
-        ptr = t.untyped_storage().data_ptr()
-        self._device_storages[ptr] = nbytes
-        weakref.finalize(region, self._device_storages.pop, ptr, None)
+        ptr, token = t.untyped_storage().data_ptr(), object()
+        with self._device_lock:
+            self._device_storages[ptr] = token
+        weakref.finalize(region, _forget_mapping, self._device_storages, self._device_lock, ptr, token)
         return t
 
     def is_device(self, tensor: torch.Tensor) -> bool:
@@ -239,17 +252,16 @@ class EmuBackend(Backend):
         _libc.munlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes))
 
 
-_BATCH_BYTES = 256 << 20  # a batch stops growing here, so early events are not held back long
-
-
-def _materialized(plan: TransferPlan) -> bool:
-    return bool(plan.groups) and isinstance(plan.groups[0].src, torch.Tensor)
+def _forget_mapping(storages: dict[int, object], lock: threading.Lock, ptr: int, token: object) -> None:
+    """A device mapping died: forget its address unless a newer mapping registered it since."""
+    with lock:
+        if storages.get(ptr) is token:
+            del storages[ptr]
 
 
 def _extents(plan: TransferPlan) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """[start, end) address ranges of the buffers a plan reads and writes (symbolic: none)."""
-    if not _materialized(plan):
-        return [], []
+    """[start, end) address ranges of the buffers a plan reads and writes (every plan here is of
+    tensors: Backend.execute refuses symbolic ones, which run on count)."""
 
     def extent(t: torch.Tensor) -> tuple[int, int]:
         return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()

@@ -1,0 +1,65 @@
+"""Figures of `hicache trace stats --plot` and `hicache sweep` (matplotlib, Agg: no display needed).
+
+PNG files carry no timestamp or software tag, so the same figures give the same bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_METADATA = {"Software": None}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def trace_stats_plot(path: str | Path, stats: dict, lengths: list[int]) -> None:
+    """Input-length histogram and hit rate vs LRU capacity (the reuse-distance CDF, in tokens)."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.hist(lengths, bins=40, color="#4477aa")
+    left.set_xlabel("input tokens per request")
+    left.set_ylabel("requests")
+    left.set_title(f"{stats['requests']:,} requests, reuse {stats['prefix_reuse_rate']:.3f}")
+    curve = stats["hit_rate_by_capacity"]
+    right.plot([p["capacity_tokens"] for p in curve], [p["hit_rate"] for p in curve], marker="o", color="#228833")
+    right.axhline(stats["unlimited_hit_rate"], linestyle="--", color="grey", label="unlimited")
+    right.set_xscale("log", base=2)
+    right.set_xlabel(f"LRU capacity, tokens (page {stats['page_size']}): reuse distance")
+    right.set_ylabel("token hit rate")
+    right.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata=_METADATA)
+    plt.close(fig)
+
+
+def sweep_plot(path: str | Path, result: dict) -> None:
+    """Hit rate and net benefit vs L2 capacity, the plateau marked."""
+    plt = _pyplot()
+    tiers = result["tiers"]
+    xs = [t["l2_tokens"] for t in tiers]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(xs, [t["hit_rate"] for t in tiers], marker="o", color="#4477aa", label="hit rate")
+    ax.axhline(result["l1_alone_hit_rate"], linestyle=":", color="grey", label="L1 alone")
+    ax.set_xlabel("L2 capacity, tokens")
+    ax.set_ylabel("token hit rate")
+    benefit = [t["net_benefit_seconds"] for t in tiers]
+    if all(b is not None for b in benefit):
+        other = ax.twinx()
+        other.plot(xs, benefit, marker="s", color="#cc6677", label="net benefit")
+        other.set_ylabel("net benefit, s")
+    else:
+        ax.set_title("net benefit not modeled: " + tiers[0].get("net_benefit_reason", ""), fontsize=8)
+    plateau = result["plateau_l2_tokens"]
+    label = f"plateau {plateau:,}" if result["on_plateau"] else f"largest tier {plateau:,} (not on the plateau)"
+    ax.axvline(plateau, linestyle="--", color="#228833", label=label)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata=_METADATA)
+    plt.close(fig)

@@ -1,0 +1,131 @@
+"""`hicache sweep`: grow L2 tier by tier over a trace; hit rate, transfers, registered bytes, plateau."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from conformance.cli import args as types
+from conformance.cli.errors import CliError, clip, clip_path
+from conformance.cli.inputs import load_profile_arg, text_file
+from conformance.cli.replay import check_capacity
+from hal.units import HELP as UNITS
+from hal.units import parse_size
+from hicache_ref.policy import POLICIES
+from hicache_ref.spec import CacheSpec
+from hicache_ref.trace import find_trace, read_trace
+from hicache_ref.workload.plateau import DEFAULT_PLATEAU_GAIN
+from hicache_ref.workload.sweep import METHODS, sweep
+
+HELP = "sweep L2 capacity over a trace: hit rate and transfers per tier, and where the gain plateaus"
+MAX_TIERS = 64
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
+    p.add_argument("--profile", default="emu", help="hardware profile (name or YAML path)")
+    p.add_argument("--l1-tokens", required=True, help=f"device (L1) capacity in tokens ({UNITS})")
+    p.add_argument("--l2-tokens", required=True, help="L2 tiers in tokens, comma-separated, increasing: 4M,8M,16M")
+    p.add_argument("--plateau-gain", type=_gain, default=DEFAULT_PLATEAU_GAIN,
+                   help=f"a tier gaining less hit rate than this is on the plateau (default {DEFAULT_PLATEAU_GAIN})")
+    p.add_argument("--page-size", type=types.page_size, default=64)
+    p.add_argument("--write-policy", default="write_through", choices=POLICIES,
+                   help="write_through (default) allows the one-pass curve")
+    p.add_argument("--method", default="auto", choices=METHODS,
+                   help="one_pass (stack distances), replay (one per tier, in parallel), auto: one_pass where it applies")
+    p.add_argument("--limit", type=types.count(1), help="only the first N requests")
+    p.add_argument("--out", help="directory for sweep.json and sweep.png")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr (shown only on a terminal)")
+
+
+def _gain(text: str) -> float:
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a hit-rate gain in [0, 1], got {text!r}") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a hit-rate gain in [0, 1], got {text}")
+    return v
+
+
+def parse_tiers(text: str, page_size: int) -> list[int]:
+    parts = [t.strip() for t in text.split(",")]
+    if len(parts) > MAX_TIERS:
+        raise CliError("--l2-tokens", f"{len(parts)} tiers; at most {MAX_TIERS}")
+    tiers = []
+    for t in parts:
+        v = parse_size(t, name="--l2-tokens", minimum=1)
+        if v < page_size:
+            raise CliError("--l2-tokens", f"{clip(t)} tokens hold no whole page of --page-size {page_size}")
+        tiers.append(v)
+    if any(b <= a for a, b in zip(tiers, tiers[1:], strict=False)):
+        raise CliError("--l2-tokens", f"tiers must be strictly increasing, got {clip(text)}")
+    return tiers
+
+
+def _bar(quiet: bool):
+    """done/total as a bar on stderr, only on a terminal and without --quiet."""
+    if quiet or not sys.stderr.isatty():
+        return None
+
+    def draw(done: int, total: int) -> None:
+        filled = 30 * done // total
+        sys.stderr.write(f"\rhicache sweep [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}")
+        if done == total:
+            sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+    return draw
+
+
+def run(a) -> int:
+    trace = a.trace or find_trace("conversation_trace.jsonl")
+    if trace is None:
+        raise CliError("--trace", "not given and no conversation_trace.jsonl found (pass --trace PATH)")
+    trace = text_file("--trace", trace, "a Mooncake JSONL trace")
+    load_profile_arg("--profile", a.profile)
+    l1 = parse_size(a.l1_tokens, name="--l1-tokens", minimum=1)
+    if l1 < a.page_size:
+        raise CliError("--l1-tokens", f"{clip(a.l1_tokens)} tokens hold no whole page of --page-size {a.page_size}")
+    tiers = parse_tiers(a.l2_tokens, a.page_size)
+    out = Path(a.out) if a.out else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
+    spec = CacheSpec(page_size=a.page_size, l1_tokens=l1, l2_tokens=tiers[-1], write_policy=a.write_policy,
+                     profile=a.profile)
+    check_capacity(spec)
+    if a.method == "one_pass" and spec.write_policy != "write_through":
+        raise CliError("--method", f"one_pass needs --write-policy write_through, got {a.write_policy}")
+    requests = read_trace(trace, a.limit)
+    result = sweep(spec, requests, tiers, a.plateau_gain, method=a.method, progress=_bar(a.quiet))
+    result.pop("wall_seconds")  # the JSON is reproducible: timings are printed, not stored
+    result["trace"] = str(trace)
+    if out is not None:
+        from conformance.cli.plots import sweep_plot
+
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sweep.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        sweep_plot(out / "sweep.png", result)
+    if a.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print("\n".join(summary_lines(result)))
+    return 0
+
+
+def summary_lines(r: dict) -> list[str]:
+    gib = 2**30
+    lines = [f"{r['requests']:,} requests, L1 {r['l1_tokens']:,} tokens alone: hit rate {r['l1_alone_hit_rate']:.4f} "
+             f"({r['method']}{'; ' + r['one_pass_refusal'] if r['method'] == 'replay' and r['one_pass_refusal'] else ''})",
+             f"{'L2 tokens':>14} {'hit rate':>9} {'gain':>8} {'D2H GiB':>9} {'H2D GiB':>9} {'registered GiB':>15}"]
+    for t in r["tiers"]:
+        lines.append(f"{t['l2_tokens']:>14,} {t['hit_rate']:>9.4f} {t['marginal_gain']:>+8.4f} "
+                     f"{t['d2h_bytes'] / gib:>9.2f} {t['h2d_bytes'] / gib:>9.2f} {t['registered_bytes'] / gib:>15.2f}")
+    where = (f"plateau at L2 {r['plateau_l2_tokens']:,} tokens (next tier gains < {r['plateau_gain']})"
+             if r["on_plateau"] else f"not on the plateau yet: every tier gains >= {r['plateau_gain']}; "
+             f"largest tier {r['plateau_l2_tokens']:,}")
+    return lines + [where, "net benefit: " + r["tiers"][0]["net_benefit_reason"]]

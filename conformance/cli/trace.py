@@ -1,0 +1,131 @@
+"""`hicache trace stats|synth`: what a Mooncake trace asks of a cache, and synthetic ones shaped like yours."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from conformance.cli import args as types
+from conformance.cli.errors import CliError, clip_path
+from conformance.cli.inputs import text_file
+from hal.units import HELP as UNITS
+from hal.units import parse_size
+from hicache_ref.trace import read_trace
+from hicache_ref.workload.trace_stats import prefix_reuse_tokens, trace_stats
+from hicache_ref.workload.trace_synth import synthesize, write_trace
+
+HELP = "trace statistics (reuse rate, reuse distances) and synthetic Mooncake traces"
+REUSE_TOLERANCE = 0.02  # synth warns when the trace it wrote misses --reuse by more
+
+
+def add_arguments(p) -> None:
+    sub = p.add_subparsers(dest="trace_command", required=True)
+    s = sub.add_parser("stats", help="requests, lengths, prefix reuse rate, unlimited hit rate, reuse distances",
+                       description="Figures of a Mooncake JSONL trace (definitions: README \"Traces\").")
+    s.add_argument("path", help="Mooncake JSONL trace (.jsonl or .jsonl.gz)")
+    s.add_argument("--page-size", type=types.page_size, default=64, help="tokens per page (default 64)")
+    s.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    s.add_argument("--plot", help="also write a PNG: length histogram and hit rate vs LRU capacity")
+    s.set_defaults(_trace_run=_stats)
+    y = sub.add_parser("synth", help="write a synthetic Mooncake trace with a given prefix reuse rate",
+                       description="Multi-turn sessions, arrival times, deterministic for a seed.")
+    y.add_argument("--out", required=True, help="JSONL file to write")
+    y.add_argument("--requests", type=types.count(1, 10_000_000), required=True)
+    y.add_argument("--min-tokens", required=True, help=f"shortest request, tokens ({UNITS})")
+    y.add_argument("--max-tokens", required=True, help=f"longest request, tokens ({UNITS})")
+    y.add_argument("--reuse", type=_fraction, required=True, help="prefix reuse rate in [0, 1)")
+    y.add_argument("--sessions", type=types.count(1, 1_000_000), default=16, help="concurrent conversations")
+    y.add_argument("--rate", type=_rate, help="arrivals per second (Poisson); omitted: all at time 0")
+    y.add_argument("--seed", type=types.count(0), default=0)
+    y.add_argument("--json", action="store_true", help="print what was written as one JSON object")
+    y.set_defaults(_trace_run=_synth)
+
+
+def _fraction(text: str) -> float:
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text}")
+    return v
+
+
+def _rate(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected requests per second, got {text!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return v
+
+
+def run(a) -> int:
+    return a._trace_run(a)
+
+
+def _stats(a) -> int:
+    path = text_file("path", a.path, "a Mooncake JSONL trace")
+    if a.plot is not None:
+        _writable("--plot", a.plot)
+    requests = read_trace(path)
+    stats = trace_stats(requests, a.page_size)
+    stats["trace"] = str(path)
+    if a.plot is not None:
+        from conformance.cli.plots import trace_stats_plot
+
+        trace_stats_plot(a.plot, stats, [r.input_length for r in requests])
+    if a.json:
+        print(json.dumps(stats, indent=2))
+    else:
+        print("\n".join(stats_lines(stats)))
+    return 0
+
+
+def stats_lines(s: dict) -> list[str]:
+    """A human summary of trace_stats' figures."""
+    il, rd = s["input_length"], s["reuse_distance_tokens"]
+    fmt = lambda d: ", ".join(f"{k} {v:,}" for k, v in d.items() if k.startswith("p") and v is not None)  # noqa: E731
+    return [f"requests {s['requests']:,}, input tokens {s['input_tokens']:,}, output tokens {s['output_tokens']:,}",
+            f"input length: {fmt(il) or 'none'}",
+            f"prefix reuse rate {s['prefix_reuse_rate']:.4f} (512-token blocks); unlimited hit rate "
+            f"{s['unlimited_hit_rate']:.4f} (page {s['page_size']})",
+            f"reuse distance (tokens) over {s['reused_pages']:,} reused pages: {fmt(rd) or 'none'}"]
+
+
+def _writable(option: str, path: str) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        raise CliError(option, f"{clip_path(p)}: is a directory, not a file")
+    if not p.parent.is_dir():
+        raise CliError(option, f"{clip_path(p.parent)}: no such directory")
+    return p
+
+
+def _synth(a) -> int:
+    out = _writable("--out", a.out)
+    lo = parse_size(a.min_tokens, name="--min-tokens", minimum=1)
+    hi = parse_size(a.max_tokens, name="--max-tokens", minimum=1)
+    if hi < lo:
+        raise CliError("--max-tokens", f"{hi:,} is below --min-tokens {lo:,}")
+    requests = synthesize(a.requests, lo, hi, a.reuse, sessions=a.sessions, rate=a.rate, seed=a.seed)
+    write_trace(out, requests)
+    total = sum(r.input_length for r in requests)
+    achieved = sum(prefix_reuse_tokens(requests)) / total
+    fig = dict(out=str(out), requests=len(requests), input_tokens=total, reuse_asked=a.reuse,
+               prefix_reuse_rate=achieved, seed=a.seed, sessions=a.sessions, rate=a.rate)
+    print(json.dumps(fig, indent=2) if a.json else
+          f"wrote {len(requests):,} requests, {total:,} input tokens to {out}: prefix reuse rate {achieved:.4f} "
+          f"(asked {a.reuse})")
+    if abs(achieved - a.reuse) > REUSE_TOLERANCE:
+        print(f"hicache: warning: --reuse {a.reuse}: reached {achieved:.4f}; requests of {lo:,}-{hi:,} tokens "
+              "cannot carry that much of an earlier prefix (each turn adds new tokens and drops a partial "
+              "block); give longer requests or more of them", file=sys.stderr)
+    return 0
