@@ -323,3 +323,97 @@ def test_modeled_clock_advances_with_each_transfer(kv, kv_memory, backend):
             times.append(ev.modeled_time)
     assert all(t is not None for t in times), "a backend with a modeled clock left an event unmodeled"
     assert 0 < times[0] < times[1] < times[2]
+
+
+# -- device paths (cuda/xpu; skipped elsewhere, saying why): copy modes, vendor kernels, coherence --
+
+COPY_MODES = ("descriptor", "gather")
+# Page size 1 scattered: thousands of segments per group (gathered in gather mode); 64: hundreds.
+MODE_CASES = [p for p in LAYOUT_CASES
+              if p.values[1].dtype == torch.bfloat16 and p.values[1].page_size in (1, 64)
+              and p.values[1].tokens in (1024, 8192)]
+
+
+@pytest.fixture(params=COPY_MODES)
+def moded_kv(request, backend):
+    """hal.transfer.kvcacheio on a sibling of `backend` whose plans run in one copy mode."""
+    from hal.transfer import kvcacheio
+
+    mode = request.param
+    if mode not in backend.copy_modes:
+        modes = ", ".join(backend.copy_modes) or "none: plans run one way"
+        pytest.skip(f"backend {backend.name!r} has no copy mode {mode!r} (its copy modes: {modes})")
+    with kvcacheio.use(backend.with_copy_mode(mode)):
+        yield kvcacheio
+
+
+@pytest.mark.parametrize("layout, c", MODE_CASES)
+def test_round_trip_in_each_copy_mode_is_bit_identical(moded_kv, kv_memory, layout, c):
+    test_round_trip_through_host_is_bit_identical(moded_kv, kv_memory, layout, c)
+
+
+@pytest.mark.parametrize("c", [p for p in ALL_CASES if p.values[0].page_size in (1, 64)
+                               and p.values[0].dtype == torch.bfloat16 and p.values[0].tokens in (1024, 8192)])
+def test_device_to_device_in_each_copy_mode_matches_reference(moded_kv, kv_memory, c):
+    test_device_to_device_matches_reference(moded_kv, kv_memory, "all_layer", c)
+
+
+@pytest.fixture
+def vendor_kv(backend):
+    """The vendor's kvcacheio kernels (sgl-kernel on CUDA, xspeedgate_ops on Kunlun) called the
+    way hal.transfer.kvcacheio is; skipped with the reason where none is importable."""
+    find = getattr(backend, "vendor_kv", None)
+    if find is None:
+        pytest.skip(f"backend {backend.name!r} runs no vendor kernels")
+    ops, why = find()
+    if ops is None:
+        pytest.skip(f"no vendor kernels on backend {backend.name!r}: {why}")
+    return ops
+
+
+def _vendor(call):
+    from hal.backends.support.vendor_ops import MissingVendorOp
+
+    try:
+        return call()
+    except MissingVendorOp as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.parametrize("layout, c", LAYOUT_CASES)
+def test_vendor_all_layer_d2h_matches_reference(vendor_kv, kv_memory, layout, c):
+    _vendor(lambda: test_all_layer_backup_matches_reference(vendor_kv, kv_memory, layout, c))
+
+
+@pytest.mark.parametrize("layout, c", LAYOUT_CASES)
+def test_vendor_per_layer_h2d_matches_reference(vendor_kv, kv_memory, layout, c):
+    _vendor(lambda: test_per_layer_load_matches_reference(vendor_kv, kv_memory, layout, c))
+
+
+COHERENCE_BYTES = (4 << 10, 1 << 20, 64 << 20)
+
+
+@pytest.mark.parametrize("nbytes", COHERENCE_BYTES, ids=lambda n: f"{n >> 10}KiB")
+def test_async_h2d_from_pinned_memory_is_seen_by_the_next_device_read(backend, kv_memory, nbytes):
+    # Reported on Kunlun: a kernel queued right after an async H2D copy from pinned memory, on
+    # the same stream, read stale device bytes. Stream order must make the copy visible to it.
+    if backend.capabilities().device_type != "cuda":
+        pytest.skip(f"backend {backend.name!r} has no device stream to read on (device type "
+                    f"{backend.capabilities().device_type!r})")
+    from hal.transfer.plan import CopyGroup, Segments, TransferPlan
+
+    stream = backend.new_stream()
+    host = kv_memory.host((nbytes,), torch.uint8)
+    dev = kv_memory.device((nbytes,), torch.uint8)
+    whole = Segments(*(np.array([v], dtype=np.int64) for v in (0, 0, nbytes)))
+    for round_ in range(8):
+        ref.fill_random(host, np.random.default_rng(seed_of("coherence", nbytes, round_)))
+        ref.poison(dev)
+        backend.default_stream().synchronize()  # the poison is on the device before the copy
+        backend.execute(TransferPlan("coherence_h2d", [CopyGroup(host, dev, whole)]), stream)
+        with torch.cuda.stream(stream.torch_stream):  # the immediate device read: no host sync between
+            seen = dev.clone()
+        stream.synchronize()
+        got = seen.cpu()
+        assert torch.equal(got, host), (f"round {round_}: a device read right after an async H2D of {nbytes} B "
+                                        f"saw {int((got != host).sum())} stale bytes")

@@ -197,6 +197,11 @@ class Backend(TransferEngine, HostRegistrar, TopologySource):
     # Profile a run gets when none is named (`hicache conform`, the plugin); None: a profile
     # named like the backend if one ships, else none.
     default_profile: str | None = None
+    # How plans become device copies, where a backend offers a choice (cuda/xpu: "descriptor",
+    # "gather"); the instance's mode is `copy_mode`, and `with_copy_mode(mode)` gives a sibling
+    # in another mode. Empty / None: one way only (emu, count).
+    copy_modes: tuple[str, ...] = ()
+    copy_mode: str | None = None
 
     def __init__(self, profile: Any = None):
         self.profile = profile

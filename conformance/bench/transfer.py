@@ -1,4 +1,10 @@
-"""`hicache bench transfer`: plan time, and scattered all-layer copies vs one contiguous copy, per layout."""
+"""`hicache bench transfer`: plan time, and scattered all-layer copies vs one contiguous copy, per layout.
+
+On emu (the default) the copies are CPU copies and the peer is one contiguous CPU copy; with
+`--backend cuda|xpu` they run on the device from pinned host pools, the peer is one contiguous
+H2D copy, and `--copy-mode descriptor` issues one async copy per merged segment (the seed's
+39,936 for page_first_direct), `gather` gathers rows above 64 segments (hal.backends.support.copy_modes).
+"""
 
 from __future__ import annotations
 
@@ -7,18 +13,24 @@ import torch
 
 from conformance.bench.common import check_targets, emit, machine, median_seconds
 from conformance.cli import args as cli_args
+from conformance.cli.errors import CliError, clip
 from conformance.cli.plan import slot_indices
-from hal.backend import get_backend
+from hal.backend import backend_class, get_backend
 from hal.transfer import kvcacheio, segcopy
 from hal.transfer import pool_ops as pool_transfer
 from hal.transfer.layouts import KVGeometry, host_shape
 from hal.transfer.plan import plan_pool_transfer
 from hal.transfer.seed import seed_plan
 
-HELP = "plan time for the seed config and emu transfer bandwidth per host layout vs a contiguous copy"
+HELP = "plan time for the seed config and transfer bandwidth per host layout vs a contiguous copy (emu or a device)"
+COPY_MODES = ("descriptor", "gather")
 
 
 def add_arguments(p) -> None:
+    p.add_argument("--backend", default="emu", help="where the copies run: emu (default, this CPU), cuda or xpu")
+    p.add_argument("--copy-mode", choices=COPY_MODES, default=None,
+                   help="cuda/xpu: descriptor (one async copy per segment) or gather (rows gathered above 64 "
+                        "segments); default: $HICACHE_COPY_MODE, else gather")
     p.add_argument("--tokens", type=cli_args.size(), default=8192, help="tokens moved per transfer (scattered pages)")
     p.add_argument("--layers", type=cli_args.layers, default=78)
     p.add_argument("--kv-dim", type=cli_args.dim, default=576)
@@ -26,7 +38,8 @@ def add_arguments(p) -> None:
     p.add_argument("--layouts", default="layer_first,page_first_direct,page_first")
     p.add_argument("--profile", default="p800", help="profile whose link model prices the same plans")
     p.add_argument("--targets", default="emu",
-                   help="profile whose targets the measured figures are checked against (this machine's class)")
+                   help="profile whose targets the measured figures are checked against (this machine's class; "
+                        "with a device backend, 'emu' means --profile)")
     p.add_argument("--repeat", type=cli_args.positive, default=5)
     p.add_argument("--json", action="store_true")
 
@@ -40,10 +53,35 @@ def plan_times(repeat: int) -> dict:
     return out
 
 
-def _memcpy_seconds(nbytes: int, repeat: int) -> float:
-    """The peer: one contiguous torch copy of the same bytes, buffers freed afterwards."""
-    src, dst = torch.ones(nbytes, dtype=torch.uint8), torch.zeros(nbytes, dtype=torch.uint8)
-    return median_seconds(lambda: dst.copy_(src), repeat)
+def open_backend(a):
+    """The backend the copies run on, in the copy mode asked for; refused naming the option first."""
+    try:
+        cls = backend_class(a.backend)
+    except (ValueError, ImportError) as e:
+        raise CliError("--backend", clip(str(e).removeprefix("backend: "), 200)) from None
+    ok, why = cls.probe()
+    if not ok:
+        raise CliError("--backend", f"backend {a.backend!r} is not available here: {why}")
+    if a.copy_mode is not None and a.copy_mode not in cls.copy_modes:
+        raise CliError("--copy-mode", f"backend {a.backend!r} has no copy modes (it runs plans one way)")
+    backend = get_backend(a.backend, cls.default_profile)
+    return backend.with_copy_mode(a.copy_mode) if a.copy_mode is not None else backend
+
+
+def _memcpy_seconds(nbytes: int, repeat: int, backend) -> float:
+    """The peer: one contiguous copy of the same bytes (CPU to CPU on emu, pinned host to device on
+    a device), buffers freed afterwards."""
+    if backend.device_type == "cpu":
+        src, dst = torch.ones(nbytes, dtype=torch.uint8), torch.zeros(nbytes, dtype=torch.uint8)
+        return median_seconds(lambda: dst.copy_(src), repeat)
+    src, dst = torch.ones(nbytes, dtype=torch.uint8, pin_memory=True), backend.alloc_device((nbytes,), torch.uint8)
+    stream = backend.default_stream()
+
+    def h2d() -> None:
+        dst.copy_(src, non_blocking=True)
+        stream.synchronize()
+
+    return median_seconds(h2d, repeat)
 
 
 def _steps(layout, geom, host, dev, host_idx, dev_idx, layers) -> dict:
@@ -62,24 +100,30 @@ def _steps(layout, geom, host, dev, host_idx, dev_idx, layers) -> dict:
 
 
 def run(a) -> int:
-    emu = get_backend("emu", "emu")
+    backend = open_backend(a)
+    if backend.device_type != "cpu" and a.targets == "emu":
+        a.targets = a.profile  # the emu targets describe this CPU, not the device
+    pinned = backend.device_type != "cpu"  # DMA from pageable memory would be staged, not measured
     priced = get_backend("count", a.profile)  # prices the plans on the modeled clock, moves nothing
     geom = KVGeometry("mla", a.layers, 1, a.kv_dim, torch.bfloat16, a.page_size)
     pool = 2 * (-(-a.tokens // a.page_size)) * a.page_size
     rng = np.random.default_rng(0)
     dev_idx = slot_indices(a.tokens, a.page_size, True, rng)
     host_idx = slot_indices(a.tokens, a.page_size, True, rng)
-    dev = [[emu.alloc_device((pool, 1, a.kv_dim), torch.bfloat16).fill_(1) for _ in range(a.layers)]]
+    dev = [[backend.alloc_device((pool, 1, a.kv_dim), torch.bfloat16).fill_(1) for _ in range(a.layers)]]
     nbytes = a.tokens * geom.layout_dim
-    memcpy = _memcpy_seconds(nbytes, a.repeat)
-    result = {"machine": machine(), "engine": segcopy.engine(), "profile": a.profile,
+    memcpy = _memcpy_seconds(nbytes, a.repeat, backend)
+    engine = segcopy.engine() if backend.device_type == "cpu" else f"{backend.name} device copies"
+    result = {"machine": machine(), "engine": engine, "profile": a.profile,
+              "backend": backend.name, "copy_mode": backend.copy_mode,
+              "peer": "contiguous torch copy" if backend.device_type == "cpu" else "contiguous pinned H2D copy",
               "config": {"tokens": a.tokens, "layers": a.layers, "kv_dim": a.kv_dim, "page_size": a.page_size,
                          "bytes": nbytes, "indices": "scattered pages"},
               "memcpy_seconds": memcpy, "memcpy_gbps": nbytes / memcpy / 1e9,
               "plan": plan_times(a.repeat), "layouts": {}}
-    with kvcacheio.use(emu):
+    with kvcacheio.use(backend):
         for layout in a.layouts.split(","):
-            host = [torch.zeros(host_shape(layout, geom, pool), dtype=torch.bfloat16)]
+            host = [torch.zeros(host_shape(layout, geom, pool), dtype=torch.bfloat16, pin_memory=pinned)]
             rows = {}
             steps = _steps(layout, geom, host, dev, host_idx, dev_idx, a.layers)
             for name, step in steps.items():
@@ -92,7 +136,8 @@ def run(a) -> int:
                 rows[name] = {"wall_seconds": secs, "gbps": nbytes / secs / 1e9, "ratio_vs_memcpy": memcpy / secs,
                               "segments": plan.num_segments, "launches": plan.launches, "modeled_seconds": modeled}
             result["layouts"][layout] = rows
-    lines = [f"engine: {result['engine']}; contiguous torch copy of {nbytes / 1e6:.0f} MB: "
+    mode = f", copy mode {backend.copy_mode}" if backend.copy_mode else ""
+    lines = [f"backend: {backend.name}{mode}; engine: {result['engine']}; {result['peer']} of {nbytes / 1e6:.0f} MB: "
              f"{result['memcpy_gbps']:.2f} GB/s (median of {a.repeat})"]
     for layout, p in result["plan"].items():
         lines.append(f"plan seed config {layout}: {p['segments']:,} segments in {p['plan_seconds'] * 1e3:.2f} ms")
@@ -101,7 +146,7 @@ def run(a) -> int:
         for d, r in rows.items():
             m = f"{r['modeled_seconds'] * 1e3:.1f} ms" if r["modeled_seconds"] is not None else "unknown"
             lines.append(f"{layout:<18}{d:<14}{r['segments']:>10,}{r['gbps']:>8.2f}{r['ratio_vs_memcpy']:>10.2f}{m:>16}")
-    emu.close()
+    backend.close()
     lf = result["layouts"].get("layer_first", {})
     measured = {f"plan_segments_{k}_seed": v["segments"] for k, v in result["plan"].items()}
     measured["plan_seconds_seed"] = result["plan"]["page_first_direct"]["plan_seconds"]

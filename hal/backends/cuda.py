@@ -5,10 +5,16 @@ from __future__ import annotations
 import torch
 
 from hal.backends.support.cudalike import CudaLikeBackend, kunlun_runtime_sign
+from hal.backends.support.vendor_ops import VendorSearch
 
 
 class CudaBackend(CudaLikeBackend):
     name = "cuda"
+
+    @classmethod
+    def vendor_search(cls) -> VendorSearch:
+        """sgl-kernel's Python wrappers, `sgl_kernel.kvcacheio` (what SGLang's host pools call)."""
+        return VendorSearch("sgl_kernel.kvcacheio")
 
     @classmethod
     def probe(cls) -> tuple[bool, str]:

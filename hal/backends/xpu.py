@@ -11,6 +11,10 @@ Kunlun runtime facts this file relies on, and where they come from:
 - `torch_xmlir.xpu.device_count()` / `torch_xmlir._XMLIRC._xpu_get_devices_number()` count
   XPUs, while `torch.xpu` is Intel's and reports 0: third-party Kunlun deployment notes and a
   torch_xmlir source analysis, not a header. Unverified names stay behind probe().
+- The rebuilt Kunlun kvcacheio kernels register as `torch.ops.xspeedgate_ops.*` (the two ops
+  named by the port: transfer_kv_all_layer_mla, transfer_kv_per_layer_mla) when their Python
+  package is imported; the package is taken to be `xspeedgate_ops` (set
+  $HICACHE_XPU_VENDOR_MODULE where a build names it otherwise). Unverified here.
 - One registration above 512 GiB overflows a 32-bit scatter-gather size in the Kunlun driver;
   LMCache's Kunlun port registers in 128 GiB pieces. Reported there, not verified here.
 """
@@ -19,11 +23,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 from pathlib import Path
 
 import torch
 
 from hal.backends.support.cudalike import CudaLikeBackend, CudartRegistrar, loaded_library
+from hal.backends.support.vendor_ops import VendorSearch
 from hal.topology.discover import from_xpusmi_command, has_hardware
 from hal.topology.model import Topology
 
@@ -109,6 +115,22 @@ class XpuBackend(CudaLikeBackend):
         if not torch.cuda.is_available():
             return False, "torch_xmlir present but no XPU (torch.cuda, which it drives, sees no device)"
         return True, ""
+
+    @classmethod
+    def vendor_search(cls) -> VendorSearch:
+        """The rebuilt Kunlun ops in torch.ops.xspeedgate_ops (see the module docstring)."""
+        module = os.environ.get("HICACHE_XPU_VENDOR_MODULE", "").strip() or "xspeedgate_ops"
+        return VendorSearch(module, torch_namespace="xspeedgate_ops")
+
+    @classmethod
+    def device_inventory(cls) -> tuple[str | None, int]:
+        """(device name, XPU count): the count torch_xmlir reports where it has one."""
+        name, count = super().device_inventory()
+        if name is None and count == 0:
+            return name, count
+        import torch_xmlir
+
+        return name, _xpu_count(torch_xmlir) or count
 
     def _registrar(self):
         path = find_libxpurt()

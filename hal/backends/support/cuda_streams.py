@@ -115,6 +115,11 @@ class CudaStream(Stream):
     def record(self) -> CudaEvent:
         return self._record([], None)
 
+    def record_keeping(self, keep: list) -> CudaEvent:
+        """An event like record()'s that also keeps `keep` (tensors queued work still reads,
+        e.g. a vendor kernel's pointer tables) alive until it completes."""
+        return self._record(list(keep), None)
+
     def wait_event(self, event: Event) -> None:
         if not isinstance(event, CudaEvent):
             raise ValueError(f"event: {event!r} is not a cuda/xpu event")

@@ -5,10 +5,11 @@ events and copies run on a CUDA-compatible runtime shim over the Kunlun runtime.
 implementation serves both; cuda.py and xpu.py differ in probe() and in how host memory is
 registered. Streams and events (with the host-side D2H scatters) are in cuda_streams.
 
-How `_execute` moves one CopyGroup:
-- few segments (<= DIRECT_SEGMENT_LIMIT): one copy_(non_blocking=True) per segment, i.e. one
-  DMA descriptor each -- the per-descriptor behaviour users measure;
-- more: both buffers are viewed as rows of `unit` bytes (gcd of every offset and length),
+How `_execute` moves one CopyGroup depends on the instance's copy mode (support/copy_modes):
+- `descriptor`, or few segments (<= DIRECT_SEGMENT_LIMIT) in `gather` mode: one
+  copy_(non_blocking=True) per segment, i.e. one DMA descriptor each -- the per-descriptor
+  behaviour users measure;
+- more segments in `gather` mode: both buffers are viewed as rows of `unit` bytes (gcd of every offset and length),
   segments expand to row indices, and the bytes go gather -> one contiguous copy -> scatter.
   Device-side gathers and scatters are index ops on the stream. A host-side gather (H2D) runs
   on the CPU inside execute(); a host-side scatter (D2H) runs on the stream's completion thread
@@ -19,6 +20,7 @@ How `_execute` moves one CopyGroup:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import sys
@@ -29,12 +31,18 @@ import numpy as np
 import torch
 
 from hal.backend import Backend, Capabilities
+from hal.backends.support.copy_modes import (
+    COPY_MODES,
+    DIRECT_SEGMENT_LIMIT,
+    copies_each_segment,
+    resolve_copy_mode,
+)
 from hal.backends.support.cuda_streams import CudaEvent, CudaStream
+from hal.backends.support.vendor_ops import BoundVendorOps, StreamHooks, VendorOps, VendorSearch
 from hal.transfer.plan import CopyGroup, Segments, TransferPlan
 from hal.transfer.rows import flat_bytes, row_views
 
-# Up to this many segments a group is copied descriptor by descriptor (layer_first runs are few).
-DIRECT_SEGMENT_LIMIT = 64
+__all__ = ["DIRECT_SEGMENT_LIMIT", "CudaLikeBackend", "CudartRegistrar", "kunlun_runtime_sign", "loaded_library"]
 
 
 def loaded_library(stem: str) -> str | None:
@@ -109,13 +117,62 @@ class _Job(NamedTuple):
 class CudaLikeBackend(Backend):
     device_type = "cuda"
     stream_type = CudaStream
+    copy_modes = COPY_MODES
 
-    def __init__(self, profile: Any = None):
+    def __init__(self, profile: Any = None, copy_mode: str | None = None):
+        # Checked before anything is set: a bad mode leaves no half-made backend.
+        self.copy_mode = resolve_copy_mode(copy_mode)
         super().__init__(profile)
         # Nothing touches the device until it is used: capabilities() must work without one.
         self._device: torch.device | None = None
         self._default: CudaStream | None = None
         self._lock = threading.Lock()
+
+    def with_copy_mode(self, copy_mode: str) -> CudaLikeBackend:
+        """A sibling backend on the same profile and device whose plans run in `copy_mode`."""
+        other = type(self)(self.profile, copy_mode)
+        other._device = self._device
+        return other
+
+    @classmethod
+    def vendor_search(cls) -> VendorSearch:
+        """Hook: where this device's vendor kvcacheio kernels would be (None: it has none)."""
+        return VendorSearch(None, "this backend names no vendor kernel module")
+
+    @classmethod
+    def vendor_ops(cls) -> tuple[VendorOps | None, str]:
+        """(the vendor's kvcacheio kernels behind the harness's calling convention, "") when
+        importable here, else (None, why not). Importing is the only probe; nothing runs."""
+        return cls.vendor_search().find()
+
+    def vendor_kv(self, stream: CudaStream | None = None) -> tuple[BoundVendorOps | None, str]:
+        """(the vendor kernels running on `stream` (default: the default stream), "") or (None, why).
+
+        Each call returns the event recorded on the stream after it, like hal.transfer.kvcacheio.
+        """
+        vendor, why = self.vendor_ops()
+        if vendor is None:
+            return None, why
+        stream = stream or self.default_stream()
+
+        def enter() -> contextlib.ExitStack:
+            ctx = contextlib.ExitStack()
+            ctx.enter_context(torch.cuda.device(self.device))
+            ctx.enter_context(torch.cuda.stream(stream.torch_stream))
+            return ctx
+
+        return vendor.bind(StreamHooks(self.device, enter, stream.record_keeping)), ""
+
+    @classmethod
+    def device_inventory(cls) -> tuple[str | None, int]:
+        """(name of device 0, number of devices) as torch.cuda reports them; (None, 0) when the
+        backend is unavailable (torch.cuda is not asked then: on a machine without the runtime
+        it would initialize nothing useful)."""
+        ok, _ = cls.probe()
+        if not ok:
+            return None, 0
+        count = torch.cuda.device_count()
+        return (torch.cuda.get_device_name(0) if count else None), count
 
     @property
     def device(self) -> torch.device:
@@ -160,7 +217,7 @@ class CudaLikeBackend(Backend):
         tail: list = []
         with torch.cuda.device(self.device), torch.cuda.stream(stream.torch_stream):
             for job in jobs:
-                if len(job.seg.nbytes) <= DIRECT_SEGMENT_LIMIT:
+                if copies_each_segment(self.copy_mode, len(job.seg.nbytes)):
                     self._copy_segments(job)
                 else:
                     self._copy_rows(job, keep, tail)
@@ -168,6 +225,7 @@ class CudaLikeBackend(Backend):
 
     @staticmethod
     def _copy_segments(job: _Job) -> None:
+        """One async copy per segment: on the device, one DMA descriptor (cudaMemcpyAsync) each."""
         seg = job.seg
         for s, d, n in zip(seg.src_offsets.tolist(), seg.dst_offsets.tolist(), seg.nbytes.tolist(), strict=True):
             job.dst[d:d + n].copy_(job.src[s:s + n], non_blocking=True)

@@ -1,0 +1,172 @@
+"""The vendor's kvcacheio kernels behind the harness's calling convention (hal.transfer.kvcacheio).
+
+A real deployment moves KV with the vendor's kernels, not with the harness's planner: sgl-kernel's
+`sgl_kernel.kvcacheio` on CUDA, and on Kunlun the rebuilt ops registered as
+`torch.ops.xspeedgate_ops.transfer_kv_all_layer_mla` / `transfer_kv_per_layer_mla`. The
+conformance suite runs its cases through them with this adapter, which maps a call written for
+hal.transfer.kvcacheio (same op names and argument order as upstream) onto upstream's:
+
+- where the harness takes a list of per-layer tensors, upstream's all-layer kernels take a uint64
+  tensor of the layers' data pointers, on the device (SGLang builds them the same way); the
+  direct ops take lists on both sides;
+- the kernel ops read their index tensors on the device; the direct ops walk them on the host
+  (SGLang keeps indices on the CPU for its "direct" io backend), so they get CPU indices;
+- upstream returns nothing: the work is queued on the current stream, so the adapter runs each
+  call inside the backend's stream and returns the event recorded after it (keeping the pointer
+  tables and index copies alive until it completes);
+- `block_quota` / `num_warps_per_block` are passed when the caller gives them, or when the
+  vendor op's schema has no default for them (upstream's defaults, 2 and 32, are used then).
+
+The adapter checks nothing the vendor does not: it runs the suite's (valid) cases. Argument
+names and the ops' order come from hal.transfer.kvcacheio's own signatures, so a harness op and
+its vendor twin cannot drift apart silently. Which xspeedgate_ops signatures match upstream's is
+taken from the Kunlun port's description (same names and order); it is unverified here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from hal.transfer import kvcacheio
+
+# Harness arguments that upstream passes as a device tensor of per-layer data pointers.
+POINTER_TABLES = {
+    "transfer_kv_all_layer": ("src_k_layers", "dst_k_layers", "src_v_layers", "dst_v_layers"),
+    "transfer_kv_all_layer_lf_pf": ("src_k_layers", "src_v_layers"),
+    "transfer_kv_all_layer_lf_ph": ("src_k_layers", "src_v_layers"),
+    "transfer_kv_all_layer_mla": ("src_layers", "dst_layers"),
+    "transfer_kv_all_layer_mla_lf_pf": ("src_layers",),
+}
+DIRECT_OPS = ("transfer_kv_direct", "transfer_kv_per_layer_direct_pf_lf", "transfer_kv_all_layer_direct_lf_pf")
+INDEX_ARGS = ("src_indices", "dst_indices")
+TUNING_DEFAULTS = {"block_quota": 2, "num_warps_per_block": 32}
+
+
+def pointer_table(tensors, device) -> torch.Tensor:
+    """uint64 tensor of each tensor's data pointer, on `device` (what upstream's all-layer kernels read)."""
+    return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.uint64, device=device)
+
+
+def _schema_arity(fn: Callable) -> int | None:
+    """Arguments of a torch op's schema, None for a plain Python function."""
+    overload = getattr(fn, "default", fn)
+    schema = getattr(overload, "_schema", None)
+    return None if schema is None else len(schema.arguments)
+
+
+class StreamHooks(NamedTuple):
+    """How a backend runs vendor calls on one of its streams: where index and pointer tensors go
+    (`device`), the context making the stream current, and the event recorded after the call,
+    given the tensors the queued work still reads."""
+
+    device: Any
+    enter: Callable[[], contextlib.AbstractContextManager]
+    record: Callable[[list], Any]
+
+
+class VendorOps:
+    """A vendor's kvcacheio callables (by upstream name), called the harness's way on a stream."""
+
+    def __init__(self, source: str, ops: dict[str, Callable]):
+        unknown = sorted(set(ops) - set(kvcacheio.OPS))
+        if unknown:
+            raise ValueError(f"ops: {', '.join(unknown)} are not kvcacheio ops")
+        self.source = source  # e.g. "sgl_kernel.kvcacheio", "torch.ops.xspeedgate_ops"
+        self.ops = dict(ops)
+
+    def has(self, op: str) -> bool:
+        return op in self.ops
+
+    def upstream_args(self, op: str, args: tuple, kwargs: dict, device) -> tuple[list, list]:
+        """(positional arguments for the vendor op, tensors made for it that must outlive the call)."""
+        if op not in self.ops:
+            raise ValueError(f"op: {self.source} has no {op}")
+        bound = inspect.signature(getattr(kvcacheio, op)).bind(*args, **kwargs)
+        given = bound.arguments
+        arity = _schema_arity(self.ops[op])
+        out, made = [], []
+        for name in inspect.signature(getattr(kvcacheio, op)).parameters:
+            if name in TUNING_DEFAULTS and name not in given:
+                if arity is None or len(out) >= arity:
+                    break  # the vendor's own default applies (Python wrappers, or a schema default)
+                out.append(TUNING_DEFAULTS[name])
+                continue
+            value = given[name]
+            if name in POINTER_TABLES.get(op, ()):
+                value = pointer_table(value, device)
+                made.append(value)
+            elif name in INDEX_ARGS:
+                target = "cpu" if op in DIRECT_OPS else device
+                moved = torch.as_tensor(value, dtype=torch.int64).to(target, non_blocking=True)
+                if moved is not value:
+                    made.append(moved)
+                value = moved
+            out.append(value)
+        return out, made
+
+    def call(self, hooks: StreamHooks, op: str, *args, **kwargs):
+        """Queue the vendor's `op` on the hooked stream; return the event recorded after it."""
+        with hooks.enter():
+            upstream, made = self.upstream_args(op, args, kwargs, hooks.device)
+            self.ops[op](*upstream)
+            return hooks.record(made)
+
+    def bind(self, hooks: StreamHooks) -> BoundVendorOps:
+        return BoundVendorOps(self, hooks)
+
+
+class MissingVendorOp(AttributeError):
+    """The vendor module has no kernel for this kvcacheio op (its cases skip, saying which)."""
+
+
+class BoundVendorOps:
+    """The vendor ops as a module-like object: `bound.transfer_kv_per_layer(...)` like kvcacheio's."""
+
+    def __init__(self, vendor: VendorOps, hooks: StreamHooks):
+        self.vendor, self.hooks = vendor, hooks
+
+    def __getattr__(self, op: str):
+        if op not in kvcacheio.OPS:
+            raise AttributeError(op)
+        if not self.vendor.has(op):
+            raise MissingVendorOp(f"{self.vendor.source} has no {op}")
+        return lambda *args, **kwargs: self.vendor.call(self.hooks, op, *args, **kwargs)
+
+
+class VendorSearch(NamedTuple):
+    """Where a device's vendor kernels are: a Python module holding upstream-named functions, or
+    a module whose import registers them in a torch.ops namespace."""
+
+    module: str | None  # what to import; None: this device has no vendor kernels
+    why_none: str = ""
+    torch_namespace: str | None = None  # the ops live in torch.ops.<namespace> once imported
+
+    def find(self) -> tuple[VendorOps | None, str]:
+        """(VendorOps with every op found, "") or (None, why none is usable here)."""
+        if self.module is None:
+            return None, self.why_none
+        try:
+            mod = importlib.import_module(self.module)
+        except Exception as e:  # noqa: BLE001 - a broken build is as absent as a missing one
+            return None, f"{self.module} not importable: {type(e).__name__}: {e}"
+        if self.torch_namespace is not None:
+            space, source = getattr(torch.ops, self.torch_namespace), f"torch.ops.{self.torch_namespace}"
+        else:
+            space, source = mod, self.module
+        ops = {}
+        for name in kvcacheio.OPS:
+            try:
+                fn = getattr(space, name)
+            except (AttributeError, RuntimeError):  # torch.ops raises for an op not registered
+                continue
+            if callable(fn):
+                ops[name] = fn
+        if not ops:
+            return None, f"{source} has none of the kvcacheio ops ({', '.join(kvcacheio.OPS[:2])}, ...)"
+        return VendorOps(source, ops), ""
