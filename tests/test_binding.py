@@ -119,3 +119,19 @@ def test_plan_numa_argument_places_a_real_buffer_on_this_host():
         assert rep["policy_achieved"] and set(rep["numa_pages"]) == {0}
     finally:
         buf.close()
+
+
+def test_a_tp_shared_pool_is_seen_whole_by_every_card():
+    """One host KV copy for the TP group: each card's capacity is the whole interleaved pool, not 1/8."""
+    topo = from_profile("p800")
+    split = plan_binding(topo, "interleave")
+    shared = plan_binding(topo, "interleave", shared=True)
+    assert shared.shared and not split.shared
+    assert shared.min_capacity() == sum(shared.usable_bytes_per_node.values())
+    assert shared.min_capacity() == pytest.approx(8 * split.min_capacity(), rel=1e-6)
+    assert all(b.nodes == tuple(range(8)) for b in shared.bindings)
+    assert any("TP-shared" in a for a in shared.assumptions)
+    with pytest.raises(ValueError, match="^shared:"):
+        plan_binding(topo, "local", shared=True)
+    with pytest.raises(ValueError, match="^shared:"):
+        plan_binding(topo, "interleave", shared=1)

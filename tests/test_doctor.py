@@ -94,6 +94,15 @@ def test_pool_too_big_for_local_binding_warns_and_too_big_for_the_host_fails(cap
     assert out["pool_bytes"] == 2 * 10**12
 
 
+def test_a_pool_only_a_tp_shared_copy_holds_is_advised_as_shared(capsys):
+    # p800: 8 x 187 GiB, 80% usable: ~150 GiB/card interleaved, ~1197 GiB as one shared pool
+    rc, out = doctor_json(capsys, "--profile", "p800", "--pool-bytes", "500GiB")
+    check = by_name(out)["binding_policy"]
+    assert rc == 0 and check["status"] == "warn" and "fits only as one TP-shared pool" in check["value"]
+    assert "one TP-shared pool: 1196.8 GiB seen whole by every card" in check["value"]
+    assert check["fix"].startswith("share one interleaved host pool across the TP group")
+
+
 def test_small_pool_registers_without_warning(capsys):
     _, out = doctor_json(capsys, "--profile", "p800", "--pool-bytes", "15G")
     assert by_name(out)["registered_size"]["status"] == "ok"

@@ -80,4 +80,14 @@ def check_replay(a) -> None:
         raise CliError("--trace", f"{clip_path(trace)}: holds no request; nothing to time")
 
 
-CHECKS = {"transfer": check_transfer, "memory": check_memory, "replay": check_replay, "sweep": check_replay}
+def check_spmd(a) -> None:
+    from hal.memory import shm
+
+    try:
+        shm.validate_dir(a.shared_dir, 1)
+    except ValueError as e:
+        raise CliError("--shared-dir", str(e).removeprefix("shared_dir: ")) from None
+
+
+CHECKS = {"transfer": check_transfer, "memory": check_memory, "replay": check_replay, "sweep": check_replay,
+          "spmd": check_spmd}

@@ -16,6 +16,7 @@ from hal.units import parse_size
 from hicache_ref.policy import POLICIES
 from hicache_ref.replay import replay, summary_lines
 from hicache_ref.spec import CacheSpec
+from hicache_ref.tp.replay_tp import tp_replay, tp_spec, tp_summary_line
 from hicache_ref.trace import find_trace
 
 DEFAULTS = CacheSpec()  # the seed geometry and the spec's policies
@@ -44,6 +45,9 @@ def add_arguments(p) -> None:
     p.add_argument("--dtype", default=DEFAULTS.dtype, choices=tuple(DTYPES))
     p.add_argument("--host-layout", default=DEFAULTS.host_layout, choices=HOST_LAYOUTS)
     p.add_argument("--profile", default=DEFAULTS.profile, help="hardware profile for the modeled clock (name or YAML path)")
+    p.add_argument("--tp", type=types.count(1, 1024), help="TP ranks sharing the trace (figures for the group)")
+    p.add_argument("--shared-host", action="store_true", help="with --tp: one host KV copy for the group (effective "
+                   "L2 N x --l2-tokens, only rank 0 writes)")
     p.add_argument("--concurrency", type=types.count(1, 100_000), help="serve up to N requests at once, each "
                    "holding its KV in L1 until its output_length decode steps end (default: serial replay)")
     p.add_argument("--timestamps", action="store_true", help="with --concurrency: admit requests at the trace's "
@@ -109,13 +113,19 @@ def run(a) -> int:
     load_profile_arg("--profile", a.profile)
     l1 = _tokens_arg("--l1-tokens", a.l1_tokens, a.page_size)
     l2 = _tokens_arg("--l2-tokens", a.l2_tokens, a.page_size)
+    if a.shared_host and a.tp is None:
+        raise CliError("--shared-host", "shares one host pool among the ranks of --tp N; give --tp")
     spec = spec_from_args(a, l1, l2)
-    check_capacity(spec)
+    check_capacity(spec if a.tp is None else tp_spec(spec, a.tp, a.shared_host))
     if a.concurrency is None and (a.timestamps or a.pd):
         raise CliError("--timestamps" if a.timestamps else "--pd", "applies to a served replay: give --concurrency N")
+    if a.concurrency is not None and a.tp is not None:
+        raise CliError("--tp", "applies to a serial replay (one rank stands for the group); drop --concurrency")
     try:
         with ticker("hicache replay", a.quiet):
-            if a.concurrency is None:
+            if a.tp is not None:
+                fig = tp_replay(spec, trace, a.limit, a.tp, a.shared_host)
+            elif a.concurrency is None:
                 fig = replay(spec, trace, a.limit)
             else:
                 from hicache_ref.trace import read_trace
@@ -129,7 +139,7 @@ def run(a) -> int:
     if a.json:
         print(json.dumps(fig, indent=2))
     else:
-        print("\n".join(summary_lines(fig)))
+        print("\n".join(summary_lines(fig) + ([tp_summary_line(fig)] if a.tp is not None else [])))
     if not fig["requests"]:
         warn(f"--trace {clip_path(trace)}: no request replayed (empty trace or --limit 0); every figure is zero")
     elif fig["truncated_requests"]:

@@ -14,9 +14,11 @@ from hal.topology.model import Topology
 
 
 def advise_binding(local: BindingPlan, interleave: BindingPlan, pool_bytes: int,
-                   memory_unknown: str | None = None) -> Check:
-    """Local vs interleaved binding for a pool of `pool_bytes` per card. `memory_unknown` says why
-    the host memory behind the plans is not known (a profile without it): then so is the advice."""
+                   memory_unknown: str | None = None, shared: BindingPlan | None = None) -> Check:
+    """Local vs interleaved binding for a pool of `pool_bytes` per card, and (`shared`, the
+    interleave plan of one TP-shared pool) whether one pool for the TP group would hold it.
+    `memory_unknown` says why the host memory behind the plans is not known (a profile without
+    it): then so is the advice."""
     if memory_unknown:
         return Check("binding_policy", "unknown", f"{memory_unknown}: capacity per card unknown; "
                      f"pool {fmt_bytes(pool_bytes)}/card not checked",
@@ -29,12 +31,19 @@ def advise_binding(local: BindingPlan, interleave: BindingPlan, pool_bytes: int,
     value = (f"local: {fmt_bytes(loc)}/card on nodes {nodes} ({fmt_bytes(local.stranded_bytes())} on other nodes unused); "
              f"interleave: {fmt_bytes(inter)}/card over {len(interleave.bindings[0].nodes)} nodes; "
              f"pool {fmt_bytes(pool_bytes)}/card")
+    whole = shared.min_capacity() if shared is not None else None
+    if whole is not None:
+        value += f"; one TP-shared pool: {fmt_bytes(whole)} seen whole by every card"
     if pool_bytes <= loc:
         return Check("binding_policy", "ok", value + " -> bind each card's pool to its local node",
                      "numa=('bind', [device node]) per card")
     if pool_bytes <= inter:
         return Check("binding_policy", "warn", value + " -> does not fit locally; interleave costs remote accesses",
                      f"shrink --pool-bytes to <= {fmt_bytes(loc)} for local binding, or interleave one TP-shared pool")
+    if whole is not None and pool_bytes <= whole:
+        return Check("binding_policy", "warn", value + " -> fits only as one TP-shared pool (MLA/NSA host KV is "
+                     "the same on every rank: one copy for the group, rank 0 writes it)",
+                     f"share one interleaved host pool across the TP group, or --pool-bytes <= {fmt_bytes(inter)}")
     return Check("binding_policy", "fail", value + " -> does not fit in host memory under any policy",
                  f"--pool-bytes <= {fmt_bytes(inter)} (interleaved) or <= {fmt_bytes(loc)} (local)")
 

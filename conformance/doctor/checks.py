@@ -323,6 +323,7 @@ def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None
             f"profile {profile.name} does not say how devices share uplinks (topology.devices_per_switch)"
     local = plan_binding(topology, "local")
     interleave = plan_binding(topology, "interleave")
+    shared = plan_binding(topology, "interleave", shared=True)
     if pool_bytes is not None:
         source = "--pool-bytes"
     elif local.min_capacity() > 0 and missing is None:
@@ -341,7 +342,7 @@ def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None
         check_page_table_entries(pool_bytes, coverage if paths.real else None, thp_mode),
         check_memlock(pool_bytes, memlock_limit(), cap_ipc_lock(paths.proc_root)),
         check_registered_size(profile, pool_bytes),
-        advise_binding(local, interleave, pool_bytes, missing),
+        advise_binding(local, interleave, pool_bytes, missing, shared),
         advise_pool_size(profile, pool_bytes),
         advise_write_policy(topology),
     ]

@@ -5,9 +5,10 @@ Policies:
 - `local`: each device's pool is bound to the device's own NUMA node (shortest DMA path). Devices
   sharing a node split it; nodes with no device stay unused, which on the p800 box (8 nodes,
   devices on only some of them) strands a large part of host memory.
-- `interleave`: one pool shared by all devices (the TP-shared host pool) interleaved over all
-  nodes (or the `nodes` given): every device sees the whole usable memory split evenly, at the
-  price of remote accesses for most pages.
+- `interleave`: the devices' pools interleaved over all nodes (or the `nodes` given): every
+  device gets an even split of the whole usable memory, at the price of remote accesses for most
+  pages. With `shared=True` it is one TP-shared pool (MLA/NSA: every rank's host KV is the same
+  latent, so the group keeps one copy): every device sees the whole usable memory, not 1/N of it.
 
 Reservation: not all of a node is for KV. By default RESERVE_FRACTION of every node is kept for
 the OS, page cache, the serving process itself and model-weight staging; `reserve_bytes` takes a
@@ -45,6 +46,7 @@ class BindingPlan(NamedTuple):
     usable_bytes_per_node: dict[int, int]  # after the reservation
     warnings: tuple[str, ...]
     assumptions: tuple[str, ...]
+    shared: bool = False  # one TP-shared pool: every binding's capacity is the whole pool
 
     def capacity(self, device: int) -> int:
         return self.bindings[device].capacity_bytes
@@ -81,14 +83,20 @@ def plan_binding(
     reserve_bytes: int = 0,
     memory_per_node_bytes: int | dict[int, int] | None = None,
     nodes: list[int] | tuple[int, ...] | None = None,
+    shared: bool = False,
 ) -> BindingPlan:
     """Plan host-pool placement for every device of `topology` under `policy`.
 
     memory_per_node_bytes overrides what the topology says (one int for every node, or a dict per
     node): xpu-smi topologies do not know node memory. nodes: the interleave set, each node once (default all).
+    shared: one TP-shared pool over the interleave set, which every device sees whole (interleave only).
     """
     if policy not in POLICIES:
         raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
+    if not isinstance(shared, bool):
+        raise ValueError(f"shared: expected True or False, got {shared!r}")
+    if shared and policy != "interleave":
+        raise ValueError("shared: a TP-shared pool is one pool interleaved over the nodes; use policy='interleave'")
     if not 0.0 <= float(reserve_fraction) < 1.0:
         raise ValueError(f"reserve_fraction: expected 0 <= f < 1, got {reserve_fraction!r}")
     reserve_bytes = non_negative_int("reserve_bytes", reserve_bytes)
@@ -126,7 +134,8 @@ def plan_binding(
     else:
         pool_nodes = tuple(sorted(nodes)) if nodes is not None else tuple(ids)
         total = sum(usable[n] for n in pool_nodes)
-        share = total // len(topology.devices) if topology.devices else 0
+        # One shared copy serves every device whole; private pools split the memory evenly.
+        share = total if shared else total // len(topology.devices) if topology.devices else 0
         bindings = [DeviceBinding(i, pool_nodes, share) for i in range(len(topology.devices))]
 
     if not topology.devices:
@@ -137,9 +146,11 @@ def plan_binding(
     assumptions = (
         f"{reserve_fraction:.0%} of each node reserved for OS, page cache, runtime and weight staging",
         f"{reserve_bytes} more bytes reserved per node",
-        "local: devices on one node split it evenly; interleave: one pool split evenly over all devices",
+        "local: devices on one node split it evenly; interleave: " + (
+            "one TP-shared pool (one host KV copy for the group) that every device sees whole" if shared
+            else "one pool split evenly over all devices"),
     ) + tuple(n for n in topology.notes if n.startswith("assumed"))
-    return BindingPlan(policy, tuple(bindings), usable, tuple(warnings), assumptions)
+    return BindingPlan(policy, tuple(bindings), usable, tuple(warnings), assumptions, shared)
 
 
 def uplink_warnings(topology: Topology) -> list[str]:

@@ -1,0 +1,56 @@
+"""`hicache replay --tp N [--shared-host]`: what TP sharing of host KV does to one trace's figures.
+
+A TP group's ranks make the same decisions (hicache_ref.tp checks it), so one replay stands for
+every rank. Private (the default with --tp): every rank keeps its own L2 of the given size,
+the same hits, and every rank writes its own copy, so D2H bytes over the group are N x one
+rank's. Shared (`shared_host`): the group's N per-rank L2 budgets become one pool holding one
+copy, so the effective L2 capacity is N x the per-rank size (the hit rate rises where L2 was
+the limit) and only rank 0 writes (D2H bytes 1/N of private). Host memory is the same N x
+per-rank size either way; sharing changes what it can hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hicache_ref.replay import replay
+from hicache_ref.spec import CacheSpec
+
+
+def tp_spec(spec: CacheSpec, tp: int, shared_host: bool) -> CacheSpec:
+    """The spec one rank's replay runs on: L2 capacity N x per rank with a shared pool."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tp: expected a positive number of ranks, got {tp!r}")
+    if not isinstance(shared_host, bool):
+        raise ValueError(f"shared_host: expected True or False, got {shared_host!r}")
+    if not shared_host or spec.l2_tokens is None:
+        return spec
+    per_rank = spec.l2_tokens // spec.page_size * spec.page_size
+    return replace(spec, l2_tokens=per_rank * tp)
+
+
+def tp_replay(spec: CacheSpec, trace, limit: int | None, tp: int, shared_host: bool) -> dict:
+    """hicache_ref.replay.replay for one rank of a TP group of `tp` ranks, plus the group's figures."""
+    run = tp_spec(spec, tp, shared_host)
+    fig = replay(run, trace, limit)
+    writers = 1 if shared_host else tp
+    copies = 1 if shared_host else tp
+    per_rank = None if spec.l2_tokens is None else spec.l2_tokens // spec.page_size * spec.page_size
+    token_bytes = spec.geometry().token_bytes
+    fig.update(
+        tp=tp, shared_host=shared_host, l2_tokens_per_rank=per_rank, effective_l2_tokens=fig["l2_tokens"],
+        host_kv_copies=copies, d2h_writer_ranks=writers,
+        d2h_bytes_all_ranks=fig["d2h_bytes"] * writers, h2d_bytes_all_ranks=fig["h2d_bytes"] * tp,
+        host_pool_bytes_all_ranks=fig["l2_tokens"] * token_bytes * copies,
+    )
+    return fig
+
+
+def tp_summary_line(fig: dict) -> str:
+    """The replay summary's line for a TP run."""
+    gib = 2**30
+    mode = "one shared host pool" if fig["shared_host"] else "a private host pool per rank"
+    per = "unlimited" if fig["l2_tokens_per_rank"] is None else f"{fig['l2_tokens_per_rank']:,}"
+    return (f"TP {fig['tp']}, {mode}: L2 {per} tokens per rank, effective {fig['effective_l2_tokens']:,}; "
+            f"D2H over the group {fig['d2h_bytes_all_ranks'] / gib:.2f} GiB from {fig['d2h_writer_ranks']} "
+            f"writer(s); {fig['host_kv_copies']} host KV cop{'y' if fig['host_kv_copies'] == 1 else 'ies'}")

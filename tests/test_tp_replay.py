@@ -1,0 +1,70 @@
+"""`hicache replay --tp N [--shared-host]`: per-rank L2 as given, N x effective L2 shared, D2H 1/N."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hicache_ref.replay import replay
+from hicache_ref.spec import CacheSpec
+from hicache_ref.tp.replay_tp import tp_replay, tp_spec
+from hicache_ref.trace import find_trace, read_trace
+
+TRACE = find_trace("conversation_trace.jsonl")
+
+
+@pytest.fixture(scope="module")
+def requests():
+    return read_trace(TRACE, 1500)
+
+
+def test_unlimited_l2_shared_writes_one_nth_of_private(requests):
+    spec = CacheSpec(write_policy="write_through")
+    private, shared = (tp_replay(spec, requests, None, 4, s) for s in (False, True))
+    alone = replay(spec, requests)
+    assert private["hit_rate"] == shared["hit_rate"] == alone["hit_rate"]  # L2 never limited: same hits
+    assert private["d2h_bytes_all_ranks"] == 4 * alone["d2h_bytes"] == 4 * shared["d2h_bytes_all_ranks"] > 0
+    assert (private["host_kv_copies"], shared["host_kv_copies"]) == (4, 1)
+    assert (private["d2h_writer_ranks"], shared["d2h_writer_ranks"]) == (4, 1)
+    assert private["h2d_bytes_all_ranks"] == 4 * private["h2d_bytes"]
+
+
+def test_a_shared_pool_is_n_times_the_per_rank_l2_and_raises_the_hit_rate(requests):
+    spec = CacheSpec(l1_tokens=1_000_000, l2_tokens=1_000_000, write_policy="write_through")
+    private, shared = (tp_replay(spec, requests, None, 8, s) for s in (False, True))
+    assert private["l2_tokens_per_rank"] == shared["l2_tokens_per_rank"] == 1_000_000 // 64 * 64
+    assert private["effective_l2_tokens"] == private["l2_tokens_per_rank"]
+    assert shared["effective_l2_tokens"] == 8 * shared["l2_tokens_per_rank"]
+    assert shared["hit_rate"] > private["hit_rate"]
+    assert shared["d2h_bytes_all_ranks"] == shared["d2h_bytes"]  # rank 0 alone writes
+    assert shared["d2h_bytes_all_ranks"] < private["d2h_bytes_all_ranks"] / 4
+    assert shared["host_pool_bytes_all_ranks"] == private["host_pool_bytes_all_ranks"]  # same memory, one copy
+
+
+def test_tp_spec_checks_its_arguments():
+    spec = CacheSpec(l2_tokens=1000)
+    assert tp_spec(spec, 4, False) is spec and tp_spec(spec, 4, True).l2_tokens == 4 * 960
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match="^tp:"):
+            tp_spec(spec, bad, False)
+    with pytest.raises(ValueError, match="^shared_host:"):
+        tp_spec(spec, 2, 1)
+
+
+def test_cli_replay_tp(capsys):
+    from conformance.cli import main
+
+    args = ["replay", "--limit", "200", "--l1-tokens", "1M", "--l2-tokens", "1M", "--write-policy", "write_through"]
+    assert main.main(args + ["--tp", "8", "--shared-host", "--json"]) == 0
+    fig = json.loads(capsys.readouterr().out)
+    assert fig["tp"] == 8 and fig["shared_host"] and fig["effective_l2_tokens"] == 8 * fig["l2_tokens_per_rank"]
+    assert main.main(args + ["--tp", "8"]) == 0
+    assert "TP 8, a private host pool per rank" in capsys.readouterr().out
+    assert main.main(args + ["--shared-host"]) == 2
+    assert capsys.readouterr().err.strip() == ("hicache: --shared-host: shares one host pool among the ranks of "
+                                              "--tp N; give --tp")
+    assert main.main(args + ["--tp", "2", "--concurrency", "4"]) == 2
+    assert capsys.readouterr().err.startswith("hicache: --tp: applies to a serial replay")
+    assert main.main(args + ["--tp", "0"]) == 2
+    assert capsys.readouterr().err.startswith("hicache: --tp: must be positive")
