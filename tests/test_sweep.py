@@ -13,7 +13,7 @@ from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import TraceRequest
 from hicache_ref.workload.plateau import find_plateau
 from hicache_ref.workload.stack_distance import stack_profile
-from hicache_ref.workload.sweep import NO_COST_MODEL, sweep
+from hicache_ref.workload.sweep import NET_ONE_PASS, sweep
 from hicache_ref.workload.trace_synth import synthesize, write_trace
 
 TIERS = [100, 200, 300, 400, 500]
@@ -96,7 +96,8 @@ def test_auto_falls_back_to_replays_where_one_pass_does_not_apply():
     spec = CacheSpec(page_size=64, l1_tokens=8 * 64, write_policy="write_through_selective")
     r = sweep(spec, reqs, [12 * 64, 16 * 64], workers=1)
     assert r["method"] == "replay" and "write_through" in r["one_pass_refusal"]
-    assert all(t["net_benefit_seconds"] is None and t["net_benefit_reason"] == NO_COST_MODEL for t in r["tiers"])
+    # the emu profile has no compute model: net benefit is not modeled, and says why
+    assert all(t["net_benefit_seconds"] is None and "compute model" in t["net_benefit_reason"] for t in r["tiers"])
     assert all(t["d2h_segments"] is not None for t in r["tiers"])
     with pytest.raises(ValueError, match="method"):
         sweep(spec, reqs, [12 * 64], method="one_pass")
@@ -151,3 +152,20 @@ def test_bench_sweep_reports_the_ratio_and_the_largest_tier_check(tmp_path, caps
     assert r["largest_tier_hit_rate_difference"] >= 0
     assert r["sweep_over_replay"] == pytest.approx(r["sweep"]["median_wall_seconds"]
                                                    / r["replay_largest_tier"]["median_wall_seconds"])
+
+
+def test_replayed_tiers_carry_the_net_benefit_of_their_own_replay():
+    """With a compute model (p800), each replayed tier reports the net benefit `hicache replay`
+    gives at that capacity; the one-pass method, which has no per-request hits, says why not."""
+    import dataclasses
+
+    reqs = _documents_trace(n=30)
+    spec = CacheSpec(page_size=64, l1_tokens=8 * 64, write_policy="write_through_selective", profile="p800")
+    r = sweep(spec, reqs, [12 * 64, 16 * 64], workers=1)
+    for tier in r["tiers"]:
+        own = replay(dataclasses.replace(spec, l2_tokens=tier["l2_tokens"]), reqs)
+        assert own["net_benefit_seconds"] is not None
+        assert tier["net_benefit_seconds"] == own["net_benefit_seconds"]
+    lru = dataclasses.replace(spec, write_policy="write_through")
+    one = sweep(lru, reqs, [12 * 64, 16 * 64], method="one_pass")
+    assert all(t["net_benefit_seconds"] is None and t["net_benefit_reason"] == NET_ONE_PASS for t in one["tiers"])

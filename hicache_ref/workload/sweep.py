@@ -13,8 +13,9 @@ Two ways to get the per-tier figures, the same keys either way (`method` says wh
 
 Per tier: `l2_tokens`, `hit_rate`, `marginal_gain` (over the previous tier; the first over L1
 alone), L1/L2 hit tokens, D2H/H2D tokens, bytes and segments, `registered_bytes` (the host
-pool registered for DMA), `net_benefit_seconds` (null with `net_benefit_reason` until a cost
-model exists: no invented number). `plateau_l2_tokens` / `on_plateau`: hicache_ref.workload.plateau.
+pool registered for DMA), `net_benefit_seconds` (hicache_ref.cost, from each tier's own replay;
+null with `net_benefit_reason` where the profile has no compute model or the one-pass method ran:
+never an invented number). `plateau_l2_tokens` / `on_plateau`: hicache_ref.workload.plateau.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from hicache_ref.workload.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
 from hicache_ref.workload.stack_distance import stack_profile
 
 METHODS = ("auto", "one_pass", "replay")
-NO_COST_MODEL = "no cost model in hicache_ref yet (hicache_ref/cost.py): net benefit not modeled"
+NET_ONE_PASS = ("one_pass: net benefit needs each request's hits (compute saved) and the modeled transfer "
+                "seconds, which only a replay gives (method replay gives them)")
 SEGMENTS_ONE_PASS = ("one_pass: segments and modeled seconds depend on which slots pages land in, "
                      "which only a replay knows (method replay gives them)")
 _TIER_KEYS = ("l1_hit_tokens", "l2_hit_tokens", "d2h_tokens", "h2d_tokens", "d2h_bytes", "h2d_bytes",
@@ -135,13 +137,16 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
         figs = _replays([dataclasses.replace(spec, l2_tokens=t) for t in tiers] + [alone_spec], requests,
                         workers, tick)
         alone = figs.pop()
-        rows = [dict(l2_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in _TIER_KEYS}) for t, f in zip(tiers, figs, strict=True)]
+        rows = [dict(l2_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in _TIER_KEYS},
+                     **{k: v for k, v in f.items() if k.startswith("net_benefit")})
+                for t, f in zip(tiers, figs, strict=True)]
     plateau = find_plateau(tiers, [r["hit_rate"] for r in rows], alone["hit_rate"], plateau_gain)
     for row, gain in zip(rows, plateau.marginal_gains, strict=True):
         row["marginal_gain"] = gain
         row["registered_bytes"] = row["l2_tokens"] // ps * ps * token_bytes
-        row["net_benefit_seconds"] = None
-        row["net_benefit_reason"] = NO_COST_MODEL
+        if "net_benefit_seconds" not in row:  # one pass: the tier's own replay did not run
+            row["net_benefit_seconds"] = None
+            row["net_benefit_reason"] = NET_ONE_PASS
     return dict(method=use, one_pass_refusal=refusal, tiers=rows, plateau_l2_tokens=plateau.plateau_l2_tokens,
                 on_plateau=plateau.on_plateau, plateau_gain=plateau_gain, l1_tokens=alone["l1_tokens"],
                 l1_alone_hit_rate=alone["hit_rate"], requests=alone["requests"], input_tokens=alone["input_tokens"],
