@@ -11,7 +11,6 @@ import torch
 
 from conformance.bench.common import emit, machine
 from conformance.cli import args as cli_args
-from hal.backend import get_backend
 from hal.memory import vm
 from hal.memory.host import allocate_host
 from hal.transfer import kvcacheio, segcopy
@@ -37,6 +36,8 @@ def add_arguments(p) -> None:
     p.add_argument("--item-bytes", type=cli_args.positive, default=1152, help="bytes per token (576-dim MLA row in bf16)")
     p.add_argument("--page-size", type=cli_args.page_size, default=64, help="tokens per page; pages are scattered")
     p.add_argument("--repeat", type=cli_args.positive, default=5, help="timed repetitions; medians are reported")
+    p.add_argument("--backend", default="emu", help="whose register_host and copies are timed: emu (this CPU, "
+                   "mlock), cuda or xpu (the device's host registration and DMA)")
     p.add_argument("--json", action="store_true")
 
 
@@ -145,16 +146,24 @@ def run(a) -> int:
     for name in ("item_bytes", "page_size", "repeat"):
         if getattr(a, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')}: must be positive, got {getattr(a, name)}")
-    emu = get_backend("emu", "emu")
-    reg = registration(sizes, a.repeat, emu)
-    bw = bandwidth(copy_size, a.item_bytes, a.page_size, a.repeat, emu)
+    from conformance.bench.transfer import open_backend
+
+    a.copy_mode = None
+    backend = open_backend(a)  # refused naming --backend when absent here
+    if not backend.capabilities().moves_bytes:
+        raise ValueError(f"--backend: {a.backend} moves no bytes; registration and copies need a backend that does")
+    reg = registration(sizes, a.repeat, backend)
+    bw = bandwidth(copy_size, a.item_bytes, a.page_size, a.repeat, backend)
     by_size = {r["bytes"]: {} for r in reg}
     for r in reg:
         by_size[r["bytes"]]["thp" if r["huge_pages"] else "4k"] = r
     result = {
         "machine": machine(),
-        "registration_via": "emu backend register_host (mlock of the range)",
-        "copies_via": f"hal.transfer.kvcacheio.transfer_kv_per_layer_mla on emu (engine {segcopy.engine()}), "
+        "backend": backend.name,
+        "registration_via": f"{backend.name} backend register_host"
+                            + (" (mlock of the range)" if backend.name == "emu" else ""),
+        "copies_via": f"hal.transfer.kvcacheio.transfer_kv_per_layer_mla on {backend.name}"
+        + (f" (engine {segcopy.engine()})" if backend.device_type == "cpu" else "") + ", "
         f"pages of {a.page_size} x {a.item_bytes} B scattered; plus one contiguous torch copy_",
         "repeat": a.repeat,
         "registration": reg,

@@ -262,6 +262,7 @@ def run(a) -> int:
                      f"peer time / ours: whole replay {pmed / med:.2f}x, tree only {pmed / tmed:.2f}x")
         rc = rc or (0 if agree else 1)
     if not theirs:
-        lines.append("peer: not run (give --sglang-root); the issue's figure for SGLang's RadixCache is ~11 s")
+        lines.append("peer: not run (give --sglang-root DIR to time SGLang's RadixCache in this run; "
+                     "BENCHMARKS.md 'hicache bench replay' records a same-run comparison with its command)")
     emit(result, a.json, lines)
     return rc
