@@ -131,6 +131,8 @@ def registered_penalty_pct(penalties, registered_bytes: int) -> float | None:
     """Seed-workload slowdown (%) with `registered_bytes` of host memory registered."""
     if isinstance(registered_bytes, bool) or not isinstance(registered_bytes, int) or registered_bytes < 0:
         raise ValueError(f"registered_bytes: expected a non-negative integer, got {registered_bytes!r}")
+    if registered_bytes == 0:  # no host pool registered (no L2): the seed's line does not apply
+        return 0.0
     return penalties.registered_pct(registered_bytes / GB)
 
 

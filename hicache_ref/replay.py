@@ -144,7 +144,9 @@ def _net_benefit_lines(fig: dict) -> list[str]:
     if net is None:
         return [f"net benefit: not modeled ({fig.get('net_benefit_reason', 'no profile')})"]
     assumed = fig.get("net_benefit_assumed_inputs") or []
+    extrapolated = "extrapolated" in fig.get("net_benefit_reason", "")
     return [f"net benefit {net:+.3f} s = compute saved {fig['net_benefit_compute_saved_seconds']:.3f} s - transfer "
             f"{fig['net_benefit_transfer_seconds']:.3f} s - penalties {fig['net_benefit_penalty_seconds']:.3f} s "
-            f"({fig['net_benefit_penalty_pct']:+.1f}% of {fig['net_benefit_baseline_prefill_seconds']:.1f} s prefill)"
-            + (f"; assumed inputs: {', '.join(assumed)}" if assumed else "")]
+            f"({fig['net_benefit_penalty_pct']:+.1f}% of {fig['net_benefit_baseline_prefill_seconds']:.1f} s prefill"
+            + ("; registered-size penalty extrapolated beyond the 15-80 GB the seed measured" if extrapolated else "")
+            + ")" + (f"; assumed inputs: {', '.join(assumed)}" if assumed else "")]

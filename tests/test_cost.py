@@ -59,6 +59,7 @@ def test_p800_penalties_reproduce_the_seed():
     pen = load_profile("p800").penalties
     assert cost.registered_penalty_pct(pen, 80 * 10**9) == pytest.approx(20.6, abs=0.01)
     assert cost.registered_penalty_pct(pen, 15 * 10**9) == pytest.approx(8.8, abs=0.01)
+    assert cost.registered_penalty_pct(pen, 0) == 0.0  # no host pool registered: no registration slowdown
     assert (cost.numa_penalty_pct(pen, False), cost.numa_penalty_pct(pen, True)) == (11.5, -2.1)
     with pytest.raises(ValueError, match="^registered_bytes:"):
         cost.registered_penalty_pct(pen, -1)

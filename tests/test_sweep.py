@@ -169,3 +169,18 @@ def test_replayed_tiers_carry_the_net_benefit_of_their_own_replay():
     lru = dataclasses.replace(spec, write_policy="write_through")
     one = sweep(lru, reqs, [12 * 64, 16 * 64], method="one_pass")
     assert all(t["net_benefit_seconds"] is None and t["net_benefit_reason"] == NET_ONE_PASS for t in one["tiers"])
+
+
+def test_synth_writes_gzip_where_the_name_says_gz(tmp_path):
+    """A synthesized trace named .jsonl.gz is gzip, and reads back to the same requests."""
+    import gzip
+
+    from hicache_ref.trace import read_trace
+    from hicache_ref.workload.trace_synth import write_trace
+
+    reqs = synthesize(20, 300, 3000, 0.5, sessions=3, seed=4)
+    write_trace(tmp_path / "t.jsonl.gz", reqs)
+    write_trace(tmp_path / "t.jsonl", reqs)
+    assert (tmp_path / "t.jsonl.gz").read_bytes()[:2] == b"\x1f\x8b"
+    assert gzip.decompress((tmp_path / "t.jsonl.gz").read_bytes()) == (tmp_path / "t.jsonl").read_bytes()
+    assert read_trace(tmp_path / "t.jsonl.gz") == read_trace(tmp_path / "t.jsonl")

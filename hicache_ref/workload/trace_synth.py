@@ -117,8 +117,12 @@ def synthesize(requests: int, min_tokens: int, max_tokens: int, reuse: float, se
 
 
 def write_trace(path, requests: list[TraceRequest]) -> None:
-    """Write requests as Mooncake JSONL (timestamp ms as an integer), one per line."""
-    with open(path, "w", encoding="utf-8") as f:
+    """Write requests as Mooncake JSONL (timestamp ms as an integer), one per line; a name ending
+    in .gz is written gzip-compressed, as hicache_ref.trace reads it."""
+    import gzip
+
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wt", encoding="utf-8") as f:
         for r in requests:
             f.write(json.dumps(dict(timestamp=int(r.timestamp), input_length=r.input_length,
                                     output_length=r.output_length, hash_ids=list(r.hash_ids))) + "\n")
