@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from hal.backend import Backend, Capabilities, Event, Stream
-from hal.backends.support.modeled_clock import ModeledClock, plan_seconds
+from hal.backends.support.modeled_clock import ModeledClock, modeled_profile, plan_seconds
 from hal.transfer.plan import TransferPlan
 
 
@@ -53,11 +53,7 @@ class CountBackend(Backend):
     runs_symbolic_plans = True
 
     def __init__(self, profile: Any = None):
-        if profile is None:
-            from hardware_profiles.loader import load_profile
-
-            profile = load_profile("emu")
-        super().__init__(profile)
+        super().__init__(modeled_profile(profile, self.default_profile))
         self._default: CountStream | None = None
 
     @classmethod

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from hal.backend import Backend, Capabilities, Event, Stream
-from hal.backends.support.modeled_clock import ModeledClock, plan_seconds
+from hal.backends.support.modeled_clock import ModeledClock, modeled_profile, plan_seconds
 from hal.transfer import segcopy
 from hal.transfer.plan import TransferPlan
 
@@ -174,11 +174,7 @@ class EmuBackend(Backend):
     stream_type = EmuStream
 
     def __init__(self, profile: Any = None):
-        if profile is None:
-            from hardware_profiles.loader import load_profile
-
-            profile = load_profile("emu")
-        super().__init__(profile)
+        super().__init__(modeled_profile(profile, self.default_profile))
         # storage data_ptr -> the mapping's registration token (see alloc_device)
         self._device_storages: dict[int, object] = {}
         self._device_lock = threading.Lock()

@@ -12,6 +12,16 @@ from hal.transfer.direction import Direction
 from hal.transfer.plan import TransferPlan
 
 
+def modeled_profile(profile: Any, default: str) -> Any:
+    """The profile a modeled clock prices with: the one given, else the backend's default
+    (a modeled backend without a link model could not price anything)."""
+    if profile is not None:
+        return profile
+    from hardware_profiles.loader import load_profile
+
+    return load_profile(default)
+
+
 def plan_seconds(link: Any, plan: TransferPlan) -> float | None:
     """Modeled seconds of `plan` on `link` (a hardware_profiles LinkModel), or None when the
     profile leaves a needed value unknown. Device-to-device and host-to-host copies do not
