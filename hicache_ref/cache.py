@@ -18,8 +18,9 @@ One `request(tokens)` does what a scheduler does for a prefill, serially:
    (cache_finished_req); how the second insert counts hits is the policy's `hit_count`.
 
 A request that cannot fit in L1 even after evicting everything unlocked is cached up to
-what fits (`truncated`). A host-cached prefix that cannot be loaded for lack of L1 room is
-recomputed and not counted as a hit (`l2_unloaded_tokens`). Write-backs from eviction
+what fits (`truncated`). A host-cached prefix that is not loaded (under
+`load_back_threshold` tokens, over `load_back_quota`, or no L1 room: all or nothing, as
+upstream) is recomputed and not counted as a hit (`l2_unloaded_tokens`). Write-backs from eviction
 (write_back policy) are queued before the device slots are freed; with real bytes the
 callback waits for them, as those slots are handed out right after.
 """
@@ -57,18 +58,24 @@ class HiCache:
 
     def __init__(self, geom, l1_tokens: int, l2_tokens: int, backend, *, layout: str = "layer_first",
                  policy="write_through_selective", ghost=None, order: str = "fifo", sync: bool = True,
-                 hit_count: str = "per_request", pd_disagg: bool = False):
+                 hit_count: str = "per_request", pd_disagg: bool = False, backup_scope: str = "node",
+                 evict_size: str = "shortfall", load_back_threshold: int = 0, load_back_quota: int | None = None):
         if not isinstance(pd_disagg, bool):
             raise ValueError(f"pd_disagg: expected True or False, got {pd_disagg!r}")
+        for name, v in (("load_back_threshold", load_back_threshold), ("load_back_quota", load_back_quota)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ValueError(f"{name}: expected a non-negative number of tokens, got {v!r}")
         self.geom, self.page_size = geom, geom.page_size
         self.pd_disagg = pd_disagg
+        self.load_back_threshold, self.load_back_quota = load_back_threshold or 0, load_back_quota
         self.backend, self.sync = backend, sync
         self.materialize = backend.capabilities().moves_bytes
         self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=True, order=order)
         self.host = HostPool(geom, l2_tokens, layout, backend=backend, materialize=True,
                              order=order) if l2_tokens else None
         self.tree = RadixTree(geom.page_size, policy=policy, ghost=ghost, device=self.device, host=self.host,
-                              on_write_back=self._on_write_back, hit_count=hit_count)
+                              on_write_back=self._on_write_back, hit_count=hit_count, backup_scope=backup_scope,
+                              evict_size=evict_size)
         self.controller = CacheController(self.device, self.host, backend) if self.host is not None else None
         self.kv = KVWriter(self.device, backend) if self.materialize else None
         self._closed = False
@@ -117,7 +124,7 @@ class HiCache:
         l2, unloaded, loaded, load = 0, 0, m.device_pages[:0], None
         try:
             if host_len:
-                t = tree.load_back(m)
+                t = tree.load_back(m, self.load_back_threshold, self.load_back_quota)
                 if t is None:
                     unloaded = host_len
                 else:
@@ -125,7 +132,8 @@ class HiCache:
                     load = self.controller.load_pages(t.host_pages, t.device_pages, tag=t)
             prefix = l1 + l2
             need_pages = -(-n // ps) - prefix // ps
-            new_pages = tree.take_pages(tree.device, need_pages, tree.evict, partial=True)
+            # Upstream's paged allocation evicts for the extend tokens plus one page per request.
+            new_pages = tree.take_pages(tree.device, need_pages, tree.evict, partial=True, evict_tokens=n - prefix + ps)
             truncated = len(new_pages) < need_pages
             mismatch = 0
             if self.materialize:

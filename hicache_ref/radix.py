@@ -31,17 +31,26 @@ evict, evict_host, write-back, load_back, complete) and the tiers' counters and 
 order are hicache_ref.tiers.TierMoves, which the tree owns (`tree.tiers`) and delegates
 to; nodes and results are hicache_ref.node.
 
-Deliberate differences from upstream HiRadixCache:
-- Hits count once per request id, not once per insert (see hicache_ref.policy).
-- Backing up a node on insert also backs up its ancestors without a host copy (upstream
-  skips the node instead); either way L2 holds whole prefixes.
+Differences from upstream HiRadixCache (each a switch; hicache_ref/README.md has the table
+and the switch that selects upstream's behaviour):
+- Hit counting (`hit_count`, hicache_ref.policy): per_request by default, upstream's
+  per_insert on request.
+- Backups on insert (`backup_scope`, BACKUP_SCOPES): "node" by default, as upstream's
+  write_backup: a node whose hit count reaches the threshold is backed up only if its
+  parent is (or is the root), else skipped until a later insert finds the parent backed
+  up, so L2 always holds whole prefixes. "path" (the seed's): back up the node's
+  ancestors without a host copy along with it.
+- Eviction size when a tier is short (`evict_size`, hicache_ref.tiers): upstream evicts
+  the whole allocation; the reference can evict only the shortfall.
+- load_back's minimum and memory quota are the caller's (`min_tokens`, `quota`);
+  upstream's are 10 tokens and the scheduler's (today: none).
 - Locked nodes are protected from host eviction too (upstream has a separate host ref).
 - A write-back that cannot get host slots drops the node and its host-only subtree (the
-  subtree's write-backs queued by the same eviction are then not copied).
+  subtree's write-backs queued by the same eviction are then not copied); upstream
+  asserts there.
 - Optional ghost list (off by default): pages evicted from L1 are remembered by hash; on
   insert the longest request prefix ending in a remembered page past what the write
-  policy backs up is backed up too (the ghost list only adds to the policy's choice).
-- load_back has no minimum size unless given (upstream: 10 tokens) and no memory quota.
+  policy backs up is backed up too, ancestors included (it only adds to the policy's choice).
 """
 
 from __future__ import annotations
@@ -69,6 +78,8 @@ from hicache_ref.node import (
 )
 from hicache_ref.policy import WritePolicy, make_policy
 from hicache_ref.tiers import TierMoves
+
+BACKUP_SCOPES = ("node", "path")  # upstream's write_backup, the seed's (see the module docstring)
 
 __all__ = ["EvictHostResult", "EvictResult", "InsertResult", "MatchResult", "Node", "PageMatch", "RadixTree",
            "TierCopy"]
@@ -102,10 +113,13 @@ def _allocator(x):
 class RadixTree:
     def __init__(self, page_size: int, policy: str | WritePolicy = "write_through_selective", ghost=None,
                  clock: Callable[[], int] | None = None, device=None, host=None,
-                 on_write_back: Callable[[list[TierCopy]], None] | None = None, hit_count: str = "per_request"):
+                 on_write_back: Callable[[list[TierCopy]], None] | None = None, hit_count: str = "per_request",
+                 backup_scope: str = "node", evict_size: str = "shortfall"):
         if not isinstance(page_size, int) or page_size <= 0:
             raise ValueError(f"page_size: must be a positive integer, got {page_size!r}")
-        self.page_size = page_size
+        if backup_scope not in BACKUP_SCOPES:
+            raise ValueError(f"backup_scope: {backup_scope!r} is not one of {', '.join(BACKUP_SCOPES)}")
+        self.page_size, self.backup_scope = page_size, backup_scope
         self.page_bytes = 4 * page_size
         self.policy = make_policy(policy, hit_count=hit_count)  # hit_count: for a policy given by name
         self.ghost = ghost
@@ -119,7 +133,8 @@ class RadixTree:
         self._ids = itertools.count(1)
         self.root = Node(0, None, b"", NO_PAGES, NO_PAGES)
         self.root.hashes = []
-        self.tiers = TierMoves(self.root, page_size, self.policy, ghost, self.device, self.host, on_write_back)
+        self.tiers = TierMoves(self.root, page_size, self.policy, ghost, self.device, self.host, on_write_back,
+                               evict_size)
 
     # -- occupancy and the tier moves (hicache_ref.tiers) ------------------------------
     @property
@@ -137,9 +152,10 @@ class RadixTree:
         """Nodes in the tree, the root excluded."""
         return self.tiers.num_nodes
 
-    def take_pages(self, allocator, need: int, evict: Callable, partial: bool = False) -> np.ndarray | None:
+    def take_pages(self, allocator, need: int, evict: Callable, partial: bool = False,
+                   evict_tokens: int | None = None) -> np.ndarray | None:
         """`need` pages from a tier's allocator, evicting that tier once if short (TierMoves.take_pages)."""
-        return self.tiers.take_pages(allocator, need, evict, partial)
+        return self.tiers.take_pages(allocator, need, evict, partial, evict_tokens)
 
     def evict(self, n_tokens: int, on_write_back: Callable[[list[TierCopy]], None] | None = None) -> EvictResult:
         """Free at least `n_tokens` of L1, LRU leaves first (TierMoves.evict)."""
@@ -149,9 +165,10 @@ class RadixTree:
         """Free at least `n_tokens` of L2 from host-only leaves (TierMoves.evict_host)."""
         return self.tiers.evict_host(n_tokens)
 
-    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0) -> TierCopy | None:
-        """Give the host-only chain ending at `target` device slots again (TierMoves.load_back)."""
-        return self.tiers.load_back(target, min_tokens)
+    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0,
+                  quota: int | None = None) -> TierCopy | None:
+        """Give the host-only chain ending at `target` device slots again, all or nothing (TierMoves.load_back)."""
+        return self.tiers.load_back(target, min_tokens, quota)
 
     def complete(self, copy: TierCopy) -> None:
         """The caller's copy for a backup or load has landed: release its lock (TierMoves.complete)."""
@@ -305,15 +322,30 @@ class RadixTree:
         return InsertResult(prefix_pages * ps, adopted * ps, (n - off) // P, new_nodes, backups, last)
 
     def _backups_after_insert(self, path: list[Node]) -> list[TierCopy]:
+        """One TierCopy for the nodes of `path` (root-first) the policy and ghost list back up:
+        upstream submits a write per node and its controller merges those of one batch."""
         if self.host is None or not path:
             return []
-        deepest = -1
-        for i, node in enumerate(path):
-            if node.host is None and self.policy.should_back_up(node.hit_count):
-                deepest = i
+        picked, deepest = set(), -1
+        if self.backup_scope == "path":  # the seed's: the deepest node due, with its ancestors
+            for i, node in enumerate(path):
+                if node.host is None and self.policy.should_back_up(node.hit_count):
+                    deepest = i
+            picked = {x.id for x in path[: deepest + 1] if x.host is None}
+        else:  # upstream's write_backup: a node due whose parent is backed up (or the root)
+            parent_backed = True
+            for i, node in enumerate(path):
+                if node.host is None:
+                    if not (parent_backed and self.policy.should_back_up(node.hit_count)):
+                        parent_backed = False
+                        continue
+                    picked.add(node.id)
+                    deepest = i
+                parent_backed = True
         if self.ghost is not None and deepest < len(path) - 1:
-            deepest = max(deepest, self._ghost_proven(path, deepest + 1))
-        todo = [x for x in path[: deepest + 1] if x.host is None]
+            proven = self._ghost_proven(path, deepest + 1)  # may split path[proven]
+            picked.update(x.id for x in path[: proven + 1] if x.host is None)
+        todo = [x for x in path if x.id in picked]
         t = self.tiers.back_up(todo) if todo else None
         return [t] if t else []
 

@@ -22,6 +22,9 @@ from hicache_ref.allocator import ORDERS
 from hicache_ref.cache import HiCache
 from hicache_ref.ghost import GhostList
 from hicache_ref.policy import HIT_COUNTS, POLICIES
+from hicache_ref.radix import BACKUP_SCOPES
+from hicache_ref.semantics import SEMANTICS, SWITCHES, overrides, preset
+from hicache_ref.tiers import EVICT_SIZES
 
 MATERIALIZE_LIMIT_BYTES = 16 << 30  # refuse pools larger than this: a typo should not eat the host
 MIN_GHOST_ENTRIES = 1024  # the ghost list's default bound: L1 pages, at least this many
@@ -70,8 +73,15 @@ class CacheSpec:
     backend: Any = None
     materialize: bool = False  # real KV pools and bytes, every hit checked
     # Request-path semantics (upstream vs the reference: hicache_ref/README.md, the differences table).
+    # The defaults are the "reference" preset (hicache_ref.semantics); CacheSpec.preset fills them
+    # from a preset, and `semantics` names the preset they came from (for the report).
     hit_count: str = "per_request"  # "per_insert": upstream's; see hicache_ref.policy
     pd_disagg: bool = False  # insert every request unfinished, then finished (PD-disaggregated prefill)
+    backup_scope: str = "node"  # "node": upstream's write_backup; "path": the seed's (ancestors too)
+    evict_size: str = "shortfall"  # "whole": upstream evicts the whole allocation when short
+    load_back_threshold: int = 0  # tokens; a shorter host chain is recomputed (upstream: 10)
+    load_back_quota: int | None = None  # tokens a load may take (upstream's mem_quota); None: no quota
+    semantics: str = "reference"
 
     def __post_init__(self):
         positive_int("page_size", self.page_size)
@@ -92,11 +102,30 @@ class CacheSpec:
         _flag("materialize", self.materialize)
         _one_of("hit_count", self.hit_count, HIT_COUNTS)
         _flag("pd_disagg", self.pd_disagg)
+        _one_of("backup_scope", self.backup_scope, BACKUP_SCOPES)
+        _one_of("evict_size", self.evict_size, EVICT_SIZES)
+        _tokens_or_none("load_back_threshold", self.load_back_threshold)
+        if self.load_back_threshold is None:
+            raise ValueError("load_back_threshold: expected a non-negative number of tokens, got None")
+        _tokens_or_none("load_back_quota", self.load_back_quota)
+        _one_of("semantics", self.semantics, SEMANTICS)
         if self.backend is not None and self.backend.capabilities().moves_bytes != self.materialize:
             raise ValueError(f"backend: {self.backend.name!r} {'moves' if not self.materialize else 'moves no'} "
                              f"bytes, but materialize={self.materialize} (unmaterialized caches run on a backend "
                              "that moves none, such as count)")
         self.geometry()  # what KVGeometry itself checks (e.g. MLA has one head)
+
+    @classmethod
+    def preset(cls, semantics: str = "reference", **fields) -> CacheSpec:
+        """A spec whose request-path switches come from preset `semantics` ("upstream":
+        SGLang's decisions), any of them given in `fields` overriding it."""
+        return cls(**{**preset(semantics), **fields, "semantics": semantics})
+
+    def semantics_config(self) -> dict:
+        """The resolved switches as the figures report them, and those that differ from the preset."""
+        values = {k: getattr(self, k) for k in SWITCHES}
+        return dict(semantics=self.semantics, **values, load_back_quota=self.load_back_quota,
+                    semantics_overrides=overrides(self.semantics, values))
 
     def geometry(self) -> KVGeometry:
         """The KV geometry this spec describes."""
@@ -144,4 +173,6 @@ class CacheSpec:
         bound = self.ghost_entries if self.ghost_entries is not None else max(l1 // self.page_size, MIN_GHOST_ENTRIES)
         return HiCache(self.geometry(), l1, l2, backend, layout=self.host_layout, policy=self.write_policy,
                        ghost=GhostList(bound) if self.ghost else None, order=self.free_list, sync=self.sync,
-                       hit_count=self.hit_count, pd_disagg=self.pd_disagg)
+                       hit_count=self.hit_count, pd_disagg=self.pd_disagg, backup_scope=self.backup_scope,
+                       evict_size=self.evict_size, load_back_threshold=self.load_back_threshold,
+                       load_back_quota=self.load_back_quota)

@@ -8,7 +8,8 @@ which leave the tree).
 
 `TierMoves` owns what the moves work on, handed to it explicitly by
 hicache_ref.radix.RadixTree: the root, page size, write policy, ghost list, the
-`device`/`host` allocators and on_write_back; and it keeps the tiers' occupancy (page and
+`device`/`host` allocators, on_write_back and how much to evict when short
+(`evict_size`, EVICT_SIZES); and it keeps the tiers' occupancy (page and
 node counters) and eviction order (one leaf heap per tier), which the tree updates
 through `note` and the counters as it matches, inserts and splits. The behaviour and
 its differences from upstream are described in radix.py.
@@ -37,12 +38,22 @@ from hicache_ref.node import (
 )
 from hicache_ref.policy import LeafHeap, WritePolicy
 
+# How much an allocation that finds its tier short asks eviction for:
+# - whole (upstream): the allocation's whole size, as HiRadixCache.load_back
+#   (evict(len(host_indices))), write_backup (evict_host(len(node.value))) and the
+#   scheduler's token allocation (evict(num_tokens) once available < num_tokens) do;
+# - shortfall (the reference's): only what is missing, so no more is evicted than needed.
+EVICT_SIZES = ("whole", "shortfall")
+
 
 class TierMoves:
     """A radix tree's backups, evictions, write-backs and load_backs (see the module docstring)."""
 
     def __init__(self, root: Node, page_size: int, policy: WritePolicy, ghost=None, device=None, host=None,
-                 on_write_back: Callable[[list[TierCopy]], None] | None = None):
+                 on_write_back: Callable[[list[TierCopy]], None] | None = None, evict_size: str = "shortfall"):
+        if evict_size not in EVICT_SIZES:
+            raise ValueError(f"evict_size: {evict_size!r} is not one of {', '.join(EVICT_SIZES)}")
+        self.evict_size = evict_size
         self.root, self.page_size, self.page_bytes = root, page_size, 4 * page_size
         self.policy, self.ghost, self.device, self.host = policy, ghost, device, host
         self.on_write_back = on_write_back
@@ -72,15 +83,24 @@ class TierMoves:
         """Undo one lock(node) (node.unlock_path)."""
         unlock_path(self.root, node)
 
-    def take_pages(self, allocator, need: int, evict: Callable, partial: bool = False) -> np.ndarray | None:
+    def take_pages(self, allocator, need: int, evict: Callable, partial: bool = False,
+                   evict_tokens: int | None = None) -> np.ndarray | None:
         """`need` pages from `allocator` (a tier's: self.device or self.host), evicting that tier
-        (`evict`: self.evict or self.evict_host, LRU) once by the shortfall if it is short.
+        (`evict`: self.evict or self.evict_host, LRU) once if it is short: by the shortfall, or
+        with evict_size 'whole' by the whole allocation (`evict_tokens`, default need pages,
+        as upstream: once fewer than that many tokens are free).
 
         Still short after that (locked nodes): None, or with `partial` the pages that are free.
         """
+        ps = self.page_size
+        if self.evict_size == "whole":
+            want = need * ps if evict_tokens is None else evict_tokens
+            if need and allocator.available_pages * ps < want:
+                evict(want)
+            return allocator.alloc_pages(min(need, allocator.available_pages) if partial else need)
         pages = allocator.alloc_pages(need)
         if pages is None:
-            evict((need - allocator.available_pages) * self.page_size)
+            evict((need - allocator.available_pages) * ps)
             pages = allocator.alloc_pages(min(need, allocator.available_pages) if partial else need)
         return pages
 
@@ -219,12 +239,26 @@ class TierMoves:
         return EvictHostResult(evicted, pages_to_slots(freed_pages, self.page_size))
 
     # -- load back -------------------------------------------------------------------
-    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0) -> TierCopy | None:
+    def _unlocked_tokens(self, node: Node) -> int:
+        """Tokens on `node`'s path to the root that a lock would newly protect (lock_ref 0):
+        upstream's inc_lock_ref delta, by which it shrinks a load's memory quota."""
+        n = 0
+        while node is not self.root:
+            if node.lock_ref == 0:
+                n += len(node.key) // 4
+            node = node.parent
+        return n
+
+    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0,
+                  quota: int | None = None) -> TierCopy | None:
         """Give the host-only chain ending at `target` device slots again (H2D), or None.
 
-        None when nothing is host-only, the chain is under `min_tokens`, or L1 cannot make
-        room. Otherwise the nodes count as in L1 at once (as upstream) and stay locked
-        until `complete(copy)`: the caller must not read their KV before the copy.
+        All or nothing, as upstream's HiRadixCache.load_back: None when nothing is host-only,
+        the chain is under `min_tokens` (upstream's load_back_threshold), over `quota` tokens
+        less those its ancestors' lock newly protects (upstream's mem_quota + delta; None:
+        no quota), or L1 cannot make room even after evicting (take_pages). Otherwise the
+        nodes count as in L1 at once (as upstream) and stay locked until `complete(copy)`:
+        the caller must not read their KV before the copy.
         """
         if self.device is None:
             raise ValueError("load_back: the tree has no device allocator to take slots from")
@@ -237,6 +271,8 @@ class TierMoves:
             node = node.parent
         need = sum(len(x.host) for x in chain)
         if not chain or need * self.page_size < min_tokens:
+            return None
+        if quota is not None and need * self.page_size > quota - self._unlocked_tokens(node):
             return None
         chain.reverse()
         self.lock(chain[-1])  # the eviction below must neither take the chain nor its ancestors

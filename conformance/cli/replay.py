@@ -115,6 +115,7 @@ def run(a) -> int:
     load_profile_arg("--profile", a.profile)
     l1 = _tokens_arg("--l1-tokens", a.l1_tokens, a.page_size)
     l2 = _tokens_arg("--l2-tokens", a.l2_tokens, a.page_size)
+    l2, host_sizing = reqpath_args.size_host(a, l1, l2)  # --hicache-ratio / --hicache-size
     if a.shared_host and a.tp is None:
         raise CliError("--shared-host", "shares one host pool among the ranks of --tp N; give --tp")
     spec = spec_from_args(a, l1, l2)
@@ -138,6 +139,8 @@ def run(a) -> int:
     except UnicodeDecodeError as e:
         raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)
+    if host_sizing is not None:
+        fig["host_sizing"] = host_sizing
     if a.json:
         print(json.dumps(fig, indent=2))
     else:

@@ -1,0 +1,72 @@
+"""Host (L2) pool size from `--hicache-ratio` / `--hicache-size`, computed as upstream does.
+
+SGLang sizes each rank's host KV pool in HostKVCache.__init__ (mem_cache/memory_pool_host.py;
+mem_cache/pool_host/base.py in newer trees), from the server flags --hicache-ratio (default
+2.0) and --hicache-size (GB, default 0: unset):
+
+1. bytes per token: the device pool's, per rank (MHA: 2 x heads x head_dim x layers x
+   dtype size; MLA: latent width x layers x dtype size), here KVGeometry.token_bytes;
+2. tokens: with a size, int(size * 1e9 // bytes per token) (GB in powers of 1000; the size
+   overrides the ratio), else int(device tokens * ratio);
+3. aligned up to whole pages: pages = tokens // page_size + 1 (one page more even when
+   already aligned), tokens = pages * page_size;
+4. the host pool must be larger than the device pool (an assertion in the 0.5 releases,
+   "host memory should be larger than the device memory"; newer trees only warn);
+5. the pool's bytes must fit in the host's available memory less a 10 GiB reserve
+   (psutil's `available`, which on Linux is /proc/meminfo MemAvailable).
+
+Figures are per rank: a TP group of N ranks holds N such pools (one with a shared host pool).
+"""
+
+from __future__ import annotations
+
+import math
+
+DEFAULT_HICACHE_RATIO = 2.0  # server_args.hicache_ratio
+HOST_MEMORY_RESERVE_BYTES = 10 * 2**30  # left free for the OS and other processes
+
+
+def host_tokens(device_tokens: int, page_size: int, token_bytes: int, ratio: float | None = None,
+                size_gb: int | None = None) -> int:
+    """The host pool's tokens for a device pool of `device_tokens` (steps 1-3 above): from
+    `size_gb` if given (it overrides `ratio`, as upstream), else from `ratio` (default 2.0)."""
+    for name, v in (("device_tokens", device_tokens), ("page_size", page_size), ("token_bytes", token_bytes)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+    if size_gb is not None:
+        if isinstance(size_gb, bool) or not isinstance(size_gb, int) or size_gb < 1:
+            raise ValueError(f"size_gb: expected a positive whole number of GB, got {size_gb!r}")
+        tokens = int(size_gb * 10**9 // token_bytes)
+    else:
+        ratio = DEFAULT_HICACHE_RATIO if ratio is None else ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0:
+            raise ValueError(f"ratio: expected a positive number, got {ratio!r}")
+        tokens = int(device_tokens * ratio)
+    return (tokens // page_size + 1) * page_size
+
+
+def check_host_larger(host: int, device: int) -> None:
+    """Step 4: ValueError unless the host pool holds more tokens than the device pool."""
+    if host <= device:
+        raise ValueError(f"host pool of {host:,} tokens is not larger than the device pool of {device:,} tokens "
+                         "(upstream requires it)")
+
+
+def check_host_memory(requested_bytes: int, available_bytes: int) -> None:
+    """Step 5: ValueError if `requested_bytes` exceed `available_bytes` less the 10 GiB reserve."""
+    free = available_bytes - HOST_MEMORY_RESERVE_BYTES
+    if requested_bytes > free:
+        raise ValueError(f"host pool of {requested_bytes / 1e9:.2f} GB exceeds the {max(free, 0) / 1e9:.2f} GB "
+                         "available after upstream's 10 GiB reserve")
+
+
+def mem_available(meminfo: str = "/proc/meminfo") -> int | None:
+    """MemAvailable in bytes (what psutil reports as available on Linux), or None if unknown."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
