@@ -144,3 +144,148 @@ def test_cli_hit_count_and_pd_disagg(tmp_path):
     assert rc == 0 and fig["d2h_tokens"] == 2048 and fig["hit_count"] == "per_insert" and fig["pd_disagg"] is True
     rc, out = _cli(*geo, "--pd-disagg")
     assert json.loads(out)["d2h_tokens"] == 512  # the default counts per request
+
+
+# -- load_back: threshold and quota, all or nothing ---------------------------------------
+
+def _host_only_child():
+    """Parent [0..8) in L1 (unlocked), child [8..16) only in L2: 8 tokens to load back."""
+    tree, dev = _tree("write_through", "per_request")
+    r = _insert(tree, dev, np.arange(8))
+    for t in r.backups:
+        tree.complete(t)
+    r = _insert(tree, dev, np.arange(16))
+    for t in r.backups:
+        tree.complete(t)
+    child = r.last_node
+    tree.lock(child.parent)  # keep the parent in L1 while the child is evicted
+    tree.evict(4)
+    tree.unlock(child.parent)
+    assert child.dev is None and child.host is not None and child.parent.dev is not None
+    return tree, child
+
+
+def test_load_back_threshold_refuses_chains_shorter_than_it():
+    tree, child = _host_only_child()
+    assert tree.load_back(child, min_tokens=9) is None  # 8 < 9: recompute instead (upstream: len < threshold)
+    assert child.dev is None and tree.device_pages == 2
+    t = tree.load_back(child, min_tokens=8)  # 8 < 8 is false: loaded
+    assert t is not None and t.num_tokens == 8 and child.dev is not None
+
+
+def test_load_back_quota_counts_the_ancestors_its_lock_protects():
+    # Upstream refuses when len > mem_quota + delta, delta = -(tokens its inc_lock_ref newly
+    # protects). Unlocked parent of 8 tokens: 8 > 15 - 8 refused, 8 > 16 - 8 is false: loaded.
+    tree, child = _host_only_child()
+    assert tree.load_back(child, quota=15) is None
+    assert tree.load_back(child, quota=16) is not None
+
+
+def test_load_back_quota_with_the_parent_already_locked():
+    # The caller (HiCache) locks the matched device prefix first: delta 0, so quota 8 admits 8.
+    tree, child = _host_only_child()
+    tree.lock(child.parent)
+    assert tree.load_back(child, quota=7) is None
+    assert tree.load_back(child, quota=8) is not None
+
+
+def _l1_trace_replay(**kw):
+    # Page 64, L1 1,024 tokens (16 pages), unlimited L2, write_through:
+    #   r0 [1]   (8 pages)  backed up
+    #   r1 [2,3] (16 pages) 8 short: evicts r0's node, which stays in L2
+    #   r2 [1]   matches 512 host tokens: loaded back, or recomputed under the threshold
+    trace = [_req([1], 512), _req([2, 3], 1024), _req([1], 512)]
+    return replay(CacheSpec(**SMALL, l1_tokens=1024, write_policy="write_through", **kw), trace)
+
+
+def test_replay_load_back_threshold():
+    assert _l1_trace_replay()["l2_hit_tokens"] == 512
+    assert _l1_trace_replay(load_back_threshold=512)["l2_hit_tokens"] == 512  # 512 < 512 is false
+    f = _l1_trace_replay(load_back_threshold=513)
+    assert f["l2_hit_tokens"] == 0 and f["l2_unloaded_tokens"] == 512 and f["h2d_tokens"] == 0
+    assert _l1_trace_replay(load_back_quota=511)["l2_unloaded_tokens"] == 512
+
+
+# -- eviction size when a tier is short ------------------------------------------------
+
+@pytest.mark.parametrize("size,left", [("shortfall", 2), ("whole", 1)])
+def test_evict_size(size, left):
+    # L1 of 8 pages holds leaves A, B, C (1 page each, oldest first) and D (4 pages): 1 free.
+    # Taking 2 pages: shortfall evicts 1 page (A); whole asks for 2 pages: A and B.
+    dev, host = PageAllocator(8 * PS, PS), PageAllocator(64 * PS, PS)
+    tree = RadixTree(PS, "write_back", device=dev, host=host, evict_size=size)
+    for first, n in ((100, 4), (200, 4), (300, 4), (400, 16)):
+        _insert(tree, dev, first + np.arange(n))
+    assert dev.available_pages == 1
+    pages = tree.take_pages(dev, 2, tree.evict)
+    assert len(pages) == 2
+    on_device = sum(x.dev is not None for x in tree.iter_nodes())
+    assert on_device == left + 1  # D and what survived of A, B, C
+
+
+def test_evict_size_whole_counts_the_extra_tokens_asked_for():
+    dev, host = PageAllocator(8 * PS, PS), PageAllocator(64 * PS, PS)
+    tree = RadixTree(PS, "write_back", device=dev, host=host, evict_size="whole")  # no backup locks
+    for first in (100, 200, 300, 400, 500, 600):
+        _insert(tree, dev, first + np.arange(4))
+    assert dev.available_pages == 2
+    # 2 pages are free, so shortfall would evict nothing; upstream's extend allocation asks
+    # for its tokens plus one page (8 + 4 = 12 > 8 free) and evicts 12 tokens: 3 leaves.
+    tree.take_pages(dev, 2, tree.evict, evict_tokens=12)
+    assert sum(x.dev is not None for x in tree.iter_nodes()) == 3
+
+
+def test_tiers_refuse_an_unknown_evict_size():
+    with pytest.raises(ValueError, match="^evict_size: 'most'"):
+        RadixTree(PS, evict_size="most")
+    with pytest.raises(ValueError, match="^backup_scope: 'tree'"):
+        RadixTree(PS, backup_scope="tree")
+
+
+# -- the semantics preset ---------------------------------------------------------------
+
+def test_presets_and_explicit_overrides():
+    up = CacheSpec.preset("upstream", **SMALL)
+    assert (up.hit_count, up.backup_scope, up.evict_size, up.load_back_threshold) == ("per_insert", "node", "whole", 10)
+    ref = CacheSpec.preset("reference")
+    assert ref == CacheSpec()  # the spec's defaults are the reference preset
+    mixed = CacheSpec.preset("upstream", hit_count="per_request")
+    assert mixed.semantics_config()["semantics_overrides"] == ["hit_count"]
+    with pytest.raises(ValueError, match="^semantics: 'sglang' is not one of reference, upstream"):
+        CacheSpec.preset("sglang")
+    with pytest.raises(ValueError, match="^semantics: 'sglang'"):
+        CacheSpec(semantics="sglang")
+
+
+def test_upstream_preset_with_pd_disagg_degrades_selective_on_the_hand_trace():
+    # As test_pd_disagg_per_insert...: each request's own second insert backs it up.
+    fig = replay(CacheSpec.preset("upstream", **SMALL, pd_disagg=True), TRACE)
+    assert fig["d2h_tokens"] == 2048 and fig["semantics"] == "upstream" and fig["semantics_overrides"] == []
+    assert {k: fig[k] for k in ("hit_count", "backup_scope", "evict_size", "load_back_threshold")} == dict(
+        hit_count="per_insert", backup_scope="node", evict_size="whole", load_back_threshold=10)
+
+
+def test_cli_semantics_preset_and_override(tmp_path):
+    geo = ["--layers", "2", "--kv-dim", "8", "--json", "--quiet", "--trace", _trace_file(tmp_path)]
+    rc, out = _cli(*geo, "--semantics", "upstream", "--pd-disagg")
+    fig = json.loads(out)
+    assert rc == 0 and fig["d2h_tokens"] == 2048 and fig["semantics_overrides"] == []
+    rc, out = _cli(*geo, "--semantics", "upstream", "--pd-disagg", "--hit-count", "per_request")
+    fig = json.loads(out)
+    assert fig["d2h_tokens"] == 512 and fig["hit_count"] == "per_request" and fig["semantics_overrides"] == ["hit_count"]
+    rc, out = _cli(*geo, "--backup-scope", "path", "--load-back-threshold", "1K")
+    fig = json.loads(out)
+    assert (fig["backup_scope"], fig["load_back_threshold"], fig["semantics"]) == ("path", 1000, "reference")
+
+
+@pytest.mark.parametrize("size,hit", [("shortfall", 512), ("whole", 0)])
+def test_replay_evict_size_whole_asks_for_the_extend_tokens_plus_a_page(size, hit):
+    # Page 64, L1 2,048 tokens (32 pages), no L2:
+    #   r0 [1] 8 pages, r1 [2] 8 pages, r2 [3] 448 tokens = 7 pages: 23 used, 9 free.
+    #   r3 [4, 5] 576 tokens = 9 pages: fits exactly, so shortfall evicts nothing; upstream
+    #      evicts once fewer than 576 + 64 = 640 tokens are free, and asks for 640: r0's
+    #      and r1's nodes (512 + 512, least recently used first) go.
+    #   r4 [1] hits 512 tokens in L1 only if r0's node survived.
+    trace = [_req([1], 512), _req([2], 512), _req([3], 448), _req([4, 5], 576), _req([1], 512)]
+    fig = replay(CacheSpec(**SMALL, l1_tokens=2048, l2_tokens=0, evict_size=size), trace)
+    assert fig["l1_hit_tokens"] == hit
