@@ -137,7 +137,18 @@ def summary_lines(fig: dict) -> list[str]:
         f"modeled transfer time {'not modeled by this profile' if m is None else f'{m:.3f} s'} "
         f"(profile {fig['profile']}); wall {fig['wall_seconds']:.2f} s, "
         f"{(fig['tokens_per_second'] or 0) / 1e6:.1f} M tokens/s",
-    ] + _net_benefit_lines(fig) + ([f"KV mismatches: {fig['kv_mismatch_tokens']:,} tokens"] if fig["materialize"] else [])
+    ] + _net_benefit_lines(fig) + ([f"KV mismatches: {fig['kv_mismatch_tokens']:,} tokens"] if fig["materialize"] else []) \
+        + _semantics_lines(fig)
+
+
+def _semantics_lines(fig: dict) -> list[str]:
+    """The request-path switches, when they are not the reference's defaults (hicache_ref/README.md)."""
+    over, pd = fig.get("semantics_overrides", []), fig.get("pd_disagg")
+    if fig.get("semantics", "reference") == "reference" and not over and not pd:
+        return []
+    switches = ", ".join(f"{k} {fig[k]}" for k in ("hit_count", "backup_scope", "evict_size", "load_back_threshold"))
+    return [f"semantics {fig['semantics']}: {switches}" + (f" (overriding the preset: {', '.join(over)})" if over else "")
+            + ("; each request inserted unfinished, then finished (--pd-disagg)" if pd else "")]
 
 
 def _net_benefit_lines(fig: dict) -> list[str]:
