@@ -6,7 +6,9 @@ free-list order, host layout, hardware profile, backend and whether pools hold r
 bytes. Every field is checked once, when the spec is made (ValueError naming the field,
 before anything is built); capacities that depend on a trace (None: unlimited, i.e. sized
 to the whole trace) are resolved by `capacities`, and `build` returns the HiCache (tree,
-pools and controller). hicache_ref.replay, the `hicache replay` / `bench replay` commands
+pools and controller). The request-path switches (hit counting, backup scope, eviction
+size, load_back minimum and quota) default to the reference's; `CacheSpec.preset("upstream")`
+gives SGLang's (hicache_ref.semantics, hicache_ref/README.md). hicache_ref.replay, the `hicache replay` / `bench replay` commands
 and the tests all build caches from a spec.
 """
 

@@ -56,14 +56,14 @@ def add_arguments(p) -> None:
     p.add_argument("--evict-size", choices=EVICT_SIZES,
                    help="whole: a short tier evicts as much as the allocation asks, as upstream; "
                         "shortfall: only what is missing (reference)")
-    p.add_argument("--load-back-threshold", type=_tokens,
+    p.add_argument("--load-back-threshold", type=_tokens, metavar="TOKENS",
                    help="host-cached prefixes shorter than this many tokens are recomputed, not loaded "
                         "(upstream 10, reference 0)")
-    p.add_argument("--load-back-quota", type=_tokens,
+    p.add_argument("--load-back-quota", type=_tokens, metavar="TOKENS",
                    help="refuse loads of more tokens than this (upstream's mem_quota; default: none)")
-    p.add_argument("--hicache-ratio", type=_ratio,
+    p.add_argument("--hicache-ratio", type=_ratio, metavar="R",
                    help="L2 = this x L1 tokens, aligned up to pages plus one, as upstream (needs --l1-tokens)")
-    p.add_argument("--hicache-size", type=types.count(1),
+    p.add_argument("--hicache-size", type=types.count(1), metavar="GB",
                    help="L2 = this many GB (10^9 bytes) per rank of KV, as upstream; overrides the ratio "
                         "there, so give one of the two")
 
