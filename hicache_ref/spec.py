@@ -69,6 +69,8 @@ class CacheSpec:
     # materialized, else count, which prices the same plans on the same clock and moves no bytes).
     backend: Any = None
     materialize: bool = False  # real KV pools and bytes, every hit checked
+    # -- upstream fidelity (issue 11): added together, defaults keep earlier figures --
+    host_free_list: str | None = None  # the host (L2) pool's free-list order; None: free_list's
 
     def __post_init__(self):
         positive_int("page_size", self.page_size)
@@ -81,6 +83,8 @@ class CacheSpec:
         if self.ghost_entries is not None:
             positive_int("ghost_entries", self.ghost_entries)
         _one_of("free_list", self.free_list, ORDERS)
+        if self.host_free_list is not None:
+            _one_of("host_free_list", self.host_free_list, ORDERS)
         _one_of("attention", self.attention, ("mla", "mha"))
         for name in ("layers", "heads", "kv_dim"):
             positive_int(name, getattr(self, name))
@@ -122,6 +126,11 @@ class CacheSpec:
         or real bytes), so figures do not depend on thread timing."""
         return self.materialize or self.l1_tokens is not None or self.l2_tokens is not None
 
+    @property
+    def resolved_host_free_list(self) -> str:
+        """The host pool's free-list order: host_free_list, or free_list when that is None."""
+        return self.free_list if self.host_free_list is None else self.host_free_list
+
     def open_backend(self) -> tuple[Any, bool]:
         """(backend, owned): the spec's backend, or a new one of `profile` that the caller closes:
         emu when materialized, else count (no bytes, the same modeled seconds)."""
@@ -138,4 +147,5 @@ class CacheSpec:
         l1, l2 = self.capacities(whole_tokens)
         bound = self.ghost_entries if self.ghost_entries is not None else max(l1 // self.page_size, MIN_GHOST_ENTRIES)
         return HiCache(self.geometry(), l1, l2, backend, layout=self.host_layout, policy=self.write_policy,
-                       ghost=GhostList(bound) if self.ghost else None, order=self.free_list, sync=self.sync)
+                       ghost=GhostList(bound) if self.ghost else None, order=self.free_list, sync=self.sync,
+                       host_order=self.resolved_host_free_list)

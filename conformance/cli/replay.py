@@ -13,6 +13,7 @@ from conformance.cli.progress import ticker
 from hal.transfer.layouts import DTYPES, HOST_LAYOUTS
 from hal.units import HELP as UNITS
 from hal.units import parse_size
+from hicache_ref.allocator import ORDERS
 from hicache_ref.policy import POLICIES
 from hicache_ref.replay import replay, summary_lines
 from hicache_ref.spec import CacheSpec
@@ -35,7 +36,8 @@ def add_arguments(p) -> None:
     p.add_argument("--ghost", action="store_true", help="back up prefixes proven reused by a ghost list of L1 evictions")
     p.add_argument("--ghost-entries", type=types.size(),
                    help=f"with --ghost: ghost list bound ({UNITS} ; default: L1 pages, at least 1024)")
-    p.add_argument("--free-list", default=DEFAULTS.free_list, choices=("fifo", "lifo"))
+    p.add_argument("--free-list", default=DEFAULTS.free_list, choices=ORDERS,
+                   help="device (L1) free-list order (hicache_ref.allocator; upstream's: upstream_l1)")
     p.add_argument("--limit", type=types.count(0), help="replay only the first N requests")
     p.add_argument("--materialize", action="store_true", help="real KV pools and bytes; every hit checked bit for bit")
     p.add_argument("--attention", default=DEFAULTS.attention, choices=("mla", "mha"))
@@ -56,6 +58,9 @@ def add_arguments(p) -> None:
                    "KV right after its transfer")
     p.add_argument("--step-ms", type=types.count(1, 60_000), default=30, help="with --concurrency: one decode "
                    "step, ms (the profiles hold no decode rate yet; default 30)")
+    # -- upstream fidelity (issue 11 sections 1-2) --
+    p.add_argument("--host-free-list", choices=ORDERS, help="host (L2) free-list order (default: --free-list's; "
+                   "upstream's: upstream_host)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
 
@@ -81,7 +86,8 @@ def spec_from_args(a, l1: int | None, l2: int | None) -> CacheSpec:
     return CacheSpec(page_size=a.page_size, l1_tokens=l1, l2_tokens=l2, write_policy=a.write_policy, ghost=a.ghost,
                      ghost_entries=a.ghost_entries, free_list=a.free_list, host_layout=a.host_layout,
                      attention=a.attention, layers=a.layers, heads=a.heads, kv_dim=a.kv_dim, dtype=a.dtype,
-                     profile=a.profile, materialize=a.materialize)
+                     profile=a.profile, materialize=a.materialize,
+                     host_free_list=a.host_free_list)
 
 
 def check_capacity(spec: CacheSpec) -> None:
