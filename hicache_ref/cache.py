@@ -54,13 +54,14 @@ class HiCache:
 
     def __init__(self, geom, l1_tokens: int, l2_tokens: int, backend, *, layout: str = "layer_first",
                  policy="write_through_selective", ghost=None, order: str = "fifo", sync: bool = True,
-                 host_order: str | None = None):
+                 host_order: str | None = None, io_backend: str | None = None):
         self.geom, self.page_size = geom, geom.page_size
         self.backend, self.sync = backend, sync
         self.materialize = backend.capabilities().moves_bytes
         self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=True, order=order)
         self.host = HostPool(geom, l2_tokens, layout, backend=backend, materialize=True,
-                             order=order if host_order is None else host_order) if l2_tokens else None
+                             order=order if host_order is None else host_order,
+                             io_backend=io_backend) if l2_tokens else None
         self.tree = RadixTree(geom.page_size, policy=policy, ghost=ghost, device=self.device, host=self.host,
                               on_write_back=self._on_write_back)
         self.controller = CacheController(self.device, self.host, backend) if self.host is not None else None

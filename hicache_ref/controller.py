@@ -13,7 +13,10 @@ one hicache_ref.controller_state.ControllerState. Indices are checked on
 the scheduler thread before anything is queued (equal lengths, in the pools, whole
 page-aligned pages, no destination page twice): ValueError naming the argument.
 `write_pages` / `load_pages` take page numbers instead of token slots (what the radix
-tree hands out), so their checks run per page.
+tree hands out), so their checks run per page. The io backend is the host pool's
+(hal.transfer.io_backend): with "direct" and a layer_first pool a job's pairs are sorted by
+host index before they are queued, as upstream's controller does; "kernel" jobs are priced
+per launch and item (hicache_ref.pool_mover).
 
 Completion: a watcher thread per direction waits the stream's events in order (a stream
 completes in submission order) and queues an `Ack`; `poll()` hands the acks to the
@@ -43,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from hal.transfer.direction import POOL_DIRECTIONS, Direction
+from hal.transfer.io_backend import direct_order
 from hicache_ref.allocator import has_duplicates, pages_to_slots, slots_to_pages
 from hicache_ref.controller_state import ControllerState, TransferCancelled, TransferError
 from hicache_ref.direction_worker import STOP, DirectionWorker, Job
@@ -71,6 +75,7 @@ class CacheController:
             raise ValueError("host_pool: geometry differs from device_pool's")
         self.device_pool, self.host_pool, self.backend = device_pool, host_pool, backend
         self.geom, self.layout = device_pool.geom, host_pool.layout
+        self.io_backend = getattr(host_pool, "io_backend", None)  # the host pool's (hal.transfer.io_backend)
         self._state = ControllerState()
         mover = PoolMover(device_pool, host_pool, backend)
         self._dirs = {name: DirectionWorker(name, self._state, mover, backend) for name in DIRECTIONS}
@@ -104,6 +109,7 @@ class CacheController:
         return self._queue(Direction.H2D, pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
 
     def _queue(self, direction: Direction, di: np.ndarray, hi: np.ndarray, tag: Any, t0: float) -> TransferHandle:
+        hi, di = direct_order(self.layout, self.io_backend, hi, di)  # direct + layer_first: host-sorted
         if direction == Direction.D2H:
             h = WriteHandle(self._state, direction, tag, len(hi), 1)
         else:

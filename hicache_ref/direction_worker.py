@@ -132,7 +132,7 @@ class DirectionWorker:
             plans = [self.mover.layer0_plan(self.direction, job) for job in jobs]
             events = self.mover.run(self.direction, jobs, plans)
             for job, layer0 in zip(jobs, plans, strict=True):
-                job.handle.modeled_cost = self.mover.job_seconds(self.direction, layer0)
+                job.handle.modeled_cost = self.mover.job_seconds(self.direction, layer0, len(job.host_indices))
                 self._count(job, layer0, (time.perf_counter() - t0) / len(jobs))
         except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
             for job in jobs:
@@ -154,6 +154,7 @@ class DirectionWorker:
             s.tokens += len(job.host_indices)
             s.bytes += nbytes
             s.segments += segments
+            s.launches += 1 if self.direction == Direction.D2H else layers
 
     def _watch_loop(self) -> None:
         while True:

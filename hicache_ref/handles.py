@@ -32,6 +32,7 @@ class DirectionStats:
     tokens: int = 0
     bytes: int = 0
     segments: int = 0
+    launches: int = 0  # copy submissions: one per backup, one per layer per load (merged loads: once)
     modeled_seconds: float | None = 0.0
     submit_seconds: float = 0.0  # submitter-thread wall time inside pool_ops calls
     max_enqueue_seconds: float = 0.0  # longest the scheduler thread spent in write()/load()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hal.backend import get_backend
+from hal.transfer.io_backend import IO_BACKENDS, effective_host_layout
 from hal.transfer.layouts import DTYPES, HOST_LAYOUTS, MLA_LAYOUTS, KVGeometry, parse_dtype, positive_int
 from hal.transfer.seed import SEED_GEOMETRY
 from hicache_ref.allocator import ORDERS
@@ -71,6 +72,10 @@ class CacheSpec:
     materialize: bool = False  # real KV pools and bytes, every hit checked
     # -- upstream fidelity (issue 11): added together, defaults keep earlier figures --
     host_free_list: str | None = None  # the host (L2) pool's free-list order; None: free_list's
+    # How host KV moves (hal.transfer.io_backend): "direct" prices merged segments (with
+    # upstream's host-index sort for layer_first and page_first -> page_first_direct),
+    # "kernel" prices launches and per-item copies.
+    io_backend: str = "direct"
 
     def __post_init__(self):
         positive_int("page_size", self.page_size)
@@ -85,6 +90,7 @@ class CacheSpec:
         _one_of("free_list", self.free_list, ORDERS)
         if self.host_free_list is not None:
             _one_of("host_free_list", self.host_free_list, ORDERS)
+        _one_of("io_backend", self.io_backend, IO_BACKENDS)
         _one_of("attention", self.attention, ("mla", "mha"))
         for name in ("layers", "heads", "kv_dim"):
             positive_int(name, getattr(self, name))
@@ -127,6 +133,11 @@ class CacheSpec:
         return self.materialize or self.l1_tokens is not None or self.l2_tokens is not None
 
     @property
+    def effective_host_layout(self) -> str:
+        """The host layout the pool uses: host_layout, page_first -> page_first_direct with direct."""
+        return effective_host_layout(self.host_layout, self.io_backend)
+
+    @property
     def resolved_host_free_list(self) -> str:
         """The host pool's free-list order: host_free_list, or free_list when that is None."""
         return self.free_list if self.host_free_list is None else self.host_free_list
@@ -148,4 +159,4 @@ class CacheSpec:
         bound = self.ghost_entries if self.ghost_entries is not None else max(l1 // self.page_size, MIN_GHOST_ENTRIES)
         return HiCache(self.geometry(), l1, l2, backend, layout=self.host_layout, policy=self.write_policy,
                        ghost=GhostList(bound) if self.ghost else None, order=self.free_list, sync=self.sync,
-                       host_order=self.resolved_host_free_list)
+                       host_order=self.resolved_host_free_list, io_backend=self.io_backend)

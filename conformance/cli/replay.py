@@ -10,6 +10,7 @@ from conformance.cli.budget import refuse_over
 from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg, text_file
 from conformance.cli.progress import ticker
+from hal.transfer.io_backend import IO_BACKENDS
 from hal.transfer.layouts import DTYPES, HOST_LAYOUTS
 from hal.units import HELP as UNITS
 from hal.units import parse_size
@@ -61,6 +62,9 @@ def add_arguments(p) -> None:
     # -- upstream fidelity (issue 11 sections 1-2) --
     p.add_argument("--host-free-list", choices=ORDERS, help="host (L2) free-list order (default: --free-list's; "
                    "upstream's: upstream_host)")
+    p.add_argument("--io-backend", default=DEFAULTS.io_backend, choices=IO_BACKENDS, help="how host KV moves: "
+                   "direct (one copy per merged run; layer_first host indices sorted, page_first used as "
+                   "page_first_direct) or kernel (launches and per-item copies, no descriptors)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
 
@@ -87,7 +91,7 @@ def spec_from_args(a, l1: int | None, l2: int | None) -> CacheSpec:
                      ghost_entries=a.ghost_entries, free_list=a.free_list, host_layout=a.host_layout,
                      attention=a.attention, layers=a.layers, heads=a.heads, kv_dim=a.kv_dim, dtype=a.dtype,
                      profile=a.profile, materialize=a.materialize,
-                     host_free_list=a.host_free_list)
+                     host_free_list=a.host_free_list, io_backend=a.io_backend)
 
 
 def check_capacity(spec: CacheSpec) -> None:
