@@ -90,13 +90,17 @@ class HiCache:
             self._complete(self.controller.flush())
 
     # -- the request path -------------------------------------------------------------------
-    def request(self, tokens, request_id=None) -> RequestResult:
+    def request(self, tokens, request_id=None, in_step: bool = False) -> RequestResult:
+        """One prefill (module docstring). `in_step`: one of a scheduling step's prefills
+        (hicache_ref.workload.serving): the step applies completions once at its start and
+        checks materialized hit KV at its end, so neither happens here and this request's
+        load can be held for the step's merged submission (kv_mismatch_tokens is 0 here)."""
         if self._closed:
             raise RuntimeError("HiCache: closed")
         tokens = np.asarray(tokens)
         ps, n = self.page_size, len(tokens)
         full = n // ps * ps
-        if self.controller is not None:
+        if self.controller is not None and not in_step:
             self._complete(self.controller.flush() if self.sync else self.controller.poll())
         tree = self.tree
         # Pages throughout (the tree's and the controller's page-level calls): token slots
@@ -120,10 +124,11 @@ class HiCache:
             truncated = len(new_pages) < need_pages
             mismatch = 0
             if self.materialize:
-                if load is not None:
-                    load.wait_all()
-                hit = pages_to_slots(np.concatenate([m.device_pages, loaded]), ps)
-                mismatch = self.kv.mismatches(tokens[:prefix], hit)
+                if not in_step:
+                    if load is not None:
+                        load.wait_all()
+                    hit = pages_to_slots(np.concatenate([m.device_pages, loaded]), ps)
+                    mismatch = self.kv.mismatches(tokens[:prefix], hit)
                 new = pages_to_slots(new_pages, ps)
                 self.kv.write(tokens[prefix: prefix + len(new)], prefix, new)
             cached_len = min(full, prefix + len(new_pages) * ps)

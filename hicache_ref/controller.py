@@ -16,7 +16,8 @@ page-aligned pages, no destination page twice): ValueError naming the argument.
 tree hands out), so their checks run per page. The io backend is the host pool's
 (hal.transfer.io_backend): with "direct" and a layer_first pool a job's pairs are sorted by
 host index before they are queued, as upstream's controller does; "kernel" jobs are priced
-per launch and item (hicache_ref.pool_mover).
+per launch and item (hicache_ref.pool_mover). `merged_loads()` holds the loads queued in
+a block (one scheduling step) and submits them as one job when it ends.
 
 Completion: a watcher thread per direction waits the stream's events in order (a stream
 completes in submission order) and queues an `Ack`; `poll()` hands the acks to the
@@ -41,6 +42,7 @@ overlap them). None when the profile cannot model a transfer (e.g. an unknown ba
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -55,6 +57,7 @@ from hicache_ref.handles import (
     ControllerStats,
     DirectionStats,
     LoadHandle,
+    MergedLoadHandle,
     TransferHandle,
     WriteHandle,
 )
@@ -79,6 +82,7 @@ class CacheController:
         self._state = ControllerState()
         mover = PoolMover(device_pool, host_pool, backend)
         self._dirs = {name: DirectionWorker(name, self._state, mover, backend) for name in DIRECTIONS}
+        self._held: list[Job] | None = None  # loads held by merged_loads (scheduler thread only)
 
     # -- scheduler thread: enqueue ------------------------------------------------------
     def write(self, device_indices, host_indices, tag: Any = None) -> WriteHandle:
@@ -109,13 +113,58 @@ class CacheController:
         return self._queue(Direction.H2D, pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
 
     def _queue(self, direction: Direction, di: np.ndarray, hi: np.ndarray, tag: Any, t0: float) -> TransferHandle:
-        hi, di = direct_order(self.layout, self.io_backend, hi, di)  # direct + layer_first: host-sorted
         if direction == Direction.D2H:
             h = WriteHandle(self._state, direction, tag, len(hi), 1)
         else:
             h = LoadHandle(self._state, direction, tag, len(hi), self.geom.layers)
+            if self._held is not None:  # merged_loads: sorted and submitted with the others
+                h._submit_held = self.submit_held
+                self._held.append(Job(h, hi, di))
+                return h
+        hi, di = direct_order(self.layout, self.io_backend, hi, di)  # direct + layer_first: host-sorted
         self._enqueue(direction, Job(h, hi, di), t0)
         return h
+
+    # -- scheduler thread: merged loads of one scheduling step --------------------------
+    @contextmanager
+    def merged_loads(self):
+        """Hold the loads queued inside the block and submit them as one job when it ends.
+
+        Upstream merges the loads of one batch into one submission: one launch per layer for
+        all of them, and runs that continue from one load into the next merge into one
+        segment. A held load's handle works as any other; waiting on it (or `flush`) submits
+        what is held so far first. Not reentrant.
+        """
+        self._check_open()
+        if self._held is not None:
+            raise RuntimeError("controller: merged_loads is already open")
+        self._held = []
+        try:
+            yield self
+        finally:
+            try:
+                self.submit_held()
+            finally:
+                self._held = None
+
+    def submit_held(self) -> None:
+        """Submit the loads merged_loads holds as one job (in the order queued); no-op when none."""
+        if not self._held:
+            return
+        t0 = time.perf_counter()
+        jobs, self._held = self._held, []
+        for job in jobs:
+            job.handle._submit_held = None
+        if len(jobs) == 1:
+            job = jobs[0]
+            hi, di = direct_order(self.layout, self.io_backend, job.host_indices, job.device_indices)
+            self._enqueue(Direction.H2D, Job(job.handle, hi, di), t0)
+            return
+        hi = np.concatenate([j.host_indices for j in jobs])
+        di = np.concatenate([j.device_indices for j in jobs])
+        hi, di = direct_order(self.layout, self.io_backend, hi, di)
+        merged = MergedLoadHandle(self._state, [j.handle for j in jobs], self.geom.layers)
+        self._enqueue(Direction.H2D, Job(merged, hi, di), t0)
 
     # Every check runs here, on the scheduler thread, before anything is queued: a bad
     # transfer found on a worker thread would fail-stop the controller for good.
@@ -187,6 +236,7 @@ class CacheController:
         st = self._state
         if st.closed:
             return self.poll()
+        self.submit_held()  # held loads are queued transfers too
         deadline = None if timeout is None else time.monotonic() + timeout
         with st.waiting(), st.lock:
             while st.error is None and any(d.pending for d in self._dirs.values()):
@@ -212,6 +262,13 @@ class CacheController:
         st = self._state
         if st.closed:
             return self.poll()
+        if drain:
+            self.submit_held()
+        else:
+            for job in self._held or []:
+                job.handle._submit_held = None
+                job.handle._fail(TransferCancelled(f"h2d transfer {job.handle.tag!r}: cancelled"))
+        self._held = None
         st.closed = True
         st.hurry.set()
         if not drain:

@@ -199,7 +199,8 @@ class DirectionWorker:
                 self._modeled.add(h.modeled_cost)
             self.stats.modeled_seconds = self._modeled.value()
             for h in handles:
-                self.state.acks.append(Ack(self.direction, h.tag, h.num_tokens, modeled_time))
+                for m in h.acked():  # a merged load acknowledges each load it stands for
+                    self.state.acks.append(Ack(self.direction, m.tag, m.num_tokens, modeled_time))
             self.state.last_completion = time.perf_counter()
             self.pending -= len(handles)
             self.state.lock.notify_all()
