@@ -87,3 +87,21 @@ def test_a_step_with_two_adjacent_loads_gives_one_launch_per_layer_and_merged_se
     assert (serial["h2d_transfers"], serial["h2d_launches"], serial["h2d_segments"]) == (2, 4, 8)
     assert (served["h2d_transfers"], served["h2d_launches"], served["h2d_segments"]) == (1, 2, 4)
     assert served["steps"] >= 3 and served["max_in_flight"] == 2
+
+
+def test_served_materialized_replay_checks_every_held_load_at_step_end(monkeypatch):
+    from hicache_ref import synthetic_kv
+
+    checked = []
+    real = synthetic_kv.KVWriter.mismatches
+
+    def counting(self, tokens, slots):
+        checked.append(len(tokens))
+        return real(self, tokens, slots)
+
+    monkeypatch.setattr(synthetic_kv.KVWriter, "mismatches", counting)
+    spec = CacheSpec(**{**SPEC.__dict__, "page_size": 512, "l1_tokens": 1024, "l2_tokens": 8192,
+                        "write_policy": "write_through", "materialize": True})
+    fig = replay_served(spec, _trace(), 2, timestamps=True)
+    # r3 and r4 hit 512 loaded tokens each, checked after the step's merged load landed.
+    assert checked == [512, 512] and fig["kv_mismatch_tokens"] == 0
