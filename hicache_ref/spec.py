@@ -70,7 +70,8 @@ class CacheSpec:
     # materialized, else count, which prices the same plans on the same clock and moves no bytes).
     backend: Any = None
     materialize: bool = False  # real KV pools and bytes, every hit checked
-    # -- upstream fidelity (issue 11): added together, defaults keep earlier figures --
+    # -- upstream fidelity (issue 11): added together; the defaults keep earlier figures, except
+    # that a page_first host pool is used as page_first_direct under direct, as upstream does --
     host_free_list: str | None = None  # the host (L2) pool's free-list order; None: free_list's
     # How host KV moves (hal.transfer.io_backend): "direct" prices merged segments (with
     # upstream's host-index sort for layer_first and page_first -> page_first_direct),

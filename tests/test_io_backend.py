@@ -100,5 +100,9 @@ def test_replay_reports_launches_per_direction_and_refuses_bad_io_backends(capsy
     fig = json.loads(capsys.readouterr().out)
     assert fig["io_backend"] == "kernel" and fig["d2h_launches"] == fig["d2h_transfers"] > 0
     assert fig["h2d_launches"] == fig["h2d_transfers"] * SPEC.__class__().layers
+    assert main(["replay", "--limit", "2", "--host-layout", "page_first", "--json", "--quiet"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["effective_host_layout"] == "page_first_direct"
+    assert "--host-layout page_first is used as page_first_direct with --io-backend direct" in out.err
     assert main(["replay", "--io-backend", "dma"]) != 0
     assert "--io-backend: invalid choice: 'dma'" in capsys.readouterr().err

@@ -126,6 +126,9 @@ def run(a) -> int:
     if a.shared_host and a.tp is None:
         raise CliError("--shared-host", "shares one host pool among the ranks of --tp N; give --tp")
     spec = spec_from_args(a, l1, l2)
+    if spec.effective_host_layout != spec.host_layout:  # upstream warns about the same switch
+        warn(f"--host-layout {spec.host_layout} is used as {spec.effective_host_layout} with --io-backend "
+             f"{spec.io_backend} (as upstream does); --io-backend kernel keeps {spec.host_layout}")
     check_capacity(spec if a.tp is None else tp_spec(spec, a.tp, a.shared_host))
     if a.concurrency is None and (a.timestamps or a.pd):
         raise CliError("--timestamps" if a.timestamps else "--pd", "applies to a served replay: give --concurrency N")
