@@ -109,6 +109,10 @@ LINK_BOUNDS = {
     "per_launch_us": Bound("microseconds", 0, 100_000),
     "registration_s_per_gib": Bound("seconds per GiB", 0, 1000),
 }
+# Optional link keys (a profile without them leaves them unknown): the kernel io path.
+KERNEL_BOUNDS = {
+    "kernel_per_item_us": Bound("microseconds", 0, 1000),
+}
 COMPUTE_BOUNDS = {
     "prefill_fixed_s": Bound("seconds", 0, 3600),
     # an upper bound of 1 s/token catches a value written in ms or us
@@ -139,16 +143,21 @@ def _check_bounded(obj, bounds: dict[str, Bound]) -> None:
 
 @dataclass(frozen=True)
 class LinkModel:
-    """Host link cost: per launch + per segment (DMA descriptor) + bytes / bandwidth."""
+    """Host link cost. Direct copies (io_backend "direct"): per launch + per segment (DMA
+    descriptor) + bytes / bandwidth. Kernel copies (io_backend "kernel", `kernel_seconds`):
+    per launch + per item (one token of one layer, what upstream's transfer kernels copy
+    through their index tables) + bytes / bandwidth, no descriptors."""
 
     h2d_gbps: float | None  # decimal GB/s (1e9 bytes per second)
     d2h_gbps: float | None
     per_segment_us: float | None
     per_launch_us: float | None
     registration_s_per_gib: float | None
+    kernel_per_item_us: float | None = None  # per token-layer item of a kernel copy
 
     def __post_init__(self):
         _check_bounded(self, LINK_BOUNDS)
+        _check_bounded(self, KERNEL_BOUNDS)
 
     def seconds(self, direction: Direction | str, nbytes: int, segments: int, launches: int = 1) -> float | None:
         """Modeled seconds for one transfer, or None when it cannot be modeled.
@@ -174,6 +183,17 @@ class LinkModel:
                 return None
             total += int(nbytes) / (bandwidth * 1e9)
         return total
+
+    def kernel_seconds(self, direction: Direction | str, nbytes: int, items: int, launches: int = 1) -> float | None:
+        """Modeled seconds for one kernel copy of `items` token-layer items in `launches` kernel
+        launches, or None when it cannot be modeled (as `seconds`; no per-segment term)."""
+        items = non_negative_int("items", items)
+        launched = self.seconds(direction, nbytes, 0, launches)
+        if launched is None or not items:
+            return launched
+        if self.kernel_per_item_us is None:
+            return None
+        return launched + int(items) * self.kernel_per_item_us * 1e-6
 
     def registration_seconds(self, nbytes: int) -> float | None:
         nbytes = non_negative_int("nbytes", nbytes)

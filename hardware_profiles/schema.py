@@ -14,6 +14,7 @@ from hardware_profiles.model import (
     COMPARATORS,
     COMPUTE_BOUNDS,
     IDO_STATES,
+    KERNEL_BOUNDS,
     LINK_BOUNDS,
     METRICS,
     PENALTY_BOUNDS,
@@ -231,9 +232,11 @@ class _Reader:
 
     def link(self, data) -> LinkModel:
         k = self.section(data, "link", ("h2d_gbps", "d2h_gbps", "per_segment_us", "per_launch_us",
-                                        "registration_s_per_gib"))
+                                        "registration_s_per_gib", *KERNEL_BOUNDS))
+        optional = {name: self.bounded(k, name, "link", bound, sourced=True)
+                    for name, bound in KERNEL_BOUNDS.items() if name in k}  # absent: unknown
         return LinkModel(**{name: self.bounded(k, name, "link", bound, sourced=True)
-                            for name, bound in LINK_BOUNDS.items()})
+                            for name, bound in LINK_BOUNDS.items()}, **optional)
 
     def compute(self, data) -> ComputeModel:
         c = self.section(data, "compute", ("prefill_fixed_s", "prefill_per_token_s", "prefill_curve",

@@ -6,11 +6,32 @@ slot indices are always page-aligned runs, and it can keep its bookkeeping per p
 (the free list of a 145M-token pool is at most 2.3M integers, not 145M, and only as many
 as pages were freed).
 
-Order of the free list:
-- "fifo" (upstream's behaviour): freed pages go to the back, allocation takes from the
-  front, so a freed page is reused as late as possible.
-- "lifo" (the seed's): allocation takes the most recently freed page first, so writes
-  concentrate on a hot set of pages.
+Orders of the free list (`ORDERS`; `order=` picks one by name). The worked example for
+each: a pool of 8 pages, pages 0..7 allocated, then `free([5, 2, 3])`, `free([6, 7])`,
+then allocations of 2 and 3 pages.
+- "fifo": freed pages go to the back in the order given, allocation takes from the
+  front, so a freed page is reused as late as possible. Example: [5 2] then [3 6 7].
+- "upstream_host": the same order under the name of what it reproduces: SGLang's host
+  pool (HostKVCache.free concatenates freed slots behind free_slots, alloc slices the
+  front). Example: [5 2] then [3 6 7].
+- "lifo": the most recently freed call's pages first, each call's pages handed out in
+  the order they were given, so a run freed as [2 3 4 5] comes back as [2 3 4 5] and can
+  merge with its neighbours again (a stack of pages would hand it back reversed, and
+  reversed runs never merge). Example: [6 7] then [5 2 3].
+- "upstream_l1": SGLang's paged device allocator without need_sort
+  (PagedTokenToKVPoolAllocator.free): the freed pages, deduplicated and sorted ascending
+  (torch.unique), go in front of the free list. Example: [6 7] then [2 3 5].
+- "upstream_l1_sorted": the same allocator with need_sort: freed pages wait in a release
+  list; when an allocation wants more pages than the free list holds, the release list is
+  merged into it and the whole list sorted ascending (merge_and_sort_free). Example: the
+  free list is empty after the frees, so the first allocation merges: [2 3] then [5 6 7].
+Never-used pages sit behind every freed page for the lifo-like orders (upstream starts
+with the whole pool in its free list and puts freed pages in front) and in front of them
+for the fifo-like ones; any freed page is below every never-used one, so a sorted merge
+puts never-used pages last.
+
+`UPSTREAM_ORDERS` names the orders that reproduce SGLang (device: L1, host: L2), for the
+"upstream semantics" preset.
 
 SPMD determinism: the free list is an index array mutated only by alloc/free in call
 order; nothing depends on ids, addresses, time, threads or hash ordering, so the same
@@ -21,7 +42,14 @@ from __future__ import annotations
 
 import numpy as np
 
-ORDERS = ("fifo", "lifo")
+ORDERS = ("fifo", "lifo", "upstream_l1", "upstream_l1_sorted", "upstream_host")
+UPSTREAM_ORDERS = dict(device="upstream_l1", host="upstream_host")
+
+# How each order keeps its freed pages: a ring handed out oldest first (never-used pages
+# before it), a stack of calls handed out newest call first (never-used pages after it),
+# or a sorted ring refilled from a release list (never-used pages after it).
+_QUEUE, _STACK, _SORTED = "queue", "stack", "sorted"
+_KIND = dict(fifo=_QUEUE, upstream_host=_QUEUE, lifo=_STACK, upstream_l1=_STACK, upstream_l1_sorted=_SORTED)
 
 
 def has_duplicates(pages: np.ndarray) -> bool:
@@ -73,9 +101,7 @@ class PageAllocator:
     Bookkeeping grows with use, not with capacity (a 50G-token pool that a trace fills to 1%
     must not cost 6 GB of free list): pages [fresh, num_pages) were never handed out and are
     kept as that one number, and only pages freed since are stored. The order is the same as
-    one free list over every page would give: fifo hands out never-used pages before any
-    freed page (they were queued first), lifo hands out the last freed pages first and then
-    never-used pages in ascending order.
+    one free list over every page would give (see the module docstring for each order).
     """
 
     def __init__(self, num_tokens: int, page_size: int, order: str = "fifo"):
@@ -88,13 +114,18 @@ class PageAllocator:
         self.num_tokens = num_tokens
         self.page_size = page_size
         self.order = order
+        self._kind = _KIND[order]
         self.num_pages = num_tokens // page_size
         self._fresh = 0  # pages [_fresh, num_pages) were never handed out
-        # Pages freed since they were handed out: a ring (fifo; _head is the oldest) or a
-        # stack (lifo; the top is _count - 1), grown by doubling, never past num_pages.
+        # Pages freed since they were handed out: a ring (queue and sorted kinds; _head is the
+        # next out) or a stack (the top, _count - 1, is the next out; each call's pages are
+        # pushed reversed so they come off in the order given), grown by doubling, never past
+        # num_pages. The sorted kind's frees wait in _release until a merge.
         self._recycled = np.zeros(0, dtype=np.int64)
         self._head = 0
         self._count = 0
+        self._release: list[np.ndarray] = []
+        self._released = 0
         self._free = self.num_pages
         self._allocated = np.zeros(0, dtype=bool)  # per page below _fresh (grown with it)
 
@@ -116,19 +147,24 @@ class PageAllocator:
         if not isinstance(n_pages, (int, np.integer)) or n_pages < 0:
             raise ValueError(f"n_pages: must be a non-negative integer, got {n_pages!r}")
         n = int(n_pages)
+        if self._kind == _SORTED and n > self._count + self.num_pages - self._fresh and self._released:
+            self._merge_release()  # upstream merges whenever the free list runs short, even if it then fails
         if n > self._free:
             return None
-        if self.order == "fifo":  # never-used pages were queued before any freed one
+        if self._kind == _QUEUE:  # never-used pages were queued before any freed one
             fresh = min(n, self.num_pages - self._fresh)
             reused = n - fresh
             pages = np.arange(self._fresh, self._fresh + fresh, dtype=np.int64)
             if reused:
-                old = self._recycled[(self._head + np.arange(reused)) % len(self._recycled)]
+                old = self._ring(reused)
                 pages = np.concatenate([pages, old]) if fresh else old
-        else:  # lifo: the stack's top first, then never-used pages from the lowest
+        else:  # freed pages first (stack top or sorted ring front), then never-used from the lowest
             reused = min(n, self._count)
             fresh = n - reused
-            pages = self._recycled[self._count - reused : self._count][::-1].copy()
+            if self._kind == _STACK:
+                pages = self._recycled[self._count - reused : self._count][::-1].copy()
+            else:
+                pages = self._ring(reused)
             if fresh:
                 new = np.arange(self._fresh, self._fresh + fresh, dtype=np.int64)
                 pages = np.concatenate([pages, new]) if reused else new
@@ -137,13 +173,26 @@ class PageAllocator:
         if self._allocated[pages].any() or has_duplicates(pages):
             # Only a corrupted free list gets here; refuse rather than hand a slot out twice.
             raise RuntimeError(f"double allocation of pages {pages[self._allocated[pages]].tolist()[:8]}")
-        if self.order == "fifo" and reused:
+        if self._kind != _STACK and reused:
             self._head = (self._head + reused) % len(self._recycled)
         self._count -= reused
         self._fresh += fresh
         self._free -= n
         self._allocated[pages] = True
         return pages
+
+    def _ring(self, n: int) -> np.ndarray:
+        """The next `n` pages of the ring (a copy)."""
+        if not n:
+            return np.zeros(0, dtype=np.int64)
+        return self._recycled[(self._head + np.arange(n)) % len(self._recycled)]
+
+    def _merge_release(self) -> None:
+        """need_sort: the release list joins the free list, and the whole list is sorted."""
+        merged = np.sort(np.concatenate([self._ring(self._count), *self._release]))
+        self._recycled = self._grown(merged, len(merged))
+        self._head, self._count = 0, len(merged)
+        self._release, self._released = [], 0
 
     def free_pages(self, pages) -> None:
         pages = np.asarray(pages, dtype=np.int64).reshape(-1)
@@ -158,13 +207,19 @@ class PageAllocator:
         if not held.all():
             raise ValueError(f"indices: double free of pages {pages[~held].tolist()[:8]}")
         n = len(pages)
-        if self._count + n > len(self._recycled):
-            self._unroll_and_grow(self._count + n)
-        if self.order == "fifo":
-            self._recycled[(self._head + self._count + np.arange(n)) % len(self._recycled)] = pages
+        if self._kind == _SORTED:
+            self._release.append(pages.copy())
+            self._released += n
         else:
-            self._recycled[self._count : self._count + n] = pages
-        self._count += n
+            if self._count + n > len(self._recycled):
+                self._unroll_and_grow(self._count + n)
+            if self._kind == _QUEUE:
+                self._recycled[(self._head + self._count + np.arange(n)) % len(self._recycled)] = pages
+            else:  # pushed reversed: the stack hands the call's pages back in ascending (given) order
+                if self.order == "upstream_l1":
+                    pages = np.sort(pages)  # torch.unique in upstream's free
+                self._recycled[self._count : self._count + n] = pages[::-1]
+            self._count += n
         self._free += n
         self._allocated[pages] = False
 
@@ -184,11 +239,8 @@ class PageAllocator:
         return out
 
     def _unroll_and_grow(self, need: int) -> None:
-        """Room for `need` freed pages; a fifo ring is unrolled so its oldest page is at 0."""
-        if self.order == "fifo" and self._count:
-            live = self._recycled[(self._head + np.arange(self._count)) % len(self._recycled)]
-        else:
-            live = self._recycled[: self._count]
+        """Room for `need` freed pages; a ring is unrolled so its next page out is at 0."""
+        live = self._ring(self._count) if self._kind == _QUEUE else self._recycled[: self._count]
         self._recycled = self._grown(live, need)
         self._head = 0
 
@@ -221,9 +273,10 @@ class PageAllocator:
         return bool(self._is_allocated(pages).all())
 
     def free_page_list(self) -> np.ndarray:
-        """Free pages in the order they would be handed out (for tests and reports)."""
+        """Free pages in the order one-page allocations would hand them out (for tests and reports)."""
         never_used = np.arange(self._fresh, self.num_pages, dtype=np.int64)
-        if self.order == "fifo":
-            return np.concatenate([never_used, self._recycled[(self._head + np.arange(self._count))
-                                                              % max(len(self._recycled), 1)]])
-        return np.concatenate([self._recycled[: self._count][::-1], never_used])
+        if self._kind == _QUEUE:
+            return np.concatenate([never_used, self._ring(self._count)])
+        if self._kind == _STACK:
+            return np.concatenate([self._recycled[: self._count][::-1], never_used])
+        return np.concatenate([self._ring(self._count), never_used, np.sort(np.concatenate([never_used[:0], *self._release]))])

@@ -59,7 +59,8 @@ class HiCache:
     def __init__(self, geom, l1_tokens: int, l2_tokens: int, backend, *, layout: str = "layer_first",
                  policy="write_through_selective", ghost=None, order: str = "fifo", sync: bool = True,
                  hit_count: str = "per_request", pd_disagg: bool = False, backup_scope: str = "node",
-                 evict_size: str = "shortfall", load_back_threshold: int = 0, load_back_quota: int | None = None):
+                 evict_size: str = "shortfall", load_back_threshold: int = 0, load_back_quota: int | None = None,
+                 host_order: str | None = None, io_backend: str | None = None):
         if not isinstance(pd_disagg, bool):
             raise ValueError(f"pd_disagg: expected True or False, got {pd_disagg!r}")
         for name, v in (("load_back_threshold", load_back_threshold), ("load_back_quota", load_back_quota)):
@@ -72,7 +73,8 @@ class HiCache:
         self.materialize = backend.capabilities().moves_bytes
         self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=True, order=order)
         self.host = HostPool(geom, l2_tokens, layout, backend=backend, materialize=True,
-                             order=order) if l2_tokens else None
+                             order=order if host_order is None else host_order,
+                             io_backend=io_backend) if l2_tokens else None
         self.tree = RadixTree(geom.page_size, policy=policy, ghost=ghost, device=self.device, host=self.host,
                               on_write_back=self._on_write_back, hit_count=hit_count, backup_scope=backup_scope,
                               evict_size=evict_size)
@@ -106,13 +108,17 @@ class HiCache:
             self._complete(self.controller.flush())
 
     # -- the request path -------------------------------------------------------------------
-    def request(self, tokens, request_id=None) -> RequestResult:
+    def request(self, tokens, request_id=None, in_step: bool = False) -> RequestResult:
+        """One prefill (module docstring). `in_step`: one of a scheduling step's prefills
+        (hicache_ref.workload.serving): the step applies completions once at its start and
+        checks materialized hit KV at its end, so neither happens here and this request's
+        load can be held for the step's merged submission (kv_mismatch_tokens is 0 here)."""
         if self._closed:
             raise RuntimeError("HiCache: closed")
         tokens = np.asarray(tokens)
         ps, n = self.page_size, len(tokens)
         full = n // ps * ps
-        if self.controller is not None:
+        if self.controller is not None and not in_step:
             self._complete(self.controller.flush() if self.sync else self.controller.poll())
         tree = self.tree
         # Pages throughout (the tree's and the controller's page-level calls): token slots
@@ -137,10 +143,11 @@ class HiCache:
             truncated = len(new_pages) < need_pages
             mismatch = 0
             if self.materialize:
-                if load is not None:
-                    load.wait_all()
-                hit = pages_to_slots(np.concatenate([m.device_pages, loaded]), ps)
-                mismatch = self.kv.mismatches(tokens[:prefix], hit)
+                if not in_step:
+                    if load is not None:
+                        load.wait_all()
+                    hit = pages_to_slots(np.concatenate([m.device_pages, loaded]), ps)
+                    mismatch = self.kv.mismatches(tokens[:prefix], hit)
                 new = pages_to_slots(new_pages, ps)
                 self.kv.write(tokens[prefix: prefix + len(new)], prefix, new)
             cached_len = min(full, prefix + len(new_pages) * ps)

@@ -13,7 +13,11 @@ one hicache_ref.controller_state.ControllerState. Indices are checked on
 the scheduler thread before anything is queued (equal lengths, in the pools, whole
 page-aligned pages, no destination page twice): ValueError naming the argument.
 `write_pages` / `load_pages` take page numbers instead of token slots (what the radix
-tree hands out), so their checks run per page.
+tree hands out), so their checks run per page. The io backend is the host pool's
+(hal.transfer.io_backend): with "direct" and a layer_first pool a job's pairs are sorted by
+host index before they are queued, as upstream's controller does; "kernel" jobs are priced
+per launch and item (hicache_ref.pool_mover). `merged_loads()` holds the loads queued in
+a block (one scheduling step) and submits them as one job when it ends.
 
 Completion: a watcher thread per direction waits the stream's events in order (a stream
 completes in submission order) and queues an `Ack`; `poll()` hands the acks to the
@@ -38,11 +42,13 @@ overlap them). None when the profile cannot model a transfer (e.g. an unknown ba
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from hal.transfer.direction import POOL_DIRECTIONS, Direction
+from hal.transfer.io_backend import direct_order
 from hicache_ref.allocator import has_duplicates, pages_to_slots, slots_to_pages
 from hicache_ref.controller_state import ControllerState, TransferCancelled, TransferError
 from hicache_ref.direction_worker import STOP, DirectionWorker, Job
@@ -51,6 +57,7 @@ from hicache_ref.handles import (
     ControllerStats,
     DirectionStats,
     LoadHandle,
+    MergedLoadHandle,
     TransferHandle,
     WriteHandle,
 )
@@ -71,9 +78,11 @@ class CacheController:
             raise ValueError("host_pool: geometry differs from device_pool's")
         self.device_pool, self.host_pool, self.backend = device_pool, host_pool, backend
         self.geom, self.layout = device_pool.geom, host_pool.layout
+        self.io_backend = getattr(host_pool, "io_backend", None)  # the host pool's (hal.transfer.io_backend)
         self._state = ControllerState()
         mover = PoolMover(device_pool, host_pool, backend)
         self._dirs = {name: DirectionWorker(name, self._state, mover, backend) for name in DIRECTIONS}
+        self._held: list[Job] | None = None  # loads held by merged_loads (scheduler thread only)
 
     # -- scheduler thread: enqueue ------------------------------------------------------
     def write(self, device_indices, host_indices, tag: Any = None) -> WriteHandle:
@@ -108,8 +117,54 @@ class CacheController:
             h = WriteHandle(self._state, direction, tag, len(hi), 1)
         else:
             h = LoadHandle(self._state, direction, tag, len(hi), self.geom.layers)
+            if self._held is not None:  # merged_loads: sorted and submitted with the others
+                h._submit_held = self.submit_held
+                self._held.append(Job(h, hi, di))
+                return h
+        hi, di = direct_order(self.layout, self.io_backend, hi, di)  # direct + layer_first: host-sorted
         self._enqueue(direction, Job(h, hi, di), t0)
         return h
+
+    # -- scheduler thread: merged loads of one scheduling step --------------------------
+    @contextmanager
+    def merged_loads(self):
+        """Hold the loads queued inside the block and submit them as one job when it ends.
+
+        Upstream merges the loads of one batch into one submission: one launch per layer for
+        all of them, and runs that continue from one load into the next merge into one
+        segment. A held load's handle works as any other; waiting on it (or `flush`) submits
+        what is held so far first. Not reentrant.
+        """
+        self._check_open()
+        if self._held is not None:
+            raise RuntimeError("controller: merged_loads is already open")
+        self._held = []
+        try:
+            yield self
+        finally:
+            try:
+                self.submit_held()
+            finally:
+                self._held = None
+
+    def submit_held(self) -> None:
+        """Submit the loads merged_loads holds as one job (in the order queued); no-op when none."""
+        if not self._held:
+            return
+        t0 = time.perf_counter()
+        jobs, self._held = self._held, []
+        for job in jobs:
+            job.handle._submit_held = None
+        if len(jobs) == 1:
+            job = jobs[0]
+            hi, di = direct_order(self.layout, self.io_backend, job.host_indices, job.device_indices)
+            self._enqueue(Direction.H2D, Job(job.handle, hi, di), t0)
+            return
+        hi = np.concatenate([j.host_indices for j in jobs])
+        di = np.concatenate([j.device_indices for j in jobs])
+        hi, di = direct_order(self.layout, self.io_backend, hi, di)
+        merged = MergedLoadHandle(self._state, [j.handle for j in jobs], self.geom.layers)
+        self._enqueue(Direction.H2D, Job(merged, hi, di), t0)
 
     # Every check runs here, on the scheduler thread, before anything is queued: a bad
     # transfer found on a worker thread would fail-stop the controller for good.
@@ -181,6 +236,7 @@ class CacheController:
         st = self._state
         if st.closed:
             return self.poll()
+        self.submit_held()  # held loads are queued transfers too
         deadline = None if timeout is None else time.monotonic() + timeout
         with st.waiting(), st.lock:
             while st.error is None and any(d.pending for d in self._dirs.values()):
@@ -206,6 +262,13 @@ class CacheController:
         st = self._state
         if st.closed:
             return self.poll()
+        if drain:
+            self.submit_held()
+        else:
+            for job in self._held or []:
+                job.handle._submit_held = None
+                job.handle._fail(TransferCancelled(f"h2d transfer {job.handle.tag!r}: cancelled"))
+        self._held = None
         st.closed = True
         st.hurry.set()
         if not drain:

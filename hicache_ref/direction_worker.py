@@ -132,7 +132,7 @@ class DirectionWorker:
             plans = [self.mover.layer0_plan(self.direction, job) for job in jobs]
             events = self.mover.run(self.direction, jobs, plans)
             for job, layer0 in zip(jobs, plans, strict=True):
-                job.handle.modeled_cost = self.mover.job_seconds(self.direction, layer0)
+                job.handle.modeled_cost = self.mover.job_seconds(self.direction, layer0, len(job.host_indices))
                 self._count(job, layer0, (time.perf_counter() - t0) / len(jobs))
         except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
             for job in jobs:
@@ -154,6 +154,7 @@ class DirectionWorker:
             s.tokens += len(job.host_indices)
             s.bytes += nbytes
             s.segments += segments
+            s.launches += 1 if self.direction == Direction.D2H else layers
 
     def _watch_loop(self) -> None:
         while True:
@@ -198,7 +199,8 @@ class DirectionWorker:
                 self._modeled.add(h.modeled_cost)
             self.stats.modeled_seconds = self._modeled.value()
             for h in handles:
-                self.state.acks.append(Ack(self.direction, h.tag, h.num_tokens, modeled_time))
+                for m in h.acked():  # a merged load acknowledges each load it stands for
+                    self.state.acks.append(Ack(self.direction, m.tag, m.num_tokens, modeled_time))
             self.state.last_completion = time.perf_counter()
             self.pending -= len(handles)
             self.state.lock.notify_all()

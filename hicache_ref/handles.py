@@ -32,6 +32,7 @@ class DirectionStats:
     tokens: int = 0
     bytes: int = 0
     segments: int = 0
+    launches: int = 0  # copy submissions: one per backup, one per layer per load (merged loads: once)
     modeled_seconds: float | None = 0.0
     submit_seconds: float = 0.0  # submitter-thread wall time inside pool_ops calls
     max_enqueue_seconds: float = 0.0  # longest the scheduler thread spent in write()/load()
@@ -60,6 +61,9 @@ class TransferHandle:
         self._events: list = []
         self._n_events = n_events
         self._error: BaseException | None = None
+        # Set while the transfer is held for a merged submission (CacheController.merged_loads):
+        # called before any wait, it submits what is held, so a wait never waits on nothing.
+        self._submit_held = None
 
     # -- submitter side ---------------------------------------------------------------
     def _add_events(self, events: list) -> None:
@@ -73,8 +77,14 @@ class TransferHandle:
                 self._error = error
             self._cond.notify_all()
 
+    def acked(self) -> list[TransferHandle]:
+        """The handles whose acks this submission's completion gives (itself)."""
+        return [self]
+
     # -- scheduler side -----------------------------------------------------------------
     def _event(self, i: int, timeout: float | None):
+        if self._submit_held is not None:
+            self._submit_held()
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while len(self._events) <= i and self._error is None:
@@ -156,4 +166,28 @@ class LoadHandle(TransferHandle):
         self.wait(timeout)
 
 
-__all__ = ["Ack", "ControllerStats", "DirectionStats", "LoadHandle", "TransferHandle", "WriteHandle"]
+class MergedLoadHandle(LoadHandle):
+    """One submission standing for several held loads (CacheController.merged_loads): its
+    events and failure are theirs too, and its completion acknowledges each of them."""
+
+    def __init__(self, state: ControllerState, members: list[LoadHandle], layers: int):
+        super().__init__(state, Direction.H2D, ("merged_loads", len(members)), sum(m.num_tokens for m in members),
+                         layers)
+        self.members = members
+
+    def _add_events(self, events: list) -> None:
+        super()._add_events(events)
+        for m in self.members:
+            m._add_events(events)
+
+    def _fail(self, error: BaseException) -> None:
+        super()._fail(error)
+        for m in self.members:
+            m._fail(error)
+
+    def acked(self) -> list[TransferHandle]:
+        return list(self.members)
+
+
+__all__ = ["Ack", "ControllerStats", "DirectionStats", "LoadHandle", "MergedLoadHandle", "TransferHandle",
+           "WriteHandle"]

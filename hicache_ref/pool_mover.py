@@ -13,6 +13,11 @@ What a job costs on the modeled clock is `job_seconds`: the backend's price of t
 that stands for every layer of that job alone. The controller's modeled seconds add these
 per job, so they do not depend on how the jobs were batched (batches depend on thread
 timing, and pricing a batch as one plan rounds differently from pricing its jobs).
+
+With the host pool's io_backend "kernel" a job is priced as upstream's transfer kernels run:
+its launches and one item per token and layer, no descriptors (`kernel_items`); "direct" and
+None price merged segments. Materialized copies run the same hal plans either way (the emu
+stream's own clock prices those per segment; the controller's figures use `job_seconds`).
 """
 
 from __future__ import annotations
@@ -38,23 +43,33 @@ class PoolMover:
         self.geom, self.layout = device_pool.geom, host_pool.layout
         self.layers = self.geom.layers
         self._planner = LayerPlanner(self.layout, self.geom, host_pool.num_tokens)
-        self._job_seconds: dict[tuple, float | None] = {}  # (direction, bytes, segments) -> price
+        self.io_backend = getattr(host_pool, "io_backend", None)  # hal.transfer.io_backend; None: seed's
+        self._job_seconds: dict[tuple, float | None] = {}  # (direction, bytes, segments, items) -> price
 
     def layer0_plan(self, direction: Direction, job) -> TransferPlan:
         """Layer 0's plan of `job` (every layer repeats its runs): what the counters scale."""
         return self._planner.layer0(direction, job.host_indices, job.device_indices)
 
-    def job_seconds(self, direction: Direction, layer0: TransferPlan) -> float | None:
-        """Modeled seconds of one job whose layer-0 plan is `layer0` (None: the backend has no
-        model): its all-layer plan priced by the backend, remembered per shape (the price
-        depends only on direction, bytes and segments, and replays repeat shapes)."""
-        key = (direction, layer0.nbytes, layer0.num_segments)
+    def kernel_items(self, tokens: int) -> int | None:
+        """Items a kernel copy of `tokens` tokens moves (one per token and layer), or None for
+        a direct copy (priced per segment instead)."""
+        return tokens * self.layers if self.io_backend == "kernel" else None
+
+    def job_seconds(self, direction: Direction, layer0: TransferPlan, tokens: int = 0) -> float | None:
+        """Modeled seconds of one job of `tokens` tokens whose layer-0 plan is `layer0` (None:
+        the backend has no model): its all-layer plan priced by the backend, remembered per
+        shape (the price depends only on direction, bytes, segments and kernel items, and
+        replays repeat shapes)."""
+        items = self.kernel_items(tokens)
+        key = (direction, layer0.nbytes, layer0.num_segments, items)
         if key not in self._job_seconds:
             if len(self._job_seconds) >= _PRICE_CACHE_MAX:
                 self._job_seconds.clear()
             seconds = 0.0
             if layer0.groups:
-                seconds = self.backend.model_seconds(self._planner.all_layers(direction, [layer0]))
+                plan = self._planner.all_layers(direction, [layer0])
+                plan.kernel_items = items
+                seconds = self.backend.model_seconds(plan)
             self._job_seconds[key] = seconds
         return self._job_seconds[key]
 
@@ -62,7 +77,7 @@ class PoolMover:
         """Submit `jobs` (one job, or with `priced` a batch) on the current kvcacheio stream;
         returns the events they share (one for a D2H, one per layer for an H2D)."""
         if self.priced:
-            return self._price(direction, plans)
+            return self._price(direction, plans, sum(len(job.host_indices) for job in jobs))
         (job,) = jobs
         args = (self.layout, self.geom, self.host_pool.buffers, self.device_pool.buffers, job.host_indices,
                 job.device_indices)
@@ -70,11 +85,13 @@ class PoolMover:
             return [pool_ops.backup(*args)]
         return list(pool_ops.load_all_layers(*args))
 
-    def _price(self, direction: Direction, plans: list[TransferPlan]) -> list:
+    def _price(self, direction: Direction, plans: list[TransferPlan], tokens: int) -> list:
         """Nothing to copy: one plan standing for every layer of every job, for the modeled clock.
 
         (Planning every layer would be 78 shifted copies of the same runs on the seed
         geometry: ~1.5 ms per backup of a whole-trace replay.)
         """
-        ev = self.backend.execute(self._planner.all_layers(direction, plans), kvcacheio.current_stream())
+        plan = self._planner.all_layers(direction, plans)
+        plan.kernel_items = self.kernel_items(tokens)
+        ev = self.backend.execute(plan, kvcacheio.current_stream())
         return [ev] if direction == Direction.D2H else [ev] * self.layers

@@ -27,6 +27,7 @@ import torch
 
 from hal.memory import host as memory
 from hal.transfer import layouts
+from hal.transfer.io_backend import check_io_backend, effective_host_layout
 from hicache_ref.allocator import PageAllocator, pages_to_slots, slots_to_pages
 
 __all__ = ["DevicePool", "HostPool", "PageAllocator", "pages_to_slots", "slots_to_pages"]
@@ -56,14 +57,22 @@ class DevicePool:
 
 
 class HostPool:
-    """L2: host KV slots in one of the HAL host layouts."""
+    """L2: host KV slots in one of the HAL host layouts (`layout`; with io_backend "direct",
+    page_first is used as page_first_direct, as upstream does)."""
 
     def __init__(self, geom: layouts.KVGeometry, num_tokens: int, layout: str, backend=None,
-                 materialize: bool = False, order: str = "fifo", host_buffer=None, host_options: dict | None = None):
+                 materialize: bool = False, order: str = "fifo", host_buffer=None, host_options: dict | None = None,
+                 io_backend: str | None = None):
         self.allocator = PageAllocator(num_tokens, geom.page_size, order)  # checks num_tokens and order
         layouts.check_layout(layout, geom)
+        check_io_backend("io_backend", io_backend)
         self.geom = geom
         self.num_tokens = num_tokens
+        # How KV is moved in and out (hal.transfer.io_backend; None: the seed's planning), and
+        # the layout as given vs as used (direct turns page_first into page_first_direct).
+        self.io_backend = io_backend
+        self.given_layout = layout
+        layout = effective_host_layout(layout, io_backend)
         self.layout = layout
         self.backend = backend
         self.shape = layouts.host_shape(layout, geom, num_tokens)

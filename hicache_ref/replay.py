@@ -81,6 +81,8 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
         l2_unlimited=spec.l2_tokens is None, write_policy=spec.write_policy, free_list=spec.free_list,
         host_layout=spec.host_layout, materialize=spec.materialize, pd_disagg=spec.pd_disagg,
         **spec.semantics_config(),
+        host_free_list=spec.resolved_host_free_list, io_backend=spec.io_backend,
+        effective_host_layout=spec.effective_host_layout,
         profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
     registered = cache.host.nbytes if cache.host is not None else 0
     fig.update(cost.replay_figures(getattr(backend, "profile", None), saved, fig["modeled_transfer_seconds"],
@@ -109,6 +111,7 @@ def _figures(t: dict, cache: HiCache, wall: float, read_seconds: float, saved, g
         out[f"{d}_bytes"] = s.bytes if s else 0
         out[f"{d}_segments"] = s.segments if s else 0
         out[f"{d}_transfers"] = s.transfers if s else 0
+        out[f"{d}_launches"] = s.launches if s else 0
         out[f"modeled_{d}_seconds"] = s.modeled_seconds if s else 0.0
         out[f"max_{d}_enqueue_seconds"] = s.max_enqueue_seconds if s else 0.0
     out["modeled_transfer_seconds"] = ctl.modeled_seconds if ctl is not None else 0.0

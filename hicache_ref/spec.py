@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hal.backend import get_backend
+from hal.transfer.io_backend import IO_BACKENDS, effective_host_layout
 from hal.transfer.layouts import DTYPES, HOST_LAYOUTS, MLA_LAYOUTS, KVGeometry, parse_dtype, positive_int
 from hal.transfer.seed import SEED_GEOMETRY
 from hicache_ref.allocator import ORDERS
@@ -84,6 +85,13 @@ class CacheSpec:
     load_back_threshold: int = 0  # tokens; a shorter host chain is recomputed (upstream: 10)
     load_back_quota: int | None = None  # tokens a load may take (upstream's mem_quota); None: no quota
     semantics: str = "reference"
+    # -- upstream fidelity (issue 11): added together; the defaults keep earlier figures, except
+    # that a page_first host pool is used as page_first_direct under direct, as upstream does --
+    host_free_list: str | None = None  # the host (L2) pool's free-list order; None: free_list's
+    # How host KV moves (hal.transfer.io_backend): "direct" prices merged segments (with
+    # upstream's host-index sort for layer_first and page_first -> page_first_direct),
+    # "kernel" prices launches and per-item copies.
+    io_backend: str = "direct"
 
     def __post_init__(self):
         positive_int("page_size", self.page_size)
@@ -96,6 +104,9 @@ class CacheSpec:
         if self.ghost_entries is not None:
             positive_int("ghost_entries", self.ghost_entries)
         _one_of("free_list", self.free_list, ORDERS)
+        if self.host_free_list is not None:
+            _one_of("host_free_list", self.host_free_list, ORDERS)
+        _one_of("io_backend", self.io_backend, IO_BACKENDS)
         _one_of("attention", self.attention, ("mla", "mha"))
         for name in ("layers", "heads", "kv_dim"):
             positive_int(name, getattr(self, name))
@@ -158,6 +169,16 @@ class CacheSpec:
         or real bytes), so figures do not depend on thread timing."""
         return self.materialize or self.l1_tokens is not None or self.l2_tokens is not None
 
+    @property
+    def effective_host_layout(self) -> str:
+        """The host layout the pool uses: host_layout, page_first -> page_first_direct with direct."""
+        return effective_host_layout(self.host_layout, self.io_backend)
+
+    @property
+    def resolved_host_free_list(self) -> str:
+        """The host pool's free-list order: host_free_list, or free_list when that is None."""
+        return self.free_list if self.host_free_list is None else self.host_free_list
+
     def open_backend(self) -> tuple[Any, bool]:
         """(backend, owned): the spec's backend, or a new one of `profile` that the caller closes:
         emu when materialized, else count (no bytes, the same modeled seconds)."""
@@ -177,4 +198,5 @@ class CacheSpec:
                        ghost=GhostList(bound) if self.ghost else None, order=self.free_list, sync=self.sync,
                        hit_count=self.hit_count, pd_disagg=self.pd_disagg, backup_scope=self.backup_scope,
                        evict_size=self.evict_size, load_back_threshold=self.load_back_threshold,
-                       load_back_quota=self.load_back_quota)
+                       load_back_quota=self.load_back_quota, host_order=self.resolved_host_free_list,
+                       io_backend=self.io_backend)

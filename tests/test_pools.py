@@ -6,7 +6,7 @@ import torch
 
 from hal.backend import get_backend
 from hal.transfer import layouts
-from hicache_ref.allocator import PageAllocator, pages_to_slots, slots_to_pages
+from hicache_ref.allocator import ORDERS, PageAllocator, pages_to_slots, slots_to_pages
 from hicache_ref.pools import DevicePool, HostPool
 
 MHA = layouts.KVGeometry("mha", layers=3, heads=2, head_dim=4, dtype=torch.float16, page_size=4)
@@ -35,10 +35,10 @@ def test_lifo_reuses_most_recently_freed_page_first():
     a.free(pages_to_slots(np.array([0]), 4))
     assert slots_to_pages(a.alloc(16), 4).tolist() == [0, 1, 2, 3]
     a.free(pages_to_slots(np.array([3, 1]), 4))
-    assert slots_to_pages(a.alloc(4), 4).tolist() == [1]
+    assert slots_to_pages(a.alloc(4), 4).tolist() == [3]  # one call's pages come back in the order given
 
 
-@pytest.mark.parametrize("order", ["fifo", "lifo"])
+@pytest.mark.parametrize("order", ORDERS)
 def test_double_free_and_foreign_slots_raise_without_state_change(order):
     a = PageAllocator(32, 4, order)
     got = a.alloc(12)
@@ -59,11 +59,11 @@ def test_double_free_and_foreign_slots_raise_without_state_change(order):
 
 
 def test_double_allocation_from_a_corrupted_free_list_is_refused():
-    for order in ("fifo", "lifo"):
+    for order in ("fifo", "lifo", "upstream_l1", "upstream_host"):
         a = PageAllocator(16, 4, order)
         a.alloc(16)  # pages 0-3
         a.free_pages(np.array([1]))
-        a._recycled[a._head if order == "fifo" else a._count - 1] = 0  # corrupt: page 0 is allocated and next out
+        a._recycled[a._head if order in ("fifo", "upstream_host") else a._count - 1] = 0  # corrupt: page 0 is allocated and next out
         with pytest.raises(RuntimeError, match="double allocation"):
             a.alloc(4)
         assert a.available_pages == 1  # refused before anything changed
@@ -82,7 +82,7 @@ def test_bad_arguments():
     assert a.alloc(20) is None and a.available_tokens == 16
 
 
-@pytest.mark.parametrize("order", ["fifo", "lifo"])
+@pytest.mark.parametrize("order", ORDERS)
 def test_same_operations_give_same_indices(order):
     def run():
         rng = np.random.default_rng(7)  # the op sequence; each run replays the same one
@@ -188,29 +188,40 @@ def test_pools_on_a_backend_that_moves_no_bytes_are_meta_tensors_without_memory(
 
 
 class _OneFreeList:
-    """The allocator's documented order, kept naively: one list of every free page."""
+    """The allocator's documented order, kept naively as upstream keeps it: one list of every
+    free page, handed out from the front, plus need_sort's release list."""
 
     def __init__(self, num_pages, order):
         self.order = order
-        self.free = list(range(num_pages)) if order == "fifo" else list(range(num_pages))[::-1]
+        self.free = list(range(num_pages))
+        self.release_list = []
 
     def alloc(self, n):
+        if self.order == "upstream_l1_sorted" and n > len(self.free):
+            self.free, self.release_list = sorted(self.free + self.release_list), []
         if n > len(self.free):
             return None
-        if self.order == "fifo":
-            got, self.free = self.free[:n], self.free[n:]
-        else:
-            got, self.free = self.free[len(self.free) - n:][::-1], self.free[: len(self.free) - n]
+        got, self.free = self.free[:n], self.free[n:]
         return got
 
     def release(self, pages):
-        self.free += list(pages)
+        if self.order in ("fifo", "upstream_host"):
+            self.free += list(pages)
+        elif self.order == "lifo":
+            self.free = list(pages) + self.free
+        elif self.order == "upstream_l1":
+            self.free = sorted(pages) + self.free
+        else:
+            self.release_list = list(pages) + self.release_list
+
+    def available(self):
+        return len(self.free) + len(self.release_list)
 
     def listing(self):
-        return self.free if self.order == "fifo" else self.free[::-1]
+        return self.free + sorted(self.release_list)
 
 
-@pytest.mark.parametrize("order", ["fifo", "lifo"])
+@pytest.mark.parametrize("order", ORDERS)
 def test_lazy_free_list_hands_out_what_one_list_of_every_page_would(order):
     rng = np.random.default_rng(7)
     a, model, held = PageAllocator(300 * 4, 4, order), _OneFreeList(300, order), []
@@ -225,7 +236,7 @@ def test_lazy_free_list_hands_out_what_one_list_of_every_page_would(order):
             assert (None if got is None else got.tolist()) == want, step
             if got is not None and len(got):
                 held.append(got)
-        assert a.available_pages == len(model.free)
+        assert a.available_pages == model.available()
         if step % 97 == 0:
             assert a.free_page_list().tolist() == model.listing()
 

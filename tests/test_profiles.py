@@ -102,7 +102,7 @@ def test_p800_records_the_seed_figures():
     assert p.compute.prefill_seconds(3000) == pytest.approx(p.compute.allhit_seconds(3000))  # break-even
     assert p.sources["compute.prefill_per_token_s"].startswith("derived:")
     assert p.sources["penalties.registered_pct_per_gb"].startswith("derived:")
-    assert set(p.assumptions()) == {"link.d2h_gbps", "link.per_segment_us", "link.per_launch_us",
+    assert set(p.assumptions()) == {"link.d2h_gbps", "link.per_segment_us", "link.per_launch_us", "link.kernel_per_item_us",
                                     "penalties.ido_shared_d2h_factor"}
 
 

@@ -11,9 +11,11 @@ from conformance.cli.budget import refuse_over
 from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg, text_file
 from conformance.cli.progress import ticker
+from hal.transfer.io_backend import IO_BACKENDS
 from hal.transfer.layouts import DTYPES, HOST_LAYOUTS
 from hal.units import HELP as UNITS
 from hal.units import parse_size
+from hicache_ref.allocator import ORDERS
 from hicache_ref.policy import POLICIES
 from hicache_ref.replay import replay, summary_lines
 from hicache_ref.spec import CacheSpec
@@ -36,7 +38,8 @@ def add_arguments(p) -> None:
     p.add_argument("--ghost", action="store_true", help="back up prefixes proven reused by a ghost list of L1 evictions")
     p.add_argument("--ghost-entries", type=types.size(),
                    help=f"with --ghost: ghost list bound ({UNITS} ; default: L1 pages, at least 1024)")
-    p.add_argument("--free-list", default=DEFAULTS.free_list, choices=("fifo", "lifo"))
+    p.add_argument("--free-list", default=DEFAULTS.free_list, choices=ORDERS,
+                   help="device (L1) free-list order (hicache_ref.allocator; upstream's: upstream_l1)")
     p.add_argument("--limit", type=types.count(0), help="replay only the first N requests")
     p.add_argument("--materialize", action="store_true", help="real KV pools and bytes; every hit checked bit for bit")
     p.add_argument("--attention", default=DEFAULTS.attention, choices=("mla", "mha"))
@@ -58,6 +61,12 @@ def add_arguments(p) -> None:
     p.add_argument("--step-ms", type=types.count(1, 60_000), default=30, help="with --concurrency: one decode "
                    "step, ms (the profiles hold no decode rate yet; default 30)")
     reqpath_args.add_arguments(p)  # request-path semantics: hit counting, PD inserts, load_back, sizing
+    # -- upstream fidelity (issue 11 sections 1-2) --
+    p.add_argument("--host-free-list", choices=ORDERS, help="host (L2) free-list order (default: --free-list's; "
+                   "upstream's: upstream_host)")
+    p.add_argument("--io-backend", default=DEFAULTS.io_backend, choices=IO_BACKENDS, help="how host KV moves: "
+                   "direct (one copy per merged run; layer_first host indices sorted, page_first used as "
+                   "page_first_direct) or kernel (launches and per-item copies, no descriptors)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
 
@@ -83,7 +92,8 @@ def spec_from_args(a, l1: int | None, l2: int | None) -> CacheSpec:
     return CacheSpec(page_size=a.page_size, l1_tokens=l1, l2_tokens=l2, write_policy=a.write_policy, ghost=a.ghost,
                      ghost_entries=a.ghost_entries, free_list=a.free_list, host_layout=a.host_layout,
                      attention=a.attention, layers=a.layers, heads=a.heads, kv_dim=a.kv_dim, dtype=a.dtype,
-                     profile=a.profile, materialize=a.materialize, **reqpath_args.spec_fields(a))
+                     profile=a.profile, materialize=a.materialize, **reqpath_args.spec_fields(a),
+                     host_free_list=a.host_free_list, io_backend=a.io_backend)
 
 
 def check_capacity(spec: CacheSpec) -> None:
@@ -119,6 +129,9 @@ def run(a) -> int:
     if a.shared_host and a.tp is None:
         raise CliError("--shared-host", "shares one host pool among the ranks of --tp N; give --tp")
     spec = spec_from_args(a, l1, l2)
+    if spec.effective_host_layout != spec.host_layout:  # upstream warns about the same switch
+        warn(f"--host-layout {spec.host_layout} is used as {spec.effective_host_layout} with --io-backend "
+             f"{spec.io_backend} (as upstream does); --io-backend kernel keeps {spec.host_layout}")
     check_capacity(spec if a.tp is None else tp_spec(spec, a.tp, a.shared_host))
     if a.concurrency is None and (a.timestamps or a.pd):
         raise CliError("--timestamps" if a.timestamps else "--pd", "applies to a served replay: give --concurrency N")

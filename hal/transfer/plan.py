@@ -36,6 +36,9 @@ class TransferPlan:
     groups: list[CopyGroup] = field(default_factory=list)
     direction: Direction | str = "?"  # a Direction once known: set by the planner, or by the backend from the buffers
     launches: int = 1  # submissions this plan stands for (a symbolic all-layer load counts one per layer)
+    # None: a direct copy, priced per merged segment. An int: a kernel copy of that many
+    # token-layer items (hal.transfer.io_backend), priced per item with no descriptors.
+    kernel_items: int | None = None
 
     @property
     def num_segments(self) -> int:

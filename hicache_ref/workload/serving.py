@@ -11,16 +11,27 @@ flight), or at once with `pd` (PD disaggregation: the prefill node hands the KV 
 node and releases it after the transfer). Time only moves in steps of `step_seconds`;
 between events nothing changes, so the loop jumps from event to event.
 
-With concurrency 1 (or `pd`) every request is released before the next one is matched,
-and the figures equal hicache_ref.replay.replay's. Not modeled yet: merging the loads of
-one step's prefills into one submission (each prefill submits its own load here).
+A step is one batch, as upstream schedules it: completions are applied once at the step's
+start (not before each prefill), every prefill's prefix stays locked until the step ends,
+and the loads of all its prefills are held and submitted as one merged job when the step
+ends (CacheController.merged_loads: one launch per layer, runs merged across requests where
+they continue each other). With materialized pools the step then waits for its loads and
+checks each prefill's hit KV bit for bit. With pd a step still admits at most
+`concurrency` prefills (the batch), released when the step ends.
+
+With concurrency 1 every request is released before the next one is matched, and the
+figures equal hicache_ref.replay.replay's.
 """
 
 from __future__ import annotations
 
 import heapq
 import time
+from contextlib import nullcontext
 
+import numpy as np
+
+from hicache_ref.allocator import pages_to_slots
 from hicache_ref.replay import _add_saved, _figures
 from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import TraceRequest, request_tokens
@@ -35,6 +46,14 @@ def _check(spec, concurrency, step_seconds) -> None:
         raise ValueError(f"concurrency: expected a positive integer, got {concurrency!r}")
     if isinstance(step_seconds, bool) or not isinstance(step_seconds, (int, float)) or not step_seconds > 0:
         raise ValueError(f"step_seconds: expected a positive number, got {step_seconds!r}")
+
+
+def _check_hits(cache, batch) -> int:
+    """Materialized: wait for the step's loads, then check every prefill's hit KV bit for bit
+    (its pages stayed locked since its prefill, so nothing overwrote them)."""
+    cache.settle()
+    return sum(cache.kv.mismatches(tokens[: len(pages) * cache.page_size], pages_to_slots(pages, cache.page_size))
+               for _, tokens, pages, _ in batch if len(pages))
 
 
 def replay_served(spec: CacheSpec, requests: list[TraceRequest], concurrency: int, timestamps: bool = False,
@@ -59,28 +78,46 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], concurrency: in
     finishing: list[tuple[int, int, object]] = []  # (step it finishes, admission number, locked node)
     try:
         cache = spec.build(backend, whole)
-        tree = cache.tree
+        tree, controller = cache.tree, cache.controller
         try:
             while nxt < len(requests) or finishing:
                 while finishing and finishing[0][0] <= step:  # release what finished by this step
                     tree.unlock(heapq.heappop(finishing)[2])
-                admitted = False
-                while nxt < len(requests) and len(finishing) < concurrency and arrival_step[nxt] <= step:
-                    r = requests[nxt]
-                    tokens = request_tokens(r.hash_ids, r.input_length)
-                    res = cache.request(tokens)
-                    for k in totals:
-                        totals[k] += {"requests": 1, "truncated_requests": res.truncated}.get(
-                            k, getattr(res, k, 0))
-                    if saved is not None:
-                        saved = _add_saved(saved, compute, res)
-                    if not pd and r.output_length > 0:
-                        node = tree.match_pages(tokens[: res.cached_tokens]).last_device_node
-                        tree.lock(node)  # held in L1 until the last decode step
-                        heapq.heappush(finishing, (step + r.output_length, nxt, node))
-                    nxt += 1
-                    admitted = True
-                max_in_flight = max(max_in_flight, len(finishing))
+                cache.settle()  # the step's one application of completions (what landed so far)
+                # (locked node, tokens, hit pages, decodes): the step's batch of prefills
+                batch: list[tuple[object, np.ndarray, np.ndarray, bool]] = []
+                handed_off = 0  # prefills of this step that hold no decode slot (pd, or no output)
+                with controller.merged_loads() if controller is not None else nullcontext():
+                    while (nxt < len(requests) and len(finishing) + handed_off < concurrency
+                           and arrival_step[nxt] <= step):
+                        r = requests[nxt]
+                        tokens = request_tokens(r.hash_ids, r.input_length)
+                        res = cache.request(tokens, in_step=True)
+                        for k in totals:
+                            totals[k] += {"requests": 1, "truncated_requests": res.truncated}.get(
+                                k, getattr(res, k, 0))
+                        if saved is not None:
+                            saved = _add_saved(saved, compute, res)
+                        # The batch's prefixes stay locked through the step (upstream locks a
+                        # request's prefix from scheduling until it is cached); requests that
+                        # decode stay locked until their last decode step.
+                        m = tree.match_pages(tokens[: res.cached_tokens])
+                        tree.lock(m.last_device_node)
+                        decodes = not pd and r.output_length > 0
+                        hit_pages = m.device_pages[: (res.l1_hit_tokens + res.l2_hit_tokens) // ps]
+                        batch.append((m.last_device_node, tokens, hit_pages, decodes))
+                        if decodes:
+                            heapq.heappush(finishing, (step + r.output_length, nxt, m.last_device_node))
+                        else:
+                            handed_off += 1
+                        nxt += 1
+                if batch and spec.materialize:
+                    totals["kv_mismatch_tokens"] += _check_hits(cache, batch)
+                for node, _, _, decodes in batch:
+                    if not decodes:
+                        tree.unlock(node)  # prefilled and handed off (pd), or nothing to decode
+                admitted = bool(batch)
+                max_in_flight = max(max_in_flight, len(finishing) + handed_off)
                 if admitted and on_step is not None:
                     on_step(cache, [n for _, _, n in finishing])
                 # jump to the next event: a finish, or (with a free slot) the next arrival
@@ -99,6 +136,8 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], concurrency: in
         l2_unlimited=spec.l2_tokens is None, write_policy=spec.write_policy, free_list=spec.free_list,
         host_layout=spec.host_layout, materialize=spec.materialize, pd_disagg=spec.pd_disagg,
         **spec.semantics_config(),
+        host_free_list=spec.resolved_host_free_list, io_backend=spec.io_backend,
+        effective_host_layout=spec.effective_host_layout,
         profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
     fig.update(concurrency=concurrency, timestamps=timestamps, pd=pd, step_seconds=step_seconds, steps=step,
                max_in_flight=max_in_flight)
