@@ -2,8 +2,8 @@
 
 Every run ends in one of these exit codes (README "Exit codes"): 0 done / passed, 1 a check
 failed, 2 bad input or an environment the command cannot run in, 3 `conform` ran nothing that
-decides (NOT RUN), 5 `conform -k` matched no test, 130 interrupted (Ctrl-C). Whatever goes wrong
-is reported on stderr as the single line `hicache: <option or file>: <what is wrong>`; set
+decides (NOT RUN), 4 `conform` ran the deciding suites only in part (PARTIAL), 5 `conform -k`
+matched no test, 130 interrupted (Ctrl-C). Whatever goes wrong is reported on stderr as the single line `hicache: <option or file>: <what is wrong>`; set
 HICACHE_TRACEBACK=1 to see the traceback of an unexpected error instead.
 """
 
