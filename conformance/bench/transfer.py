@@ -21,6 +21,7 @@ from hal.transfer import pool_ops as pool_transfer
 from hal.transfer.layouts import KVGeometry, host_shape
 from hal.transfer.plan import plan_pool_transfer
 from hal.transfer.seed import seed_plan
+from hal.units import HELP as UNITS
 
 HELP = "plan time for the seed config and transfer bandwidth per host layout vs a contiguous copy (emu or a device)"
 COPY_MODES = ("descriptor", "gather")
@@ -31,7 +32,7 @@ def add_arguments(p) -> None:
     p.add_argument("--copy-mode", choices=COPY_MODES, default=None,
                    help="cuda/xpu: descriptor (one async copy per segment) or gather (rows gathered above 64 "
                         "segments); default: $HICACHE_COPY_MODE, else gather")
-    p.add_argument("--tokens", type=cli_args.size(), default=8192, help="tokens moved per transfer (scattered pages)")
+    p.add_argument("--tokens", type=cli_args.size(), default=8192, help=f"tokens moved per transfer (scattered pages; {UNITS})")
     p.add_argument("--layers", type=cli_args.layers, default=78)
     p.add_argument("--kv-dim", type=cli_args.dim, default=576)
     p.add_argument("--page-size", type=cli_args.page_size, default=64)

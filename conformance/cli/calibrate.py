@@ -20,6 +20,7 @@ from conformance.cli.budget import refuse_over
 from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg
 from conformance.cli.progress import ticker
+from hal.units import HELP as UNITS
 
 HELP = "measure H2D/D2H bandwidth, per-segment, per-launch and registration costs; write a measured profile"
 MAX_SIZE = 1 << 30
@@ -32,7 +33,7 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default=None, help="write the calibrated profile here (FILE.yaml) and "
                    "FILE.calibration.json beside it")
     p.add_argument("--sizes", default="1MiB,4MiB,16MiB,64MiB,256MiB", help="transfer sizes, comma separated "
-                   "(at most 1 GiB each; the largest gives the profile's bandwidth)")
+                   f"({UNITS}; at most 1 GiB each; the largest gives the profile's bandwidth)")
     p.add_argument("--repeat", type=cli_args.count(3, 1000), default=5, help="timed repeats per point (>= 3)")
     p.add_argument("--json", action="store_true", help="print the samples, fits and link figures as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress line")

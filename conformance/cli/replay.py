@@ -40,7 +40,9 @@ def add_arguments(p) -> None:
     p.add_argument("--materialize", action="store_true", help="real KV pools and bytes; every hit checked bit for bit")
     p.add_argument("--attention", default=DEFAULTS.attention, choices=("mla", "mha"))
     p.add_argument("--layers", type=types.layers, default=DEFAULTS.layers, help=f"at most {types.MAX_LAYERS:,}")
-    p.add_argument("--kv-dim", type=types.dim, default=DEFAULTS.kv_dim, help="MLA latent width, or the head dim with --attention mha")
+    p.add_argument("--kv-dim", type=types.dim, default=None, help="MLA latent width, or the head dim with "
+                   f"--attention mha (default {DEFAULTS.kv_dim})")
+    p.add_argument("--head-dim", type=types.dim, help="with --attention mha: an alias of --kv-dim (plan's name)")
     p.add_argument("--heads", type=types.heads, default=DEFAULTS.heads, help="KV heads (MHA)")
     p.add_argument("--dtype", default=DEFAULTS.dtype, choices=tuple(DTYPES))
     p.add_argument("--host-layout", default=DEFAULTS.host_layout, choices=HOST_LAYOUTS)
@@ -54,8 +56,8 @@ def add_arguments(p) -> None:
                    "arrival times (decode steps of --step-ms)")
     p.add_argument("--pd", action="store_true", help="with --concurrency: PD disaggregation, prefill releases the "
                    "KV right after its transfer")
-    p.add_argument("--step-ms", type=types.count(1, 60_000), default=30, help="with --concurrency: one decode "
-                   "step, ms (the profiles hold no decode rate yet; default 30)")
+    p.add_argument("--step-ms", type=types.decimal(60_000, " ms"), default=30, help="with --concurrency: one "
+                   "decode step, ms, a positive decimal such as 30 or 2.5 (the profiles hold no decode rate yet; default 30)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
 
@@ -100,7 +102,19 @@ def warn(message: str) -> None:
     print(f"hicache: warning: {message}", file=sys.stderr, flush=True)
 
 
+def _head_dim(a) -> int:
+    """--kv-dim, or --head-dim (its MHA alias, plan's name for it), or the default."""
+    if a.head_dim is None:
+        return DEFAULTS.kv_dim if a.kv_dim is None else a.kv_dim
+    if a.attention != "mha":
+        raise CliError("--head-dim", "is for --attention mha; MLA's latent width is --kv-dim")
+    if a.kv_dim is not None:
+        raise CliError("--head-dim", "an alias of --kv-dim: give one of them")
+    return a.head_dim
+
+
 def run(a) -> int:
+    a.kv_dim = _head_dim(a)
     trace = a.trace or find_trace("conversation_trace.jsonl")
     if trace is None:
         raise CliError("--trace", "not given and no conversation_trace.jsonl found (neither in $HICACHE_TRACES "
