@@ -145,8 +145,9 @@ def run(a) -> int:
                 from hicache_ref.trace import read_trace
                 from hicache_ref.workload.serving import replay_served
 
-                fig = replay_served(spec, read_trace(trace, a.limit), a.concurrency, timestamps=a.timestamps,
-                                    pd=a.pd, step_seconds=a.step_ms / 1000)
+                # arrival times only mean something in time order: --timestamps refuses a line going back
+                fig = replay_served(spec, read_trace(trace, a.limit, ordered=a.timestamps), a.concurrency,
+                                    timestamps=a.timestamps, pd=a.pd, step_seconds=a.step_ms / 1000)
     except UnicodeDecodeError as e:
         raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)
