@@ -151,7 +151,10 @@ def _net_benefit_lines(fig: dict) -> list[str]:
     """Net benefit: HiCache's gain over an L1-only cache (compute its L2 hits save - transfer - penalties)."""
     net = fig.get("net_benefit_seconds")
     if net is None:
-        return [f"net benefit: not modeled ({fig.get('net_benefit_reason', 'no profile')})"]
+        # a figure set without the net-benefit keys came from a replay that does not price it (served)
+        why = fig.get("net_benefit_reason") or ("not computed by a served replay (--concurrency); the serial "
+                                                "replay gives it" if "concurrency" in fig else "no profile")
+        return [f"net benefit: not modeled ({why})"]
     assumed = fig.get("net_benefit_assumed_inputs") or []
     held = "is held" in fig.get("net_benefit_reason", "")
     lo, hi = cost.SEED_REGISTERED_GB

@@ -169,3 +169,14 @@ def test_an_empty_replay_has_no_net_benefit_figure():
     # emu has no compute model: a non-empty replay says so, as before
     emu = replay(CacheSpec(profile="emu"), _small_trace(), None)
     assert emu["net_benefit_seconds"] is None and "compute model" in emu["net_benefit_reason"]
+
+
+def test_a_served_replay_does_not_claim_the_profile_is_missing():
+    from hicache_ref.replay import summary_lines
+    from hicache_ref.spec import CacheSpec
+    from hicache_ref.workload.serving import replay_served
+
+    fig = replay_served(CacheSpec(profile="p800", l2_tokens=8192), _small_trace(), 2)
+    line = [x for x in summary_lines(fig) if x.startswith("net benefit")]
+    assert line == ["net benefit: not modeled (not computed by a served replay (--concurrency); the serial "
+                    "replay gives it)"]
