@@ -17,7 +17,8 @@
 # `--backend emu` is the dry run: the same steps on this CPU (no copy modes: one benchmark).
 # `--quick` shrinks the conformance selection and benchmark sizes (the harness's own test).
 # Exit: 0 conform passed and every step ran; 1 a step failed or timed out; 2 bad arguments;
-# 3 conform NOT RUN (the backend is unavailable here). doctor/calibrate/bench findings (their
+# 3 conform NOT RUN (the backend is unavailable here); 4 conform PARTIAL (its deciding suites ran
+# only in part, as with --quick's selection: no sign-off). doctor/calibrate/bench findings (their
 # exit 1) are reported in the summary, not turned into a failure of the check.
 set -uo pipefail
 
@@ -145,9 +146,12 @@ conform = next((s for s in steps if s["step"] == "conform"), {"exit": None})
 summary_path = out / "conform" / "summary.json"
 verdict = json.loads(summary_path.read_text()).get("verdict") if summary_path.exists() else None
 broken = [s["step"] for s in steps if s["exit"] not in (None, 0)
-          and not (s["exit"] == 1 and s["step"].startswith(FINDINGS_OK))]
+          and not (s["exit"] == 1 and s["step"].startswith(FINDINGS_OK))
+          and not (s["exit"] == 4 and s["step"] == "conform")]  # PARTIAL: a verdict, not a broken step
 if conform["exit"] == 3:
     status, code = "NOT RUN", 3
+elif conform["exit"] == 4 and not broken:
+    status, code = "PARTIAL", 4
 elif broken or conform["exit"] != 0:
     status, code = "FAIL", 1
 else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-HELP = "K/M/G/T = powers of 1000, KiB/MiB/GiB/TiB = powers of 1024"  # for CLI help texts
+HELP = "K/M/G/T = powers of 1000 (32K = 32,000), KiB/MiB/GiB/TiB = powers of 1024 (32KiB = 32,768)"  # CLI help
 _PREFIXES = "kmgt"
 _SCALE = {
     "": 1, "b": 1,

@@ -6,10 +6,17 @@ The pieces, each from the profile (hardware_profiles.model) with its source:
   from L2). Both pay the same deployment floor, so a = floor + the L2 path's fixed cost;
 - the all-hit fit: a and b by least squares from measured or modeled points, with residuals
   and R^2, and the break-even prompt length where T(n) = prefill(n);
-- penalties the link model alone does not show: registered size (linear in GB registered),
-  NUMA placement of the host pools, and the IDO factor on D2H when cards share an uplink;
-- net benefit = compute saved by hits - transfer seconds - the penalties' share of the
-  workload, with the profile keys it rests on that are `assumed:` named.
+- penalties the link model alone does not show: registered size (linear in GB registered,
+  held at the nearest end of the 15-80 GB the seed measured outside that range, and then named
+  among the assumed inputs), NUMA placement of the host pools, and the IDO factor on D2H when
+  cards share an uplink;
+- net benefit = what HiCache gains over an L1-only prefix cache: the prefill compute its L2 hits
+  save - transfer seconds - the penalties' share of the workload, with the profile keys it
+  rests on that are `assumed:` named. A request of n tokens with h1 L1 and h2 L2 hit tokens saves
+  prefill(n - h1) - prefill(n - h1 - h2): its L1 hits are taken as what an L1-only cache would
+  have hit too (the approximation: L1's contents with and without L2 are taken as equal, though
+  L2 loads do change what L1 holds). What every hit saves over no cache at all,
+  prefill(n) - prefill(n - h1 - h2), is reported apart as the prefix cache's compute saved.
 
 Pure arithmetic over the profile: no device, no bytes, deterministic for the same input.
 """
@@ -127,13 +134,34 @@ def break_even_tokens(fit_a: float, fit_b: float, compute, max_tokens: int = 10_
     return hi
 
 
+def registered_penalty_gb(registered_bytes: int) -> float:
+    """The registered size (decimal GB) the penalty is read at: `registered_bytes` held inside
+    the seed's measured SEED_REGISTERED_GB. Outside it the line is not extrapolated: below 15 GB
+    the 15 GB figure stands (an upper bound: the slowdown grows with the size registered), above
+    80 GB the 80 GB figure (a lower bound). registered_penalty_held says when this happened."""
+    lo, hi = SEED_REGISTERED_GB
+    return min(max(registered_bytes / GB, float(lo)), float(hi))
+
+
+def registered_penalty_held(registered_bytes: int) -> str | None:
+    """None inside the measured range (or with nothing registered), else why the penalty is held."""
+    lo, hi = SEED_REGISTERED_GB
+    gb = registered_bytes / GB
+    if registered_bytes == 0 or lo <= gb <= hi:
+        return None
+    end, bound = (lo, "an upper bound") if gb < lo else (hi, "a lower bound")
+    return (f"{gb:.1f} GB registered lies outside the {lo}-{hi} GB the registered-size penalty was measured "
+            f"over: the {end} GB figure is held ({bound}), not extrapolated")
+
+
 def registered_penalty_pct(penalties, registered_bytes: int) -> float | None:
-    """Seed-workload slowdown (%) with `registered_bytes` of host memory registered."""
+    """Seed-workload slowdown (%) with `registered_bytes` of host memory registered, read at
+    registered_penalty_gb (held inside the measured range); 0 with nothing registered."""
     if isinstance(registered_bytes, bool) or not isinstance(registered_bytes, int) or registered_bytes < 0:
         raise ValueError(f"registered_bytes: expected a non-negative integer, got {registered_bytes!r}")
     if registered_bytes == 0:  # no host pool registered (no L2): the seed's line does not apply
         return 0.0
-    return penalties.registered_pct(registered_bytes / GB)
+    return penalties.registered_pct(registered_penalty_gb(registered_bytes))
 
 
 def numa_penalty_pct(penalties, local: bool) -> float | None:
@@ -154,7 +182,9 @@ def d2h_gbps_shared(link, penalties, devices_per_switch: int | None, ido: str) -
 
 @dataclass(frozen=True)
 class NetBenefit:
-    """Seconds HiCache gains (positive) or loses over a workload, and what the figure rests on."""
+    """Seconds HiCache gains (positive) or loses over a workload against an L1-only prefix
+    cache, and what the figure rests on. compute_saved_s: what the L2 hits save (see the module
+    docstring)."""
 
     compute_saved_s: float
     transfer_s: float
@@ -177,6 +207,9 @@ COMPUTE_KEYS = ("compute.prefill_fixed_s", "compute.prefill_per_token_s", "compu
 TRANSFER_KEYS = ("link.h2d_gbps", "link.d2h_gbps", "link.per_segment_us", "link.per_launch_us")
 REGISTERED_KEYS = ("penalties.registered_base_pct", "penalties.registered_pct_per_gb")
 NUMA_KEYS = ("penalties.numa_local_pct", "penalties.numa_remote_pct")
+# Named among the assumed inputs when the registered size lies outside the seed's measured range.
+REGISTERED_HELD_INPUT = (f"penalties.registered_pct_per_gb (held outside the measured "
+                         f"{SEED_REGISTERED_GB[0]}-{SEED_REGISTERED_GB[1]} GB)")
 
 
 def assumed_inputs(profile, keys) -> tuple[str, ...]:
@@ -194,27 +227,36 @@ def net_benefit(profile, compute_saved_s: float, transfer_s: float, baseline_s: 
             raise ValueError(f"{name}: expected a finite non-negative number of seconds, got {v!r}")
     keys = [*COMPUTE_KEYS, *TRANSFER_KEYS]
     pct = 0.0
+    held = []
     if registered_bytes is not None:
         reg = registered_penalty_pct(profile.penalties, registered_bytes)
         if reg is not None:
             pct += reg
             keys += REGISTERED_KEYS
+            if registered_penalty_held(registered_bytes):  # outside the measured range: an assumption
+                held = [REGISTERED_HELD_INPUT]
     if numa_local is not None:
         numa = numa_penalty_pct(profile.penalties, numa_local)
         if numa is not None:
             pct += numa
             keys += NUMA_KEYS
     return NetBenefit(float(compute_saved_s), float(transfer_s), baseline_s * pct / 100.0, pct,
-                      assumed_inputs(profile, keys))
+                      assumed_inputs(profile, keys) + tuple(held))
 
 
 def replay_figures(profile, compute_saved_s: float | None, transfer_s: float | None, baseline_s: float | None,
-                   registered_bytes: int) -> dict:
+                   registered_bytes: int, requests: int | None = None) -> dict:
     """The net-benefit keys of `hicache replay --json`: net_benefit_seconds (None with
-    net_benefit_reason when the profile cannot say), its parts, and the assumed inputs. The
-    registered-size penalty is taken at the host pool's bytes (all of it is registered); NUMA
-    placement is not known to a replay, so its penalty is left out (and said so)."""
-    missing = [name for name, v in (("compute model (compute.prefill_*)", compute_saved_s),
+    net_benefit_reason when the profile cannot say, or when `requests` is 0: a replay of no
+    request has no figure), its parts, and the assumed inputs. compute_saved_s is what the L2
+    hits save (see the module docstring). The registered-size penalty is taken at the host
+    pool's bytes (all of it is registered; held inside the measured range); NUMA placement is
+    not known to a replay, so its penalty is left out (and said so)."""
+    if requests == 0:
+        return {"net_benefit_seconds": None,
+                "net_benefit_reason": "no request replayed: no prefill to save and nothing moved"}
+    compute_known = profile is not None and profile.compute.known
+    missing = [name for name, v in (("compute model (compute.prefill_*)", compute_saved_s if compute_known else None),
                                     ("complete link model (link.*)", transfer_s),
                                     ("compute model (compute.prefill_*)", baseline_s)) if v is None]
     if profile is None or missing:
@@ -222,13 +264,13 @@ def replay_figures(profile, compute_saved_s: float | None, transfer_s: float | N
         return {"net_benefit_seconds": None, "net_benefit_reason": why}
     nb = net_benefit(profile, compute_saved_s, transfer_s, baseline_s, registered_bytes=registered_bytes)
     out = nb.to_json()
-    reason = ("compute saved by hits - modeled transfer seconds - registered-size penalty x baseline prefill "
-              "seconds; NUMA penalty not applied (a replay places no memory)")
-    gb = registered_bytes / GB
-    if profile.penalties.registered_pct_per_gb is not None and not SEED_REGISTERED_GB[0] <= gb <= SEED_REGISTERED_GB[1]:
-        reason += (f"; {gb:.0f} GB registered lies outside the {SEED_REGISTERED_GB[0]}-{SEED_REGISTERED_GB[1]} GB "
-                   "the penalty line was measured over: extrapolated (bound L2 with --l2-tokens)")
+    reason = ("prefill compute the L2 hits save over an L1-only cache - modeled transfer seconds - registered-size "
+              "penalty x baseline prefill seconds; NUMA penalty not applied (a replay places no memory)")
+    held = registered_penalty_held(registered_bytes) if profile.penalties.registered_pct_per_gb is not None else None
+    if held:
+        reason += f"; {held} (bound L2 with --l2-tokens)"
     out["net_benefit_reason"] = reason
     out["baseline_prefill_seconds"] = baseline_s
     out["registered_bytes"] = registered_bytes
+    out["registered_penalty_gb"] = registered_penalty_gb(registered_bytes) if registered_bytes else 0.0
     return {k if k.startswith("net_benefit") else f"net_benefit_{k}": v for k, v in out.items()}

@@ -51,6 +51,7 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
                   truncated_requests=0, kv_mismatch_tokens=0)
     compute = getattr(getattr(backend, "profile", None), "compute", None)
     saved = 0.0 if compute is not None else None
+    prefix_saved = saved  # what every hit saves over no cache (saved: what the L2 hits save over L1 alone)
     baseline = 0.0 if compute is not None else None  # prefill seconds of every request without a cache
     t0 = time.perf_counter()
     try:
@@ -67,6 +68,8 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
                 totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
                 if saved is not None:
                     saved = _add_saved(saved, compute, res)
+                if prefix_saved is not None:
+                    prefix_saved = _add_saved(prefix_saved, compute, res, over_l1=False)
                 if baseline is not None:
                     full = compute.prefill_seconds(res.input_tokens)
                     baseline = None if full is None else baseline + full
@@ -85,19 +88,24 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
         effective_host_layout=spec.effective_host_layout,
         profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
     registered = cache.host.nbytes if cache.host is not None else 0
+    fig["prefix_cache_compute_saved_seconds"] = prefix_saved
     fig.update(cost.replay_figures(getattr(backend, "profile", None), saved, fig["modeled_transfer_seconds"],
-                                   baseline, registered))
+                                   baseline, registered, requests=totals["requests"]))
     return fig
 
 
-def _add_saved(saved: float | None, compute, res) -> float | None:
-    """Modeled prefill seconds the hits save: T(n) - T(n - hit); None once the profile cannot say."""
+def _add_saved(saved: float | None, compute, res, over_l1: bool = True) -> float | None:
+    """Modeled prefill seconds the request's hits save, added to `saved`; None once the profile
+    cannot say. over_l1 (HiCache's gain, what net benefit counts): what its L2 hits save beyond
+    an L1-only cache, prefill(n - l1_hit) - prefill(n - l1_hit - l2_hit), taking L1's contents
+    with and without L2 as equal (hicache_ref.cost). Else every hit: prefill(n) - prefill(n - hit)."""
     if saved is None:
         return None
-    hit = res.l1_hit_tokens + res.l2_hit_tokens
+    before = res.input_tokens - res.l1_hit_tokens if over_l1 else res.input_tokens
+    hit = res.l2_hit_tokens if over_l1 else res.l1_hit_tokens + res.l2_hit_tokens
     if not hit:
         return saved
-    full, rest = compute.prefill_seconds(res.input_tokens), compute.prefill_seconds(res.input_tokens - hit)
+    full, rest = compute.prefill_seconds(before), compute.prefill_seconds(before - hit)
     return None if full is None or rest is None else saved + full - rest
 
 
@@ -155,13 +163,20 @@ def _semantics_lines(fig: dict) -> list[str]:
 
 
 def _net_benefit_lines(fig: dict) -> list[str]:
+    """Net benefit: HiCache's gain over an L1-only cache (compute its L2 hits save - transfer - penalties)."""
     net = fig.get("net_benefit_seconds")
     if net is None:
-        return [f"net benefit: not modeled ({fig.get('net_benefit_reason', 'no profile')})"]
+        # a figure set without the net-benefit keys came from a replay that does not price it (served)
+        why = fig.get("net_benefit_reason") or ("not computed by a served replay (--concurrency); the serial "
+                                                "replay gives it" if "concurrency" in fig else "no profile")
+        return [f"net benefit: not modeled ({why})"]
     assumed = fig.get("net_benefit_assumed_inputs") or []
-    extrapolated = "extrapolated" in fig.get("net_benefit_reason", "")
-    return [f"net benefit {net:+.3f} s = compute saved {fig['net_benefit_compute_saved_seconds']:.3f} s - transfer "
+    held = "is held" in fig.get("net_benefit_reason", "")
+    lo, hi = cost.SEED_REGISTERED_GB
+    return [f"net benefit over an L1-only cache {net:+.3f} s = compute saved by L2 hits "
+            f"{fig['net_benefit_compute_saved_seconds']:.3f} s - transfer "
             f"{fig['net_benefit_transfer_seconds']:.3f} s - penalties {fig['net_benefit_penalty_seconds']:.3f} s "
             f"({fig['net_benefit_penalty_pct']:+.1f}% of {fig['net_benefit_baseline_prefill_seconds']:.1f} s prefill"
-            + ("; registered-size penalty extrapolated beyond the 15-80 GB the seed measured" if extrapolated else "")
+            + (f"; registered-size penalty held at its {fig['net_benefit_registered_penalty_gb']:.0f} GB figure: "
+               f"the seed measured {lo}-{hi} GB" if held else "")
             + ")" + (f"; assumed inputs: {', '.join(assumed)}" if assumed else "")]

@@ -9,6 +9,11 @@ at equal positions give equal tokens and nothing else does.
 Token arrays are built with numpy (no per-token Python) as uint32, the byte order the
 radix tree and page hashes read; a trace whose ids do not fit in 32 bits is refused.
 
+Timestamps are milliseconds and must be finite and non-negative. They should not decrease
+from line to line: read_trace(..., ordered=True) (what a replay at the trace's arrival times
+asks for) refuses a line whose timestamp is earlier than the line before; otherwise requests
+keep file order and one TraceOrderWarning says how many lines go back in time.
+
 Traces may be gzip-compressed (a name ending in .gz). The two Mooncake traces ship as
 package data (hicache_ref/traces/, Apache-2.0, see its README and LICENSE) and are found
 by name through importlib.resources (`find_trace`), so nothing here knows a machine path.
@@ -19,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import math
 import os
+import warnings
 import zlib
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -40,6 +47,10 @@ class TraceRequest(NamedTuple):
 
 
 _ECHO_CHARS = 80  # what a message echoes of a bad value (a trace line may hold 100k ids)
+
+
+class TraceOrderWarning(UserWarning):
+    """A trace whose timestamps go back in time somewhere (read in file order all the same)."""
 
 
 def _bad(path, line_no: int, key: str, expected: str, got) -> ValueError:
@@ -78,24 +89,43 @@ def _text(path, line_no: int, raw: bytes) -> str:
         raise ValueError(f"{path}: line {line_no}: not UTF-8 text (byte {e.start} of the line){hint}") from None
 
 
-def read_trace(path: str | Path | Traversable, limit: int | None = None) -> list[TraceRequest]:
+def read_trace(path: str | Path | Traversable, limit: int | None = None, ordered: bool = False) -> list[TraceRequest]:
     """The first `limit` requests of a Mooncake JSONL trace (all when None), in file order.
 
     `path`: a file path or a package resource (what find_trace returns); a name ending in
-    .gz is read through gzip."""
+    .gz is read through gzip. `ordered`: refuse (ValueError naming the file, line and key) a
+    timestamp earlier than the previous request's; without it such lines are kept and one
+    TraceOrderWarning counts them."""
     path = Path(path) if isinstance(path, str) else path
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit: expected a non-negative integer, got {limit!r}")
     out: list[TraceRequest] = []
     max_id = (2**32 - BLOCK_TOKENS) // BLOCK_TOKENS  # its last token is 2**32 - 1
+    last_ts, last_line, back, first_back = -math.inf, 0, 0, None
     try:
         with _open_bytes(path) as f:
             for line_no, raw in enumerate(f, 1):
                 if limit is not None and len(out) >= limit:
                     break
+                n = len(out)
                 _parse_line(path, line_no, _text(path, line_no, raw), max_id, out)
+                if len(out) == n:  # a blank line
+                    continue
+                ts = out[-1].timestamp
+                if ts < last_ts:
+                    if ordered:
+                        raise _bad(path, line_no, "timestamp", f"at least {last_ts:g} (line {last_line}'s): requests "
+                                   "replayed at their arrival times must come in time order", ts)
+                    back += 1
+                    first_back = first_back or (line_no, ts, last_line, last_ts)
+                last_ts, last_line = ts, line_no
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # a torn or mislabelled .gz
         raise ValueError(f"{path}: not a readable gzip file ({e})") from None
+    if back:
+        line_no, ts, prev_line, prev_ts = first_back
+        warnings.warn(TraceOrderWarning(
+            f"{path}: {back:,} request(s) with a timestamp earlier than the line before (first: line {line_no} at {ts:g} ms, "
+            f"after line {prev_line} at {prev_ts:g} ms); requests are replayed in file order"), stacklevel=2)
     return out
 
 
@@ -121,8 +151,8 @@ def _parse_line(path, line_no: int, line: str, max_id: int, out: list[TraceReque
         raise _bad(path, line_no, "hash_ids", f"ids in [0, {max_id}] (token ids fit in 32 bits)",
                    min(ids) if min(ids) < 0 else max(ids))
     ts = obj.get("timestamp", 0)
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-        raise _bad(path, line_no, "timestamp", "a number", ts)
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
+        raise _bad(path, line_no, "timestamp", "a finite non-negative number (ms)", ts)
     out_len = _int(obj, "output_length", path, line_no) if "output_length" in obj else 0
     out.append(TraceRequest(float(ts), n, out_len, tuple(ids)))
 

@@ -17,8 +17,9 @@ from hardware_profiles import load_profile
 def calibrated(tmp_path_factory):
     out = tmp_path_factory.mktemp("calibrate") / "thisbox.yaml"
     t0 = time.perf_counter()
+    # emu's per-segment cost is below what a CPU copy resolves: its fit may be poor, and is accepted here
     rc = main(["calibrate", "--backend", "emu", "--out", str(out), "--sizes", "16MiB,64MiB,256MiB", "--repeat", "9",
-               "--quiet"])
+               "--quiet", "--accept-poor-fit"])
     assert time.perf_counter() - t0 < 60  # issue 10: calibrate on emu under a minute
     return rc, out
 
@@ -52,7 +53,7 @@ def test_calibrated_bandwidth_is_within_20pct_of_memcpy_in_the_same_run(calibrat
     while not within(attempts[-1]) and len(attempts) < 3 and os.getloadavg()[0] > (os.cpu_count() or 1):
         again = tmp_path / f"again{len(attempts)}.yaml"
         assert main(["calibrate", "--out", str(again), "--sizes", "16MiB,64MiB,256MiB", "--repeat", "9",
-                     "--quiet"]) == 0
+                     "--quiet", "--accept-poor-fit"]) == 0
         attempts.append(json.loads(again.with_name(again.stem + ".calibration.json").read_text()))
     assert within(attempts[-1]), [_ratios(c) for c in attempts]
     cal = attempts[-1]
@@ -70,7 +71,55 @@ def test_calibration_keeps_fits_with_residuals(calibrated):
     assert cal["machine"]["host"] and cal["date"] and cal["command"].startswith("hicache calibrate")
 
 
+def test_calibration_records_fit_quality_and_marks_accepted_poor_fits(calibrated):
+    _, out = calibrated
+    cal = json.loads(out.with_name("thisbox.calibration.json").read_text())
+    quality = cal["fit_quality"]
+    assert quality["r2_min"] == 0.9 and set(quality["r2"]) == {"per_segment_us", "per_launch_us",
+                                                                "registration_s_per_gib"}
+    sources = load_profile(out).sources
+    for key, _, r2 in quality["poor"]:
+        assert r2 < 0.9 and "poor fit accepted with --accept-poor-fit" in sources[f"link.{key}"]
+    for key, r2 in quality["r2"].items():
+        assert f"R^2 {r2:.3f}" in sources[f"link.{key}"]  # every fitted figure's source carries its R^2
+
+
+def test_poor_fits_are_those_below_the_threshold():
+    from conformance.calibrate.measure import poor_fits
+
+    def fit(r2):
+        return {"r2": r2}
+
+    cal = {"segments": {"fit": fit(0.3)}, "launches": {"fit": fit(0.95)},
+           "registration": {"fit_thp": fit(0.9)}}
+    assert poor_fits(cal) == [("per_segment_us", "per-segment fit", 0.3)]  # 0.9 itself is enough
+    assert [k for k, _, _ in poor_fits(cal, 0.96)] == ["per_segment_us", "per_launch_us", "registration_s_per_gib"]
+    assert poor_fits({"segments": {"fit": fit(0.1)}, "launches": {"fit": fit(1.0)},
+                      "registration": {"error": "no"}}, 0.5) == [("per_segment_us", "per-segment fit", 0.1)]
+
+
+SMALL = ["calibrate", "--sizes", "1MiB,2MiB", "--repeat", "3", "--quiet"]
+
+
+def test_a_fit_below_min_r2_is_not_written_without_accept_poor_fit(tmp_path, capsys):
+    out = tmp_path / "box.yaml"
+    # no timed line is exactly straight: every fit is below R^2 1
+    assert main([*SMALL, "--out", str(out), "--min-r2", "1"]) == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"hicache: --out: {out} not written: per-segment fit R^2 0.")
+    assert "--accept-poor-fit" in err[0] and not out.exists() and not list(tmp_path.iterdir())
+    assert "per segment" in captured.out and "R^2" in captured.out  # the figures and their R^2 still print
+    assert main([*SMALL, "--out", str(out), "--min-r2", "1", "--accept-poor-fit"]) == 0
+    assert "poor fit accepted" in load_profile(out).sources["link.per_segment_us"]
+    assert capsys.readouterr().err.startswith("hicache: warning: per-segment fit R^2 ")
+    again = tmp_path / "any.yaml"
+    assert main([*SMALL, "--out", str(again), "--min-r2", "0"]) == 0 and again.exists()
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("argv, where", [
+    (["--min-r2", "1.5"], "--min-r2"),
     (["--sizes", "4MiB"], "--sizes"),
     (["--sizes", "nope"], "--sizes"),
     (["--out", "/nonexistent-dir/x.yaml"], "--out"),

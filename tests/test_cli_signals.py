@@ -67,10 +67,12 @@ def wait_for_replay_threads(proc: subprocess.Popen, timeout: float = 60) -> None
     time.sleep(0.5)
 
 
-def assert_interrupted(proc: subprocess.Popen) -> None:
+def assert_interrupted(proc: subprocess.Popen, warnings: tuple[str, ...] = ()) -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (proc.returncode, err)
-    assert err.strip().splitlines() == ["hicache: interrupted"], err
+    lines = err.strip().splitlines()
+    assert len(lines) == len(warnings) + 1 and lines[-1] == "hicache: interrupted", err
+    assert all(line.startswith(w) for line, w in zip(lines[:-1], warnings, strict=True)), err
     assert "Traceback" not in out + err and "Pluggy" not in out + err
 
 
@@ -115,9 +117,10 @@ def test_ctrl_c_mid_conform_stops_pytest_and_leaves_no_verdict(tmp_path):
     kids = wait_for_children(proc)
     time.sleep(1)
     proc.send_signal(signal.SIGINT)
-    assert_interrupted(proc)
+    assert_interrupted(proc, (f"hicache: warning: --out {out}: replacing the previous report",))
     assert not any(alive(k) for k in kids)
     assert not (out / "summary.json").exists() and not (out / "junit.xml").exists()
+    assert list(out.iterdir()) == []  # no lock, ini or work folder left behind
 
 
 def test_sigkill_of_the_parent_takes_the_pytest_child_down(tmp_path):

@@ -7,10 +7,12 @@ import fcntl
 import json
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from conformance.cli.conform import LOCK_NAME, default_out
+from conformance.cli.errors import EXIT_PARTIAL
 from conformance.cli.main import main
 from conformance.report.summary import ModuleResult, Summary
 
@@ -50,7 +52,9 @@ BACKENDS_MODULE = textwrap.dedent('''
 def backends_module(tmp_path, monkeypatch):
     (tmp_path / "conform_test_backends.py").write_text(BACKENDS_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))  # for this process's argument check
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # for the pytest child
+    # for the pytest child: the module, and this checkout's conformance (not an installed copy)
+    root = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(tmp_path), root, os.environ.get("PYTHONPATH")) if p))
     return "conform_test_backends"
 
 
@@ -62,15 +66,31 @@ def summary(out) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def test_emu_subset_passes_and_writes_reports(tmp_path, capfd):
+def test_emu_subset_is_partial_not_pass_and_writes_reports(tmp_path, capfd):
     out = tmp_path / "report"
-    assert conform(out, "--backend", "emu", "--profile", "emu", "-k", SUBSET) == 0
+    # -k leaves most of the deciding suites out: nothing failed, but that is no sign-off
+    assert conform(out, "--backend", "emu", "--profile", "emu", "-k", SUBSET) == EXIT_PARTIAL == 4
     assert (out / "junit.xml").stat().st_size > 0
     s = summary(out)
-    assert s["ok"] and s["totals"]["failed"] == 0 and s["totals"]["passed"] == s["totals"]["tests"] >= 8
+    assert s["totals"]["failed"] == 0 and s["totals"]["passed"] == s["totals"]["tests"] >= 8
+    assert s["verdict"] == "PARTIAL" and s["ok"] is False and s["not_run_reason"] is None
+    assert s["deselected"]["test_bad_input"] > 0 and s["deselected"]["test_layout_equivalence"] > 0
+    assert "test_bad_input deselected" in s["partial_reason"]
     assert {m["module"] for m in s["modules"]} == {"test_layout_equivalence", "test_targets"}
     printed = capfd.readouterr().out
-    assert "test_layout_equivalence" in printed and "PASS:" in printed
+    assert "test_layout_equivalence" in printed and "PARTIAL: the deciding suites did not run in full" in printed
+    assert "PASS" not in printed
+
+
+def test_a_full_run_passes_and_leaves_only_the_reports(tmp_path, capfd):
+    out = tmp_path / "report"
+    # every test of the deciding suites selected (-k drops only the SPMD processes): PASS, exit 0
+    assert conform(out, "--backend", "emu", "--profile", "emu", "-k", "not test_spmd") == 0
+    s = summary(out)
+    assert s["verdict"] == "PASS" and s["ok"] and s["partial_reason"] is None
+    assert s["deselected"] == {"test_spmd": s["deselected"]["test_spmd"]} and s["deselected"]["test_spmd"] > 0
+    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "report.html", "report.json", "summary.json"]
+    assert "PASS:" in capfd.readouterr().out
 
 
 def test_one_wrong_byte_fails_the_run(tmp_path, capfd, backends_module):
@@ -104,8 +124,28 @@ def test_a_deciding_suite_all_skipped_is_not_run():
     assert summ(ModuleResult("test_targets", passed=4), ModuleResult("test_bad_input", skipped=9)).verdict == "NOT RUN"
     assert summ(ModuleResult("test_targets", skipped=4)).verdict == "NOT RUN"
     assert summ().verdict == "NOT RUN" and not summ().ok
-    assert summ(ModuleResult("test_bad_input", passed=1, skipped=8)).verdict == "PASS"
+    both = (ModuleResult("test_bad_input", passed=1, skipped=8), ModuleResult("test_layout_equivalence", passed=2))
+    assert summ(*both).verdict == "PASS"
     assert summ(ModuleResult("test_bad_input", passed=1, failed=1)).verdict == "FAIL"
+    # only the targets ran (the deciding suites deselected or not collected): NOT RUN
+    only_targets = summ(ModuleResult("test_targets", passed=4))
+    assert only_targets.verdict == "NOT RUN" and "no test of test_layout_equivalence" in only_targets.not_run_reason
+
+
+def test_deciding_suites_run_in_part_are_partial_never_pass():
+    both = [ModuleResult("test_bad_input", passed=3), ModuleResult("test_layout_equivalence", passed=5)]
+    # one deciding suite missing altogether
+    alone = Summary("emu", "emu", "j", both[:1])
+    assert alone.verdict == "PARTIAL" and alone.partial_reason == "test_layout_equivalence did not run"
+    # some deciding tests deselected (-k): PARTIAL, whatever passed; not ok
+    cut = Summary("emu", "emu", "j", both, deselected={"test_layout_equivalence": 7, "test_spmd": 2})
+    assert cut.verdict == "PARTIAL" and cut.partial_reason == "7 tests of test_layout_equivalence deselected"
+    assert cut.to_json()["ok"] is False and cut.to_json()["partial_reason"] == cut.partial_reason
+    # only non-deciding tests deselected: the deciding suites ran in full
+    assert Summary("emu", "emu", "j", both, deselected={"test_spmd": 2}).verdict == "PASS"
+    # a failure still fails
+    bad = [ModuleResult("test_bad_input", failed=1), both[1]]
+    assert Summary("emu", "emu", "j", bad, deselected={"test_bad_input": 9}).verdict == "FAIL"
     s = Summary("x", None, "j", [ModuleResult("test_bad_input", passed=3)], unavailable="no card")
     assert s.verdict == "NOT RUN" and s.to_json()["ok"] is False and "no card" in s.to_json()["not_run_reason"]
 
@@ -162,3 +202,34 @@ def test_bad_arguments_exit_2_with_a_message(tmp_path, capfd, args, named):
     assert conform(tmp_path / "report", *args) == 2
     assert named in capfd.readouterr().err
     assert not (tmp_path / "report" / "junit.xml").exists()
+
+
+def test_a_reused_out_says_the_report_is_replaced_and_keeps_only_the_reports(tmp_path, capfd):
+    out = tmp_path / "report"
+    out.mkdir()
+    # what a previous run (of an earlier version too) left: reports, its lock, ini and target rows
+    for name in ("summary.json", "report.json", "report.html", "junit.xml", LOCK_NAME, "pytest.ini"):
+        (out / name).write_text("old")
+    (out / "targets").mkdir()
+    (out / "targets" / "h2d_gbps.json").write_text("{}")
+    assert conform(out, "--backend", "emu", "--profile", "emu", "-k", SUBSET) == EXIT_PARTIAL
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err == [f"hicache: warning: --out {out}: replacing the previous report "
+                   "(summary.json, report.json, report.html, junit.xml)"]
+    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "report.html", "report.json", "summary.json"]
+    assert summary(out)["verdict"] == "PARTIAL"
+    # a fresh folder: no warning
+    assert conform(tmp_path / "new", "--backend", "emu", "--profile", "emu", "-k", SUBSET) == EXIT_PARTIAL
+    assert capfd.readouterr().err == ""
+
+
+def test_an_out_holding_other_files_is_refused_and_left_alone(tmp_path, capfd):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep")
+    (out / "summary.json").write_text('{"ok": true}')
+    assert conform(out, "-k", SUBSET) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"hicache: --out: {out}: holds 'notes.txt', which no hicache conform")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "summary.json"]  # nothing touched, no lock
+    assert (out / "summary.json").read_text() == '{"ok": true}'

@@ -94,9 +94,11 @@ def test_replay_reports_net_benefit_with_assumed_inputs_when_the_profile_has_a_c
     parts = fig["net_benefit_compute_saved_seconds"] - fig["net_benefit_transfer_seconds"] \
         - fig["net_benefit_penalty_seconds"]
     assert fig["net_benefit_seconds"] == pytest.approx(parts)
-    assert fig["net_benefit_compute_saved_seconds"] == fig["modeled_prefill_seconds_saved"] > 0
+    # unlimited L1: every hit is an L1 hit, which an L1-only cache gets too: HiCache saves no compute
+    assert fig["net_benefit_compute_saved_seconds"] == fig["modeled_prefill_seconds_saved"] == 0.0
+    assert fig["prefix_cache_compute_saved_seconds"] > 0
     assert "link.per_segment_us" in fig["net_benefit_assumed_inputs"]
-    assert fig["net_benefit_registered_bytes"] > 0 and "extrapolated" in fig["net_benefit_reason"]
+    assert fig["net_benefit_registered_bytes"] > 0 and "is held" in fig["net_benefit_reason"]
     none = replay(CacheSpec(profile="h200"), _small_trace(), None)
     assert none["net_benefit_seconds"] is None and "compute model" in none["net_benefit_reason"]
 
@@ -106,3 +108,75 @@ def _small_trace():
 
     return [TraceRequest(timestamp=i, input_length=4096, output_length=1, hash_ids=tuple(range(64)))
             for i in range(3)]
+
+
+def test_compute_saved_counts_only_what_l2_hits_save_beyond_an_l1_only_cache():
+    from types import SimpleNamespace
+
+    from hicache_ref.replay import _add_saved
+
+    compute = ComputeModel(0.5, 1e-4)  # prefill(n) = 0.5 + 1e-4 n
+    res = SimpleNamespace(input_tokens=4096, l1_hit_tokens=1024, l2_hit_tokens=2048)
+    # beyond L1: prefill(4096 - 1024) - prefill(4096 - 1024 - 2048) = 0.3072 + 0.5 - (0.1024 + 0.5)
+    assert _add_saved(0.0, compute, res) == pytest.approx(0.2048)
+    # every hit, over no cache: prefill(4096) - prefill(1024) = 0.4096 - 0.1024
+    assert _add_saved(0.0, compute, res, over_l1=False) == pytest.approx(0.3072)
+    only_l1 = SimpleNamespace(input_tokens=4096, l1_hit_tokens=4096, l2_hit_tokens=0)
+    assert _add_saved(1.0, compute, only_l1) == 1.0
+
+
+def test_replay_net_benefit_counts_the_l2_hit_and_not_the_l1_hit():
+    from hicache_ref.replay import replay
+    from hicache_ref.spec import CacheSpec
+    from hicache_ref.trace import TraceRequest
+
+    a, b = tuple(range(8)), tuple(range(100, 108))  # two 4096-token documents (8 blocks of 512)
+    reqs = [TraceRequest(timestamp=i, input_length=4096, output_length=1, hash_ids=h) for i, h in enumerate([a, a, b, a])]
+    fig = replay(CacheSpec(profile="p800", l1_tokens=4096, l2_tokens=16384, write_policy="write_through"), reqs, None)
+    # the second a hits L1 (4096 tokens), b evicts a from L1, the last a loads all 4096 back from L2
+    assert (fig["l1_hit_tokens"], fig["l2_hit_tokens"]) == (4096, 4096)
+    whole = 0.735 + 2.8239e-05 * 4096  # p800's prefill(4096); prefill(0) = 0
+    assert fig["net_benefit_compute_saved_seconds"] == pytest.approx(whole)  # the L2 hit only
+    assert fig["prefix_cache_compute_saved_seconds"] == pytest.approx(2 * whole)  # both hits, over no cache
+    assert fig["net_benefit_seconds"] == pytest.approx(
+        whole - fig["net_benefit_transfer_seconds"] - fig["net_benefit_penalty_seconds"])
+
+
+def test_registered_penalty_is_held_at_the_nearest_measured_size_not_extrapolated():
+    p = load_profile("p800")
+    pen = p.penalties
+    # inside 15-80 GB the line: 6.0769 + 0.181538 * 40
+    assert cost.registered_penalty_pct(pen, 40 * 10**9) == pytest.approx(6.0769 + 0.181538 * 40, abs=0.01)
+    assert cost.registered_penalty_held(40 * 10**9) is None
+    assert cost.registered_penalty_pct(pen, 5 * 10**9) == pytest.approx(8.8, abs=0.01)  # held at 15 GB
+    assert cost.registered_penalty_pct(pen, 200 * 10**9) == pytest.approx(20.6, abs=0.01)  # held at 80 GB
+    assert "15 GB figure is held" in cost.registered_penalty_held(5 * 10**9)
+    assert "80 GB figure is held" in cost.registered_penalty_held(200 * 10**9)
+    held = cost.net_benefit(p, 1.0, 0.5, 10.0, registered_bytes=200 * 10**9)
+    inside = cost.net_benefit(p, 1.0, 0.5, 10.0, registered_bytes=40 * 10**9)
+    assert cost.REGISTERED_HELD_INPUT in held.assumed_inputs
+    assert cost.REGISTERED_HELD_INPUT not in inside.assumed_inputs
+
+
+def test_an_empty_replay_has_no_net_benefit_figure():
+    from hicache_ref.replay import replay, summary_lines
+    from hicache_ref.spec import CacheSpec
+
+    for profile in ("p800", "emu"):
+        fig = replay(CacheSpec(profile=profile), [], None)
+        assert fig["net_benefit_seconds"] is None and "no request replayed" in fig["net_benefit_reason"]
+        assert any(line.startswith("net benefit: not modeled (no request") for line in summary_lines(fig))
+    # emu has no compute model: a non-empty replay says so, as before
+    emu = replay(CacheSpec(profile="emu"), _small_trace(), None)
+    assert emu["net_benefit_seconds"] is None and "compute model" in emu["net_benefit_reason"]
+
+
+def test_a_served_replay_does_not_claim_the_profile_is_missing():
+    from hicache_ref.replay import summary_lines
+    from hicache_ref.spec import CacheSpec
+    from hicache_ref.workload.serving import replay_served
+
+    fig = replay_served(CacheSpec(profile="p800", l2_tokens=8192), _small_trace(), 2)
+    line = [x for x in summary_lines(fig) if x.startswith("net benefit")]
+    assert line == ["net benefit: not modeled (not computed by a served replay (--concurrency); the serial "
+                    "replay gives it)"]

@@ -107,15 +107,16 @@ def test_the_conformance_verdict_decides_the_exit(tmp_path, rc, status):
 def test_dry_run_on_emu_passes_and_writes_the_report(tmp_path):
     out = tmp_path / "dry"
     r = _run(["--backend", "emu", "--quick", str(out)], tmp_path, real=True)
-    assert r.returncode == 0, r.stdout + r.stderr
+    # --quick runs a -k selection of the deciding suites: conform says PARTIAL (exit 4), never PASS
+    assert r.returncode == 4, r.stdout + r.stderr
     report = json.loads((out / "device-check.json").read_text())
-    assert report["status"] == "PASS" and report["conform_verdict"] == "PASS" and not report["failed_steps"]
+    assert report["status"] == "PARTIAL" and report["conform_verdict"] == "PARTIAL" and not report["failed_steps"]
     by_step = {s["step"]: s for s in report["steps"]}
-    assert by_step["conform"]["exit"] == 0 and by_step["doctor"]["exit"] in (0, 1)
+    assert by_step["conform"]["exit"] == 4 and by_step["doctor"]["exit"] in (0, 1)
     assert "bench-transfer" in by_step  # emu has no copy modes: one benchmark
     bench = json.loads((out / "bench-transfer.json").read_text())
     assert bench["backend"] == "emu"
     backends = {b["name"] for b in json.loads((out / "backends.json").read_text())["backends"]}
     assert {"emu", "cuda", "xpu"} <= backends
-    assert json.loads((out / "conform" / "summary.json").read_text())["verdict"] == "PASS"
+    assert json.loads((out / "conform" / "summary.json").read_text())["verdict"] == "PARTIAL"
     assert (out / "env.txt").read_text().startswith("date: ")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from test_topology import build_p800_box
@@ -23,7 +24,7 @@ from hal.memory import shm, vm
 from hal.topology import GIB, from_profile
 
 ORDER = [
-    "pcie_ordering", "numa_placement", "thp_anon", "thp_shmem", "page_table_entries",
+    "pcie_ordering", "numa_placement", "thp_anon", "thp_shmem", "page_table_entries", "host_memory",
     "memlock", "registered_size", "binding_policy", "host_pool_size", "write_policy",
 ]
 
@@ -325,3 +326,46 @@ def test_device_without_firmware_numa_affinity_warns(tmp_path):
         f.write("-1\n")
     check = next(c for c in run_doctor(paths=paths).checks if c.name == "numa_placement")
     assert check.status == "warn" and "0000:12:00.0" in check.value and "numa_node" in check.fix
+
+
+def _with_meminfo(paths: HostPaths, total_gib: int, avail_gib: int) -> HostPaths:
+    kib = 1024 * 1024
+    (Path(paths.proc_root) / "meminfo").write_text(
+        f"MemTotal:       {total_gib * kib} kB\nMemFree:        1 kB\nMemAvailable:   {avail_gib * kib} kB\n")
+    return paths
+
+
+@pytest.mark.parametrize("pool_gib, status, said", [
+    (16, "ok", "8 pool(s) of 16.0 GiB = 128.0 GiB; MemTotal 512.0 GiB, MemAvailable 400.0 GiB"),
+    # 2 cards per node x 40 GiB = 80 GiB > a node's 64 GiB: fits the host, not each card's own node
+    (40, "warn", "node 0: 2 local pool(s) = 80.0 GiB > its 64.0 GiB"),
+    (60, "warn", "480.0 GiB; MemTotal 512.0 GiB, MemAvailable 400.0 GiB -> more than is available now"),
+    (80, "fail", "640.0 GiB; MemTotal 512.0 GiB, MemAvailable 400.0 GiB -> more than this host's memory"),
+])
+def test_pools_are_checked_against_host_and_node_memory(tmp_path, pool_gib, status, said):
+    # the synthetic box: 8 cards, 2 on each of nodes 0, 2, 4, 6, 8 nodes of 64 GiB
+    paths = _with_meminfo(fake_host(tmp_path), 512, 400)
+    report = run_doctor(pool_bytes=pool_gib * GIB, paths=paths)
+    check = {c.name: c for c in report.checks}["host_memory"]
+    assert check.status == status and said in check.value, check
+    if status != "ok":
+        assert check.fix.endswith("--pool-bytes <= 50.0 GiB (MemAvailable / 8 cards)")  # 400 GiB / 8
+    if status == "fail":
+        assert report.exit_code() == 1
+
+
+def test_a_pool_larger_than_this_host_fails_naming_pool_bytes(capsys):
+    total = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemTotal:"))
+    rc, out = doctor_json(capsys, "--pool-bytes", str(2 * total))  # twice this host's memory
+    check = by_name(out)["host_memory"]
+    assert rc == 1 and check["status"] == "fail" and "more than this host's memory" in check["value"]
+    assert check["fix"].startswith("--pool-bytes <= ")
+    rc, out = doctor_json(capsys, "--pool-bytes", str(total // 1000))  # a thousandth: fits
+    assert by_name(out)["host_memory"]["status"] == "ok"
+
+
+def test_an_emulated_box_leaves_host_memory_to_binding_policy(capsys):
+    _, out = doctor_json(capsys, "--profile", "p800", "--pool-bytes", "10T")
+    checks = by_name(out)
+    assert checks["host_memory"]["status"] == "unknown" and "binding_policy" in checks["host_memory"]["value"]
+    assert checks["binding_policy"]["status"] == "fail"

@@ -21,6 +21,7 @@ from hal.transfer import pool_ops as pool_transfer
 from hal.transfer.layouts import KVGeometry, host_shape
 from hal.transfer.plan import plan_pool_transfer
 from hal.transfer.seed import seed_plan
+from hal.units import HELP as UNITS
 
 HELP = "plan time for the seed config and transfer bandwidth per host layout vs a contiguous copy (emu or a device)"
 COPY_MODES = ("descriptor", "gather")
@@ -31,7 +32,7 @@ def add_arguments(p) -> None:
     p.add_argument("--copy-mode", choices=COPY_MODES, default=None,
                    help="cuda/xpu: descriptor (one async copy per segment) or gather (rows gathered above 64 "
                         "segments); default: $HICACHE_COPY_MODE, else gather")
-    p.add_argument("--tokens", type=cli_args.size(), default=8192, help="tokens moved per transfer (scattered pages)")
+    p.add_argument("--tokens", type=cli_args.size(), default=8192, help=f"tokens moved per transfer (scattered pages; {UNITS})")
     p.add_argument("--layers", type=cli_args.layers, default=78)
     p.add_argument("--kv-dim", type=cli_args.dim, default=576)
     p.add_argument("--page-size", type=cli_args.page_size, default=64)
@@ -105,6 +106,7 @@ def run(a) -> int:
         a.targets = a.profile  # the emu targets describe this CPU, not the device
     pinned = backend.device_type != "cpu"  # DMA from pageable memory would be staged, not measured
     priced = get_backend("count", a.profile)  # prices the plans on the modeled clock, moves nothing
+    pricing = priced.profile.name  # the profile whose link model the modeled column is, as loaded
     geom = KVGeometry("mla", a.layers, 1, a.kv_dim, torch.bfloat16, a.page_size)
     pool = 2 * (-(-a.tokens // a.page_size)) * a.page_size
     rng = np.random.default_rng(0)
@@ -114,8 +116,8 @@ def run(a) -> int:
     nbytes = a.tokens * geom.layout_dim
     memcpy = _memcpy_seconds(nbytes, a.repeat, backend)
     engine = segcopy.engine() if backend.device_type == "cpu" else f"{backend.name} device copies"
-    result = {"machine": machine(), "engine": engine, "profile": a.profile,
-              "backend": backend.name, "copy_mode": backend.copy_mode,
+    result = {"machine": machine(), "engine": engine, "profile": pricing,
+              "backend": backend.name, "backend_profile": backend.profile.name if backend.profile else None, "copy_mode": backend.copy_mode,
               "peer": "contiguous torch copy" if backend.device_type == "cpu" else "contiguous pinned H2D copy",
               "config": {"tokens": a.tokens, "layers": a.layers, "kv_dim": a.kv_dim, "page_size": a.page_size,
                          "bytes": nbytes, "indices": "scattered pages"},
@@ -138,10 +140,10 @@ def run(a) -> int:
             result["layouts"][layout] = rows
     mode = f", copy mode {backend.copy_mode}" if backend.copy_mode else ""
     lines = [f"backend: {backend.name}{mode}; engine: {result['engine']}; {result['peer']} of {nbytes / 1e6:.0f} MB: "
-             f"{result['memcpy_gbps']:.2f} GB/s (median of {a.repeat})"]
+             f"{result['memcpy_gbps']:.2f} GB/s (median of {a.repeat}); modeled: profile {pricing}'s link model"]
     for layout, p in result["plan"].items():
         lines.append(f"plan seed config {layout}: {p['segments']:,} segments in {p['plan_seconds'] * 1e3:.2f} ms")
-    lines.append(f"{'layout':<18}{'transfer':<14}{'segments':>10}{'GB/s':>8}{'x memcpy':>10}{'modeled ' + a.profile:>16}")
+    lines.append(f"{'layout':<18}{'transfer':<14}{'segments':>10}{'GB/s':>8}{'x memcpy':>10}{'modeled ' + pricing:>16}")
     for layout, rows in result["layouts"].items():
         for d, r in rows.items():
             m = f"{r['modeled_seconds'] * 1e3:.1f} ms" if r["modeled_seconds"] is not None else "unknown"

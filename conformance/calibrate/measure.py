@@ -8,6 +8,10 @@
   pages and on THP, s = a + GiB * s_per_gib.
 The link model's figures are the medians at the largest size (the metrics' "large transfers")
 and the fitted slopes; every sample and fit (with residuals) goes into the calibration JSON.
+A slope is a figure only where the line describes the points: `poor_fits` names the fits behind
+the link figures whose R^2 is below R2_MIN (0.9: nine tenths of the variation explained by the
+line); `hicache calibrate` writes no profile from them unless told to (--accept-poor-fit). A
+cost too small to resolve on this machine (emu's per-segment cost) gives such a fit.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ SEGMENT_BYTES = 16 * MIB
 SEGMENT_COUNTS = (1, 256, 1024, 4096, 16384)  # down to 1 KiB segments, where a fixed cost shows
 LAUNCH_COUNTS = (1, 4, 16, 64, 256)
 REGISTER_SIZES = (32 * MIB, 64 * MIB, 128 * MIB)
+R2_MIN = 0.9  # below it a fitted slope is not written to a profile without --accept-poor-fit
+# The link figures that are fitted slopes, and where their fit is in calibrate()'s result.
+FITTED = (("per_segment_us", "per-segment fit", ("segments", "fit")),
+          ("per_launch_us", "per-launch fit", ("launches", "fit")),
+          ("registration_s_per_gib", "registration fit (THP)", ("registration", "fit_thp")))
 
 
 def _fit_json(fit: LineFit | None) -> dict | None:
@@ -80,6 +89,21 @@ def registration(backend, sizes, repeat: int) -> dict:
         out[f"fit_{kind}"] = fit.to_json()
         out[f"{kind}_s_per_gib"] = max(0.0, fit.b)
     return out
+
+
+def fit_r2(cal: dict) -> dict[str, float | None]:
+    """R^2 of the fit behind each fitted link figure (None where it was not measured)."""
+    out = {}
+    for key, _, (block, name) in FITTED:
+        fit = cal.get(block, {}).get(name)
+        out[key] = None if not isinstance(fit, dict) else float(fit["r2"])
+    return out
+
+
+def poor_fits(cal: dict, r2_min: float = R2_MIN) -> list[tuple[str, str, float]]:
+    """(link key, what, R^2) of each fitted figure whose R^2 is below `r2_min`, in FITTED order."""
+    what = {key: label for key, label, _ in FITTED}
+    return [(key, what[key], r2) for key, r2 in fit_r2(cal).items() if r2 is not None and r2 < r2_min]
 
 
 def calibrate(backend, *, sizes=SIZES, repeat: int = 5, progress=None) -> dict:

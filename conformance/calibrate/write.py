@@ -33,7 +33,7 @@ HOW = {
     "per_segment_us": "least-squares slope over {seg_counts} segments of 16 MiB, one submission (R^2 {seg_r2:.3f})",
     "per_launch_us": "least-squares slope over {launch_counts} submissions of 16 MiB (R^2 {launch_r2:.3f})",
     "registration_s_per_gib": "least-squares slope over registrations of {reg_sizes} MiB on THP "
-                              "(4 KB pages: {reg_4k:.4f} s/GiB)",
+                              "(R^2 {reg_r2:.3f}; 4 KB pages: {reg_4k:.4f} s/GiB)",
 }
 
 
@@ -48,13 +48,19 @@ def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
     fields = {"repeat": cal["repeat"], "size": cal["sizes"][-1] >> 20, "segs": SIZE_SEGMENTS,
               "seg_counts": "/".join(map(str, SEGMENT_COUNTS)), "seg_r2": cal["segments"]["fit"]["r2"],
               "launch_counts": "/".join(map(str, LAUNCH_COUNTS)), "launch_r2": cal["launches"]["fit"]["r2"],
-              "reg_sizes": "/".join(str(s >> 20) for s in REGISTER_SIZES), "reg_4k": reg.get("4k_s_per_gib") or 0.0}
+              "reg_sizes": "/".join(str(s >> 20) for s in REGISTER_SIZES), "reg_4k": reg.get("4k_s_per_gib") or 0.0,
+              "reg_r2": (reg.get("fit_thp") or {}).get("r2", float("nan"))}
+    accepted = {key: r2 for key, _, r2 in cal.get("fit_quality", {}).get("poor", [])}
+    r2_min = cal.get("fit_quality", {}).get("r2_min")
     link = {}
     for key, value in cal["link"].items():
         if value is None:
             link[key] = "unknown"
             continue
-        link[key] = {"value": round(float(value), 6), "source": f"{who}: {HOW[key].format(**fields)}"}
+        source = f"{who}: {HOW[key].format(**fields)}"
+        if key in accepted:  # written only because --accept-poor-fit said so: the source says it
+            source += f"; poor fit accepted with --accept-poor-fit (R^2 {accepted[key]:.3f} < {r2_min})"
+        link[key] = {"value": round(float(value), 6), "source": source}
     data["link"] = link
     data["description"] = (f"{base.description} Link calibrated by hicache calibrate on {m['host']}, {when}; "
                            f"the rest as in profile {base.name}.")

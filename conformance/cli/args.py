@@ -8,6 +8,7 @@ hal.units.parse_size (K/M/G powers of 1000, KiB/MiB/GiB powers of 1024).
 from __future__ import annotations
 
 import argparse
+import math
 
 from conformance.cli.errors import clip
 from hal.units import parse_size
@@ -32,6 +33,23 @@ def count(minimum: int = 1, maximum: int | None = None, why: str = ""):
         return value
 
     parse.__name__ = "count"
+    return parse
+
+
+def decimal(maximum: float, unit: str = ""):
+    """A positive finite decimal number ("30", "2.5", "0.25") at most `maximum`."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number such as 30 or 2.5, got {clip(repr(text))}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a positive number, got {clip(text)}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"at most {maximum:,g}{unit}, got {clip(text)}")
+        return value
+
+    parse.__name__ = "decimal"
     return parse
 
 

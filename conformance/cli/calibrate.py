@@ -6,6 +6,11 @@ on THP, each with a least-squares fit (conformance/calibrate). `--out FILE.yaml`
 profile with the measured link section (every figure sourced `measured:` with machine, date and
 command) and FILE.calibration.json beside it; `hicache conform --profile FILE.yaml` then uses it
 and draws the curves. On emu this calibrates the CPU; on cuda/xpu the device.
+
+The R^2 of every fit behind a link figure is printed. A fit below --min-r2 (default
+conformance.calibrate.measure.R2_MIN, 0.9) is not written into a profile: the run prints its
+figures, says which fit is poor on stderr and exits 1 without writing --out, unless
+--accept-poor-fit (the figure's source then says it was accepted). Without --out it is a warning.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from conformance.cli.budget import refuse_over
 from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg
 from conformance.cli.progress import ticker
+from hal.units import HELP as UNITS
 
 HELP = "measure H2D/D2H bandwidth, per-segment, per-launch and registration costs; write a measured profile"
 MAX_SIZE = 1 << 30
@@ -32,10 +38,26 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default=None, help="write the calibrated profile here (FILE.yaml) and "
                    "FILE.calibration.json beside it")
     p.add_argument("--sizes", default="1MiB,4MiB,16MiB,64MiB,256MiB", help="transfer sizes, comma separated "
-                   "(at most 1 GiB each; the largest gives the profile's bandwidth)")
+                   f"({UNITS}; at most 1 GiB each; the largest gives the profile's bandwidth)")
     p.add_argument("--repeat", type=cli_args.count(3, 1000), default=5, help="timed repeats per point (>= 3)")
+    p.add_argument("--min-r2", type=_r2, default=None,
+                   help="least R^2 a fitted figure needs to be written to --out (default 0.9)")
+    p.add_argument("--accept-poor-fit", action="store_true",
+                   help="write --out even with fits below --min-r2 (their sources say so)")
     p.add_argument("--json", action="store_true", help="print the samples, fits and link figures as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def _r2(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {clip(repr(text))}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {clip(text)}")
+    return value
 
 
 def _sizes(text: str) -> list[int]:
@@ -86,12 +108,31 @@ def run(a) -> int:
         cal = measure.calibrate(backend, sizes=sizes, repeat=a.repeat)
     cal.update({"machine": write.machine(), "date": write.stamp(), "command": command, "backend": a.backend,
                 "base_profile": base.name})
-    if out is not None:
+    r2_min = measure.R2_MIN if a.min_r2 is None else a.min_r2
+    poor = measure.poor_fits(cal, r2_min)
+    cal["fit_quality"] = {"r2_min": r2_min, "r2": measure.fit_r2(cal), "poor": [list(p) for p in poor],
+                          "accepted": bool(poor) and a.accept_poor_fit}
+    refused = out is not None and bool(poor) and not a.accept_poor_fit
+    if out is not None and not refused:
         side = write.write(out, base, cal, command, a.backend)
         cal["written"] = {"profile": str(out), "calibration": str(side)}
     if a.json:
         print(json.dumps(cal, indent=1))
-        return 0
+    else:
+        _print(a, cal, out if not refused else None)
+    if poor:
+        fits = ", ".join(f"{what} R^2 {r2:.3f}" for _, what, r2 in poor)
+        if refused:
+            print(f"hicache: --out: {clip_path(out)} not written: {fits} below --min-r2 {r2_min:g} (the line does "
+                  "not describe the points; retake with more --repeat, or pass --accept-poor-fit)", file=sys.stderr)
+            return 1
+        print(f"hicache: warning: {fits} below --min-r2 {r2_min:g}"
+              + ("; written anyway (--accept-poor-fit)" if out is not None else ""), file=sys.stderr)
+    return 0
+
+
+def _print(a, cal: dict, out: Path | None) -> None:
+    """The human summary: bandwidth per size, the fitted costs with their R^2, registration."""
     link = cal["link"]
     print(f"calibrated {a.backend} on {cal['machine']['host']} ({cal['machine']['cpu']}), {cal['date']}")
     print(f"{'size':>10}  {'h2d GB/s':>9}  {'d2h GB/s':>9}  {'memcpy GB/s':>11}  spread h2d/d2h")
@@ -105,7 +146,7 @@ def run(a) -> int:
     if "error" in reg:
         print(f"registration: not measured: {reg['error']}")
     else:
-        print(f"registration: {reg['4k_s_per_gib']:.4f} s/GiB on 4 KB pages, {reg['thp_s_per_gib']:.4f} s/GiB on THP")
+        print(f"registration: {reg['4k_s_per_gib']:.4f} s/GiB on 4 KB pages (R^2 {reg['fit_4k']['r2']:.3f}), "
+              f"{reg['thp_s_per_gib']:.4f} s/GiB on THP (R^2 {reg['fit_thp']['r2']:.3f})")
     if out is not None:
         print(f"profile: {out} (load it with --profile {out}); samples: {cal['written']['calibration']}")
-    return 0

@@ -8,14 +8,22 @@ target lines (failed and unchecked targets, assumed inputs). A failed target fai
 The verdict and the exit status:
   PASS     0  the suites that decide (layout equivalence, bad input) ran and nothing failed
   FAIL     1  a test failed or errored
-  NOT RUN  3  the backend is unavailable here, or every test of a deciding suite was skipped:
-              nothing was checked, so nothing is signed off (summary.json: "ok": false,
-              "verdict": "NOT RUN", "not_run_reason")
-  5 when -k matched no test; 2 for a bad argument or an OUT that cannot be used; 130 on Ctrl-C.
-One run owns OUT at a time (a lock; a second run is refused), and its first act is to delete the
-previous run's summary.json and junit.xml, so an interrupted run leaves no stale verdict. The
-pytest child is its own process group (Ctrl-C stops it and its xdist workers) and is killed by
-the kernel if this process dies (PR_SET_PDEATHSIG).
+  NOT RUN  3  the backend is unavailable here, every test of a deciding suite was skipped, or no
+              test of theirs ran: nothing was checked, so nothing is signed off (summary.json:
+              "ok": false, "verdict": "NOT RUN", "not_run_reason")
+  PARTIAL  4  nothing failed, but the deciding suites did not run in full: -k, -m or --deselect
+              left some of their tests out (conformance.report.selection counts them), or one was
+              not collected; "ok": false, "partial_reason". A subset run is never a sign-off.
+  5 when -k matched no test; 2 for a bad argument (pytest's own usage errors too) or an OUT that
+  cannot be used; 130 on Ctrl-C.
+One run owns OUT at a time (a lock; a second run is refused). OUT must be new, empty or hold a
+previous conform report (nothing else: a folder of other files is refused, naming --out); the
+run's first act is to delete the previous report (said on stderr), so an interrupted run leaves
+no stale verdict. What pytest needs besides (its ini, the target rows, the selection counts)
+lives in OUT/.hicache-conform-work (0700), removed with the lock file when the run ends (or by
+the next run, after a kill): OUT then holds only junit.xml, summary.json, report.json and report.html. The pytest child is its own process
+group (Ctrl-C stops it and its xdist workers) and is killed by the kernel if this process dies
+(PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -27,12 +35,14 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from conformance.cli.errors import EXIT_NOT_RUN, CliError, clip, clip_path
+from conformance.cli.errors import EXIT_BAD_INPUT, EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip, clip_path
 from conformance.cli.inputs import is_path, load_profile_arg
 
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
@@ -91,38 +101,96 @@ def default_out(backend: str, profile: str | None) -> Path:
 LOCK_NAME = ".hicache-conform.lock"
 # in this order: the verdicts go first
 RESULTS = ("summary.json", "report.json", "report.html", "junit.xml")
-TARGET_ROWS = "targets"  # OUT/targets/<target>.json: the rows conformance/test_targets.py writes
+TARGET_ROWS = "targets"  # WORK/targets/<target>.json: the rows conformance/test_targets.py writes
+WORK_NAME = ".hicache-conform-work"  # OUT/WORK: the child's ini, target rows and selection counts
+# What earlier versions left in OUT besides RESULTS (deleted when OUT is reused), and the
+# temporary files of an atomic write cut short: all of them mark a previous conform report.
+LEFTOVERS = (LOCK_NAME, "pytest.ini", TARGET_ROWS, WORK_NAME)
+_TMP_RESULT = re.compile(r"\.(summary\.json|report\.json|report\.html)\.\d+\.tmp")
+
+
+def foreign_files(out: Path) -> list[str]:
+    """Names in OUT that no conform run writes (sorted); [] for a new, empty or report folder."""
+    if not out.is_dir():
+        return []
+    odd = []
+    for entry in out.iterdir():
+        name = entry.name
+        if name == WORK_NAME and entry.is_dir():
+            continue
+        if name == TARGET_ROWS and entry.is_dir() and all(f.suffix == ".json" for f in entry.iterdir()):
+            continue
+        if ((name in RESULTS or name in LEFTOVERS) and not entry.is_dir()) or _TMP_RESULT.fullmatch(name):
+            continue
+        odd.append(name)
+    return sorted(odd)
+
+
+def _lock(path: Path) -> int:
+    """An fd holding an exclusive flock on `path`, the file that is there now: a lock file a
+    finishing run unlinked under us is not it (retried). BlockingIOError while another run holds it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise BlockingIOError(owner) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
 
 
 def claim_out(out: Path, given: bool) -> int:
     """Create OUT, lock it for this run (fd returned; the kernel drops the lock when this process
-    dies, however it dies), and delete the previous run's results. CliError naming --out."""
+    dies, however it dies), and delete the previous run's results, saying so on stderr when a
+    report is replaced. CliError naming --out, before anything is changed, for an OUT that is a
+    file, cannot be written, is another run's, or holds files that are not a conform report."""
     shown = clip_path(out)
     if out.exists() and not out.is_dir():
         raise CliError("--out", f"{shown}: exists and is not a folder")
+    odd = foreign_files(out)
+    if odd:
+        more = f" and {len(odd) - 1} more" if len(odd) > 1 else ""
+        raise CliError("--out", f"{shown}: holds {clip(repr(odd[0]))}{more}, which no hicache conform run "
+                                "wrote; pass a new or empty folder, or one holding a previous conform report")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = _lock(out / LOCK_NAME)
+    except BlockingIOError as busy:
+        raise CliError("--out", f"{shown}: another hicache conform run (pid {busy}) is writing there; "
+                                "wait for it or pass another --out") from None
     except OSError as e:
         hint = "" if given else " (the current folder is not writable: pass --out DIR)"
         raise CliError("--out", f"{shown}: cannot be written ({e.strerror or e}){hint}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise CliError("--out", f"{shown}: another hicache conform run (pid {owner}) is writing there; "
-                                "wait for it or pass another --out") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    for name in RESULTS:
+    old = [name for name in RESULTS if (out / name).exists()]
+    if old:
+        print(f"hicache: warning: --out {shown}: replacing the previous report ({', '.join(old)})",
+              file=sys.stderr, flush=True)
+    for name in RESULTS + ("pytest.ini",):
         (out / name).unlink(missing_ok=True)
-    rows = out / TARGET_ROWS
-    if rows.is_dir():
-        for old in rows.iterdir():
-            old.unlink(missing_ok=True)
-    rows.mkdir(exist_ok=True)
+    for entry in out.iterdir():
+        if _TMP_RESULT.fullmatch(entry.name):
+            entry.unlink(missing_ok=True)
+    shutil.rmtree(out / TARGET_ROWS, ignore_errors=True)
+    shutil.rmtree(out / WORK_NAME, ignore_errors=True)
     return fd
+
+
+def release_out(out: Path, fd: int) -> None:
+    """The run is over: its work folder goes, then the lock file (still held, so no run can be
+    between open and flock on it unseen: _lock checks the inode), then the lock."""
+    try:
+        shutil.rmtree(out / WORK_NAME, ignore_errors=True)
+        (out / LOCK_NAME).unlink(missing_ok=True)
+    finally:
+        os.close(fd)
 
 
 def _workers(value: str) -> list[str]:
@@ -135,10 +203,13 @@ def _workers(value: str) -> list[str]:
     return ["-n", value]
 
 
-def pytest_command(a, profile: str | None, out: Path) -> list[str]:
+def pytest_command(a, profile: str | None, out: Path, work: Path | None = None) -> list[str]:
+    """The child's command line; `work`: the private folder holding its empty ini (default OUT)."""
+    ini = (work or out) / "pytest.ini"
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "conformance.plugin",
-           # An empty ini in OUT: the caller's own pytest config (addopts, testpaths) stays out.
-           "-c", str(out / "pytest.ini"), "--rootdir", str(out), "-p", "no:cacheprovider",
+           "-p", "conformance.report.selection",  # counts what -k / -m deselect (the PARTIAL verdict)
+           # An empty ini of our own: the caller's pytest config (addopts, testpaths) stays out.
+           "-c", str(ini), "--rootdir", str(out), "-p", "no:cacheprovider",
            "-p", "no:benchmark",  # pytest-benchmark, where installed, only warns under xdist
            "--backend", a.backend, "--junitxml", str(out / "junit.xml"), "-q", "--tb=short"]
     if profile:
@@ -188,7 +259,8 @@ def run_child(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> i
         raise
 
 
-def write_reports(summary, out: Path, backend_name: str, profile: str | None, unavailable: str | None) -> dict:
+def write_reports(summary, out: Path, backend_name: str, profile: str | None, unavailable: str | None,
+                  rows_dir: Path | None = None) -> dict:
     """report.json and report.html (conformance.report.document); prints the target lines of the summary."""
     from conformance.report import document
 
@@ -203,7 +275,7 @@ def write_reports(summary, out: Path, backend_name: str, profile: str | None, un
 
         backend = get_backend(backend_name, loaded)
     try:
-        doc = document.build(summary, out, loaded, backend, unavailable)
+        doc = document.build(summary, out, loaded, backend, unavailable, rows_dir=rows_dir)
     finally:
         if backend is not None:
             backend.close()
@@ -215,6 +287,7 @@ def write_reports(summary, out: Path, backend_name: str, profile: str | None, un
 
 def run(a) -> int:
     from conformance.plugin import backend_status
+    from conformance.report import selection
     from conformance.report import summary as report
 
     _check_backend(a.backend, a.backend_module)
@@ -222,8 +295,11 @@ def run(a) -> int:
     _workers(a.workers)  # a bad --workers is refused before OUT is touched
     out = Path(a.out or default_out(a.backend, profile)).resolve()
     lock = claim_out(out, a.out is not None)
+    work = out / WORK_NAME
     try:
-        (out / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+        work.mkdir(mode=0o700)
+        (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+        (work / TARGET_ROWS).mkdir()
         junit = out / "junit.xml"
         ok, why = backend_status(a.backend)
         if not ok:
@@ -231,19 +307,20 @@ def run(a) -> int:
                   f"  every test that needs it is skipped with that reason; the verdict will be NOT RUN", flush=True)
         from conformance.test_targets import RESULTS_ENV
 
-        env = {**os.environ, RESULTS_ENV: str(out / TARGET_ROWS)}
-        rc = run_child(pytest_command(a, profile, out), out, env)
+        counts = work / "selection.json"
+        env = {**os.environ, RESULTS_ENV: str(work / TARGET_ROWS), selection.SELECTION_ENV: str(counts)}
+        rc = run_child(pytest_command(a, profile, out, work), out, env)
         if not junit.exists():
             print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
-            return 1 if rc in (0, EXIT_NOT_RUN) else rc
-        summary = report.summarize_junit(junit, a.backend, profile, None if ok else str(why))
+            return 1 if rc in (0, EXIT_NOT_RUN) else _pytest_exit(rc)
+        summary = report.summarize_junit(junit, a.backend, profile, None if ok else str(why), selection.read(counts))
         report.write_json(summary, out / "summary.json")
         print()
         print(report.format_table(summary))
-        signed = write_reports(summary, out, a.backend, profile, None if ok else str(why))
+        signed = write_reports(summary, out, a.backend, profile, None if ok else str(why), work / TARGET_ROWS)
         print(f"reports: {junit}, {out / 'summary.json'}, {out / 'report.json'}, {out / 'report.html'}")
     finally:
-        os.close(lock)
+        release_out(out, lock)
     if signed["verdict"] == "FAIL" and summary.verdict != "FAIL":  # a failed target without a failed test
         return 1
     if summary.verdict == "FAIL":
@@ -251,5 +328,13 @@ def run(a) -> int:
     if rc == 5:  # pytest: no test collected (-k matched nothing)
         return 5
     if rc not in (0, 1):  # pytest stopped for its own reason (interrupted, internal, usage)
-        return 1 if rc == EXIT_NOT_RUN else rc
-    return EXIT_NOT_RUN if summary.verdict == "NOT RUN" else 0
+        return 1 if rc == EXIT_NOT_RUN else _pytest_exit(rc)
+    return {"NOT RUN": EXIT_NOT_RUN, "PARTIAL": EXIT_PARTIAL}.get(summary.verdict, 0)
+
+
+PYTEST_USAGE_ERROR = 4
+
+
+def _pytest_exit(rc: int) -> int:
+    """pytest's own exit status as ours: its usage error (4: a bad argument after --) is bad input."""
+    return EXIT_BAD_INPUT if rc == PYTEST_USAGE_ERROR else rc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from conformance.cli.inputs import load_profile_arg
 from conformance.doctor.checks import parse_bytes, run_doctor
+from hal.units import HELP as UNITS
 
 HELP = ("preflight: PCIe ordering on shared uplinks, NUMA placement, THP (anon, /dev/shm), page tables, "
         "memlock, registered size, then configuration advice; exit 1 if a check fails")
@@ -13,8 +14,8 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", default="emu", help="backend whose host is checked (default emu)")
     p.add_argument("--profile", help="hardware profile name or YAML path; emulates its topology when the "
                    "backend has no hardware here")
-    p.add_argument("--pool-bytes", help="host KV pool per card, e.g. 80G, 75GiB or a byte count "
-                   "(default: the planned local capacity per card)")
+    p.add_argument("--pool-bytes", help=f"host KV pool per card, e.g. 80G, 75GiB or a byte count ({UNITS}; "
+                   "default: the planned local capacity per card)")
     p.add_argument("--json", action="store_true", help='print {"backend", "profile", "checks": [...]} as JSON')
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 ECHO_CHARS = 80  # at most this much of a user's input (a path, a value, a file's text) is echoed
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_PARTIAL = 4  # conform: nothing failed, but the deciding suites ran only in part
 
 
 class CliError(ValueError):

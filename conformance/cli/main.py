@@ -2,8 +2,8 @@
 
 Every run ends in one of these exit codes (README "Exit codes"): 0 done / passed, 1 a check
 failed, 2 bad input or an environment the command cannot run in, 3 `conform` ran nothing that
-decides (NOT RUN), 5 `conform -k` matched no test, 130 interrupted (Ctrl-C). Whatever goes wrong
-is reported on stderr as the single line `hicache: <option or file>: <what is wrong>`; set
+decides (NOT RUN), 4 `conform` ran the deciding suites only in part (PARTIAL), 5 `conform -k`
+matched no test, 130 interrupted (Ctrl-C). Whatever goes wrong is reported on stderr as the single line `hicache: <option or file>: <what is wrong>`; set
 HICACHE_TRACEBACK=1 to see the traceback of an unexpected error instead.
 """
 
@@ -16,6 +16,7 @@ import re
 import sys
 import threading
 import time
+import warnings
 
 from conformance.cli.errors import ECHO_CHARS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, clip, one_line
 
@@ -105,10 +106,29 @@ def main(argv: list[str] | None = None) -> int:
             pass
 
 
+def _show_user_warnings() -> None:
+    """Inside warnings.catch_warnings: library warnings meant for users (a trace's
+    TraceOrderWarning) print as the one line `hicache: warning: ...`; others as before."""
+    from hicache_ref.trace import TraceOrderWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, *rest):
+        if issubclass(category, TraceOrderWarning):
+            say(f"warning: {message}")
+        else:
+            shown(message, category, *rest)
+
+    warnings.simplefilter("always", TraceOrderWarning)  # every read that finds one says so
+    warnings.showwarning = show
+
+
 def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return int(args._run(args) or 0)
+        with warnings.catch_warnings():  # restores showwarning and the filters when the command ends
+            _show_user_warnings()
+            return int(args._run(args) or 0)
     except KeyboardInterrupt:
         say("interrupted")
         return EXIT_INTERRUPTED

@@ -24,9 +24,10 @@ def add_arguments(p) -> None:
     p.add_argument("--page-size", type=types.page_size, default=64,
                    help=f"tokens per page (at most {types.MAX_PAGE_SIZE:,})")
     p.add_argument("--layers", type=types.layers, required=True, help=f"at most {types.MAX_LAYERS:,}")
-    p.add_argument("--kv-dim", type=types.dim, help="MLA latent width (kv_lora_rank + rope dim), e.g. 576")
+    p.add_argument("--kv-dim", type=types.dim, help="MLA latent width (kv_lora_rank + rope dim), e.g. 576; "
+                   "with --attention mha an alias of --head-dim (replay's spelling)")
     p.add_argument("--heads", type=types.heads, help="MHA KV heads")
-    p.add_argument("--head-dim", type=types.dim, help="MHA head dim")
+    p.add_argument("--head-dim", type=types.dim, help="MHA head dim (the name here; --kv-dim is accepted as its alias)")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--direction", default="d2h", choices=("d2h", "h2d"))
     p.add_argument("--indices", default="contiguous", choices=("contiguous", "random"),
@@ -43,11 +44,12 @@ def geometry_from_args(a) -> KVGeometry:
             if value is not None:  # replay refuses the same: MLA keeps one latent row per token
                 raise CliError(option, "is for --attention mha; MLA has one latent KV row per token (--kv-dim)")
         return KVGeometry("mla", a.layers, 1, a.kv_dim, parse_dtype(a.dtype), a.page_size)
-    if a.heads is None or a.head_dim is None:
+    if a.kv_dim is not None and a.head_dim is not None:
+        raise CliError("--kv-dim", "with --attention mha it is an alias of --head-dim: give one of them")
+    head_dim = a.head_dim if a.head_dim is not None else a.kv_dim  # --kv-dim: replay's name for it
+    if a.heads is None or head_dim is None:
         raise CliError("--heads/--head-dim", "required for --attention mha")
-    if a.kv_dim is not None:
-        raise CliError("--kv-dim", "is for --attention mla; MHA takes --heads and --head-dim")
-    return KVGeometry("mha", a.layers, a.heads, a.head_dim, parse_dtype(a.dtype), a.page_size)
+    return KVGeometry("mha", a.layers, a.heads, head_dim, parse_dtype(a.dtype), a.page_size)
 
 
 def slot_indices(tokens: int, page_size: int, scattered: bool, rng: np.random.Generator) -> np.ndarray:

@@ -44,7 +44,9 @@ def add_arguments(p) -> None:
     p.add_argument("--materialize", action="store_true", help="real KV pools and bytes; every hit checked bit for bit")
     p.add_argument("--attention", default=DEFAULTS.attention, choices=("mla", "mha"))
     p.add_argument("--layers", type=types.layers, default=DEFAULTS.layers, help=f"at most {types.MAX_LAYERS:,}")
-    p.add_argument("--kv-dim", type=types.dim, default=DEFAULTS.kv_dim, help="MLA latent width, or the head dim with --attention mha")
+    p.add_argument("--kv-dim", type=types.dim, default=None, help="MLA latent width, or the head dim with "
+                   f"--attention mha (default {DEFAULTS.kv_dim})")
+    p.add_argument("--head-dim", type=types.dim, help="with --attention mha: an alias of --kv-dim (plan's name)")
     p.add_argument("--heads", type=types.heads, default=DEFAULTS.heads, help="KV heads (MHA)")
     p.add_argument("--dtype", default=DEFAULTS.dtype, choices=tuple(DTYPES))
     p.add_argument("--host-layout", default=DEFAULTS.host_layout, choices=HOST_LAYOUTS)
@@ -58,8 +60,8 @@ def add_arguments(p) -> None:
                    "arrival times (decode steps of --step-ms)")
     p.add_argument("--pd", action="store_true", help="with --concurrency: PD disaggregation, prefill releases the "
                    "KV right after its transfer")
-    p.add_argument("--step-ms", type=types.count(1, 60_000), default=30, help="with --concurrency: one decode "
-                   "step, ms (the profiles hold no decode rate yet; default 30)")
+    p.add_argument("--step-ms", type=types.decimal(60_000, " ms"), default=30, help="with --concurrency: one "
+                   "decode step, ms, a positive decimal such as 30 or 2.5 (the profiles hold no decode rate yet; default 30)")
     reqpath_args.add_arguments(p)  # request-path semantics: hit counting, PD inserts, load_back, sizing
     # -- upstream fidelity (issue 11 sections 1-2) --
     p.add_argument("--host-free-list", choices=ORDERS, help="host (L2) free-list order (default: --free-list's; "
@@ -112,7 +114,19 @@ def warn(message: str) -> None:
     print(f"hicache: warning: {message}", file=sys.stderr, flush=True)
 
 
+def _head_dim(a) -> int:
+    """--kv-dim, or --head-dim (its MHA alias, plan's name for it), or the default."""
+    if a.head_dim is None:
+        return DEFAULTS.kv_dim if a.kv_dim is None else a.kv_dim
+    if a.attention != "mha":
+        raise CliError("--head-dim", "is for --attention mha; MLA's latent width is --kv-dim")
+    if a.kv_dim is not None:
+        raise CliError("--head-dim", "an alias of --kv-dim: give one of them")
+    return a.head_dim
+
+
 def run(a) -> int:
+    a.kv_dim = _head_dim(a)
     trace = a.trace or find_trace("conversation_trace.jsonl")
     if trace is None:
         raise CliError("--trace", "not given and no conversation_trace.jsonl found (neither in $HICACHE_TRACES "
@@ -147,8 +161,9 @@ def run(a) -> int:
                 from hicache_ref.trace import read_trace
                 from hicache_ref.workload.serving import replay_served
 
-                fig = replay_served(spec, read_trace(trace, a.limit), a.concurrency, timestamps=a.timestamps,
-                                    pd=a.pd, step_seconds=a.step_ms / 1000)
+                # arrival times only mean something in time order: --timestamps refuses a line going back
+                fig = replay_served(spec, read_trace(trace, a.limit, ordered=a.timestamps), a.concurrency,
+                                    timestamps=a.timestamps, pd=a.pd, step_seconds=a.step_ms / 1000)
     except UnicodeDecodeError as e:
         raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)

@@ -26,7 +26,7 @@ def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
     p.add_argument("--profile", default="emu", help="hardware profile (name or YAML path)")
     p.add_argument("--l1-tokens", required=True, help=f"device (L1) capacity in tokens ({UNITS})")
-    p.add_argument("--l2-tokens", required=True, help="L2 tiers in tokens, comma-separated, increasing: 4M,8M,16M")
+    p.add_argument("--l2-tokens", required=True, help=f"L2 tiers in tokens, comma-separated, increasing: 4M,8M,16M ({UNITS})")
     p.add_argument("--plateau-gain", type=_gain, default=DEFAULT_PLATEAU_GAIN,
                    help=f"a tier gaining less hit rate than this is on the plateau (default {DEFAULT_PLATEAU_GAIN})")
     p.add_argument("--page-size", type=types.page_size, default=64)

@@ -2,7 +2,7 @@
 
 The order is the order in which the seed work found costs: PCIe ordering on shared uplinks, NUMA
 placement of host buffers, THP for anonymous and shared memory, page-table entries of the pool,
-memlock, registered size; then advice on binding, pool size and write policy. Each check is a
+whether the pools fit in this host's memory (doctor/host_memory.py), memlock, registered size; then advice on binding, pool size and write policy. Each check is a
 `Check(name, status, value, fix)`: status ok | warn | fail | unknown, value what was measured
 (or modeled, and it says which), fix one line to run or change. Only `fail` makes doctor exit 1.
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.doctor.advice import advise_binding, advise_pool_size, advise_write_policy
+from conformance.doctor.host_memory import check_host_memory
 from conformance.doctor.records import GIB, MIB, STATUSES, Check, fmt_bytes
 from hal.memory import shm, vm
 from hal.topology.binding import plan_binding
@@ -340,6 +341,7 @@ def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None
         check_thp_anon(paths),
         check_thp_shmem(paths),
         check_page_table_entries(pool_bytes, coverage if paths.real else None, thp_mode),
+        check_host_memory(topology, pool_bytes, paths.proc_root, assumed=source == "default"),
         check_memlock(pool_bytes, memlock_limit(), cap_ipc_lock(paths.proc_root)),
         check_registered_size(profile, pool_bytes),
         advise_binding(local, interleave, pool_bytes, missing, shared),

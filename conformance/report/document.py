@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import textwrap
 from pathlib import Path
 
 from conformance.report import environment as env_mod
@@ -17,11 +18,12 @@ from conformance.report.targets import collect, counts
 TARGETS_DIR = "targets"  # OUT/targets/<target>.json, written by conformance/test_targets.py
 
 
-def build(summary, out: Path, profile, backend=None, backend_reason: str | None = None) -> dict:
+def build(summary, out: Path, profile, backend=None, backend_reason: str | None = None,
+          rows_dir: Path | None = None) -> dict:
     """The report.json document. `backend`: an instance to measure the bandwidth sweep on (None:
-    unavailable here; the sweep is left out)."""
+    unavailable here; the sweep is left out); `rows_dir`: where the target rows are (default OUT/targets)."""
     cases = read_cases(summary.junit)
-    rows = collect(profile, out / TARGETS_DIR, cases)
+    rows = collect(profile, out / TARGETS_DIR if rows_dir is None else rows_dir, cases)
     failed = [r["name"] for r in rows if r["verdict"] == "fail"]
     verdict = summary.verdict
     if failed and verdict != "FAIL":
@@ -31,6 +33,7 @@ def build(summary, out: Path, profile, backend=None, backend_reason: str | None 
         "verdict": verdict,
         "ok": verdict == "PASS",
         "not_run_reason": summary.not_run_reason if verdict == "NOT RUN" else None,
+        "partial_reason": summary.partial_reason if verdict == "PARTIAL" else None,
         "summary": summary.to_json(),
         "tests": cases,
         "targets": rows,
@@ -58,11 +61,28 @@ def write(report: dict, out: Path) -> tuple[Path, Path]:
     return j, h
 
 
+# Console text of a reason or a source: wrapped on words at this width, at most this many characters
+# (cut on a word, with an ellipsis); report.json and report.html keep every word.
+WRAP_COLUMNS, TEXT_CHARS = 100, 320
+
+
+def _wrapped(text: str, indent: str) -> list[str]:
+    short = textwrap.shorten(str(text), TEXT_CHARS, placeholder=" ...")
+    return textwrap.wrap(short, WRAP_COLUMNS, initial_indent=indent, subsequent_indent=indent + "    ",
+                         break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def target_counts_line(report: dict) -> str:
+    """Target counts with measured and modeled passes apart: a modeled pass checks the profile's
+    model, not this backend."""
+    c = report["target_counts"]
+    return (f"targets: {c.get('measured_pass', 0)} measured pass, {c.get('modeled_pass', 0)} modeled pass, "
+            f"{c['fail']} fail, {c['not_measured']} not measured of {len(report['targets'])}")
+
+
 def summary_lines(report: dict) -> list[str]:
     """What the console summary adds: target counts, failed and unchecked targets, assumed inputs."""
-    c = report["target_counts"]
-    lines = [f"targets: {c['pass']} pass, {c['fail']} fail, {c['not_measured']} not measured "
-             f"of {len(report['targets'])}"]
+    lines = [target_counts_line(report)]
     for row in report["targets"]:
         if row["verdict"] == "fail":
             lines.append(f"  FAIL {row['name']}: {row['value']:.6g} {row['unit']}, target {row['comparator']} "
@@ -71,11 +91,11 @@ def summary_lines(report: dict) -> list[str]:
         lines.append("unchecked targets (not measured):")
         for row in report["targets"]:
             if row["verdict"] == "not_measured":
-                lines.append(f"  {row['name']}: {row['reason'][:200]}")
+                lines.extend(_wrapped(f"{row['name']}: {row['reason']}", "  "))
     if report["assumptions"]:
         lines.append("assumed inputs (replace with measured values; `hicache calibrate` measures the link):")
         for key, source in report["assumptions"].items():
-            lines.append(f"  {key}: {source[:160]}")
+            lines.extend(_wrapped(f"{key}: {source}", "  "))
     modeled = [r["name"] for r in report["targets"] if r["basis"] == "modeled" and r["verdict"] != "not_measured"]
     if modeled:
         lines.append(f"modeled, not measured on this backend: {', '.join(modeled)}")

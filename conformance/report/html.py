@@ -15,7 +15,7 @@ table{border-collapse:collapse;width:100%;font-size:13px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top}
 th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .badge{display:inline-block;padding:3px 10px;border-radius:4px;color:#fff;font-weight:600}
-.PASS,.pass{background:#2e7d32} .FAIL,.fail{background:#c62828} .NOT_RUN,.not_measured{background:#757575}
+.PASS,.pass{background:#2e7d32} .FAIL,.fail{background:#c62828} .NOT_RUN,.not_measured{background:#757575} .PARTIAL{background:#ef6c00}
 .ok{color:#2e7d32;font-weight:600} .warn{color:#ef6c00;font-weight:600} .bad{color:#c62828;font-weight:600}
 .muted{color:#666} .small{font-size:12px} img{max-width:100%;border:1px solid #eee;margin:6px 0}
 .grid{display:flex;flex-wrap:wrap;gap:12px} .grid img{max-width:640px}
@@ -144,6 +144,9 @@ def _tests(report: dict) -> str:
 def render(report: dict) -> str:
     env, c = report["environment"], report["target_counts"]
     why = f"<p class='bad'>NOT RUN: {escape(report['not_run_reason'])}</p>" if report.get("not_run_reason") else ""
+    if report.get("partial_reason"):
+        why = (f"<p class='bad'>PARTIAL: the deciding suites did not run in full ({escape(report['partial_reason'])}): "
+               "nothing failed, but this run signs nothing off</p>")
     assumptions = _table(["profile key", "source"], [[f"<code>{escape(k)}</code>", escape(v)]
                                                      for k, v in report["assumptions"].items()]) \
         if report["assumptions"] else "<p>none: every figure is measured, derived or from the seed work</p>"
@@ -160,7 +163,8 @@ def render(report: dict) -> str:
 <table><tr><th>tests</th><th>targets</th><th>failed targets</th><th>not measured</th><th>assumed inputs</th></tr>
 <tr><td>{_fmt(report['summary']['totals']['passed'])} passed, {_fmt(report['summary']['totals']['failed']
  + report['summary']['totals']['errors'])} failed, {_fmt(report['summary']['totals']['skipped'])} skipped</td>
-<td>{c['pass']} pass, {c['fail']} fail, {c['not_measured']} not measured of {len(report['targets'])}</td>
+<td>{c.get('measured_pass', 0)} measured pass, {c.get('modeled_pass', 0)} modeled pass, {c['fail']} fail,
+{c['not_measured']} not measured of {len(report['targets'])}</td>
 <td>{failed}</td><td>{unchecked}</td><td>{len(report['assumptions'])}</td></tr></table>
 <h2>Targets</h2>
 <p class="muted small">measured: on backend {escape(env['backend'])} in this run; modeled: from the profile's model,

@@ -51,9 +51,10 @@ REPORT = {
                  "unchecked_targets", "failed_targets", "assumptions", "environment", "figures"],
     "properties": {
         "schema": {"const": SCHEMA_ID},
-        "verdict": {"enum": ["PASS", "FAIL", "NOT RUN"]},
+        "verdict": {"enum": ["PASS", "FAIL", "NOT RUN", "PARTIAL"]},
         "ok": {"type": "boolean"},
         "not_run_reason": _STR_OR_NULL,
+        "partial_reason": _STR_OR_NULL,
         "summary": {"type": "object", "required": ["backend", "profile", "verdict", "totals", "modules"]},
         "tests": {"type": "array", "items": TEST_CASE},
         "targets": {"type": "array", "items": TARGET_ROW},

@@ -18,7 +18,7 @@ OUTCOMES = ("passed", "failed", "errors", "skipped", "xfailed")
 # The suites whose tests need the backend and decide the verdict: a run in which every one of
 # their tests was skipped checked nothing about the backend, whatever else passed.
 DEFINING_MODULES = ("test_layout_equivalence", "test_bad_input")
-VERDICTS = ("PASS", "FAIL", "NOT RUN")
+VERDICTS = ("PASS", "FAIL", "NOT RUN", "PARTIAL")
 
 
 @dataclass
@@ -45,6 +45,9 @@ class Summary:
     xfail_reasons: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, str]] = field(default_factory=list)  # {"test", "message"}
     unavailable: str | None = None  # why the backend cannot run here, when it cannot
+    # tests the run's selection (-k, -m, --deselect) left out, per module (conformance.report.selection);
+    # None when the run did not say (a summary read from a junit file alone)
+    deselected: dict[str, int] | None = None
 
     def total(self, outcome: str) -> int:
         return sum(getattr(m, outcome) for m in self.modules)
@@ -63,14 +66,31 @@ class Summary:
         idle = [m.module for m in self.modules if m.module in DEFINING_MODULES and m.tests and not m.passed]
         if idle:
             return f"every test of {', '.join(idle)} was skipped"
+        if not any(m.passed for m in self.modules if m.module in DEFINING_MODULES):
+            return f"no test of {' or '.join(DEFINING_MODULES)} ran (deselected or not collected)"
         return None
 
     @property
+    def partial_reason(self) -> str | None:
+        """Why the deciding suites did not run in full though some of them did (-k or -m left tests
+        of theirs out, or one was not collected at all), or None."""
+        if self.not_run_reason:
+            return None
+        ran = {m.module for m in self.modules if m.tests}
+        cut = {m: n for m, n in (self.deselected or {}).items() if m in DEFINING_MODULES and n}
+        parts = [f"{n} test{'s' if n != 1 else ''} of {m} deselected" for m, n in sorted(cut.items())]
+        parts += [f"{m} did not run" for m in DEFINING_MODULES if m not in ran and m not in cut]
+        return "; ".join(parts) or None
+
+    @property
     def verdict(self) -> str:
-        """FAIL on any failure or error; else NOT RUN when the defining suites did not run; else PASS."""
+        """FAIL on any failure or error; else NOT RUN when the defining suites did not run; else
+        PARTIAL when they ran only in part (a selection left tests out); else PASS."""
         if self.total("failed") or self.total("errors"):
             return "FAIL"
-        return "NOT RUN" if self.not_run_reason else "PASS"
+        if self.not_run_reason:
+            return "NOT RUN"
+        return "PARTIAL" if self.partial_reason else "PASS"
 
     @property
     def ok(self) -> bool:
@@ -84,6 +104,8 @@ class Summary:
             "ok": self.ok,
             "verdict": self.verdict,
             "not_run_reason": self.not_run_reason if self.verdict == "NOT RUN" else None,
+            "partial_reason": self.partial_reason if self.verdict == "PARTIAL" else None,
+            "deselected": self.deselected,
             "totals": {"tests": self.tests, **{o: self.total(o) for o in OUTCOMES}},
             "modules": [{**asdict(m), "tests": m.tests} for m in self.modules],
             "skip_reasons": self.skip_reasons,
@@ -105,9 +127,11 @@ def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
-def summarize_junit(path: str | Path, backend: str, profile: str | None, unavailable: str | None = None) -> Summary:
+def summarize_junit(path: str | Path, backend: str, profile: str | None, unavailable: str | None = None,
+                    deselected: dict[str, int] | None = None) -> Summary:
     """Read pytest's junit XML (with or without xdist) into a Summary; `unavailable` is the
-    backend's reason when it cannot run here (the verdict is then NOT RUN)."""
+    backend's reason when it cannot run here (the verdict is then NOT RUN); `deselected`: tests
+    per module the selection left out (conformance.report.selection.read)."""
     path = Path(path)
     root = ET.parse(path).getroot()
     modules: dict[str, ModuleResult] = {}
@@ -137,7 +161,7 @@ def summarize_junit(path: str | Path, backend: str, profile: str | None, unavail
         else:
             result.passed += 1
     return Summary(backend, profile, str(path), [modules[m] for m in sorted(modules)],
-                   dict(skips.most_common()), dict(xfails.most_common()), failures, unavailable)
+                   dict(skips.most_common()), dict(xfails.most_common()), failures, unavailable, deselected)
 
 
 def format_table(s: Summary, max_failures: int = 20) -> str:
@@ -162,6 +186,9 @@ def format_table(s: Summary, max_failures: int = 20) -> str:
               f"{s.total('skipped')} skipped of {s.tests}")
     if s.verdict == "NOT RUN":
         lines.append(f"NOT RUN: {s.not_run_reason} ({counts})")
+    elif s.verdict == "PARTIAL":
+        lines.append(f"PARTIAL: the deciding suites did not run in full ({s.partial_reason}); nothing failed, "
+                     f"but nothing is signed off ({counts})")
     else:
         lines.append(f"{s.verdict}: {counts}")
     return "\n".join(lines)

@@ -44,7 +44,13 @@ def collect(profile, results_dir: str | Path, cases: list[dict]) -> list[dict]:
 
 
 def counts(rows: list[dict]) -> dict[str, int]:
-    out = {"pass": 0, "fail": 0, "not_measured": 0}
+    """pass / fail / not_measured, and the passes and fails split by basis (measured_pass,
+    modeled_pass, measured_fail, modeled_fail): a modeled pass checks the profile, not the backend."""
+    out = {"pass": 0, "fail": 0, "not_measured": 0,
+           "measured_pass": 0, "modeled_pass": 0, "measured_fail": 0, "modeled_fail": 0}
     for r in rows:
         out[r["verdict"]] = out.get(r["verdict"], 0) + 1
+        if r["verdict"] in ("pass", "fail"):
+            key = f"{r['basis']}_{r['verdict']}"
+            out[key] = out.get(key, 0) + 1
     return out

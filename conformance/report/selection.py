@@ -1,0 +1,50 @@
+"""pytest plugin `hicache conform` loads into its child: which tests the selection left out.
+
+A -k or -m expression (or --deselect) removes tests before they run, and junit.xml never shows
+them, so a run of part of a deciding suite would look like a whole one. This plugin counts,
+per test module, the tests deselected, and writes the counts as JSON to the file named
+by $HICACHE_CONFORM_SELECTION once collection ends (under xdist every worker collects the same
+items and writes the same counts; the last write wins, atomically).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+SELECTION_ENV = "HICACHE_CONFORM_SELECTION"
+_DESELECTED: Counter[str] = Counter()
+
+
+def _module(item) -> str:
+    from conformance.report.summary import module_of
+
+    mod = getattr(item, "module", None)
+    return module_of(getattr(mod, "__name__", "") or item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py"))
+
+
+def pytest_deselected(items) -> None:
+    _DESELECTED.update(_module(i) for i in items)
+
+
+def pytest_collection_finish(session) -> None:
+    target = os.environ.get(SELECTION_ENV)
+    if not target:
+        return
+    path = Path(target)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"deselected": dict(_DESELECTED)}), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read(path: str | Path) -> dict[str, int] | None:
+    """Deselected tests per module from the plugin's file, or None when it wrote none (pytest
+    stopped before collection ended)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    got = data.get("deselected") if isinstance(data, dict) else None
+    return {str(k): int(v) for k, v in got.items()} if isinstance(got, dict) else None
