@@ -13,6 +13,11 @@ conversation-trace slice, is the differences table in hicache_ref/README.md.
   what is missing); hicache_ref.tiers.
 - load_back_threshold: 10 tokens (HiRadixCache.load_back_threshold) / 0. With pages of
   10 tokens or more it never refuses a load (a host chain is whole pages).
+- free_list / host_free_list: upstream's device allocator (upstream_l1: freed pages sorted
+  to the front) and host pool (upstream_host: appended at the back), from
+  hicache_ref.allocator.UPSTREAM_ORDERS / fifo for both (host_free_list None: free_list's).
+- io_backend: kernel (upstream's server default, --hicache-io-backend) / direct (one copy
+  per merged run; the pricing the reference's figures have always used); hal.transfer.io_backend.
 
 Not in the presets: the write policy (a deployment choice; upstream's server default is
 write_through, the reference's write_through_selective), load_back_quota (upstream's
@@ -21,14 +26,16 @@ scheduler passes none today) and pd_disagg (a deployment mode).
 
 from __future__ import annotations
 
+from hicache_ref.allocator import UPSTREAM_ORDERS
+
 SEMANTICS = ("reference", "upstream")
 
-# TODO(issue 11 §1, allocator orders): once hicache_ref.allocator.UPSTREAM_ORDERS is merged,
-# the upstream preset also selects upstream's L1 and host free-list orders from it. Until
-# then both presets leave the free list to the spec's `free_list` field (default fifo).
 PRESETS: dict[str, dict] = {
-    "reference": dict(hit_count="per_request", backup_scope="node", evict_size="shortfall", load_back_threshold=0),
-    "upstream": dict(hit_count="per_insert", backup_scope="node", evict_size="whole", load_back_threshold=10),
+    "reference": dict(hit_count="per_request", backup_scope="node", evict_size="shortfall", load_back_threshold=0,
+                      free_list="fifo", host_free_list=None, io_backend="direct"),
+    "upstream": dict(hit_count="per_insert", backup_scope="node", evict_size="whole", load_back_threshold=10,
+                     free_list=UPSTREAM_ORDERS["device"], host_free_list=UPSTREAM_ORDERS["host"],
+                     io_backend="kernel"),
 }
 SWITCHES = tuple(PRESETS["reference"])
 

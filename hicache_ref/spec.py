@@ -137,8 +137,9 @@ class CacheSpec:
     def semantics_config(self) -> dict:
         """The resolved switches as the figures report them, and those that differ from the preset."""
         values = {k: getattr(self, k) for k in SWITCHES}
-        return dict(semantics=self.semantics, **values, load_back_quota=self.load_back_quota,
-                    semantics_overrides=overrides(self.semantics, values))
+        # The host order is compared as given (None: free_list's) and reported resolved.
+        return dict(semantics=self.semantics, **{**values, "host_free_list": self.resolved_host_free_list},
+                    load_back_quota=self.load_back_quota, semantics_overrides=overrides(self.semantics, values))
 
     def geometry(self) -> KVGeometry:
         """The KV geometry this spec describes."""

@@ -38,8 +38,9 @@ def add_arguments(p) -> None:
     p.add_argument("--ghost", action="store_true", help="back up prefixes proven reused by a ghost list of L1 evictions")
     p.add_argument("--ghost-entries", type=types.size(),
                    help=f"with --ghost: ghost list bound ({UNITS} ; default: L1 pages, at least 1024)")
-    p.add_argument("--free-list", default=DEFAULTS.free_list, choices=ORDERS,
-                   help="device (L1) free-list order (hicache_ref.allocator; upstream's: upstream_l1)")
+    p.add_argument("--free-list", choices=ORDERS,
+                   help="device (L1) free-list order (hicache_ref.allocator; default: the --semantics preset's, "
+                   "fifo for reference, upstream_l1 for upstream)")
     p.add_argument("--limit", type=types.count(0), help="replay only the first N requests")
     p.add_argument("--materialize", action="store_true", help="real KV pools and bytes; every hit checked bit for bit")
     p.add_argument("--attention", default=DEFAULTS.attention, choices=("mla", "mha"))
@@ -64,11 +65,12 @@ def add_arguments(p) -> None:
                    "decode step, ms, a positive decimal such as 30 or 2.5 (the profiles hold no decode rate yet; default 30)")
     reqpath_args.add_arguments(p)  # request-path semantics: hit counting, PD inserts, load_back, sizing
     # -- upstream fidelity (issue 11 sections 1-2) --
-    p.add_argument("--host-free-list", choices=ORDERS, help="host (L2) free-list order (default: --free-list's; "
-                   "upstream's: upstream_host)")
-    p.add_argument("--io-backend", default=DEFAULTS.io_backend, choices=IO_BACKENDS, help="how host KV moves: "
+    p.add_argument("--host-free-list", choices=ORDERS, help="host (L2) free-list order (default: the preset's, "
+                   "--free-list's for reference, upstream_host for upstream)")
+    p.add_argument("--io-backend", choices=IO_BACKENDS, help="how host KV moves: "
                    "direct (one copy per merged run; layer_first host indices sorted, page_first used as "
-                   "page_first_direct) or kernel (launches and per-item copies, no descriptors)")
+                   "page_first_direct) or kernel (launches and per-item copies, no descriptors); default: the preset's, "
+                   "direct for reference, kernel (upstream's server default) for upstream")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
 
@@ -92,10 +94,9 @@ def _tokens_arg(name: str, text: str | None, page_size: int = 1) -> int | None:
 def spec_from_args(a, l1: int | None, l2: int | None) -> CacheSpec:
     """The CacheSpec the command line describes (capacities already parsed)."""
     return CacheSpec(page_size=a.page_size, l1_tokens=l1, l2_tokens=l2, write_policy=a.write_policy, ghost=a.ghost,
-                     ghost_entries=a.ghost_entries, free_list=a.free_list, host_layout=a.host_layout,
+                     ghost_entries=a.ghost_entries, host_layout=a.host_layout,
                      attention=a.attention, layers=a.layers, heads=a.heads, kv_dim=a.kv_dim, dtype=a.dtype,
-                     profile=a.profile, materialize=a.materialize, **reqpath_args.spec_fields(a),
-                     host_free_list=a.host_free_list, io_backend=a.io_backend)
+                     profile=a.profile, materialize=a.materialize, **reqpath_args.spec_fields(a))
 
 
 def check_capacity(spec: CacheSpec) -> None:

@@ -133,10 +133,9 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], concurrency: in
             backend.close()
     fig = _figures(totals, cache, time.perf_counter() - t0, 0.0, saved, cache.tree.ghost, dict(
         page_size=ps, l1_tokens=l1, l2_tokens=l2, l1_unlimited=spec.l1_tokens is None,
-        l2_unlimited=spec.l2_tokens is None, write_policy=spec.write_policy, free_list=spec.free_list,
+        l2_unlimited=spec.l2_tokens is None, write_policy=spec.write_policy,
         host_layout=spec.host_layout, materialize=spec.materialize, pd_disagg=spec.pd_disagg,
         **spec.semantics_config(),
-        host_free_list=spec.resolved_host_free_list, io_backend=spec.io_backend,
         effective_host_layout=spec.effective_host_layout,
         profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
     fig.update(concurrency=concurrency, timestamps=timestamps, pd=pd, step_seconds=step_seconds, steps=step,
