@@ -247,6 +247,10 @@ def test_tiers_refuse_an_unknown_evict_size():
 def test_presets_and_explicit_overrides():
     up = CacheSpec.preset("upstream", **SMALL)
     assert (up.hit_count, up.backup_scope, up.evict_size, up.load_back_threshold) == ("per_insert", "node", "whole", 10)
+    # upstream's device allocator and host pool orders, and its server's default io_backend
+    assert (up.free_list, up.host_free_list, up.io_backend) == ("upstream_l1", "upstream_host", "kernel")
+    assert up.semantics_config()["semantics_overrides"] == []
+    assert CacheSpec.preset("upstream", free_list="fifo").semantics_config()["semantics_overrides"] == ["free_list"]
     ref = CacheSpec.preset("reference")
     assert ref == CacheSpec()  # the spec's defaults are the reference preset
     mixed = CacheSpec.preset("upstream", hit_count="per_request")
@@ -273,6 +277,9 @@ def test_cli_semantics_preset_and_override(tmp_path):
     rc, out = _cli(*geo, "--semantics", "upstream", "--pd-disagg", "--hit-count", "per_request")
     fig = json.loads(out)
     assert fig["d2h_tokens"] == 512 and fig["hit_count"] == "per_request" and fig["semantics_overrides"] == ["hit_count"]
+    assert (fig["free_list"], fig["host_free_list"], fig["io_backend"]) == ("upstream_l1", "upstream_host", "kernel")
+    rc, out = _cli(*geo, "--semantics", "upstream", "--io-backend", "direct")
+    assert json.loads(out)["semantics_overrides"] == ["io_backend"]
     rc, out = _cli(*geo, "--backup-scope", "path", "--load-back-threshold", "1K")
     fig = json.loads(out)
     assert (fig["backup_scope"], fig["load_back_threshold"], fig["semantics"]) == ("path", 1000, "reference")
