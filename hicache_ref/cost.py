@@ -149,7 +149,8 @@ def registered_penalty_held(registered_bytes: int) -> str | None:
     gb = registered_bytes / GB
     if registered_bytes == 0 or lo <= gb <= hi:
         return None
-    end, bound = (lo, "an upper bound") if gb < lo else (hi, "a lower bound")
+    end, bound = (lo, "the penalty at most this, the net benefit at least") if gb < lo else \
+        (hi, "the penalty at least this, the net benefit at most")
     return (f"{gb:.1f} GB registered lies outside the {lo}-{hi} GB the registered-size penalty was measured "
             f"over: the {end} GB figure is held ({bound}), not extrapolated")
 

