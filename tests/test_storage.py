@@ -307,5 +307,5 @@ def test_out_of_tree_backend_registers_by_name():
 def test_pyproject_declares_the_entry_point_group():
     text = open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml")).read()
     assert '[project.entry-points."hicache.storage"]' in text
-    for name in ("file", "memory"):
+    for name in ("file", "memory", "mooncake"):
         assert storage_class(name).name == name

@@ -143,9 +143,13 @@ class StorageBackend:
         except Exception:  # noqa: BLE001
             self._count(errors=len(items))
             return [False] * len(items)
-        out, counts = [], {"misses": 0, "corrupt": 0, "objects_read": 0}
+        out, counts = [], {"misses": 0, "corrupt": 0, "objects_read": 0, "errors": 0}
         for (key, segs), (page, staged), size in zip(items, plans, sizes, strict=True):
-            if size is None or size < 0:
+            if size is None:
+                counts["errors"] += 1
+                out.append(False)
+                continue
+            if size < 0:
                 counts["misses"] += 1
                 out.append(False)
                 continue
@@ -223,7 +227,8 @@ class StorageBackend:
 
     def _read_into(self, key: str, targets: list[torch.Tensor]) -> int:
         """Fill `targets` (1-D uint8, in order) with the object's bytes; return the object's size
-        (which may differ from the targets' total: the base calls that corrupt), -1 when absent."""
+        (which may differ from the targets' total: the base calls that corrupt), -1 when absent,
+        None when the backend failed for this object (counted as an error)."""
         raise NotImplementedError
 
     def _read(self, items: list[tuple[str, list[torch.Tensor]]]) -> list[int]:
