@@ -27,7 +27,7 @@ def _check_rows(backend: dict, peer: bool) -> None:
         row = backend["layouts"][layout]
         assert row["verified"] is True
         assert row["bytes"] == 4 * 2 * 16 * 64 * 2  # pages x layers x tokens x kv_dim x bf16
-        assert row["set_gbps"] > 0 and row["get_gbps"] > 0
+        assert row["set_gbps"] > 0 and row["get_gbps"] > 0 and row["digest_gbps"] > 0
         if peer:
             assert row["set_ratio"] > 0 and row["get_ratio"] > 0
         else:

@@ -10,6 +10,9 @@ harness set, peer set, harness get, peer get, then removes the round's objects (
 every round writes fresh objects; one warm-up round, medians of `--repeat`. A backend without a
 peer here (memory, out-of-tree) reports its throughput with the ratio not measured.
 
+`digest GB/s` is the digest alone over the same number of bytes (the peer's contiguous pages), to
+show how much of the gap to the peer is integrity: it reads every byte once more.
+
 The hit-rate and net-benefit part of `bench l3` (L3 on the conversation trace) belongs to the cache
 side: `throughput(...)` is callable on its own, and `run` has one marked place for that section.
 """
@@ -31,6 +34,7 @@ from conformance.cli.errors import CliError, clip
 from hal.transfer.layouts import check_layout
 from hal.transfer.seed import seed_geometry
 from hicache_ref.pools import HostPool
+from hicache_ref.storage import integrity
 from hicache_ref.storage import pages as page_order
 from hicache_ref.storage.integrity import DIGESTS
 
@@ -169,7 +173,7 @@ def throughput(store, geom, layout: str, pages: int, batch: int, repeat: int) ->
     data = torch.from_numpy(rng.integers(0, 256, pages * page_bytes, dtype=np.uint8))
     peer = _FilePeer(store, data, page_bytes) if store.name == "file" else \
         _MooncakePeer(store, data, page_bytes, batch) if store.name == "mooncake" else None
-    times = {"set": [], "get": [], "peer_set": [], "peer_get": []}
+    times = {"set": [], "get": [], "peer_set": [], "peer_get": [], "digest": []}
     ok = True
     try:
         for r in range(repeat + 1):  # round 0 warms up
@@ -182,6 +186,8 @@ def throughput(store, geom, layout: str, pages: int, batch: int, repeat: int) ->
             if peer:
                 t["peer_get"] = _time(lambda rr=r: peer.get(f"peer-{os.getpid()}-{rr}"))
                 peer.clean(f"peer-{os.getpid()}-{r}")
+            t["digest"] = _time(lambda: [integrity.trailer(store.digest, "k", [data[i * page_bytes : (i + 1) * page_bytes]])
+                                         for i in range(pages)])
             if r == 0:
                 ok = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(src.buffers, dst.buffers,
                                                                                              strict=True))
@@ -223,7 +229,7 @@ def run(a) -> int:
              f"{page_bytes / 2**20:.2f} MiB a page) per round, {a.batch} a call, digest {a.digest}, "
              f"median of {a.repeat}",
              f"{'storage':<10}{'layout':<19}{'set GB/s':>9}{'peer':>7}{'ratio':>7}{'get GB/s':>10}{'peer':>7}"
-             f"{'ratio':>7}  verified"]
+             f"{'ratio':>7}{'digest GB/s':>13}  verified"]
     for spec in specs:
         try:
             store = open_storage(spec + (f",digest={a.digest}" if a.digest != "xxh3" else ""))
@@ -240,7 +246,7 @@ def run(a) -> int:
 
                 lines.append(f"{store.name:<10}{layout:<19}{r['set_gbps']:>9.2f}{r.get('peer_set_gbps', 0):>7.2f}"
                              f"{ratio(r['set_ratio'])}{r['get_gbps']:>10.2f}{r.get('peer_get_gbps', 0):>7.2f}"
-                             f"{ratio(r['get_ratio'])}  {r['verified']}")
+                             f"{ratio(r['get_ratio'])}{r['digest_gbps']:>13.2f}  {r['verified']}")
         finally:
             store.close()
         result["backends"][label] = {"name": store.name, "peer": next(iter(rows.values()))["peer"], "layouts": rows}
