@@ -101,3 +101,14 @@ def test_bad_spec_is_one_line_naming_storage(tmp_path, spec, needle):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hicache: --storage:") and needle in lines[0]
     assert not out.exists()  # refused before anything was written
+
+
+def test_device_conform_leaves_the_storage_suite_out(tmp_path):
+    import argparse
+
+    from conformance.cli.conform import add_arguments, pytest_command
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cmd = pytest_command(p.parse_args(["-n", "0"]), None, tmp_path)
+    assert cmd[cmd.index("--ignore-glob") + 1] == "*/conformance/storage/*"

@@ -1,7 +1,7 @@
 """L3 storage for the reference HiCache: the `StorageBackend` contract and its backends.
 
-- `base`: the contract (exists / get / set / close, stats) and the object format with its
-  integrity trailer, checked once here for every backend.
+- `base`: the contract (exists / get / set / register_host_pool / close, stats); integrity is
+  checked there once for every backend, with the trailer and digests of `integrity`.
 - `keys`: storage keys from the page hash chain plus a model/geometry identity tag.
 - `pages`: one host-pool page to and from the canonical byte order (address math from
   `hal.transfer.layouts`), so a page reads back bit-identical into any host layout.
