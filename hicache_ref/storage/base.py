@@ -1,0 +1,337 @@
+"""The L3 storage contract: batch exists / get / set of whole host-pool pages, with integrity.
+
+Semantics follow upstream HiCache storage (SGLang `hicache_storage.py`): `exists` answers for a
+run of page keys with the length of the leading run present (a prefix is only useful up to its
+first missing page); `get` reads objects into host-pool pages and `set` writes them from host
+pool pages, one bool per page.
+
+Object format, the same for every backend (so integrity is checked here, once): the page in
+canonical byte order (`hicache_ref.storage.pages`) followed by a 48-byte trailer with the payload
+length and a digest over the key and the payload (`hicache_ref.storage.integrity`). A read whose
+size, length or digest disagrees is *corrupt*: counted, reported False, never returned as KV, and
+the object is discarded so a later set can store it again. Binding the key into the digest also
+catches an object stored under the wrong key.
+
+Backends fill the underscore hooks; public methods validate once, catch backend failures
+(counted as errors: the cache carries on without L3) and keep the stats. Hooks may be called from
+several threads at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass
+
+import torch
+
+from hicache_ref.storage import integrity, pages
+from hicache_ref.storage.integrity import TRAILER_BYTES
+
+MAX_KEY_CHARS = 512
+STAGING_KEEP_BYTES = 256 << 20  # free staging kept for reuse per client
+# Pages go to the backend in chunks of about this many bytes, so that a page is digested while it
+# is still in the CPU cache from its transfer (or transferred right after its digest brought it in);
+# hashing a whole batch after moving it reads every byte from DRAM a second time.
+CHUNK_BYTES = 12 << 20
+
+
+def _chunks(count: int, page_bytes: int, chunk_bytes: int = CHUNK_BYTES):
+    step = max(1, chunk_bytes // max(1, page_bytes)) if chunk_bytes else max(1, count)
+    for lo in range(0, count, step):
+        yield lo, min(count, lo + step)
+
+
+class StagingPool:
+    """Reusable 1-D uint8 staging tensors by size, shared by a client's threads. A fresh multi-MB
+    tensor is page-faulted in on first touch, which costs more than the gather it stages."""
+
+    def __init__(self, keep_bytes: int = STAGING_KEEP_BYTES, on_new=None, on_drop=None):
+        self.keep_bytes = keep_bytes
+        self._on_new, self._on_drop = on_new, on_drop  # e.g. register a new buffer with the transfer engine
+        self._free: dict[int, list[torch.Tensor]] = {}
+        self._kept = 0
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int, lease: list) -> torch.Tensor:
+        with self._lock:
+            bufs = self._free.get(nbytes)
+            buf = bufs.pop() if bufs else None
+            if buf is not None:
+                self._kept -= nbytes
+        if buf is None:
+            buf = torch.empty(nbytes, dtype=torch.uint8)
+            if self._on_new is not None:
+                self._on_new(buf)
+        lease.append(buf)
+        return buf
+
+    def give(self, lease: list) -> None:
+        dropped = []
+        with self._lock:
+            for buf in lease:
+                if self._kept + buf.numel() <= self.keep_bytes:
+                    self._free.setdefault(buf.numel(), []).append(buf)
+                    self._kept += buf.numel()
+                else:
+                    dropped.append(buf)
+        lease.clear()
+        if self._on_drop is not None:
+            for buf in dropped:
+                self._on_drop(buf)
+
+    def clear(self) -> list[torch.Tensor]:
+        """Forget every kept buffer; returns them (for a backend to unregister)."""
+        with self._lock:
+            kept = [b for bufs in self._free.values() for b in bufs]
+            self._free, self._kept = {}, 0
+        return kept
+
+
+@dataclass
+class StorageStats:
+    """Counters of one client; objects and payload bytes, misses, corrupt objects, backend errors."""
+
+    objects_read: int = 0
+    bytes_read: int = 0
+    objects_written: int = 0
+    bytes_written: int = 0
+    misses: int = 0
+    corrupt: int = 0
+    errors: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_keys(keys, name: str = "keys") -> list[str]:
+    if isinstance(keys, str | bytes) or not hasattr(keys, "__iter__"):
+        raise ValueError(f"{name}: expected a list of strings, got {type(keys).__name__}")
+    keys = list(keys)
+    for i, k in enumerate(keys):
+        if not isinstance(k, str) or not k or len(k) > MAX_KEY_CHARS or not k.isprintable() or " " in k:
+            raise ValueError(f"{name}[{i}]: expected a non-empty printable string without spaces of at most "
+                             f"{MAX_KEY_CHARS} characters, got {k!r:.60}")
+    return keys
+
+
+def check_pages(host_pool, host_pages, count: int) -> list[int]:
+    pages.check_pool(host_pool)
+    if isinstance(host_pages, torch.Tensor):
+        host_pages = host_pages.tolist()
+    host_pages = list(host_pages)
+    if len(host_pages) != count:
+        raise ValueError(f"host_pages: {len(host_pages)} pages for {count} keys")
+    limit = host_pool.num_tokens // host_pool.geom.page_size
+    out = []
+    for i, p in enumerate(host_pages):
+        if isinstance(p, bool) or not hasattr(p, "__index__") or not 0 <= int(p) < limit:
+            raise ValueError(f"host_pages[{i}]: expected a page number in [0, {limit}), got {p!r}")
+        out.append(int(p))
+    if len(set(out)) != len(out):
+        raise ValueError("host_pages: a page appears twice in one batch")
+    return out
+
+
+class StorageBackend:
+    """One client of an L3 store. Subclasses fill `_contains`, `_write_one`, `_read_into`, `_close`
+    (and may override the batch hooks `_exists`, `_write`, `_read` to batch for real)."""
+
+    name = "storage"
+    # What the storage conformance suite may expect of this backend:
+    shared = True  # another process opening the same spec sees the objects
+    persistent = True  # objects outlive the client that wrote them (a new client reads them)
+    set_chunk_bytes = CHUNK_BYTES  # 0: one `_write` per set call (where each call costs round trips)
+
+    def __init__(self, digest: str = integrity.DEFAULT_DIGEST):
+        self.digest = integrity.check_digest(digest)
+        self.stats = StorageStats()
+        self.staging = StagingPool()
+        self._stats_lock = threading.Lock()
+        self._closed = False
+
+    # ---- public API (validates once) -------------------------------------------------
+    def exists(self, keys) -> int:
+        """Length of the leading run of `keys` present in the store (0 on a backend error, counted)."""
+        keys = self._open_keys(keys)
+        if not keys:
+            return 0
+        try:
+            n = int(self._exists(keys))
+        except Exception:  # noqa: BLE001 - any backend failure is an L3 error, never the caller's crash
+            self._count(errors=1)
+            return 0
+        return max(0, min(n, len(keys)))
+
+    def set(self, keys, host_pool, host_pages) -> list[bool]:
+        """Store host-pool pages `host_pages` under `keys`; True per page stored.
+
+        Copies: none for layouts whose page is one run per part (the backend writes from views
+        of the pool); one gather per part otherwise."""
+        keys = self._open_keys(keys)
+        host_pages = check_pages(host_pool, host_pages, len(keys))
+        done: list[bool] = []
+        for lo, hi in _chunks(len(keys), pages.page_bytes(host_pool.geom), self.set_chunk_bytes):
+            done += self._set_chunk(keys[lo:hi], host_pool, host_pages[lo:hi])
+        return done
+
+    def _set_chunk(self, keys, host_pool, host_pages) -> list[bool]:
+        lease: list = []
+        try:
+            items = []
+            for key, page in zip(keys, host_pages, strict=True):
+                segs = pages.page_segments(host_pool, page, lambda n: self.staging.take(n, lease))
+                tail = torch.frombuffer(bytearray(integrity.trailer(self.digest, key, segs)), dtype=torch.uint8)
+                items.append((key, [*segs, tail]))
+            try:
+                done = [bool(x) for x in self._write(items)]
+            except Exception:  # noqa: BLE001
+                self._count(errors=len(items))
+                return [False] * len(items)
+        finally:
+            self.staging.give(lease)
+        payload = pages.page_bytes(host_pool.geom)
+        self._count(objects_written=sum(done), bytes_written=payload * sum(done), errors=done.count(False))
+        return done
+
+    def get(self, keys, host_pool, host_pages) -> list[bool]:
+        """Read `keys` into host-pool pages `host_pages`; True per page read and verified.
+
+        A missing object is a miss; a corrupt or truncated one is counted and reported False. Where
+        the layout keeps a page in one run per part the backend reads straight into the pool (no
+        copy): a page reported False may then hold partial bytes and must not be used, exactly as
+        an unfilled slot. Other layouts read into a staging tensor and scatter only verified pages."""
+        keys = self._open_keys(keys)
+        host_pages = check_pages(host_pool, host_pages, len(keys))
+        out: list[bool] = []
+        for lo, hi in _chunks(len(keys), pages.page_bytes(host_pool.geom)):
+            lease: list = []
+            try:
+                out += self._get_verified(keys[lo:hi], host_pool, host_pages[lo:hi], lease)
+            finally:
+                self.staging.give(lease)
+        return out
+
+    def _get_verified(self, keys, host_pool, host_pages, lease) -> list[bool]:
+        payload = pages.page_bytes(host_pool.geom)
+        items, plans = [], []
+        for key, page in zip(keys, host_pages, strict=True):
+            direct = pages.page_targets(host_pool, page)
+            targets = direct if direct is not None else [self.staging.take(payload, lease)]
+            tail = torch.empty(TRAILER_BYTES, dtype=torch.uint8)
+            items.append((key, [*targets, tail]))
+            plans.append((page, direct is None))
+        try:
+            sizes = list(self._read(items))
+        except Exception:  # noqa: BLE001
+            self._count(errors=len(items))
+            return [False] * len(items)
+        out, counts = [], {"misses": 0, "corrupt": 0, "objects_read": 0, "errors": 0}
+        for (key, segs), (page, staged), size in zip(items, plans, sizes, strict=True):
+            if size is None:
+                counts["errors"] += 1
+                out.append(False)
+                continue
+            if size < 0:
+                counts["misses"] += 1
+                out.append(False)
+                continue
+            if not integrity.verified(key, segs[:-1], segs[-1].numpy().tobytes(), size, payload):
+                counts["corrupt"] += 1
+                out.append(False)
+                self._discard_quietly(key)
+                continue
+            if staged:
+                pages.write_page(host_pool, page, segs[0])
+            counts["objects_read"] += 1
+            out.append(True)
+        self._count(bytes_read=payload * counts["objects_read"], **counts)
+        return out
+
+    def register_host_pool(self, host_pool) -> None:
+        """Register a host pool's memory with the backend so get/set move its pages with no copy where
+        the backend can (Mooncake registered buffers); a no-op elsewhere. The pool must stay alive
+        until `close()`."""
+        if self._closed:
+            raise ValueError(f"{self.name}: the storage client is closed")
+        pages.check_pool(host_pool)
+        self._register_host_pool(host_pool)
+
+    def unregister_host_pool(self, host_pool) -> None:
+        """Undo `register_host_pool` before the pool's memory is freed (a no-op where nothing was registered)."""
+        if self._closed:
+            return
+        pages.check_pool(host_pool)
+        self._unregister_host_pool(host_pool)
+
+    def close(self) -> None:
+        """Release the client (connections, registered buffers); idempotent. The store keeps its data."""
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- helpers -----------------------------------------------------------------------
+    def _open_keys(self, keys) -> list[str]:
+        if self._closed:
+            raise ValueError(f"{self.name}: the storage client is closed")
+        return check_keys(keys)
+
+    def _count(self, **fields) -> None:
+        with self._stats_lock:
+            for k, v in fields.items():
+                setattr(self.stats, k, getattr(self.stats, k) + v)
+
+    def _discard_quietly(self, key: str) -> None:
+        try:
+            self._discard(key)
+        except Exception:  # noqa: BLE001 - a failed cleanup leaves a corrupt object, read as corrupt again
+            self._count(errors=1)
+
+    # ---- hooks -------------------------------------------------------------------------
+    def _contains(self, key: str) -> bool:
+        """Whether an object is stored under `key` (its integrity is checked on read, not here)."""
+        raise NotImplementedError
+
+    def _exists(self, keys: list[str]) -> int:
+        """Length of the leading run present; the default asks `_contains` key by key."""
+        for i, key in enumerate(keys):
+            if not self._contains(key):
+                return i
+        return len(keys)
+
+    def _write_one(self, key: str, segments: list[torch.Tensor]) -> bool:
+        """Store the concatenation of `segments` (1-D uint8) under `key`. An existing object may be
+        replaced or kept (keys name content, so it holds the same page); a reader sees one whole
+        object, never a mix or a part."""
+        raise NotImplementedError
+
+    def _write(self, items: list[tuple[str, list[torch.Tensor]]]) -> list[bool]:
+        """Batch `_write_one`; override to batch for real."""
+        return [self._write_one(key, segs) for key, segs in items]
+
+    def _read_into(self, key: str, targets: list[torch.Tensor]) -> int:
+        """Fill `targets` (1-D uint8, in order) with the object's bytes; return the object's size
+        (which may differ from the targets' total: the base calls that corrupt), -1 when absent,
+        None when the backend failed for this object (counted as an error)."""
+        raise NotImplementedError
+
+    def _read(self, items: list[tuple[str, list[torch.Tensor]]]) -> list[int]:
+        """Batch `_read_into`; override to batch for real."""
+        return [self._read_into(key, targets) for key, targets in items]
+
+    def _discard(self, key: str) -> None:
+        """Remove the object under `key` if there is one (called for an object found corrupt)."""
+
+    def _register_host_pool(self, host_pool) -> None:
+        """Make the pool's buffers usable for zero-copy transfers (default: nothing to do)."""
+
+    def _unregister_host_pool(self, host_pool) -> None:
+        """Forget the pool's buffers (default: nothing to do)."""
+
+    def _close(self) -> None:
+        """Release client resources."""
