@@ -1,0 +1,238 @@
+"""The L3 storage contract: batch exists / get / set of whole host-pool pages, with integrity.
+
+Semantics follow upstream HiCache storage (SGLang `hicache_storage.py`): `exists` answers for a
+run of page keys with the length of the leading run present (a prefix is only useful up to its
+first missing page); `get` reads objects into host-pool pages and `set` writes them from host
+pool pages, one bool per page.
+
+Object format, the same for every backend (so integrity is checked here, once): the page in
+canonical byte order (`hicache_ref.storage.pages`) followed by a 48-byte trailer: magic
+(8 bytes), payload length (8, little-endian) and SHA-256 over the key and the payload (32). A read
+whose size, magic, length or digest disagrees is *corrupt*: counted, reported False, never
+returned as KV. Binding the key into the digest also catches an object stored under the wrong key.
+
+Backends fill the underscore hooks; public methods validate once, catch backend failures
+(counted as errors: the cache carries on without L3) and keep the stats. Hooks may be called from
+several threads at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+from dataclasses import asdict, dataclass
+
+import torch
+
+from hicache_ref.storage import pages
+
+MAGIC = b"HCKVobj1"
+TRAILER = struct.Struct("<8sQ32s")
+TRAILER_BYTES = TRAILER.size  # 48
+MAX_KEY_CHARS = 512
+
+
+@dataclass
+class StorageStats:
+    """Counters of one client; objects and payload bytes, misses, corrupt objects, backend errors."""
+
+    objects_read: int = 0
+    bytes_read: int = 0
+    objects_written: int = 0
+    bytes_written: int = 0
+    misses: int = 0
+    corrupt: int = 0
+    errors: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def digest(key: str, segments) -> bytes:
+    """SHA-256 over the key's UTF-8, a NUL, and the payload segments (uint8 tensors) in order."""
+    h = hashlib.sha256(key.encode())
+    h.update(b"\0")
+    for seg in segments:
+        h.update(memoryview(seg.numpy()))
+    return h.digest()
+
+
+def trailer(key: str, segments) -> bytes:
+    return TRAILER.pack(MAGIC, sum(s.numel() for s in segments), digest(key, segments))
+
+
+def check_keys(keys, name: str = "keys") -> list[str]:
+    if isinstance(keys, str | bytes) or not hasattr(keys, "__iter__"):
+        raise ValueError(f"{name}: expected a list of strings, got {type(keys).__name__}")
+    keys = list(keys)
+    for i, k in enumerate(keys):
+        if not isinstance(k, str) or not k or len(k) > MAX_KEY_CHARS or not k.isprintable() or " " in k:
+            raise ValueError(f"{name}[{i}]: expected a non-empty printable string without spaces of at most "
+                             f"{MAX_KEY_CHARS} characters, got {k!r:.60}")
+    return keys
+
+
+def check_pages(host_pool, host_pages, count: int) -> list[int]:
+    pages.check_pool(host_pool)
+    if isinstance(host_pages, torch.Tensor):
+        host_pages = host_pages.tolist()
+    host_pages = list(host_pages)
+    if len(host_pages) != count:
+        raise ValueError(f"host_pages: {len(host_pages)} pages for {count} keys")
+    limit = host_pool.num_tokens // host_pool.geom.page_size
+    out = []
+    for i, p in enumerate(host_pages):
+        if isinstance(p, bool) or not hasattr(p, "__index__") or not 0 <= int(p) < limit:
+            raise ValueError(f"host_pages[{i}]: expected a page number in [0, {limit}), got {p!r}")
+        out.append(int(p))
+    if len(set(out)) != len(out):
+        raise ValueError("host_pages: a page appears twice in one batch")
+    return out
+
+
+class StorageBackend:
+    """One client of an L3 store. Subclasses fill `_contains`, `_write_one`, `_read_into`, `_close`
+    (and may override the batch hooks `_exists`, `_write`, `_read` to batch for real)."""
+
+    name = "storage"
+
+    def __init__(self):
+        self.stats = StorageStats()
+        self._stats_lock = threading.Lock()
+        self._closed = False
+
+    # ---- public API (validates once) -------------------------------------------------
+    def exists(self, keys) -> int:
+        """Length of the leading run of `keys` present in the store (0 on a backend error, counted)."""
+        keys = self._open_keys(keys)
+        if not keys:
+            return 0
+        try:
+            n = int(self._exists(keys))
+        except Exception:  # noqa: BLE001 - any backend failure is an L3 error, never the caller's crash
+            self._count(errors=1)
+            return 0
+        return max(0, min(n, len(keys)))
+
+    def set(self, keys, host_pool, host_pages) -> list[bool]:
+        """Store host-pool pages `host_pages` under `keys`; True per page stored.
+
+        Copies: none for layouts whose page is one run per part (the backend writes from views
+        of the pool); one gather per part otherwise."""
+        keys = self._open_keys(keys)
+        host_pages = check_pages(host_pool, host_pages, len(keys))
+        items = []
+        for key, page in zip(keys, host_pages, strict=True):
+            segs = pages.page_segments(host_pool, page)
+            items.append((key, [*segs, torch.frombuffer(bytearray(trailer(key, segs)), dtype=torch.uint8)]))
+        try:
+            done = [bool(x) for x in self._write(items)]
+        except Exception:  # noqa: BLE001
+            self._count(errors=len(items))
+            return [False] * len(items)
+        payload = pages.page_bytes(host_pool.geom)
+        self._count(objects_written=sum(done), bytes_written=payload * sum(done), errors=done.count(False))
+        return done
+
+    def get(self, keys, host_pool, host_pages) -> list[bool]:
+        """Read `keys` into host-pool pages `host_pages`; True per page read and verified.
+
+        A missing object is a miss; a corrupt or truncated one is counted and reported False. Where
+        the layout keeps a page in one run per part the backend reads straight into the pool (no
+        copy): a page reported False may then hold partial bytes and must not be used, exactly as
+        an unfilled slot. Other layouts read into a staging tensor and scatter only verified pages."""
+        keys = self._open_keys(keys)
+        host_pages = check_pages(host_pool, host_pages, len(keys))
+        payload = pages.page_bytes(host_pool.geom)
+        items, plans = [], []
+        for key, page in zip(keys, host_pages, strict=True):
+            direct = pages.page_targets(host_pool, page)
+            targets = direct if direct is not None else [torch.empty(payload, dtype=torch.uint8)]
+            tail = torch.empty(TRAILER_BYTES, dtype=torch.uint8)
+            items.append((key, [*targets, tail]))
+            plans.append((page, direct is None))
+        try:
+            sizes = list(self._read(items))
+        except Exception:  # noqa: BLE001
+            self._count(errors=len(items))
+            return [False] * len(items)
+        out, counts = [], {"misses": 0, "corrupt": 0, "objects_read": 0}
+        for (key, segs), (page, staged), size in zip(items, plans, sizes, strict=True):
+            if size is None or size < 0:
+                counts["misses"] += 1
+                out.append(False)
+                continue
+            if not self._verified(key, segs, size, payload):
+                counts["corrupt"] += 1
+                out.append(False)
+                continue
+            if staged:
+                pages.write_page(host_pool, page, segs[0])
+            counts["objects_read"] += 1
+            out.append(True)
+        self._count(bytes_read=payload * counts["objects_read"], **counts)
+        return out
+
+    def close(self) -> None:
+        """Release the client (connections, registered buffers); idempotent. The store keeps its data."""
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- helpers -----------------------------------------------------------------------
+    def _open_keys(self, keys) -> list[str]:
+        if self._closed:
+            raise ValueError(f"{self.name}: the storage client is closed")
+        return check_keys(keys)
+
+    def _count(self, **fields) -> None:
+        with self._stats_lock:
+            for k, v in fields.items():
+                setattr(self.stats, k, getattr(self.stats, k) + v)
+
+    @staticmethod
+    def _verified(key: str, segs, size: int, payload: int) -> bool:
+        if size != payload + TRAILER_BYTES:
+            return False
+        magic, length, want = TRAILER.unpack(segs[-1].numpy().tobytes())
+        return magic == MAGIC and length == payload and digest(key, segs[:-1]) == want
+
+    # ---- hooks -------------------------------------------------------------------------
+    def _contains(self, key: str) -> bool:
+        """Whether an object is stored under `key` (its integrity is checked on read, not here)."""
+        raise NotImplementedError
+
+    def _exists(self, keys: list[str]) -> int:
+        """Length of the leading run present; the default asks `_contains` key by key."""
+        for i, key in enumerate(keys):
+            if not self._contains(key):
+                return i
+        return len(keys)
+
+    def _write_one(self, key: str, segments: list[torch.Tensor]) -> bool:
+        """Store the concatenation of `segments` (1-D uint8) under `key`, replacing any object
+        atomically (a reader sees the old object or the new one, never a mix)."""
+        raise NotImplementedError
+
+    def _write(self, items: list[tuple[str, list[torch.Tensor]]]) -> list[bool]:
+        """Batch `_write_one`; override to batch for real."""
+        return [self._write_one(key, segs) for key, segs in items]
+
+    def _read_into(self, key: str, targets: list[torch.Tensor]) -> int:
+        """Fill `targets` (1-D uint8, in order) with the object's bytes; return the object's size
+        (which may differ from the targets' total: the base calls that corrupt), -1 when absent."""
+        raise NotImplementedError
+
+    def _read(self, items: list[tuple[str, list[torch.Tensor]]]) -> list[int]:
+        """Batch `_read_into`; override to batch for real."""
+        return [self._read_into(key, targets) for key, targets in items]
+
+    def _close(self) -> None:
+        """Release client resources."""

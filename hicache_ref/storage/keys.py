@@ -1,0 +1,63 @@
+"""Storage keys: the page hash chain plus a short identity tag of what the bytes mean.
+
+A key is `<tag>_<page hash hex>`: the hex is `hicache_ref.hashing.hash_hex` of the page's
+chained SHA-256 (byte-identical to upstream's storage hash strings), the tag names the KV
+geometry (attention kind, layers, heads, head/kv dim, dtype, page size) and, when given, a
+model name and a shard (e.g. the TP rank of an MHA slice), so two geometries or models never
+read each other's pages.
+
+The host layout is *not* part of the identity: objects hold a page in one canonical byte
+order (`hicache_ref.storage.pages`), so a page written from a layer_first pool reads back
+bit-identical into a page_first_direct one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from hal.transfer.layouts import KVGeometry
+from hicache_ref.hashing import hash_hex
+
+_DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8"}
+_SHARD_RE = re.compile(r"^[A-Za-z0-9.-]{1,32}$")
+
+
+@dataclass(frozen=True)
+class StorageIdentity:
+    """What the stored pages belong to: the geometry, optionally a model name and a shard label."""
+
+    geom: KVGeometry
+    model: str = ""
+    shard: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.geom, KVGeometry):
+            raise ValueError(f"geom: expected a KVGeometry, got {type(self.geom).__name__}")
+        if not isinstance(self.model, str):
+            raise ValueError(f"model: expected a string, got {type(self.model).__name__}")
+        if not isinstance(self.shard, str) or (self.shard and not _SHARD_RE.match(self.shard)):
+            raise ValueError(f"shard: expected up to 32 of [A-Za-z0-9.-], got {self.shard!r}")
+
+    @property
+    def tag(self) -> str:
+        """e.g. 'mla78x1x576-bf16-p64', plus '-m<8 hex of the model name>' and '-<shard>' when set."""
+        g = self.geom
+        dtype = str(g.dtype).removeprefix("torch.")
+        tag = f"{g.attention}{g.layers}x{g.heads}x{g.head_dim}-{_DTYPE_NAMES.get(dtype, dtype)}-p{g.page_size}"
+        if self.model:
+            tag += "-m" + hashlib.sha256(self.model.encode()).hexdigest()[:8]
+        if self.shard:
+            tag += "-" + self.shard
+        return tag
+
+    def key(self, page_hash: bytes) -> str:
+        """The storage key of one page given its 32-byte chained hash."""
+        if not isinstance(page_hash, bytes | bytearray) or len(page_hash) != 32:
+            raise ValueError(f"page_hash: expected a 32-byte digest, got {page_hash!r:.40}")
+        return f"{self.tag}_{hash_hex(bytes(page_hash))}"
+
+    def keys(self, page_hashes) -> list[str]:
+        """Keys of a run of pages, in order (e.g. `hicache_ref.hashing.page_hashes(tokens, ps)`)."""
+        return [self.key(h) for h in page_hashes]
