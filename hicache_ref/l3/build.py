@@ -11,8 +11,8 @@ and only rank 0 writes.
 from __future__ import annotations
 
 from hicache_ref.l3.tier import L3Tier
-from hicache_ref.storage import open_storage
 from hicache_ref.storage.keys import StorageIdentity
+from hicache_ref.storage.registry import open_storage
 
 
 def attach_l3(cache, storage_spec: str | None = None, *, storage=None, tp_rank: int = 0, tp_size: int = 1,

@@ -17,14 +17,14 @@ i.e. reads abandoned at their deadline whose host pages are not back yet, plus t
 one, stay under `limit_tokens`; a prefetch over it is cut to fit or, with no room, not
 issued (`l3_rate_limited`).
 
-Write-back (`backed_up`, after a backup's D2H landed): the backed-up pages' host copy is
-locked and written to the store (`exists` then `set` of the pages it lacks) on the write
-thread; for MLA only TP rank 0 writes (every rank holds the same latent KV: upstream's
-backup skip). Eviction write-backs of the write_back policy are written the same way at
-the next `settle`, if their node is still in L2. `settle` applies finished writes
-(unlocks their pages): with `wait` (the cache's sync mode, i.e. whenever capacity is
-finite) it first waits for the writes queued before the previous request, so eviction
-decisions never depend on the thread's timing.
+Write-back (`backed_up`, after a backup's D2H landed; `written_back`, after an eviction
+write-back of the write_back policy landed): the pages are copied out of L2 on the
+scheduler thread (hicache_ref.l3.staging: L2 keeps no page for L3, so eviction never
+depends on the store's speed) and written on the write thread (`exists`, then `set` of
+the pages the store lacks). For MLA only TP rank 0 writes (every rank holds the same
+latent KV: upstream's backup skip). `settle` accounts for finished writes; with `wait`
+(the cache's sync mode, i.e. whenever capacity is finite) it first waits for all of
+them, so the writes queued up to request i have landed before request i+1 is matched.
 
 Determinism: every figure comes from the store's answers and the modeled clock. The
 scheduler thread waits only for answers its decision needs (exists, the pages the
@@ -44,6 +44,7 @@ from hicache_ref.hashing import token_bytes
 from hicache_ref.l3.guard import FaultGuard
 from hicache_ref.l3.host_nodes import insert_host_pages, missing_hashes
 from hicache_ref.l3.policy import L3Link, PrefetchPolicy, make_prefetch_policy
+from hicache_ref.l3.staging import StagedPages
 from hicache_ref.l3.worker import L3Worker
 from hicache_ref.node import lock_path, node_hashes, unlock_path
 
@@ -96,8 +97,7 @@ class L3Tier:
         self.guard = FaultGuard()
         self.reader, self.writer = L3Worker("hicache-l3-read"), L3Worker("hicache-l3-write")
         self._abandoned: list = []  # (job, host pages) of reads that missed their deadline
-        self._writes: list = []  # (job, lock node, pages) queued, not applied
-        self._deferred: list = []  # eviction write-backs to write at the next settle
+        self._writes: list = []  # [job, past its deadline] of writes not yet accounted for
         self.counters = dict(l3_hit_pages=0, l3_prefetches=0, l3_lookups=0, l3_miss_pages=0, l3_pages_read=0,
                              l3_pages_written=0, l3_pages_present=0, l3_rate_limited=0, l3_skipped_down=0,
                              l3_writes_skipped=0, l3_no_host_room=0)
@@ -230,47 +230,46 @@ class L3Tier:
         self._write(copy.nodes, copy.host_pages)
 
     def written_back(self, copies) -> None:
-        """Eviction write-backs (write_back policy): written at the next settle if still in L2."""
-        self._deferred.extend((list(t.nodes), t.host_pages) for t in copies)
+        """Eviction write-backs (write_back policy) whose D2H landed: write them to L3 too."""
+        for t in copies:
+            self._write(t.nodes, t.host_pages)
 
     def _write(self, nodes, host_pages) -> None:
         if not self.writes:
             return
-        last = nodes[-1]
-        stuck = any(late for *_, late in self._writes)  # a write past its deadline: the store hangs
-        if any(x.parent is None or x.host is None for x in nodes) or not self.guard.available or stuck:
+        stuck = any(late for _, late in self._writes)  # a write past its deadline: the store hangs
+        if not self.guard.available or stuck:
             self.counters["l3_writes_skipped"] += 1
             return
         keys = self.key_fn([h for x in nodes for h in node_hashes(x, self.tree.page_bytes)])
-        pages = np.asarray(host_pages)
-        if len(keys) != len(pages):
-            return
-        lock_path(self.tree.root, last)  # the L2 copy must stay until the thread has read it
+        if len(keys) != len(host_pages):
+            raise RuntimeError(f"l3: {len(keys)} page keys for {len(host_pages)} backed-up pages")
+        staged = StagedPages(self.host, host_pages)  # the live L2 slots are free to go right after
         store = self.storage
 
         def write():
             present = store.exists(keys)
-            return present, store.set(keys[present:], self.host, pages[present:]) if present < len(keys) else []
+            rest = range(present, len(keys))
+            return present, store.set(keys[present:], staged, rest) if len(rest) else []
 
-        self._writes.append([self.writer.submit(self._errors_of(write)), last, len(pages), False])
+        self._writes.append([self.writer.submit(self._errors_of(write)), False])
 
     def settle(self, wait: bool) -> None:
-        """Apply finished writes; with `wait`, first wait (up to the deadline) for all queued ones."""
-        deferred, self._deferred = self._deferred, []
+        """Account for finished writes; with `wait`, first wait (up to the deadline) for all queued
+        ones, so the next lookup sees every write queued before it (the replay's rule)."""
         end = time.perf_counter() + (self.deadline if wait else 0.0)
         keep = []
         for entry in self._writes:
-            job, node, n, late = entry
+            job, late = entry
             t0 = time.perf_counter()
             finished, value, err = job.result(max(0.0, end - t0) if wait else 0.0)
             self.wait_wall_seconds += time.perf_counter() - t0
             if not finished:
                 if wait and not late:
-                    entry[3] = True
+                    entry[1] = True
                     self.guard.failed(f"set: no answer within {self.deadline:g} s")
                 keep.append(entry)
                 continue
-            unlock_path(self.tree.root, node)
             if err is not None:
                 self.guard.failed(f"set: {type(err).__name__}: {err}")
                 continue
@@ -282,12 +281,6 @@ class L3Tier:
             self.counters["l3_pages_written"] += stored
             self.write_seconds += self.link.write_seconds(stored)
         self._writes = keep
-        for nodes, pages in deferred:
-            if all(x.parent is not None and x.host is not None for x in nodes) and \
-                    np.array_equal(np.concatenate([x.host for x in nodes]), pages):
-                self._write(nodes, pages)
-            else:
-                self.counters["l3_writes_skipped"] += 1
 
     # -- figures and teardown ------------------------------------------------------------------------
     def figures(self) -> dict:
