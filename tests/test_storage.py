@@ -11,6 +11,7 @@ import threading
 
 import pytest
 import torch
+import xxhash
 
 from conformance import reference
 from conformance.storage.cases import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
@@ -52,20 +53,32 @@ def test_round_trip_is_bit_identical_across_layouts(tmp_path, attention, src_lay
     assert bool((page_bits(dst, 3).view(torch.uint8) == reference.POISON_BYTE).all())
 
 
+@pytest.mark.parametrize("digest", ["xxh3", "sha256"])
 @pytest.mark.parametrize("attention", ["mha", "mla"])
 @pytest.mark.parametrize("layout_index", [0, 1, 2])
-def test_object_holds_the_page_in_canonical_order_then_the_trailer(tmp_path, attention, layout_index):
+def test_object_holds_the_page_in_canonical_order_then_the_trailer(tmp_path, attention, layout_index, digest):
     geom = GEOMS[attention]
     pool = random_pool(geom, reference.layouts_for(attention)[layout_index], seed=2)
-    with FileStorage(str(tmp_path)) as s:
+    with open_storage(f"file:{tmp_path},digest={digest}") as s:
         s.set(["k"], pool, [2])
     blob = (tmp_path / "k.kv").read_bytes()
     payload = page_bits(pool, 2).contiguous().view(torch.uint8).numpy().tobytes()  # (part, layer, token, ...)
     assert len(blob) == PAGE_BYTES[attention] + 48
     assert blob[:-48] == payload
-    magic, length, want = struct.unpack("<8sQ32s", blob[-48:])
-    assert (magic, length) == (b"HCKVobj1", PAGE_BYTES[attention])
-    assert want == hashlib.sha256(b"k\0" + payload).digest()
+    magic, ident, length, want = struct.unpack("<4s4sQ32s", blob[-48:])
+    assert (magic, length) == (b"HCKV", PAGE_BYTES[attention])
+    if digest == "sha256":
+        assert ident == b"s256" and want == hashlib.sha256(b"k\0" + payload).digest()
+    else:
+        assert ident == b"xx3\0" and want == xxhash.xxh3_128(b"k\0" + payload).digest() + bytes(16)
+
+
+def test_clients_with_different_digests_read_each_other(tmp_path):
+    src, dst = random_pool(MLA, "page_first", 20), poisoned_pool(MLA, "page_first")
+    open_storage(f"file:{tmp_path},digest=sha256").set(["a"], src, [0])
+    reader = open_storage(f"file:{tmp_path}")
+    assert reader.digest == "xxh3" and reader.get(["a"], dst, [3]) == [True]
+    assert torch.equal(page_bits(dst, 3), page_bits(src, 0))
 
 
 def test_exists_is_the_leading_run(store):
@@ -117,9 +130,21 @@ def test_corrupt_or_truncated_object_is_never_returned(tmp_path, how, layout):
         _corrupt(tmp_path / "bad.kv", how)
         assert s.get(["good", "bad"], dst, [0, 1]) == [True, False]
         assert s.stats.corrupt == 1 and s.stats.objects_read == 1 and s.stats.misses == 0
+        # the corrupt object was discarded: a later lookup misses and a new set repairs it
+        assert s.exists(["bad"]) == 0
+        assert s.set(["bad"], src, [1]) == [True] and s.get(["bad"], dst, [1]) == [True]
     assert torch.equal(page_bits(dst, 0), page_bits(src, 0))
-    if layout == "layer_first":  # staged layouts scatter only verified pages: the slot is untouched
-        assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())
+    assert torch.equal(page_bits(dst, 1), page_bits(src, 1))
+
+
+def test_corrupt_page_leaves_a_staged_slot_untouched(tmp_path):
+    src, dst = random_pool(MHA, "page_first", 5), poisoned_pool(MHA, "layer_first")
+    with FileStorage(str(tmp_path)) as s:
+        s.set(["bad"], src, [1])
+        _corrupt(tmp_path / "bad.kv", "flip")
+        assert s.get(["bad"], dst, [1]) == [False]
+    # layer_first is staged: only verified pages are scattered, so the slot keeps its poison
+    assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())
 
 
 def test_object_under_another_key_is_corrupt(tmp_path):
@@ -229,6 +254,7 @@ def test_keys_from_the_hash_chain_name_the_geometry():
     ("file:/tmp/x,color=red", "'color=red'"),
     ("file:/tmp/x,max_bytes=1K,max_bytes=2K", "given twice"),
     ("memory:max_bytes=-1", "max_bytes"),
+    ("memory:digest=md5", "digest: 'md5' is not one of xxh3, sha256"),
     ("file:/etc/hostname", "not a directory"),
 ])
 def test_bad_spec_is_one_line_naming_the_part(spec, needle):
@@ -281,5 +307,5 @@ def test_out_of_tree_backend_registers_by_name():
 def test_pyproject_declares_the_entry_point_group():
     text = open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml")).read()
     assert '[project.entry-points."hicache.storage"]' in text
-    for name in ("file", "memory"):
+    for name in ("file", "memory", "mooncake"):
         assert storage_class(name).name == name

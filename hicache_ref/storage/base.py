@@ -6,10 +6,11 @@ first missing page); `get` reads objects into host-pool pages and `set` writes t
 pool pages, one bool per page.
 
 Object format, the same for every backend (so integrity is checked here, once): the page in
-canonical byte order (`hicache_ref.storage.pages`) followed by a 48-byte trailer: magic
-(8 bytes), payload length (8, little-endian) and SHA-256 over the key and the payload (32). A read
-whose size, magic, length or digest disagrees is *corrupt*: counted, reported False, never
-returned as KV. Binding the key into the digest also catches an object stored under the wrong key.
+canonical byte order (`hicache_ref.storage.pages`) followed by a 48-byte trailer with the payload
+length and a digest over the key and the payload (`hicache_ref.storage.integrity`). A read whose
+size, length or digest disagrees is *corrupt*: counted, reported False, never returned as KV, and
+the object is discarded so a later set can store it again. Binding the key into the digest also
+catches an object stored under the wrong key.
 
 Backends fill the underscore hooks; public methods validate once, catch backend failures
 (counted as errors: the cache carries on without L3) and keep the stats. Hooks may be called from
@@ -18,18 +19,14 @@ several threads at once.
 
 from __future__ import annotations
 
-import hashlib
-import struct
 import threading
 from dataclasses import asdict, dataclass
 
 import torch
 
-from hicache_ref.storage import pages
+from hicache_ref.storage import integrity, pages
+from hicache_ref.storage.integrity import TRAILER_BYTES
 
-MAGIC = b"HCKVobj1"
-TRAILER = struct.Struct("<8sQ32s")
-TRAILER_BYTES = TRAILER.size  # 48
 MAX_KEY_CHARS = 512
 
 
@@ -47,19 +44,6 @@ class StorageStats:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def digest(key: str, segments) -> bytes:
-    """SHA-256 over the key's UTF-8, a NUL, and the payload segments (uint8 tensors) in order."""
-    h = hashlib.sha256(key.encode())
-    h.update(b"\0")
-    for seg in segments:
-        h.update(memoryview(seg.numpy()))
-    return h.digest()
-
-
-def trailer(key: str, segments) -> bytes:
-    return TRAILER.pack(MAGIC, sum(s.numel() for s in segments), digest(key, segments))
 
 
 def check_keys(keys, name: str = "keys") -> list[str]:
@@ -97,7 +81,8 @@ class StorageBackend:
 
     name = "storage"
 
-    def __init__(self):
+    def __init__(self, digest: str = integrity.DEFAULT_DIGEST):
+        self.digest = integrity.check_digest(digest)
         self.stats = StorageStats()
         self._stats_lock = threading.Lock()
         self._closed = False
@@ -125,7 +110,8 @@ class StorageBackend:
         items = []
         for key, page in zip(keys, host_pages, strict=True):
             segs = pages.page_segments(host_pool, page)
-            items.append((key, [*segs, torch.frombuffer(bytearray(trailer(key, segs)), dtype=torch.uint8)]))
+            items.append((key, [*segs, torch.frombuffer(bytearray(integrity.trailer(self.digest, key, segs)),
+                                                dtype=torch.uint8)]))
         try:
             done = [bool(x) for x in self._write(items)]
         except Exception:  # noqa: BLE001
@@ -157,15 +143,20 @@ class StorageBackend:
         except Exception:  # noqa: BLE001
             self._count(errors=len(items))
             return [False] * len(items)
-        out, counts = [], {"misses": 0, "corrupt": 0, "objects_read": 0}
+        out, counts = [], {"misses": 0, "corrupt": 0, "objects_read": 0, "errors": 0}
         for (key, segs), (page, staged), size in zip(items, plans, sizes, strict=True):
-            if size is None or size < 0:
+            if size is None:
+                counts["errors"] += 1
+                out.append(False)
+                continue
+            if size < 0:
                 counts["misses"] += 1
                 out.append(False)
                 continue
-            if not self._verified(key, segs, size, payload):
+            if not integrity.verified(key, segs[:-1], segs[-1].numpy().tobytes(), size, payload):
                 counts["corrupt"] += 1
                 out.append(False)
+                self._discard_quietly(key)
                 continue
             if staged:
                 pages.write_page(host_pool, page, segs[0])
@@ -173,6 +164,15 @@ class StorageBackend:
             out.append(True)
         self._count(bytes_read=payload * counts["objects_read"], **counts)
         return out
+
+    def register_host_pool(self, host_pool) -> None:
+        """Register a host pool's memory with the backend so get/set move its pages with no copy where
+        the backend can (Mooncake registered buffers); a no-op elsewhere. The pool must stay alive
+        until `close()`."""
+        if self._closed:
+            raise ValueError(f"{self.name}: the storage client is closed")
+        pages.check_pool(host_pool)
+        self._register_host_pool(host_pool)
 
     def close(self) -> None:
         """Release the client (connections, registered buffers); idempotent. The store keeps its data."""
@@ -197,12 +197,11 @@ class StorageBackend:
             for k, v in fields.items():
                 setattr(self.stats, k, getattr(self.stats, k) + v)
 
-    @staticmethod
-    def _verified(key: str, segs, size: int, payload: int) -> bool:
-        if size != payload + TRAILER_BYTES:
-            return False
-        magic, length, want = TRAILER.unpack(segs[-1].numpy().tobytes())
-        return magic == MAGIC and length == payload and digest(key, segs[:-1]) == want
+    def _discard_quietly(self, key: str) -> None:
+        try:
+            self._discard(key)
+        except Exception:  # noqa: BLE001 - a failed cleanup leaves a corrupt object, read as corrupt again
+            self._count(errors=1)
 
     # ---- hooks -------------------------------------------------------------------------
     def _contains(self, key: str) -> bool:
@@ -217,8 +216,9 @@ class StorageBackend:
         return len(keys)
 
     def _write_one(self, key: str, segments: list[torch.Tensor]) -> bool:
-        """Store the concatenation of `segments` (1-D uint8) under `key`, replacing any object
-        atomically (a reader sees the old object or the new one, never a mix)."""
+        """Store the concatenation of `segments` (1-D uint8) under `key`. An existing object may be
+        replaced or kept (keys name content, so it holds the same page); a reader sees one whole
+        object, never a mix or a part."""
         raise NotImplementedError
 
     def _write(self, items: list[tuple[str, list[torch.Tensor]]]) -> list[bool]:
@@ -227,12 +227,19 @@ class StorageBackend:
 
     def _read_into(self, key: str, targets: list[torch.Tensor]) -> int:
         """Fill `targets` (1-D uint8, in order) with the object's bytes; return the object's size
-        (which may differ from the targets' total: the base calls that corrupt), -1 when absent."""
+        (which may differ from the targets' total: the base calls that corrupt), -1 when absent,
+        None when the backend failed for this object (counted as an error)."""
         raise NotImplementedError
 
     def _read(self, items: list[tuple[str, list[torch.Tensor]]]) -> list[int]:
         """Batch `_read_into`; override to batch for real."""
         return [self._read_into(key, targets) for key, targets in items]
+
+    def _discard(self, key: str) -> None:
+        """Remove the object under `key` if there is one (called for an object found corrupt)."""
+
+    def _register_host_pool(self, host_pool) -> None:
+        """Make the pool's buffers usable for zero-copy transfers (default: nothing to do)."""
 
     def _close(self) -> None:
         """Release client resources."""

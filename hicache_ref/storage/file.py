@@ -1,4 +1,6 @@
-"""`file`: a directory of objects, size-bounded LRU, atomic writes; spec `file:DIR[,max_bytes=SIZE]`.
+"""`file`: a directory of objects, size-bounded LRU, atomic writes.
+
+Spec `file:DIR[,max_bytes=SIZE][,digest=xxh3|sha256]` (a DIR holding a comma cannot be named here).
 
 - One file per object, named by its key when the key is a plain file name (letters, digits,
   `_.-`, at most 200 characters), else `h-<sha256 of the key>`; suffix `.kv`. Files are 0600, a
@@ -25,6 +27,7 @@ import threading
 from collections import OrderedDict
 
 from hicache_ref.storage.base import StorageBackend
+from hicache_ref.storage.integrity import DEFAULT_DIGEST
 from hicache_ref.storage.registry import parse_options
 
 SUFFIX = ".kv"
@@ -46,7 +49,7 @@ def _views(targets) -> list[memoryview]:
 class FileStorage(StorageBackend):
     name = "file"
 
-    def __init__(self, directory: str, max_bytes: int | None = None):
+    def __init__(self, directory: str, max_bytes: int | None = None, digest: str = DEFAULT_DIGEST):
         if not isinstance(directory, str | os.PathLike) or not str(directory):
             raise ValueError(f"directory: expected a path, got {directory!r}")
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
@@ -56,7 +59,7 @@ class FileStorage(StorageBackend):
         if os.path.exists(directory) and not os.path.isdir(directory):
             raise ValueError(f"directory: {directory} exists and is not a directory")
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        super().__init__()
+        super().__init__(digest)
         self.directory = directory
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
@@ -69,8 +72,8 @@ class FileStorage(StorageBackend):
     def from_spec(cls, args: str, spec: str) -> FileStorage:
         parts = args.split(",")
         if not parts[0].strip():
-            raise ValueError(f"storage spec {spec!r}: DIR: expected file:DIR[,max_bytes=SIZE]")
-        opts = parse_options([p for p in parts[1:] if p.strip()], spec, {"max_bytes": "size"})
+            raise ValueError(f"storage spec {spec!r}: DIR: expected file:DIR[,max_bytes=SIZE][,digest=NAME]")
+        opts = parse_options([p for p in parts[1:] if p.strip()], spec, {"max_bytes": "size", "digest": "digest"})
         try:
             return cls(parts[0].strip(), **opts)
         except (ValueError, OSError) as e:
@@ -153,6 +156,14 @@ class FileStorage(StorageBackend):
         if over:
             self._evict()
         return True
+
+    def _discard(self, key: str) -> None:
+        try:
+            os.unlink(self._path(key))
+        except FileNotFoundError:
+            return
+        with self._lock:
+            self._bytes -= self._index.pop(file_name(key), 0)
 
     def _read_into(self, key, targets) -> int:
         path = self._path(key)

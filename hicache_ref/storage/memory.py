@@ -1,6 +1,6 @@
 """`memory`: an in-process, size-bounded LRU store; the L3 of one process (tests, a NULL-like L3).
 
-Spec `memory:` or `memory:max_bytes=SIZE` (default 1 GiB). Objects are Python bytes, so every
+Spec `memory:[max_bytes=SIZE][,digest=NAME]` (default 1 GiB). Objects are Python bytes, so every
 set and get copies once; the store dies with the client (no restart survives).
 """
 
@@ -12,6 +12,7 @@ from collections import OrderedDict
 import numpy as np
 
 from hicache_ref.storage.base import StorageBackend
+from hicache_ref.storage.integrity import DEFAULT_DIGEST
 from hicache_ref.storage.registry import parse_options
 
 DEFAULT_MAX_BYTES = 1 << 30
@@ -20,10 +21,10 @@ DEFAULT_MAX_BYTES = 1 << 30
 class MemoryStorage(StorageBackend):
     name = "memory"
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, digest: str = DEFAULT_DIGEST):
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
             raise ValueError(f"max_bytes: expected a positive integer, got {max_bytes!r}")
-        super().__init__()
+        super().__init__(digest)
         self.max_bytes = max_bytes
         self._objects: OrderedDict[str, bytes] = OrderedDict()
         self._bytes = 0
@@ -31,7 +32,7 @@ class MemoryStorage(StorageBackend):
 
     @classmethod
     def from_spec(cls, args: str, spec: str) -> MemoryStorage:
-        opts = parse_options([a for a in args.split(",") if a.strip()], spec, {"max_bytes": "size"})
+        opts = parse_options([a for a in args.split(",") if a.strip()], spec, {"max_bytes": "size", "digest": "digest"})
         return cls(**opts)
 
     @property
@@ -55,6 +56,11 @@ class MemoryStorage(StorageBackend):
                 _, dropped = self._objects.popitem(last=False)
                 self._bytes -= len(dropped)
         return True
+
+    def _discard(self, key: str) -> None:
+        with self._lock:
+            blob = self._objects.pop(key, None)
+            self._bytes -= len(blob) if blob is not None else 0
 
     def _read_into(self, key, targets) -> int:
         with self._lock:

@@ -14,6 +14,7 @@ import threading
 from importlib import metadata
 
 from hal.units import parse_size
+from hicache_ref.storage.integrity import check_digest
 
 ENTRY_POINT_GROUP = "hicache.storage"
 
@@ -68,7 +69,7 @@ def split_spec(spec) -> tuple[str, str]:
 
 
 def parse_options(items: list[str], spec: str, allowed: dict[str, str]) -> dict:
-    """`key=value` items into a dict; `allowed` maps each key to its kind ('size' or 'str')."""
+    """`key=value` items into a dict; `allowed` maps each key to its kind ('size', 'digest' or 'str')."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -78,8 +79,10 @@ def parse_options(items: list[str], spec: str, allowed: dict[str, str]) -> dict:
                              f"{', '.join(k + '=...' for k in allowed)}")
         if key in out:
             raise ValueError(f"storage spec {spec!r}: {key}: given twice")
-        out[key] = parse_size(value, name=f"storage spec {spec!r}: {key}", minimum=1) \
-            if allowed[key] == "size" else value
+        what = f"storage spec {spec!r}: {key}"
+        kind = allowed[key]
+        out[key] = parse_size(value, name=what, minimum=1) if kind == "size" else \
+            check_digest(value.strip(), what) if kind == "digest" else value
     return out
 
 

@@ -1,0 +1,231 @@
+"""`mooncake`: pages in a Mooncake distributed store (`MooncakeDistributedStore`, protocol tcp).
+
+Spec `mooncake:METADATA_URL,MASTER_ADDR[,segment=SIZE][,buffer=SIZE][,host=IP][,digest=NAME]`, e.g.
+`mooncake:http://127.0.0.1:8080/metadata,127.0.0.1:50051`; or `mooncake:auto[,...]`, which starts a
+loopback cluster (`hicache_ref.storage.mooncake_cluster`) owned by this client and stopped by
+`close()`. The wheel is the `[mooncake]` extra (`mooncake-transfer-engine-non-cuda`), which needs
+apt `libibverbs1 libnuma1`; without them opening the spec raises one line naming it.
+
+Each client mounts a `segment` of its own DRAM into the store (default 256 MiB; objects live in
+the clients' segments, the master keeps metadata only, so objects go when the master restarts or
+their client closes) and a transfer `buffer` (default 64 MiB) that Mooncake stages unregistered
+memory through.
+
+Copies: `register_host_pool(pool)` registers the pool's memory with the transfer engine; a page
+whose parts are one run each (page_first_direct) then moves straight between the pool and the
+store. Anything else (other layouts' gathered pages, the 48-byte trailers) is copied once into this
+client's registered staging arena, as large as `buffer`, and moved from there.
+
+Semantics: a set of a key already present keeps the stored object (keys name content); a corrupt
+object is removed (force) so a later set stores it again; exists and get use the batch calls.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from urllib.parse import urlparse
+
+import torch
+
+from hicache_ref.storage.base import StorageBackend
+from hicache_ref.storage.integrity import DEFAULT_DIGEST
+from hicache_ref.storage.registry import parse_options
+
+DEFAULT_SEGMENT = 256 << 20
+DEFAULT_BUFFER = 64 << 20
+NOT_FOUND = -704  # Mooncake's OBJECT_NOT_FOUND
+_OPTIONS = {"segment": "size", "buffer": "size", "host": "str", "digest": "digest"}
+
+
+def _host_port(text: str, what: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{what}: expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2.0):
+            return True
+    except OSError:
+        return False
+
+
+def load_store_class(spec: str):
+    """MooncakeDistributedStore, or RuntimeError naming the spec when the wheel or its libraries are missing."""
+    try:
+        from mooncake.store import MooncakeDistributedStore
+    except (ImportError, OSError) as e:
+        raise RuntimeError(f"storage spec {spec!r}: the Mooncake wheel is not usable here ({e}); "
+                           "pip install 'hicache-harness[mooncake]' and apt-get install libibverbs1 libnuma1") from None
+    return MooncakeDistributedStore
+
+
+class MooncakeStorage(StorageBackend):
+    name = "mooncake"
+
+    def __init__(self, metadata_url: str, master_addr: str, *, segment: int = DEFAULT_SEGMENT,
+                 buffer: int = DEFAULT_BUFFER, host: str = "127.0.0.1", digest: str = DEFAULT_DIGEST,
+                 spec: str | None = None, cluster=None):
+        spec = spec or f"mooncake:{metadata_url},{master_addr}"
+        url = urlparse(metadata_url) if isinstance(metadata_url, str) else None
+        if url is None or url.scheme != "http" or not url.hostname or not url.port:
+            raise ValueError(f"storage spec {spec!r}: METADATA_URL: expected http://HOST:PORT/metadata, "
+                             f"got {metadata_url!r}")
+        master = _host_port(master_addr, f"storage spec {spec!r}: MASTER_ADDR") if isinstance(master_addr, str) \
+            else _host_port(str(master_addr), f"storage spec {spec!r}: MASTER_ADDR")
+        for name, value in (("segment", segment), ("buffer", buffer)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"storage spec {spec!r}: {name}: expected a positive size, got {value!r}")
+        super().__init__(digest)
+        store_class = load_store_class(spec)
+        for what, (h, p) in (("METADATA_URL", (url.hostname, url.port)), ("MASTER_ADDR", master)):
+            if not _reachable(h, p):
+                raise RuntimeError(f"storage spec {spec!r}: {what}: nothing answers at {h}:{p}")
+        self.spec, self.metadata_url, self.master_addr = spec, metadata_url, master_addr
+        self._cluster = cluster
+        self._store = store_class()
+        rc = self._store.setup(host, metadata_url, segment, buffer, "tcp", "", master_addr)
+        if rc != 0:
+            raise RuntimeError(f"storage spec {spec!r}: Mooncake client setup failed (code {rc}); see its log on stderr")
+        self._arena = torch.empty(buffer, dtype=torch.uint8)
+        self._registered: list[tuple[int, int]] = []
+        self._register(self._arena.data_ptr(), buffer)
+        self._arena_lock = threading.Lock()
+
+    @classmethod
+    def from_spec(cls, args: str, spec: str) -> MooncakeStorage:
+        parts = [p.strip() for p in args.split(",")]
+        if parts[0] == "auto":
+            opts = parse_options([p for p in parts[1:] if p], spec, _OPTIONS)
+            from hicache_ref.storage.mooncake_cluster import MooncakeCluster, unavailable_reason
+
+            why = unavailable_reason()
+            if why:
+                raise RuntimeError(f"storage spec {spec!r}: {why}")
+            cluster = MooncakeCluster().start()
+            try:
+                return cls(cluster.metadata_url, cluster.master_addr, spec=spec, cluster=cluster, **opts)
+            except BaseException:
+                cluster.stop()
+                raise
+        if len(parts) < 2 or not parts[0] or not parts[1] or "=" in parts[0] or "=" in parts[1]:
+            raise ValueError(f"storage spec {spec!r}: expected mooncake:METADATA_URL,MASTER_ADDR[,segment=SIZE]"
+                             "[,buffer=SIZE][,host=IP][,digest=NAME] or mooncake:auto")
+        opts = parse_options([p for p in parts[2:] if p], spec, _OPTIONS)
+        return cls(parts[0], parts[1], spec=spec, **opts)
+
+    @property
+    def cluster(self):
+        """The loopback cluster this client started (`mooncake:auto`), else None."""
+        return self._cluster
+
+    # ---- registered memory -------------------------------------------------------------
+    def _register(self, ptr: int, size: int) -> None:
+        if any(a <= ptr and ptr + size <= b for a, b in self._registered):
+            return
+        rc = self._store.register_buffer(ptr, size)
+        if rc != 0:
+            raise RuntimeError(f"{self.spec}: register_buffer failed (code {rc})")
+        self._registered.append((ptr, ptr + size))
+
+    def _is_registered(self, t: torch.Tensor) -> bool:
+        ptr, n = t.data_ptr(), t.numel()
+        return any(a <= ptr and ptr + n <= b for a, b in self._registered)
+
+    def _register_host_pool(self, host_pool) -> None:
+        for buf in host_pool.buffers:
+            self._register(buf.data_ptr(), buf.numel() * buf.element_size())
+
+    def _batches(self, items):
+        """Split items so each batch's unregistered segments fit the arena; yields (items, arena plan)."""
+        batch, plan, used = [], [], 0
+        cap = self._arena.numel()
+        for key, segs in items:
+            need = sum(s.numel() for s in segs if not self._is_registered(s))
+            if need > cap:
+                raise RuntimeError(f"{self.spec}: an object needs {need} staging bytes, buffer is {cap}")
+            if used + need > cap:
+                yield batch, plan
+                batch, plan, used = [], [], 0
+            places = []
+            for s in segs:
+                if self._is_registered(s):
+                    places.append(None)
+                else:
+                    places.append(used)
+                    used += s.numel()
+            batch.append((key, segs))
+            plan.append(places)
+        if batch:
+            yield batch, plan
+
+    def _pointers(self, segs, places) -> tuple[list[int], list[int]]:
+        base = self._arena.data_ptr()
+        return ([s.data_ptr() if at is None else base + at for s, at in zip(segs, places, strict=True)],
+                [s.numel() for s in segs])
+
+    # ---- hooks -------------------------------------------------------------------------
+    def _exists(self, keys) -> int:
+        found = self._store.batch_is_exist(keys)
+        for i, code in enumerate(found):
+            if code == 1:
+                continue
+            if code == 0:
+                return i
+            raise RuntimeError(f"{self.spec}: batch_is_exist failed (code {code})")
+        return len(keys)
+
+    def _contains(self, key: str) -> bool:
+        return self._exists([key]) == 1
+
+    def _write(self, items) -> list[bool]:
+        out = []
+        with self._arena_lock:
+            for batch, plan in self._batches(items):
+                ptrs, sizes = [], []
+                for (_, segs), places in zip(batch, plan, strict=True):
+                    for s, at in zip(segs, places, strict=True):
+                        if at is not None:
+                            self._arena[at : at + s.numel()].copy_(s)
+                    p, n = self._pointers(segs, places)
+                    ptrs.append(p)
+                    sizes.append(n)
+                codes = self._store.batch_put_from_multi_buffers([k for k, _ in batch], ptrs, sizes)
+                out.extend(code == 0 for code in codes)
+        return out
+
+    def _read(self, items) -> list[int | None]:
+        out = []
+        with self._arena_lock:
+            for batch, plan in self._batches(items):
+                ptrs, sizes = zip(*(self._pointers(segs, places) for (_, segs), places in zip(batch, plan, strict=True)),
+                                  strict=True)
+                codes = self._store.batch_get_into_multi_buffers([k for k, _ in batch], list(ptrs), list(sizes))
+                for (key, segs), places, code in zip(batch, plan, codes, strict=True):
+                    if code >= 0:
+                        for s, at in zip(segs, places, strict=True):
+                            if at is not None:
+                                s.copy_(self._arena[at : at + s.numel()])
+                        out.append(code)
+                    elif code == NOT_FOUND:
+                        out.append(-1)
+                    else:  # a size that does not fit the page is corrupt, anything else an error
+                        size = self._store.get_size(key)
+                        out.append(size if size >= 0 else None)
+        return out
+
+    def _discard(self, key: str) -> None:
+        self._store.remove(key, True)
+
+    def _close(self) -> None:
+        try:
+            for ptr, _ in self._registered:
+                self._store.unregister_buffer(ptr)
+            self._store.close()
+        finally:
+            self._registered = []
+            if self._cluster is not None:
+                self._cluster.stop()

@@ -1,0 +1,247 @@
+"""A loopback Mooncake cluster for tests, `hicache conform --storage mooncake:auto` and `hicache bench l3`.
+
+Two processes, each in its own process group (stopped as a group: no orphans):
+- `mooncake_http_metadata_server --host 127.0.0.1 --port Q` (the transfer-engine metadata store);
+- `mooncake_master -rpc_port P -rpc_address 127.0.0.1 -metrics_host 127.0.0.1 -metrics_port R`.
+The master's built-in HTTP metadata server is not used: it binds every interface. Ports are free
+ports of 127.0.0.1 picked at start (a start that loses a port race is retried on new ports).
+Readiness is a TCP connect to each listening port. Logs go to `log_dir` (files 0600), which is kept;
+a failed start raises RuntimeError with the tail of the logs.
+
+Stores hold their objects in the clients' own mounted segments: the cluster keeps metadata only, so
+restarting the master (`restart_master`, for fault tests) forgets every object; clients reconnect
+and remount by themselves within a second or two.
+
+`listeners(pid)` reads /proc/net/tcp{,6} for the sockets a process listens on, so a test can check
+that nothing listens beyond loopback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+LOOPBACK = "127.0.0.1"
+START_ATTEMPTS = 3
+
+
+def binaries() -> tuple[list[str], list[str]] | None:
+    """(metadata server argv prefix, master argv prefix), or None when the Mooncake wheel is absent."""
+    spec = importlib.util.find_spec("mooncake")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    pkg = list(spec.submodule_search_locations)[0]
+    master = shutil.which("mooncake_master") or os.path.join(pkg, "mooncake_master")
+    if not os.access(master, os.X_OK):
+        return None
+    meta = shutil.which("mooncake_http_metadata_server")
+    return ([meta] if meta else [sys.executable, "-m", "mooncake.http_metadata_server"]), [master]
+
+
+def unavailable_reason() -> str | None:
+    """Why a loopback cluster cannot start here, or None when it can."""
+    if binaries() is None:
+        return ("the Mooncake wheel is not installed (pip install 'hicache-harness[mooncake]'; "
+                "apt-get install libibverbs1 libnuma1)")
+    try:
+        import mooncake.store  # noqa: F401 - loads libibverbs/libnuma
+    except (ImportError, OSError) as e:
+        return f"the Mooncake wheel does not load: {e} (apt-get install libibverbs1 libnuma1)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def _accepting(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((LOOPBACK, port)) == 0
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    out = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    out.add(target[8:-1])
+    return out
+
+
+def _hex_addr(text: str) -> str:
+    raw = bytes.fromhex(text)
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1])
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+    return socket.inet_ntop(socket.AF_INET6, words)
+
+
+def listeners(pid: int) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket process `pid` listens on, from /proc/net/tcp and tcp6."""
+    inodes = _socket_inodes(pid)
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A = LISTEN
+                    addr, port = cols[1].split(":")
+                    out.append((_hex_addr(addr), int(port, 16)))
+    return sorted(out)
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes of process group `pgid` (a shim may exec or fork: look at the whole group)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = open(f"/proc/{name}/stat").read()
+                if int(stat.rsplit(")", 1)[1].split()[2]) == pgid:
+                    out.append(int(name))
+    return out
+
+
+class MooncakeCluster:
+    """Metadata server + master on loopback. `start()`, `stop()`, `restart_master()`; a context manager."""
+
+    def __init__(self, log_dir: str | None = None, ready_timeout: float = 30.0):
+        if not isinstance(ready_timeout, int | float) or ready_timeout <= 0:
+            raise ValueError(f"ready_timeout: expected positive seconds, got {ready_timeout!r}")
+        self.log_dir = log_dir or tempfile.mkdtemp(prefix="hicache-mooncake-")
+        os.makedirs(self.log_dir, mode=0o700, exist_ok=True)
+        self.ready_timeout = float(ready_timeout)
+        self.metadata_port = self.rpc_port = self.metrics_port = 0
+        self.metadata: subprocess.Popen | None = None
+        self.master: subprocess.Popen | None = None
+        self._master_starts = 0
+
+    # ---- addresses ---------------------------------------------------------------------
+    @property
+    def metadata_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.metadata_port}/metadata"
+
+    @property
+    def master_addr(self) -> str:
+        return f"{LOOPBACK}:{self.rpc_port}"
+
+    @property
+    def spec(self) -> str:
+        """The storage spec of a client of this cluster: `mooncake:METADATA_URL,MASTER_ADDR`."""
+        return f"mooncake:{self.metadata_url},{self.master_addr}"
+
+    def pids(self) -> list[int]:
+        return [pid for p in (self.metadata, self.master) if p is not None and p.poll() is None
+                for pid in group_pids(p.pid)]
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def start(self) -> MooncakeCluster:
+        why = unavailable_reason()
+        if why:
+            raise RuntimeError(f"mooncake cluster: {why}")
+        for attempt in range(START_ATTEMPTS):
+            try:
+                self._start_metadata()
+                self.rpc_port, self.metrics_port = free_port(), free_port()
+                self.start_master()
+                return self
+            except RuntimeError:
+                self.stop()
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+        return self
+
+    def _log(self, name: str):
+        path = os.path.join(self.log_dir, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        return os.fdopen(fd, "ab")
+
+    def _spawn(self, argv: list[str], log: str, port: int) -> subprocess.Popen:
+        with self._log(log) as out:
+            out.write(f"--- {time.strftime('%H:%M:%S')} {' '.join(argv)}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        deadline = time.monotonic() + self.ready_timeout
+        while not _accepting(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                _stop(proc)
+                raise RuntimeError(f"mooncake cluster: {os.path.basename(argv[-1] if argv[0] == sys.executable else argv[0])} "
+                                   f"did not come up on {LOOPBACK}:{port}; log {os.path.join(self.log_dir, log)}:\n"
+                                   + self.log_tail(log))
+            time.sleep(0.05)
+        return proc
+
+    def _start_metadata(self) -> None:
+        meta, _ = binaries()
+        self.metadata_port = free_port()
+        self.metadata = self._spawn([*meta, "--host", LOOPBACK, "--port", str(self.metadata_port),
+                                     "--log-level", "WARNING"], "metadata.log", self.metadata_port)
+
+    def start_master(self) -> None:
+        """Start the master on its ports (after `stop_master`, the same ports: clients reconnect)."""
+        _, master = binaries()
+        self._master_starts += 1
+        self.master = self._spawn([*master, "-rpc_port", str(self.rpc_port), "-rpc_address", LOOPBACK,
+                                   "-metrics_host", LOOPBACK, "-metrics_port", str(self.metrics_port),
+                                   "-enable_http_metadata_server=false"], "master.log", self.rpc_port)
+
+    def stop_master(self) -> None:
+        _stop(self.master)
+        self.master = None
+
+    def restart_master(self) -> None:
+        """Kill the master (SIGKILL: a crash, not a clean shutdown) and start it again on the same ports."""
+        _stop(self.master, sig=signal.SIGKILL)
+        self.master = None
+        self.start_master()
+
+    def stop(self) -> None:
+        """Stop both process groups (SIGTERM, then SIGKILL after 5 s); idempotent. Logs stay."""
+        _stop(self.master)
+        _stop(self.metadata)
+        self.master = self.metadata = None
+
+    def log_tail(self, name: str | None = None, lines: int = 40) -> str:
+        """The last `lines` of one log, or of both."""
+        out = []
+        for log in [name] if name else ["metadata.log", "master.log"]:
+            with contextlib.suppress(OSError), open(os.path.join(self.log_dir, log), errors="replace") as f:
+                out.append(f"== {log}\n" + "".join(f.readlines()[-lines:]))
+        return "\n".join(out)
+
+    def __enter__(self) -> MooncakeCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM) -> None:
+    if proc is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # the group may hold children of the leader (a shim): none may outlive the cluster
+    for pid in group_pids(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,45 @@
+"""Shared fixtures of the harness tests."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)  # lets fixtures see whether their test failed
+
+
+def _start_cluster(log_dir):
+    from hicache_ref.storage.mooncake_cluster import MooncakeCluster, unavailable_reason
+
+    why = unavailable_reason()
+    if why:
+        pytest.skip(f"mooncake: {why}")
+    return MooncakeCluster(log_dir=str(log_dir)).start()
+
+
+@pytest.fixture(scope="session")
+def mooncake_cluster(tmp_path_factory, request):
+    """A loopback Mooncake cluster (metadata server + master) shared by a session's tests;
+    skipped with the reason only when the wheel or its libraries are absent."""
+    cluster = _start_cluster(tmp_path_factory.mktemp("mooncake-logs"))
+    yield cluster
+    cluster.stop()
+    if request.session.testsfailed:
+        print(f"\nmooncake cluster logs ({cluster.log_dir}):\n{cluster.log_tail()}", file=sys.stderr)
+
+
+@pytest.fixture
+def fresh_mooncake_cluster(tmp_path, request):
+    """A cluster of one test's own (for tests that kill or restart it); its logs print if the test fails."""
+    cluster = _start_cluster(tmp_path / "mooncake-logs")
+    yield cluster
+    cluster.stop()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print(f"\nmooncake cluster logs ({cluster.log_dir}):\n{cluster.log_tail()}", file=sys.stderr)

@@ -1,0 +1,211 @@
+"""The mooncake storage backend on a real loopback Mooncake cluster: bit-identical round trips for
+every host layout (staged and zero copy), exists, integrity against objects overwritten through the
+raw client, other processes as clients, a master restart, loopback-only listeners and bad specs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conformance import reference
+from conformance.storage.cases import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
+from hicache_ref.storage import mooncake_cluster as cluster_mod
+from hicache_ref.storage.registry import open_storage
+
+GEOMS = {"mha": MHA, "mla": MLA}
+LAYOUTS = [(a, s, d) for a in ("mha", "mla") for s in reference.layouts_for(a) for d in reference.layouts_for(a)]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def client(mooncake_cluster):
+    s = open_storage(mooncake_cluster.spec + ",segment=64MiB,buffer=8MiB")
+    yield s
+    s.close()
+
+
+def _unique(name: str) -> str:
+    return f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+
+
+@pytest.mark.parametrize("register", [False, True], ids=["staged", "registered"])
+@pytest.mark.parametrize("attention,src_layout,dst_layout", LAYOUTS)
+def test_round_trip_is_bit_identical_across_layouts(client, attention, src_layout, dst_layout, register):
+    geom = GEOMS[attention]
+    src, dst = random_pool(geom, src_layout, seed=1), poisoned_pool(geom, dst_layout)
+    if register:
+        client.register_host_pool(src)
+        client.register_host_pool(dst)
+    a, b = _unique("a"), _unique("b")
+    assert client.set([a, b], src, [1, 3]) == [True, True]
+    assert client.get([b, a], dst, [0, 2]) == [True, True]
+    assert torch.equal(page_bits(dst, 0), page_bits(src, 3))
+    assert torch.equal(page_bits(dst, 2), page_bits(src, 1))
+    assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())
+
+
+def test_exists_is_the_leading_run_and_misses_count(client):
+    pool = random_pool(MLA, "page_first", 3)
+    a, b, c, d = (_unique(x) for x in "abcd")
+    assert client.set([a, b, d], pool, [0, 1, 2]) == [True, True, True]
+    assert client.exists([a, b, c, d]) == 2
+    assert client.exists([c, a]) == 0
+    before = client.stats.misses
+    assert client.get([c], poisoned_pool(MLA, "page_first"), [0]) == [False]
+    assert client.stats.misses == before + 1
+
+
+def _overwrite(client, key, how):
+    raw = client._store  # the same cluster through Mooncake's own client, bypassing the harness
+    blob = bytearray(raw.get(key))
+    if how == "flip":
+        blob[7] ^= 0x10
+    elif how == "truncate":
+        blob = blob[:-1]
+    elif how == "extend":
+        blob += b"\0"
+    assert raw.remove(key, True) == 0
+    assert raw.put(key, bytes(blob)) == 0
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "extend"])
+@pytest.mark.parametrize("register", [False, True], ids=["staged", "registered"])
+def test_overwritten_object_is_corrupt_never_kv(client, how, register):
+    src, dst = random_pool(MHA, "page_first_direct", 4), poisoned_pool(MHA, "layer_first")
+    if register:
+        client.register_host_pool(src)
+    key = _unique("k")
+    client.set([key], src, [1])
+    _overwrite(client, key, how)
+    before = client.stats.corrupt
+    assert client.get([key], dst, [1]) == [False]
+    assert client.stats.corrupt == before + 1
+    assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())  # staged: untouched
+    assert client.exists([key]) == 0  # removed, so a set stores it again
+    assert client.set([key], src, [1]) == [True] and client.get([key], dst, [1]) == [True]
+    assert torch.equal(page_bits(dst, 1), page_bits(src, 1))
+
+
+_READER = """
+import sys, torch
+sys.path.insert(0, {root!r})
+from conformance.storage.cases import MHA, poisoned_pool, page_bits
+from hicache_ref.storage.registry import open_storage
+s = open_storage({spec!r})
+dst = poisoned_pool(MHA, "page_head")
+ok = s.get([{key!r}], dst, [2])
+sys.stdout.write(repr(ok) + " " + page_bits(dst, 2).numpy().tobytes().hex() + "\\n")
+s.close()
+"""
+
+
+def test_another_process_reads_what_this_one_wrote(client, mooncake_cluster):
+    src = random_pool(MHA, "page_first", 5)
+    key = _unique("x")
+    assert client.set([key], src, [0]) == [True]
+    code = _READER.format(root=ROOT, spec=mooncake_cluster.spec + ",segment=16MiB,buffer=4MiB", key=key)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ok, hexbits = out.stdout.strip().splitlines()[-1].split()
+    assert ok == "[True]" and bytes.fromhex(hexbits) == page_bits(src, 0).numpy().tobytes()
+
+
+def test_master_restart_is_survived(fresh_mooncake_cluster):
+    cluster = fresh_mooncake_cluster
+    s = open_storage(cluster.spec + ",segment=16MiB,buffer=4MiB")
+    try:
+        src, dst = random_pool(MLA, "page_first", 6), poisoned_pool(MLA, "page_first")
+        assert s.set(["before"], src, [0]) == [True]
+        cluster.restart_master()  # SIGKILL: the master's metadata is gone
+        assert s.get(["before"], dst, [0]) == [False]  # a miss or an error, never stale KV
+        deadline = time.monotonic() + 30
+        while s.set(["after"], src, [1]) != [True]:
+            assert time.monotonic() < deadline, "the client never reconnected to the restarted master"
+            time.sleep(0.2)
+        assert s.get(["after"], dst, [1]) == [True]
+        assert torch.equal(page_bits(dst, 1), page_bits(src, 1))
+        assert s.stats.corrupt == 0
+    finally:
+        s.close()
+
+
+def test_cluster_listens_on_loopback_only(mooncake_cluster):
+    pids = mooncake_cluster.pids()
+    assert len(pids) >= 2
+    found = {pid: cluster_mod.listeners(pid) for pid in pids}
+    ports = {port for socks in found.values() for _, port in socks}
+    assert {mooncake_cluster.metadata_port, mooncake_cluster.rpc_port, mooncake_cluster.metrics_port} <= ports
+    assert all(addr == "127.0.0.1" for socks in found.values() for addr, _ in socks), found
+
+
+def test_listeners_reads_proc_net_tcp():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert ("127.0.0.1", port) in cluster_mod.listeners(os.getpid())
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        assert ("0.0.0.0", s.getsockname()[1]) in cluster_mod.listeners(os.getpid())
+
+
+def test_auto_spec_owns_its_cluster():
+    why = cluster_mod.unavailable_reason()
+    if why:
+        pytest.skip(f"mooncake: {why}")
+    s = open_storage("mooncake:auto,segment=16MiB,buffer=4MiB")
+    cluster = s.cluster
+    assert cluster.pids()
+    assert s.set(["k"], random_pool(MLA, "layer_first", 7), [0]) == [True]
+    s.close()
+    assert cluster.pids() == []
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("mooncake:", "expected mooncake:METADATA_URL,MASTER_ADDR"),
+    ("mooncake:http://127.0.0.1:1/metadata", "expected mooncake:METADATA_URL,MASTER_ADDR"),
+    ("mooncake:ftp://x/metadata,127.0.0.1:5", "METADATA_URL"),
+    ("mooncake:http://127.0.0.1:9/metadata,nohost", "MASTER_ADDR"),
+    ("mooncake:http://127.0.0.1:9/metadata,127.0.0.1:99999", "MASTER_ADDR"),
+    ("mooncake:http://127.0.0.1:9/metadata,127.0.0.1:9,segment=big", "segment"),
+    ("mooncake:auto,colour=1", "'colour=1'"),
+])
+def test_bad_spec_is_one_line_naming_the_part(spec, needle):
+    with pytest.raises(ValueError) as e:
+        open_storage(spec)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_unreachable_cluster_is_one_line_naming_the_part(mooncake_cluster):
+    dead = cluster_mod.free_port()
+    with pytest.raises(RuntimeError) as e:
+        open_storage(f"mooncake:{mooncake_cluster.metadata_url},127.0.0.1:{dead}")
+    assert "MASTER_ADDR: nothing answers at 127.0.0.1" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_wheel_is_one_line_naming_the_spec():
+    code = ("import sys; sys.modules['mooncake'] = None; sys.modules['mooncake.store'] = None\n"
+            f"sys.path.insert(0, {ROOT!r})\n"
+            "from hicache_ref.storage.registry import open_storage\n"
+            "try:\n    open_storage('mooncake:http://127.0.0.1:9/metadata,127.0.0.1:9')\n"
+            "except RuntimeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1, out
+    assert lines[0].startswith("storage spec 'mooncake:http://127.0.0.1:9/metadata,127.0.0.1:9': "
+                               "the Mooncake wheel is not usable here")
+    assert "libibverbs1 libnuma1" in lines[0]
+
+
+def test_page_bytes_stored_per_object(client):
+    key = _unique("size")
+    client.set([key], random_pool(MLA, "page_first", 8), [0])
+    assert client._store.get_size(key) == PAGE_BYTES["mla"] + 48
