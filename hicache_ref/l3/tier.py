@@ -215,9 +215,10 @@ class L3Tier:
         if got < used:
             self.host.allocator.free_pages(pages[got:])
         if got == 0:
+            self.stall_seconds += max(0.0, self.link.read_seconds(used) - self.slack)
             return match, 0
         self.counters["l3_pages_read"] += got
-        self.stall_seconds += max(0.0, self.link.read_seconds(got) - self.slack)
+        self.stall_seconds += max(0.0, self.link.read_seconds(used) - self.slack)  # it waited for all it asked
         return insert_host_pages(tree, data, match, pages[:got], hashes), got
 
     def hit(self, pages: int) -> None:
@@ -262,7 +263,8 @@ class L3Tier:
         for entry in self._writes:
             job, late = entry
             t0 = time.perf_counter()
-            finished, value, err = job.result(max(0.0, end - t0) if wait else 0.0)
+            # a write already past its deadline is only polled: a hung store costs one deadline, not one a request
+            finished, value, err = job.result(max(0.0, end - t0) if wait and not late else 0.0)
             self.wait_wall_seconds += time.perf_counter() - t0
             if not finished:
                 if wait and not late:
