@@ -52,6 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and xdist is installed), a number, or 0 for one process")
     p.add_argument("--backend-module", action="append", default=[],
                    help="import this module first: it registers an out-of-tree backend (repeatable)")
+    # --- L3 storage conformance (conformance/storage/): one block, see _run_storage ---
+    p.add_argument("--storage", default=None, metavar="SPEC",
+                   help="run the storage suite against an L3 backend instead of the device suites: file:DIR, "
+                        "memory:, mooncake:METADATA_URL,MASTER_ADDR, mooncake:auto (starts a loopback cluster) "
+                        "or a registered backend's NAME:ARGS (--backend-module imports the module that "
+                        "registers it); --backend/--profile do not apply")
     p.add_argument("pytest_args", nargs="*", help="further pytest arguments, after --")
 
 
@@ -140,7 +146,8 @@ def pytest_command(a, profile: str | None, out: Path) -> list[str]:
            # An empty ini in OUT: the caller's own pytest config (addopts, testpaths) stays out.
            "-c", str(out / "pytest.ini"), "--rootdir", str(out), "-p", "no:cacheprovider",
            "-p", "no:benchmark",  # pytest-benchmark, where installed, only warns under xdist
-           "--backend", a.backend, "--junitxml", str(out / "junit.xml"), "-q", "--tb=short"]
+           "--backend", a.backend, "--junitxml", str(out / "junit.xml"), "-q", "--tb=short",
+           "--ignore-glob", "*/conformance/storage/*"]  # the storage suite runs under --storage only
     if profile:
         cmd += ["--profile", profile]
     for mod in a.backend_module:
@@ -213,10 +220,75 @@ def write_reports(summary, out: Path, backend_name: str, profile: str | None, un
     return doc
 
 
+# --- L3 storage conformance: `hicache conform --storage SPEC` -----------------------------
+def _storage_status(spec: str) -> str | None:
+    """None when SPEC's backend opens here, else why not; CliError naming --storage for a bad spec."""
+    from hicache_ref.storage import mooncake_cluster
+    from hicache_ref.storage.registry import open_storage, split_spec, storage_class
+
+    try:
+        name, args = split_spec(spec)
+        storage_class(name)
+        if name == "mooncake" and args.split(",")[0].strip() == "auto":
+            return mooncake_cluster.unavailable_reason()
+        open_storage(spec).close()
+    except ValueError as e:
+        raise CliError("--storage", clip(e, 300)) from None
+    except (RuntimeError, ImportError, OSError) as e:
+        return clip(e, 300)
+    return None
+
+
+def _run_storage(a) -> int:
+    from conformance.report import summary as report
+    from conformance.storage.cases import SPEC_ENV
+
+    _workers(a.workers)
+    for mod in a.backend_module:  # an out-of-tree storage backend registers itself at import
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise CliError("--backend-module", f"cannot import {clip(repr(mod))}: {clip(e, 160)}") from None
+    why = _storage_status(a.storage)
+    label = "storage " + a.storage
+    out = Path(a.out or f"hicache-conform-storage-{a.storage.split(':')[0]}").resolve()
+    lock = claim_out(out, a.out is not None)
+    try:
+        (out / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+        if why:
+            print(f"hicache conform: storage {a.storage!r} is not available here: {why}\n"
+                  f"  every test is skipped with that reason; the verdict will be NOT RUN", flush=True)
+        cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.storage", "-p", "conformance.plugin",
+               "-c", str(out / "pytest.ini"), "--rootdir", str(out), "-p", "no:cacheprovider", "-p", "no:benchmark",
+               "--junitxml", str(out / "junit.xml"), "-q", "--tb=short"]
+        cmd += [arg for mod in a.backend_module for arg in ("--backend-module", mod)]
+        cmd += (["-k", a.keyword] if a.keyword else []) + (["-x"] if a.exitfirst else [])
+        rc = run_child(cmd + _workers(a.workers) + list(a.pytest_args), out, {**os.environ, SPEC_ENV: a.storage})
+        junit = out / "junit.xml"
+        if not junit.exists():
+            print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
+            return 1 if rc in (0, EXIT_NOT_RUN) else rc
+        summary = report.summarize_junit(junit, label, None, why)
+        report.write_json(summary, out / "summary.json")
+        print()
+        print(report.format_table(summary))
+        print(f"reports: {junit}, {out / 'summary.json'}")
+    finally:
+        os.close(lock)
+    if summary.verdict == "FAIL":
+        return rc if rc not in (0, EXIT_NOT_RUN) else 1
+    if rc == 5:
+        return 5
+    return EXIT_NOT_RUN if summary.verdict == "NOT RUN" else 0
+# --- end of the storage block ------------------------------------------------------------
+
+
 def run(a) -> int:
     from conformance.plugin import backend_status
     from conformance.report import summary as report
 
+    if a.storage is not None:
+        return _run_storage(a)
     _check_backend(a.backend, a.backend_module)
     profile = _profile_name(a.backend, a.profile)
     _workers(a.workers)  # a bad --workers is refused before OUT is touched

@@ -10,6 +10,8 @@ from conformance import reference
 from hal.transfer.layouts import KVGeometry
 from hicache_ref.pools import HostPool
 
+SPEC_ENV = "HICACHE_STORAGE_SPEC"  # the spec under test, set by `hicache conform --storage SPEC`
+
 # Small geometries worked by hand: MHA 3 layers x 2 heads x 4 dims bf16 (16 bytes/token/layer/part),
 # pages of 4 tokens -> a page is 2 parts * 3 layers * 4 tokens * 16 bytes = 384 bytes.
 MHA = KVGeometry("mha", 3, 2, 4, torch.bfloat16, 4)

@@ -80,6 +80,9 @@ class StorageBackend:
     (and may override the batch hooks `_exists`, `_write`, `_read` to batch for real)."""
 
     name = "storage"
+    # What the storage conformance suite may expect of this backend:
+    shared = True  # another process opening the same spec sees the objects
+    persistent = True  # objects outlive the client that wrote them (a new client reads them)
 
     def __init__(self, digest: str = integrity.DEFAULT_DIGEST):
         self.digest = integrity.check_digest(digest)
@@ -174,6 +177,13 @@ class StorageBackend:
         pages.check_pool(host_pool)
         self._register_host_pool(host_pool)
 
+    def unregister_host_pool(self, host_pool) -> None:
+        """Undo `register_host_pool` before the pool's memory is freed (a no-op where nothing was registered)."""
+        if self._closed:
+            return
+        pages.check_pool(host_pool)
+        self._unregister_host_pool(host_pool)
+
     def close(self) -> None:
         """Release the client (connections, registered buffers); idempotent. The store keeps its data."""
         if not self._closed:
@@ -240,6 +250,9 @@ class StorageBackend:
 
     def _register_host_pool(self, host_pool) -> None:
         """Make the pool's buffers usable for zero-copy transfers (default: nothing to do)."""
+
+    def _unregister_host_pool(self, host_pool) -> None:
+        """Forget the pool's buffers (default: nothing to do)."""
 
     def _close(self) -> None:
         """Release client resources."""

@@ -20,6 +20,8 @@ DEFAULT_MAX_BYTES = 1 << 30
 
 class MemoryStorage(StorageBackend):
     name = "memory"
+    shared = False
+    persistent = False
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, digest: str = DEFAULT_DIGEST):
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:

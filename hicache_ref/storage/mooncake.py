@@ -65,6 +65,7 @@ def load_store_class(spec: str):
 
 class MooncakeStorage(StorageBackend):
     name = "mooncake"
+    persistent = False  # objects live in the writers' mounted segments
 
     def __init__(self, metadata_url: str, master_addr: str, *, segment: int = DEFAULT_SEGMENT,
                  buffer: int = DEFAULT_BUFFER, host: str = "127.0.0.1", digest: str = DEFAULT_DIGEST,
@@ -138,6 +139,14 @@ class MooncakeStorage(StorageBackend):
     def _register_host_pool(self, host_pool) -> None:
         for buf in host_pool.buffers:
             self._register(buf.data_ptr(), buf.numel() * buf.element_size())
+
+    def _unregister_host_pool(self, host_pool) -> None:
+        with self._arena_lock:  # not while a transfer may be using the range
+            for buf in host_pool.buffers:
+                ptr = buf.data_ptr()
+                if any(a == ptr for a, _ in self._registered):
+                    self._store.unregister_buffer(ptr)
+                    self._registered = [(a, b) for a, b in self._registered if a != ptr]
 
     def _batches(self, items):
         """Split items so each batch's unregistered segments fit the arena; yields (items, arena plan)."""
