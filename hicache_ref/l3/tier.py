@@ -31,7 +31,9 @@ scheduler thread waits only for answers its decision needs (exists, the pages th
 policy uses, writes at settle), each bounded by `deadline_s` wall seconds. Faults
 (hicache_ref.l3.guard): an exception, a malformed answer or a missed deadline is an
 error; L3 is skipped with backoff, the request goes on with L1 and L2, a missed read's
-host pages are returned once its call comes back, and a busy thread gets no new work.
+host pages are returned once its call comes back; a call past its deadline keeps its
+thread, later calls go to a fresh one, and with MAX_HUNG_CALLS such calls outstanding in one
+direction L3 is not asked in it until they return.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ from hicache_ref.node import lock_path, node_hashes, unlock_path
 
 DEFAULT_THRESHOLD_TOKENS = 256  # upstream's prefetch_threshold default
 DEFAULT_DEADLINE_S = 5.0
-LIMIT_SHARE_OF_L2 = 0.8  # default rate limit: this share of L2 (upstream: of L2 minus L1)
+MAX_HUNG_CALLS = 4  # store calls past their deadline, per direction, before L3 is no longer asked
+LIMIT_SHARE_OF_L2 = 0.8  # default rate limit, tokens in flight: this share of L2 (upstream: 0.8 x (L2 - L1), later 0.5 x L2)
 
 
 def _leading_true(flags, n: int) -> int | None:
@@ -98,6 +101,7 @@ class L3Tier:
         self.reader, self.writer = L3Worker("hicache-l3-read"), L3Worker("hicache-l3-write")
         self._abandoned: list = []  # (job, host pages) of reads that missed their deadline
         self._writes: list = []  # [job, past its deadline] of writes not yet accounted for
+        self._hung_reads: list = []  # read jobs past their deadline, not returned yet
         self.counters = dict(l3_hit_pages=0, l3_prefetches=0, l3_lookups=0, l3_miss_pages=0, l3_pages_read=0,
                              l3_pages_written=0, l3_pages_present=0, l3_rate_limited=0, l3_skipped_down=0,
                              l3_writes_skipped=0, l3_no_host_room=0)
@@ -126,6 +130,8 @@ class L3Tier:
         self.wait_wall_seconds += time.perf_counter() - t0
         if not finished:
             self.guard.failed(f"{what}: no answer within {self.deadline:g} s")
+            self._hung_reads.append(job)
+            self.reader = self._replace(worker, "read")  # the hung call keeps the old thread
             return job, False, None
         if err is not None:
             self.guard.failed(f"{what}: {type(err).__name__}: {err}")
@@ -135,6 +141,16 @@ class L3Tier:
             self.guard.failed(f"{what}: the store reported {store_errors} error(s)")
             return job, False, None
         return job, True, value
+
+    @staticmethod
+    def _replace(worker: L3Worker, direction: str) -> L3Worker:
+        """A fresh thread for `direction`; `worker` ends once its hung call returns."""
+        worker.stop(timeout=0)
+        return L3Worker(f"hicache-l3-{direction}")
+
+    def _hung(self, jobs: list) -> int:
+        jobs[:] = [j for j in jobs if not j.done.is_set()]
+        return len(jobs)
 
     def _in_flight_tokens(self) -> int:
         return sum(len(p) for _, p in self._abandoned) * self.ps
@@ -161,7 +177,7 @@ class L3Tier:
             return match, 0
         if self.policy.decide(self.link, missing, ps, self.slack)[0] * ps < max(self.threshold, 1):
             return match, 0  # the policy could use nothing even if L3 held it all: do not ask
-        if not self.guard.available or self.reader.busy:
+        if not self.guard.available or self._hung(self._hung_reads) >= MAX_HUNG_CALLS:
             self.counters["l3_skipped_down"] += 1
             return match, 0
         room = (self.limit - self._in_flight_tokens()) // ps
@@ -238,8 +254,7 @@ class L3Tier:
     def _write(self, nodes, host_pages) -> None:
         if not self.writes:
             return
-        stuck = any(late for _, late in self._writes)  # a write past its deadline: the store hangs
-        if not self.guard.available or stuck:
+        if not self.guard.available or sum(late for _, late in self._writes) >= MAX_HUNG_CALLS:
             self.counters["l3_writes_skipped"] += 1
             return
         keys = self.key_fn([h for x in nodes for h in node_hashes(x, self.tree.page_bytes)])
@@ -270,6 +285,7 @@ class L3Tier:
                 if wait and not late:
                     entry[1] = True
                     self.guard.failed(f"set: no answer within {self.deadline:g} s")
+                    self.writer = self._replace(self.writer, "write")  # later writes go to a fresh thread
                 keep.append(entry)
                 continue
             if err is not None:

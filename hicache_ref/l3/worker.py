@@ -4,8 +4,9 @@
 job's result only through `result(deadline_s)`, which waits at most that long: a store
 that hangs (a killed Mooncake master, a stalled disk) costs the scheduler the deadline
 and no more. A job that missed its deadline keeps its thread busy until the call
-returns; `busy` says so, and the tier issues no new work to a busy worker (what it
-would queue behind a hung call could only miss its deadline too).
+returns (`busy`); the tier then hands later calls to a fresh worker and stops the old one,
+which ends once the hung call comes back (what it would queue behind a hung call could
+only miss its deadline too).
 """
 
 from __future__ import annotations
