@@ -93,6 +93,14 @@ def test_cli_replay_with_l3(synthetic, tmp_path):
     assert fig["l3_prefetch_policy"] == "timeout" and fig["l3_hit_tokens"] > 0 and fig["l3_errors"] == 0
     rc, out = _cli([*BASE_ARGS, "--trace", str(synthetic), "--limit", "5", "--l3", f"file:{tmp_path}"])
     assert rc == 0 and "L3 file (wait_complete)" in out
+    # best_effort in a serial replay has no queue time: it never asks; with slack it does
+    rc, out = _cli([*BASE_ARGS, "--trace", str(synthetic), "--limit", "60", "--l3", f"file:{tmp_path}",
+                    "--prefetch-policy", "best_effort", "--json"])
+    assert rc == 0 and json.loads(out)["l3_lookups"] == 0 and json.loads(out)["l3_hit_tokens"] == 0
+    rc, out = _cli([*BASE_ARGS, "--trace", str(synthetic), "--limit", "60", "--l3", f"file:{tmp_path}",
+                    "--prefetch-policy", "best_effort", "--prefetch-slack-ms", "50", "--json"])
+    slack = json.loads(out)
+    assert rc == 0 and slack["l3_slack_seconds"] == 0.05 and slack["l3_hit_tokens"] > 0
 
 
 @pytest.mark.parametrize("args, option", [
