@@ -89,5 +89,11 @@ def check_spmd(a) -> None:
         raise CliError("--shared-dir", str(e).removeprefix("shared_dir: ")) from None
 
 
+def check_l3(a) -> None:
+    from conformance.bench.l3 import check
+
+    check(a)
+
+
 CHECKS = {"transfer": check_transfer, "memory": check_memory, "replay": check_replay, "sweep": check_replay,
-          "spmd": check_spmd}
+          "spmd": check_spmd, "l3": check_l3}

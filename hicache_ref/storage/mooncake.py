@@ -26,9 +26,10 @@ import socket
 import threading
 from urllib.parse import urlparse
 
+import numpy as np
 import torch
 
-from hicache_ref.storage.base import StorageBackend
+from hicache_ref.storage.base import StagingPool, StorageBackend
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
 from hicache_ref.storage.registry import parse_options
 
@@ -36,6 +37,11 @@ DEFAULT_SEGMENT = 256 << 20
 DEFAULT_BUFFER = 64 << 20
 NOT_FOUND = -704  # Mooncake's OBJECT_NOT_FOUND
 _OPTIONS = {"segment": "size", "buffer": "size", "host": "str", "digest": "digest"}
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    # numpy's memcpy: torch's copy_ spreads over intra-op threads, which spin on a loaded machine
+    np.copyto(dst.numpy(), src.numpy())
 
 
 def _host_port(text: str, what: str) -> tuple[str, int]:
@@ -66,6 +72,7 @@ def load_store_class(spec: str):
 class MooncakeStorage(StorageBackend):
     name = "mooncake"
     persistent = False  # objects live in the writers' mounted segments
+    set_chunk_bytes = 0  # every put call is two master round trips (start, end): batch it whole
 
     def __init__(self, metadata_url: str, master_addr: str, *, segment: int = DEFAULT_SEGMENT,
                  buffer: int = DEFAULT_BUFFER, host: str = "127.0.0.1", digest: str = DEFAULT_DIGEST,
@@ -93,8 +100,13 @@ class MooncakeStorage(StorageBackend):
             raise RuntimeError(f"storage spec {spec!r}: Mooncake client setup failed (code {rc}); see its log on stderr")
         self._arena = torch.empty(buffer, dtype=torch.uint8)
         self._registered: list[tuple[int, int]] = []
+        self._reg_lock = threading.Lock()
         self._register(self._arena.data_ptr(), buffer)
         self._arena_lock = threading.Lock()
+        # the base's gather/staging buffers are registered once and reused: staged pages move with
+        # no second copy through the arena
+        self.staging = StagingPool(on_new=lambda b: self._register(b.data_ptr(), b.numel()),
+                                   on_drop=lambda b: self._unregister(b.data_ptr()))
 
     @classmethod
     def from_spec(cls, args: str, spec: str) -> MooncakeStorage:
@@ -125,16 +137,24 @@ class MooncakeStorage(StorageBackend):
 
     # ---- registered memory -------------------------------------------------------------
     def _register(self, ptr: int, size: int) -> None:
-        if any(a <= ptr and ptr + size <= b for a, b in self._registered):
-            return
-        rc = self._store.register_buffer(ptr, size)
-        if rc != 0:
-            raise RuntimeError(f"{self.spec}: register_buffer failed (code {rc})")
-        self._registered.append((ptr, ptr + size))
+        with self._reg_lock:
+            if any(a <= ptr and ptr + size <= b for a, b in self._registered):
+                return
+            rc = self._store.register_buffer(ptr, size)
+            if rc != 0:
+                raise RuntimeError(f"{self.spec}: register_buffer failed (code {rc})")
+            self._registered.append((ptr, ptr + size))
+
+    def _unregister(self, ptr: int) -> None:
+        with self._reg_lock:
+            if any(a == ptr for a, _ in self._registered):
+                self._store.unregister_buffer(ptr)
+                self._registered = [(a, b) for a, b in self._registered if a != ptr]
 
     def _is_registered(self, t: torch.Tensor) -> bool:
         ptr, n = t.data_ptr(), t.numel()
-        return any(a <= ptr and ptr + n <= b for a, b in self._registered)
+        with self._reg_lock:
+            return any(a <= ptr and ptr + n <= b for a, b in self._registered)
 
     def _register_host_pool(self, host_pool) -> None:
         for buf in host_pool.buffers:
@@ -143,10 +163,7 @@ class MooncakeStorage(StorageBackend):
     def _unregister_host_pool(self, host_pool) -> None:
         with self._arena_lock:  # not while a transfer may be using the range
             for buf in host_pool.buffers:
-                ptr = buf.data_ptr()
-                if any(a == ptr for a, _ in self._registered):
-                    self._store.unregister_buffer(ptr)
-                    self._registered = [(a, b) for a, b in self._registered if a != ptr]
+                self._unregister(buf.data_ptr())
 
     def _batches(self, items):
         """Split items so each batch's unregistered segments fit the arena; yields (items, arena plan)."""
@@ -198,7 +215,7 @@ class MooncakeStorage(StorageBackend):
                 for (_, segs), places in zip(batch, plan, strict=True):
                     for s, at in zip(segs, places, strict=True):
                         if at is not None:
-                            self._arena[at : at + s.numel()].copy_(s)
+                            _copy(self._arena[at : at + s.numel()], s)
                     p, n = self._pointers(segs, places)
                     ptrs.append(p)
                     sizes.append(n)
@@ -217,7 +234,7 @@ class MooncakeStorage(StorageBackend):
                     if code >= 0:
                         for s, at in zip(segs, places, strict=True):
                             if at is not None:
-                                s.copy_(self._arena[at : at + s.numel()])
+                                _copy(s, self._arena[at : at + s.numel()])
                         out.append(code)
                     elif code == NOT_FOUND:
                         out.append(-1)
@@ -231,7 +248,8 @@ class MooncakeStorage(StorageBackend):
 
     def _close(self) -> None:
         try:
-            for ptr, _ in self._registered:
+            self.staging.clear()
+            for ptr, _ in list(self._registered):
                 self._store.unregister_buffer(ptr)
             self._store.close()
         finally:

@@ -4,15 +4,20 @@ Canonical order, whatever the host layout: part (K then V for MHA; the latent fo
 layer, then the page's tokens, each token's item (heads x head_dim elements) whole. It is
 layer_first restricted to one page. The byte offsets come from `hal.transfer.layouts`
 (`host_piece_offsets`, `host_layer_shift`), the one place host address math lives; this module
-only orders them.
+only orders them. Every HAL host layout puts (layer, token, piece) of a page at an affine offset,
+so a page is one strided view of its part (shape layers x tokens x pieces x piece bytes), found
+once per (layout, geometry, pool size) and checked against the offsets it replaces; a layout that
+were not affine would take the row-gather path instead.
 
-Copies: where one part's page is a single run in the host layout (page_first_direct, MLA or
-MHA) `page_segments` returns views of the pool and `page_targets` writable views, so a backend
-can write from and read into the pool with no copy; other layouts gather into (and scatter
-from) one staging tensor per part.
+Copies: where the view is contiguous (page_first_direct, MLA or MHA) `page_segments` returns it
+and `page_targets` returns it writable, so a backend writes from and reads into the pool with no
+copy; other layouts gather into (and `write_page` scatters from) a caller's staging buffer, reused
+across calls because a fresh multi-MB tensor costs more in page faults than the copy itself.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import torch
@@ -37,58 +42,131 @@ def check_pool(pool, name: str = "host_pool") -> None:
             raise ValueError(f"{name}: needs contiguous CPU host buffers, got {layouts.layout_signature(buf)}")
 
 
-def _rows(pool, page: int) -> np.ndarray:
-    """Row numbers (in units of the layout's piece bytes) of one part's page, canonical order."""
-    geom, layout, size = pool.geom, pool.layout, pool.num_tokens
+def _rows(layout: str, geom: layouts.KVGeometry, size: int, page: int) -> np.ndarray:
+    """Row numbers (units of the layout's piece bytes) of one part's page, shape (layers, tokens, pieces)."""
     tokens = np.arange(page * geom.page_size, (page + 1) * geom.page_size, dtype=np.int64)
     offsets = layouts.host_piece_offsets(layout, geom, size, tokens)  # (tokens, pieces)
     shifts = np.array([layouts.host_layer_shift(layout, geom, size, layer) for layer in range(geom.layers)],
                       dtype=np.int64)
-    return ((shifts[:, None, None] + offsets[None]).reshape(-1)) // geom.piece_bytes(layout)
+    return (shifts[:, None, None] + offsets[None]) // geom.piece_bytes(layout)
 
 
-def _part_rows(pool, part: int) -> torch.Tensor:
-    pb = pool.geom.piece_bytes(pool.layout)
-    return pool.buffers[part].view(torch.uint8).reshape(-1, pb)
-
-
-def _run(rows: np.ndarray) -> tuple[int, int] | None:
-    """(first, count) when `rows` is one ascending run of consecutive rows, else None."""
-    first = int(rows[0])
-    if int(rows[-1]) - first == len(rows) - 1 and bool(np.all(np.diff(rows) == 1)):
-        return first, len(rows)
-    return None
-
-
-def page_segments(pool, page: int) -> list[torch.Tensor]:
-    """The page's bytes as 1-D uint8 tensors whose concatenation is the canonical order.
-
-    Views of the pool for parts stored as one run; a gathered copy per part otherwise."""
-    rows = _rows(pool, page)
-    run = _run(rows)
-    out = []
-    for part in range(pool.geom.parts):
-        table = _part_rows(pool, part)
-        if run is not None:
-            out.append(table[run[0] : run[0] + run[1]].reshape(-1))
+def _affine(rows: np.ndarray) -> tuple[int, tuple[int, int, int]] | None:
+    """(first row, row strides per axis) when rows[l, t, h] is affine in (l, t, h), else None."""
+    first = int(rows[0, 0, 0])
+    strides = []
+    for axis in range(3):
+        idx = [0, 0, 0]
+        if rows.shape[axis] > 1:
+            idx[axis] = 1
+            strides.append(int(rows[tuple(idx)]) - first)
         else:
-            out.append(table.index_select(0, torch.from_numpy(rows)).reshape(-1))
+            strides.append(0)
+    grid = np.indices(rows.shape, dtype=np.int64)
+    model = first + sum(s * g for s, g in zip(strides, grid, strict=True))
+    return (first, tuple(strides)) if np.array_equal(model, rows) else None
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(layout: str, geom: layouts.KVGeometry, size: int):
+    """(first row of page 0, rows per page, per-axis row strides), or None where not affine."""
+    pages = size // geom.page_size
+    zero = _affine(_rows(layout, geom, size, 0))
+    if zero is None:
+        return None
+    step = 0
+    if pages > 1:
+        one = _affine(_rows(layout, geom, size, 1))
+        last = _affine(_rows(layout, geom, size, pages - 1))
+        if one is None or last is None or one[1] != zero[1] or last[1] != zero[1]:
+            return None
+        step = one[0] - zero[0]
+        if last[0] != zero[0] + (pages - 1) * step:
+            return None
+    return zero[0], step, zero[1]
+
+
+def _part_bytes(pool, part: int) -> torch.Tensor:
+    return pool.buffers[part].view(torch.uint8).reshape(-1)
+
+
+def _views(pool, page: int) -> list[torch.Tensor] | None:
+    """Per part, the page as a strided uint8 view in canonical order (layers, tokens, pieces, piece bytes)."""
+    geom, layout = pool.geom, pool.layout
+    plan = _plan(layout, geom, pool.num_tokens)
+    if plan is None:
+        return None
+    first, step, strides = plan
+    pb = geom.piece_bytes(layout)
+    shape = (geom.layers, geom.page_size, geom.pieces(layout), pb)
+    stride = (strides[0] * pb, strides[1] * pb, strides[2] * pb, 1)
+    out = []
+    for part in range(geom.parts):
+        flat = _part_bytes(pool, part)
+        out.append(flat.as_strided(shape, stride, flat.storage_offset() + (first + page * step) * pb))
+    return out
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    # numpy's strided copy runs at memory speed here; torch's byte-strided copy_ was ~25x slower
+    np.copyto(dst.numpy(), src.numpy())
+
+
+def _is_run(view: torch.Tensor) -> bool:
+    return view.is_contiguous()
+
+
+def page_segments(pool, page: int, staging=None) -> list[torch.Tensor]:
+    """The page's bytes as 1-D uint8 tensors whose concatenation is the canonical order: views of
+    the pool where a part is one run, else gathered into `staging(nbytes)` (a new tensor if None)."""
+    views = _views(pool, page)
+    take = staging or (lambda n: torch.empty(n, dtype=torch.uint8))
+    if views is None:
+        return [_gather_rows(pool, part, page, take) for part in range(pool.geom.parts)]
+    out = []
+    for v in views:
+        if _is_run(v):
+            out.append(v.reshape(-1))
+        else:
+            buf = take(v.numel())
+            _copy(buf.view(v.shape), v)
+            out.append(buf)
     return out
 
 
 def page_targets(pool, page: int) -> list[torch.Tensor] | None:
     """Writable views of the page (canonical order across them) when each part is one run, else None."""
-    run = _run(_rows(pool, page))
-    if run is None:
+    views = _views(pool, page)
+    if views is None or not all(_is_run(v) for v in views):
         return None
-    return [_part_rows(pool, part)[run[0] : run[0] + run[1]].reshape(-1) for part in range(pool.geom.parts)]
+    return [v.reshape(-1) for v in views]
 
 
 def write_page(pool, page: int, data: torch.Tensor) -> None:
     """Scatter one page given in canonical order (1-D uint8, `page_bytes` long) into the pool."""
-    rows = torch.from_numpy(_rows(pool, page))
-    pb = pool.geom.piece_bytes(pool.layout)
     per_part = data.numel() // pool.geom.parts
+    views = _views(pool, page)
     for part in range(pool.geom.parts):
-        src = data[part * per_part : (part + 1) * per_part].view(-1, pb)
-        _part_rows(pool, part).index_copy_(0, rows, src)
+        src = data[part * per_part : (part + 1) * per_part]
+        if views is None:
+            _scatter_rows(pool, part, page, src)
+        else:
+            _copy(views[part], src.view(views[part].shape))
+
+
+def _table(pool, part: int) -> torch.Tensor:
+    return _part_bytes(pool, part).view(-1, pool.geom.piece_bytes(pool.layout))
+
+
+def _gather_rows(pool, part: int, page: int, take) -> torch.Tensor:
+    rows = torch.from_numpy(_rows(pool.layout, pool.geom, pool.num_tokens, page).reshape(-1))
+    table = _table(pool, part)
+    buf = take(rows.numel() * table.shape[1])
+    torch.index_select(table, 0, rows, out=buf.view(-1, table.shape[1]))
+    return buf
+
+
+def _scatter_rows(pool, part: int, page: int, src: torch.Tensor) -> None:
+    rows = torch.from_numpy(_rows(pool.layout, pool.geom, pool.num_tokens, page).reshape(-1))
+    table = _table(pool, part)
+    table.index_copy_(0, rows, src.view(-1, table.shape[1]))

@@ -1,0 +1,256 @@
+"""`hicache bench l3`: set/get throughput of 64-token MLA pages through each L3 backend, as a ratio to
+the same bytes moved without the harness in the same run.
+
+The harness path is `StorageBackend.set/get` on a host pool: canonical page order (a gather for
+layouts whose page is not one run), the integrity trailer (digest on write, check on read), the
+backend's writes/reads. The peer moves the same payload bytes with no harness: for `file`, a plain
+`write`/`readinto` of each page to its own file in a sibling directory; for `mooncake`, the same
+client's raw `batch_put_from` / `batch_get_into` from a registered contiguous buffer. Each round runs
+harness set, peer set, harness get, peer get, then removes the round's objects (untimed), so
+every round writes fresh objects; one warm-up round, medians of `--repeat`. A backend without a
+peer here (memory, out-of-tree) reports its throughput with the ratio not measured.
+
+`digest GB/s` is the digest alone over the same number of bytes (the peer's contiguous pages), to
+show how much of the gap to the peer is integrity: it reads every byte once more.
+
+The hit-rate and net-benefit part of `bench l3` (L3 on the conversation trace) belongs to the cache
+side: `throughput(...)` is callable on its own, and `run` has one marked place for that section.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from conformance.bench.common import emit, machine
+from conformance.cli import args as cli_args
+from conformance.cli.errors import CliError, clip
+from hal.transfer.layouts import check_layout
+from hal.transfer.seed import seed_geometry
+from hicache_ref.pools import HostPool
+from hicache_ref.storage import integrity
+from hicache_ref.storage import pages as page_order
+from hicache_ref.storage.integrity import DIGESTS
+
+HELP = "L3 storage set/get throughput of seed-geometry pages per backend vs the same bytes moved directly"
+GOAL = 0.9
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--storage", action="append", default=None, metavar="SPEC",
+                   help="backend to measure (repeatable); default: file in a temporary directory, and "
+                        "mooncake:auto when the Mooncake wheel loads here")
+    p.add_argument("--pages", type=cli_args.positive, default=32, help="pages set and got per round")
+    p.add_argument("--batch", type=cli_args.positive, default=8, help="pages per set/get call")
+    p.add_argument("--layers", type=cli_args.layers, default=78)
+    p.add_argument("--kv-dim", type=cli_args.dim, default=576)
+    p.add_argument("--page-size", type=cli_args.page_size, default=64)
+    p.add_argument("--layouts", default="page_first_direct,layer_first",
+                   help="host layouts of the pool the pages come from and go to")
+    p.add_argument("--digest", default="xxh3", help=f"integrity digest of the objects ({', '.join(DIGESTS)})")
+    p.add_argument("--repeat", type=cli_args.positive, default=5, help="timed rounds; medians are reported")
+    p.add_argument("--json", action="store_true")
+
+
+def check(a) -> None:
+    """Bad options refused, naming the option, before anything runs."""
+    if a.digest not in DIGESTS:
+        raise CliError("--digest", f"{clip(repr(a.digest))} is not one of {', '.join(DIGESTS)}")
+    geom = seed_geometry(layers=a.layers, kv_dim=a.kv_dim, page_size=a.page_size)
+    for layout in a.layouts.split(","):
+        try:
+            check_layout(layout, geom)
+        except ValueError as e:
+            raise CliError("--layouts", clip(str(e).removeprefix("layout: "), 200)) from None
+    from hicache_ref.storage.registry import split_spec, storage_class
+
+    for spec in a.storage or []:
+        try:
+            storage_class(split_spec(spec)[0])
+        except ValueError as e:
+            raise CliError("--storage", clip(e, 200)) from None
+
+
+def default_specs(object_bytes: int, pages: int, batch: int) -> list[str]:
+    from hicache_ref.storage.mooncake_cluster import unavailable_reason
+
+    specs = ["file:" + tempfile.mkdtemp(prefix="hicache-bench-l3-")]
+    if unavailable_reason() is None:
+        segment = 3 * pages * object_bytes + (64 << 20)  # this round's objects, the peer's, eviction headroom
+        buffer = batch * object_bytes + (8 << 20)
+        specs.append(f"mooncake:auto,segment={segment},buffer={buffer}")
+    return specs
+
+
+class _FilePeer:
+    """Plain files: one write / readinto per page, in a sibling directory of the store's."""
+
+    def __init__(self, store, data: torch.Tensor, page_bytes: int):
+        self.dir = tempfile.mkdtemp(prefix="peer-", dir=os.path.dirname(store.directory))
+        self.views = [memoryview(data[i * page_bytes : (i + 1) * page_bytes].numpy()) for i in range(len(data) // page_bytes)]
+
+    def set(self, tag: str) -> None:
+        for i, view in enumerate(self.views):
+            with open(os.path.join(self.dir, f"{tag}-{i}"), "wb", buffering=0) as f:
+                f.write(view)
+
+    def get(self, tag: str) -> None:
+        for i, view in enumerate(self.views):
+            with open(os.path.join(self.dir, f"{tag}-{i}"), "rb", buffering=0) as f:
+                f.readinto(view)
+
+    def clean(self, tag: str) -> None:
+        for i in range(len(self.views)):
+            os.unlink(os.path.join(self.dir, f"{tag}-{i}"))
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _MooncakePeer:
+    """The same Mooncake client, raw: batch_put_from / batch_get_into on a registered buffer."""
+
+    def __init__(self, store, data: torch.Tensor, page_bytes: int, batch: int):
+        self.raw, self.data, self.page_bytes, self.batch = store._store, data, page_bytes, batch
+        self.count = data.numel() // page_bytes
+        if self.raw.register_buffer(data.data_ptr(), data.numel()) != 0:
+            raise RuntimeError("mooncake peer: register_buffer failed")
+
+    def _calls(self, tag: str):
+        base = self.data.data_ptr()
+        for lo in range(0, self.count, self.batch):
+            idx = range(lo, min(lo + self.batch, self.count))
+            yield [f"{tag}-{i}" for i in idx], [base + i * self.page_bytes for i in idx], [self.page_bytes] * len(idx)
+
+    def set(self, tag: str) -> None:
+        for keys, ptrs, sizes in self._calls(tag):
+            if any(rc != 0 for rc in self.raw.batch_put_from(keys, ptrs, sizes)):
+                raise RuntimeError("mooncake peer: batch_put_from failed")
+
+    def get(self, tag: str) -> None:
+        for keys, ptrs, sizes in self._calls(tag):
+            if any(rc != self.page_bytes for rc in self.raw.batch_get_into(keys, ptrs, sizes)):
+                raise RuntimeError("mooncake peer: batch_get_into failed")
+
+    def clean(self, tag: str) -> None:
+        self.raw.batch_remove([f"{tag}-{i}" for i in range(self.count)], True)
+
+    def close(self) -> None:
+        self.raw.unregister_buffer(self.data.data_ptr())
+
+
+def _harness_clean(store, keys: list[str]) -> None:
+    if store.name == "file":
+        for key in keys:
+            store._discard(key)
+    elif store.name == "mooncake":
+        store._store.batch_remove(keys, True)
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def throughput(store, geom, layout: str, pages: int, batch: int, repeat: int) -> dict:
+    """Median seconds and GB/s of the harness and its peer for one backend and host layout."""
+    src = HostPool(geom, pages * geom.page_size, layout, materialize=True)
+    dst = HostPool(geom, pages * geom.page_size, layout, materialize=True)
+    rng = np.random.default_rng(0)
+    for buf in src.buffers:
+        buf.view(torch.uint8).view(-1).copy_(torch.from_numpy(rng.integers(0, 256, buf.numel() * buf.element_size(),
+                                                                         dtype=np.uint8)))
+    store.register_host_pool(src)
+    store.register_host_pool(dst)
+    page_bytes = page_order.page_bytes(geom)
+    data = torch.from_numpy(rng.integers(0, 256, pages * page_bytes, dtype=np.uint8))
+    peer = _FilePeer(store, data, page_bytes) if store.name == "file" else \
+        _MooncakePeer(store, data, page_bytes, batch) if store.name == "mooncake" else None
+    times = {"set": [], "get": [], "peer_set": [], "peer_get": [], "digest": []}
+    ok = True
+    try:
+        for r in range(repeat + 1):  # round 0 warms up
+            keys = [f"bench-l3-{os.getpid()}-{layout}-{r}-{i}" for i in range(pages)]
+            calls = [(keys[lo : lo + batch], list(range(lo, min(lo + batch, pages)))) for lo in range(0, pages, batch)]
+            t = {"set": _time(lambda c=calls: [ok_all(store.set(k, src, p)) for k, p in c])}
+            if peer:
+                t["peer_set"] = _time(lambda rr=r: peer.set(f"peer-{os.getpid()}-{rr}"))
+            t["get"] = _time(lambda c=calls: [ok_all(store.get(k, dst, p)) for k, p in c])
+            if peer:
+                t["peer_get"] = _time(lambda rr=r: peer.get(f"peer-{os.getpid()}-{rr}"))
+                peer.clean(f"peer-{os.getpid()}-{r}")
+            t["digest"] = _time(lambda: [integrity.trailer(store.digest, "k", [data[i * page_bytes : (i + 1) * page_bytes]])
+                                         for i in range(pages)])
+            if r == 0:
+                ok = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(src.buffers, dst.buffers,
+                                                                                             strict=True))
+            _harness_clean(store, keys)
+            if r:
+                for k, v in t.items():
+                    times[k].append(v)
+    finally:
+        if peer:
+            peer.close()
+        store.unregister_host_pool(src)
+        store.unregister_host_pool(dst)
+    nbytes = pages * page_bytes
+    med = {k: statistics.median(v) for k, v in times.items() if v}
+    row = {"bytes": nbytes, "verified": ok, **{f"{k}_seconds": v for k, v in med.items()},
+           **{f"{k}_gbps": nbytes / v / 1e9 for k, v in med.items()}}
+    for op in ("set", "get"):
+        row[f"{op}_ratio"] = med[f"peer_{op}"] / med[op] if f"peer_{op}" in med else None
+    row["peer"] = None if peer is None else type(peer).__doc__.split(":")[0]
+    return row
+
+
+def ok_all(flags: list[bool]) -> None:
+    if not all(flags):
+        raise RuntimeError(f"bench l3: {flags.count(False)} of {len(flags)} pages failed")
+
+
+def run(a) -> int:
+    from hicache_ref.storage.integrity import TRAILER_BYTES
+    from hicache_ref.storage.registry import open_storage
+
+    geom = seed_geometry(layers=a.layers, kv_dim=a.kv_dim, page_size=a.page_size)
+    page_bytes = page_order.page_bytes(geom)
+    specs = a.storage or default_specs(page_bytes + TRAILER_BYTES, a.pages, a.batch)
+    result = {"machine": machine(), "config": {"pages": a.pages, "batch": a.batch, "layers": a.layers,
+              "kv_dim": a.kv_dim, "page_size": a.page_size, "page_bytes": page_bytes, "digest": a.digest,
+              "repeat": a.repeat}, "goal_ratio": GOAL, "backends": {}}
+    lines = [f"{a.pages} pages of {a.page_size}-token MLA ({a.layers} layers x {a.kv_dim}, bf16: "
+             f"{page_bytes / 2**20:.2f} MiB a page) per round, {a.batch} a call, digest {a.digest}, "
+             f"median of {a.repeat}",
+             f"{'storage':<10}{'layout':<19}{'set GB/s':>9}{'peer':>7}{'ratio':>7}{'get GB/s':>10}{'peer':>7}"
+             f"{'ratio':>7}{'digest GB/s':>13}  verified"]
+    for spec in specs:
+        try:
+            store = open_storage(spec + (f",digest={a.digest}" if a.digest != "xxh3" else ""))
+        except (ValueError, RuntimeError) as e:
+            raise CliError("--storage", clip(e, 300)) from None
+        label = spec if len(spec) < 40 else spec[:37] + "..."
+        rows = {}
+        try:
+            for layout in a.layouts.split(","):
+                rows[layout] = r = throughput(store, geom, layout, a.pages, a.batch, a.repeat)
+
+                def ratio(x):
+                    return f"{x:>7.2f}" if x is not None else f"{'n/a':>7}"
+
+                lines.append(f"{store.name:<10}{layout:<19}{r['set_gbps']:>9.2f}{r.get('peer_set_gbps', 0):>7.2f}"
+                             f"{ratio(r['set_ratio'])}{r['get_gbps']:>10.2f}{r.get('peer_get_gbps', 0):>7.2f}"
+                             f"{ratio(r['get_ratio'])}{r['digest_gbps']:>13.2f}  {r['verified']}")
+        finally:
+            store.close()
+        result["backends"][label] = {"name": store.name, "peer": next(iter(rows.values()))["peer"], "layouts": rows}
+    # --- hit-rate / net-benefit of L3 on the conversation trace: the cache side (wt-l3tier) adds it here ---
+    lines.append(f"goal: ratio >= {GOAL} (peer seconds / harness seconds for the same bytes)")
+    emit(result, a.json, lines)
+    return 0 if all(r["verified"] for b in result["backends"].values() for r in b["layouts"].values()) else 1
