@@ -46,6 +46,7 @@ class RequestResult(NamedTuple):
     cached_tokens: int  # page-aligned tokens the tree holds for this request afterwards
     truncated: bool  # the live request did not fit in L1
     kv_mismatch_tokens: int  # hit tokens whose KV bytes were wrong (materialized only)
+    l3_hit_tokens: int = 0  # prefix tokens read from L3 (hicache_ref.l3) and loaded; not in l2_hit_tokens
 
 
 class HiCache:
@@ -80,6 +81,7 @@ class HiCache:
                               evict_size=evict_size)
         self.controller = CacheController(self.device, self.host, backend) if self.host is not None else None
         self.kv = KVWriter(self.device, backend) if self.materialize else None
+        self.l3 = None  # an hicache_ref.l3.L3Tier, attached by hicache_ref.l3.attach_l3
         self._closed = False
 
     # -- completions ----------------------------------------------------------------------
@@ -88,6 +90,8 @@ class HiCache:
             t = ack.tag
             if isinstance(t, TierCopy) and t.lock_node is not None and not t.done:
                 self.tree.complete(t)
+                if self.l3 is not None and t.kind == "backup":
+                    self.l3.backed_up(t)  # its L2 copy is written to L3 on the L3 write thread
 
     def _on_write_back(self, copies: list[TierCopy]) -> None:
         # One write per copy (the tree guarantees write-backs of one evict() own disjoint
@@ -97,6 +101,8 @@ class HiCache:
         if self.materialize:  # the tree frees these device slots when we return
             for h in handles:
                 h.wait()
+        if self.l3 is not None:  # landed in L2 (L3 needs materialized pools): copied out for L3
+            self.l3.written_back(copies)
 
     def _back_up(self, backups) -> None:
         for b in backups:
@@ -118,12 +124,17 @@ class HiCache:
         tokens = np.asarray(tokens)
         ps, n = self.page_size, len(tokens)
         full = n // ps * ps
+        if self.l3 is not None:  # before this request's backups are handed to it (see hicache_ref.l3.tier)
+            self.l3.settle(wait=self.sync)
         if self.controller is not None and not in_step:
             self._complete(self.controller.flush() if self.sync else self.controller.poll())
         tree = self.tree
         # Pages throughout (the tree's and the controller's page-level calls): token slots
         # are made only where bytes are touched here (materialized KV).
         m = tree.match_pages(tokens)
+        l3 = 0  # pages L3 added to the match, as host-resident nodes
+        if self.l3 is not None:
+            m, l3 = self.l3.prefetch(tokens, m)
         tree.lock(m.last_device_node)  # our L1 prefix must survive the evictions below
         locked = [m.last_device_node]
         l1, host_len = len(m.device_pages) * ps, len(m.host_pages) * ps
@@ -136,6 +147,9 @@ class HiCache:
                 else:
                     l2, loaded = host_len, t.device_pages
                     load = self.controller.load_pages(t.host_pages, t.device_pages, tag=t)
+                    if l3:
+                        self.l3.hit(l3)
+            l3 = l3 * ps if l2 else 0
             prefix = l1 + l2
             need_pages = -(-n // ps) - prefix // ps
             # Upstream's paged allocation evicts for the extend tokens plus one page per request.
@@ -169,7 +183,7 @@ class HiCache:
         finally:
             for node in locked:
                 tree.unlock(node)
-        return RequestResult(n, l1, l2, unloaded, cached, truncated, mismatch)
+        return RequestResult(n, l1, l2 - l3, unloaded, cached, truncated, mismatch, l3)
 
     # -- teardown ----------------------------------------------------------------------------
     def close(self, timeout: float = 30.0) -> None:
@@ -186,6 +200,8 @@ class HiCache:
         try:
             if self.controller is not None:
                 self._complete(self.controller.shutdown(timeout=timeout, drain=True))
+            if self.l3 is not None and not self.l3.close(timeout):
+                stuck = True  # an L3 thread is still in a store call that may touch the host pool
         except TimeoutError:
             stuck = True
             raise

@@ -29,7 +29,8 @@ from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import TraceRequest, read_trace, request_tokens
 
 JSON_KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_rate", "d2h_tokens", "h2d_tokens",
-             "d2h_bytes", "h2d_bytes", "d2h_segments", "h2d_segments", "modeled_transfer_seconds", "wall_seconds")
+             "d2h_bytes", "h2d_bytes", "d2h_segments", "h2d_segments", "modeled_transfer_seconds", "wall_seconds",
+             "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written")
 
 
 def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest], limit: int | None = None) -> dict:
@@ -48,7 +49,7 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
     l1, l2 = spec.capacities(whole)  # checked before a backend or pool exists
     backend, own_backend = spec.open_backend()
     totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
-                  truncated_requests=0, kv_mismatch_tokens=0)
+                  truncated_requests=0, kv_mismatch_tokens=0, l3_hit_tokens=0)
     compute = getattr(getattr(backend, "profile", None), "compute", None)
     saved = 0.0 if compute is not None else None
     prefix_saved = saved  # what every hit saves over no cache (saved: what the L2 hits save over L1 alone)
@@ -66,6 +67,7 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
                 totals["l2_unloaded_tokens"] += res.l2_unloaded_tokens
                 totals["truncated_requests"] += res.truncated
                 totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
+                totals["l3_hit_tokens"] += res.l3_hit_tokens
                 if saved is not None:
                     saved = _add_saved(saved, compute, res)
                 if prefix_saved is not None:
@@ -86,22 +88,35 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
         **spec.semantics_config(),
         effective_host_layout=spec.effective_host_layout,
         profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
+    fig.update(_l3_figures(cache, spec))
     registered = cache.host.nbytes if cache.host is not None else 0
     fig["prefix_cache_compute_saved_seconds"] = prefix_saved
-    fig.update(cost.replay_figures(getattr(backend, "profile", None), saved, fig["modeled_transfer_seconds"],
-                                   baseline, registered, requests=totals["requests"]))
+    transfer = fig["modeled_transfer_seconds"]
+    if transfer is not None and cache.l3 is not None:  # requests also waited for L3 reads
+        transfer += fig["l3_modeled_stall_seconds"]
+    fig.update(cost.replay_figures(getattr(backend, "profile", None), saved, transfer, baseline, registered,
+                                   requests=totals["requests"]))
     return fig
+
+
+def _l3_figures(cache: HiCache, spec: CacheSpec) -> dict:
+    """L3 figures (hicache_ref.l3.tier): zeros without an L3; the tier's detail with one."""
+    if cache.l3 is None:
+        return dict(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0)
+    return dict(l3=spec.l3, **cache.l3.figures())
 
 
 def _add_saved(saved: float | None, compute, res, over_l1: bool = True) -> float | None:
     """Modeled prefill seconds the request's hits save, added to `saved`; None once the profile
-    cannot say. over_l1 (HiCache's gain, what net benefit counts): what its L2 hits save beyond
-    an L1-only cache, prefill(n - l1_hit) - prefill(n - l1_hit - l2_hit), taking L1's contents
-    with and without L2 as equal (hicache_ref.cost). Else every hit: prefill(n) - prefill(n - hit)."""
+    cannot say. over_l1 (HiCache's gain, what net benefit counts): what its L2 and L3 hits save
+    beyond an L1-only cache, prefill(n - l1_hit) - prefill(n - l1_hit - l2_hit - l3_hit), taking
+    L1's contents with and without the lower tiers as equal (hicache_ref.cost). Else every hit:
+    prefill(n) - prefill(n - hit)."""
     if saved is None:
         return None
+    lower = res.l2_hit_tokens + res.l3_hit_tokens
     before = res.input_tokens - res.l1_hit_tokens if over_l1 else res.input_tokens
-    hit = res.l2_hit_tokens if over_l1 else res.l1_hit_tokens + res.l2_hit_tokens
+    hit = lower if over_l1 else res.l1_hit_tokens + lower
     if not hit:
         return saved
     full, rest = compute.prefill_seconds(before), compute.prefill_seconds(before - hit)
@@ -110,7 +125,8 @@ def _add_saved(saved: float | None, compute, res, over_l1: bool = True) -> float
 
 def _figures(t: dict, cache: HiCache, wall: float, read_seconds: float, saved, ghost_list, config: dict) -> dict:
     out = dict(t)
-    out["hit_rate"] = (t["l1_hit_tokens"] + t["l2_hit_tokens"]) / t["input_tokens"] if t["input_tokens"] else 0.0
+    hits = t["l1_hit_tokens"] + t["l2_hit_tokens"] + t.get("l3_hit_tokens", 0)
+    out["hit_rate"] = hits / t["input_tokens"] if t["input_tokens"] else 0.0
     ctl = cache.controller.stats() if cache.controller is not None else None
     for d in POOL_DIRECTIONS:
         s = getattr(ctl, d) if ctl is not None else None
@@ -147,8 +163,18 @@ def summary_lines(fig: dict) -> list[str]:
         f"modeled transfer time {'not modeled by this profile' if m is None else f'{m:.3f} s'} "
         f"(profile {fig['profile']}); wall {fig['wall_seconds']:.2f} s, "
         f"{(fig['tokens_per_second'] or 0) / 1e6:.1f} M tokens/s",
-    ] + _net_benefit_lines(fig) + ([f"KV mismatches: {fig['kv_mismatch_tokens']:,} tokens"] if fig["materialize"] else []) \
-        + _semantics_lines(fig)
+    ] + _l3_lines(fig) + _net_benefit_lines(fig) \
+        + ([f"KV mismatches: {fig['kv_mismatch_tokens']:,} tokens"] if fig["materialize"] else []) + _semantics_lines(fig)
+
+
+def _l3_lines(fig: dict) -> list[str]:
+    if not fig.get("l3"):
+        return []
+    mib = 2**20
+    return [f"L3 {fig['l3_storage']} ({fig['l3_prefetch_policy']}): {fig['l3_hit_tokens']:,} hit tokens, read "
+            f"{fig['l3_bytes_read'] / mib:.1f} MiB, written {fig['l3_bytes_written'] / mib:.1f} MiB, "
+            f"{fig['l3_errors']} errors, {fig['l3_corrupt_pages']} corrupt pages; modeled stall "
+            f"{fig['l3_modeled_stall_seconds']:.3f} s (assumed link)"]
 
 
 def _semantics_lines(fig: dict) -> list[str]:

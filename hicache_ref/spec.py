@@ -24,6 +24,8 @@ from hal.transfer.seed import SEED_GEOMETRY
 from hicache_ref.allocator import ORDERS
 from hicache_ref.cache import HiCache
 from hicache_ref.ghost import GhostList
+from hicache_ref.l3 import PREFETCH_POLICIES, attach_l3
+from hicache_ref.l3.tier import DEFAULT_THRESHOLD_TOKENS
 from hicache_ref.policy import HIT_COUNTS, POLICIES
 from hicache_ref.radix import BACKUP_SCOPES
 from hicache_ref.semantics import SEMANTICS, SWITCHES, overrides, preset
@@ -92,6 +94,13 @@ class CacheSpec:
     # upstream's host-index sort for layer_first and page_first -> page_first_direct),
     # "kernel" prices launches and per-item copies.
     io_backend: str = "direct"
+    # L3 (hicache_ref.l3): a storage spec such as file:DIR or mooncake:METADATA_URL,MASTER_ADDR
+    # (hicache_ref.storage.open_storage), or None; needs an L2 and materialize (L3 holds real bytes).
+    l3: str | None = None
+    prefetch_policy: str = "wait_complete"  # hicache_ref.l3.policy: best_effort needs slack to fetch anything
+    prefetch_threshold: int = DEFAULT_THRESHOLD_TOKENS  # fewer L3 tokens than this: no prefetch
+    prefetch_limit_tokens: int | None = None  # rate limit, tokens in flight; None: 0.8 x L2
+    prefetch_slack_seconds: float = 0.0  # modeled queue time before a request is scheduled (0: serial)
 
     def __post_init__(self):
         positive_int("page_size", self.page_size)
@@ -127,6 +136,24 @@ class CacheSpec:
                              f"bytes, but materialize={self.materialize} (unmaterialized caches run on a backend "
                              "that moves none, such as count)")
         self.geometry()  # what KVGeometry itself checks (e.g. MLA has one head)
+        self._check_l3()
+
+    def _check_l3(self) -> None:
+        if self.l3 is not None:
+            if not isinstance(self.l3, str) or ":" not in self.l3:
+                raise ValueError(f"l3: expected a storage spec NAME:ARGS such as file:/tmp/kv, got {self.l3!r}")
+            if not self.materialize:
+                raise ValueError("l3: needs materialize=True (L3 stores and returns real KV bytes)")
+            if self.l2_tokens == 0:
+                raise ValueError("l3: needs an L2 (l2_tokens 0): L3 prefetches into L2")
+        _one_of("prefetch_policy", self.prefetch_policy, PREFETCH_POLICIES)
+        _tokens_or_none("prefetch_threshold", self.prefetch_threshold)
+        if self.prefetch_threshold is None:
+            raise ValueError("prefetch_threshold: expected a non-negative number of tokens, got None")
+        _tokens_or_none("prefetch_limit_tokens", self.prefetch_limit_tokens)
+        s = self.prefetch_slack_seconds
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s < float("inf"):
+            raise ValueError(f"prefetch_slack_seconds: expected non-negative seconds, got {s!r}")
 
     @classmethod
     def preset(cls, semantics: str = "reference", **fields) -> CacheSpec:
@@ -195,9 +222,17 @@ class CacheSpec:
                              "(open_backend picks one that does)")
         l1, l2 = self.capacities(whole_tokens)
         bound = self.ghost_entries if self.ghost_entries is not None else max(l1 // self.page_size, MIN_GHOST_ENTRIES)
-        return HiCache(self.geometry(), l1, l2, backend, layout=self.host_layout, policy=self.write_policy,
-                       ghost=GhostList(bound) if self.ghost else None, order=self.free_list, sync=self.sync,
-                       hit_count=self.hit_count, pd_disagg=self.pd_disagg, backup_scope=self.backup_scope,
-                       evict_size=self.evict_size, load_back_threshold=self.load_back_threshold,
-                       load_back_quota=self.load_back_quota, host_order=self.resolved_host_free_list,
-                       io_backend=self.io_backend)
+        cache = HiCache(self.geometry(), l1, l2, backend, layout=self.host_layout, policy=self.write_policy,
+                        ghost=GhostList(bound) if self.ghost else None, order=self.free_list, sync=self.sync,
+                        hit_count=self.hit_count, pd_disagg=self.pd_disagg, backup_scope=self.backup_scope,
+                        evict_size=self.evict_size, load_back_threshold=self.load_back_threshold,
+                        load_back_quota=self.load_back_quota, host_order=self.resolved_host_free_list,
+                        io_backend=self.io_backend)
+        if self.l3 is not None:
+            try:
+                attach_l3(cache, self.l3, policy=self.prefetch_policy, threshold_tokens=self.prefetch_threshold,
+                          limit_tokens=self.prefetch_limit_tokens, slack_seconds=self.prefetch_slack_seconds)
+            except BaseException:
+                cache.close()
+                raise
+        return cache

@@ -112,3 +112,14 @@ def test_device_conform_leaves_the_storage_suite_out(tmp_path):
     add_arguments(p)
     cmd = pytest_command(p.parse_args(["-n", "0"]), None, tmp_path)
     assert cmd[cmd.index("--ignore-glob") + 1] == "*/conformance/storage/*"
+
+
+def test_subset_of_the_deciding_storage_suites_is_partial_and_out_holds_only_reports(tmp_path):
+    # -k leaves test_exists and test_integrity out: nothing failed, but a PASS would claim them.
+    out = tmp_path / "out"
+    r = _conform("--storage", "memory:", "--out", str(out), "-n", "0", "-k", "test_round_trip")
+    assert r.returncode == 4, r.stdout[-3000:] + r.stderr[-3000:]
+    s = _summary(out)
+    assert s["verdict"] == "PARTIAL" and not s["ok"]
+    assert "test_exists" in s["partial_reason"] and "test_integrity" in s["partial_reason"]
+    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "summary.json"]

@@ -311,7 +311,13 @@ def _storage_status(spec: str) -> str | None:
     return None
 
 
+# The storage suites a PASS needs in full (test_concurrency and test_restart add to them, and
+# restart skips on stores it cannot restart).
+STORAGE_DECIDING = ("test_round_trip", "test_exists", "test_integrity")
+
+
 def _run_storage(a) -> int:
+    from conformance.report import selection
     from conformance.report import summary as report
     from conformance.storage.cases import SPEC_ENV
 
@@ -325,33 +331,39 @@ def _run_storage(a) -> int:
     label = "storage " + a.storage
     out = Path(a.out or f"hicache-conform-storage-{a.storage.split(':')[0]}").resolve()
     lock = claim_out(out, a.out is not None)
+    work = out / WORK_NAME
     try:
-        (out / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+        work.mkdir(mode=0o700)
+        (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
         if why:
             print(f"hicache conform: storage {a.storage!r} is not available here: {why}\n"
                   f"  every test is skipped with that reason; the verdict will be NOT RUN", flush=True)
         cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.storage", "-p", "conformance.plugin",
-               "-c", str(out / "pytest.ini"), "--rootdir", str(out), "-p", "no:cacheprovider", "-p", "no:benchmark",
-               "--junitxml", str(out / "junit.xml"), "-q", "--tb=short"]
+               "-p", "conformance.report.selection", "-c", str(work / "pytest.ini"), "--rootdir", str(out),
+               "-p", "no:cacheprovider", "-p", "no:benchmark", "--junitxml", str(out / "junit.xml"), "-q", "--tb=short"]
         cmd += [arg for mod in a.backend_module for arg in ("--backend-module", mod)]
         cmd += (["-k", a.keyword] if a.keyword else []) + (["-x"] if a.exitfirst else [])
-        rc = run_child(cmd + _workers(a.workers) + list(a.pytest_args), out, {**os.environ, SPEC_ENV: a.storage})
+        counts = work / "selection.json"
+        env = {**os.environ, SPEC_ENV: a.storage, selection.SELECTION_ENV: str(counts)}
+        rc = run_child(cmd + _workers(a.workers) + list(a.pytest_args), out, env)
         junit = out / "junit.xml"
         if not junit.exists():
             print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
-            return 1 if rc in (0, EXIT_NOT_RUN) else rc
-        summary = report.summarize_junit(junit, label, None, why)
+            return 1 if rc in (0, EXIT_NOT_RUN) else _pytest_exit(rc)
+        summary = report.summarize_junit(junit, label, None, why, selection.read(counts), deciding=STORAGE_DECIDING)
         report.write_json(summary, out / "summary.json")
         print()
         print(report.format_table(summary))
         print(f"reports: {junit}, {out / 'summary.json'}")
     finally:
-        os.close(lock)
+        release_out(out, lock)
     if summary.verdict == "FAIL":
         return rc if rc not in (0, EXIT_NOT_RUN) else 1
     if rc == 5:
         return 5
-    return EXIT_NOT_RUN if summary.verdict == "NOT RUN" else 0
+    if rc not in (0, 1):
+        return 1 if rc == EXIT_NOT_RUN else _pytest_exit(rc)
+    return {"NOT RUN": EXIT_NOT_RUN, "PARTIAL": EXIT_PARTIAL}.get(summary.verdict, 0)
 # --- end of the storage block ------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -16,9 +17,11 @@ from hal.transfer.layouts import DTYPES, HOST_LAYOUTS
 from hal.units import HELP as UNITS
 from hal.units import parse_size
 from hicache_ref.allocator import ORDERS
+from hicache_ref.l3 import PREFETCH_POLICIES
 from hicache_ref.policy import POLICIES
 from hicache_ref.replay import replay, summary_lines
 from hicache_ref.spec import CacheSpec
+from hicache_ref.storage.registry import split_spec, storage_class
 from hicache_ref.tp.replay_tp import tp_replay, tp_spec, tp_summary_line
 from hicache_ref.trace import find_trace
 
@@ -71,6 +74,16 @@ def add_arguments(p) -> None:
                    "direct (one copy per merged run; layer_first host indices sorted, page_first used as "
                    "page_first_direct) or kernel (launches and per-item copies, no descriptors); default: the preset's, "
                    "direct for reference, kernel (upstream's server default) for upstream")
+    # L3 (hicache_ref.l3): one block
+    p.add_argument("--l3", metavar="SPEC", help="L3 store under L2: file:DIR[,max_bytes=SIZE] or "
+                   "mooncake:METADATA_URL,MASTER_ADDR (needs --materialize and an L2); adds l3_* figures")
+    p.add_argument("--prefetch-policy", choices=tuple(PREFETCH_POLICIES), help="with --l3: when a request stops "
+                   f"waiting for its prefetch (default {DEFAULTS.prefetch_policy}; best_effort fetches only within "
+                   "--prefetch-slack-ms)")
+    p.add_argument("--prefetch-threshold", type=types.count(0), help="with --l3: fewer L3 tokens than this are "
+                   f"not prefetched (default {DEFAULTS.prefetch_threshold})")
+    p.add_argument("--prefetch-slack-ms", type=types.count(0, 3_600_000), help="with --l3: modeled queue time "
+                   "a request has before it is scheduled (default 0: serial replay)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
 
@@ -97,6 +110,29 @@ def spec_from_args(a, l1: int | None, l2: int | None) -> CacheSpec:
                      ghost_entries=a.ghost_entries, host_layout=a.host_layout,
                      attention=a.attention, layers=a.layers, heads=a.heads, kv_dim=a.kv_dim, dtype=a.dtype,
                      profile=a.profile, materialize=a.materialize, **reqpath_args.spec_fields(a))
+
+
+def _with_l3(a, spec: CacheSpec) -> CacheSpec:
+    """The spec with the --l3 options, checked naming the option."""
+    if a.l3 is None:
+        for option in ("prefetch_policy", "prefetch_threshold", "prefetch_slack_ms"):
+            if getattr(a, option) is not None:
+                raise CliError("--" + option.replace("_", "-"), "applies to an L3: give --l3 SPEC")
+        return spec
+    if not a.materialize:
+        raise CliError("--l3", "needs --materialize (L3 stores and returns real KV bytes)")
+    if spec.l2_tokens == 0:
+        raise CliError("--l3", "needs an L2 to prefetch into; --l2-tokens is 0")
+    if a.tp is not None or a.concurrency is not None:
+        raise CliError("--l3", "applies to a serial single-rank replay; drop " + ("--tp" if a.tp else "--concurrency"))
+    try:
+        storage_class(split_spec(a.l3)[0])
+    except ValueError as e:
+        raise CliError("--l3", str(e)) from None
+    options = dict(l3=a.l3, prefetch_policy=a.prefetch_policy or spec.prefetch_policy,
+                   prefetch_threshold=spec.prefetch_threshold if a.prefetch_threshold is None else a.prefetch_threshold,
+                   prefetch_slack_seconds=(a.prefetch_slack_ms or 0) / 1000)
+    return dataclasses.replace(spec, **options)
 
 
 def check_capacity(spec: CacheSpec) -> None:
@@ -147,6 +183,7 @@ def run(a) -> int:
     if spec.effective_host_layout != spec.host_layout:  # upstream warns about the same switch
         warn(f"--host-layout {spec.host_layout} is used as {spec.effective_host_layout} with --io-backend "
              f"{spec.io_backend} (as upstream does); --io-backend kernel keeps {spec.host_layout}")
+    spec = _with_l3(a, spec)
     check_capacity(spec if a.tp is None else tp_spec(spec, a.tp, a.shared_host))
     if a.concurrency is None and (a.timestamps or a.pd):
         raise CliError("--timestamps" if a.timestamps else "--pd", "applies to a served replay: give --concurrency N")
@@ -157,7 +194,12 @@ def run(a) -> int:
             if a.tp is not None:
                 fig = tp_replay(spec, trace, a.limit, a.tp, a.shared_host)
             elif a.concurrency is None:
-                fig = replay(spec, trace, a.limit)
+                try:
+                    fig = replay(spec, trace, a.limit)
+                except ValueError as e:
+                    if str(e).startswith("l3: "):  # the store could not be opened (hicache_ref.l3.build)
+                        raise CliError("--l3", str(e).removeprefix("l3: ")) from None
+                    raise
             else:
                 from hicache_ref.trace import read_trace
                 from hicache_ref.workload.serving import replay_served

@@ -48,6 +48,8 @@ class Summary:
     # tests the run's selection (-k, -m, --deselect) left out, per module (conformance.report.selection);
     # None when the run did not say (a summary read from a junit file alone)
     deselected: dict[str, int] | None = None
+    # the suites whose tests must run for a PASS (the storage suite has its own)
+    deciding: tuple[str, ...] = DEFINING_MODULES
 
     def total(self, outcome: str) -> int:
         return sum(getattr(m, outcome) for m in self.modules)
@@ -63,11 +65,11 @@ class Summary:
             return f"backend {self.backend!r} is not available here: {self.unavailable}"
         if not self.total("passed"):
             return "no test passed: every test was skipped" if self.tests else "no test ran"
-        idle = [m.module for m in self.modules if m.module in DEFINING_MODULES and m.tests and not m.passed]
+        idle = [m.module for m in self.modules if m.module in self.deciding and m.tests and not m.passed]
         if idle:
             return f"every test of {', '.join(idle)} was skipped"
-        if not any(m.passed for m in self.modules if m.module in DEFINING_MODULES):
-            return f"no test of {' or '.join(DEFINING_MODULES)} ran (deselected or not collected)"
+        if not any(m.passed for m in self.modules if m.module in self.deciding):
+            return f"no test of {' or '.join(self.deciding)} ran (deselected or not collected)"
         return None
 
     @property
@@ -77,9 +79,9 @@ class Summary:
         if self.not_run_reason:
             return None
         ran = {m.module for m in self.modules if m.tests}
-        cut = {m: n for m, n in (self.deselected or {}).items() if m in DEFINING_MODULES and n}
+        cut = {m: n for m, n in (self.deselected or {}).items() if m in self.deciding and n}
         parts = [f"{n} test{'s' if n != 1 else ''} of {m} deselected" for m, n in sorted(cut.items())]
-        parts += [f"{m} did not run" for m in DEFINING_MODULES if m not in ran and m not in cut]
+        parts += [f"{m} did not run" for m in self.deciding if m not in ran and m not in cut]
         return "; ".join(parts) or None
 
     @property
@@ -128,7 +130,7 @@ def _first_line(text: str | None) -> str:
 
 
 def summarize_junit(path: str | Path, backend: str, profile: str | None, unavailable: str | None = None,
-                    deselected: dict[str, int] | None = None) -> Summary:
+                    deselected: dict[str, int] | None = None, deciding: tuple[str, ...] = DEFINING_MODULES) -> Summary:
     """Read pytest's junit XML (with or without xdist) into a Summary; `unavailable` is the
     backend's reason when it cannot run here (the verdict is then NOT RUN); `deselected`: tests
     per module the selection left out (conformance.report.selection.read)."""
@@ -161,7 +163,7 @@ def summarize_junit(path: str | Path, backend: str, profile: str | None, unavail
         else:
             result.passed += 1
     return Summary(backend, profile, str(path), [modules[m] for m in sorted(modules)],
-                   dict(skips.most_common()), dict(xfails.most_common()), failures, unavailable, deselected)
+                   dict(skips.most_common()), dict(xfails.most_common()), failures, unavailable, deselected, deciding)
 
 
 def format_table(s: Summary, max_failures: int = 20) -> str:

@@ -1,0 +1,126 @@
+"""Hit rate and net benefit that an L3 adds, on a trace, at a small L1 and L2 (`hicache bench l3`'s part).
+
+`measure` replays the trace three ways in one run, on the same small geometry and profile:
+without L3, with L3 on each store asked for (`file`: a fresh temporary directory; `mooncake`:
+a loopback cluster started here, hicache_ref.storage.mooncake_cluster, or not_measured with
+the reason where the wheel or its binaries are absent), and with unlimited L1 (the ceiling).
+L1 holds the longest request (whole pages) and L2 twice that, so every request fits and
+reuse beyond them can only come from L3. Figures per store: hit rate and its gain over no
+L3, net benefit (hicache_ref.cost: compute saved minus modeled transfer, L3 waits included,
+minus penalties) and its gain, L3 hit tokens, bytes read and written, errors, wall seconds.
+
+The geometry is small (MLA, 1 layer x 4 latent, bf16: 8 bytes a token) because every page is
+materialized and stored: hits and evictions are the same at any geometry (capacities are in
+tokens), compute saved too (the profile's prefill model counts tokens), but transfer seconds
+and bytes are this geometry's, so the net benefit here is an upper bound of the seed's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import time
+
+from conformance.bench.common import emit, machine
+from conformance.cli import args as cli_args
+from hicache_ref.replay import replay
+from hicache_ref.spec import CacheSpec
+from hicache_ref.trace import find_trace, read_trace
+
+HELP = "hit rate and net benefit gained from an L3 (file, Mooncake) at a small L1/L2 on a trace"
+STORES = ("file", "mooncake")
+GEOMETRY = dict(attention="mla", layers=1, kv_dim=4, dtype="bf16")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
+    p.add_argument("--limit", type=cli_args.count(1), default=1500, help="the first N requests (default 1500)")
+    p.add_argument("--page-size", type=cli_args.page_size, default=256)
+    p.add_argument("--profile", default="p800", help="profile whose compute model prices the net benefit")
+    p.add_argument("--store", action="append", choices=STORES, help="store(s) to measure (default: both)")
+    p.add_argument("--json", action="store_true")
+
+
+def tiers_for(requests, page_size: int) -> tuple[int, int]:
+    """(L1, L2): L1 the longest request in whole pages, L2 twice that."""
+    longest = max((-(-r.input_length // page_size) * page_size for r in requests), default=page_size)
+    return longest, 2 * longest
+
+
+def _row(fig: dict, base: dict) -> dict:
+    gain = lambda k: None if fig.get(k) is None or base.get(k) is None else fig[k] - base[k]  # noqa: E731
+    return dict(hit_rate=fig["hit_rate"], hit_rate_gain=fig["hit_rate"] - base["hit_rate"],
+                net_benefit_seconds=fig.get("net_benefit_seconds"), net_benefit_gain_seconds=gain("net_benefit_seconds"),
+                l3_hit_tokens=fig["l3_hit_tokens"], l3_bytes_read=fig["l3_bytes_read"],
+                l3_bytes_written=fig["l3_bytes_written"], l3_errors=fig["l3_errors"],
+                l3_modeled_stall_seconds=fig.get("l3_modeled_stall_seconds", 0.0),
+                kv_mismatch_tokens=fig["kv_mismatch_tokens"], wall_seconds=fig["wall_seconds"])
+
+
+def _with_store(name: str, run):
+    """run(storage spec) on a fresh store of kind `name`: (figures, None) or (None, why not measured)."""
+    if name == "file":
+        d = tempfile.mkdtemp(prefix="hicache-bench-l3-")
+        try:
+            return run(f"file:{d}"), None
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    from hicache_ref.storage.mooncake_cluster import MooncakeCluster, unavailable_reason
+
+    why = unavailable_reason()
+    if why:
+        return None, f"mooncake: {why}"
+    with MooncakeCluster() as cluster:
+        return run(cluster.spec + ",segment=1GiB"), None
+
+
+def measure(trace=None, limit: int = 1500, page_size: int = 256, profile: str = "p800",
+            stores=STORES, policy: str = "wait_complete") -> dict:
+    """The figures of the module docstring: `without`, `unlimited` and one row per store in `stores`."""
+    trace = trace or find_trace("conversation_trace.jsonl")
+    requests = read_trace(trace, limit)
+    l1, l2 = tiers_for(requests, page_size)
+    base = CacheSpec(page_size=page_size, materialize=True, write_policy="write_through", profile=profile,
+                     **GEOMETRY)
+    small = dict(l1_tokens=l1, l2_tokens=l2)
+    t0 = time.perf_counter()
+    unlimited = replay(base, requests)
+    without = replay(dataclasses.replace(base, **small), requests)
+    rows = {}
+    for name in stores:
+        fig, why = _with_store(name, lambda spec: replay(dataclasses.replace(base, **small, l3=spec,
+                                                                             prefetch_policy=policy), requests))
+        rows[name] = _row(fig, without) if fig is not None else dict(not_measured=why)
+    return dict(trace=str(trace), requests=len(requests), page_size=page_size, l1_tokens=l1, l2_tokens=l2,
+                geometry=GEOMETRY, profile=profile, prefetch_policy=policy,
+                unlimited_hit_rate=unlimited["hit_rate"], without=_row(without, without), stores=rows,
+                bench_wall_seconds=time.perf_counter() - t0)
+
+
+def summary_lines(res: dict) -> list[str]:
+    out = [f"{res['requests']:,} requests of {res['trace']}, page {res['page_size']}, L1 {res['l1_tokens']:,}, "
+           f"L2 {res['l2_tokens']:,} tokens, profile {res['profile']}, {res['prefetch_policy']}; "
+           f"unlimited hit rate {res['unlimited_hit_rate']:.4f}",
+           _line("no L3", res["without"])]
+    out += [f"{name}: not measured ({row['not_measured']})" if "not_measured" in row else _line(f"L3 {name}", row)
+            for name, row in res["stores"].items()]
+    return out
+
+
+def _line(label: str, row: dict) -> str:
+    net = row["net_benefit_seconds"]
+    gain = row["net_benefit_gain_seconds"]
+    return (f"{label}: hit rate {row['hit_rate']:.4f} ({row['hit_rate_gain']:+.4f}), net benefit "
+            + ("not modeled" if net is None else f"{net:+.2f} s ({gain:+.2f} s)")
+            + f", L3 hits {row['l3_hit_tokens']:,} tokens, read {row['l3_bytes_read'] / 2**20:.1f} MiB, "
+            f"written {row['l3_bytes_written'] / 2**20:.1f} MiB, {row['l3_errors']} errors, "
+            f"KV mismatches {row['kv_mismatch_tokens']}, wall {row['wall_seconds']:.1f} s")
+
+
+def run(a) -> int:
+    trace = a.trace or find_trace("conversation_trace.jsonl")
+    res = measure(trace, a.limit, a.page_size, a.profile, tuple(a.store or STORES))
+    res["machine"] = machine()
+    emit(res, a.json, summary_lines(res))
+    return 1 if any(r.get("kv_mismatch_tokens") for r in res["stores"].values()) else 0

@@ -1,0 +1,128 @@
+"""Prefetch policies of the L3 tier on the modeled clock: how many L3 pages a request gets.
+
+Upstream (SGLang's cache controller) lets a prefetch run from the moment a request is
+queued until it is scheduled, and then decides by policy whether to stop it there:
+`best_effort` stops at once, `wait_complete` waits for the whole prefetch, `timeout`
+waits until the prefetch is done or `base + per_ki_token * tokens / 1024` seconds have
+passed since it was issued (upstream defaults: 1 s and 0.25 s per 1024 tokens). What
+was fetched when it stops is used; the rest is dropped.
+
+Here the same decision is made on the modeled clock, so the figures are the same on
+every run whatever the threads' timing: a prefetch of n pages lands its pages in order,
+page i (0-based) at `L3Link.read_seconds(i + 1)` after issue, and a request has
+`slack_seconds` of queue time before it is scheduled (0 in a serial replay: nothing is
+queued behind the running request). A policy turns (pages L3 holds, tokens, slack)
+into the pages the request uses and the modeled seconds it waits past its slack. The
+wall clock never enters: the cache then waits for exactly the pages the model said
+landed (see hicache_ref.l3.tier).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Assumed link of the L3 store (no profile holds one yet): a pooled-DRAM store over RDMA,
+# one round trip per batch and a streaming rate per direction. Reported with the figures.
+ASSUMED_L3_READ_GBPS = 10.0
+ASSUMED_L3_WRITE_GBPS = 10.0
+ASSUMED_L3_LATENCY_S = 50e-6
+
+TIMEOUT_BASE_S = 1.0  # upstream's prefetch_timeout_base default
+TIMEOUT_PER_KI_TOKEN_S = 0.25  # upstream's prefetch_timeout_per_ki_token default
+
+
+@dataclass(frozen=True)
+class L3Link:
+    """Modeled cost of moving pages of `page_bytes` to or from the L3 store."""
+
+    page_bytes: int
+    read_gbps: float = ASSUMED_L3_READ_GBPS
+    write_gbps: float = ASSUMED_L3_WRITE_GBPS
+    latency_s: float = ASSUMED_L3_LATENCY_S
+
+    def __post_init__(self):
+        for name in ("read_gbps", "write_gbps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{name}: expected a positive rate in GB/s, got {v!r}")
+        if isinstance(self.latency_s, bool) or not isinstance(self.latency_s, (int, float)) or self.latency_s < 0:
+            raise ValueError(f"latency_s: expected a non-negative number of seconds, got {self.latency_s!r}")
+
+    def read_seconds(self, pages: int) -> float:
+        """Modeled seconds from issue until `pages` pages have landed (0 for none)."""
+        return self.latency_s + pages * self.page_bytes / (self.read_gbps * 1e9) if pages else 0.0
+
+    def write_seconds(self, pages: int) -> float:
+        return self.latency_s + pages * self.page_bytes / (self.write_gbps * 1e9) if pages else 0.0
+
+    def pages_within(self, seconds: float) -> float:
+        """Pages landed `seconds` after issue (a float; inf for an unbounded wait)."""
+        if math.isinf(seconds):
+            return math.inf
+        if seconds < self.latency_s:
+            return 0
+        return math.floor((seconds - self.latency_s) * self.read_gbps * 1e9 / self.page_bytes)
+
+    def report(self) -> dict:
+        return dict(read_gbps=self.read_gbps, write_gbps=self.write_gbps, latency_s=self.latency_s,
+                    basis="assumed")
+
+
+class PrefetchPolicy:
+    """When a scheduled request stops waiting for its prefetch (see the module docstring)."""
+
+    name = ""
+
+    def window_seconds(self, tokens: int, slack_seconds: float) -> float:
+        """Modeled seconds after issue at which the prefetch of `tokens` is stopped."""
+        raise NotImplementedError
+
+    def decide(self, link: L3Link, held_pages: int, page_size: int, slack_seconds: float) -> tuple[int, float]:
+        """(pages used, modeled seconds waited past the slack) for a prefetch of `held_pages`."""
+        window = self.window_seconds(held_pages * page_size, slack_seconds)
+        used = int(min(held_pages, link.pages_within(window)))
+        return used, max(0.0, link.read_seconds(used) - slack_seconds)
+
+
+class BestEffort(PrefetchPolicy):
+    """Never wait: what landed within the queue time is used."""
+
+    name = "best_effort"
+
+    def window_seconds(self, tokens, slack_seconds):
+        return slack_seconds
+
+
+class WaitComplete(PrefetchPolicy):
+    """Wait for the whole prefetch."""
+
+    name = "wait_complete"
+
+    def window_seconds(self, tokens, slack_seconds):
+        return math.inf
+
+
+class Timeout(PrefetchPolicy):
+    """Wait until done or `base + per_ki_token * tokens / 1024` seconds after issue."""
+
+    name = "timeout"
+
+    def __init__(self, base_s: float = TIMEOUT_BASE_S, per_ki_token_s: float = TIMEOUT_PER_KI_TOKEN_S):
+        self.base_s, self.per_ki_token_s = base_s, per_ki_token_s
+
+    def limit_seconds(self, tokens: int) -> float:
+        return self.base_s + self.per_ki_token_s * tokens / 1024
+
+    def window_seconds(self, tokens, slack_seconds):
+        return max(slack_seconds, self.limit_seconds(tokens))
+
+
+PREFETCH_POLICIES = {p.name: p for p in (BestEffort, WaitComplete, Timeout)}
+
+
+def make_prefetch_policy(name: str) -> PrefetchPolicy:
+    """The policy called `name` (ValueError naming prefetch_policy otherwise)."""
+    if name not in PREFETCH_POLICIES:
+        raise ValueError(f"prefetch_policy: {name!r} is not one of {', '.join(PREFETCH_POLICIES)}")
+    return PREFETCH_POLICIES[name]()

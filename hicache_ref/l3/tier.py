@@ -1,0 +1,333 @@
+"""The L3 tier of a HiCache: prefetch on match, write-back after backup, faults.
+
+Prefetch (scheduler thread, `prefetch`, called between match and load-back): when at
+least `threshold` tokens of the request's whole pages miss L1 and L2, and the policy
+could use that many, the tier asks the store (on its read thread) how many of the
+missing pages it holds (`exists`, the leading run), lets the policy decide on the
+modeled clock how many pages the request uses (hicache_ref.l3.policy), takes host pages
+for them (evicting L2, the matched path locked), reads them (`get`) and inserts the
+pages that arrived intact as a host-resident node (hicache_ref.l3.host_nodes), so the
+cache's own load-back takes them to L1. The store's integrity check makes a corrupt
+object a miss: only the leading run of pages read intact is used, the rest of the
+host pages go back. A TP group would take the minimum of its ranks' counts here
+(`group_min`, upstream's all-reduce), so every rank inserts the same pages.
+
+Rate limit (upstream's prefetch capacity): tokens of prefetches still in flight,
+i.e. reads abandoned at their deadline whose host pages are not back yet, plus the new
+one, stay under `limit_tokens`; a prefetch over it is cut to fit or, with no room, not
+issued (`l3_rate_limited`).
+
+Write-back (`backed_up`, after a backup's D2H landed; `written_back`, after an eviction
+write-back of the write_back policy landed): the pages are copied out of L2 on the
+scheduler thread (hicache_ref.l3.staging: L2 keeps no page for L3, so eviction never
+depends on the store's speed) and written on the write thread (`exists`, then `set` of
+the pages the store lacks). For MLA only TP rank 0 writes (every rank holds the same
+latent KV: upstream's backup skip). `settle` accounts for finished writes; with `wait`
+(the cache's sync mode, i.e. whenever capacity is finite) it first waits for all of
+them, so the writes queued up to request i have landed before request i+1 is matched.
+
+Determinism: every figure comes from the store's answers and the modeled clock. The
+scheduler thread waits only for answers its decision needs (exists, the pages the
+policy uses, writes at settle), each bounded by `deadline_s` wall seconds. Faults
+(hicache_ref.l3.guard): an exception, a malformed answer or a missed deadline is an
+error; L3 is skipped with backoff, the request goes on with L1 and L2, a missed read's
+host pages are returned once its call comes back; a call past its deadline keeps its
+thread, later calls go to a fresh one, and with MAX_HUNG_CALLS such calls outstanding in one
+direction L3 is not asked in it until they return.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from hicache_ref.hashing import token_bytes
+from hicache_ref.l3.guard import FaultGuard
+from hicache_ref.l3.host_nodes import insert_host_pages, missing_hashes
+from hicache_ref.l3.policy import L3Link, PrefetchPolicy, make_prefetch_policy
+from hicache_ref.l3.staging import StagedPages
+from hicache_ref.l3.worker import L3Worker
+from hicache_ref.node import lock_path, node_hashes, unlock_path
+
+DEFAULT_THRESHOLD_TOKENS = 256  # upstream's prefetch_threshold default
+DEFAULT_DEADLINE_S = 5.0
+MAX_HUNG_CALLS = 4  # store calls past their deadline, per direction, before L3 is no longer asked
+LIMIT_SHARE_OF_L2 = 0.8  # default rate limit, tokens in flight: this share of L2 (upstream: 0.8 x (L2 - L1), later 0.5 x L2)
+
+
+def _leading_true(flags, n: int) -> int | None:
+    """Length of the leading run of True in a store's per-key answer; None if malformed."""
+    if not isinstance(flags, (list, tuple)) or len(flags) != n:
+        return None
+    run = 0
+    for f in flags:
+        if f is not True:
+            break
+        run += 1
+    return run
+
+
+class L3Tier:
+    """Prefetch, write-back and fault handling between a HiCache's L2 and a storage backend."""
+
+    def __init__(self, storage, tree, host_pool, geom, key_fn, *, policy: str | PrefetchPolicy = "wait_complete",
+                 threshold_tokens: int = DEFAULT_THRESHOLD_TOKENS, limit_tokens: int | None = None,
+                 slack_seconds: float = 0.0, link: L3Link | None = None, tp_rank: int = 0,
+                 deadline_s: float = DEFAULT_DEADLINE_S, group_min=None, owns_storage: bool = False):
+        if host_pool is None:
+            raise ValueError("l3: needs an L2 (host pool) to prefetch into and write back from")
+        if isinstance(threshold_tokens, bool) or not isinstance(threshold_tokens, int) or threshold_tokens < 0:
+            raise ValueError(f"threshold_tokens: expected a non-negative integer, got {threshold_tokens!r}")
+        if isinstance(slack_seconds, bool) or not isinstance(slack_seconds, (int, float)) or slack_seconds < 0:
+            raise ValueError(f"slack_seconds: expected non-negative seconds, got {slack_seconds!r}")
+        if isinstance(tp_rank, bool) or not isinstance(tp_rank, int) or tp_rank < 0:
+            raise ValueError(f"tp_rank: expected a non-negative integer, got {tp_rank!r}")
+        if not deadline_s > 0:
+            raise ValueError(f"deadline_s: expected positive seconds, got {deadline_s!r}")
+        self.policy = make_prefetch_policy(policy) if isinstance(policy, str) else policy
+        self.storage, self.tree, self.host, self.geom, self.key_fn = storage, tree, host_pool, geom, key_fn
+        self.ps = geom.page_size
+        self.page_bytes = geom.token_bytes * geom.page_size
+        self.link = link or L3Link(self.page_bytes)
+        self.threshold = threshold_tokens
+        self.limit = limit_tokens if limit_tokens is not None else int(host_pool.num_tokens * LIMIT_SHARE_OF_L2)
+        self.slack = float(slack_seconds)
+        self.writes = not (geom.attention == "mla" and tp_rank != 0)
+        self.deadline = deadline_s
+        self.group_min = group_min or (lambda n: n)
+        self.owns_storage = owns_storage
+        self.guard = FaultGuard()
+        self.reader, self.writer = L3Worker("hicache-l3-read"), L3Worker("hicache-l3-write")
+        self._abandoned: list = []  # (job, host pages) of reads that missed their deadline
+        self._writes: list = []  # [job, past its deadline] of writes not yet accounted for
+        self._hung_reads: list = []  # read jobs past their deadline, not returned yet
+        self.counters = dict(l3_hit_pages=0, l3_prefetches=0, l3_lookups=0, l3_miss_pages=0, l3_pages_read=0,
+                             l3_pages_written=0, l3_pages_present=0, l3_rate_limited=0, l3_skipped_down=0,
+                             l3_writes_skipped=0, l3_no_host_room=0)
+        self.stall_seconds = 0.0  # modeled seconds requests waited for prefetches past their slack
+        self.write_seconds = 0.0  # modeled link seconds of the writes (off the request path)
+        self.wait_wall_seconds = 0.0  # wall seconds the scheduler thread waited on the store
+        self._closed = False
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _errors_of(self, fn):
+        """fn wrapped to also return how many backend errors the store counted while it ran
+        (the storage contract reports a failed call as a miss and counts it in its stats)."""
+        stats = getattr(self.storage, "stats", None)
+
+        def run():
+            before = getattr(stats, "errors", 0)
+            value = fn()
+            return value, getattr(stats, "errors", 0) - before
+        return run
+
+    def _call(self, worker: L3Worker, fn, what: str):
+        """Run fn on `worker`, waiting at most the deadline: (job, ok, value), errors counted."""
+        t0 = time.perf_counter()
+        job = worker.submit(self._errors_of(fn))
+        finished, value, err = job.result(self.deadline)
+        self.wait_wall_seconds += time.perf_counter() - t0
+        if not finished:
+            self.guard.failed(f"{what}: no answer within {self.deadline:g} s")
+            self._hung_reads.append(job)
+            self.reader = self._replace(worker, "read")  # the hung call keeps the old thread
+            return job, False, None
+        if err is not None:
+            self.guard.failed(f"{what}: {type(err).__name__}: {err}")
+            return job, False, None
+        value, store_errors = value
+        if store_errors:
+            self.guard.failed(f"{what}: the store reported {store_errors} error(s)")
+            return job, False, None
+        return job, True, value
+
+    @staticmethod
+    def _replace(worker: L3Worker, direction: str) -> L3Worker:
+        """A fresh thread for `direction`; `worker` ends once its hung call returns."""
+        worker.stop(timeout=0)
+        return L3Worker(f"hicache-l3-{direction}")
+
+    def _hung(self, jobs: list) -> int:
+        jobs[:] = [j for j in jobs if not j.done.is_set()]
+        return len(jobs)
+
+    def _in_flight_tokens(self) -> int:
+        return sum(len(p) for _, p in self._abandoned) * self.ps
+
+    def _reap(self) -> None:
+        """Return the host pages of abandoned reads whose call has come back."""
+        keep = []
+        for job, pages in self._abandoned:
+            if job.done.is_set():
+                self.host.allocator.free_pages(pages)
+            else:
+                keep.append((job, pages))
+        self._abandoned = keep
+
+    # -- prefetch ---------------------------------------------------------------------------------
+    def prefetch(self, tokens, match):
+        """Extend `match` (a PageMatch of `tokens`) with pages read from L3: (match, pages added)."""
+        self.guard.tick()
+        self._reap()
+        ps, tree = self.ps, self.tree
+        full = len(tokens) // ps
+        missing = full - len(match.device_pages) - len(match.host_pages)
+        if missing * ps < self.threshold or missing <= 0:
+            return match, 0
+        if self.policy.decide(self.link, missing, ps, self.slack)[0] * ps < max(self.threshold, 1):
+            return match, 0  # the policy could use nothing even if L3 held it all: do not ask
+        if not self.guard.available or self._hung(self._hung_reads) >= MAX_HUNG_CALLS:
+            self.counters["l3_skipped_down"] += 1
+            return match, 0
+        room = (self.limit - self._in_flight_tokens()) // ps
+        if room * ps < max(self.threshold, 1):
+            self.counters["l3_rate_limited"] += 1
+            return match, 0
+        data = token_bytes(tokens)
+        hashes = missing_hashes(tree, data, match, full)
+        keys = self.key_fn(hashes)
+        self.counters["l3_lookups"] += 1
+        _, ok, held = self._call(self.reader, lambda: self.storage.exists(keys), "exists")
+        if not ok:
+            return match, 0
+        if isinstance(held, bool) or not isinstance(held, (int, np.integer)) or not 0 <= held <= len(keys):
+            self.guard.failed(f"exists: answered {held!r} for {len(keys)} keys")
+            return match, 0
+        self.guard.succeeded()
+        held = int(held)
+        if held * ps < max(self.threshold, 1):
+            self.counters["l3_miss_pages"] += missing
+            return match, 0
+        used, _ = self.policy.decide(self.link, held, ps, self.slack)
+        if used > room:
+            used = room
+            self.counters["l3_rate_limited"] += 1
+        if used * ps < max(self.threshold, 1):
+            return match, 0
+        lock_path(tree.root, match.last_host_node)  # host eviction must not take the matched path
+        try:
+            pages = tree.take_pages(tree.host, used, tree.evict_host, partial=True)
+        finally:
+            unlock_path(tree.root, match.last_host_node)
+        if pages is None or len(pages) == 0:
+            self.counters["l3_no_host_room"] += 1
+            return match, 0
+        used = len(pages)
+        self.counters["l3_prefetches"] += 1
+        job, ok, flags = self._call(self.reader, lambda: self.storage.get(keys[:used], self.host, pages), "get")
+        if not ok:
+            if job.done.is_set():
+                self.host.allocator.free_pages(pages)
+            else:  # the thread may still write into these pages: hand them back once it returns
+                self._abandoned.append((job, pages))
+            return match, 0
+        got = _leading_true(flags, used)
+        if got is None:
+            self.guard.failed(f"get: answered {type(flags).__name__} for {used} keys")
+            got = 0
+        got = min(got, int(self.group_min(got)))
+        self.counters["l3_miss_pages"] += missing - got
+        if got < used:
+            self.host.allocator.free_pages(pages[got:])
+        if got == 0:
+            self.stall_seconds += max(0.0, self.link.read_seconds(used) - self.slack)
+            return match, 0
+        self.counters["l3_pages_read"] += got
+        self.stall_seconds += max(0.0, self.link.read_seconds(used) - self.slack)  # it waited for all it asked
+        return insert_host_pages(tree, data, match, pages[:got], hashes), got
+
+    def hit(self, pages: int) -> None:
+        """The request loaded `pages` of its prefetched pages to L1 (they count as L3 hits)."""
+        self.counters["l3_hit_pages"] += pages
+
+    # -- write-back -------------------------------------------------------------------------------
+    def backed_up(self, copy) -> None:
+        """A backup's D2H landed (copy: the tree's TierCopy): write its host pages to L3."""
+        self._write(copy.nodes, copy.host_pages)
+
+    def written_back(self, copies) -> None:
+        """Eviction write-backs (write_back policy) whose D2H landed: write them to L3 too."""
+        for t in copies:
+            self._write(t.nodes, t.host_pages)
+
+    def _write(self, nodes, host_pages) -> None:
+        if not self.writes:
+            return
+        if not self.guard.available or sum(late for _, late in self._writes) >= MAX_HUNG_CALLS:
+            self.counters["l3_writes_skipped"] += 1
+            return
+        keys = self.key_fn([h for x in nodes for h in node_hashes(x, self.tree.page_bytes)])
+        if len(keys) != len(host_pages):
+            raise RuntimeError(f"l3: {len(keys)} page keys for {len(host_pages)} backed-up pages")
+        staged = StagedPages(self.host, host_pages)  # the live L2 slots are free to go right after
+        store = self.storage
+
+        def write():
+            present = store.exists(keys)
+            rest = range(present, len(keys))
+            return present, store.set(keys[present:], staged, rest) if len(rest) else []
+
+        self._writes.append([self.writer.submit(self._errors_of(write)), False])
+
+    def settle(self, wait: bool) -> None:
+        """Account for finished writes; with `wait`, first wait (up to the deadline) for all queued
+        ones, so the next lookup sees every write queued before it (the replay's rule)."""
+        end = time.perf_counter() + (self.deadline if wait else 0.0)
+        keep = []
+        for entry in self._writes:
+            job, late = entry
+            t0 = time.perf_counter()
+            # a write already past its deadline is only polled: a hung store costs one deadline, not one a request
+            finished, value, err = job.result(max(0.0, end - t0) if wait and not late else 0.0)
+            self.wait_wall_seconds += time.perf_counter() - t0
+            if not finished:
+                if wait and not late:
+                    entry[1] = True
+                    self.guard.failed(f"set: no answer within {self.deadline:g} s")
+                    self.writer = self._replace(self.writer, "write")  # later writes go to a fresh thread
+                keep.append(entry)
+                continue
+            if err is not None:
+                self.guard.failed(f"set: {type(err).__name__}: {err}")
+                continue
+            (present, flags), store_errors = value
+            if store_errors:
+                self.guard.failed(f"set: the store reported {store_errors} error(s)")
+            stored = sum(1 for f in flags if f is True)
+            self.counters["l3_pages_present"] += int(present)
+            self.counters["l3_pages_written"] += stored
+            self.write_seconds += self.link.write_seconds(stored)
+        self._writes = keep
+
+    # -- figures and teardown ------------------------------------------------------------------------
+    def figures(self) -> dict:
+        c = self.counters
+        out = dict(l3_hit_tokens=c["l3_hit_pages"] * self.ps, l3_errors=self.guard.errors,
+                   l3_bytes_read=c["l3_pages_read"] * self.page_bytes,
+                   l3_bytes_written=c["l3_pages_written"] * self.page_bytes,
+                   l3_modeled_stall_seconds=self.stall_seconds, l3_modeled_write_seconds=self.write_seconds,
+                   l3_wait_wall_seconds=self.wait_wall_seconds, l3_last_error=self.guard.last_error,
+                   l3_prefetch_policy=self.policy.name, l3_threshold_tokens=self.threshold,
+                   l3_limit_tokens=self.limit, l3_slack_seconds=self.slack, l3_link=self.link.report(),
+                   l3_writes=self.writes)
+        out.update({k: v for k, v in c.items() if k != "l3_hit_pages"})
+        stats = getattr(self.storage, "stats", None)
+        out["l3_corrupt_pages"] = getattr(stats, "corrupt", 0)
+        out["l3_store_errors"] = getattr(stats, "errors", 0)
+        out["l3_storage"] = getattr(self.storage, "name", type(self.storage).__name__)
+        return out
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Apply the writes, stop both threads; False if a thread is still in a store call
+        (then the host pool must stay open: that call may still touch it)."""
+        if self._closed:
+            return True
+        self._closed = True
+        self.settle(wait=True)
+        stopped = self.reader.stop(timeout) and self.writer.stop(max(0.1, timeout / 2))
+        self._reap()
+        clean = stopped and not self._writes and not self._abandoned
+        if clean and self.owns_storage:
+            self.storage.close()
+        return clean

@@ -1,0 +1,189 @@
+"""The L3 tier on small constructed workloads over the real file store: each prefetch policy,
+threshold and rate limit worked out by hand, corrupt objects, MLA rank-0 write-back, faults."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from hicache_ref.hashing import page_hashes
+from hicache_ref.l3 import attach_l3
+from hicache_ref.l3.policy import L3Link, Timeout
+from hicache_ref.spec import CacheSpec
+from hicache_ref.storage.file import FileStorage, file_name
+from hicache_ref.storage.keys import StorageIdentity
+
+PS = 4
+# 1 layer x 4 latent x bf16 = 8 bytes a token, 32 a page: one page per ms after a 1 ms round trip
+LINK = L3Link(page_bytes=32, read_gbps=32e-6, write_gbps=32e-6, latency_s=1e-3)
+A = np.arange(1000, 1040, dtype=np.uint32)  # 40 tokens: 10 pages
+B = np.arange(5000, 5040, dtype=np.uint32)
+
+
+def _spec(attention="mla", l1=64, l2=64):
+    return CacheSpec(page_size=PS, l1_tokens=l1, l2_tokens=l2, attention=attention, layers=1,
+                     heads=2 if attention == "mha" else 1, kv_dim=4, dtype="bf16", materialize=True,
+                     write_policy="write_through")
+
+
+class _Cache:
+    """A small materialized HiCache with an L3 tier on `store` (closed on exit, the store kept)."""
+
+    def __init__(self, store, attention="mla", l1=64, l2=64, **options):
+        spec = _spec(attention, l1, l2)
+        self.backend, _ = spec.open_backend()
+        self.cache = spec.build(self.backend)
+        options.setdefault("threshold_tokens", 8)
+        options.setdefault("link", LINK)
+        self.l3 = attach_l3(self.cache, storage=store, **options)
+
+    def __enter__(self):
+        return self.cache
+
+    def __exit__(self, *exc):
+        self.cache.close()
+        self.backend.close()
+
+
+def _keys(tokens, attention="mla", shard=""):
+    return StorageIdentity(_spec(attention).geometry(), shard=shard).keys(page_hashes(tokens, PS))
+
+
+@pytest.fixture
+def seeded(tmp_path):
+    """A file store holding A's 10 pages, written back by a first cache."""
+    store = FileStorage(str(tmp_path / "l3"))
+    with _Cache(store) as c:
+        c.request(A)
+    assert store.exists(_keys(A)) == 10
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize("policy, slack, l3_tokens, stall", [
+    ("wait_complete", 0.0, 40, 11e-3),  # all 10 pages: 1 ms + 10 x 1 ms
+    ("best_effort", 0.0, 0, 0.0),  # no queue time, nothing lands
+    ("best_effort", 5.5e-3, 16, 0.0),  # (5.5 - 1) ms -> 4 pages, all within the slack
+    (Timeout(base_s=2.5e-3, per_ki_token_s=0.1024), 0.0, 20, 6e-3),  # 2.5 + 4 ms -> 5 pages
+])
+def test_each_policy_uses_the_pages_the_modeled_clock_gives_it(seeded, policy, slack, l3_tokens, stall):
+    with _Cache(seeded, policy=policy, slack_seconds=slack) as c:
+        res = c.request(A)
+        fig = c.l3.figures()
+    assert (res.l1_hit_tokens, res.l2_hit_tokens, res.l3_hit_tokens) == (0, 0, l3_tokens)
+    assert res.kv_mismatch_tokens == 0  # the fetched KV was checked bit for bit
+    assert fig["l3_hit_tokens"] == l3_tokens and fig["l3_bytes_read"] == l3_tokens * 8
+    assert fig["l3_modeled_stall_seconds"] == pytest.approx(stall)
+    assert fig["l3_lookups"] == (0 if l3_tokens == 0 else 1)  # best_effort without slack never asks
+    assert fig["l3_errors"] == 0
+
+
+def test_threshold_and_rate_limit(seeded):
+    with _Cache(seeded, threshold_tokens=48) as c:  # 40 missing tokens < 48: no prefetch
+        assert c.request(A).l3_hit_tokens == 0
+        assert c.l3.figures()["l3_lookups"] == 0
+    with _Cache(seeded, limit_tokens=24) as c:  # cut to 6 pages
+        assert c.request(A).l3_hit_tokens == 24
+        assert c.l3.figures()["l3_rate_limited"] == 1
+
+
+def test_a_second_request_finds_prefetched_pages_in_l2_or_l1(seeded):
+    with _Cache(seeded) as c:
+        assert c.request(A).l3_hit_tokens == 40
+        again = c.request(A)
+    assert (again.l1_hit_tokens, again.l3_hit_tokens) == (40, 0)
+
+
+def test_a_corrupt_object_is_a_miss_counted_and_never_kv(seeded):
+    path = os.path.join(seeded.directory, file_name(_keys(A)[5]))
+    with open(path, "r+b") as f:
+        f.seek(3)
+        byte = f.read(1)
+        f.seek(3)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with _Cache(seeded) as c:
+        res = c.request(A)
+        fig = c.l3.figures()
+    assert res.l3_hit_tokens == 20  # pages 0-4; page 5 is corrupt, so the run stops there
+    assert res.kv_mismatch_tokens == 0
+    assert fig["l3_corrupt_pages"] == 1 and fig["l3_miss_pages"] == 5
+
+
+@pytest.mark.parametrize("attention, rank, size, written", [("mla", 0, 2, True), ("mla", 1, 2, False),
+                                                           ("mha", 1, 2, True)])
+def test_write_back_by_rank_zero_only_for_mla(tmp_path, attention, rank, size, written):
+    store = FileStorage(str(tmp_path / "l3"))
+    with _Cache(store, attention=attention, l1=128, l2=128, tp_rank=rank, tp_size=size) as c:
+        c.request(A)
+        c.request(B)
+        c.settle()
+    fig = c.l3.figures()
+    shard = f"tp{rank}of{size}" if attention == "mha" else ""
+    assert store.exists(_keys(A, attention, shard)) == (10 if written else 0)
+    assert fig["l3_writes"] is written
+    page_bytes = 4 * (8 if attention == "mla" else 32)  # MHA: K and V of 2 heads x 4 x bf16 per token
+    assert fig["l3_bytes_written"] == (20 * page_bytes if written else 0)
+    store.close()
+
+
+C = np.arange(9000, 9040, dtype=np.uint32)
+
+
+def _evict_a_then_ask_again(c):
+    """A into L1, L2 and L3; B and C push it out of L1 (12 pages) and L2 (24 pages); then A again."""
+    for t in (A, B, C):
+        c.request(t)
+    return c.request(A)
+
+
+def test_store_unreachable_then_back(tmp_path):
+    d = str(tmp_path / "l3")
+    store = FileStorage(d)
+    with _Cache(store, l1=48, l2=96) as c:
+        assert _evict_a_then_ask_again(c).l3_hit_tokens == 40
+        os.rename(d, d + ".away")  # the store goes away: a plain file where its directory was
+        with open(d, "w"):
+            pass
+        D = np.arange(7000, 7040, dtype=np.uint32)
+        res = [c.request(t) for t in (D, B, D, B)]  # writes fail: errors, backoff; requests go on
+        fig = c.l3.figures()
+        assert fig["l3_errors"] > 0 and all(r.kv_mismatch_tokens == 0 for r in res)
+        assert res[2].l1_hit_tokens + res[2].l2_hit_tokens == 40  # L1 + L2 still serve
+        os.unlink(d)
+        os.rename(d + ".away", d)  # back
+        hits = [c.request(t).l3_hit_tokens for t in (A, B, A, B, A)]
+    assert any(h == 40 for h in hits)  # L3 serves again once the backoff has run out
+    store.close()
+
+
+class _StalledFileStorage(FileStorage):
+    """The real file store whose lookups hang until `gate` opens (a store that stopped answering)."""
+
+    def __init__(self, directory):
+        super().__init__(directory)
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def _exists(self, keys):
+        self.gate.wait()
+        return super()._exists(keys)
+
+
+def test_a_hung_store_costs_the_scheduler_one_deadline_then_is_skipped(tmp_path):
+    store = _StalledFileStorage(str(tmp_path / "l3"))
+    with _Cache(store, l1=48, l2=96, deadline_s=0.2) as c:
+        for t in (A, B, C):
+            c.request(t)  # A is now only in L3
+        store.gate.clear()
+        first = c.request(A)  # the lookup misses its deadline: A is recomputed
+        assert first.l3_hit_tokens == 0 and c.l3.figures()["l3_errors"] >= 1  # the read (and a write) timed out
+        c.request(B)  # in backoff: not asked
+        assert c.l3.figures()["l3_skipped_down"] >= 1
+        store.gate.set()  # answers again: the stuck calls return, the backoff runs out
+        res = [c.request(t) for t in (C, A, B, C, A, B, C)]
+    assert first.kv_mismatch_tokens == 0 and all(r.kv_mismatch_tokens == 0 for r in res)
+    assert sum(r.l3_hit_tokens for r in res) > 0  # C, pushed out of L2 meanwhile, comes from L3 again
+    store.close()
