@@ -141,6 +141,7 @@ class StorageBackend:
     shared = True  # another process opening the same spec sees the objects
     persistent = True  # objects outlive the client that wrote them (a new client reads them)
     set_chunk_bytes = CHUNK_BYTES  # 0: one `_write` per set call (where each call costs round trips)
+    get_chunk_bytes = CHUNK_BYTES  # likewise for `_read`
 
     def __init__(self, digest: str = integrity.DEFAULT_DIGEST):
         self.digest = integrity.check_digest(digest)
@@ -203,7 +204,7 @@ class StorageBackend:
         keys = self._open_keys(keys)
         host_pages = check_pages(host_pool, host_pages, len(keys))
         out: list[bool] = []
-        for lo, hi in _chunks(len(keys), pages.page_bytes(host_pool.geom)):
+        for lo, hi in _chunks(len(keys), pages.page_bytes(host_pool.geom), self.get_chunk_bytes):
             lease: list = []
             try:
                 out += self._get_verified(keys[lo:hi], host_pool, host_pages[lo:hi], lease)
