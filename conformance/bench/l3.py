@@ -13,8 +13,9 @@ peer here (memory, out-of-tree) reports its throughput with the ratio not measur
 `digest GB/s` is the digest alone over the same number of bytes (the peer's contiguous pages), to
 show how much of the gap to the peer is integrity: it reads every byte once more.
 
-The hit-rate and net-benefit part of `bench l3` (L3 on the conversation trace) belongs to the cache
-side: `throughput(...)` is callable on its own, and `run` has one marked place for that section.
+The hit-rate and net-benefit gain of an L3 on the conversation trace is `hicache bench l3_hits`
+(conformance.bench.l3_hits: replays with and without L3 at a small L1/L2); `throughput(...)` here
+is callable on its own.
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ def run(a) -> int:
         finally:
             store.close()
         result["backends"][label] = {"name": store.name, "peer": next(iter(rows.values()))["peer"], "layouts": rows}
-    # --- hit-rate / net-benefit of L3 on the conversation trace: the cache side (wt-l3tier) adds it here ---
+    # The hit-rate / net-benefit gain of L3 on a trace is `hicache bench l3_hits` (conformance.bench.l3_hits).
     lines.append(f"goal: ratio >= {GOAL} (peer seconds / harness seconds for the same bytes)")
     emit(result, a.json, lines)
     return 0 if all(r["verified"] for b in result["backends"].values() for r in b["layouts"].values()) else 1

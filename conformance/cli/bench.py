@@ -4,7 +4,7 @@ first by conformance/cli/bench_checks.py (bad options, files and sizes refused b
 from __future__ import annotations
 
 HELP = "run a benchmark (transfer, memory, replay, sweep, spmd, l3) and print medians and ratios"
-BENCHES = ("transfer", "memory", "replay", "sweep", "spmd", "l3")
+BENCHES = ("transfer", "memory", "replay", "sweep", "spmd", "l3", "l3_hits")
 
 
 def add_arguments(parser) -> None:

@@ -95,5 +95,13 @@ def check_l3(a) -> None:
     check(a)
 
 
+def check_l3_hits(a) -> None:
+    """--trace must be a readable text file (the rest is typed by argparse)."""
+    if a.trace is not None:
+        from conformance.cli.inputs import text_file
+
+        text_file("--trace", a.trace, "a Mooncake JSONL trace")
+
+
 CHECKS = {"transfer": check_transfer, "memory": check_memory, "replay": check_replay, "sweep": check_replay,
-          "spmd": check_spmd, "l3": check_l3}
+          "spmd": check_spmd, "l3": check_l3, "l3_hits": check_l3_hits}
