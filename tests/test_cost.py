@@ -110,19 +110,25 @@ def _small_trace():
             for i in range(3)]
 
 
-def test_compute_saved_counts_only_what_l2_hits_save_beyond_an_l1_only_cache():
-    from types import SimpleNamespace
+def _result(n, l1, l2, l3=0):
+    from hicache_ref.cache import RequestResult
 
+    return RequestResult(n, l1, l2, 0, n, False, 0, l3)
+
+
+def test_compute_saved_counts_only_what_l2_hits_save_beyond_an_l1_only_cache():
     from hicache_ref.replay import _add_saved
 
     compute = ComputeModel(0.5, 1e-4)  # prefill(n) = 0.5 + 1e-4 n
-    res = SimpleNamespace(input_tokens=4096, l1_hit_tokens=1024, l2_hit_tokens=2048)
+    res = _result(4096, 1024, 2048)
     # beyond L1: prefill(4096 - 1024) - prefill(4096 - 1024 - 2048) = 0.3072 + 0.5 - (0.1024 + 0.5)
     assert _add_saved(0.0, compute, res) == pytest.approx(0.2048)
     # every hit, over no cache: prefill(4096) - prefill(1024) = 0.4096 - 0.1024
     assert _add_saved(0.0, compute, res, over_l1=False) == pytest.approx(0.3072)
-    only_l1 = SimpleNamespace(input_tokens=4096, l1_hit_tokens=4096, l2_hit_tokens=0)
+    only_l1 = _result(4096, 4096, 0)
     assert _add_saved(1.0, compute, only_l1) == 1.0
+    # L3 hits are a lower tier too: 1024 L2 + 1024 L3 tokens save what 2048 L2 tokens do
+    assert _add_saved(0.0, compute, _result(4096, 1024, 1024, 1024)) == pytest.approx(0.2048)
 
 
 def test_replay_net_benefit_counts_the_l2_hit_and_not_the_l1_hit():

@@ -29,21 +29,18 @@ and is killed by the kernel if this process dies (PR_SET_PDEATHSIG).
 from __future__ import annotations
 
 import argparse
-import ctypes
-import fcntl
 import hashlib
 import importlib
 import importlib.util
 import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
-from conformance.cli.errors import EXIT_BAD_INPUT, EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip, clip_path
+from conformance.cli.conform_storage import run_storage
+from conformance.cli.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip
 from conformance.cli.inputs import is_path, load_profile_arg
+from conformance.cli.out_folder import TARGET_ROWS, WORK_NAME, claim_out, release_out
+from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
 
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
 
@@ -62,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and xdist is installed), a number, or 0 for one process")
     p.add_argument("--backend-module", action="append", default=[],
                    help="import this module first: it registers an out-of-tree backend (repeatable)")
-    # --- L3 storage conformance (conformance/storage/): one block, see _run_storage ---
+    # --- L3 storage conformance (conformance/storage/): one block, see conformance.cli.conform_storage ---
     p.add_argument("--storage", default=None, metavar="SPEC",
                    help="run the storage suite against an L3 backend instead of the device suites: file:DIR, "
                         "memory:, mooncake:METADATA_URL,MASTER_ADDR, mooncake:auto (starts a loopback cluster) "
@@ -104,111 +101,6 @@ def default_out(backend: str, profile: str | None) -> Path:
     return Path(f"hicache-conform-{backend}-{label}")
 
 
-LOCK_NAME = ".hicache-conform.lock"
-# in this order: the verdicts go first
-RESULTS = ("summary.json", "report.json", "report.html", "junit.xml")
-TARGET_ROWS = "targets"  # WORK/targets/<target>.json: the rows conformance/test_targets.py writes
-WORK_NAME = ".hicache-conform-work"  # OUT/WORK: the child's ini, target rows and selection counts
-# What earlier versions left in OUT besides RESULTS (deleted when OUT is reused), and the
-# temporary files of an atomic write cut short: all of them mark a previous conform report.
-LEFTOVERS = (LOCK_NAME, "pytest.ini", TARGET_ROWS, WORK_NAME)
-_TMP_RESULT = re.compile(r"\.(summary\.json|report\.json|report\.html)\.\d+\.tmp")
-
-
-def foreign_files(out: Path) -> list[str]:
-    """Names in OUT that no conform run writes (sorted); [] for a new, empty or report folder."""
-    if not out.is_dir():
-        return []
-    odd = []
-    for entry in out.iterdir():
-        name = entry.name
-        if name == WORK_NAME and entry.is_dir():
-            continue
-        if name == TARGET_ROWS and entry.is_dir() and all(f.suffix == ".json" for f in entry.iterdir()):
-            continue
-        if ((name in RESULTS or name in LEFTOVERS) and not entry.is_dir()) or _TMP_RESULT.fullmatch(name):
-            continue
-        odd.append(name)
-    return sorted(odd)
-
-
-def _lock(path: Path) -> int:
-    """An fd holding an exclusive flock on `path`, the file that is there now: a lock file a
-    finishing run unlinked under us is not it (retried). BlockingIOError while another run holds it."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise BlockingIOError(owner) from None
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-
-
-def claim_out(out: Path, given: bool) -> int:
-    """Create OUT, lock it for this run (fd returned; the kernel drops the lock when this process
-    dies, however it dies), and delete the previous run's results, saying so on stderr when a
-    report is replaced. CliError naming --out, before anything is changed, for an OUT that is a
-    file, cannot be written, is another run's, or holds files that are not a conform report."""
-    shown = clip_path(out)
-    if out.exists() and not out.is_dir():
-        raise CliError("--out", f"{shown}: exists and is not a folder")
-    odd = foreign_files(out)
-    if odd:
-        more = f" and {len(odd) - 1} more" if len(odd) > 1 else ""
-        raise CliError("--out", f"{shown}: holds {clip(repr(odd[0]))}{more}, which no hicache conform run "
-                                "wrote; pass a new or empty folder, or one holding a previous conform report")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd = _lock(out / LOCK_NAME)
-    except BlockingIOError as busy:
-        raise CliError("--out", f"{shown}: another hicache conform run (pid {busy}) is writing there; "
-                                "wait for it or pass another --out") from None
-    except OSError as e:
-        hint = "" if given else " (the current folder is not writable: pass --out DIR)"
-        raise CliError("--out", f"{shown}: cannot be written ({e.strerror or e}){hint}") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    old = [name for name in RESULTS if (out / name).exists()]
-    if old:
-        print(f"hicache: warning: --out {shown}: replacing the previous report ({', '.join(old)})",
-              file=sys.stderr, flush=True)
-    for name in RESULTS + ("pytest.ini",):
-        (out / name).unlink(missing_ok=True)
-    for entry in out.iterdir():
-        if _TMP_RESULT.fullmatch(entry.name):
-            entry.unlink(missing_ok=True)
-    shutil.rmtree(out / TARGET_ROWS, ignore_errors=True)
-    shutil.rmtree(out / WORK_NAME, ignore_errors=True)
-    return fd
-
-
-def release_out(out: Path, fd: int) -> None:
-    """The run is over: its work folder goes, then the lock file (still held, so no run can be
-    between open and flock on it unseen: _lock checks the inode), then the lock."""
-    try:
-        shutil.rmtree(out / WORK_NAME, ignore_errors=True)
-        (out / LOCK_NAME).unlink(missing_ok=True)
-    finally:
-        os.close(fd)
-
-
-def _workers(value: str) -> list[str]:
-    if value in ("0", "1") or importlib.util.find_spec("xdist") is None:
-        return []
-    if value == "auto":
-        return ["-n", "auto"] if (os.cpu_count() or 1) > 1 else []
-    if not value.isdigit():
-        raise CliError("--workers", f"{clip(repr(value))} is not 'auto' or a number")
-    return ["-n", value]
-
-
 def pytest_command(a, profile: str | None, out: Path, work: Path | None = None) -> list[str]:
     """The child's command line; `work`: the private folder holding its empty ini (default OUT)."""
     ini = (work or out) / "pytest.ini"
@@ -227,43 +119,7 @@ def pytest_command(a, profile: str | None, out: Path, work: Path | None = None) 
         cmd += ["-k", a.keyword]
     if a.exitfirst:
         cmd.append("-x")
-    return cmd + _workers(a.workers) + list(a.pytest_args)
-
-
-PR_SET_PDEATHSIG = 1
-STOP_GRACE_SECONDS = 5.0
-
-
-def _die_with_parent(parent: int):
-    """preexec for the pytest child: the kernel sends it SIGKILL when this process dies."""
-    def preexec() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
-def run_child(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> int:
-    """pytest in its own process group; on Ctrl-C the whole group (xdist workers too) is stopped
-    quietly, SIGTERM first, then SIGKILL, before KeyboardInterrupt goes on to main."""
-    proc = subprocess.Popen(cmd, cwd=cwd, process_group=0, preexec_fn=_die_with_parent(os.getpid()), env=env)
-    try:
-        return proc.wait()
-    except BaseException:
-        for sig, grace in ((signal.SIGTERM, STOP_GRACE_SECONDS), (signal.SIGKILL, None)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(grace)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        proc.wait()
-        raise
+    return cmd + workers_args(a.workers) + list(a.pytest_args)
 
 
 def write_reports(summary, out: Path, backend_name: str, profile: str | None, unavailable: str | None,
@@ -292,79 +148,6 @@ def write_reports(summary, out: Path, backend_name: str, profile: str | None, un
     return doc
 
 
-# --- L3 storage conformance: `hicache conform --storage SPEC` -----------------------------
-def _storage_status(spec: str) -> str | None:
-    """None when SPEC's backend opens here, else why not; CliError naming --storage for a bad spec."""
-    from hicache_ref.storage import mooncake_cluster
-    from hicache_ref.storage.registry import open_storage, split_spec, storage_class
-
-    try:
-        name, args = split_spec(spec)
-        storage_class(name)
-        if name == "mooncake" and args.split(",")[0].strip() == "auto":
-            return mooncake_cluster.unavailable_reason()
-        open_storage(spec).close()
-    except ValueError as e:
-        raise CliError("--storage", clip(e, 300)) from None
-    except (RuntimeError, ImportError, OSError) as e:
-        return clip(e, 300)
-    return None
-
-
-# The storage suites a PASS needs in full (test_concurrency and test_restart add to them, and
-# restart skips on stores it cannot restart).
-STORAGE_DECIDING = ("test_round_trip", "test_exists", "test_integrity")
-
-
-def _run_storage(a) -> int:
-    from conformance.report import selection
-    from conformance.report import summary as report
-    from conformance.storage.cases import SPEC_ENV
-
-    _workers(a.workers)
-    for mod in a.backend_module:  # an out-of-tree storage backend registers itself at import
-        try:
-            importlib.import_module(mod)
-        except ImportError as e:
-            raise CliError("--backend-module", f"cannot import {clip(repr(mod))}: {clip(e, 160)}") from None
-    why = _storage_status(a.storage)
-    label = "storage " + a.storage
-    out = Path(a.out or f"hicache-conform-storage-{a.storage.split(':')[0]}").resolve()
-    lock = claim_out(out, a.out is not None)
-    work = out / WORK_NAME
-    try:
-        work.mkdir(mode=0o700)
-        (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-        if why:
-            print(f"hicache conform: storage {a.storage!r} is not available here: {why}\n"
-                  f"  every test is skipped with that reason; the verdict will be NOT RUN", flush=True)
-        cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.storage", "-p", "conformance.plugin",
-               "-p", "conformance.report.selection", "-c", str(work / "pytest.ini"), "--rootdir", str(out),
-               "-p", "no:cacheprovider", "-p", "no:benchmark", "--junitxml", str(out / "junit.xml"), "-q", "--tb=short"]
-        cmd += [arg for mod in a.backend_module for arg in ("--backend-module", mod)]
-        cmd += (["-k", a.keyword] if a.keyword else []) + (["-x"] if a.exitfirst else [])
-        counts = work / "selection.json"
-        env = {**os.environ, SPEC_ENV: a.storage, selection.SELECTION_ENV: str(counts)}
-        rc = run_child(cmd + _workers(a.workers) + list(a.pytest_args), out, env)
-        junit = out / "junit.xml"
-        if not junit.exists():
-            print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
-            return 1 if rc in (0, EXIT_NOT_RUN) else _pytest_exit(rc)
-        summary = report.summarize_junit(junit, label, None, why, selection.read(counts), deciding=STORAGE_DECIDING)
-        report.write_json(summary, out / "summary.json")
-        print()
-        print(report.format_table(summary))
-        print(f"reports: {junit}, {out / 'summary.json'}")
-    finally:
-        release_out(out, lock)
-    if summary.verdict == "FAIL":
-        return rc if rc not in (0, EXIT_NOT_RUN) else 1
-    if rc == 5:
-        return 5
-    if rc not in (0, 1):
-        return 1 if rc == EXIT_NOT_RUN else _pytest_exit(rc)
-    return {"NOT RUN": EXIT_NOT_RUN, "PARTIAL": EXIT_PARTIAL}.get(summary.verdict, 0)
-# --- end of the storage block ------------------------------------------------------------
 
 
 def run(a) -> int:
@@ -373,10 +156,10 @@ def run(a) -> int:
     from conformance.report import summary as report
 
     if a.storage is not None:
-        return _run_storage(a)
+        return run_storage(a)
     _check_backend(a.backend, a.backend_module)
     profile = _profile_name(a.backend, a.profile)
-    _workers(a.workers)  # a bad --workers is refused before OUT is touched
+    workers_args(a.workers)  # a bad --workers is refused before OUT is touched
     out = Path(a.out or default_out(a.backend, profile)).resolve()
     lock = claim_out(out, a.out is not None)
     work = out / WORK_NAME
@@ -396,7 +179,7 @@ def run(a) -> int:
         rc = run_child(pytest_command(a, profile, out, work), out, env)
         if not junit.exists():
             print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
-            return 1 if rc in (0, EXIT_NOT_RUN) else _pytest_exit(rc)
+            return 1 if rc in (0, EXIT_NOT_RUN) else pytest_exit(rc)
         summary = report.summarize_junit(junit, a.backend, profile, None if ok else str(why), selection.read(counts))
         report.write_json(summary, out / "summary.json")
         print()
@@ -412,13 +195,6 @@ def run(a) -> int:
     if rc == 5:  # pytest: no test collected (-k matched nothing)
         return 5
     if rc not in (0, 1):  # pytest stopped for its own reason (interrupted, internal, usage)
-        return 1 if rc == EXIT_NOT_RUN else _pytest_exit(rc)
+        return 1 if rc == EXIT_NOT_RUN else pytest_exit(rc)
     return {"NOT RUN": EXIT_NOT_RUN, "PARTIAL": EXIT_PARTIAL}.get(summary.verdict, 0)
 
-
-PYTEST_USAGE_ERROR = 4
-
-
-def _pytest_exit(rc: int) -> int:
-    """pytest's own exit status as ours: its usage error (4: a bad argument after --) is bad input."""
-    return EXIT_BAD_INPUT if rc == PYTEST_USAGE_ERROR else rc

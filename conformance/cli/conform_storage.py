@@ -1,0 +1,90 @@
+"""`hicache conform --storage SPEC`: the storage suite (conformance/storage/) against an L3 backend.
+
+The same machinery as the device suites (conformance.cli.conform): the output folder's lock and
+work folder, the pytest child, the selection counts behind the PARTIAL verdict; its own deciding
+suites.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from conformance.cli.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip
+from conformance.cli.out_folder import WORK_NAME, claim_out, release_out
+from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
+
+
+def _storage_status(spec: str) -> str | None:
+    """None when SPEC's backend opens here, else why not; CliError naming --storage for a bad spec."""
+    from hicache_ref.storage import mooncake_cluster
+    from hicache_ref.storage.registry import open_storage, split_spec, storage_class
+
+    try:
+        name, args = split_spec(spec)
+        storage_class(name)
+        if name == "mooncake" and args.split(",")[0].strip() == "auto":
+            return mooncake_cluster.unavailable_reason()
+        open_storage(spec).close()
+    except ValueError as e:
+        raise CliError("--storage", clip(e, 300)) from None
+    except (RuntimeError, ImportError, OSError) as e:
+        return clip(e, 300)
+    return None
+
+
+# The storage suites a PASS needs in full (test_concurrency and test_restart add to them, and
+# restart skips on stores it cannot restart).
+STORAGE_DECIDING = ("test_round_trip", "test_exists", "test_integrity")
+
+
+def run_storage(a) -> int:
+    from conformance.report import selection
+    from conformance.report import summary as report
+    from conformance.storage.cases import SPEC_ENV
+
+    workers_args(a.workers)
+    for mod in a.backend_module:  # an out-of-tree storage backend registers itself at import
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise CliError("--backend-module", f"cannot import {clip(repr(mod))}: {clip(e, 160)}") from None
+    why = _storage_status(a.storage)
+    label = "storage " + a.storage
+    out = Path(a.out or f"hicache-conform-storage-{a.storage.split(':')[0]}").resolve()
+    lock = claim_out(out, a.out is not None)
+    work = out / WORK_NAME
+    try:
+        work.mkdir(mode=0o700)
+        (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+        if why:
+            print(f"hicache conform: storage {a.storage!r} is not available here: {why}\n"
+                  f"  every test is skipped with that reason; the verdict will be NOT RUN", flush=True)
+        cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.storage", "-p", "conformance.plugin",
+               "-p", "conformance.report.selection", "-c", str(work / "pytest.ini"), "--rootdir", str(out),
+               "-p", "no:cacheprovider", "-p", "no:benchmark", "--junitxml", str(out / "junit.xml"), "-q", "--tb=short"]
+        cmd += [arg for mod in a.backend_module for arg in ("--backend-module", mod)]
+        cmd += (["-k", a.keyword] if a.keyword else []) + (["-x"] if a.exitfirst else [])
+        counts = work / "selection.json"
+        env = {**os.environ, SPEC_ENV: a.storage, selection.SELECTION_ENV: str(counts)}
+        rc = run_child(cmd + workers_args(a.workers) + list(a.pytest_args), out, env)
+        junit = out / "junit.xml"
+        if not junit.exists():
+            print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
+            return 1 if rc in (0, EXIT_NOT_RUN) else pytest_exit(rc)
+        summary = report.summarize_junit(junit, label, None, why, selection.read(counts), deciding=STORAGE_DECIDING)
+        report.write_json(summary, out / "summary.json")
+        print()
+        print(report.format_table(summary))
+        print(f"reports: {junit}, {out / 'summary.json'}")
+    finally:
+        release_out(out, lock)
+    if summary.verdict == "FAIL":
+        return rc if rc not in (0, EXIT_NOT_RUN) else 1
+    if rc == 5:
+        return 5
+    if rc not in (0, 1):
+        return 1 if rc == EXIT_NOT_RUN else pytest_exit(rc)
+    return {"NOT RUN": EXIT_NOT_RUN, "PARTIAL": EXIT_PARTIAL}.get(summary.verdict, 0)
