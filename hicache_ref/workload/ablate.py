@@ -41,6 +41,7 @@ STEPS = ("baseline", "layer_first", "daemon_threads", "thp", "numa", "per_reques
          "plateau_capacity")
 ROW_KEYS = ("step", "change", "hit_rate", "d2h_segments", "h2d_segments", "d2h_bytes", "h2d_bytes",
             "modeled_transfer_seconds", "ttft_change_seconds", "net_benefit_seconds", "assumed_inputs", "not_measured")
+EXTRA_KEYS = ("l2_tokens", "host_layout", "d2h_bytes_all_ranks", "host_pool_bytes_all_ranks", "truncated_requests")
 SWEEP_TIERS = 8
 NO_INLINE_FIGURE = ("the profile has no cost of an inline submission on the scheduler thread (targets."
                     "d2h_submit_block_s is a bound from one seed run, not a per-submission figure)")
@@ -202,7 +203,7 @@ def _row(step, change, fig, rung: Rung, profile, baseline_s, unpriced: str | Non
 
 
 def _skipped_row(step: str, change: str, why: str) -> dict:
-    row = {k: None for k in ROW_KEYS}
+    row = {k: None for k in (*ROW_KEYS, *EXTRA_KEYS)}
     row.update(step=step, change=change, assumed_inputs=[],
                not_measured={k: why for k in ROW_KEYS if k not in ("step", "change", "assumed_inputs",
                                                                   "not_measured")})
