@@ -12,7 +12,10 @@ One `request(tokens)` does what a scheduler does for a prefill, serially:
 5. with materialized pools, check the hit KV bit for bit and write the request's own KV
    (a deterministic function of token, position, part and layer), both through hal
    (hicache_ref.synthetic_kv.KVWriter);
-6. insert every full page and queue the backups the write policy asks for (D2H).
+6. insert every full page and queue the backups the write policy asks for (D2H). With
+   `pd_disagg` the request is inserted twice, as upstream's scheduler does: unfinished
+   (cache_unfinished_req, after its prefill, so others can match it) and then finished
+   (cache_finished_req); how the second insert counts hits is the policy's `hit_count`.
 
 A request that cannot fit in L1 even after evicting everything unlocked is cached up to
 what fits (`truncated`). A host-cached prefix that cannot be loaded for lack of L1 room is
@@ -53,15 +56,19 @@ class HiCache:
     """
 
     def __init__(self, geom, l1_tokens: int, l2_tokens: int, backend, *, layout: str = "layer_first",
-                 policy="write_through_selective", ghost=None, order: str = "fifo", sync: bool = True):
+                 policy="write_through_selective", ghost=None, order: str = "fifo", sync: bool = True,
+                 hit_count: str = "per_request", pd_disagg: bool = False):
+        if not isinstance(pd_disagg, bool):
+            raise ValueError(f"pd_disagg: expected True or False, got {pd_disagg!r}")
         self.geom, self.page_size = geom, geom.page_size
+        self.pd_disagg = pd_disagg
         self.backend, self.sync = backend, sync
         self.materialize = backend.capabilities().moves_bytes
         self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=True, order=order)
         self.host = HostPool(geom, l2_tokens, layout, backend=backend, materialize=True,
                              order=order) if l2_tokens else None
         self.tree = RadixTree(geom.page_size, policy=policy, ghost=ghost, device=self.device, host=self.host,
-                              on_write_back=self._on_write_back)
+                              on_write_back=self._on_write_back, hit_count=hit_count)
         self.controller = CacheController(self.device, self.host, backend) if self.host is not None else None
         self.kv = KVWriter(self.device, backend) if self.materialize else None
         self._closed = False
@@ -81,6 +88,10 @@ class HiCache:
         if self.materialize:  # the tree frees these device slots when we return
             for h in handles:
                 h.wait()
+
+    def _back_up(self, backups) -> None:
+        for b in backups:
+            self.controller.write_pages(b.device_pages, b.host_pages, tag=b)
 
     def settle(self) -> None:
         """Wait for every queued transfer and apply its completion to the tree."""
@@ -129,12 +140,15 @@ class HiCache:
             kept = (cached_len - prefix) // ps
             if cached_len > 0:
                 pages = np.concatenate([m.device_pages, loaded, new_pages[:kept]])
-                res = tree.insert_pages(tokens[:cached_len], pages, request_id=request_id)
+                # pd_disagg: one id ties the two inserts together (per_request counts them once).
+                rid = request_id if request_id is not None or not self.pd_disagg else object()
+                res = tree.insert_pages(tokens[:cached_len], pages, request_id=rid, finished=not self.pd_disagg)
                 if res.prefix_len != prefix:  # only concurrent inserts could do this; replay is serial
                     raise RuntimeError(f"tree: insert found {res.prefix_len} cached tokens, match said {prefix}")
                 cached = cached_len
-                for b in res.backups:
-                    self.controller.write_pages(b.device_pages, b.host_pages, tag=b)
+                self._back_up(res.backups)
+                if self.pd_disagg:  # the tree now owns `pages` for the whole prefix: nothing is adopted
+                    self._back_up(tree.insert_pages(tokens[:cached_len], pages, request_id=rid).backups)
             if len(new_pages) > kept:  # the live partial page (or pages beyond what was cached)
                 self.device.allocator.free_pages(new_pages[kept:])
         finally:

@@ -7,14 +7,25 @@
   (2 by default, as upstream).
 
 Hit counting, as upstream, happens on insert: every node on the inserted path that holds
-device KV gets one hit, and so does a newly created node. Upstream counts per *insert*;
-the scheduler inserts a request when a chunk or turn is cached unfinished and again when
-it finishes, so one request hits its own nodes twice and selective silently becomes
-write-through. Here a hit is counted per *request*: for each request id the policy
-remembers how many leading pages that request has already counted, and a later insert by
-the same id counts only the nodes that end beyond them. The memory is dropped when the
-request's finished insert arrives (or on `forget`). An insert without a request id counts
-as a fresh request, which is upstream's behaviour.
+device KV gets one hit, and so does a newly created node. Two modes (`HIT_COUNTS`):
+
+- per_insert (upstream's HiRadixCache.inc_hit_count): every insert counts, except a
+  chunked insert (cache_unfinished_req(chunked=True): upstream passes `chunked` down to
+  inc_hit_count, which returns at once) and any insert under write_back (inc_hit_count
+  returns at once there too). Since upstream backs up only from inc_hit_count, such an
+  insert also queues no backup. The scheduler inserts a request unfinished after its
+  prefill (so others can match it; under PD disaggregation the prefill server always
+  does) and again when it finishes, so one request hits its own nodes twice and
+  write_through_selective silently becomes write_through.
+- per_request (the reference's fix, the default): for each request id the policy
+  remembers how many leading pages that request has already counted, and a later insert
+  by the same id counts only the nodes that end beyond them. The memory is dropped when
+  the request's finished insert arrives (or on `forget`). An insert without a request id
+  counts as a fresh request. Chunked inserts count like any other (once per request).
+
+The default is per_request because it is what selective write-through means (back up what
+distinct requests reused); a replay that inserts each request once gives the same figures
+in both modes, so they part only where a request is inserted twice (`--pd-disagg`).
 
 Eviction order (`LeafHeap`) is LRU over leaves, as upstream's default.
 """
@@ -24,17 +35,20 @@ from __future__ import annotations
 import heapq
 
 POLICIES = ("write_back", "write_through", "write_through_selective")
+HIT_COUNTS = ("per_insert", "per_request")  # upstream's, the reference's (see the module docstring)
 
 
 class WritePolicy:
     """Decides backups; keeps the per-request memory that makes hits count once."""
 
-    def __init__(self, name: str, threshold: int = 2):
+    def __init__(self, name: str, threshold: int = 2, hit_count: str = "per_request"):
         if name not in POLICIES:
             raise ValueError(f"policy: {name!r} is not one of {', '.join(POLICIES)}")
         if not isinstance(threshold, int) or threshold < 1:
             raise ValueError(f"threshold: must be a positive integer, got {threshold!r}")
-        self.name = name
+        if hit_count not in HIT_COUNTS:
+            raise ValueError(f"hit_count: {hit_count!r} is not one of {', '.join(HIT_COUNTS)}")
+        self.name, self.hit_count = name, hit_count
         # Hit count at which insert backs a node up; None: only eviction writes (write_back).
         self.threshold: int | None = {"write_back": None, "write_through": 1}.get(name, threshold)
         self._counted: dict = {}  # request id -> leading pages that request has already counted
@@ -46,16 +60,24 @@ class WritePolicy:
     def should_back_up(self, hit_count: int) -> bool:
         return self.threshold is not None and hit_count >= self.threshold
 
+    def counts_insert(self, chunked: bool) -> bool:
+        """Whether an insert accumulates hits (and so may queue backups) at all: per_insert,
+        as upstream, skips chunked inserts and write_back; per_request counts every insert."""
+        if self.hit_count == "per_request":
+            return True
+        return not chunked and self.name != "write_back"
+
     # -- once-per-request hit counting ---------------------------------------------
     def counted_pages(self, request_id) -> int:
-        """Leading pages of this request's path that already counted a hit (0 if none/None)."""
-        if request_id is None:
+        """Leading pages of this request's path that already counted a hit (0 if none/None;
+        always 0 per_insert, where every insert counts)."""
+        if request_id is None or self.hit_count == "per_insert":
             return 0
         return self._counted.get(request_id, 0)
 
     def record(self, request_id, pages: int, finished: bool) -> None:
-        """After an insert of `pages` pages: remember them until the request finishes."""
-        if request_id is None:
+        """After an insert of `pages` pages: remember them until the request finishes (per_request)."""
+        if request_id is None or self.hit_count == "per_insert":
             return
         if finished:
             self._counted.pop(request_id, None)
@@ -71,14 +93,15 @@ class WritePolicy:
         return len(self._counted)
 
     def __repr__(self) -> str:
-        return f"WritePolicy({self.name!r}, threshold={self.threshold})"
+        return f"WritePolicy({self.name!r}, threshold={self.threshold}, hit_count={self.hit_count!r})"
 
 
-def make_policy(name: str | WritePolicy = "write_through_selective", threshold: int = 2) -> WritePolicy:
+def make_policy(name: str | WritePolicy = "write_through_selective", threshold: int = 2,
+                hit_count: str = "per_request") -> WritePolicy:
     """A policy by name; an existing policy object is returned as is."""
     if isinstance(name, WritePolicy):
         return name
-    return WritePolicy(name, threshold)
+    return WritePolicy(name, threshold, hit_count)
 
 
 class LeafHeap:

@@ -90,6 +90,11 @@ def _check_request_id(request_id) -> None:
         raise ValueError(f"request_id: must be hashable, got {type(request_id).__name__}") from None
 
 
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected True or False, got {value!r}")
+
+
 def _allocator(x):
     return getattr(x, "allocator", x)
 
@@ -97,12 +102,12 @@ def _allocator(x):
 class RadixTree:
     def __init__(self, page_size: int, policy: str | WritePolicy = "write_through_selective", ghost=None,
                  clock: Callable[[], int] | None = None, device=None, host=None,
-                 on_write_back: Callable[[list[TierCopy]], None] | None = None):
+                 on_write_back: Callable[[list[TierCopy]], None] | None = None, hit_count: str = "per_request"):
         if not isinstance(page_size, int) or page_size <= 0:
             raise ValueError(f"page_size: must be a positive integer, got {page_size!r}")
         self.page_size = page_size
         self.page_bytes = 4 * page_size
-        self.policy = make_policy(policy)
+        self.policy = make_policy(policy, hit_count=hit_count)  # hit_count: for a policy given by name
         self.ghost = ghost
         self.device = _allocator(device) if device is not None else None
         self.host = _allocator(host) if host is not None else None
@@ -217,27 +222,33 @@ class RadixTree:
         return upper
 
     # -- insert ------------------------------------------------------------------
-    def insert(self, tokens, device_indices, request_id=None, finished: bool = True) -> InsertResult:
+    def insert(self, tokens, device_indices, request_id=None, finished: bool = True,
+               chunked: bool = False) -> InsertResult:
         """Cache the page-aligned prefix of `tokens` whose KV sits at `device_indices`.
 
         device_indices: token slots for (at least) the page-aligned prefix of tokens. The tree
         adopts those past `prefix_len`; the caller still owns (and frees) the ones before.
         Bad input (too few slots, not whole pages, a page given twice, pages not allocated,
-        an unhashable request_id) raises ValueError before the tree changes.
+        an unhashable request_id) raises ValueError before the tree changes. `finished`: the
+        request's last insert (cache_finished_req); `chunked`: one chunk of a chunked prefill,
+        which upstream's hit counting skips (policy: per_insert).
         """
         _check_request_id(request_id)
+        _check_flag("chunked", chunked)
         data, n = self._tokens(tokens)
         idx = np.asarray(device_indices if device_indices is not None else NO_PAGES)
         if len(idx) < n // 4:
             raise ValueError(f"device_indices: {len(idx)} slots for {n // 4} page-aligned tokens")
         pages = slots_to_pages(idx[: n // 4], self.page_size, "device_indices")
         self._check_pages_in(pages, "device_indices")
-        return self._insert(data, n, pages, request_id, finished)
+        return self._insert(data, n, pages, request_id, finished, chunked)
 
-    def insert_pages(self, tokens, device_pages, request_id=None, finished: bool = True) -> InsertResult:
+    def insert_pages(self, tokens, device_pages, request_id=None, finished: bool = True,
+                     chunked: bool = False) -> InsertResult:
         """insert with the KV's device pages (one per whole page of tokens, at least) instead
         of its slots, for a caller that works in pages (HiCache); the same checks, per page."""
         _check_request_id(request_id)
+        _check_flag("chunked", chunked)
         data, n = self._tokens(tokens)
         pages = np.asarray(device_pages if device_pages is not None else NO_PAGES)
         if pages.ndim != 1 or (pages.size and not np.issubdtype(pages.dtype, np.integer)):
@@ -246,7 +257,7 @@ class RadixTree:
             raise ValueError(f"device_pages: {len(pages)} pages for {n // self.page_bytes} whole pages of tokens")
         pages = pages[: n // self.page_bytes].astype(np.int64, copy=False)
         self._check_pages_in(pages, "device_pages")
-        return self._insert(data, n, pages, request_id, finished)
+        return self._insert(data, n, pages, request_id, finished, chunked)
 
     def _check_pages_in(self, pages: np.ndarray, name: str) -> None:
         if has_duplicates(pages):
@@ -254,18 +265,21 @@ class RadixTree:
         if self.device is not None and not self.device.pages_allocated(pages):
             raise ValueError(f"{name}: pages that are not allocated in the device pool")
 
-    def _insert(self, data: bytes, n: int, pages_in: np.ndarray, request_id, finished: bool) -> InsertResult:
+    def _insert(self, data: bytes, n: int, pages_in: np.ndarray, request_id, finished: bool,
+                chunked: bool = False) -> InsertResult:
         """insert, its input checked: data[:n] the page-aligned token bytes, pages_in their pages."""
         P = self.page_bytes
         now = self.clock()
         path, off = self._walk(data, n, now)
-        skip = self.policy.counted_pages(request_id)
+        counting = self.policy.counts_insert(chunked)
+        # A request counts each node once (per_request); per_insert skips nothing.
+        skip = self.policy.counted_pages(request_id) if counting else n // P
         prefix_pages = adopted = page = 0
         for node in path:
             end = page + len(node.key) // P
             if node.dev is not None:
                 prefix_pages = end
-                if end > skip:  # a request counts each node once (see policy)
+                if end > skip:
                     node.hit_count += 1
             else:  # host-only: take the request's recomputed KV instead of loading it
                 node.dev = pages_in[page:end].copy()
@@ -276,7 +290,7 @@ class RadixTree:
         if off < n:
             parent = path[-1] if path else self.root
             new = Node(next(self._ids), parent, data[off:n], pages_in[off // P :].copy())
-            new.hit_count, new.last_access = 1, now
+            new.hit_count, new.last_access = int(counting), now
             parent.children[data[off : off + P]] = new
             self.tiers.device_pages += len(new.dev)
             self.tiers.num_nodes += 1
@@ -284,7 +298,8 @@ class RadixTree:
         last = path[-1] if path else self.root
         self.tiers.note(last)  # the whole path is in L1 now: only its end can be a leaf
         self.policy.record(request_id, n // P, finished)
-        backups = self._backups_after_insert(path)
+        # Upstream backs up only from inc_hit_count: an insert that counts no hit queues none.
+        backups = self._backups_after_insert(path) if counting else []
         new_nodes = [] if new is None else [new] if new.parent is parent else [new.parent, new]  # ghost may split it
         ps = self.page_size
         return InsertResult(prefix_pages * ps, adopted * ps, (n - off) // P, new_nodes, backups, last)

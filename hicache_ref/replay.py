@@ -79,7 +79,8 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
     fig = _figures(totals, cache, wall, read_seconds, saved, cache.tree.ghost, dict(
         page_size=ps, l1_tokens=l1, l2_tokens=l2, l1_unlimited=spec.l1_tokens is None,
         l2_unlimited=spec.l2_tokens is None, write_policy=spec.write_policy, free_list=spec.free_list,
-        host_layout=spec.host_layout, materialize=spec.materialize,
+        host_layout=spec.host_layout, materialize=spec.materialize, hit_count=spec.hit_count,
+        pd_disagg=spec.pd_disagg,
         profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
     registered = cache.host.nbytes if cache.host is not None else 0
     fig.update(cost.replay_figures(getattr(backend, "profile", None), saved, fig["modeled_transfer_seconds"],

@@ -21,7 +21,7 @@ from hal.transfer.seed import SEED_GEOMETRY
 from hicache_ref.allocator import ORDERS
 from hicache_ref.cache import HiCache
 from hicache_ref.ghost import GhostList
-from hicache_ref.policy import POLICIES
+from hicache_ref.policy import HIT_COUNTS, POLICIES
 
 MATERIALIZE_LIMIT_BYTES = 16 << 30  # refuse pools larger than this: a typo should not eat the host
 MIN_GHOST_ENTRIES = 1024  # the ghost list's default bound: L1 pages, at least this many
@@ -69,6 +69,9 @@ class CacheSpec:
     # materialized, else count, which prices the same plans on the same clock and moves no bytes).
     backend: Any = None
     materialize: bool = False  # real KV pools and bytes, every hit checked
+    # Request-path semantics (upstream vs the reference: hicache_ref/README.md, the differences table).
+    hit_count: str = "per_request"  # "per_insert": upstream's; see hicache_ref.policy
+    pd_disagg: bool = False  # insert every request unfinished, then finished (PD-disaggregated prefill)
 
     def __post_init__(self):
         positive_int("page_size", self.page_size)
@@ -87,6 +90,8 @@ class CacheSpec:
         parse_dtype(self.dtype)
         _one_of("host_layout", self.host_layout, MLA_LAYOUTS if self.attention == "mla" else HOST_LAYOUTS)
         _flag("materialize", self.materialize)
+        _one_of("hit_count", self.hit_count, HIT_COUNTS)
+        _flag("pd_disagg", self.pd_disagg)
         if self.backend is not None and self.backend.capabilities().moves_bytes != self.materialize:
             raise ValueError(f"backend: {self.backend.name!r} {'moves' if not self.materialize else 'moves no'} "
                              f"bytes, but materialize={self.materialize} (unmaterialized caches run on a backend "
@@ -138,4 +143,5 @@ class CacheSpec:
         l1, l2 = self.capacities(whole_tokens)
         bound = self.ghost_entries if self.ghost_entries is not None else max(l1 // self.page_size, MIN_GHOST_ENTRIES)
         return HiCache(self.geometry(), l1, l2, backend, layout=self.host_layout, policy=self.write_policy,
-                       ghost=GhostList(bound) if self.ghost else None, order=self.free_list, sync=self.sync)
+                       ghost=GhostList(bound) if self.ghost else None, order=self.free_list, sync=self.sync,
+                       hit_count=self.hit_count, pd_disagg=self.pd_disagg)

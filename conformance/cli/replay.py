@@ -6,6 +6,7 @@ import json
 import sys
 
 from conformance.cli import args as types
+from conformance.cli import reqpath_args
 from conformance.cli.budget import refuse_over
 from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg, text_file
@@ -56,6 +57,7 @@ def add_arguments(p) -> None:
                    "KV right after its transfer")
     p.add_argument("--step-ms", type=types.count(1, 60_000), default=30, help="with --concurrency: one decode "
                    "step, ms (the profiles hold no decode rate yet; default 30)")
+    reqpath_args.add_arguments(p)  # request-path semantics: hit counting, PD inserts, load_back, sizing
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
 
@@ -81,7 +83,7 @@ def spec_from_args(a, l1: int | None, l2: int | None) -> CacheSpec:
     return CacheSpec(page_size=a.page_size, l1_tokens=l1, l2_tokens=l2, write_policy=a.write_policy, ghost=a.ghost,
                      ghost_entries=a.ghost_entries, free_list=a.free_list, host_layout=a.host_layout,
                      attention=a.attention, layers=a.layers, heads=a.heads, kv_dim=a.kv_dim, dtype=a.dtype,
-                     profile=a.profile, materialize=a.materialize)
+                     profile=a.profile, materialize=a.materialize, **reqpath_args.spec_fields(a))
 
 
 def check_capacity(spec: CacheSpec) -> None:
