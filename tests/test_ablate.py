@@ -76,9 +76,11 @@ def test_unpriced_steps_say_why_and_keep_the_replay_columns(p800_rows):
         assert r["net_benefit_seconds"] is None and r["ttft_change_seconds"] is None
         assert word in r["not_measured"]["net_benefit_seconds"]
         assert r["d2h_segments"] == rows["layer_first"]["d2h_segments"]  # the same replay: filled, not guessed
+    r = rows["per_request_hits"]
     if not has_request_counting():
-        r = rows["per_request_hits"]
         assert r["hit_rate"] is None and r["not_measured"]["hit_rate"] == NEEDS_REQPATH
+    else:  # under PD every request is inserted twice: per-insert counting backs up after one request
+        assert r["d2h_bytes"] < rows["numa"]["d2h_bytes"] and not r["not_measured"]
 
 
 def test_numa_step_on_shared_uplink_prices_ido_and_the_penalty_by_hand(p800_rows):

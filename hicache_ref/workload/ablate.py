@@ -10,9 +10,10 @@ L2):
 4. `numa`: remote NUMA -> local; where cards share an uplink (topology.devices_per_switch > 1)
    also IDO on, so backups stop paying the shared-uplink D2H factor. The seed's alternative
    there, interleaving, has no penalty figure in any profile, so local is what is priced;
-5. `per_request_hits`: hits counted per request instead of per insert, plus the ghost list,
-   under PD disaggregation (CacheSpec.hit_count / pd_disagg; not_measured where the spec
-   has no such fields);
+5. `per_request_hits`: hits counted per request instead of per insert, plus the ghost list;
+   every rung runs PD-disaggregated prefill, as the seed did (CacheSpec.pd_disagg: each
+   request inserted unfinished then finished, which per-insert counting counts twice;
+   not_measured where CacheSpec has no hit_count / pd_disagg fields);
 6. `tp_shared`: a private host pool per rank -> one shared by the TP group (hicache_ref.tp:
    effective L2 = ranks x per-rank L2, one writer);
 7. `plateau_capacity`: L2 set to the plateau of a capacity sweep of the configuration so far
@@ -84,7 +85,6 @@ class Rung:
     spec: CacheSpec  # what one rank replays (L2 per rank)
     switches: HostSwitches
     shared_host: bool = False
-    pd: bool = False
 
 
 def sweep_tiers(effective_l2: int, tp: int, page_size: int) -> list[int]:
@@ -124,8 +124,9 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], concurrency: int | Non
         return figures[key]
 
     shared = shared_uplink(profile)
+    pd = {"hit_count": "per_insert", "pd_disagg": True} if counting else {}  # the seed's PD-disaggregated prefill
     start = Rung(dataclasses.replace(spec, host_layout="page_first_direct", write_policy="write_through_selective",
-                                     ghost=False), HostSwitches())
+                                     ghost=False, **pd), HostSwitches())
     rows, rung = [], start
     rows.append(_row("baseline", _describe_start(start, shared, tp), run(rung), rung, profile, baseline_s))
     rung = dataclasses.replace(rung, spec=dataclasses.replace(rung.spec, host_layout="layer_first"))
@@ -142,10 +143,9 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], concurrency: int | Non
         f", IDO on ({profile.topology.devices_per_switch} cards per uplink; interleaving has no profile "
         "figure, local is priced)" if shared else ""), run(rung), rung, profile, baseline_s))
     if counting:
-        rung = dataclasses.replace(rung, pd=True, spec=dataclasses.replace(
-            rung.spec, hit_count="per_request", pd_disagg=True, ghost=True))
+        rung = dataclasses.replace(rung, spec=dataclasses.replace(rung.spec, hit_count="per_request", ghost=True))
         rows.append(_row("per_request_hits", "write_through_selective hits counted per insert -> per request, "
-                         "+ ghost list, PD disaggregation", run(rung), rung, profile, baseline_s))
+                         "+ ghost list (PD-disaggregated prefill)", run(rung), rung, profile, baseline_s))
     else:
         rows.append(_skipped_row("per_request_hits", "write_through_selective hits counted per insert -> per "
                                  "request, + ghost list, PD disaggregation", NEEDS_REQPATH))
@@ -171,7 +171,7 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], concurrency: int | Non
 def _describe_start(rung: Rung, shared: bool, tp: int) -> str:
     s = rung.spec
     return (f"page_first_direct, inline submission, 4 KB pages, remote NUMA{', IDO off' if shared else ''}, "
-            f"write_through_selective per insert, private host pools (TP {tp}), L1 {s.l1_tokens:,} / "
+            f"write_through_selective per insert{' under PD disaggregation' if s.pd_disagg else ''}, private host pools (TP {tp}), L1 {s.l1_tokens:,} / "
             f"L2 {s.l2_tokens:,} tokens per rank")
 
 
@@ -182,7 +182,7 @@ def _replay(rung: Rung, requests, concurrency, tp: int) -> dict:
     else:
         from hicache_ref.workload.serving import replay_served
 
-        fig = replay_served(run, requests, concurrency, pd=rung.pd)
+        fig = replay_served(run, requests, concurrency, pd=True)  # PD: prefill releases after its transfer
     fig["token_bytes"] = run.geometry().token_bytes
     writers = 1 if rung.shared_host else tp
     fig["d2h_bytes_all_ranks"] = fig["d2h_bytes"] * writers
