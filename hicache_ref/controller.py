@@ -74,6 +74,7 @@ class CacheController:
         self._state = ControllerState()
         mover = PoolMover(device_pool, host_pool, backend)
         self._dirs = {name: DirectionWorker(name, self._state, mover, backend) for name in DIRECTIONS}
+        self._by_page = mover.priced  # priced jobs are planned per page: no token slots are made
 
     # -- scheduler thread: enqueue ------------------------------------------------------
     def write(self, device_indices, host_indices, tag: Any = None) -> WriteHandle:
@@ -93,6 +94,8 @@ class CacheController:
         tree hands them out: checked per page, so the check costs page_size times less."""
         t0 = time.perf_counter()
         dp, hp = self._pages(device_pages, host_pages, "host")
+        if self._by_page:
+            return self._queue_pages(Direction.D2H, dp, hp, tag, t0)
         ps = self.geom.page_size
         return self._queue(Direction.D2H, pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
 
@@ -100,16 +103,25 @@ class CacheController:
         """`load` of whole pages (see write_pages)."""
         t0 = time.perf_counter()
         dp, hp = self._pages(device_pages, host_pages, "device")
+        if self._by_page:
+            return self._queue_pages(Direction.H2D, dp, hp, tag, t0)
         ps = self.geom.page_size
         return self._queue(Direction.H2D, pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
 
     def _queue(self, direction: Direction, di: np.ndarray, hi: np.ndarray, tag: Any, t0: float) -> TransferHandle:
-        if direction == Direction.D2H:
-            h = WriteHandle(self._state, direction, tag, len(hi), 1)
-        else:
-            h = LoadHandle(self._state, direction, tag, len(hi), self.geom.layers)
+        h = self._handle(direction, tag, len(hi))
         self._enqueue(direction, Job(h, hi, di), t0)
         return h
+
+    def _queue_pages(self, direction: Direction, dp: np.ndarray, hp: np.ndarray, tag: Any, t0: float) -> TransferHandle:
+        h = self._handle(direction, tag, len(hp) * self.geom.page_size)
+        self._enqueue(direction, Job(h, None, None, (hp, dp)), t0)
+        return h
+
+    def _handle(self, direction: Direction, tag: Any, tokens: int) -> TransferHandle:
+        if direction == Direction.D2H:
+            return WriteHandle(self._state, direction, tag, tokens, 1)
+        return LoadHandle(self._state, direction, tag, tokens, self.geom.layers)
 
     # Every check runs here, on the scheduler thread, before anything is queued: a bad
     # transfer found on a worker thread would fail-stop the controller for good.

@@ -33,8 +33,9 @@ _BATCH_WINDOW_S = 0.02  # priced jobs wait this long for company unless someone 
 
 class Job(NamedTuple):
     handle: TransferHandle
-    host_indices: np.ndarray
-    device_indices: np.ndarray
+    host_indices: np.ndarray | None  # token slots; None for a priced page job (slots never needed)
+    device_indices: np.ndarray | None
+    pages: tuple[np.ndarray, np.ndarray] | None = None  # (host, device) page numbers, when queued by page
 
 
 class ExactSeconds:
@@ -151,7 +152,7 @@ class DirectionWorker:
             s = self.stats
             s.submit_seconds += submit_seconds
             s.transfers += 1
-            s.tokens += len(job.host_indices)
+            s.tokens += job.handle.num_tokens
             s.bytes += nbytes
             s.segments += segments
 

@@ -42,6 +42,8 @@ class PoolMover:
 
     def layer0_plan(self, direction: Direction, job) -> TransferPlan:
         """Layer 0's plan of `job` (every layer repeats its runs): what the counters scale."""
+        if job.pages is not None:  # queued by page: plan the pages, no slot arrays either way
+            return self._planner.layer0_pages(direction, *job.pages)
         return self._planner.layer0(direction, job.host_indices, job.device_indices)
 
     def job_seconds(self, direction: Direction, layer0: TransferPlan) -> float | None:
