@@ -155,7 +155,9 @@ def test_cli_writes_table_json_and_png(tmp_path, capsys):
     args = ["ablate", "--trace", str(trace), "--profile", "p800", "--l1-tokens", "4096", "--l2-tokens", "16384",
             "--tp", "2", "--out", str(out), "--quiet"]
     assert main(args) == 0
-    table = capsys.readouterr().out
+    captured = capsys.readouterr()
+    table = captured.out
+    assert captured.err == ""  # progress only on a terminal
     assert "layer_first" in table and "n/m" in table
     written = json.loads((out / "ablate.json").read_text())
     assert [s["step"] for s in written["steps"]] == list(STEPS)
