@@ -119,6 +119,12 @@ def test_tp_shared_writes_no_more_host_bytes_than_private(p800_rows):
     assert shared["l2_tokens"] == 2 * private["l2_tokens"]
 
 
+def test_extrapolated_registered_penalty_is_noted(p800_rows):
+    rows = by_step(p800_rows)  # 16,384 tokens x 89,856 B = 1.5 GB registered: below the seed's 15-80 GB
+    assert "extrapolated: 1 GB" in rows["layer_first"]["notes"][0]
+    assert rows["daemon_threads"]["notes"] == []  # not priced: nothing extrapolated
+
+
 def test_plateau_step_takes_the_sweeps_capacity(p800_rows):
     c = p800_rows["configuration"]
     assert c["sweep_l2_tokens"] == sweep_tiers(2 * 16384, 2, 64) == [4096 * i for i in range(1, 9)]

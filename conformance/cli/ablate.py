@@ -130,6 +130,7 @@ def table_lines(r: dict) -> list[str]:
     for s in r["steps"]:
         reasons = sorted(set(s["not_measured"].values()))
         lines += [f"  {s['step']}: {why}" for why in reasons]
+    lines += [f"note, {s['step']}: {n}" for s in r["steps"] for n in s["notes"]]
     assumed = sorted({k for s in r["steps"] for k in s["assumed_inputs"]})
     if assumed:
         lines.append(f"assumed profile inputs: {', '.join(assumed)}")

@@ -19,6 +19,9 @@ L2):
 7. `plateau_capacity`: L2 set to the plateau of a capacity sweep of the configuration so far
    (hicache_ref.workload.sweep, tiers 1/8 .. 8/8 of its L2; serial replays).
 
+Besides ROW_KEYS a row has `notes` (e.g. a registered-size penalty extrapolated past the GB the
+seed measured), `l2_tokens` (the pool one replay holds: per rank when private, the group's
+when shared), `d2h_bytes_all_ranks` and `host_pool_bytes_all_ranks` (over the TP group).
 Each rung's figures come from its own replay (hicache_ref.replay, or serving.replay_served
 with `concurrency`), priced by ablate_price. Deterministic: the same trace and arguments give
 the same rows, bit for bit (no wall times are kept).
@@ -42,7 +45,7 @@ STEPS = ("baseline", "layer_first", "daemon_threads", "thp", "numa", "per_reques
          "plateau_capacity")
 ROW_KEYS = ("step", "change", "hit_rate", "d2h_segments", "h2d_segments", "d2h_bytes", "h2d_bytes",
             "modeled_transfer_seconds", "ttft_change_seconds", "net_benefit_seconds", "assumed_inputs", "not_measured")
-EXTRA_KEYS = ("l2_tokens", "host_layout", "d2h_bytes_all_ranks", "host_pool_bytes_all_ranks", "truncated_requests")
+EXTRA_KEYS = ("notes", "l2_tokens", "host_layout", "d2h_bytes_all_ranks", "host_pool_bytes_all_ranks", "truncated_requests")
 SWEEP_TIERS = 8
 NO_INLINE_FIGURE = ("the profile has no cost of an inline submission on the scheduler thread (targets."
                     "d2h_submit_block_s is a bound from one seed run, not a per-submission figure)")
@@ -196,7 +199,7 @@ def _row(step, change, fig, rung: Rung, profile, baseline_s, unpriced: str | Non
                 h2d_segments=fig["h2d_segments"], d2h_bytes=fig["d2h_bytes"], h2d_bytes=fig["h2d_bytes"],
                 modeled_transfer_seconds=p.transfer_s, ttft_change_seconds=p.ttft_change_s,
                 net_benefit_seconds=p.net_benefit_s, assumed_inputs=list(p.assumed_inputs),
-                not_measured=p.not_measured, l2_tokens=fig["l2_tokens"], host_layout=fig["host_layout"],
+                not_measured=p.not_measured, notes=list(p.notes), l2_tokens=fig["l2_tokens"], host_layout=fig["host_layout"],
                 d2h_bytes_all_ranks=fig["d2h_bytes_all_ranks"],
                 host_pool_bytes_all_ranks=fig["host_pool_bytes_all_ranks"],
                 truncated_requests=fig["truncated_requests"])
@@ -204,7 +207,7 @@ def _row(step, change, fig, rung: Rung, profile, baseline_s, unpriced: str | Non
 
 def _skipped_row(step: str, change: str, why: str) -> dict:
     row = {k: None for k in (*ROW_KEYS, *EXTRA_KEYS)}
-    row.update(step=step, change=change, assumed_inputs=[],
+    row.update(step=step, change=change, assumed_inputs=[], notes=[],
                not_measured={k: why for k in ROW_KEYS if k not in ("step", "change", "assumed_inputs",
                                                                   "not_measured")})
     return row

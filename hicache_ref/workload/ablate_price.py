@@ -76,6 +76,7 @@ class Priced:
     net_benefit_s: float | None
     not_measured: dict
     assumed_inputs: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
 
 def price(profile, fig: dict, switches: HostSwitches, baseline_s: float | None,
@@ -98,7 +99,12 @@ def price(profile, fig: dict, switches: HostSwitches, baseline_s: float | None,
     nb = cost.net_benefit(profile, saved, transfer, baseline_s, registered_bytes=registered,
                           numa_local=switches.numa_local)
     ttft = (transfer + nb.penalty_s - saved) / fig["requests"] if fig["requests"] else 0.0
-    return Priced(transfer, ttft, nb.net_s, not_measured, tuple(sorted(set(nb.assumed_inputs + extra))))
+    notes = ()
+    lo, hi = cost.SEED_REGISTERED_GB
+    if registered and profile.penalties.registered_pct_per_gb is not None and not lo <= registered / cost.GB <= hi:
+        notes = (f"registered-size penalty extrapolated: {registered / cost.GB:.0f} GB registered, the penalty "
+                 f"line was measured over {lo}-{hi} GB",)
+    return Priced(transfer, ttft, nb.net_s, not_measured, tuple(sorted(set(nb.assumed_inputs + extra))), notes)
 
 
 def baseline_prefill_seconds(profile, requests) -> float | None:
