@@ -88,9 +88,9 @@ def price(profile, fig: dict, switches: HostSwitches, baseline_s: float | None,
     if why_transfer:
         not_measured["modeled_transfer_seconds"] = why_transfer
     saved = fig.get("modeled_prefill_seconds_saved")
-    why = unpriced_change or why_transfer or numa_reason(profile, switches)
-    if why is None and (saved is None or baseline_s is None):
-        why = f"profile {profile.name} has no compute model (compute.prefill_*)"
+    no_compute = f"profile {profile.name} has no compute model (compute.prefill_*)"
+    why = unpriced_change or why_transfer or (no_compute if saved is None or baseline_s is None else None) \
+        or numa_reason(profile, switches)
     if why is not None:
         not_measured.update(ttft_change_seconds=why, net_benefit_seconds=why)
         keys = cost.assumed_inputs(profile, (*cost.TRANSFER_KEYS, *cost.REGISTERED_KEYS)) + extra
