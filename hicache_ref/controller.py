@@ -83,6 +83,7 @@ class CacheController:
         mover = PoolMover(device_pool, host_pool, backend)
         self._dirs = {name: DirectionWorker(name, self._state, mover, backend) for name in DIRECTIONS}
         self._held: list[Job] | None = None  # loads held by merged_loads (scheduler thread only)
+        self._by_page = mover.priced  # priced jobs are planned per page: no token slots are made
 
     # -- scheduler thread: enqueue ------------------------------------------------------
     def write(self, device_indices, host_indices, tag: Any = None) -> WriteHandle:
@@ -102,6 +103,8 @@ class CacheController:
         tree hands them out: checked per page, so the check costs page_size times less."""
         t0 = time.perf_counter()
         dp, hp = self._pages(device_pages, host_pages, "host")
+        if self._by_page:
+            return self._queue_pages(Direction.D2H, dp, hp, tag, t0)
         ps = self.geom.page_size
         return self._queue(Direction.D2H, pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
 
@@ -109,21 +112,41 @@ class CacheController:
         """`load` of whole pages (see write_pages)."""
         t0 = time.perf_counter()
         dp, hp = self._pages(device_pages, host_pages, "device")
+        if self._by_page:
+            return self._queue_pages(Direction.H2D, dp, hp, tag, t0)
         ps = self.geom.page_size
         return self._queue(Direction.H2D, pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
 
     def _queue(self, direction: Direction, di: np.ndarray, hi: np.ndarray, tag: Any, t0: float) -> TransferHandle:
-        if direction == Direction.D2H:
-            h = WriteHandle(self._state, direction, tag, len(hi), 1)
-        else:
-            h = LoadHandle(self._state, direction, tag, len(hi), self.geom.layers)
-            if self._held is not None:  # merged_loads: sorted and submitted with the others
-                h._submit_held = self.submit_held
-                self._held.append(Job(h, hi, di))
-                return h
+        h = self._handle(direction, tag, len(hi))
+        if self._hold(h):
+            self._held.append(Job(h, hi, di))
+            return h
         hi, di = direct_order(self.layout, self.io_backend, hi, di)  # direct + layer_first: host-sorted
         self._enqueue(direction, Job(h, hi, di), t0)
         return h
+
+    def _queue_pages(self, direction: Direction, dp: np.ndarray, hp: np.ndarray, tag: Any, t0: float) -> TransferHandle:
+        h = self._handle(direction, tag, len(hp) * self.geom.page_size)
+        if self._hold(h):
+            self._held.append(Job(h, None, None, (hp, dp)))
+            return h
+        # Sorting whole pages by host page sorts their slots by host index (a page's slots ascend).
+        hp, dp = direct_order(self.layout, self.io_backend, hp, dp)
+        self._enqueue(direction, Job(h, None, None, (hp, dp)), t0)
+        return h
+
+    def _handle(self, direction: Direction, tag: Any, tokens: int) -> TransferHandle:
+        if direction == Direction.D2H:
+            return WriteHandle(self._state, direction, tag, tokens, 1)
+        return LoadHandle(self._state, direction, tag, tokens, self.geom.layers)
+
+    def _hold(self, h: TransferHandle) -> bool:
+        """Inside merged_loads a load is held for the step's one submission."""
+        if self._held is None or h.direction != Direction.H2D:
+            return False
+        h._submit_held = self.submit_held
+        return True
 
     # -- scheduler thread: merged loads of one scheduling step --------------------------
     @contextmanager
@@ -155,16 +178,17 @@ class CacheController:
         jobs, self._held = self._held, []
         for job in jobs:
             job.handle._submit_held = None
-        if len(jobs) == 1:
-            job = jobs[0]
-            hi, di = direct_order(self.layout, self.io_backend, job.host_indices, job.device_indices)
-            self._enqueue(Direction.H2D, Job(job.handle, hi, di), t0)
-            return
-        hi = np.concatenate([j.host_indices for j in jobs])
-        di = np.concatenate([j.device_indices for j in jobs])
+        paged = jobs[0].pages is not None  # a controller queues either all by page or all by slot
+        if paged:
+            hi = np.concatenate([j.pages[0] for j in jobs])
+            di = np.concatenate([j.pages[1] for j in jobs])
+        else:
+            hi = np.concatenate([j.host_indices for j in jobs])
+            di = np.concatenate([j.device_indices for j in jobs])
         hi, di = direct_order(self.layout, self.io_backend, hi, di)
-        merged = MergedLoadHandle(self._state, [j.handle for j in jobs], self.geom.layers)
-        self._enqueue(Direction.H2D, Job(merged, hi, di), t0)
+        handle = jobs[0].handle if len(jobs) == 1 else MergedLoadHandle(self._state, [j.handle for j in jobs],
+                                                                        self.geom.layers)
+        self._enqueue(Direction.H2D, Job(handle, None, None, (hi, di)) if paged else Job(handle, hi, di), t0)
 
     # Every check runs here, on the scheduler thread, before anything is queued: a bad
     # transfer found on a worker thread would fail-stop the controller for good.

@@ -33,8 +33,9 @@ _BATCH_WINDOW_S = 0.02  # priced jobs wait this long for company unless someone 
 
 class Job(NamedTuple):
     handle: TransferHandle
-    host_indices: np.ndarray
-    device_indices: np.ndarray
+    host_indices: np.ndarray | None  # token slots; None for a priced page job (slots never needed)
+    device_indices: np.ndarray | None
+    pages: tuple[np.ndarray, np.ndarray] | None = None  # (host, device) page numbers, when queued by page
 
 
 class ExactSeconds:
@@ -132,7 +133,7 @@ class DirectionWorker:
             plans = [self.mover.layer0_plan(self.direction, job) for job in jobs]
             events = self.mover.run(self.direction, jobs, plans)
             for job, layer0 in zip(jobs, plans, strict=True):
-                job.handle.modeled_cost = self.mover.job_seconds(self.direction, layer0, len(job.host_indices))
+                job.handle.modeled_cost = self.mover.job_seconds(self.direction, layer0, job.handle.num_tokens)
                 self._count(job, layer0, (time.perf_counter() - t0) / len(jobs))
         except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
             for job in jobs:
@@ -151,7 +152,7 @@ class DirectionWorker:
             s = self.stats
             s.submit_seconds += submit_seconds
             s.transfers += 1
-            s.tokens += len(job.host_indices)
+            s.tokens += job.handle.num_tokens
             s.bytes += nbytes
             s.segments += segments
             s.launches += 1 if self.direction == Direction.D2H else layers

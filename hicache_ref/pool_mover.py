@@ -48,6 +48,8 @@ class PoolMover:
 
     def layer0_plan(self, direction: Direction, job) -> TransferPlan:
         """Layer 0's plan of `job` (every layer repeats its runs): what the counters scale."""
+        if job.pages is not None:  # queued by page: plan the pages, no slot arrays either way
+            return self._planner.layer0_pages(direction, *job.pages)
         return self._planner.layer0(direction, job.host_indices, job.device_indices)
 
     def kernel_items(self, tokens: int) -> int | None:
@@ -77,7 +79,7 @@ class PoolMover:
         """Submit `jobs` (one job, or with `priced` a batch) on the current kvcacheio stream;
         returns the events they share (one for a D2H, one per layer for an H2D)."""
         if self.priced:
-            return self._price(direction, plans, sum(len(job.host_indices) for job in jobs))
+            return self._price(direction, plans, sum(job.handle.num_tokens for job in jobs))
         (job,) = jobs
         args = (self.layout, self.geom, self.host_pool.buffers, self.device_pool.buffers, job.host_indices,
                 job.device_indices)

@@ -159,13 +159,13 @@ def run_peer(peer, requests, page_size: int, keys: str = "array") -> dict:
 
     RadixCache, RadixKey, MatchPrefixParams, InsertParams = peer
     cache = RadixCache.create_simulated(page_size=page_size)
-    timed, hits = 0.0, 0
+    timed, cpu, hits = 0.0, 0.0, 0
     for r in requests:
         tokens = request_tokens(r.hash_ids, r.input_length).astype("int64")
         ids = array("q", tokens.tobytes()) if keys == "array" else tokens.tolist()
         n = len(ids) // page_size * page_size
         value = torch.arange(n, dtype=torch.int64)
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         if MatchPrefixParams is not None:
             m = cache.match_prefix(MatchPrefixParams(key=RadixKey(ids)))
             cache.insert(InsertParams(key=RadixKey(ids[:n]), value=value))
@@ -175,8 +175,9 @@ def run_peer(peer, requests, page_size: int, keys: str = "array") -> dict:
             cache.insert(RadixKey(ids[:n]), value)
             got = len(m.device_indices)
         timed += time.perf_counter() - t0
+        cpu += time.thread_time() - c0  # CPU seconds: what a loaded machine distorts least
         hits += got
-    return {"wall_seconds": timed, "hit_tokens": hits}
+    return {"wall_seconds": timed, "cpu_seconds": cpu, "hit_tokens": hits}
 
 
 def run_tree_only(requests, page_size: int) -> dict:
@@ -251,15 +252,20 @@ def run(a) -> int:
     rc = 0
     for kind, runs in theirs.items():
         pmed = statistics.median(t["wall_seconds"] for t in runs)
+        pcpu = statistics.median(t["cpu_seconds"] for t in runs)
+        ocpu = result["ours"]["median_cpu_seconds"]
         agree = runs[0]["hit_tokens"] == result["ours"]["hit_tokens"] == tree_only[0]["hit_tokens"]
         result[f"peer_{kind}_keys"] = {
             "name": f"sglang RadixCache, {kind} keys (match_prefix + insert only)", "root": a.sglang_root,
             "wall_seconds": [t["wall_seconds"] for t in runs], "median_wall_seconds": pmed,
             "tokens_per_second": tokens / pmed, "hit_tokens": runs[0]["hit_tokens"], "hit_tokens_agree": agree,
-            "peer_over_ours": pmed / med, "peer_over_ours_tree_only": pmed / tmed}
+            "peer_over_ours": pmed / med, "peer_over_ours_tree_only": pmed / tmed,
+            "cpu_seconds": [t["cpu_seconds"] for t in runs], "median_cpu_seconds": pcpu,
+            "peer_over_ours_cpu": pcpu / ocpu if ocpu > 0 else None}
         lines.append(f"peer (SGLang RadixCache, {kind} keys): median {pmed:.2f} s, {tokens / pmed / 1e6:.1f} M tokens/s, "
                      f"hit tokens {runs[0]['hit_tokens']:,} ({'agree' if agree else 'DISAGREE'}); "
-                     f"peer time / ours: whole replay {pmed / med:.2f}x, tree only {pmed / tmed:.2f}x")
+                     f"peer time / ours: whole replay {pmed / med:.2f}x, tree only {pmed / tmed:.2f}x; "
+                     f"cpu {pcpu:.2f} s, peer cpu / ours (whole replay, both threads) {pcpu / max(ocpu, 1e-9):.2f}x")
         rc = rc or (0 if agree else 1)
     if not theirs:
         lines.append("peer: not run (give --sglang-root DIR to time SGLang's RadixCache in this run; "

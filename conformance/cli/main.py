@@ -21,7 +21,8 @@ import warnings
 from conformance.cli.errors import ECHO_CHARS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, clip, one_line
 
 # Each module defines HELP, add_arguments(parser) and run(args) -> int (exit code).
-COMMANDS = ("plan", "conform", "bench", "doctor", "replay", "calibrate", "trace", "sweep", "backends", "spmd")
+COMMANDS = ("plan", "conform", "bench", "doctor", "replay", "calibrate", "trace", "sweep", "backends", "spmd",
+            "ablate")
 
 
 class UsageError(ValueError):

@@ -1,4 +1,4 @@
-"""Figures of `hicache trace stats --plot` and `hicache sweep` (matplotlib, Agg: no display needed).
+"""Figures of `hicache trace stats --plot`, `hicache sweep` and `hicache ablate` (matplotlib, Agg: no display needed).
 
 PNG files carry no timestamp or software tag, so the same figures give the same bytes.
 """
@@ -60,6 +60,32 @@ def sweep_plot(path: str | Path, result: dict) -> None:
     label = f"plateau {plateau:,}" if result["on_plateau"] else f"largest tier {plateau:,} (not on the plateau)"
     ax.axvline(plateau, linestyle="--", color="#228833", label=label)
     ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata=_METADATA)
+    plt.close(fig)
+
+
+def ablate_plot(path: str | Path, result: dict) -> None:
+    """Waterfall of net benefit per ablate step: the first bar the baseline, then each step's
+    change over the last step that was priced; steps not measured drawn as hatched gaps."""
+    plt = _pyplot()
+    steps = result["steps"]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    level = None
+    for i, s in enumerate(steps):
+        net = s["net_benefit_seconds"]
+        if net is None:
+            ax.bar(i, 0 if level is None else level, color="none", edgecolor="grey", hatch="//")
+            ax.annotate("not measured", (i, 0 if level is None else level), ha="center", va="bottom", fontsize=7)
+            continue
+        base = 0.0 if level is None else level
+        ax.bar(i, net - base, bottom=base, color="#4477aa" if net >= base else "#cc6677")
+        level = net
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xticks(range(len(steps)), [s["step"] for s in steps], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("modeled net benefit, s")
+    c = result["configuration"]
+    ax.set_title(f"ablate: {c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata=_METADATA)
     plt.close(fig)

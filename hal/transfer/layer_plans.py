@@ -72,6 +72,16 @@ class LayerPlanner:
         return pool_transfer.plan_for(self.layout, self.geom, self.host_size, host_indices, device_indices,
                                       direction, layers=[0])
 
+    def layer0_pages(self, direction: Direction | str, host_pages: np.ndarray, device_pages: np.ndarray) -> TransferPlan:
+        """layer0 of whole pages given by number (int64): the same plan as their token slots give."""
+        if self.page_geom is not None:
+            return pool_transfer.plan_for(self.layout, self.page_geom, self.host_size // self.geom.page_size,
+                                          host_pages, device_pages, direction, layers=[0])
+        ps = self.geom.page_size
+        offsets = np.arange(ps, dtype=np.int64)
+        slots = lambda pages: (pages[:, None] * ps + offsets).reshape(-1)  # noqa: E731
+        return self.layer0(direction, slots(host_pages), slots(device_pages))
+
     def all_layers(self, direction: Direction | str, plans: list[TransferPlan]) -> TransferPlan:
         """One symbolic plan standing for every layer of every transfer in `plans` (layer-0 plans).
 
