@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
     p.add_argument("--profile", required=True, help="hardware profile (name or YAML path) whose figures price the rows")
     p.add_argument("--l1-tokens", help=f"device (L1) capacity per rank in tokens ({UNITS}); default: 1/"
                    f"{DEFAULT_L1_FRACTION} of the trace's tokens")
-    p.add_argument("--l2-tokens", help=f"host (L2) capacity per rank in tokens; default: 1/{DEFAULT_L2_FRACTION} "
+    p.add_argument("--l2-tokens", help=f"host (L2) capacity per rank in tokens ({UNITS}); default: 1/{DEFAULT_L2_FRACTION} "
                    "of the trace's tokens")
     p.add_argument("--concurrency", type=types.count(1, 100_000), help="serve up to N requests at once "
                    "(hicache replay --concurrency); default: serial replay")
