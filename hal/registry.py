@@ -7,55 +7,32 @@ when asked for, so naming the backends never imports torch_xmlir or CUDA.
 
 from __future__ import annotations
 
-import importlib
-import threading
-from importlib import metadata
 from typing import Any
+
+from hal.named_registry import Registry
 
 ENTRY_POINT_GROUP = "hicache.backends"
 
-_BUILTIN = {
+_BACKENDS = Registry("backend", ENTRY_POINT_GROUP, {
     "emu": "hal.backends.emu:EmuBackend",
     "count": "hal.backends.count:CountBackend",
     "cuda": "hal.backends.cuda:CudaBackend",
     "xpu": "hal.backends.xpu:XpuBackend",
-}
-_lock = threading.Lock()
-_registry: dict[str, type] = {}
+})
 
 
 def register(name: str, cls: type) -> None:
     """Make `cls` (a hal.backend.Backend subclass) the backend called `name`."""
-    with _lock:
-        _registry[name] = cls
-
-
-def _load(spec: str) -> type:
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    _BACKENDS.register(name, cls)
 
 
 def available_backends() -> list[str]:
-    names = set(_BUILTIN) | set(_registry)
-    names |= {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    return sorted(names)
+    return _BACKENDS.names()
 
 
 def backend_class(name: str) -> type:
     """The Backend subclass called `name`; ValueError naming the known ones when there is none."""
-    with _lock:
-        if name in _registry:
-            return _registry[name]
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name:
-            cls = ep.load()
-            register(name, cls)
-            return cls
-    if name in _BUILTIN:
-        cls = _load(_BUILTIN[name])
-        register(name, cls)
-        return cls
-    raise ValueError(f"backend: unknown backend {name!r}; known: {', '.join(available_backends())}")
+    return _BACKENDS.get(name)
 
 
 def get_backend(name: str = "emu", profile: Any = None) -> Any:

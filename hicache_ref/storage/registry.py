@@ -9,52 +9,31 @@ when asked for, so listing the names never imports the Mooncake wheel.
 
 from __future__ import annotations
 
-import importlib
-import threading
-from importlib import metadata
-
+from hal.named_registry import Registry
 from hal.units import parse_size
 from hicache_ref.storage.integrity import check_digest
 
 ENTRY_POINT_GROUP = "hicache.storage"
 
-_BUILTIN = {
+_STORES = Registry("storage", ENTRY_POINT_GROUP, {
     "file": "hicache_ref.storage.file:FileStorage",
     "memory": "hicache_ref.storage.memory:MemoryStorage",
     "mooncake": "hicache_ref.storage.mooncake:MooncakeStorage",
-}
-_lock = threading.Lock()
-_registry: dict[str, type] = {}
+})
 
 
 def register(name: str, cls: type) -> None:
     """Make `cls` (a StorageBackend subclass with a `from_spec(args, spec)` classmethod) backend `name`."""
-    with _lock:
-        _registry[name] = cls
+    _STORES.register(name, cls)
 
 
 def available_storage() -> list[str]:
-    names = set(_BUILTIN) | set(_registry)
-    names |= {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    return sorted(names)
+    return _STORES.names()
 
 
 def storage_class(name: str) -> type:
     """The backend class called `name`; ValueError naming the known ones when there is none."""
-    with _lock:
-        if name in _registry:
-            return _registry[name]
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name:
-            cls = ep.load()
-            register(name, cls)
-            return cls
-    if name in _BUILTIN:
-        module, _, attr = _BUILTIN[name].partition(":")
-        cls = getattr(importlib.import_module(module), attr)
-        register(name, cls)
-        return cls
-    raise ValueError(f"storage: unknown backend {name!r}; known: {', '.join(available_storage())}")
+    return _STORES.get(name)
 
 
 def split_spec(spec) -> tuple[str, str]:
