@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from conformance.cli import args as types
 from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg, text_file
+from conformance.cli.progress import bar
 from conformance.cli.replay import check_capacity
 from conformance.cli.sweep import _gain
 from hal.units import HELP as UNITS
@@ -42,20 +42,6 @@ def add_arguments(p) -> None:
     p.add_argument("--out", help="directory for ablate.json and ablate.png")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr (shown only on a terminal)")
-
-
-def _bar(quiet: bool):
-    if quiet or not sys.stderr.isatty():
-        return None
-
-    def draw(done: int, total: int) -> None:
-        filled = 30 * done // total
-        sys.stderr.write(f"\rhicache ablate [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} replays")
-        if done == total:
-            sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
-
-    return draw
 
 
 def _capacity(option: str, text: str | None, page_size: int) -> int | None:
@@ -92,7 +78,7 @@ def run(a) -> int:
     spec = CacheSpec(page_size=a.page_size, l1_tokens=l1, l2_tokens=l2, profile=a.profile)
     check_capacity(tp_spec(spec, tp, True))
     result = ablate(spec, requests, concurrency=a.concurrency, tp=tp, plateau_gain=a.plateau_gain,
-                    progress=_bar(a.quiet))
+                    progress=bar("hicache ablate", a.quiet, " replays"))
     result["configuration"]["trace"] = str(trace)
     if out is not None:
         from conformance.cli.plots import ablate_plot

@@ -2,8 +2,9 @@
 
 Only where a person watches: stderr is a terminal and --quiet was not given. The line is
 redrawn in place every second after the first `after` seconds and erased when the run ends,
-so stdout (tables, JSON) is never touched. The library loops report no fraction done, so
-this says what runs and for how long, not how much is left.
+so stdout (tables, JSON) is never touched. Most library loops report no fraction done, so
+`ticker` says what runs and for how long; loops that count their steps (sweep tiers, ablate
+rungs) draw a `bar` of done/total instead.
 """
 
 from __future__ import annotations
@@ -44,3 +45,19 @@ def ticker(label: str, quiet: bool = False, stream=None, after: float = 2.0, eve
         if drawn[0]:
             stream.write("\r\033[K")
             stream.flush()
+
+
+def bar(label: str, quiet: bool = False, unit: str = ""):
+    """A `progress(done, total)` callback drawing `label [###...] done/total unit` on stderr, or
+    None where nobody watches (not a terminal, or --quiet)."""
+    if quiet or not sys.stderr.isatty():
+        return None
+
+    def draw(done: int, total: int) -> None:
+        filled = 30 * done // total
+        sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}{unit}")
+        if done == total:
+            sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+    return draw

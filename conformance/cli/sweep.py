@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from conformance.cli import args as types
 from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg, text_file
+from conformance.cli.progress import bar
 from conformance.cli.replay import check_capacity
 from hal.units import HELP as UNITS
 from hal.units import parse_size
@@ -67,21 +67,6 @@ def parse_tiers(text: str, page_size: int) -> list[int]:
     return tiers
 
 
-def _bar(quiet: bool):
-    """done/total as a bar on stderr, only on a terminal and without --quiet."""
-    if quiet or not sys.stderr.isatty():
-        return None
-
-    def draw(done: int, total: int) -> None:
-        filled = 30 * done // total
-        sys.stderr.write(f"\rhicache sweep [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}")
-        if done == total:
-            sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
-
-    return draw
-
-
 def run(a) -> int:
     trace = a.trace or find_trace("conversation_trace.jsonl")
     if trace is None:
@@ -101,7 +86,7 @@ def run(a) -> int:
     if a.method == "one_pass" and spec.write_policy != "write_through":
         raise CliError("--method", f"one_pass needs --write-policy write_through, got {a.write_policy}")
     requests = read_trace(trace, a.limit)
-    result = sweep(spec, requests, tiers, a.plateau_gain, method=a.method, progress=_bar(a.quiet))
+    result = sweep(spec, requests, tiers, a.plateau_gain, method=a.method, progress=bar("hicache sweep", a.quiet))
     result.pop("wall_seconds")  # the JSON is reproducible: timings are printed, not stored
     result["trace"] = str(trace)
     if out is not None:
