@@ -143,6 +143,19 @@ def test_cluster_listens_on_loopback_only(mooncake_cluster):
     assert all(addr == "127.0.0.1" for socks in found.values() for addr, _ in socks), found
 
 
+def test_client_reports_the_listeners_it_opened_beyond_loopback(client):
+    # The 0.3.13 client binds its transfer-engine listeners to every interface (README, L3): the
+    # harness must not hide that. What it reports is what /proc says this process listens on.
+    here = set(cluster_mod.listeners(os.getpid()))
+    assert set(client.exposed_listeners) <= here
+    assert all(addr not in ("127.0.0.1", "::1") for addr, _ in client.exposed_listeners)
+    from importlib import metadata
+
+    if metadata.version("mooncake-transfer-engine-non-cuda").startswith("0.3.13"):
+        # the version the README describes: its RPC and TCP data listeners are both on 0.0.0.0/::
+        assert len(client.exposed_listeners) >= 2, client.exposed_listeners
+
+
 def test_listeners_reads_proc_net_tcp():
     import socket
 

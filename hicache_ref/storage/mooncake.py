@@ -18,11 +18,19 @@ client's registered staging arena, as large as `buffer`, and moved from there.
 
 Semantics: a set of a key already present keeps the stored object (keys name content); a corrupt
 object is removed (force) so a later set stores it again; exists and get use the batch calls.
+
+Exposure: the client library (0.3.13) opens its transfer-engine RPC and TCP data listeners on all
+interfaces whatever it is told (MC_TCP_BIND_ADDRESS only changes the address it advertises), and
+the data port serves the memory this client registered, host KV included. No setting narrows it,
+so the client finds those listeners after setup (`exposed_listeners`) and says so on stderr once
+per process: on a shared host, firewall them.
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 import threading
 from urllib.parse import urlparse
 
@@ -31,6 +39,7 @@ import torch
 
 from hicache_ref.storage.base import StagingPool, StorageBackend
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
+from hicache_ref.storage.mooncake_cluster import listeners
 from hicache_ref.storage.registry import parse_options
 
 DEFAULT_SEGMENT = 256 << 20
@@ -95,9 +104,13 @@ class MooncakeStorage(StorageBackend):
         self.spec, self.metadata_url, self.master_addr = spec, metadata_url, master_addr
         self._cluster = cluster
         self._store = store_class()
+        before = set(listeners(os.getpid()))
         rc = self._store.setup(host, metadata_url, segment, buffer, "tcp", "", master_addr)
         if rc != 0:
             raise RuntimeError(f"storage spec {spec!r}: Mooncake client setup failed (code {rc}); see its log on stderr")
+        self.exposed_listeners = sorted((a, p) for a, p in set(listeners(os.getpid())) - before
+                                        if a not in LOOPBACK)
+        _warn_exposed(self.exposed_listeners)
         self._arena = torch.empty(buffer, dtype=torch.uint8)
         self._registered: list[tuple[int, int]] = []
         self._reg_lock = threading.Lock()
@@ -256,3 +269,18 @@ class MooncakeStorage(StorageBackend):
             self._registered = []
             if self._cluster is not None:
                 self._cluster.stop()
+
+
+LOOPBACK = ("127.0.0.1", "::1")
+_warned = False
+
+
+def _warn_exposed(exposed: list[tuple[str, int]]) -> None:
+    """One stderr line per process naming the listeners the client opened beyond loopback."""
+    global _warned
+    if exposed and not _warned:
+        _warned = True
+        ports = ", ".join(f"{a}:{p}" for a, p in exposed)
+        print(f"hicache: warning: the Mooncake client listens on {ports} (its transfer engine binds every "
+              "interface; the data port serves this client's registered memory): firewall these ports on a "
+              "shared host", file=sys.stderr, flush=True)
