@@ -170,6 +170,42 @@ def test_listeners_reads_proc_net_tcp():
         assert ("0.0.0.0", s.getsockname()[1]) in cluster_mod.listeners(os.getpid())
 
 
+_OWNER = """
+import sys, time
+sys.path.insert(0, {root!r})
+from hicache_ref.storage.mooncake_cluster import MooncakeCluster
+c = MooncakeCluster().start()
+print(*c.pids(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_owner_leaves_no_cluster_behind():
+    # SIGKILL runs no cleanup: the servers must go anyway (a Ctrl-C'd conform child is killed so).
+    why = cluster_mod.unavailable_reason()
+    if why:
+        pytest.skip(f"mooncake: {why}")
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER.format(root=ROOT)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(x) for x in owner.stdout.readline().split()]
+        assert len(pids) >= 2 and all(os.path.exists(f"/proc/{p}") for p in pids)
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not [p for p in pids if _alive(p)], "cluster servers outlived their owner"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_auto_spec_owns_its_cluster():
     why = cluster_mod.unavailable_reason()
     if why:

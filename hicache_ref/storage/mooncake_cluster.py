@@ -174,7 +174,7 @@ class MooncakeCluster:
             out.write(f"--- {time.strftime('%H:%M:%S')} {' '.join(argv)}\n".encode())
             out.flush()
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=_killed_with(os.getpid()))
         deadline = time.monotonic() + self.ready_timeout
         while not _accepting(port):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -228,6 +228,23 @@ class MooncakeCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _killed_with(parent: int):
+    """preexec for a server: the kernel SIGKILLs it when the thread that started it dies, so a
+    killed or interrupted owner (a pytest child stopped by Ctrl-C, a SIGKILL) leaves no cluster
+    behind. Start clusters from a thread that outlives them (the main thread does)."""
+    def preexec() -> None:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the owner died before prctl took effect
+            os._exit(1)
+
+    return preexec
 
 
 def _stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM) -> None:
