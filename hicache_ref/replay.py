@@ -156,7 +156,8 @@ def summary_lines(fig: dict) -> list[str]:
     return [
         f"requests {fig['requests']:,}, input tokens {fig['input_tokens']:,} (page {fig['page_size']}, "
         f"L1 {cap('l1')}, L2 {cap('l2')}, {fig['write_policy']}, {fig['host_layout']}, free list {fig['free_list']})",
-        f"hit rate {fig['hit_rate']:.4f}: L1 {fig['l1_hit_tokens']:,} + L2 {fig['l2_hit_tokens']:,} tokens"
+        f"hit rate {fig['hit_rate']:.4f}: L1 {fig['l1_hit_tokens']:,} + L2 {fig['l2_hit_tokens']:,}"
+        + (f" + L3 {fig['l3_hit_tokens']:,}" if fig.get("l3") else "") + " tokens"
         + (f" ({fig['l2_unloaded_tokens']:,} L2 tokens recomputed: no L1 room)" if fig["l2_unloaded_tokens"] else ""),
         f"D2H {fig['d2h_tokens']:,} tokens, {fig['d2h_bytes'] / gib:.2f} GiB, {fig['d2h_segments']:,} segments; "
         f"H2D {fig['h2d_tokens']:,} tokens, {fig['h2d_bytes'] / gib:.2f} GiB, {fig['h2d_segments']:,} segments",

@@ -119,10 +119,10 @@ def test_tp_shared_writes_no_more_host_bytes_than_private(p800_rows):
     assert shared["l2_tokens"] == 2 * private["l2_tokens"]
 
 
-def test_extrapolated_registered_penalty_is_noted(p800_rows):
+def test_registered_penalty_held_outside_the_measured_range_is_noted(p800_rows):
     rows = by_step(p800_rows)  # 16,384 tokens x 89,856 B = 1.5 GB registered: below the seed's 15-80 GB
-    assert "extrapolated: 1 GB" in rows["layer_first"]["notes"][0]
-    assert rows["daemon_threads"]["notes"] == []  # not priced: nothing extrapolated
+    assert "held at its 15 GB value: 1 GB registered" in rows["layer_first"]["notes"][0]
+    assert rows["daemon_threads"]["notes"] == []  # not priced: nothing held
 
 
 def test_plateau_step_takes_the_sweeps_capacity(p800_rows):

@@ -19,8 +19,8 @@ L2):
 7. `plateau_capacity`: L2 set to the plateau of a capacity sweep of the configuration so far
    (hicache_ref.workload.sweep, tiers 1/8 .. 8/8 of its L2; serial replays).
 
-Besides ROW_KEYS a row has `notes` (e.g. a registered-size penalty extrapolated past the GB the
-seed measured), `l2_tokens` (the pool one replay holds: per rank when private, the group's
+Besides ROW_KEYS a row has `notes` (e.g. a registered-size penalty held at the nearest end of the GB
+the seed measured), `l2_tokens` (the pool one replay holds: per rank when private, the group's
 when shared), `d2h_bytes_all_ranks` and `host_pool_bytes_all_ranks` (over the TP group).
 Each rung's figures come from its own replay (hicache_ref.replay, or serving.replay_served
 with `concurrency`), priced by ablate_price. Deterministic: the same trace and arguments give

@@ -102,8 +102,9 @@ def price(profile, fig: dict, switches: HostSwitches, baseline_s: float | None,
     notes = ()
     lo, hi = cost.SEED_REGISTERED_GB
     if registered and profile.penalties.registered_pct_per_gb is not None and not lo <= registered / cost.GB <= hi:
-        notes = (f"registered-size penalty extrapolated: {registered / cost.GB:.0f} GB registered, the penalty "
-                 f"line was measured over {lo}-{hi} GB",)
+        held = hi if registered / cost.GB > hi else lo
+        notes = (f"registered-size penalty held at its {held} GB value: {registered / cost.GB:.0f} GB registered, "
+                 f"the penalty line was measured over {lo}-{hi} GB",)
     return Priced(transfer, ttft, nb.net_s, not_measured, tuple(sorted(set(nb.assumed_inputs + extra))), notes)
 
 
