@@ -118,7 +118,17 @@ def register(store):
 
 
 @pytest.fixture
-def unique():
-    """Key factory: keys unique to this test run, so a persistent store's old objects never answer."""
-    run = secrets.token_hex(6)
-    return lambda name: f"hcconform-{run}-{name}"
+def unique(_shared_store):
+    """Key factory: keys unique to this test run, so a persistent store's old objects never answer;
+    the objects stored under them are removed after the test (the suite may run against a store
+    in use: it leaves nothing of its own behind)."""
+    run, made = secrets.token_hex(6), []
+
+    def key(name: str) -> str:
+        made.append(f"hcconform-{run}-{name}")
+        return made[-1]
+
+    yield key
+    for k in made:
+        if _shared_store.exists([k]):
+            _shared_store._discard_quietly(k)

@@ -53,7 +53,7 @@ from conformance.storage.cases import MHA, poisoned_pool, random_pool, page_bits
 from hicache_ref.storage.registry import open_storage
 s = open_storage({spec!r})
 mine = random_pool(MHA, "page_first", {seed})
-assert s.set([{key!r} + "-p0", {key!r} + "-p1"], mine, [0, 1]) == [True, True]
+assert s.set([{key0!r}, {key1!r}], mine, [0, 1]) == [True, True]
 print("written", flush=True)
 sys.stdin.readline()  # stay alive while the parent reads: some stores keep objects in the writer
 dst = poisoned_pool(MHA, "page_head")
@@ -76,7 +76,8 @@ def test_clients_in_other_processes(store, storage_spec, unique):
     children = []
     try:
         for i in range(2):
-            code = _CHILD.format(root=ROOT, spec=spec, seed=60 + i, key=unique(f"child{i}"), parent_key=parent_key)
+            code = _CHILD.format(root=ROOT, spec=spec, seed=60 + i, key0=unique(f"child{i}-p0"),
+                                 key1=unique(f"child{i}-p1"), parent_key=parent_key)
             children.append(subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         for child in children:
@@ -85,7 +86,7 @@ def test_clients_in_other_processes(store, storage_spec, unique):
         dst = poisoned_pool(MHA, "layer_first")
         for i, child in enumerate(children):
             theirs = random_pool(MHA, "page_first", 60 + i)  # the same seed makes the same bits
-            assert store.get([unique(f"child{i}") + "-p0", unique(f"child{i}") + "-p1"], dst, [0, 1]) == [True, True]
+            assert store.get([unique(f"child{i}-p0"), unique(f"child{i}-p1")], dst, [0, 1]) == [True, True]
             assert torch.equal(page_bits(dst, 0), page_bits(theirs, 0))
             assert torch.equal(page_bits(dst, 1), page_bits(theirs, 1))
             child.stdin.write("\n")
