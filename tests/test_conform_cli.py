@@ -128,9 +128,16 @@ def test_a_deciding_suite_all_skipped_is_not_run():
     both = (ModuleResult("test_bad_input", passed=1, skipped=8), ModuleResult("test_layout_equivalence", passed=2))
     assert summ(*both).verdict == "PASS"
     assert summ(ModuleResult("test_bad_input", passed=1, failed=1)).verdict == "FAIL"
-    # only the targets ran (the deciding suites deselected or not collected): NOT RUN
+    # only the targets ran and the deciding suites were never collected: NOT RUN
     only_targets = summ(ModuleResult("test_targets", passed=4))
     assert only_targets.verdict == "NOT RUN" and "no test of test_layout_equivalence" in only_targets.not_run_reason
+    # ... but when -k deselected them, the run is PARTIAL (the user chose a subset; nothing is unavailable)
+    chosen = Summary("emu", "emu", "j", [ModuleResult("test_targets", passed=4)],
+                     deselected={"test_bad_input": 9, "test_layout_equivalence": 30})
+    assert chosen.verdict == "PARTIAL" and "30 tests of test_layout_equivalence deselected" in chosen.partial_reason
+    # -k matching nothing at all: NOT RUN, saying so
+    none = Summary("emu", "emu", "j", [], deselected={"test_bad_input": 9, "test_targets": 16})
+    assert none.verdict == "NOT RUN" and "matched none" in none.not_run_reason
 
 
 def test_deciding_suites_run_in_part_are_partial_never_pass():

@@ -80,9 +80,10 @@ def test_a_schema_violation_is_caught():
 
 def test_deselected_targets_are_listed_not_measured(tmp_path, child_sees_this_checkout, capsys):
     rc = main(["conform", "--out", str(tmp_path), "-n", "0", "--profile", "p800", "-k", "test_target and ghost"])
-    assert rc == 3  # no test of the deciding suites ran: NOT RUN, whatever the targets say
+    assert rc == 4  # -k left every test of the deciding suites out: PARTIAL, whatever the targets say
     report = json.loads((tmp_path / "report.json").read_text())
     schema.validate(report)
+    assert report["verdict"] == "PARTIAL" and not report["ok"]
     rows = {r["name"]: r for r in report["targets"]}
     assert rows["ghost_entry_bytes"]["verdict"] == "pass"
     assert rows["h2d_gbps"]["verdict"] == "not_measured" and "did not run" in rows["h2d_gbps"]["reason"]

@@ -9,10 +9,10 @@ The verdict and the exit status:
   PASS     0  the suites that decide (layout equivalence, bad input) ran and nothing failed
   FAIL     1  a test failed or errored
   NOT RUN  3  the backend is unavailable here, every test of a deciding suite was skipped, or no
-              test of theirs ran: nothing was checked, so nothing is signed off (summary.json:
+              test of theirs was collected: nothing was checked, so nothing is signed off (summary.json:
               "ok": false, "verdict": "NOT RUN", "not_run_reason")
   PARTIAL  4  nothing failed, but the deciding suites did not run in full: -k, -m or --deselect
-              left some of their tests out (conformance.report.selection counts them), or one was
+              left some or all of their tests out (conformance.report.selection counts them), or one was
               not collected; "ok": false, "partial_reason". A subset run is never a sign-off.
   5 when -k matched no test; 2 for a bad argument (pytest's own usage errors too) or an OUT that
   cannot be used; 130 on Ctrl-C.

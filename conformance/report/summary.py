@@ -64,12 +64,17 @@ class Summary:
         if self.unavailable:
             return f"backend {self.backend!r} is not available here: {self.unavailable}"
         if not self.total("passed"):
-            return "no test passed: every test was skipped" if self.tests else "no test ran"
+            if self.tests:
+                return "no test passed: every test was skipped"
+            return ("every test was deselected (-k/-m matched none)" if any((self.deselected or {}).values())
+                    else "no test ran")
         idle = [m.module for m in self.modules if m.module in self.deciding and m.tests and not m.passed]
         if idle:
             return f"every test of {', '.join(idle)} was skipped"
-        if not any(m.passed for m in self.modules if m.module in self.deciding):
-            return f"no test of {' or '.join(self.deciding)} ran (deselected or not collected)"
+        cut = any(n for m, n in (self.deselected or {}).items() if m in self.deciding)
+        if not cut and not any(m.passed for m in self.modules if m.module in self.deciding):
+            # a selection that left them out is PARTIAL (partial_reason); this is "never collected"
+            return f"no test of {' or '.join(self.deciding)} ran (not collected)"
         return None
 
     @property
