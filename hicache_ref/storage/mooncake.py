@@ -39,7 +39,7 @@ import torch
 
 from hicache_ref.storage.base import StagingPool, StorageBackend
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
-from hicache_ref.storage.mooncake_cluster import listeners
+from hicache_ref.storage.mooncake_cluster import import_store_module, listeners
 from hicache_ref.storage.registry import parse_options
 
 DEFAULT_SEGMENT = 256 << 20
@@ -69,13 +69,14 @@ def _reachable(host: str, port: int) -> bool:
 
 
 def load_store_class(spec: str):
-    """MooncakeDistributedStore, or RuntimeError naming the spec when the wheel or its libraries are missing."""
+    """MooncakeDistributedStore, or RuntimeError naming the spec when the wheel or its libraries are
+    missing (imported quietly: mooncake_cluster.import_store_module)."""
     try:
-        from mooncake.store import MooncakeDistributedStore
+        store_class = import_store_module().MooncakeDistributedStore
     except (ImportError, OSError) as e:
         raise RuntimeError(f"storage spec {spec!r}: the Mooncake wheel is not usable here ({e}); "
                            "pip install 'hicache-harness[mooncake]' and apt-get install libibverbs1 libnuma1") from None
-    return MooncakeDistributedStore
+    return store_class
 
 
 class MooncakeStorage(StorageBackend):

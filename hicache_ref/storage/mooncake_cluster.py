@@ -46,13 +46,26 @@ def binaries() -> tuple[list[str], list[str]] | None:
     return ([meta] if meta else [sys.executable, "-m", "mooncake.http_metadata_server"]), [master]
 
 
+def import_store_module():
+    """Import `mooncake.store` (ImportError/OSError when the wheel or its libraries are missing).
+
+    The library logs every INFO line of a client's setup to stderr (some 17 per client); unless the
+    user set MC_LOG_LEVEL it is told to log errors only, before it loads (it reads the variable
+    then). One ERROR line remains on a client's first setup ("metadata not found": the lookup
+    before its segment is registered), which is harmless."""
+    os.environ.setdefault("MC_LOG_LEVEL", "ERROR")
+    import mooncake.store
+
+    return mooncake.store
+
+
 def unavailable_reason() -> str | None:
     """Why a loopback cluster cannot start here, or None when it can."""
     if binaries() is None:
         return ("the Mooncake wheel is not installed (pip install 'hicache-harness[mooncake]'; "
                 "apt-get install libibverbs1 libnuma1)")
     try:
-        import mooncake.store  # noqa: F401 - loads libibverbs/libnuma
+        import_store_module()  # loads libibverbs/libnuma
     except (ImportError, OSError) as e:
         return f"the Mooncake wheel does not load: {e} (apt-get install libibverbs1 libnuma1)"
     return None
