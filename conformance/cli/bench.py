@@ -3,8 +3,8 @@ first by conformance/cli/bench_checks.py (bad options, files and sizes refused b
 
 from __future__ import annotations
 
-HELP = "run a benchmark (transfer, memory, replay, sweep, spmd, l3) and print medians and ratios"
 BENCHES = ("transfer", "memory", "replay", "sweep", "spmd", "l3", "l3_hits")
+HELP = f"run a benchmark ({', '.join(BENCHES)}) and print medians and ratios"
 
 
 def add_arguments(parser) -> None:
