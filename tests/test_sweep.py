@@ -184,3 +184,26 @@ def test_synth_writes_gzip_where_the_name_says_gz(tmp_path):
     assert (tmp_path / "t.jsonl.gz").read_bytes()[:2] == b"\x1f\x8b"
     assert gzip.decompress((tmp_path / "t.jsonl.gz").read_bytes()) == (tmp_path / "t.jsonl").read_bytes()
     assert read_trace(tmp_path / "t.jsonl.gz") == read_trace(tmp_path / "t.jsonl")
+
+
+def test_cli_says_when_tiers_rise_again_after_the_plateau_and_warns_on_tiers_not_above_l1(tmp_path, capsys):
+    from conformance.cli.sweep import summary_lines
+
+    # L1 alone 0.10; the first tier (= L1) gains nothing, later ones gain: the rule stops at 0
+    r = dict(requests=10, l1_tokens=100, l1_alone_hit_rate=0.10, method="replay", one_pass_refusal=None,
+             plateau_gain=0.01, plateau_l2_tokens=0, on_plateau=True,
+             tiers=[dict(l2_tokens=l2, hit_rate=h, marginal_gain=g, d2h_bytes=0, h2d_bytes=0, registered_bytes=0,
+                         net_benefit_reason="x") for l2, h, g in ((100, 0.10, 0.0), (200, 0.15, 0.05))])
+    where = summary_lines(r)[-2]
+    assert where.startswith("plateau at L2 0 tokens") and "later tiers gain again (+0.0500 at 200)" in where
+    r["tiers"][1]["marginal_gain"] = 0.001  # flat after the step: no such note
+    assert "later tiers" not in summary_lines(r)[-2]
+
+
+def test_cli_warns_on_l2_tiers_not_above_l1(capsys):
+    from conformance.cli.main import main
+
+    rc = main(["sweep", "--limit", "20", "--profile", "p800", "--l1-tokens", "64K", "--l2-tokens", "64K,128K",
+               "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "hicache: warning: --l2-tokens 64,000: not above --l1-tokens 64,000" in err

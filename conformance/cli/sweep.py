@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from conformance.cli import args as types
@@ -85,6 +86,11 @@ def run(a) -> int:
     check_capacity(spec)
     if a.method == "one_pass" and spec.write_policy != "write_through":
         raise CliError("--method", f"one_pass needs --write-policy write_through, got {a.write_policy}")
+    at_or_below = [t for t in tiers if t <= l1]
+    if at_or_below:  # an inclusive L2 no larger than L1 holds nothing L1 does not
+        print(f"hicache: warning: --l2-tokens {', '.join(f'{t:,}' for t in at_or_below)}: not above --l1-tokens "
+              f"{l1:,}; an L2 that backs L1 up holds nothing more at that size (upstream refuses host <= device), "
+              "so the first tiers gain nothing and the plateau rule may stop there", file=sys.stderr, flush=True)
     requests = read_trace(trace, a.limit)
     result = sweep(spec, requests, tiers, a.plateau_gain, method=a.method, progress=bar("hicache sweep", a.quiet))
     result.pop("wall_seconds")  # the JSON is reproducible: timings are printed, not stored
@@ -113,4 +119,9 @@ def summary_lines(r: dict) -> list[str]:
     where = (f"plateau at L2 {r['plateau_l2_tokens']:,} tokens (next tier gains < {r['plateau_gain']})"
              if r["on_plateau"] else f"not on the plateau yet: every tier gains >= {r['plateau_gain']}; "
              f"largest tier {r['plateau_l2_tokens']:,}")
+    later = [t for t in r["tiers"] if r["on_plateau"] and t["l2_tokens"] > r["plateau_l2_tokens"]
+             and t["marginal_gain"] >= r["plateau_gain"]]
+    if later:  # the rule stops at the first flat step; say when the curve rises again after it
+        rises = ", ".join(f"{t['marginal_gain']:+.4f} at {t['l2_tokens']:,}" for t in later)
+        where += f"; but later tiers gain again ({rises}): the curve is not flat past that step, look at the tiers above it"
     return lines + [where, "net benefit: " + r["tiers"][0]["net_benefit_reason"]]

@@ -35,9 +35,9 @@ from hicache_ref.workload.stack_distance import stack_profile
 
 METHODS = ("auto", "one_pass", "replay")
 NET_ONE_PASS = ("one_pass: net benefit needs each request's hits (compute saved) and the modeled transfer "
-                "seconds, which only a replay gives (method replay gives them)")
+                "seconds, which only a replay gives (`--method replay` gives them)")
 SEGMENTS_ONE_PASS = ("one_pass: segments and modeled seconds depend on which slots pages land in, "
-                     "which only a replay knows (method replay gives them)")
+                     "which only a replay knows (`--method replay` gives them)")
 _TIER_KEYS = ("l1_hit_tokens", "l2_hit_tokens", "d2h_tokens", "h2d_tokens", "d2h_bytes", "h2d_bytes",
               "d2h_segments", "h2d_segments", "modeled_transfer_seconds", "truncated_requests",
               "l2_unloaded_tokens")
