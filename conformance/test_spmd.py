@@ -12,6 +12,7 @@ is left in the shared directory after success, failure or a kill; the shared fil
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -40,9 +41,22 @@ def run_on(backend_name, backend):
     return run
 
 
+def _sweep_stale_dirs(parent: str) -> None:
+    """Remove empty hicache-spmd-<pid>-* folders whose run died before its teardown (a Ctrl-C'd
+    conform child is killed, not unwound); a live run's folder, or one holding files, stays."""
+    for name in os.listdir(parent):
+        parts = name.split("-")
+        if name.startswith("hicache-spmd-") and len(parts) > 3 and parts[2].isdigit():
+            if not os.path.exists(f"/proc/{parts[2]}"):
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(parent, name))  # only if empty
+
+
 @pytest.fixture
 def shared_dir():
-    d = tempfile.mkdtemp(prefix="hicache-spmd-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    parent = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    _sweep_stale_dirs(parent)
+    d = tempfile.mkdtemp(prefix=f"hicache-spmd-{os.getpid()}-", dir=parent)
     yield d
     leftover = os.listdir(d)
     for name in leftover:
