@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from conformance.cli import args as types
 from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg, text_file
+from conformance.cli.outputs import emit_result
 from conformance.cli.progress import bar
 from conformance.cli.replay import check_capacity
 from conformance.cli.sweep import _gain
@@ -80,16 +80,9 @@ def run(a) -> int:
     result = ablate(spec, requests, concurrency=a.concurrency, tp=tp, plateau_gain=a.plateau_gain,
                     progress=bar("hicache ablate", a.quiet, " replays"))
     result["configuration"]["trace"] = str(trace)
-    if out is not None:
-        from conformance.cli.plots import ablate_plot
+    from conformance.cli.plots import ablate_plot
 
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "ablate.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        ablate_plot(out / "ablate.png", result)
-    if a.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print("\n".join(table_lines(result)))
+    emit_result(result, out, "ablate", ablate_plot, a.json, table_lines(result))
     return 0
 
 

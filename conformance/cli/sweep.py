@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from conformance.cli import args as types
 from conformance.cli.errors import CliError, clip, clip_path
 from conformance.cli.inputs import load_profile_arg, text_file
+from conformance.cli.outputs import emit_result
 from conformance.cli.progress import bar
 from conformance.cli.replay import check_capacity
 from hal.units import HELP as UNITS
@@ -95,16 +95,9 @@ def run(a) -> int:
     result = sweep(spec, requests, tiers, a.plateau_gain, method=a.method, progress=bar("hicache sweep", a.quiet))
     result.pop("wall_seconds")  # the JSON is reproducible: timings are printed, not stored
     result["trace"] = str(trace)
-    if out is not None:
-        from conformance.cli.plots import sweep_plot
+    from conformance.cli.plots import sweep_plot
 
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "sweep.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        sweep_plot(out / "sweep.png", result)
-    if a.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print("\n".join(summary_lines(result)))
+    emit_result(result, out, "sweep", sweep_plot, a.json, summary_lines(result))
     return 0
 
 

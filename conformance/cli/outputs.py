@@ -1,0 +1,17 @@
+"""What a command that writes a result folder prints and writes: DIR/NAME.json and its plot, then
+the JSON or the human lines on stdout (sweep, ablate)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def emit_result(result: dict, out: Path | None, name: str, plot, as_json: bool, lines: list[str]) -> None:
+    """With `out`: OUT/<name>.json (indented, newline-terminated) and `plot(OUT/<name>.png, result)`;
+    then `result` as JSON when `as_json`, else `lines`."""
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        plot(out / f"{name}.png", result)
+    print(json.dumps(result, indent=2) if as_json else "\n".join(lines))
