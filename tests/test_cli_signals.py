@@ -16,11 +16,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _as_in_a_terminal() -> None:
+    # A shell starts background jobs (`pytest ... &`) with SIGINT ignored, and Python then installs
+    # no KeyboardInterrupt handler: give the command the disposition a terminal's Ctrl-C meets.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args: list[str], cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("HICACHE_TRACEBACK", None)
     return subprocess.Popen([sys.executable, "-m", "conformance.cli.main", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_in_a_terminal)
 
 
 def descendants(pid: int) -> set[int]:
