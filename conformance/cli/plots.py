@@ -67,7 +67,8 @@ def sweep_plot(path: str | Path, result: dict) -> None:
 
 def ablate_plot(path: str | Path, result: dict) -> None:
     """Waterfall of net benefit per ablate step: the first bar the baseline, then each step's
-    change over the last step that was priced; steps not measured drawn as hatched gaps."""
+    change over the last step that was priced (a step that changes nothing is a thin line, labelled
+    with its change), steps not measured drawn as hatched gaps, and a last bar with the total."""
     plt = _pyplot()
     steps = result["steps"]
     fig, ax = plt.subplots(figsize=(10, 4.5))
@@ -79,10 +80,18 @@ def ablate_plot(path: str | Path, result: dict) -> None:
             ax.annotate("not measured", (i, 0 if level is None else level), ha="center", va="bottom", fontsize=7)
             continue
         base = 0.0 if level is None else level
-        ax.bar(i, net - base, bottom=base, color="#4477aa" if net >= base else "#cc6677")
+        ax.bar(i, net - base, bottom=base, color="#4477aa" if net >= base else "#cc6677", edgecolor="black",
+               linewidth=0.5)
+        ax.annotate(f"{net - base:+.0f} s" if level is not None else f"{net:.0f} s", (i, max(net, base)),
+                    ha="center", va="bottom", fontsize=7)
         level = net
+    labels = [s["step"] for s in steps]
+    if level is not None:  # the total after every priced step
+        ax.bar(len(steps), level, color="#999933", edgecolor="black", linewidth=0.5)
+        ax.annotate(f"{level:.0f} s", (len(steps), max(level, 0)), ha="center", va="bottom", fontsize=7)
+        labels.append("total")
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_xticks(range(len(steps)), [s["step"] for s in steps], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("modeled net benefit, s")
     c = result["configuration"]
     ax.set_title(f"ablate: {c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}", fontsize=9)
