@@ -5,14 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from conformance.cli import args as types
-from conformance.cli.errors import CliError, clip, clip_path
-from conformance.cli.inputs import load_profile_arg, text_file
+from conformance.cli.errors import CliError, clip_path
+from conformance.cli.inputs import load_profile_arg, page_tokens, text_file
 from conformance.cli.outputs import emit_result
 from conformance.cli.progress import bar
 from conformance.cli.replay import check_capacity
-from conformance.cli.sweep import _gain
+from conformance.cli.sweep import PLATEAU_GAIN
 from hal.units import HELP as UNITS
-from hal.units import parse_size
 from hicache_ref.spec import CacheSpec
 from hicache_ref.tp.replay_tp import tp_spec
 from hicache_ref.trace import find_trace, read_trace
@@ -35,7 +34,7 @@ def add_arguments(p) -> None:
                    "(hicache replay --concurrency); default: serial replay")
     p.add_argument("--tp", type=types.count(1, 1024), help="ranks of the TP group for the tp_shared step "
                    "(default: the profile's device.devices_per_node, else 1)")
-    p.add_argument("--plateau-gain", type=_gain, default=DEFAULT_PLATEAU_GAIN,
+    p.add_argument("--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
                    help=f"the capacity step's plateau threshold (default {DEFAULT_PLATEAU_GAIN})")
     p.add_argument("--page-size", type=types.page_size, default=64)
     p.add_argument("--limit", type=types.count(1), help="only the first N requests")
@@ -47,10 +46,7 @@ def add_arguments(p) -> None:
 def _capacity(option: str, text: str | None, page_size: int) -> int | None:
     if text is None:
         return None
-    v = parse_size(text, name=option, minimum=1)
-    if v < page_size:
-        raise CliError(option, f"{clip(text)} tokens hold no whole page of --page-size {page_size}")
-    return v
+    return page_tokens(option, text, page_size)
 
 
 def run(a) -> int:

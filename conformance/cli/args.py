@@ -36,20 +36,43 @@ def count(minimum: int = 1, maximum: int | None = None, why: str = ""):
     return parse
 
 
-def decimal(maximum: float, unit: str = ""):
-    """A positive finite decimal number ("30", "2.5", "0.25") at most `maximum`."""
+def _real(text: str, what: str) -> float:
+    try:
+        return float(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {clip(repr(text))}") from None
+
+
+def positive_real(what: str = "a number", maximum: float | None = None, unit: str = ""):
+    """A positive finite number, at most `maximum`; `what` names it in the error ("a ratio such as 2")."""
     def parse(text: str) -> float:
-        try:
-            value = float(text.replace("_", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive number such as 30 or 2.5, got {clip(repr(text))}") from None
+        value = _real(text, what)
         if not math.isfinite(value) or value <= 0:
             raise argparse.ArgumentTypeError(f"must be a positive number, got {clip(text)}")
-        if value > maximum:
+        if maximum is not None and value > maximum:
             raise argparse.ArgumentTypeError(f"at most {maximum:,g}{unit}, got {clip(text)}")
         return value
 
-    parse.__name__ = "decimal"
+    parse.__name__ = "positive_real"
+    return parse
+
+
+def decimal(maximum: float, unit: str = ""):
+    """A positive finite decimal number ("30", "2.5", "0.25") at most `maximum`."""
+    return positive_real("a positive number such as 30 or 2.5", maximum, unit)
+
+
+def unit_interval(what: str = "a number", top_open: bool = False):
+    """A number in [0, 1] (or [0, 1) with `top_open`): a fraction, a gain, an R^2."""
+    span = "[0, 1)" if top_open else "[0, 1]"
+
+    def parse(text: str) -> float:
+        value = _real(text, f"{what} in {span}")
+        if not (0 <= value < 1 if top_open else 0 <= value <= 1):
+            raise argparse.ArgumentTypeError(f"expected {what} in {span}, got {clip(text)}")
+        return value
+
+    parse.__name__ = "unit_interval"
     return parse
 
 

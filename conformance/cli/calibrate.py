@@ -40,24 +40,12 @@ def add_arguments(p) -> None:
     p.add_argument("--sizes", default="1MiB,4MiB,16MiB,64MiB,256MiB", help="transfer sizes, comma separated "
                    f"({UNITS}; at most 1 GiB each; the largest gives the profile's bandwidth)")
     p.add_argument("--repeat", type=cli_args.count(3, 1000), default=5, help="timed repeats per point (>= 3)")
-    p.add_argument("--min-r2", type=_r2, default=None,
+    p.add_argument("--min-r2", type=cli_args.unit_interval("a number"), default=None,
                    help="least R^2 a fitted figure needs to be written to --out (default 0.9)")
     p.add_argument("--accept-poor-fit", action="store_true",
                    help="write --out even with fits below --min-r2 (their sources say so)")
     p.add_argument("--json", action="store_true", help="print the samples, fits and link figures as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress line")
-
-
-def _r2(text: str) -> float:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {clip(repr(text))}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {clip(text)}")
-    return value
 
 
 def _sizes(text: str) -> list[int]:

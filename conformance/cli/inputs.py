@@ -14,6 +14,7 @@ import zlib
 from pathlib import Path
 
 from conformance.cli.errors import CliError, clip, clip_path
+from hal.units import parse_size
 
 SNIFF_BYTES = 64 << 10
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
@@ -79,3 +80,11 @@ def load_profile_arg(option: str, name_or_path: str):
                                f"got {clip(e.got)}") from None
     except UnicodeDecodeError:
         raise CliError(option, f"{clip_path(name_or_path)}: is not UTF-8 text") from None
+
+
+def page_tokens(option: str, text: str, page_size: int) -> int:
+    """A capacity in tokens (hal.units) holding at least one whole page; CliError naming `option`."""
+    tokens = parse_size(text, name=option, minimum=1)
+    if tokens < page_size:
+        raise CliError(option, f"{clip(text)} tokens hold no whole page of --page-size {page_size}")
+    return tokens

@@ -9,7 +9,6 @@ overrides it; `--hicache-ratio` / `--hicache-size` size L2 as upstream does
 from __future__ import annotations
 
 import argparse
-import math
 
 from conformance.cli import args as types
 from conformance.cli.errors import CliError, clip
@@ -20,16 +19,6 @@ from hicache_ref.policy import HIT_COUNTS
 from hicache_ref.radix import BACKUP_SCOPES
 from hicache_ref.semantics import SEMANTICS, SWITCHES, preset
 from hicache_ref.tiers import EVICT_SIZES
-
-
-def _ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {clip(repr(text))}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {clip(text)}")
-    return value
 
 
 def _tokens(text: str) -> int:
@@ -61,7 +50,7 @@ def add_arguments(p) -> None:
                         "(upstream 10, reference 0)")
     p.add_argument("--load-back-quota", type=_tokens, metavar="TOKENS",
                    help="refuse loads of more tokens than this (upstream's mem_quota; default: none)")
-    p.add_argument("--hicache-ratio", type=_ratio, metavar="R",
+    p.add_argument("--hicache-ratio", type=types.positive_real("a number"), metavar="R",
                    help="L2 = this x L1 tokens, aligned up to pages plus one, as upstream (needs --l1-tokens)")
     p.add_argument("--hicache-size", type=types.count(1), metavar="GB",
                    help="L2 = this many GB (10^9 bytes) per rank of KV, as upstream; overrides the ratio "

@@ -7,18 +7,18 @@ from pathlib import Path
 
 from conformance.cli import args as types
 from conformance.cli.errors import CliError, clip, clip_path
-from conformance.cli.inputs import load_profile_arg, text_file
+from conformance.cli.inputs import load_profile_arg, page_tokens, text_file
 from conformance.cli.outputs import emit_result
 from conformance.cli.progress import bar
 from conformance.cli.replay import check_capacity
 from hal.units import HELP as UNITS
-from hal.units import parse_size
 from hicache_ref.policy import POLICIES
 from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import find_trace, read_trace
 from hicache_ref.workload.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.workload.sweep import METHODS, sweep
 
+PLATEAU_GAIN = types.unit_interval("a hit-rate gain")  # --plateau-gain here and in ablate
 HELP = "sweep L2 capacity over a trace: hit rate and transfers per tier, and where the gain plateaus"
 MAX_TIERS = 64
 
@@ -28,7 +28,7 @@ def add_arguments(p) -> None:
     p.add_argument("--profile", default="emu", help="hardware profile (name or YAML path)")
     p.add_argument("--l1-tokens", required=True, help=f"device (L1) capacity in tokens ({UNITS})")
     p.add_argument("--l2-tokens", required=True, help=f"L2 tiers in tokens, comma-separated, increasing: 4M,8M,16M ({UNITS})")
-    p.add_argument("--plateau-gain", type=_gain, default=DEFAULT_PLATEAU_GAIN,
+    p.add_argument("--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
                    help=f"a tier gaining less hit rate than this is on the plateau (default {DEFAULT_PLATEAU_GAIN})")
     p.add_argument("--page-size", type=types.page_size, default=64)
     p.add_argument("--write-policy", default="write_through", choices=POLICIES,
@@ -41,28 +41,13 @@ def add_arguments(p) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr (shown only on a terminal)")
 
 
-def _gain(text: str) -> float:
-    import argparse
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a hit-rate gain in [0, 1], got {text!r}") from None
-    if not 0 <= v <= 1:
-        raise argparse.ArgumentTypeError(f"expected a hit-rate gain in [0, 1], got {text}")
-    return v
-
-
 def parse_tiers(text: str, page_size: int) -> list[int]:
     parts = [t.strip() for t in text.split(",")]
     if len(parts) > MAX_TIERS:
         raise CliError("--l2-tokens", f"{len(parts)} tiers; at most {MAX_TIERS}")
     tiers = []
     for t in parts:
-        v = parse_size(t, name="--l2-tokens", minimum=1)
-        if v < page_size:
-            raise CliError("--l2-tokens", f"{clip(t)} tokens hold no whole page of --page-size {page_size}")
-        tiers.append(v)
+        tiers.append(page_tokens("--l2-tokens", t, page_size))
     if any(b <= a for a, b in zip(tiers, tiers[1:], strict=False)):
         raise CliError("--l2-tokens", f"tiers must be strictly increasing, got {clip(text)}")
     return tiers
@@ -74,9 +59,7 @@ def run(a) -> int:
         raise CliError("--trace", "not given and no conversation_trace.jsonl found (pass --trace PATH)")
     trace = text_file("--trace", trace, "a Mooncake JSONL trace")
     load_profile_arg("--profile", a.profile)
-    l1 = parse_size(a.l1_tokens, name="--l1-tokens", minimum=1)
-    if l1 < a.page_size:
-        raise CliError("--l1-tokens", f"{clip(a.l1_tokens)} tokens hold no whole page of --page-size {a.page_size}")
+    l1 = page_tokens("--l1-tokens", a.l1_tokens, a.page_size)
     tiers = parse_tiers(a.l2_tokens, a.page_size)
     out = Path(a.out) if a.out else None
     if out is not None and out.exists() and not out.is_dir():

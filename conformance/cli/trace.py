@@ -34,37 +34,12 @@ def add_arguments(p) -> None:
     y.add_argument("--requests", type=types.count(1, 10_000_000), required=True)
     y.add_argument("--min-tokens", required=True, help=f"shortest request, tokens ({UNITS})")
     y.add_argument("--max-tokens", required=True, help=f"longest request, tokens ({UNITS})")
-    y.add_argument("--reuse", type=_fraction, required=True, help="prefix reuse rate in [0, 1)")
+    y.add_argument("--reuse", type=types.unit_interval("a fraction", top_open=True), required=True, help="prefix reuse rate in [0, 1)")
     y.add_argument("--sessions", type=types.count(1, 1_000_000), default=16, help="concurrent conversations")
-    y.add_argument("--rate", type=_rate, help="arrivals per second (Poisson); omitted: all at time 0")
+    y.add_argument("--rate", type=types.positive_real("requests per second"), help="arrivals per second (Poisson); omitted: all at time 0")
     y.add_argument("--seed", type=types.count(0), default=0)
     y.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     y.set_defaults(_trace_run=_synth)
-
-
-def _fraction(text: str) -> float:
-    import argparse
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}") from None
-    if not 0 <= v < 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text}")
-    return v
-
-
-def _rate(text: str) -> float:
-    import argparse
-    import math
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected requests per second, got {text!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return v
 
 
 def run(a) -> int:
