@@ -43,3 +43,13 @@ def fresh_mooncake_cluster(tmp_path, request):
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
         print(f"\nmooncake cluster logs ({cluster.log_dir}):\n{cluster.log_tail()}", file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+def synthetic():
+    """The packaged synthetic trace (the L3 tests replay its first 1,500 requests)."""
+    from hicache_ref.trace import find_trace
+
+    path = find_trace("synthetic_trace.jsonl")
+    assert path is not None, "the packaged synthetic trace is missing"
+    return path

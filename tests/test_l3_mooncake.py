@@ -8,18 +8,11 @@ import pytest
 
 from hicache_ref.replay import replay
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import find_trace, read_trace, request_tokens
+from hicache_ref.trace import read_trace, request_tokens
 
 SMALL = dict(page_size=256, attention="mla", layers=1, kv_dim=4, dtype="bf16", materialize=True,
              write_policy="write_through", l1_tokens=140_000, l2_tokens=280_000)
 SEGMENT = ",segment=512MiB"  # the 1,500 requests' pages are ~110 MB of objects
-
-
-@pytest.fixture(scope="module")
-def synthetic():
-    path = find_trace("synthetic_trace.jsonl")
-    assert path is not None, "the packaged synthetic trace is missing"
-    return path
 
 
 def test_tiny_l1_l2_over_mooncake_reach_the_unlimited_hit_rate(mooncake_cluster, synthetic):

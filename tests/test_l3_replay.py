@@ -12,19 +12,11 @@ import pytest
 from conformance.cli.main import main as cli_main
 from hicache_ref.replay import JSON_KEYS, replay
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import find_trace
 
 SMALL = dict(page_size=256, attention="mla", layers=1, kv_dim=4, dtype="bf16", materialize=True,
              write_policy="write_through")
 TIERS = dict(l1_tokens=140_000, l2_tokens=280_000)  # the synthetic trace's longest request is 134,773 tokens
 WALL = {"wall_seconds", "read_seconds", "tokens_per_second", "l3_wait_wall_seconds", "l3"}
-
-
-@pytest.fixture(scope="module")
-def synthetic():
-    path = find_trace("synthetic_trace.jsonl")
-    assert path is not None, "the packaged synthetic trace is missing"
-    return path
 
 
 def test_tiny_l1_l2_with_a_large_l3_reach_the_unlimited_hit_rate(synthetic, tmp_path):
