@@ -114,6 +114,9 @@ class TransferEngine(abc.ABC):
         """
         if stream is not None and not isinstance(stream, self.stream_type):
             raise ValueError(f"stream: {stream!r} is not a stream of backend {self.name!r}")
+        if plan.totals is not None and not self.runs_symbolic_plans:
+            raise ValueError(f"plan {plan.op}: a totals-only plan (no segments) cannot run on {self.name}, "
+                             "which moves bytes")
         if binds_memory(plan) or not self.runs_symbolic_plans:
             for i, g in enumerate(plan.groups):
                 check_group(plan.op, i, g)

@@ -19,7 +19,6 @@ import numpy as np
 
 from hal.transfer import kvcacheio
 from hal.transfer.direction import Direction
-from hal.transfer.plan import TransferPlan
 from hicache_ref.controller_state import ControllerState, TransferCancelled
 from hicache_ref.handles import Ack, DirectionStats, TransferHandle
 from hicache_ref.pool_mover import PoolMover
@@ -130,9 +129,9 @@ class DirectionWorker:
     def _submit(self, jobs: list[Job]) -> None:
         try:
             t0 = time.perf_counter()
-            plans = [self.mover.layer0_plan(self.direction, job) for job in jobs]
-            events = self.mover.run(self.direction, jobs, plans)
-            for job, layer0 in zip(jobs, plans, strict=True):
+            totals = self.mover.job_totals(self.direction, jobs)
+            events = self.mover.run(self.direction, jobs, totals)
+            for job, layer0 in zip(jobs, totals, strict=True):
                 job.handle.modeled_cost = self.mover.job_seconds(self.direction, layer0, job.handle.num_tokens)
                 self._count(job, layer0, (time.perf_counter() - t0) / len(jobs))
         except BaseException as e:  # noqa: BLE001 - carried to the scheduler thread
@@ -144,10 +143,10 @@ class DirectionWorker:
             job.handle._add_events(events)
         self.inflight.put(([job.handle for job in jobs], events[-1]))
 
-    def _count(self, job: Job, layer0: TransferPlan, submit_seconds: float) -> None:
+    def _count(self, job: Job, layer0: tuple[int, int], submit_seconds: float) -> None:
         # Every layer repeats layer 0's runs (hal.transfer.plan merges once and shifts per layer).
         layers = self.mover.layers
-        nbytes, segments = layer0.nbytes * layers, layer0.num_segments * layers
+        nbytes, segments = layer0[0] * layers, layer0[1] * layers
         with self.state.lock:
             s = self.stats
             s.submit_seconds += submit_seconds

@@ -6,8 +6,8 @@ backend: layer-0 plans for the counters, and the copies themselves through
 `hal.transfer.pool_ops`. On a backend that moves no bytes (`capabilities().moves_bytes`
 False: the count backend, whose pools are meta tensors) jobs are priced instead: one
 symbolic plan stands for every layer of every job in a batch, which prices the same as
-the per-layer plans pool_ops would build (the link model is linear) at a fraction of
-their planning cost.
+the per-layer plans pool_ops would build (the link model is linear in bytes, segments and
+launches, so the stand-in carries only those totals) at a fraction of their planning cost.
 
 What a job costs on the modeled clock is `job_seconds`: the backend's price of the one plan
 that stands for every layer of that job alone. The controller's modeled seconds add these
@@ -57,29 +57,42 @@ class PoolMover:
         a direct copy (priced per segment instead)."""
         return tokens * self.layers if self.io_backend == "kernel" else None
 
-    def job_seconds(self, direction: Direction, layer0: TransferPlan, tokens: int = 0) -> float | None:
-        """Modeled seconds of one job of `tokens` tokens whose layer-0 plan is `layer0` (None:
-        the backend has no model): its all-layer plan priced by the backend, remembered per
-        shape (the price depends only on direction, bytes, segments and kernel items, and
-        replays repeat shapes)."""
+    def job_totals(self, direction: Direction, jobs: list) -> list[tuple[int, int]]:
+        """(bytes, segments) of layer 0 of each job (every layer repeats them): what the
+        counters scale and the price depends on. Page jobs are counted together in one pass
+        (LayerPlanner.page_totals); slot jobs plan layer 0 each."""
+        if all(job.pages is not None for job in jobs):
+            return self._planner.page_totals([job.pages for job in jobs])
+        return [(p.nbytes, p.num_segments) for p in (self.layer0_plan(direction, job) for job in jobs)]
+
+    def job_seconds(self, direction: Direction, layer0: tuple[int, int], tokens: int = 0) -> float | None:
+        """Modeled seconds of one job of `tokens` tokens whose layer 0 moves `layer0` = (bytes,
+        segments) (None: the backend has no model): its all-layer plan priced by the backend,
+        remembered per shape (the price depends only on direction, bytes, segments and kernel
+        items, and replays repeat shapes)."""
         items = self.kernel_items(tokens)
-        key = (direction, layer0.nbytes, layer0.num_segments, items)
+        key = (direction, *layer0, items)
         if key not in self._job_seconds:
             if len(self._job_seconds) >= _PRICE_CACHE_MAX:
                 self._job_seconds.clear()
-            seconds = 0.0
-            if layer0.groups:
-                plan = self._planner.all_layers(direction, [layer0])
-                plan.kernel_items = items
-                seconds = self.backend.model_seconds(plan)
-            self._job_seconds[key] = seconds
+            self._job_seconds[key] = self.backend.model_seconds(self._all_layers(direction, [layer0], items))
         return self._job_seconds[key]
 
-    def run(self, direction: Direction, jobs: list, plans: list[TransferPlan]) -> list:
-        """Submit `jobs` (one job, or with `priced` a batch) on the current kvcacheio stream;
-        returns the events they share (one for a D2H, one per layer for an H2D)."""
+    def _all_layers(self, direction: Direction, layer0: list[tuple[int, int]], items: int | None) -> TransferPlan:
+        """The priced stand-in for every layer of jobs whose layer 0 moves `layer0`: their
+        bytes and segments times the layers, one launch per job (D2H) or per job and layer
+        (H2D), as the submissions pool_ops would make (hal.transfer.layer_plans.all_layers)."""
+        layers = self.layers
+        nbytes, segments = sum(b for b, _ in layer0) * layers, sum(s for _, s in layer0) * layers
+        launches = len(layer0) * (1 if direction == Direction.D2H else layers)
+        return TransferPlan(f"{direction}_{self.layout}", [], direction, launches, items, totals=(nbytes, segments))
+
+    def run(self, direction: Direction, jobs: list, layer0: list[tuple[int, int]]) -> list:
+        """Submit `jobs` (one job, or with `priced` a batch; `layer0`: their job_totals) on the
+        current kvcacheio stream; returns the events they share (one for a D2H, one per layer
+        for an H2D)."""
         if self.priced:
-            return self._price(direction, plans, sum(job.handle.num_tokens for job in jobs))
+            return self._price(direction, layer0, sum(job.handle.num_tokens for job in jobs))
         (job,) = jobs
         args = (self.layout, self.geom, self.host_pool.buffers, self.device_pool.buffers, job.host_indices,
                 job.device_indices)
@@ -87,13 +100,13 @@ class PoolMover:
             return [pool_ops.backup(*args)]
         return list(pool_ops.load_all_layers(*args))
 
-    def _price(self, direction: Direction, plans: list[TransferPlan], tokens: int) -> list:
-        """Nothing to copy: one plan standing for every layer of every job, for the modeled clock.
+    def _price(self, direction: Direction, layer0: list[tuple[int, int]], tokens: int) -> list:
+        """Nothing to copy: one stand-in for every layer of every job, for the modeled clock.
 
         (Planning every layer would be 78 shifted copies of the same runs on the seed
-        geometry: ~1.5 ms per backup of a whole-trace replay.)
+        geometry: ~1.5 ms per backup of a whole-trace replay; the link model needs only the
+        totals.)
         """
-        plan = self._planner.all_layers(direction, plans)
-        plan.kernel_items = self.kernel_items(tokens)
+        plan = self._all_layers(direction, layer0, self.kernel_items(tokens))
         ev = self.backend.execute(plan, kvcacheio.current_stream())
         return [ev] if direction == Direction.D2H else [ev] * self.layers

@@ -43,3 +43,24 @@ def test_priced_replay_counts_what_the_byte_moving_replay_moves():
     assert {k: priced[k] for k in keys} == {k: moved[k] for k in keys}
     assert priced["modeled_transfer_seconds"] == moved["modeled_transfer_seconds"]
     assert moved["kv_mismatch_tokens"] == 0
+
+
+@pytest.mark.parametrize("attention,layout", [("mla", "layer_first"), ("mla", "page_first"),
+                                              ("mla", "page_first_direct"), ("mha", "layer_first"),
+                                              ("mha", "page_first_direct"), ("mha", "page_head")])
+def test_page_totals_of_a_batch_equal_each_jobs_own_plan(attention, layout):
+    """One pass over a batch counts what one layer-0 plan per job counts; runs never join two jobs."""
+    geom = KVGeometry(attention, 3, 1 if attention == "mla" else 2, 8, parse_dtype("bf16"), 4)
+    planner = LayerPlanner(layout, geom, 256)
+    rng = np.random.default_rng(5)
+    jobs = [(np.array([3, 4], dtype=np.int64), np.array([10, 11], dtype=np.int64)),
+            (np.array([5, 6], dtype=np.int64), np.array([12, 13], dtype=np.int64)),  # continues job 0 on both sides
+            (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))]
+    for _ in range(30):
+        n = int(rng.integers(1, 12))
+        jobs.append((rng.choice(64, n, replace=False).astype(np.int64), rng.choice(64, n, replace=False).astype(np.int64)))
+    want = [(p.nbytes, p.num_segments) for p in (planner.layer0_pages(Direction.D2H, h, d) for h, d in jobs)]
+    assert planner.page_totals(jobs) == want
+    if layout == "layer_first":  # by hand: two runs of 2 pages (not one of 4): parts x 2 pages x 4 tokens x heads x 8 x 2 B
+        parts, heads = geom.parts, geom.heads
+        assert want[:2] == [(parts * 2 * 4 * heads * 8 * 2, parts)] * 2

@@ -84,3 +84,17 @@ def test_bad_plans_and_streams_are_refused():
         count.execute(_plan(torch.zeros(8, dtype=torch.uint8), dev, 16))
     with pytest.raises(ValueError, match="stream"):
         count.execute(_plan(torch.zeros(16, dtype=torch.uint8), dev, 16), get_backend("emu").new_stream())
+
+
+@pytest.mark.parametrize("direction", ["d2h", "h2d"])
+def test_a_totals_only_plan_prices_as_the_plan_it_stands_for_and_only_count_runs_it(direction):
+    geom = KVGeometry("mla", 6, 1, 64, torch.bfloat16, 16)
+    tokens = np.random.default_rng(2).permutation(256)[:96].astype(np.int64)
+    full = plan_pool_transfer("layer_first", geom, 256, tokens, tokens[::-1].copy(), direction)
+    stand_in = TransferPlan(full.op, [], full.direction, full.launches, totals=(full.nbytes, full.num_segments))
+    assert (stand_in.nbytes, stand_in.num_segments) == (full.nbytes, full.num_segments)
+    count = get_backend("count", "p800")
+    assert count.model_seconds(stand_in) == count.model_seconds(full) > 0
+    assert count.execute(stand_in).modeled_time == count.model_seconds(full)
+    with pytest.raises(ValueError, match="totals-only plan .* cannot run on emu"):
+        get_backend("emu", "p800").execute(stand_in)  # it would copy nothing and look done

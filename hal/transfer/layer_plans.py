@@ -82,6 +82,36 @@ class LayerPlanner:
         slots = lambda pages: (pages[:, None] * ps + offsets).reshape(-1)  # noqa: E731
         return self.layer0(direction, slots(host_pages), slots(device_pages))
 
+    def page_totals(self, jobs: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[int, int]]:
+        """(bytes, segments) of layer 0 of each (host_pages, device_pages) job (int64 page
+        numbers): what `layer0_pages` of each job counts, computed for all jobs in one pass.
+
+        A priced replay only needs these totals (the link model is linear in them), and one
+        plan per job was most of its transfer threads' time. Runs never continue from one
+        job into the next: each job is its own submission.
+        """
+        if self.page_geom is None or not jobs:
+            return [(p.nbytes, p.num_segments) for p in (self.layer0_pages(Direction.D2H, h, d) for h, d in jobs)]
+        pg, ps = self.page_geom, self.geom.page_size
+        sizes = np.fromiter((len(h) for h, _ in jobs), dtype=np.int64, count=len(jobs))
+        host = np.concatenate([h for h, _ in jobs])
+        dev = np.concatenate([d for _, d in jobs])
+        # The offsets plan_copy merges (its pieces are whole pages here: see _page_geometry).
+        ho = layouts.host_piece_offsets(self.layout, pg, self.host_size // ps, host).reshape(-1)
+        do = layouts.device_piece_offsets("layer_first", pg, dev).reshape(-1)
+        piece = pg.piece_bytes("layer_first")
+        brk = np.ones(len(host), dtype=bool)
+        if len(host) > 1:
+            brk[1:] = (np.diff(ho) != piece) | (np.diff(do) != piece)
+        starts = np.cumsum(sizes) - sizes
+        runs = np.zeros(len(jobs), dtype=np.int64)
+        full = sizes > 0
+        if full.any():
+            brk[starts[full]] = True
+            runs[full] = np.add.reduceat(brk, starts[full])
+        parts = pg.parts  # one group per K/V part, each with the same runs
+        return [(int(n) * piece * parts, int(r) * parts) for n, r in zip(sizes, runs, strict=True)]
+
     def all_layers(self, direction: Direction | str, plans: list[TransferPlan]) -> TransferPlan:
         """One symbolic plan standing for every layer of every transfer in `plans` (layer-0 plans).
 

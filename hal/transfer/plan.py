@@ -39,13 +39,20 @@ class TransferPlan:
     # None: a direct copy, priced per merged segment. An int: a kernel copy of that many
     # token-layer items (hal.transfer.io_backend), priced per item with no descriptors.
     kernel_items: int | None = None
+    # (bytes, segments) of a priced stand-in without groups: what a backend that moves no
+    # bytes (count) needs to price many jobs at once, without their offset arrays.
+    totals: tuple[int, int] | None = None
 
     @property
     def num_segments(self) -> int:
+        if self.totals is not None:
+            return self.totals[1]
         return sum(len(g.segments.nbytes) for g in self.groups)
 
     @property
     def nbytes(self) -> int:
+        if self.totals is not None:
+            return self.totals[0]
         return int(sum(int(g.segments.nbytes.sum()) for g in self.groups))
 
 

@@ -27,7 +27,7 @@ def plan_seconds(link: Any, plan: TransferPlan) -> float | None:
     profile leaves a needed value unknown. A kernel plan (`kernel_items` set) is priced per
     launch and item, a direct one per launch and merged segment. Device-to-device and
     host-to-host copies do not cross the host link the model prices: 0."""
-    if not plan.groups or plan.direction in (Direction.D2D, Direction.H2H):
+    if (not plan.groups and plan.totals is None) or plan.direction in (Direction.D2D, Direction.H2H):
         return 0.0
     if plan.kernel_items is not None:  # kernel io backend: launches and items, no descriptors
         return link.kernel_seconds(plan.direction, plan.nbytes, plan.kernel_items, plan.launches)
