@@ -36,6 +36,7 @@ from hicache_ref.controller import CacheController
 from hicache_ref.pools import DevicePool, HostPool
 from hicache_ref.radix import RadixTree, TierCopy
 from hicache_ref.synthetic_kv import KVWriter
+from hicache_ref.trace import TraceTokens
 
 
 class RequestResult(NamedTuple):
@@ -61,7 +62,7 @@ class HiCache:
                  policy="write_through_selective", ghost=None, order: str = "fifo", sync: bool = True,
                  hit_count: str = "per_request", pd_disagg: bool = False, backup_scope: str = "node",
                  evict_size: str = "shortfall", load_back_threshold: int = 0, load_back_quota: int | None = None,
-                 host_order: str | None = None, io_backend: str | None = None):
+                 host_order: str | None = None, io_backend: str | None = None, page_keys: str = "tokens"):
         if not isinstance(pd_disagg, bool):
             raise ValueError(f"pd_disagg: expected True or False, got {pd_disagg!r}")
         for name, v in (("load_back_threshold", load_back_threshold), ("load_back_quota", load_back_quota)):
@@ -78,7 +79,7 @@ class HiCache:
                              io_backend=io_backend) if l2_tokens else None
         self.tree = RadixTree(geom.page_size, policy=policy, ghost=ghost, device=self.device, host=self.host,
                               on_write_back=self._on_write_back, hit_count=hit_count, backup_scope=backup_scope,
-                              evict_size=evict_size)
+                              evict_size=evict_size, page_keys=page_keys)
         self.controller = CacheController(self.device, self.host, backend) if self.host is not None else None
         self.kv = KVWriter(self.device, backend) if self.materialize else None
         self.l3 = None  # an hicache_ref.l3.L3Tier, attached by hicache_ref.l3.attach_l3
@@ -121,7 +122,8 @@ class HiCache:
         load can be held for the step's merged submission (kv_mismatch_tokens is 0 here)."""
         if self._closed:
             raise RuntimeError("HiCache: closed")
-        tokens = np.asarray(tokens)
+        if not isinstance(tokens, TraceTokens):  # those stay hash ids unless bytes are touched
+            tokens = np.asarray(tokens)
         ps, n = self.page_size, len(tokens)
         full = n // ps * ps
         if self.l3 is not None:  # before this request's backups are handed to it (see hicache_ref.l3.tier)
@@ -161,9 +163,9 @@ class HiCache:
                     if load is not None:
                         load.wait_all()
                     hit = pages_to_slots(np.concatenate([m.device_pages, loaded]), ps)
-                    mismatch = self.kv.mismatches(tokens[:prefix], hit)
+                    mismatch = self.kv.mismatches(np.asarray(tokens[:prefix]), hit)
                 new = pages_to_slots(new_pages, ps)
-                self.kv.write(tokens[prefix: prefix + len(new)], prefix, new)
+                self.kv.write(np.asarray(tokens[prefix: prefix + len(new)]), prefix, new)
             cached_len = min(full, prefix + len(new_pages) * ps)
             cached = prefix
             kept = (cached_len - prefix) // ps

@@ -25,8 +25,8 @@ class Node:
     def __init__(self, nid: int, parent: Node | None, key: bytes, dev, host=None):
         self.id = nid  # creation number: the deterministic LRU tie-break
         self.parent = parent
-        self.children: dict[bytes, Node] = {}  # first page bytes -> child
-        self.key = key  # token ids as <u4 bytes, whole pages
+        self.children: dict[bytes, Node] = {}  # first page's key -> child
+        self.key = key  # whole pages, spelled as the tree's page_keys say (hicache_ref.page_keys)
         self.dev: np.ndarray | None = dev  # device page numbers, None when not in L1
         self.host: np.ndarray | None = host  # host page numbers, None when not in L2
         self.lock_ref = 0
@@ -40,8 +40,8 @@ class Node:
         return self.host is not None
 
     def __repr__(self) -> str:
-        tokens = len(self.key) // 4
-        return f"Node(id={self.id}, tokens={tokens}, dev={self.dev is not None}, host={self.host is not None}, " \
+        pages = len(self.dev if self.dev is not None else self.host if self.host is not None else ())
+        return f"Node(id={self.id}, pages={pages}, dev={self.dev is not None}, host={self.host is not None}, " \
                f"lock={self.lock_ref})"
 
 
@@ -70,15 +70,16 @@ def _chain(root: Node, node: Node) -> list[Node]:
     return path
 
 
-def node_hashes(node: Node, page_bytes: int) -> list[bytes]:
-    """Chained SHA-256 of each page of `node` (computed on first use, with its ancestors')."""
+def node_hashes(node: Node, keys) -> list[bytes]:
+    """Chained SHA-256 of each page of `node` (computed on first use, with its ancestors'),
+    over its token ids: `keys` is the tree's page spelling (hicache_ref.page_keys)."""
     todo = []
     while node.hashes is None:
         todo.append(node)
         node = node.parent
     for x in reversed(todo):
         prior = x.parent.hashes[-1] if x.parent.hashes else None
-        x.hashes = chain_hashes(x.key, page_bytes, prior)
+        x.hashes = chain_hashes(keys.token_bytes(x.key), keys.hash_page_bytes, prior)
     return todo[0].hashes if todo else node.hashes
 
 

@@ -10,9 +10,10 @@ copy comes back as a `TierCopy` (device slots <-> host slots) for the caller
 - load_back -> one H2D TierCopy: device slots allocated (evicting L1 if needed), chain
   locked; the nodes count as in L1 at once, so call `complete(t)` before reading them.
 
-Keys are the token ids as uint32 little-endian bytes (the hashing byte order), whole
-pages per node; children are keyed by their first page's bytes and prefixes compared with
-bytes.startswith (memcmp): no per-token Python work. Indices are kept per page (page p =
+Keys are whole pages per node, spelled as `page_keys` says (hicache_ref.page_keys): the
+token ids as uint32 little-endian bytes (the hashing byte order), or for trace requests
+only each page's first id; children are keyed by their first page's key and prefixes
+compared with bytes.startswith (memcmp): no per-token Python work. Indices are kept per page (page p =
 slots [p*ps, (p+1)*ps)) and expanded only in results (a TierCopy's slots on first use);
 `match_pages` / `insert_pages` are match_prefix / insert in page numbers, for a caller
 that works in pages (hicache_ref.cache) and so never expands them. Page hashes are
@@ -61,7 +62,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hicache_ref.allocator import has_duplicates, pages_to_slots, slots_to_pages
-from hicache_ref.hashing import hash64, token_bytes
+from hicache_ref.hashing import hash64
 from hicache_ref.node import (
     NO_PAGES,
     EvictHostResult,
@@ -76,6 +77,7 @@ from hicache_ref.node import (
     node_hashes,
     unlock_path,
 )
+from hicache_ref.page_keys import make_page_keys
 from hicache_ref.policy import WritePolicy, make_policy
 from hicache_ref.tiers import TierMoves
 
@@ -114,13 +116,14 @@ class RadixTree:
     def __init__(self, page_size: int, policy: str | WritePolicy = "write_through_selective", ghost=None,
                  clock: Callable[[], int] | None = None, device=None, host=None,
                  on_write_back: Callable[[list[TierCopy]], None] | None = None, hit_count: str = "per_request",
-                 backup_scope: str = "node", evict_size: str = "shortfall"):
+                 backup_scope: str = "node", evict_size: str = "shortfall", page_keys: str = "tokens"):
         if not isinstance(page_size, int) or page_size <= 0:
             raise ValueError(f"page_size: must be a positive integer, got {page_size!r}")
         if backup_scope not in BACKUP_SCOPES:
             raise ValueError(f"backup_scope: {backup_scope!r} is not one of {', '.join(BACKUP_SCOPES)}")
         self.page_size, self.backup_scope = page_size, backup_scope
-        self.page_bytes = 4 * page_size
+        self.keys = make_page_keys(page_keys, page_size)
+        self.page_bytes = self.keys.page_bytes  # key bytes per page
         self.policy = make_policy(policy, hit_count=hit_count)  # hit_count: for a policy given by name
         self.ghost = ghost
         self.device = _allocator(device) if device is not None else None
@@ -134,7 +137,7 @@ class RadixTree:
         self.root = Node(0, None, b"", NO_PAGES, NO_PAGES)
         self.root.hashes = []
         self.tiers = TierMoves(self.root, page_size, self.policy, ghost, self.device, self.host, on_write_back,
-                               evict_size)
+                               evict_size, self.keys)
 
     # -- occupancy and the tier moves (hicache_ref.tiers) ------------------------------
     @property
@@ -176,8 +179,9 @@ class RadixTree:
 
     # -- match -------------------------------------------------------------------
     def _tokens(self, tokens) -> tuple[bytes, int]:
-        data = token_bytes(tokens)
-        return data, len(data) // self.page_bytes * self.page_bytes
+        """The keys of the whole pages of `tokens`, and their length in bytes."""
+        data = self.keys.encode(tokens)
+        return data, len(data)
 
     def _walk(self, data: bytes, n: int, now: int):
         """Follow data[:n] down the tree, splitting where the match ends inside a node."""
@@ -254,9 +258,10 @@ class RadixTree:
         _check_flag("chunked", chunked)
         data, n = self._tokens(tokens)
         idx = np.asarray(device_indices if device_indices is not None else NO_PAGES)
-        if len(idx) < n // 4:
-            raise ValueError(f"device_indices: {len(idx)} slots for {n // 4} page-aligned tokens")
-        pages = slots_to_pages(idx[: n // 4], self.page_size, "device_indices")
+        full = n // self.page_bytes * self.page_size
+        if len(idx) < full:
+            raise ValueError(f"device_indices: {len(idx)} slots for {full} page-aligned tokens")
+        pages = slots_to_pages(idx[:full], self.page_size, "device_indices")
         self._check_pages_in(pages, "device_indices")
         return self._insert(data, n, pages, request_id, finished, chunked)
 
@@ -359,7 +364,7 @@ class RadixTree:
         remembered page inside it is not looked at, so the policy's nodes stay whole.
         """
         for i in range(len(path) - 1, start - 1, -1):
-            hashes = node_hashes(path[i], self.page_bytes)
+            hashes = node_hashes(path[i], self.keys)
             for j in range(len(hashes) - 1, -1, -1):
                 if self.ghost.hit(hash64(hashes[j])):
                     if j + 1 < len(hashes):
@@ -378,7 +383,7 @@ class RadixTree:
 
     def node_hashes(self, node: Node) -> list[bytes]:
         """Chained SHA-256 of each page of `node` (computed on first use, with its ancestors')."""
-        return node_hashes(node, self.page_bytes)
+        return node_hashes(node, self.keys)
 
     def iter_nodes(self):
         """All nodes except the root, parents before children, in creation order per level."""

@@ -26,7 +26,7 @@ from hal.transfer.direction import POOL_DIRECTIONS
 from hicache_ref import cost
 from hicache_ref.cache import HiCache
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import TraceRequest, read_trace, request_tokens
+from hicache_ref.trace import BLOCK_TOKENS, TraceRequest, TraceTokens, read_trace
 
 JSON_KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_rate", "d2h_tokens", "h2d_tokens",
              "d2h_bytes", "h2d_bytes", "d2h_segments", "h2d_segments", "modeled_transfer_seconds", "wall_seconds",
@@ -56,10 +56,12 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
     baseline = 0.0 if compute is not None else None  # prefill seconds of every request without a cache
     t0 = time.perf_counter()
     try:
-        cache = spec.build(backend, whole)
+        # Trace pages are runs of consecutive ids: spelled by their first id, the tree is the
+        # same and a request's token array is never built (hicache_ref.page_keys).
+        cache = spec.build(backend, whole, page_keys="runs" if BLOCK_TOKENS % ps == 0 else "tokens")
         try:
             for r in requests:
-                res = cache.request(request_tokens(r.hash_ids, r.input_length))
+                res = cache.request(TraceTokens(r.hash_ids, r.input_length))
                 totals["requests"] += 1
                 totals["input_tokens"] += res.input_tokens
                 totals["l1_hit_tokens"] += res.l1_hit_tokens

@@ -214,9 +214,10 @@ class CacheSpec:
             return self.backend, False
         return get_backend("emu" if self.materialize else "count", self.profile), True
 
-    def build(self, backend, whole_tokens: int = 0) -> HiCache:
+    def build(self, backend, whole_tokens: int = 0, page_keys: str = "tokens") -> HiCache:
         """The HiCache this spec describes on `backend` (see capacities for `whole_tokens`); the
-        backend moves bytes exactly when the spec is materialized."""
+        backend moves bytes exactly when the spec is materialized. `page_keys`: how its tree
+        spells pages (hicache_ref.page_keys; the same tree either way)."""
         if backend.capabilities().moves_bytes != self.materialize:
             raise ValueError(f"backend: {backend.name!r} does not match materialize={self.materialize} "
                              "(open_backend picks one that does)")
@@ -227,7 +228,7 @@ class CacheSpec:
                         hit_count=self.hit_count, pd_disagg=self.pd_disagg, backup_scope=self.backup_scope,
                         evict_size=self.evict_size, load_back_threshold=self.load_back_threshold,
                         load_back_quota=self.load_back_quota, host_order=self.resolved_host_free_list,
-                        io_backend=self.io_backend)
+                        io_backend=self.io_backend, page_keys=page_keys)
         if self.l3 is not None:
             try:
                 attach_l3(cache, self.l3, policy=self.prefetch_policy, threshold_tokens=self.prefetch_threshold,

@@ -36,6 +36,7 @@ from hicache_ref.node import (
     node_hashes,
     unlock_path,
 )
+from hicache_ref.page_keys import make_page_keys
 from hicache_ref.policy import LeafHeap, WritePolicy
 
 # How much an allocation that finds its tier short asks eviction for:
@@ -50,11 +51,14 @@ class TierMoves:
     """A radix tree's backups, evictions, write-backs and load_backs (see the module docstring)."""
 
     def __init__(self, root: Node, page_size: int, policy: WritePolicy, ghost=None, device=None, host=None,
-                 on_write_back: Callable[[list[TierCopy]], None] | None = None, evict_size: str = "shortfall"):
+                 on_write_back: Callable[[list[TierCopy]], None] | None = None, evict_size: str = "shortfall",
+                 keys=None):
         if evict_size not in EVICT_SIZES:
             raise ValueError(f"evict_size: {evict_size!r} is not one of {', '.join(EVICT_SIZES)}")
         self.evict_size = evict_size
-        self.root, self.page_size, self.page_bytes = root, page_size, 4 * page_size
+        self.root, self.page_size = root, page_size
+        self.keys = keys or make_page_keys("tokens", page_size)  # the tree's page spelling
+        self.page_bytes = self.keys.page_bytes  # key bytes per page
         self.policy, self.ghost, self.device, self.host = policy, ghost, device, host
         self.on_write_back = on_write_back
         self.device_pages = 0  # pages the tree holds in L1
@@ -150,7 +154,7 @@ class TierMoves:
                 locked[node.id] = node  # back in the heap after this eviction
                 continue
             if self.ghost is not None:
-                for h in node_hashes(node, self.page_bytes):
+                for h in node_hashes(node, self.keys):
                     self.ghost.add(hash64(h))
             n, parent = len(node.dev), node.parent
             evicted += n * self.page_size
@@ -245,7 +249,7 @@ class TierMoves:
         n = 0
         while node is not self.root:
             if node.lock_ref == 0:
-                n += len(node.key) // 4
+                n += len(node.key) // self.page_bytes * self.page_size
             node = node.parent
         return n
 

@@ -185,3 +185,47 @@ def find_trace(name: str = "conversation_trace.jsonl") -> Path | Traversable | N
             if p.is_file():
                 return p
     return None
+
+
+class TraceTokens:
+    """A trace request's token ids (request_tokens), built only if someone needs them as an array.
+
+    The radix tree with page_keys="runs" spells each whole page by its first id
+    (`page_starts`), taken from the hash ids directly: most of a whole-trace replay never
+    builds a token array at all. Slices from the start stay TraceTokens; any other slice,
+    `np.asarray(...)` and `array()` give the uint32 token array.
+    """
+
+    __slots__ = ("_array", "hash_ids", "length")
+
+    def __init__(self, hash_ids, input_length: int):
+        self.hash_ids, self.length = hash_ids, int(input_length)
+        self._array: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            self._array = request_tokens(self.hash_ids, self.length)
+        return self._array
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.array()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice) and key.start in (None, 0) and key.step in (None, 1):
+            stop = self.length if key.stop is None else key.stop
+            if stop >= 0:
+                return TraceTokens(self.hash_ids, min(stop, self.length))
+        return self.array()[key]
+
+    def page_starts(self, page_size: int) -> np.ndarray | None:
+        """First token id of each whole page (uint32), or None when pages would straddle hash
+        blocks (page_size does not divide BLOCK_TOKENS) and are not runs."""
+        if BLOCK_TOKENS % page_size:
+            return None
+        ids = np.asarray(self.hash_ids, dtype=np.uint32)
+        starts = np.arange(0, BLOCK_TOKENS, page_size, dtype=np.uint32)
+        return (ids[:, None] * np.uint32(BLOCK_TOKENS) + starts).reshape(-1)[: self.length // page_size]

@@ -17,12 +17,13 @@ from hicache_ref.node import Node, PageMatch, node_hashes
 
 
 def missing_hashes(tree, data: bytes, match: PageMatch, full_pages: int) -> list[bytes]:
-    """Chained page hashes of pages [matched, full_pages) of the request whose token bytes
-    are `data`, continuing the chain of the match's last node."""
-    P = tree.page_bytes
+    """Chained page hashes of pages [matched, full_pages) of the request whose page keys (the
+    tree's spelling, tree.keys) are `data`, continuing the chain of the match's last node."""
+    keys, P = tree.keys, tree.page_bytes
     have = len(match.device_pages) + len(match.host_pages)
-    prior = node_hashes(match.last_host_node, P) if match.last_host_node is not tree.root else []
-    return chain_hashes(data[have * P: full_pages * P], P, prior[-1] if prior else None)
+    prior = node_hashes(match.last_host_node, keys) if match.last_host_node is not tree.root else []
+    return chain_hashes(keys.token_bytes(data[have * P: full_pages * P]), keys.hash_page_bytes,
+                        prior[-1] if prior else None)
 
 
 def insert_host_pages(tree, data: bytes, match: PageMatch, host_pages: np.ndarray,

@@ -42,7 +42,6 @@ import time
 
 import numpy as np
 
-from hicache_ref.hashing import token_bytes
 from hicache_ref.l3.guard import FaultGuard
 from hicache_ref.l3.host_nodes import insert_host_pages, missing_hashes
 from hicache_ref.l3.policy import L3Link, PrefetchPolicy, make_prefetch_policy
@@ -184,7 +183,7 @@ class L3Tier:
         if room * ps < max(self.threshold, 1):
             self.counters["l3_rate_limited"] += 1
             return match, 0
-        data = token_bytes(tokens)
+        data = tree.keys.encode(tokens)  # the tree's spelling of the request's whole pages
         hashes = missing_hashes(tree, data, match, full)
         keys = self.key_fn(hashes)
         self.counters["l3_lookups"] += 1
@@ -257,7 +256,7 @@ class L3Tier:
         if not self.guard.available or sum(late for _, late in self._writes) >= MAX_HUNG_CALLS:
             self.counters["l3_writes_skipped"] += 1
             return
-        keys = self.key_fn([h for x in nodes for h in node_hashes(x, self.tree.page_bytes)])
+        keys = self.key_fn([h for x in nodes for h in node_hashes(x, self.tree.keys)])
         if len(keys) != len(host_pages):
             raise RuntimeError(f"l3: {len(keys)} page keys for {len(host_pages)} backed-up pages")
         staged = StagedPages(self.host, host_pages)  # the live L2 slots are free to go right after

@@ -1,0 +1,88 @@
+"""Page spellings of the radix tree (hicache_ref.page_keys): "runs" gives the same tree as "tokens"."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hicache_ref.hashing import page_hashes
+from hicache_ref.page_keys import RunKeys, TokenKeys, make_page_keys
+from hicache_ref.radix import RadixTree
+from hicache_ref.replay import replay
+from hicache_ref.spec import CacheSpec
+from hicache_ref.trace import TraceTokens, request_tokens
+from hicache_ref.workload.trace_synth import synthesize
+
+
+@pytest.mark.parametrize("ps", [1, 16, 64, 512])
+def test_a_trace_request_spelled_by_runs_decodes_to_its_token_ids(ps):
+    t, arr = TraceTokens((3, 7, 9), 1100), request_tokens((3, 7, 9), 1100)
+    assert len(t) == 1100 and (np.asarray(t) == arr).all()
+    runs = RunKeys(ps)
+    key = runs.encode(t)
+    assert len(key) == 1100 // ps * 4  # 4 bytes per whole page, the partial page left out
+    assert key == runs.encode(arr)  # from hash ids or from the token array: the same spelling
+    assert runs.token_bytes(key) == TokenKeys(ps).encode(arr) == arr[: 1100 // ps * ps].astype("<u4").tobytes()
+
+
+def test_trace_tokens_slice_from_the_start_without_building_the_array():
+    t = TraceTokens((5, 6), 700)
+    head = t[:600]
+    assert isinstance(head, TraceTokens) and len(head) == 600 and head._array is None
+    assert len(t[:5000]) == 700
+    assert (t[100:110] == request_tokens((5, 6), 700)[100:110]).all()  # other slices: the array
+    assert TraceTokens((5,), 100).page_starts(48) is None  # 48 does not divide 512: pages straddle blocks
+
+
+def test_runs_refuses_pages_that_are_not_runs_and_names_the_page():
+    with pytest.raises(ValueError, match=r"tokens: page 1 is not a run .* page_keys='tokens'"):
+        RunKeys(4).encode(np.array([8, 9, 10, 11, 1, 2, 3, 5], dtype=np.uint32))
+    with pytest.raises(ValueError, match="page_keys: 'bytes' is not one of tokens, runs"):
+        make_page_keys("bytes", 4)
+    with pytest.raises(ValueError, match="page_keys"):
+        RadixTree(4, page_keys="bytes")
+
+
+def _cache_run(page_keys: str, reqs, **kw):
+    """Per-request results, final tree (decoded keys, pages) and page hashes of a cache whose tree spells pages so."""
+    spec = CacheSpec(page_size=16, layers=2, kv_dim=8, **kw)
+    backend, own = spec.open_backend()
+    cache = spec.build(backend, 0, page_keys=page_keys)
+    try:
+        results = []
+        for r in reqs:
+            tokens = TraceTokens(r.hash_ids, r.input_length) if page_keys == "runs" else \
+                request_tokens(r.hash_ids, r.input_length)
+            results.append(cache.request(tokens))
+        cache.settle()
+        tree = cache.tree
+        nodes = [(tree.keys.token_bytes(x.key), None if x.dev is None else x.dev.tolist(),
+                  None if x.host is None else x.host.tolist(), x.hit_count) for x in tree.iter_nodes()]
+        hashes = [tree.node_hashes(x) for x in tree.iter_nodes()]
+        ghost = tree.ghost.report() if tree.ghost is not None else None
+    finally:
+        cache.close()
+        if own:
+            backend.close()
+    return results, nodes, hashes, ghost
+
+
+@pytest.mark.parametrize("kw", [dict(l1_tokens=4096, l2_tokens=16384),
+                                dict(l1_tokens=4096, l2_tokens=16384, write_policy="write_back", ghost=True),
+                                dict(l1_tokens=2048, l2_tokens=8192, semantics="upstream")])
+def test_runs_and_tokens_make_the_same_decisions_and_the_same_page_hashes(kw):
+    reqs = synthesize(120, 100, 1500, 0.7, sessions=5, seed=3)
+    a, b = _cache_run("tokens", reqs, **kw), _cache_run("runs", reqs, **kw)
+    assert a[0] == b[0]  # every request: hits per tier, cached, truncated
+    assert a[1] == b[1] and len(a[1]) >= 3  # the same nodes, keys, pages and hit counts
+    assert a[2] == b[2]  # storage keys and ghost entries come from these
+    assert a[3] == b[3]
+    first = a[1][0][0]
+    assert a[2][0] == page_hashes(np.frombuffer(first, dtype="<u4"), 16)  # over token ids, as upstream's keys
+
+
+def test_replay_spells_trace_pages_by_runs_only_where_pages_are_runs():
+    reqs = synthesize(60, 100, 1200, 0.6, sessions=3, seed=4)
+    for ps in (16, 48):  # 48: pages straddle hash blocks, the tree keeps token keys
+        fig = replay(CacheSpec(page_size=ps, l1_tokens=4800, l2_tokens=9600, layers=2, kv_dim=8), reqs)
+        assert fig["l1_hit_tokens"] + fig["l2_hit_tokens"] > 0
