@@ -170,8 +170,9 @@ class PageAllocator:
                 pages = np.concatenate([pages, new]) if reused else new
         if self._fresh + fresh > len(self._allocated):  # all False: no state change yet
             self._allocated = self._grown(self._allocated, self._fresh + fresh)
-        if self._allocated[pages].any() or has_duplicates(pages):
-            # Only a corrupted free list gets here; refuse rather than hand a slot out twice.
+        # Only a corrupted free list could hand out a page twice; refuse rather than do it. Never-
+        # used pages ([_fresh, _fresh + fresh)) cannot be: only the recycled ones are checked.
+        if reused and (self._allocated[pages].any() or has_duplicates(pages)):
             raise RuntimeError(f"double allocation of pages {pages[self._allocated[pages]].tolist()[:8]}")
         if self._kind != _STACK and reused:
             self._head = (self._head + reused) % len(self._recycled)
@@ -196,17 +197,24 @@ class PageAllocator:
 
     def free_pages(self, pages) -> None:
         pages = np.asarray(pages, dtype=np.int64).reshape(-1)
-        if not len(pages):
-            return
-        top = pages.max()
-        if pages.min() < 0 or top >= self.num_pages:
-            raise ValueError(f"indices: page outside this pool of {self.num_pages} pages")
-        if has_duplicates(pages):
-            raise ValueError("indices: the same page is freed twice in one call")
-        held = self._allocated[pages] if top < len(self._allocated) else self._is_allocated(pages)
-        if not held.all():
-            raise ValueError(f"indices: double free of pages {pages[~held].tolist()[:8]}")
         n = len(pages)
+        if not n:
+            return
+        if n == 1:  # the common call (a request's partial last page): the same checks on one int
+            p = int(pages[0])
+            if p < 0 or p >= self.num_pages:
+                raise ValueError(f"indices: page outside this pool of {self.num_pages} pages")
+            if p >= len(self._allocated) or not self._allocated[p]:
+                raise ValueError(f"indices: double free of pages {[p]}")
+        else:
+            top = pages.max()
+            if pages.min() < 0 or top >= self.num_pages:
+                raise ValueError(f"indices: page outside this pool of {self.num_pages} pages")
+            if has_duplicates(pages):
+                raise ValueError("indices: the same page is freed twice in one call")
+            held = self._allocated[pages] if top < len(self._allocated) else self._is_allocated(pages)
+            if not held.all():
+                raise ValueError(f"indices: double free of pages {pages[~held].tolist()[:8]}")
         if self._kind == _SORTED:
             self._release.append(pages.copy())
             self._released += n

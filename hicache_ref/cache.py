@@ -173,13 +173,14 @@ class HiCache:
                 pages = np.concatenate([m.device_pages, loaded, new_pages[:kept]])
                 # pd_disagg: one id ties the two inserts together (per_request counts them once).
                 rid = request_id if request_id is not None or not self.pd_disagg else object()
-                res = tree.insert_pages(tokens[:cached_len], pages, request_id=rid, finished=not self.pd_disagg)
+                res = tree.insert_pages(tokens[:cached_len], pages, request_id=rid, finished=not self.pd_disagg,
+                                        owned=True)
                 if res.prefix_len != prefix:  # only concurrent inserts could do this; replay is serial
                     raise RuntimeError(f"tree: insert found {res.prefix_len} cached tokens, match said {prefix}")
                 cached = cached_len
                 self._back_up(res.backups)
                 if self.pd_disagg:  # the tree now owns `pages` for the whole prefix: nothing is adopted
-                    self._back_up(tree.insert_pages(tokens[:cached_len], pages, request_id=rid).backups)
+                    self._back_up(tree.insert_pages(tokens[:cached_len], pages, request_id=rid, owned=True).backups)
             if len(new_pages) > kept:  # the live partial page (or pages beyond what was cached)
                 self.device.allocator.free_pages(new_pages[kept:])
         finally:

@@ -60,17 +60,18 @@ class RunKeys:
         """Keys of the whole pages of `tokens`: a hicache_ref.trace.TraceTokens (spelled from its
         hash ids), or token ids whose every whole page is a run (checked)."""
         ps = self.page_size
-        starts = getattr(tokens, "page_starts", None)
-        first = starts(ps) if starts is not None else None
-        if first is None:
-            arr = np.frombuffer(token_bytes(tokens), dtype="<u4")  # checks the ids as the hash order does
-            grid = arr[: len(arr) // ps * ps].reshape(-1, ps)
-            first = grid[:, 0]
-            bad = np.flatnonzero((grid != first[:, None] + self._offsets).any(axis=1))
-            if len(bad):
-                raise ValueError(f"tokens: page {int(bad[0])} is not a run of consecutive token ids; a tree with "
-                                 "page_keys='runs' spells a page by its first id (use page_keys='tokens')")
-        return np.asarray(first, dtype="<u4").tobytes()
+        spelled = getattr(tokens, "run_keys", None)  # TraceTokens: from its hash ids
+        keys = spelled(ps) if spelled is not None else None
+        if keys is not None:
+            return keys
+        arr = np.frombuffer(token_bytes(tokens), dtype="<u4")  # checks the ids as the hash order does
+        grid = arr[: len(arr) // ps * ps].reshape(-1, ps)
+        first = grid[:, 0]
+        bad = np.flatnonzero((grid != first[:, None] + self._offsets).any(axis=1))
+        if len(bad):
+            raise ValueError(f"tokens: page {int(bad[0])} is not a run of consecutive token ids; a tree with "
+                             "page_keys='runs' spells a page by its first id (use page_keys='tokens')")
+        return first.tobytes()
 
     def token_bytes(self, key: bytes) -> bytes:
         first = np.frombuffer(key, dtype="<u4")

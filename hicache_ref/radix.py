@@ -266,9 +266,12 @@ class RadixTree:
         return self._insert(data, n, pages, request_id, finished, chunked)
 
     def insert_pages(self, tokens, device_pages, request_id=None, finished: bool = True,
-                     chunked: bool = False) -> InsertResult:
+                     chunked: bool = False, owned: bool = False) -> InsertResult:
         """insert with the KV's device pages (one per whole page of tokens, at least) instead
-        of its slots, for a caller that works in pages (HiCache); the same checks, per page."""
+        of its slots, for a caller that works in pages (HiCache); the same checks, per page.
+        `owned`: the pages are this tree's matched pages and pages just taken from its device
+        allocator (HiCache's request path), so they are distinct and allocated by
+        construction and those two checks are skipped."""
         _check_request_id(request_id)
         _check_flag("chunked", chunked)
         data, n = self._tokens(tokens)
@@ -278,7 +281,8 @@ class RadixTree:
         if len(pages) < n // self.page_bytes:
             raise ValueError(f"device_pages: {len(pages)} pages for {n // self.page_bytes} whole pages of tokens")
         pages = pages[: n // self.page_bytes].astype(np.int64, copy=False)
-        self._check_pages_in(pages, "device_pages")
+        if not owned:
+            self._check_pages_in(pages, "device_pages")
         return self._insert(data, n, pages, request_id, finished, chunked)
 
     def _check_pages_in(self, pages: np.ndarray, name: str) -> None:

@@ -196,11 +196,12 @@ class TraceTokens:
     `np.asarray(...)` and `array()` give the uint32 token array.
     """
 
-    __slots__ = ("_array", "hash_ids", "length")
+    __slots__ = ("_array", "_keys", "hash_ids", "length")
 
-    def __init__(self, hash_ids, input_length: int):
+    def __init__(self, hash_ids, input_length: int, _keys: dict | None = None):
         self.hash_ids, self.length = hash_ids, int(input_length)
         self._array: np.ndarray | None = None
+        self._keys = {} if _keys is None else _keys  # page_size -> run_keys of the whole request, shared by prefixes
 
     def __len__(self) -> int:
         return self.length
@@ -218,14 +219,24 @@ class TraceTokens:
         if isinstance(key, slice) and key.start in (None, 0) and key.step in (None, 1):
             stop = self.length if key.stop is None else key.stop
             if stop >= 0:
-                return TraceTokens(self.hash_ids, min(stop, self.length))
+                return TraceTokens(self.hash_ids, min(stop, self.length), self._keys)
         return self.array()[key]
+
+    def run_keys(self, page_size: int) -> bytes | None:
+        """page_starts as uint32 little-endian bytes (the radix tree's "runs" keys), or None.
+        Made once per request, for all its hash blocks, and sliced for each prefix (a request
+        is matched, then inserted as a prefix)."""
+        if BLOCK_TOKENS % page_size:
+            return None
+        whole = self._keys.get(page_size)
+        if whole is None:
+            ids = np.asarray(self.hash_ids, dtype=np.uint32)
+            starts = np.arange(0, BLOCK_TOKENS, page_size, dtype=np.uint32)
+            whole = self._keys[page_size] = (ids[:, None] * np.uint32(BLOCK_TOKENS) + starts).astype("<u4").tobytes()
+        return whole[: self.length // page_size * 4]
 
     def page_starts(self, page_size: int) -> np.ndarray | None:
         """First token id of each whole page (uint32), or None when pages would straddle hash
         blocks (page_size does not divide BLOCK_TOKENS) and are not runs."""
-        if BLOCK_TOKENS % page_size:
-            return None
-        ids = np.asarray(self.hash_ids, dtype=np.uint32)
-        starts = np.arange(0, BLOCK_TOKENS, page_size, dtype=np.uint32)
-        return (ids[:, None] * np.uint32(BLOCK_TOKENS) + starts).reshape(-1)[: self.length // page_size]
+        keys = self.run_keys(page_size)
+        return None if keys is None else np.frombuffer(keys, dtype="<u4")
