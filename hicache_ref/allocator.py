@@ -186,6 +186,8 @@ class PageAllocator:
         """The next `n` pages of the ring (a copy)."""
         if not n:
             return np.zeros(0, dtype=np.int64)
+        if self._head + n <= len(self._recycled):  # no wrap: a slice
+            return self._recycled[self._head : self._head + n].copy()
         return self._recycled[(self._head + np.arange(n)) % len(self._recycled)]
 
     def _merge_release(self) -> None:
@@ -222,14 +224,21 @@ class PageAllocator:
             if self._count + n > len(self._recycled):
                 self._unroll_and_grow(self._count + n)
             if self._kind == _QUEUE:
-                self._recycled[(self._head + self._count + np.arange(n)) % len(self._recycled)] = pages
+                tail = self._head + self._count
+                if tail + n <= len(self._recycled):  # no wrap: a slice (n == 1 mostly: one page)
+                    self._recycled[tail : tail + n] = pages
+                else:
+                    self._recycled[(tail + np.arange(n)) % len(self._recycled)] = pages
             else:  # pushed reversed: the stack hands the call's pages back in ascending (given) order
                 if self.order == "upstream_l1":
                     pages = np.sort(pages)  # torch.unique in upstream's free
                 self._recycled[self._count : self._count + n] = pages[::-1]
             self._count += n
         self._free += n
-        self._allocated[pages] = False
+        if n == 1:
+            self._allocated[int(pages[0])] = False
+        else:
+            self._allocated[pages] = False
 
     def _is_allocated(self, pages: np.ndarray) -> np.ndarray:
         """Per page (in range): allocated? Pages at or past the high-water mark never were."""

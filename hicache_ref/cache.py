@@ -97,7 +97,8 @@ class HiCache:
     def _on_write_back(self, copies: list[TierCopy]) -> None:
         # One write per copy (the tree guarantees write-backs of one evict() own disjoint
         # host slots), submitted in the tree's order on the FIFO D2H stream.
-        handles = [self.controller.write_pages(t.device_pages, t.host_pages, tag=("write_back", t.num_tokens))
+        handles = [self.controller.write_pages(t.device_pages, t.host_pages, tag=("write_back", t.num_tokens),
+                                               owned=True)
                    for t in copies]
         if self.materialize:  # the tree frees these device slots when we return
             for h in handles:
@@ -107,7 +108,7 @@ class HiCache:
 
     def _back_up(self, backups) -> None:
         for b in backups:
-            self.controller.write_pages(b.device_pages, b.host_pages, tag=b)
+            self.controller.write_pages(b.device_pages, b.host_pages, tag=b, owned=True)
 
     def settle(self) -> None:
         """Wait for every queued transfer and apply its completion to the tree."""
@@ -148,7 +149,7 @@ class HiCache:
                     unloaded = host_len
                 else:
                     l2, loaded = host_len, t.device_pages
-                    load = self.controller.load_pages(t.host_pages, t.device_pages, tag=t)
+                    load = self.controller.load_pages(t.host_pages, t.device_pages, tag=t, owned=True)
                     if l3:
                         self.l3.hit(l3)
             l3 = l3 * ps if l2 else 0

@@ -98,20 +98,22 @@ class CacheController:
         di, hi = self._slots(device_indices, host_indices, "device")
         return self._queue(Direction.H2D, di, hi, tag, t0)
 
-    def write_pages(self, device_pages, host_pages, tag: Any = None) -> WriteHandle:
+    def write_pages(self, device_pages, host_pages, tag: Any = None, owned: bool = False) -> WriteHandle:
         """`write` of whole pages (page p = slots [p*page_size, (p+1)*page_size)), as the radix
-        tree hands them out: checked per page, so the check costs page_size times less."""
+        tree hands them out: checked per page, so the check costs page_size times less.
+        `owned`: int64 page arrays of a TierCopy the tree made over these very pools (HiCache),
+        inside both pools and distinct by construction: only the lengths are checked."""
         t0 = time.perf_counter()
-        dp, hp = self._pages(device_pages, host_pages, "host")
+        dp, hp = self._owned(device_pages, host_pages) if owned else self._pages(device_pages, host_pages, "host")
         if self._by_page:
             return self._queue_pages(Direction.D2H, dp, hp, tag, t0)
         ps = self.geom.page_size
         return self._queue(Direction.D2H, pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
 
-    def load_pages(self, host_pages, device_pages, tag: Any = None) -> LoadHandle:
-        """`load` of whole pages (see write_pages)."""
+    def load_pages(self, host_pages, device_pages, tag: Any = None, owned: bool = False) -> LoadHandle:
+        """`load` of whole pages (see write_pages, also for `owned`)."""
         t0 = time.perf_counter()
-        dp, hp = self._pages(device_pages, host_pages, "device")
+        dp, hp = self._owned(device_pages, host_pages) if owned else self._pages(device_pages, host_pages, "device")
         if self._by_page:
             return self._queue_pages(Direction.H2D, dp, hp, tag, t0)
         ps = self.geom.page_size
@@ -209,6 +211,13 @@ class CacheController:
         dp, hp = slots_to_pages(di, ps, "device_indices"), slots_to_pages(hi, ps, "host_indices")
         self._check_pages(dp, hp, "indices", destination)
         return di, hi
+
+    def _owned(self, device_pages: np.ndarray, host_pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self._check_open()
+        if len(device_pages) != len(host_pages):
+            raise ValueError(f"host_pages: length {len(host_pages)} does not match device_pages length "
+                             f"{len(device_pages)}")
+        return device_pages, host_pages
 
     def _pages(self, device_pages, host_pages, destination: str) -> tuple[np.ndarray, np.ndarray]:
         self._check_open()
