@@ -26,7 +26,7 @@ from hal.transfer.direction import POOL_DIRECTIONS
 from hicache_ref import cost
 from hicache_ref.cache import HiCache
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import BLOCK_TOKENS, TraceRequest, TraceTokens, read_trace
+from hicache_ref.trace import BLOCK_TOKENS, TraceRequest, read_trace, trace_tokens
 
 JSON_KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_rate", "d2h_tokens", "h2d_tokens",
              "d2h_bytes", "h2d_bytes", "d2h_segments", "h2d_segments", "modeled_transfer_seconds", "wall_seconds",
@@ -60,8 +60,8 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
         # same and a request's token array is never built (hicache_ref.page_keys).
         cache = spec.build(backend, whole, page_keys="runs" if BLOCK_TOKENS % ps == 0 else "tokens")
         try:
-            for r in requests:
-                res = cache.request(TraceTokens(r.hash_ids, r.input_length))
+            for tokens in trace_tokens(requests, ps):
+                res = cache.request(tokens)
                 totals["requests"] += 1
                 totals["input_tokens"] += res.input_tokens
                 totals["l1_hit_tokens"] += res.l1_hit_tokens

@@ -240,3 +240,21 @@ class TraceTokens:
         blocks (page_size does not divide BLOCK_TOKENS) and are not runs."""
         keys = self.run_keys(page_size)
         return None if keys is None else np.frombuffer(keys, dtype="<u4")
+
+
+def trace_tokens(requests: list[TraceRequest], page_size: int) -> list[TraceTokens]:
+    """TraceTokens of every request, their run keys for `page_size` (where pages are runs)
+    computed for the whole trace in one pass: per request that was most of a replay's key cost."""
+    out = [TraceTokens(r.hash_ids, r.input_length) for r in requests]
+    if BLOCK_TOKENS % page_size or not requests:
+        return out
+    ids = np.fromiter((h for r in requests for h in r.hash_ids), dtype=np.uint32)
+    starts = np.arange(0, BLOCK_TOKENS, page_size, dtype=np.uint32)
+    whole = (ids[:, None] * np.uint32(BLOCK_TOKENS) + starts).astype("<u4").tobytes()
+    step = 4 * len(starts)  # key bytes per hash block
+    at = 0
+    for t in out:
+        end = at + len(t.hash_ids) * step
+        t._keys[page_size] = whole[at:end]
+        at = end
+    return out

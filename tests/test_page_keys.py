@@ -10,7 +10,7 @@ from hicache_ref.page_keys import RunKeys, TokenKeys, make_page_keys
 from hicache_ref.radix import RadixTree
 from hicache_ref.replay import replay
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import TraceTokens, request_tokens
+from hicache_ref.trace import TraceTokens, request_tokens, trace_tokens
 from hicache_ref.workload.trace_synth import synthesize
 
 
@@ -86,3 +86,13 @@ def test_replay_spells_trace_pages_by_runs_only_where_pages_are_runs():
     for ps in (16, 48):  # 48: pages straddle hash blocks, the tree keeps token keys
         fig = replay(CacheSpec(page_size=ps, l1_tokens=4800, l2_tokens=9600, layers=2, kv_dim=8), reqs)
         assert fig["l1_hit_tokens"] + fig["l2_hit_tokens"] > 0
+
+
+def test_trace_tokens_of_a_whole_trace_carry_the_keys_each_request_would_make():
+    reqs = synthesize(30, 100, 3000, 0.5, sessions=3, seed=6)
+    for ps in (16, 64, 48):
+        for t, r in zip(trace_tokens(reqs, ps), reqs, strict=True):
+            alone = TraceTokens(r.hash_ids, r.input_length)
+            assert t.run_keys(ps) == alone.run_keys(ps) and t[: r.input_length // 2].run_keys(ps) == \
+                alone[: r.input_length // 2].run_keys(ps)
+            assert (np.asarray(t) == request_tokens(r.hash_ids, r.input_length)).all()
