@@ -2,7 +2,9 @@
 
 Ours: `hicache_ref.replay.replay` over the whole trace (default: the packaged conversation
 trace, 12,031 requests, 145M input tokens, page 64, unlimited capacity, not materialized),
-timed end to end: token arrays, tree, pools, controller threads, drain.
+timed end to end: page keys, tree, pools, controller threads, drain. The replay spells each
+trace page by its first token id (hicache_ref.page_keys "runs": the same tree), so it never
+builds the token arrays the peer is handed; "tree only" is our tree on the peer's token arrays.
 
 Peer: SGLang's own RadixCache (`RadixCache.create_simulated(page_size=...)`) doing the same
 match + insert per request, when an unpacked SGLang Python tree is given with
