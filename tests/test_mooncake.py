@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from proc_state import alive
 
 from conformance import reference
 from conformance.storage.cases import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
@@ -193,17 +194,9 @@ def test_a_killed_owner_leaves_no_cluster_behind():
         owner.kill()
         owner.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.1)
-    assert not [p for p in pids if _alive(p)], "cluster servers outlived their owner"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert not [p for p in pids if alive(p)], "cluster servers outlived their owner"
 
 
 def test_auto_spec_owns_its_cluster():
