@@ -21,6 +21,7 @@ from hicache_ref.storage.registry import open_storage
 GEOMS = {"mha": MHA, "mla": MLA}
 LAYOUTS = [(a, s, d) for a in ("mha", "mla") for s in reference.layouts_for(a) for d in reference.layouts_for(a)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_ADVERTISE = os.environ.get("MC_TCP_BIND_ADDRESS")
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +156,24 @@ def test_client_reports_the_listeners_it_opened_beyond_loopback(client):
     if metadata.version("mooncake-transfer-engine-non-cuda").startswith("0.3.13"):
         # the version the README describes: its RPC and TCP data listeners are both on 0.0.0.0/::
         assert len(client.exposed_listeners) >= 2, client.exposed_listeners
+
+
+def test_client_tells_peers_to_reach_it_over_loopback(client, mooncake_cluster):
+    # The listeners cannot be narrowed (above), but where peers connect can: the engine advertises
+    # MC_TCP_BIND_ADDRESS, else the host's first LAN address; setup sets it to host=127.0.0.1.
+    import json
+    import urllib.parse
+    import urllib.request
+
+    if USER_ADVERTISE is not None:
+        pytest.skip(f"MC_TCP_BIND_ADDRESS={USER_ADVERTISE} is set: the user's value wins")
+    name = client._store.get_hostname()
+    key = urllib.parse.quote("mooncake/rpc_meta/" + name, safe="")
+    with urllib.request.urlopen(f"{mooncake_cluster.metadata_url}?key={key}", timeout=5) as r:
+        entry = json.loads(r.read())
+    assert client.advertised_address == entry["ip_or_host_name"] == "127.0.0.1", entry
+    assert any(port == entry["rpc_port"] for _, port in client.exposed_listeners)  # that port, still on 0.0.0.0
+    assert "MC_TCP_BIND_ADDRESS" not in os.environ  # set for setup only, then as it was
 
 
 def test_listeners_reads_proc_net_tcp():
