@@ -30,7 +30,11 @@ TcpTransport::install, tcp_transport.cpp:316-345). No variable or argument reach
 MC_TCP_BIND_ADDRESS sets only the address advertised to peers (transfer_engine_impl.cpp:159),
 MC_LEGACY_RPC_PORT_BINDING binds INADDR_ANY too (transfer_metadata_plugin.cpp:711; with this
 wheel it fails setup), MC_USE_IPV6 turns the RPC port into [::], MC_HANDSHAKE_PORT is a port only,
-and `local_hostname` (`host`) names the segment only. So the client finds those listeners after
+and `local_hostname` (`host`) names the segment only; a TransferEngine passed to setup (`engine=`)
+binds through the same code. Not opened here: the port in that name is only reserved by a bound,
+unlistened socket (AutoPortBinder, mooncake-store/src/utils.cpp:74), the store's coro_rpc offload
+server (0.0.0.0, real_client.cpp:1110) starts only with SSD offload, and the client HTTP server
+only when asked (enable_client_http_server). So the client finds those listeners after
 setup (`exposed_listeners`) and says so on stderr once per process: on a shared host, firewall them.
 What can be narrowed is where peers connect: without MC_TCP_BIND_ADDRESS the engine advertises the
 host's first non-loopback address (handshakes and TCP data to this client go there); setup runs
