@@ -126,3 +126,37 @@ def test_replay_reports_the_bound(tmpfs, synthetic):
     spec = CacheSpec(page_size=256, attention="mla", layers=1, kv_dim=4, dtype="bf16", materialize=True,
                      l1_tokens=140_000, l2_tokens=280_000, l3=f"file:{tmpfs}")
     assert replay(spec, synthetic, 3)["l3_max_bytes"] == TMPFS // 2  # the store was empty at open
+
+
+def _obj_files(directory, names, size=240):
+    for name in names:
+        with open(os.path.join(directory, name + ".kv"), "wb") as f:
+            f.write(b"\0" * size)
+
+
+def test_other_clients_objects_are_counted_at_the_next_rescan(tmp_path):
+    # A rescan stats every object: it comes at every 64th write when the count is small, and once
+    # the count passes 1,024 only every (count // 16) writes, checked at each 64th
+    from conformance.storage.cases import MLA, random_pool
+
+    obj = 192 + 48  # the small MLA page with its trailer
+    pool = random_pool(MLA, "page_first", 3)  # 4 pages
+    a = FileStorage(str(tmp_path), max_bytes=10**9)  # scanned at open: empty
+
+    def write_up_to(n):
+        while a._writes < n:
+            i = a._writes
+            a.set([f"a{i + j}" for j in range(4)], pool, [0, 1, 2, 3])
+
+    _obj_files(tmp_path, ["other"])  # another client's object
+    write_up_to(64)
+    assert a.stored_bytes == (64 + 1) * obj  # write 64: 64 since the scan >= max(64, 64 // 16)
+    _obj_files(tmp_path, [f"x{i}" for i in range(2048)])
+    write_up_to(128)
+    assert a.stored_bytes == (128 + 1 + 2048) * obj  # write 128: 64 >= max(64, 129 // 16)
+    _obj_files(tmp_path, ["late"])
+    write_up_to(256)
+    # writes 192 and 256: 64 and 128 since the scan < 2,241 // 16 = 140 and 2,305 // 16 = 144
+    assert a.stored_bytes == (256 + 1 + 2048) * obj
+    write_up_to(320)
+    assert a.stored_bytes == (320 + 1 + 2048 + 1) * obj  # write 320: 192 >= 2,369 // 16 = 148

@@ -17,8 +17,10 @@ Spec `file:DIR[,max_bytes=SIZE][,digest=xxh3|sha256]` (a DIR holding a comma can
   `max_bytes_default` on the client say which (reported as `l3_max_bytes` by `hicache replay --l3`).
 - LRU by modification time: a read touches the file, so recency is shared by every client of
   the directory. A client evicts the oldest objects once its count of the directory passes the
-  bound; it rescans the directory then, and every 64 writes, so objects other clients wrote are
-  counted within one rescan.
+  bound. Its count is its own writes and reads plus a rescan of the directory (which counts what
+  other clients wrote and read) once per 64 writes or per 1/16 of the objects counted, whichever
+  is more: a rescan stats every object, so this keeps it to 16 stats a write on average however
+  large the store (a directory of small pages may hold tens of thousands).
 - Zero copy: writes go from the host pool (or the gather staging) with `writev`, reads land in
   the pool pages (or staging) with `preadv`; no intermediate Python bytes.
 """
@@ -39,6 +41,7 @@ from hicache_ref.storage.registry import parse_options
 SUFFIX = ".kv"
 _PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 RESCAN_EVERY = 64
+RESCAN_SHARE = 16  # ...or once per this fraction of the objects counted, when that is more writes
 
 
 def file_name(key: str) -> str:
@@ -72,7 +75,7 @@ class FileStorage(StorageBackend):
         self._lock = threading.Lock()
         self._index: OrderedDict[str, int] = OrderedDict()  # file name -> size, oldest first
         self._bytes = 0
-        self._writes = 0
+        self._writes = self._scanned_at = 0
         if os.path.isdir(directory):
             self._rescan()  # read only: the objects already there count as room
         free = self.filesystem_free_bytes(directory)
@@ -128,6 +131,7 @@ class FileStorage(StorageBackend):
                         continue
                     found.append((st.st_mtime_ns, entry.name, st.st_size))
         with self._lock:
+            self._scanned_at = self._writes
             # File times tick at the kernel's coarse clock (a few ms): ties keep this client's order.
             known = {name: i for i, name in enumerate(self._index)}
             found.sort(key=lambda f: (f[0], known.get(f[1], -1)))
@@ -135,7 +139,10 @@ class FileStorage(StorageBackend):
             self._bytes = sum(size for _, _, size in found)
 
     def _evict(self) -> None:
-        self._rescan()
+        with self._lock:
+            due = self._writes - self._scanned_at >= max(RESCAN_EVERY, len(self._index) // RESCAN_SHARE)
+        if due:
+            self._rescan()
         with self._lock:
             victims = []
             while self._bytes > self.max_bytes and self._index:
