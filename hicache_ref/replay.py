@@ -177,7 +177,8 @@ def _l3_lines(fig: dict) -> list[str]:
     return [f"L3 {fig['l3_storage']} ({fig['l3_prefetch_policy']}): {fig['l3_hit_tokens']:,} hit tokens, read "
             f"{fig['l3_bytes_read'] / mib:.1f} MiB, written {fig['l3_bytes_written'] / mib:.1f} MiB, "
             f"{fig['l3_errors']} errors, {fig['l3_corrupt_pages']} corrupt pages; modeled stall "
-            f"{fig['l3_modeled_stall_seconds']:.3f} s (assumed link)"]
+            f"{fig['l3_modeled_stall_seconds']:.3f} s (assumed link)"
+            + (f"; store bound {fig['l3_max_bytes'] / mib:,.1f} MiB" if fig.get("l3_max_bytes") else "")]
 
 
 def _semantics_lines(fig: dict) -> list[str]:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_state import alive
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,15 +43,6 @@ def descendants(pid: int) -> set[int]:
             todo.extend(kids - found)
             found |= kids
     return found
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting for whoever inherited it to reap it."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_for_children(proc: subprocess.Popen, timeout: float = 60) -> set[int]:

@@ -16,7 +16,8 @@ from hicache_ref.spec import CacheSpec
 SMALL = dict(page_size=256, attention="mla", layers=1, kv_dim=4, dtype="bf16", materialize=True,
              write_policy="write_through")
 TIERS = dict(l1_tokens=140_000, l2_tokens=280_000)  # the synthetic trace's longest request is 134,773 tokens
-WALL = {"wall_seconds", "read_seconds", "tokens_per_second", "l3_wait_wall_seconds", "l3"}
+# l3_max_bytes: file:DIR without max_bytes is bounded by its filesystem's free space at open
+WALL = {"wall_seconds", "read_seconds", "tokens_per_second", "l3_wait_wall_seconds", "l3", "l3_max_bytes"}
 
 
 def test_tiny_l1_l2_with_a_large_l3_reach_the_unlimited_hit_rate(synthetic, tmp_path):

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from proc_state import alive
 
 from conformance import reference
 from conformance.storage.cases import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
@@ -20,6 +21,7 @@ from hicache_ref.storage.registry import open_storage
 GEOMS = {"mha": MHA, "mla": MLA}
 LAYOUTS = [(a, s, d) for a in ("mha", "mla") for s in reference.layouts_for(a) for d in reference.layouts_for(a)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_ADVERTISE = os.environ.get("MC_TCP_BIND_ADDRESS")
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +158,24 @@ def test_client_reports_the_listeners_it_opened_beyond_loopback(client):
         assert len(client.exposed_listeners) >= 2, client.exposed_listeners
 
 
+def test_client_tells_peers_to_reach_it_over_loopback(client, mooncake_cluster):
+    # The listeners cannot be narrowed (above), but where peers connect can: the engine advertises
+    # MC_TCP_BIND_ADDRESS, else the host's first LAN address; setup sets it to host=127.0.0.1.
+    import json
+    import urllib.parse
+    import urllib.request
+
+    if USER_ADVERTISE is not None:
+        pytest.skip(f"MC_TCP_BIND_ADDRESS={USER_ADVERTISE} is set: the user's value wins")
+    name = client._store.get_hostname()
+    key = urllib.parse.quote("mooncake/rpc_meta/" + name, safe="")
+    with urllib.request.urlopen(f"{mooncake_cluster.metadata_url}?key={key}", timeout=5) as r:
+        entry = json.loads(r.read())
+    assert client.advertised_address == entry["ip_or_host_name"] == "127.0.0.1", entry
+    assert any(port == entry["rpc_port"] for _, port in client.exposed_listeners)  # that port, still on 0.0.0.0
+    assert "MC_TCP_BIND_ADDRESS" not in os.environ  # set for setup only, then as it was
+
+
 def test_listeners_reads_proc_net_tcp():
     import socket
 
@@ -193,17 +213,9 @@ def test_a_killed_owner_leaves_no_cluster_behind():
         owner.kill()
         owner.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.1)
-    assert not [p for p in pids if _alive(p)], "cluster servers outlived their owner"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert not [p for p in pids if alive(p)], "cluster servers outlived their owner"
 
 
 def test_auto_spec_owns_its_cluster():

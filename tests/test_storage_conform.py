@@ -52,6 +52,8 @@ def test_file_backend_passes(tmp_path):
     assert set(mods) == {"test_round_trip", "test_exists", "test_integrity", "test_concurrency", "test_restart"}
     assert mods["test_round_trip"]["passed"] == 51  # (4*4 MHA + 3*3 MLA) layout pairs x 2, + stats
     assert "PASS:" in r.stdout
+    assert f"storage 'file:{tmp_path / 'store'}': bound max_bytes=" in r.stdout  # always bounded, shown
+    assert "(default: half the free space at open)" in r.stdout
     # a team may point the suite at a store in use: it leaves none of its objects there
     assert not [p.name for p in (tmp_path / "store").iterdir() if p.name.startswith("hcconform-")]
 

@@ -27,12 +27,22 @@ def _storage_status(spec: str) -> str | None:
         storage_class(name)
         if name == "mooncake" and args.split(",")[0].strip() == "auto":
             return mooncake_cluster.unavailable_reason()
-        open_storage(spec).close()
+        store = open_storage(spec)
+        store.close()
+        _say_bound(spec, store)
     except ValueError as e:
         raise CliError("--storage", clip(e, 300)) from None
     except (RuntimeError, ImportError, OSError) as e:
         return clip(e, 300)
     return None
+
+
+def _say_bound(spec: str, store) -> None:
+    """The store's size bound on stdout, for backends that have one (file:DIR is always bounded)."""
+    bound = getattr(store, "max_bytes", None)
+    if bound is not None:
+        how = "default: half the free space at open" if getattr(store, "max_bytes_default", False) else "given"
+        print(f"hicache conform: storage {spec!r}: bound max_bytes={bound} ({how})", flush=True)
 
 
 # The storage suites a PASS needs in full (test_concurrency and test_restart add to them, and

@@ -1,5 +1,8 @@
 """The `hicache` command: one thin subcommand per module in conformance/cli/, one error boundary.
 
+A run imports only the module of the subcommand it names (`build_parser(argv)`): `--version` and
+`--help` import none of them, so none of torch, and answer in a tenth of a second, not two.
+
 Every run ends in one of these exit codes (README "Exit codes"): 0 done / passed, 1 a check
 failed, 2 bad input or an environment the command cannot run in, 3 `conform` ran nothing that
 decides (NOT RUN), 4 `conform` ran the deciding suites only in part (PARTIAL), 5 `conform -k`
@@ -10,7 +13,9 @@ HICACHE_TRACEBACK=1 to see the traceback of an unexpected error instead.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -21,6 +26,7 @@ import warnings
 from conformance.cli.errors import ECHO_CHARS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, clip, one_line
 
 # Each module defines HELP, add_arguments(parser) and run(args) -> int (exit code).
+PACKAGE = "conformance.cli"
 COMMANDS = ("plan", "conform", "bench", "doctor", "replay", "calibrate", "trace", "sweep", "backends", "spmd",
             "ablate")
 
@@ -61,12 +67,50 @@ def add_module_parsers(sub, package: str, names, run_key: str) -> None:
         p.set_defaults(**{run_key: mod.run})
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_help(name: str) -> str:
+    """Subcommand `name`'s HELP without importing its module when HELP is a literal in its source:
+    the modules import torch and the rest (seconds), which `--version` and `--help` need none of.
+    A HELP computed at import (bench's) comes from the module itself."""
+    spec = importlib.util.find_spec(f"{PACKAGE}.{name}")
+    try:
+        with open(spec.origin, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), spec.origin)
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "HELP" for t in node.targets):
+                return ast.literal_eval(node.value)
+    except (OSError, ValueError, SyntaxError, TypeError):
+        pass
+    return importlib.import_module(f"{PACKAGE}.{name}").HELP
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The `hicache` parser: every subcommand with its options; given `argv`, only what parsing
+    `argv` needs: the subcommand it names with its options, or, when it names none (`--version`,
+    `--help`, a mistyped name), every subcommand's name and help and no module imported."""
     parser = Parser(prog="hicache", description="HiCache test harness")
     parser.add_argument("--version", action="version", version=f"hicache {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    add_module_parsers(sub, "conformance.cli", COMMANDS, "_run")
+    if argv is None:
+        add_module_parsers(sub, PACKAGE, COMMANDS, "_run")
+        return parser
+    # The top level takes no option with a value, so the first word not an option names the
+    # subcommand; before it there may be only --help/--version (they exit before it is parsed).
+    # Anything else there gets the full parser, so its complaint reads as it always did.
+    at = next((i for i, w in enumerate(argv) if not w.startswith("-")), len(argv))
+    named = argv[at] if at < len(argv) else None
+    if at == 0 and named in COMMANDS:
+        add_module_parsers(sub, PACKAGE, [named], "_run")
+    elif all(_exits_first(w) for w in argv[:at]):  # --help, --version, no or a mistyped subcommand
+        for name in COMMANDS:
+            sub.add_parser(name, help=command_help(name))
+    else:
+        add_module_parsers(sub, PACKAGE, COMMANDS, "_run")
     return parser
+
+
+def _exits_first(word: str) -> bool:
+    """`word` is -h, --help or --version, or a long option's abbreviation argparse takes for one."""
+    return word == "-h" or len(word) > 2 and any(o.startswith(word) for o in ("--help", "--version"))
 
 
 def describe(e: BaseException) -> str:
@@ -126,7 +170,7 @@ def _show_user_warnings() -> None:
 
 def _main(argv: list[str] | None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
         with warnings.catch_warnings():  # restores showwarning and the filters when the command ends
             _show_user_warnings()
             return int(args._run(args) or 0)

@@ -315,6 +315,7 @@ class L3Tier:
         out["l3_corrupt_pages"] = getattr(stats, "corrupt", 0)
         out["l3_store_errors"] = getattr(stats, "errors", 0)
         out["l3_storage"] = getattr(self.storage, "name", type(self.storage).__name__)
+        out["l3_max_bytes"] = getattr(self.storage, "max_bytes", None)  # the store's bound; None: the store's own
         return out
 
     def close(self, timeout: float = 30.0) -> bool:

@@ -9,10 +9,18 @@ Spec `file:DIR[,max_bytes=SIZE][,digest=xxh3|sha256]` (a DIR holding a comma can
   (O_EXCL, 0600) and is renamed over the final name, so a reader sees the old object or the new
   one, never part of one. No fsync: atomic against concurrent readers, not against power loss
   (a torn object after a crash fails its digest and reads as corrupt).
+- Always bounded. `max_bytes` is the bound when given; it is refused (one line naming it, before
+  the directory is created) when the directory's filesystem cannot hold it: more than its free
+  space at open (statvfs, blocks available to unprivileged users) plus the objects already in the
+  directory. Without it the bound is half of that same room (DEFAULT_ROOM_FRACTION), computed at
+  open: reopening a store that filled its bound gets the same bound back. `max_bytes` and
+  `max_bytes_default` on the client say which (reported as `l3_max_bytes` by `hicache replay --l3`).
 - LRU by modification time: a read touches the file, so recency is shared by every client of
-  the directory. With `max_bytes` a client evicts the oldest objects once its count of the
-  directory passes the bound; it rescans the directory then, and every 64 writes, so objects
-  other clients wrote are counted within one rescan.
+  the directory. A client evicts the oldest objects once its count of the directory passes the
+  bound. Its count is its own writes and reads plus a rescan of the directory (which counts what
+  other clients wrote and read) once per 64 writes or per 1/16 of the objects counted, whichever
+  is more: a rescan stats every object, so this keeps it to 16 stats a write on average however
+  large the store (a directory of small pages may hold tens of thousands).
 - Zero copy: writes go from the host pool (or the gather staging) with `writev`, reads land in
   the pool pages (or staging) with `preadv`; no intermediate Python bytes.
 """
@@ -33,6 +41,7 @@ from hicache_ref.storage.registry import parse_options
 SUFFIX = ".kv"
 _PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 RESCAN_EVERY = 64
+RESCAN_SHARE = 16  # ...or once per this fraction of the objects counted, when that is more writes
 
 
 def file_name(key: str) -> str:
@@ -49,6 +58,9 @@ def _views(targets) -> list[memoryview]:
 class FileStorage(StorageBackend):
     name = "file"
 
+    # ---- construction and the bound (one block) --------------------------------------
+    DEFAULT_ROOM_FRACTION = 0.5  # the bound without max_bytes: this share of free + stored bytes
+
     def __init__(self, directory: str, max_bytes: int | None = None, digest: str = DEFAULT_DIGEST):
         if not isinstance(directory, str | os.PathLike) or not str(directory):
             raise ValueError(f"directory: expected a path, got {directory!r}")
@@ -58,14 +70,25 @@ class FileStorage(StorageBackend):
         directory = os.path.abspath(os.fspath(directory))
         if os.path.exists(directory) and not os.path.isdir(directory):
             raise ValueError(f"directory: {directory} exists and is not a directory")
-        os.makedirs(directory, mode=0o700, exist_ok=True)
         super().__init__(digest)
         self.directory = directory
-        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._index: OrderedDict[str, int] = OrderedDict()  # file name -> size, oldest first
         self._bytes = 0
-        self._writes = 0
+        self._writes = self._scanned_at = 0
+        if os.path.isdir(directory):
+            self._rescan()  # read only: the objects already there count as room
+        free = self.filesystem_free_bytes(directory)
+        room = free + self._bytes
+        if max_bytes is not None and max_bytes > room:
+            raise ValueError(f"max_bytes: {max_bytes} bytes is more than the filesystem of {directory} can hold "
+                             f"({free} bytes free + {self._bytes} bytes of objects already there)")
+        self.max_bytes_default = max_bytes is None
+        self.max_bytes = int(room * self.DEFAULT_ROOM_FRACTION) if max_bytes is None else max_bytes
+        if self.max_bytes <= 0:
+            raise ValueError(f"directory: the filesystem of {directory} has no free space for a store "
+                             "(the default bound is half its free space); free some or give max_bytes")
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         self._rescan()
 
     @classmethod
@@ -77,7 +100,17 @@ class FileStorage(StorageBackend):
         try:
             return cls(parts[0].strip(), **opts)
         except (ValueError, OSError) as e:
-            raise ValueError(f"storage spec {spec!r}: DIR: {e}") from None
+            part = "" if str(e).startswith("max_bytes:") else "DIR: "
+            raise ValueError(f"storage spec {spec!r}: {part}{e}") from None
+
+    @staticmethod
+    def filesystem_free_bytes(path: str) -> int:
+        """Bytes an unprivileged writer may still use on the filesystem of `path`, or of its nearest
+        existing parent when `path` is not there yet (statvfs: f_bavail x f_frsize)."""
+        while not os.path.exists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
 
     @property
     def stored_bytes(self) -> int:
@@ -98,6 +131,7 @@ class FileStorage(StorageBackend):
                         continue
                     found.append((st.st_mtime_ns, entry.name, st.st_size))
         with self._lock:
+            self._scanned_at = self._writes
             # File times tick at the kernel's coarse clock (a few ms): ties keep this client's order.
             known = {name: i for i, name in enumerate(self._index)}
             found.sort(key=lambda f: (f[0], known.get(f[1], -1)))
@@ -105,7 +139,10 @@ class FileStorage(StorageBackend):
             self._bytes = sum(size for _, _, size in found)
 
     def _evict(self) -> None:
-        self._rescan()
+        with self._lock:
+            due = self._writes - self._scanned_at >= max(RESCAN_EVERY, len(self._index) // RESCAN_SHARE)
+        if due:
+            self._rescan()
         with self._lock:
             victims = []
             while self._bytes > self.max_bytes and self._index:

@@ -19,15 +19,31 @@ client's registered staging arena, as large as `buffer`, and moved from there.
 Semantics: a set of a key already present keeps the stored object (keys name content); a corrupt
 object is removed (force) so a later set stores it again; exists and get use the batch calls.
 
-Exposure: the client library (0.3.13) opens its transfer-engine RPC and TCP data listeners on all
-interfaces whatever it is told (MC_TCP_BIND_ADDRESS only changes the address it advertises), and
-the data port serves the memory this client registered, host KV included. No setting narrows it,
-so the client finds those listeners after setup (`exposed_listeners`) and says so on stderr once
-per process: on a shared host, firewall them.
+Exposure: the client library (0.3.13) opens two listeners on all interfaces whatever it is told,
+and the data port serves the memory this client registered, host KV included. In Mooncake's source
+(no v0.3.13 tag in the stored mirror: main at 3b5a594, same code as v0.3.12.post1 6041a60):
+the transfer-engine RPC/handshake port is bound to INADDR_ANY by findAvailableTcpPort
+(mooncake-transfer-engine/src/transfer_metadata_plugin.cpp:1371, called at
+transfer_engine_impl.cpp:175) and listened on by SocketHandShakePlugin::startDaemon (:723); the TCP
+data acceptor is asio's [::] dual stack, v6_only off (tcp_transport_session_impl.h:772-776, from
+TcpTransport::install, tcp_transport.cpp:316-345). No variable or argument reaches either bind:
+MC_TCP_BIND_ADDRESS sets only the address advertised to peers (transfer_engine_impl.cpp:159),
+MC_LEGACY_RPC_PORT_BINDING binds INADDR_ANY too (transfer_metadata_plugin.cpp:711; with this
+wheel it fails setup), MC_USE_IPV6 turns the RPC port into [::], MC_HANDSHAKE_PORT is a port only,
+and `local_hostname` (`host`) names the segment only; a TransferEngine passed to setup (`engine=`)
+binds through the same code. Not opened here: the port in that name is only reserved by a bound,
+unlistened socket (AutoPortBinder, mooncake-store/src/utils.cpp:74), the store's coro_rpc offload
+server (0.0.0.0, real_client.cpp:1110) starts only with SSD offload, and the client HTTP server
+only when asked (enable_client_http_server). So the client finds those listeners after
+setup (`exposed_listeners`) and says so on stderr once per process: on a shared host, firewall them.
+What can be narrowed is where peers connect: without MC_TCP_BIND_ADDRESS the engine advertises the
+host's first non-loopback address (handshakes and TCP data to this client go there); setup runs
+with it set to `host` (unless the user set it), so a loopback cluster's clients talk over loopback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -106,7 +122,9 @@ class MooncakeStorage(StorageBackend):
         self._cluster = cluster
         self._store = store_class()
         before = set(listeners(os.getpid()))
-        rc = self._store.setup(host, metadata_url, segment, buffer, "tcp", "", master_addr)
+        with _advertising(host) as advertised:
+            rc = self._store.setup(host, metadata_url, segment, buffer, "tcp", "", master_addr)
+        self.advertised_address = advertised  # where peers reach this client's RPC and data ports
         if rc != 0:
             raise RuntimeError(f"storage spec {spec!r}: Mooncake client setup failed (code {rc}); see its log on stderr")
         self.exposed_listeners = sorted((a, p) for a, p in set(listeners(os.getpid())) - before
@@ -273,7 +291,25 @@ class MooncakeStorage(StorageBackend):
 
 
 LOOPBACK = ("127.0.0.1", "::1")
+ADVERTISE_ENV = "MC_TCP_BIND_ADDRESS"  # read by the transfer engine's init, during setup
+_advertise_lock = threading.Lock()
 _warned = False
+
+
+@contextlib.contextmanager
+def _advertising(host: str):
+    """MC_TCP_BIND_ADDRESS = `host` while one client's setup reads it (a user's own value wins), then
+    as it was: it is process-wide, and another client may name another host."""
+    with _advertise_lock:
+        mine = os.environ.get(ADVERTISE_ENV)
+        os.environ[ADVERTISE_ENV] = mine or host
+        try:
+            yield mine or host
+        finally:
+            if mine is None:
+                os.environ.pop(ADVERTISE_ENV, None)
+            else:
+                os.environ[ADVERTISE_ENV] = mine
 
 
 def _warn_exposed(exposed: list[tuple[str, int]]) -> None:

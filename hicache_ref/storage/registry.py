@@ -1,6 +1,7 @@
 """Storage backends by name, and `open_storage(spec)`.
 
-A spec is `NAME:ARGS`, e.g. `file:/var/cache/kv,max_bytes=64GiB`, `memory:max_bytes=1G` or
+A spec is `NAME:ARGS`, e.g. `file:/var/cache/kv,max_bytes=64GiB` (without max_bytes: half of the
+filesystem's room at open, hicache_ref.storage.file), `memory:max_bytes=1G` or
 `mooncake:http://127.0.0.1:8080/metadata,127.0.0.1:50051`. The backend class parses ARGS
 itself (`from_spec`). Out-of-tree backends register under the entry-point group
 ``hicache.storage`` (name = class path) or call `register(name, cls)`; classes are imported only
