@@ -76,7 +76,7 @@ def _overwrite(client, key, how):
 @pytest.mark.parametrize("how", ["flip", "truncate", "extend"])
 @pytest.mark.parametrize("register", [False, True], ids=["staged", "registered"])
 def test_overwritten_object_is_corrupt_never_kv(client, how, register):
-    src, dst = random_pool(MHA, "page_first_direct", 4), poisoned_pool(MHA, "layer_first")
+    src, dst = random_pool(MHA, "page_first_direct", 4), poisoned_pool(MHA, "page_first")
     if register:
         client.register_host_pool(src)
     key = _unique("k")

@@ -12,9 +12,11 @@ their client closes) and a transfer `buffer` (default 64 MiB) that Mooncake stag
 memory through.
 
 Copies: `register_host_pool(pool)` registers the pool's memory with the transfer engine; a page
-whose parts are one run each (page_first_direct) then moves straight between the pool and the
-store. Anything else (other layouts' gathered pages, the 48-byte trailers) is copied once into this
-client's registered staging arena, as large as `buffer`, and moved from there.
+that is runs of the pool (page_first_direct: one per part; layer_first: one per layer) then moves
+straight between the pool and the store, each run one slice of a multi-buffer put/get. The base's
+gather staging is registered too; anything else unregistered (the 48-byte trailers, the pages of
+a pool not registered) is copied once into this client's registered staging arena, as large as
+`buffer`, and moved from there.
 
 Semantics: a set of a key already present keeps the stored object (keys name content); a corrupt
 object is removed (force) so a later set stores it again; exists and get use the batch calls.
@@ -37,10 +39,11 @@ from urllib.parse import urlparse
 import numpy as np
 import torch
 
-from hicache_ref.storage.base import StagingPool, StorageBackend
+from hicache_ref.storage.base import StorageBackend
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
 from hicache_ref.storage.mooncake_cluster import import_store_module, listeners
 from hicache_ref.storage.registry import parse_options
+from hicache_ref.storage.staging import StagingPool
 
 DEFAULT_SEGMENT = 256 << 20
 DEFAULT_BUFFER = 64 << 20
@@ -48,9 +51,14 @@ NOT_FOUND = -704  # Mooncake's OBJECT_NOT_FOUND
 _OPTIONS = {"segment": "size", "buffer": "size", "host": "str", "digest": "digest"}
 
 
-def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
-    # numpy's memcpy: torch's copy_ spreads over intra-op threads, which spin on a loaded machine
-    np.copyto(dst.numpy(), src.numpy())
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _span(seg: np.ndarray) -> tuple[int, int]:
+    """(first byte address, bytes from it to the end of the last row) of a 2-D array of runs."""
+    rows, cols = seg.shape
+    return _address(seg), (rows - 1) * seg.strides[0] + cols if rows else 0
 
 
 def _host_port(text: str, what: str) -> tuple[str, int]:
@@ -113,6 +121,7 @@ class MooncakeStorage(StorageBackend):
                                         if a not in LOOPBACK)
         _warn_exposed(self.exposed_listeners)
         self._arena = torch.empty(buffer, dtype=torch.uint8)
+        self._arena_np = self._arena.numpy()
         self._registered: list[tuple[int, int]] = []
         self._reg_lock = threading.Lock()
         self._register(self._arena.data_ptr(), buffer)
@@ -165,8 +174,8 @@ class MooncakeStorage(StorageBackend):
                 self._store.unregister_buffer(ptr)
                 self._registered = [(a, b) for a, b in self._registered if a != ptr]
 
-    def _is_registered(self, t: torch.Tensor) -> bool:
-        ptr, n = t.data_ptr(), t.numel()
+    def _is_registered(self, seg: np.ndarray) -> bool:
+        ptr, n = _span(seg)
         with self._reg_lock:
             return any(a <= ptr and ptr + n <= b for a, b in self._registered)
 
@@ -184,7 +193,7 @@ class MooncakeStorage(StorageBackend):
         batch, plan, used = [], [], 0
         cap = self._arena.numel()
         for key, segs in items:
-            need = sum(s.numel() for s in segs if not self._is_registered(s))
+            need = sum(s.nbytes for s in segs if not self._is_registered(s))
             if need > cap:
                 raise RuntimeError(f"{self.spec}: an object needs {need} staging bytes, buffer is {cap}")
             if used + need > cap:
@@ -196,16 +205,28 @@ class MooncakeStorage(StorageBackend):
                     places.append(None)
                 else:
                     places.append(used)
-                    used += s.numel()
+                    used += s.nbytes
             batch.append((key, segs))
             plan.append(places)
         if batch:
             yield batch, plan
 
     def _pointers(self, segs, places) -> tuple[list[int], list[int]]:
+        """One object's slices: a registered segment's rows where they lie, the rest in the arena."""
         base = self._arena.data_ptr()
-        return ([s.data_ptr() if at is None else base + at for s, at in zip(segs, places, strict=True)],
-                [s.numel() for s in segs])
+        ptrs, sizes = [], []
+        for s, at in zip(segs, places, strict=True):
+            rows, cols = s.shape
+            if at is not None:
+                ptrs.append(base + at)
+                sizes.append(s.nbytes)
+            elif rows == 1 or s.strides[0] == cols:
+                ptrs.append(_address(s))
+                sizes.append(s.nbytes)
+            else:
+                ptrs += range(_address(s), _address(s) + rows * s.strides[0], s.strides[0])
+                sizes += [cols] * rows
+        return ptrs, sizes
 
     # ---- hooks -------------------------------------------------------------------------
     def _exists(self, keys) -> int:
@@ -229,7 +250,7 @@ class MooncakeStorage(StorageBackend):
                 for (_, segs), places in zip(batch, plan, strict=True):
                     for s, at in zip(segs, places, strict=True):
                         if at is not None:
-                            _copy(self._arena[at : at + s.numel()], s)
+                            self._arena_np[at : at + s.nbytes].reshape(s.shape)[...] = s
                     p, n = self._pointers(segs, places)
                     ptrs.append(p)
                     sizes.append(n)
@@ -248,7 +269,7 @@ class MooncakeStorage(StorageBackend):
                     if code >= 0:
                         for s, at in zip(segs, places, strict=True):
                             if at is not None:
-                                _copy(s, self._arena[at : at + s.numel()])
+                                s[...] = self._arena_np[at : at + s.nbytes].reshape(s.shape)
                         out.append(code)
                     elif code == NOT_FOUND:
                         out.append(-1)
