@@ -140,7 +140,7 @@ class StorageBackend:
         the backend writes from views of it); one gather per part otherwise."""
         keys = self._open_keys(keys)
         host_pages = check_pages(host_pool, host_pages, len(keys))
-        spans = list(_chunks(len(keys), pages.page_bytes(host_pool.geom), self.set_chunk_bytes))
+        spans = self._spans("set", len(keys), pages.page_bytes(host_pool.geom))
         done: list[bool] = []
         ahead = None
         try:
@@ -163,8 +163,9 @@ class StorageBackend:
         """(items, staging lease) for pages [lo, hi): each page's runs and its trailer."""
         lease: list = []
         items = []
+        pager = pages.run_pager(host_pool)
         for key, page in zip(keys[lo:hi], host_pages[lo:hi], strict=True):
-            runs = pages.page_runs(host_pool, page, lambda n: self.staging.take(n, lease))
+            runs = pages.page_runs(host_pool, page, lambda n: self.staging.take(n, lease), pager)
             tail = np.frombuffer(integrity.trailer(self.digest, key, runs), dtype=np.uint8).reshape(1, -1)
             items.append((key, [*runs, tail]))
         return items, lease
@@ -189,16 +190,18 @@ class StorageBackend:
         keys = self._open_keys(keys)
         host_pages = check_pages(host_pool, host_pages, len(keys))
         out: list[bool] = []
+        spans = self._spans("get", len(keys), pages.page_bytes(host_pool.geom))
         pending = None
         try:
-            for lo, hi in _chunks(len(keys), pages.page_bytes(host_pool.geom), self.get_chunk_bytes):
+            for i, (lo, hi) in enumerate(spans):
                 fetched = self._fetch(keys[lo:hi], host_pool, host_pages[lo:hi])
                 if pending is not None:  # the previous chunk was verified while this one was read
                     out += pending.result()
-                pending = self._submit(self._verify, host_pool, *fetched)
-            if pending is not None:
-                out += pending.result()
-            pending = None
+                    pending = None
+                if i + 1 < len(spans):
+                    pending = self._submit(self._verify, host_pool, *fetched)
+                else:  # nothing left to overlap with: verify here rather than wait for the worker
+                    out += self._verify(host_pool, *fetched)
         finally:
             if pending is not None:
                 pending.exception()  # let the worker finish with the pool pages before returning
@@ -209,8 +212,9 @@ class StorageBackend:
         payload = pages.page_bytes(host_pool.geom)
         lease: list = []
         items, plans = [], []
+        pager = pages.run_pager(host_pool)
         for key, page in zip(keys, host_pages, strict=True):
-            direct = pages.page_run_targets(host_pool, page)
+            direct = pager(page) if pager is not None else None
             targets = direct if direct is not None else [self.staging.take(payload, lease).numpy().reshape(1, -1)]
             items.append((key, [*targets, np.empty((1, TRAILER_BYTES), dtype=np.uint8)]))
             plans.append((page, direct is None))
@@ -252,6 +256,11 @@ class StorageBackend:
             out.append(True)
         self._count(bytes_read=payload * counts["objects_read"], **counts)
         return out
+
+    def _spans(self, op: str, count: int, page_bytes: int) -> list[tuple[int, int]]:
+        """The chunks [lo, hi) a batch of `count` pages goes to the backend in, for `op` "set" or
+        "get": by default `set_chunk_bytes` / `get_chunk_bytes` each (0: the batch whole)."""
+        return list(_chunks(count, page_bytes, self.set_chunk_bytes if op == "set" else self.get_chunk_bytes))
 
     def _submit(self, fn, *args) -> Future:
         """Run `fn(*args)` on this client's worker thread (started on first use)."""

@@ -55,12 +55,6 @@ def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-def _span(seg: np.ndarray) -> tuple[int, int]:
-    """(first byte address, bytes from it to the end of the last row) of a 2-D array of runs."""
-    rows, cols = seg.shape
-    return _address(seg), (rows - 1) * seg.strides[0] + cols if rows else 0
-
-
 def _host_port(text: str, what: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -90,7 +84,7 @@ def load_store_class(spec: str):
 class MooncakeStorage(StorageBackend):
     name = "mooncake"
     persistent = False  # objects live in the writers' mounted segments
-    set_chunk_bytes = 0  # every put call is two master round trips (start, end): batch it whole
+    overlap_split = 4  # see _spans; 0: every batch whole, no overlap
 
     def __init__(self, metadata_url: str, master_addr: str, *, segment: int = DEFAULT_SEGMENT,
                  buffer: int = DEFAULT_BUFFER, host: str = "127.0.0.1", digest: str = DEFAULT_DIGEST,
@@ -174,11 +168,6 @@ class MooncakeStorage(StorageBackend):
                 self._store.unregister_buffer(ptr)
                 self._registered = [(a, b) for a, b in self._registered if a != ptr]
 
-    def _is_registered(self, seg: np.ndarray) -> bool:
-        ptr, n = _span(seg)
-        with self._reg_lock:
-            return any(a <= ptr and ptr + n <= b for a, b in self._registered)
-
     def _register_host_pool(self, host_pool) -> None:
         for buf in host_pool.buffers:
             self._register(buf.data_ptr(), buf.numel() * buf.element_size())
@@ -189,44 +178,55 @@ class MooncakeStorage(StorageBackend):
                 self._unregister(buf.data_ptr())
 
     def _batches(self, items):
-        """Split items so each batch's unregistered segments fit the arena; yields (items, arena plan)."""
-        batch, plan, used = [], [], 0
-        cap = self._arena.numel()
+        """Split items so each batch's unregistered segments fit the arena. Yields (keys, plans), a
+        plan per object: its slices' pointers and sizes (a registered segment's rows where they lie,
+        the rest in the arena) and the (arena offset, segment) pairs staged there."""
+        cap, base = self._arena.numel(), self._arena.data_ptr()
+        with self._reg_lock:
+            regs = tuple(self._registered)
+        keys, plans, used = [], [], 0
         for key, segs in items:
-            need = sum(s.nbytes for s in segs if not self._is_registered(s))
+            ptrs, sizes, staged = [], [], []
+            for seg in segs:
+                rows, cols = seg.shape
+                ptr, stride = _address(seg), seg.strides[0]
+                end = ptr + (rows - 1) * stride + cols
+                if not any(a <= ptr and end <= b for a, b in regs):
+                    staged.append((len(ptrs), seg))
+                    ptrs.append(0)
+                    sizes.append(seg.nbytes)
+                elif rows == 1 or stride == cols:
+                    ptrs.append(ptr)
+                    sizes.append(seg.nbytes)
+                else:
+                    ptrs += range(ptr, ptr + rows * stride, stride)
+                    sizes += [cols] * rows
+            need = sum(seg.nbytes for _, seg in staged)
             if need > cap:
                 raise RuntimeError(f"{self.spec}: an object needs {need} staging bytes, buffer is {cap}")
             if used + need > cap:
-                yield batch, plan
-                batch, plan, used = [], [], 0
+                yield keys, plans
+                keys, plans, used = [], [], 0
             places = []
-            for s in segs:
-                if self._is_registered(s):
-                    places.append(None)
-                else:
-                    places.append(used)
-                    used += s.nbytes
-            batch.append((key, segs))
-            plan.append(places)
-        if batch:
-            yield batch, plan
+            for i, seg in staged:
+                ptrs[i] = base + used
+                places.append((used, seg))
+                used += seg.nbytes
+            keys.append(key)
+            plans.append((ptrs, sizes, places))
+        if keys:
+            yield keys, plans
 
-    def _pointers(self, segs, places) -> tuple[list[int], list[int]]:
-        """One object's slices: a registered segment's rows where they lie, the rest in the arena."""
-        base = self._arena.data_ptr()
-        ptrs, sizes = [], []
-        for s, at in zip(segs, places, strict=True):
-            rows, cols = s.shape
-            if at is not None:
-                ptrs.append(base + at)
-                sizes.append(s.nbytes)
-            elif rows == 1 or s.strides[0] == cols:
-                ptrs.append(_address(s))
-                sizes.append(s.nbytes)
-            else:
-                ptrs += range(_address(s), _address(s) + rows * s.strides[0], s.strides[0])
-                sizes += [cols] * rows
-        return ptrs, sizes
+    def _spans(self, op: str, count: int, page_bytes: int) -> list[tuple[int, int]]:
+        # Every put is two master round trips (start, end) and every get one, a fixed cost that
+        # smaller calls multiply: a batch goes in two calls, the small one (1/overlap_split) where
+        # the digest cannot overlap a transfer (set: the first, sealed before anything moves;
+        # get: the last, verified after), the large one overlapping the other's digest.
+        if count < 2 or not self.overlap_split:
+            return [(0, count)] if count else []
+        small = max(1, count // self.overlap_split)
+        cut = small if op == "set" else count - small
+        return [(0, cut), (cut, count)]
 
     # ---- hooks -------------------------------------------------------------------------
     def _exists(self, keys) -> int:
@@ -244,32 +244,26 @@ class MooncakeStorage(StorageBackend):
 
     def _write(self, items) -> list[bool]:
         out = []
+        arena = self._arena_np
         with self._arena_lock:
-            for batch, plan in self._batches(items):
-                ptrs, sizes = [], []
-                for (_, segs), places in zip(batch, plan, strict=True):
-                    for s, at in zip(segs, places, strict=True):
-                        if at is not None:
-                            self._arena_np[at : at + s.nbytes].reshape(s.shape)[...] = s
-                    p, n = self._pointers(segs, places)
-                    ptrs.append(p)
-                    sizes.append(n)
-                codes = self._store.batch_put_from_multi_buffers([k for k, _ in batch], ptrs, sizes)
+            for keys, plans in self._batches(items):
+                for _, _, places in plans:
+                    for at, seg in places:
+                        arena[at : at + seg.nbytes].reshape(seg.shape)[...] = seg
+                codes = self._store.batch_put_from_multi_buffers(keys, [p for p, _, _ in plans], [n for _, n, _ in plans])
                 out.extend(code == 0 for code in codes)
         return out
 
     def _read(self, items) -> list[int | None]:
         out = []
+        arena = self._arena_np
         with self._arena_lock:
-            for batch, plan in self._batches(items):
-                ptrs, sizes = zip(*(self._pointers(segs, places) for (_, segs), places in zip(batch, plan, strict=True)),
-                                  strict=True)
-                codes = self._store.batch_get_into_multi_buffers([k for k, _ in batch], list(ptrs), list(sizes))
-                for (key, segs), places, code in zip(batch, plan, codes, strict=True):
+            for keys, plans in self._batches(items):
+                codes = self._store.batch_get_into_multi_buffers(keys, [p for p, _, _ in plans], [n for _, n, _ in plans])
+                for key, (_, _, places), code in zip(keys, plans, codes, strict=True):
                     if code >= 0:
-                        for s, at in zip(segs, places, strict=True):
-                            if at is not None:
-                                s[...] = self._arena_np[at : at + s.nbytes].reshape(s.shape)
+                        for at, seg in places:
+                            seg[...] = arena[at : at + seg.nbytes].reshape(seg.shape)
                         out.append(code)
                     elif code == NOT_FOUND:
                         out.append(-1)

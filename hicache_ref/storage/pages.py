@@ -169,31 +169,47 @@ def _run_plan(layout: str, geom: layouts.KVGeometry, size: int):
     return first * pb, step * pb, rows, run, gap
 
 
-def _run_views(pool, page: int) -> list[np.ndarray] | None:
+def run_pager(pool):
+    """For a pool whose pages are runs of it (`_run_plan`), a function page -> the page's runs as
+    writable 2-D uint8 views of the pool, one per part; else None. The plan and the parts' bytes
+    are looked up once, so a batch's pages cost a slice each."""
     plan = _run_plan(pool.layout, pool.geom, pool.num_tokens)
     if plan is None:
         return None
     first, step, rows, run, gap = plan
-    out = []
-    for part in range(pool.geom.parts):
-        flat = _part_bytes(pool, part)
-        out.append(flat.as_strided((rows, run), (gap, 1), flat.storage_offset() + first + page * step).numpy())
-    return out
+    flats = [_part_bytes(pool, part).numpy() for part in range(pool.geom.parts)]
+
+    def strided(page: int) -> list[np.ndarray]:
+        at = first + page * step
+        return [np.lib.stride_tricks.as_strided(f[at:], (rows, run), (gap, 1)) for f in flats]
+
+    if any(f.size % gap for f in flats):  # not a whole grid of rows
+        return strided
+    grids = [f.reshape(-1, gap) for f in flats]  # the part as rows of `gap` bytes; a page's runs are a block
+
+    def block(page: int) -> list[np.ndarray]:
+        row, col = divmod(first + page * step, gap)
+        if col + run > gap:  # a run would wrap past a grid row (no host layout does this)
+            return strided(page)
+        return [g[row : row + rows, col : col + run] for g in grids]
+
+    return block
 
 
-def page_runs(pool, page: int, staging=None) -> list[np.ndarray]:
+def page_runs(pool, page: int, staging=None, pager=None) -> list[np.ndarray]:
     """The page's bytes as 2-D uint8 arrays of contiguous rows, canonical order row after row: views
     of the pool where `_run_plan` finds runs, else one row per part gathered into `staging(nbytes)`
-    (a torch uint8 tensor; a new one if None)."""
-    views = _run_views(pool, page)
-    if views is not None:
-        return views
+    (a torch uint8 tensor; a new one if None). `pager`: `run_pager(pool)`, to look it up once a batch."""
+    pager = pager or run_pager(pool)
+    if pager is not None:
+        return pager(page)
     return [s.numpy().reshape(1, -1) for s in page_segments(pool, page, staging)]
 
 
-def page_run_targets(pool, page: int) -> list[np.ndarray] | None:
+def page_run_targets(pool, page: int, pager=None) -> list[np.ndarray] | None:
     """Writable `page_runs` views of the pool where the page is runs of it, else None (stage it)."""
-    return _run_views(pool, page)
+    pager = pager or run_pager(pool)
+    return pager(page) if pager is not None else None
 
 
 def page_targets(pool, page: int) -> list[torch.Tensor] | None:
