@@ -40,8 +40,10 @@ from hicache_ref.storage.staging import STAGING_KEEP_BYTES, StagingPool  # noqa:
 MAX_KEY_CHARS = 512
 # Pages go to the backend in chunks of about this many bytes: the unit of overlap between the
 # backend (chunk i) and the worker's digest (chunk i +/- 1). A chunk's pages are digested right
-# before or after their transfer, while still in the CPU's last-level cache.
-CHUNK_BYTES = 6 << 20
+# before or after their transfer, while still in the CPU's last-level cache. Two seed pages (5.5 MiB
+# each) a chunk measured better on the file backend than one (a thread handoff per page) or a
+# whole batch (no overlap); see BENCHMARKS.md, bench l3.
+CHUNK_BYTES = 12 << 20
 
 
 def _chunks(count: int, page_bytes: int, chunk_bytes: int = CHUNK_BYTES):

@@ -84,7 +84,10 @@ def load_store_class(spec: str):
 class MooncakeStorage(StorageBackend):
     name = "mooncake"
     persistent = False  # objects live in the writers' mounted segments
-    overlap_split = 4  # see _spans; 0: every batch whole, no overlap
+    # 0: a batch in one call, sealed and verified on the calling thread (no overlap); N: in two
+    # calls, see _spans. 0 measured faster on the 2-core bench machine (an extra master round trip
+    # and two thread handoffs a batch, and no idle core to overlap on): BENCHMARKS.md, bench l3.
+    overlap_split = 0
 
     def __init__(self, metadata_url: str, master_addr: str, *, segment: int = DEFAULT_SEGMENT,
                  buffer: int = DEFAULT_BUFFER, host: str = "127.0.0.1", digest: str = DEFAULT_DIGEST,
