@@ -20,8 +20,9 @@ Overlap: a batch goes to the backend in chunks (`set_chunk_bytes`, `get_chunk_by
 integrity pass over each chunk runs on the client's worker thread while the backend moves the
 neighbouring one: set seals chunk i+1 (gather where the layout needs it, digest) while chunk i is
 written; get verifies (and scatters) chunk i while chunk i+1 is read. The digests, the copies and
-the backends' syscalls / transfers release the GIL, so with a second core free a batch costs about
-its transfers, not transfers plus digests.
+the backends' syscalls / transfers release the GIL, so where a second core is free the digests can
+hide behind the transfers; where none is they add to them (BENCHMARKS.md, bench l3), and a backend
+whose calls cost round trips batches whole instead (`_spans`).
 """
 
 from __future__ import annotations
@@ -39,10 +40,9 @@ from hicache_ref.storage.staging import STAGING_KEEP_BYTES, StagingPool  # noqa:
 
 MAX_KEY_CHARS = 512
 # Pages go to the backend in chunks of about this many bytes: the unit of overlap between the
-# backend (chunk i) and the worker's digest (chunk i +/- 1). A chunk's pages are digested right
-# before or after their transfer, while still in the CPU's last-level cache. Two seed pages (5.5 MiB
-# each) a chunk measured better on the file backend than one (a thread handoff per page) or a
-# whole batch (no overlap); see BENCHMARKS.md, bench l3.
+# backend (chunk i) and the worker's digest (chunk i +/- 1). Two seed pages (5.5 MiB each) a chunk
+# measured no worse on the file backend than one (a thread handoff per page) or a whole batch (no
+# overlap), and better for layer_first set; see BENCHMARKS.md, bench l3.
 CHUNK_BYTES = 12 << 20
 
 
@@ -193,20 +193,22 @@ class StorageBackend:
         host_pages = check_pages(host_pool, host_pages, len(keys))
         out: list[bool] = []
         spans = self._spans("get", len(keys), pages.page_bytes(host_pool.geom))
-        pending = None
+        previous = pending = None
         try:
             for i, (lo, hi) in enumerate(spans):
                 fetched = self._fetch(keys[lo:hi], host_pool, host_pages[lo:hi])
-                if pending is not None:  # the previous chunk was verified while this one was read
-                    out += pending.result()
-                    pending = None
-                if i + 1 < len(spans):
+                previous, pending, mine = pending, None, []
+                if i + 1 < len(spans):  # verified on the worker while the next chunk is read
                     pending = self._submit(self._verify, host_pool, *fetched)
                 else:  # nothing left to overlap with: verify here rather than wait for the worker
-                    out += self._verify(host_pool, *fetched)
+                    mine = self._verify(host_pool, *fetched)
+                if previous is not None:
+                    out += previous.result()
+                out += mine
         finally:
-            if pending is not None:
-                pending.exception()  # let the worker finish with the pool pages before returning
+            for job in (previous, pending):  # the worker is done with the pool pages before we return
+                if job is not None:
+                    job.exception()
         return out
 
     def _fetch(self, keys, host_pool, host_pages):
