@@ -250,6 +250,8 @@ def run(a) -> int:
                              f"{ratio(r['get_ratio'])}{r['digest_gbps']:>13.2f}  {r['verified']}")
         finally:
             store.close()
+            if not a.storage and store.name == "file":  # the temporary directory default_specs made
+                shutil.rmtree(store.directory, ignore_errors=True)
         result["backends"][label] = {"name": store.name, "peer": next(iter(rows.values()))["peer"], "layouts": rows}
     # The hit-rate / net-benefit gain of L3 on a trace is `hicache bench l3_hits` (conformance.bench.l3_hits).
     lines.append(f"goal: ratio >= {GOAL} (peer seconds / harness seconds for the same bytes)")
