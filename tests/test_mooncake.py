@@ -51,6 +51,23 @@ def test_round_trip_is_bit_identical_across_layouts(client, attention, src_layou
     assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())
 
 
+@pytest.mark.parametrize("dst_layout", ["layer_first", "page_first"])  # runs in place / staged
+def test_a_batch_split_in_two_calls_keeps_order_and_verdicts(client, monkeypatch, dst_layout):
+    monkeypatch.setattr(client, "overlap_split", 4)  # 4 pages: set as [1] + [3], get as [3] + [1]
+    assert client._spans("set", 4, 1) == [(0, 1), (1, 4)] and client._spans("get", 4, 1) == [(0, 3), (3, 4)]
+    src, dst = random_pool(MHA, "page_first_direct", 5), poisoned_pool(MHA, dst_layout)
+    client.register_host_pool(dst)
+    keys = [_unique(f"split-{i}") for i in range(4)]
+    assert client.set(keys[:3], src, [0, 1, 2]) == [True] * 3
+    before = client.stats.misses
+    assert client.get([keys[2], keys[3], keys[0], keys[1]], dst, [0, 1, 2, 3]) == [True, False, True, True]
+    assert client.stats.misses == before + 1
+    for page, want in ((0, 2), (2, 0), (3, 1)):
+        assert torch.equal(page_bits(dst, page), page_bits(src, want))
+    assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())
+    client.unregister_host_pool(dst)
+
+
 def test_exists_is_the_leading_run_and_misses_count(client):
     pool = random_pool(MLA, "page_first", 3)
     a, b, c, d = (_unique(x) for x in "abcd")
@@ -78,7 +95,7 @@ def _overwrite(client, key, how):
 @pytest.mark.parametrize("how", ["flip", "truncate", "extend"])
 @pytest.mark.parametrize("register", [False, True], ids=["staged", "registered"])
 def test_overwritten_object_is_corrupt_never_kv(client, how, register):
-    src, dst = random_pool(MHA, "page_first_direct", 4), poisoned_pool(MHA, "layer_first")
+    src, dst = random_pool(MHA, "page_first_direct", 4), poisoned_pool(MHA, "page_first")
     if register:
         client.register_host_pool(src)
     key = _unique("k")

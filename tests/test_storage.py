@@ -137,13 +137,29 @@ def test_corrupt_or_truncated_object_is_never_returned(tmp_path, how, layout):
     assert torch.equal(page_bits(dst, 1), page_bits(src, 1))
 
 
-def test_corrupt_page_leaves_a_staged_slot_untouched(tmp_path):
-    src, dst = random_pool(MHA, "page_first", 5), poisoned_pool(MHA, "layer_first")
+@pytest.mark.parametrize("layout", ["page_first", "page_head"])
+def test_corrupt_page_leaves_a_staged_slot_untouched(tmp_path, layout):
+    src, dst = random_pool(MHA, "layer_first", 5), poisoned_pool(MHA, layout)
     with FileStorage(str(tmp_path)) as s:
         s.set(["bad"], src, [1])
         _corrupt(tmp_path / "bad.kv", "flip")
         assert s.get(["bad"], dst, [1]) == [False]
-    # layer_first is staged: only verified pages are scattered, so the slot keeps its poison
+    # page_first and page_head are staged (a run per token and layer): only verified pages are
+    # scattered, so the slot keeps its poison
+    assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())
+
+
+@pytest.mark.parametrize("layout", ["layer_first", "page_first_direct"])
+def test_corrupt_page_read_in_place_touches_only_its_slot(tmp_path, layout):
+    # runs of the pool are read in place: the failed page's slot holds what was read (reported
+    # False, so never used as KV); the pages around it are untouched and the good ones exact
+    src, dst = random_pool(MHA, "page_first", 5), poisoned_pool(MHA, layout)
+    with FileStorage(str(tmp_path)) as s:
+        s.set(["a", "bad", "c"], src, [0, 1, 2])
+        _corrupt(tmp_path / "bad.kv", "flip")
+        assert s.get(["a", "bad", "c"], dst, [0, 2, 3]) == [True, False, True]
+        assert s.stats.corrupt == 1 and s.stats.objects_read == 2
+    assert torch.equal(page_bits(dst, 0), page_bits(src, 0)) and torch.equal(page_bits(dst, 3), page_bits(src, 2))
     assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())
 
 

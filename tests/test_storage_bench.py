@@ -66,3 +66,13 @@ def test_mooncake_auto():
 def test_bad_options_name_the_option(args, needle):
     r = _bench(*args, *SMALL[:2])
     assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) <= 3
+
+
+def test_default_file_store_leaves_no_directory_behind(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "conformance.cli.main", "bench", "l3", "--json", *SMALL],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": ROOT, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    names = [b["name"] for b in json.loads(r.stdout)["backends"].values()]
+    assert "file" in names
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("hicache-bench-l3-")] == []

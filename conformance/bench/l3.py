@@ -1,9 +1,9 @@
 """`hicache bench l3`: set/get throughput of 64-token MLA pages through each L3 backend, as a ratio to
 the same bytes moved without the harness in the same run.
 
-The harness path is `StorageBackend.set/get` on a host pool: canonical page order (a gather for
-layouts whose page is not one run), the integrity trailer (digest on write, check on read), the
-backend's writes/reads. The peer moves the same payload bytes with no harness: for `file`, a plain
+The harness path is `StorageBackend.set/get` on a host pool: canonical page order (runs of the pool
+for page_first_direct and layer_first, a gather for the others), the integrity trailer (digest on
+write, check on read), the backend's writes/reads. The peer moves the same payload bytes with no harness: for `file`, a plain
 `write`/`readinto` of each page to its own file in a sibling directory; for `mooncake`, the same
 client's raw `batch_put_from` / `batch_get_into` from a registered contiguous buffer. Each round runs
 harness set, peer set, harness get, peer get, then removes the round's objects (untimed), so
@@ -250,6 +250,8 @@ def run(a) -> int:
                              f"{ratio(r['get_ratio'])}{r['digest_gbps']:>13.2f}  {r['verified']}")
         finally:
             store.close()
+            if not a.storage and store.name == "file":  # the temporary directory default_specs made
+                shutil.rmtree(store.directory, ignore_errors=True)
         result["backends"][label] = {"name": store.name, "peer": next(iter(rows.values()))["peer"], "layouts": rows}
     # The hit-rate / net-benefit gain of L3 on a trace is `hicache bench l3_hits` (conformance.bench.l3_hits).
     lines.append(f"goal: ratio >= {GOAL} (peer seconds / harness seconds for the same bytes)")

@@ -31,14 +31,14 @@ DAMAGE = {
 
 def _store_raw(store, key: str, blob: bytearray) -> None:
     data = torch.frombuffer(blob, dtype=torch.uint8) if blob else torch.empty(0, dtype=torch.uint8)
-    stored = store._write([(key, [data])])
+    stored = store._write([(key, [data.numpy().reshape(1, -1)])])
     if not blob and stored != [True]:
         pytest.skip(f"{store.name} does not store a 0-byte object, so none can be found empty")
     assert stored == [True]
 
 
 @pytest.mark.parametrize("how", sorted(DAMAGE))
-@pytest.mark.parametrize("dst_layout", ["layer_first", "page_first_direct"])
+@pytest.mark.parametrize("dst_layout", ["layer_first", "page_first", "page_first_direct"])
 def test_damaged_object_is_a_counted_miss(store, unique, how, dst_layout):
     src, dst = random_pool(MHA, "page_first", 31), poisoned_pool(MHA, dst_layout)
     good, bad = unique(f"good-{how}-{dst_layout}"), unique(f"bad-{how}-{dst_layout}")
@@ -47,7 +47,7 @@ def test_damaged_object_is_a_counted_miss(store, unique, how, dst_layout):
     assert store.get([good, bad], dst, [0, 1]) == [True, False]
     assert store.stats.corrupt == 1 and store.stats.objects_read == 1
     assert torch.equal(page_bits(dst, 0), page_bits(src, 0))
-    if dst_layout == "layer_first":  # read through staging: a failed page's slot is untouched
+    if dst_layout == "page_first":  # read through staging: a failed page's slot is untouched
         assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())
     # the damaged object was discarded, so a set stores the page again and it reads back
     assert store.exists([bad]) == 0

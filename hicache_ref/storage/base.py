@@ -15,23 +15,34 @@ catches an object stored under the wrong key.
 Backends fill the underscore hooks; public methods validate once, catch backend failures
 (counted as errors: the cache carries on without L3) and keep the stats. Hooks may be called from
 several threads at once.
+
+Overlap: a batch goes to the backend in chunks (`set_chunk_bytes`, `get_chunk_bytes`), and the
+integrity pass over each chunk runs on the client's worker thread while the backend moves the
+neighbouring one: set seals chunk i+1 (gather where the layout needs it, digest) while chunk i is
+written; get verifies (and scatters) chunk i while chunk i+1 is read. The digests, the copies and
+the backends' syscalls / transfers release the GIL, so where a second core is free the digests can
+hide behind the transfers; where none is they add to them (BENCHMARKS.md, bench l3), and a backend
+whose calls cost round trips batches whole instead (`_spans`).
 """
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
 from hicache_ref.storage import integrity, pages
 from hicache_ref.storage.integrity import TRAILER_BYTES
+from hicache_ref.storage.staging import STAGING_KEEP_BYTES, StagingPool  # noqa: F401 - re-exported
 
 MAX_KEY_CHARS = 512
-STAGING_KEEP_BYTES = 256 << 20  # free staging kept for reuse per client
-# Pages go to the backend in chunks of about this many bytes, so that a page is digested while it
-# is still in the CPU cache from its transfer (or transferred right after its digest brought it in);
-# hashing a whole batch after moving it reads every byte from DRAM a second time.
+# Pages go to the backend in chunks of about this many bytes: the unit of overlap between the
+# backend (chunk i) and the worker's digest (chunk i +/- 1). Two seed pages (5.5 MiB each) a chunk
+# measured no worse on the file backend than one (a thread handoff per page) or a whole batch (no
+# overlap), and better for layer_first set; see BENCHMARKS.md, bench l3.
 CHUNK_BYTES = 12 << 20
 
 
@@ -39,52 +50,6 @@ def _chunks(count: int, page_bytes: int, chunk_bytes: int = CHUNK_BYTES):
     step = max(1, chunk_bytes // max(1, page_bytes)) if chunk_bytes else max(1, count)
     for lo in range(0, count, step):
         yield lo, min(count, lo + step)
-
-
-class StagingPool:
-    """Reusable 1-D uint8 staging tensors by size, shared by a client's threads. A fresh multi-MB
-    tensor is page-faulted in on first touch, which costs more than the gather it stages."""
-
-    def __init__(self, keep_bytes: int = STAGING_KEEP_BYTES, on_new=None, on_drop=None):
-        self.keep_bytes = keep_bytes
-        self._on_new, self._on_drop = on_new, on_drop  # e.g. register a new buffer with the transfer engine
-        self._free: dict[int, list[torch.Tensor]] = {}
-        self._kept = 0
-        self._lock = threading.Lock()
-
-    def take(self, nbytes: int, lease: list) -> torch.Tensor:
-        with self._lock:
-            bufs = self._free.get(nbytes)
-            buf = bufs.pop() if bufs else None
-            if buf is not None:
-                self._kept -= nbytes
-        if buf is None:
-            buf = torch.empty(nbytes, dtype=torch.uint8)
-            if self._on_new is not None:
-                self._on_new(buf)
-        lease.append(buf)
-        return buf
-
-    def give(self, lease: list) -> None:
-        dropped = []
-        with self._lock:
-            for buf in lease:
-                if self._kept + buf.numel() <= self.keep_bytes:
-                    self._free.setdefault(buf.numel(), []).append(buf)
-                    self._kept += buf.numel()
-                else:
-                    dropped.append(buf)
-        lease.clear()
-        if self._on_drop is not None:
-            for buf in dropped:
-                self._on_drop(buf)
-
-    def clear(self) -> list[torch.Tensor]:
-        """Forget every kept buffer; returns them (for a backend to unregister)."""
-        with self._lock:
-            kept = [b for bufs in self._free.values() for b in bufs]
-            self._free, self._kept = {}, 0
-        return kept
 
 
 @dataclass
@@ -101,6 +66,11 @@ class StorageStats:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def rows(segments) -> list[np.ndarray]:
+    """The 1-D contiguous runs of hook `segments` (2-D uint8 arrays), in object order."""
+    return [row for seg in segments for row in seg]
 
 
 def check_keys(keys, name: str = "keys") -> list[str]:
@@ -148,6 +118,8 @@ class StorageBackend:
         self.stats = StorageStats()
         self.staging = StagingPool()
         self._stats_lock = threading.Lock()
+        self._worker: ThreadPoolExecutor | None = None  # digests and verifies beside the backend's I/O
+        self._worker_lock = threading.Lock()
         self._closed = False
 
     # ---- public API (validates once) -------------------------------------------------
@@ -166,31 +138,46 @@ class StorageBackend:
     def set(self, keys, host_pool, host_pages) -> list[bool]:
         """Store host-pool pages `host_pages` under `keys`; True per page stored.
 
-        Copies: none for layouts whose page is one run per part (the backend writes from views
-        of the pool); one gather per part otherwise."""
+        Copies: none for layouts whose page is runs of the pool (page_first_direct, layer_first:
+        the backend writes from views of it); one gather per part otherwise."""
         keys = self._open_keys(keys)
         host_pages = check_pages(host_pool, host_pages, len(keys))
+        spans = self._spans("set", len(keys), pages.page_bytes(host_pool.geom))
         done: list[bool] = []
-        for lo, hi in _chunks(len(keys), pages.page_bytes(host_pool.geom), self.set_chunk_bytes):
-            done += self._set_chunk(keys[lo:hi], host_pool, host_pages[lo:hi])
+        ahead = None
+        try:
+            sealed = self._seal(keys, host_pool, host_pages, *spans[0]) if spans else None
+            for i in range(len(spans)):
+                if i + 1 < len(spans):  # digest the next chunk while this one is written
+                    ahead = self._submit(self._seal, keys, host_pool, host_pages, *spans[i + 1])
+                items, lease = sealed
+                try:
+                    done += self._write_counted(items, pages.page_bytes(host_pool.geom))
+                finally:
+                    self.staging.give(lease)
+                sealed, ahead = (ahead.result() if ahead is not None else None), None
+        finally:
+            if ahead is not None:  # something escaped: the worker's staging goes back once it is done
+                ahead.add_done_callback(lambda f: f.exception() or self.staging.give(f.result()[1]))
         return done
 
-    def _set_chunk(self, keys, host_pool, host_pages) -> list[bool]:
+    def _seal(self, keys, host_pool, host_pages, lo: int, hi: int):
+        """(items, staging lease) for pages [lo, hi): each page's runs and its trailer."""
         lease: list = []
+        items = []
+        pager = pages.run_pager(host_pool)
+        for key, page in zip(keys[lo:hi], host_pages[lo:hi], strict=True):
+            runs = pages.page_runs(host_pool, page, lambda n: self.staging.take(n, lease), pager)
+            tail = np.frombuffer(integrity.trailer(self.digest, key, runs), dtype=np.uint8).reshape(1, -1)
+            items.append((key, [*runs, tail]))
+        return items, lease
+
+    def _write_counted(self, items, payload: int) -> list[bool]:
         try:
-            items = []
-            for key, page in zip(keys, host_pages, strict=True):
-                segs = pages.page_segments(host_pool, page, lambda n: self.staging.take(n, lease))
-                tail = torch.frombuffer(bytearray(integrity.trailer(self.digest, key, segs)), dtype=torch.uint8)
-                items.append((key, [*segs, tail]))
-            try:
-                done = [bool(x) for x in self._write(items)]
-            except Exception:  # noqa: BLE001
-                self._count(errors=len(items))
-                return [False] * len(items)
-        finally:
-            self.staging.give(lease)
-        payload = pages.page_bytes(host_pool.geom)
+            done = [bool(x) for x in self._write(items)]
+        except Exception:  # noqa: BLE001 - any backend failure is an L3 error, never the caller's crash
+            self._count(errors=len(items))
+            return [False] * len(items)
         self._count(objects_written=sum(done), bytes_written=payload * sum(done), errors=done.count(False))
         return done
 
@@ -198,34 +185,60 @@ class StorageBackend:
         """Read `keys` into host-pool pages `host_pages`; True per page read and verified.
 
         A missing object is a miss; a corrupt or truncated one is counted and reported False. Where
-        the layout keeps a page in one run per part the backend reads straight into the pool (no
-        copy): a page reported False may then hold partial bytes and must not be used, exactly as
-        an unfilled slot. Other layouts read into a staging tensor and scatter only verified pages."""
+        the layout keeps a page in runs of the pool (page_first_direct, layer_first) the backend
+        reads straight into the pool (no copy): a page reported False may then hold partial or
+        damaged bytes and must not be used, exactly as an unfilled slot. Other layouts read into a
+        staging tensor and scatter only verified pages."""
         keys = self._open_keys(keys)
         host_pages = check_pages(host_pool, host_pages, len(keys))
         out: list[bool] = []
-        for lo, hi in _chunks(len(keys), pages.page_bytes(host_pool.geom), self.get_chunk_bytes):
-            lease: list = []
-            try:
-                out += self._get_verified(keys[lo:hi], host_pool, host_pages[lo:hi], lease)
-            finally:
-                self.staging.give(lease)
+        spans = self._spans("get", len(keys), pages.page_bytes(host_pool.geom))
+        previous = pending = None
+        try:
+            for i, (lo, hi) in enumerate(spans):
+                fetched = self._fetch(keys[lo:hi], host_pool, host_pages[lo:hi])
+                previous, pending, mine = pending, None, []
+                if i + 1 < len(spans):  # verified on the worker while the next chunk is read
+                    pending = self._submit(self._verify, host_pool, *fetched)
+                else:  # nothing left to overlap with: verify here rather than wait for the worker
+                    mine = self._verify(host_pool, *fetched)
+                if previous is not None:
+                    out += previous.result()
+                out += mine
+        finally:
+            for job in (previous, pending):  # the worker is done with the pool pages before we return
+                if job is not None:
+                    job.exception()
         return out
 
-    def _get_verified(self, keys, host_pool, host_pages, lease) -> list[bool]:
+    def _fetch(self, keys, host_pool, host_pages):
+        """Read pages into their slots (or staging); (items, plans, sizes or None on a failure, lease)."""
         payload = pages.page_bytes(host_pool.geom)
+        lease: list = []
         items, plans = [], []
+        pager = pages.run_pager(host_pool)
         for key, page in zip(keys, host_pages, strict=True):
-            direct = pages.page_targets(host_pool, page)
-            targets = direct if direct is not None else [self.staging.take(payload, lease)]
-            tail = torch.empty(TRAILER_BYTES, dtype=torch.uint8)
-            items.append((key, [*targets, tail]))
+            direct = pager(page) if pager is not None else None
+            targets = direct if direct is not None else [self.staging.take(payload, lease).numpy().reshape(1, -1)]
+            items.append((key, [*targets, np.empty((1, TRAILER_BYTES), dtype=np.uint8)]))
             plans.append((page, direct is None))
         try:
             sizes = list(self._read(items))
         except Exception:  # noqa: BLE001
+            sizes = None
+        return items, plans, sizes, lease
+
+    def _verify(self, host_pool, items, plans, sizes, lease) -> list[bool]:
+        try:
+            return self._verified(host_pool, items, plans, sizes)
+        finally:
+            self.staging.give(lease)
+
+    def _verified(self, host_pool, items, plans, sizes) -> list[bool]:
+        if sizes is None:
             self._count(errors=len(items))
             return [False] * len(items)
+        payload = pages.page_bytes(host_pool.geom)
         out, counts = [], {"misses": 0, "corrupt": 0, "objects_read": 0, "errors": 0}
         for (key, segs), (page, staged), size in zip(items, plans, sizes, strict=True):
             if size is None:
@@ -236,17 +249,29 @@ class StorageBackend:
                 counts["misses"] += 1
                 out.append(False)
                 continue
-            if not integrity.verified(key, segs[:-1], segs[-1].numpy().tobytes(), size, payload):
+            if not integrity.verified(key, segs[:-1], segs[-1].tobytes(), size, payload):
                 counts["corrupt"] += 1
                 out.append(False)
                 self._discard_quietly(key)
                 continue
             if staged:
-                pages.write_page(host_pool, page, segs[0])
+                pages.write_page(host_pool, page, torch.from_numpy(segs[0].reshape(-1)))
             counts["objects_read"] += 1
             out.append(True)
         self._count(bytes_read=payload * counts["objects_read"], **counts)
         return out
+
+    def _spans(self, op: str, count: int, page_bytes: int) -> list[tuple[int, int]]:
+        """The chunks [lo, hi) a batch of `count` pages goes to the backend in, for `op` "set" or
+        "get": by default `set_chunk_bytes` / `get_chunk_bytes` each (0: the batch whole)."""
+        return list(_chunks(count, page_bytes, self.set_chunk_bytes if op == "set" else self.get_chunk_bytes))
+
+    def _submit(self, fn, *args) -> Future:
+        """Run `fn(*args)` on this client's worker thread (started on first use)."""
+        with self._worker_lock:
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"hicache-{self.name}-digest")
+            return self._worker.submit(fn, *args)
 
     def register_host_pool(self, host_pool) -> None:
         """Register a host pool's memory with the backend so get/set move its pages with no copy where
@@ -268,7 +293,13 @@ class StorageBackend:
         """Release the client (connections, registered buffers); idempotent. The store keeps its data."""
         if not self._closed:
             self._closed = True
-            self._close()
+            try:
+                self._close()
+            finally:
+                with self._worker_lock:
+                    worker, self._worker = self._worker, None
+                if worker is not None:
+                    worker.shutdown(wait=True)
 
     def __enter__(self):
         return self
@@ -305,23 +336,25 @@ class StorageBackend:
                 return i
         return len(keys)
 
-    def _write_one(self, key: str, segments: list[torch.Tensor]) -> bool:
-        """Store the concatenation of `segments` (1-D uint8) under `key`. An existing object may be
-        replaced or kept (keys name content, so it holds the same page); a reader sees one whole
-        object, never a mix or a part."""
+    def _write_one(self, key: str, segments: list[np.ndarray]) -> bool:
+        """Store the bytes of `segments` under `key`: 2-D uint8 arrays whose rows are contiguous runs
+        (views of the host pool, staging, the trailer), the object being every row in order
+        (`rows(segments)`). An existing object may be replaced or kept (keys name content, so it
+        holds the same page); a reader sees one whole object, never a mix or a part."""
         raise NotImplementedError
 
-    def _write(self, items: list[tuple[str, list[torch.Tensor]]]) -> list[bool]:
+    def _write(self, items: list[tuple[str, list[np.ndarray]]]) -> list[bool]:
         """Batch `_write_one`; override to batch for real."""
         return [self._write_one(key, segs) for key, segs in items]
 
-    def _read_into(self, key: str, targets: list[torch.Tensor]) -> int:
-        """Fill `targets` (1-D uint8, in order) with the object's bytes; return the object's size
-        (which may differ from the targets' total: the base calls that corrupt), -1 when absent,
-        None when the backend failed for this object (counted as an error)."""
+    def _read_into(self, key: str, targets: list[np.ndarray]) -> int:
+        """Fill `targets` (2-D uint8 arrays of contiguous rows, writable; filled row after row) with
+        the object's bytes; return the object's size (which may differ from the targets' total: the
+        base calls that corrupt), -1 when absent, None when the backend failed for this object
+        (counted as an error)."""
         raise NotImplementedError
 
-    def _read(self, items: list[tuple[str, list[torch.Tensor]]]) -> list[int]:
+    def _read(self, items: list[tuple[str, list[np.ndarray]]]) -> list[int]:
         """Batch `_read_into`; override to batch for real."""
         return [self._read_into(key, targets) for key, targets in items]
 

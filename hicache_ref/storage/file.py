@@ -21,8 +21,8 @@ Spec `file:DIR[,max_bytes=SIZE][,digest=xxh3|sha256]` (a DIR holding a comma can
   other clients wrote and read) once per 64 writes or per 1/16 of the objects counted, whichever
   is more: a rescan stats every object, so this keeps it to 16 stats a write on average however
   large the store (a directory of small pages may hold tens of thousands).
-- Zero copy: writes go from the host pool (or the gather staging) with `writev`, reads land in
-  the pool pages (or staging) with `preadv`; no intermediate Python bytes.
+- Zero copy: writes go from the host pool's runs (or the gather staging) and the trailer with one
+  `writev`, reads land in the pool's runs (or staging) with `preadv`; no intermediate Python bytes.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import secrets
 import threading
 from collections import OrderedDict
 
-from hicache_ref.storage.base import StorageBackend
+from hicache_ref.storage.base import StorageBackend, rows
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
 from hicache_ref.storage.registry import parse_options
 
@@ -51,8 +51,20 @@ def file_name(key: str) -> str:
     return "h-" + hashlib.sha256(key.encode()).hexdigest() + SUFFIX
 
 
-def _views(targets) -> list[memoryview]:
-    return [memoryview(t.numpy()) for t in targets if t.numel()]
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024  # buffers per writev / preadv
+
+
+def _views(segments) -> list:
+    return [r for r in rows(segments) if r.nbytes]  # 1-D uint8 arrays: len() is bytes
+
+
+def _advance(views: list, n: int) -> None:
+    """Drop the first `n` bytes of `views` (after a short writev / preadv)."""
+    while views and n >= len(views[0]):
+        n -= len(views[0])
+        views.pop(0)
+    if views and n:
+        views[0] = views[0][n:]
 
 
 class FileStorage(StorageBackend):
@@ -160,7 +172,7 @@ class FileStorage(StorageBackend):
         return os.path.exists(self._path(key))
 
     def _write_one(self, key, segments) -> bool:
-        size = sum(s.numel() for s in segments)
+        size = sum(s.nbytes for s in segments)
         if self.max_bytes is not None and size > self.max_bytes:
             return False
         tmp = os.path.join(self.directory, f".tmp-{secrets.token_hex(8)}")
@@ -169,12 +181,7 @@ class FileStorage(StorageBackend):
             try:
                 views = _views(segments)
                 while views:
-                    n = os.writev(fd, views)
-                    while views and n >= len(views[0]):
-                        n -= len(views[0])
-                        views.pop(0)
-                    if views and n:
-                        views[0] = views[0][n:]
+                    _advance(views, os.writev(fd, views[:IOV_MAX]))
             finally:
                 os.close(fd)
             os.replace(tmp, self._path(key))
@@ -212,15 +219,11 @@ class FileStorage(StorageBackend):
             size = os.fstat(fd).st_size
             views, off = _views(targets), 0
             while views:
-                n = os.preadv(fd, views, off)
+                n = os.preadv(fd, views[:IOV_MAX], off)
                 if n <= 0:
                     break
                 off += n
-                while views and n >= len(views[0]):
-                    n -= len(views[0])
-                    views.pop(0)
-                if views and n:
-                    views[0] = views[0][n:]
+                _advance(views, n)
             os.utime(fd)  # recency for the LRU, shared by every client of the directory
         finally:
             os.close(fd)

@@ -35,18 +35,29 @@ def check_digest(name: str, what: str = "digest") -> str:
     return name
 
 
-def _digest(factory, key: str, segments) -> bytes:
+def _arrays(segments):
+    """numpy views of `segments`: 1-D uint8 torch tensors or numpy arrays, or 2-D uint8 arrays of runs."""
+    return [s.numpy() if hasattr(s, "numpy") else s for s in segments]
+
+
+def _digest(factory, key: str, arrays) -> bytes:
     h = factory(key.encode())
     h.update(b"\0")
-    for seg in segments:
-        h.update(memoryview(seg.numpy()))
+    for a in arrays:
+        if a.flags.c_contiguous:
+            h.update(a)
+        else:  # rows of runs at a stride
+            for row in a:
+                h.update(row)
     return h.digest().ljust(32, b"\0")
 
 
 def trailer(name: str, key: str, segments) -> bytes:
-    """The trailer for `segments` (1-D uint8 tensors: the payload in order) stored under `key`."""
+    """The trailer for `segments` (the payload in order: 1-D uint8 tensors or arrays, or 2-D uint8
+    arrays whose rows are contiguous runs) stored under `key`."""
     ident, factory = DIGESTS[name]
-    return TRAILER.pack(MAGIC, ident, sum(s.numel() for s in segments), _digest(factory, key, segments))
+    arrays = _arrays(segments)
+    return TRAILER.pack(MAGIC, ident, sum(a.nbytes for a in arrays), _digest(factory, key, arrays))
 
 
 def verified(key: str, payload_segments, tail: bytes, size: int, payload: int) -> bool:
@@ -56,4 +67,4 @@ def verified(key: str, payload_segments, tail: bytes, size: int, payload: int) -
     magic, ident, length, want = TRAILER.unpack(tail)
     factory = _BY_ID.get(ident)
     return magic == MAGIC and factory is not None and length == payload and \
-        _digest(factory, key, payload_segments) == want
+        _digest(factory, key, _arrays(payload_segments)) == want

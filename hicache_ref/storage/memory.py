@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from hicache_ref.storage.base import StorageBackend
+from hicache_ref.storage.base import StorageBackend, rows
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
 from hicache_ref.storage.registry import parse_options
 
@@ -46,7 +46,7 @@ class MemoryStorage(StorageBackend):
             return key in self._objects
 
     def _write_one(self, key, segments) -> bool:
-        blob = b"".join(memoryview(s.numpy()) for s in segments)
+        blob = b"".join(rows(segments))
         if len(blob) > self.max_bytes:
             return False
         with self._lock:
@@ -71,10 +71,10 @@ class MemoryStorage(StorageBackend):
                 return -1
             self._objects.move_to_end(key)
         view, off = memoryview(blob), 0
-        for t in targets:
-            n = min(t.numel(), len(blob) - off)
+        for row in rows(targets):
+            n = min(len(row), len(blob) - off)
             if n > 0:
-                t.numpy()[:n] = np.frombuffer(view[off : off + n], dtype=np.uint8)
+                row[:n] = np.frombuffer(view[off : off + n], dtype=np.uint8)
                 off += n
         return len(blob)
 

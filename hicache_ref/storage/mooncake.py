@@ -12,9 +12,11 @@ their client closes) and a transfer `buffer` (default 64 MiB) that Mooncake stag
 memory through.
 
 Copies: `register_host_pool(pool)` registers the pool's memory with the transfer engine; a page
-whose parts are one run each (page_first_direct) then moves straight between the pool and the
-store. Anything else (other layouts' gathered pages, the 48-byte trailers) is copied once into this
-client's registered staging arena, as large as `buffer`, and moved from there.
+that is runs of the pool (page_first_direct: one per part; layer_first: one per layer) then moves
+straight between the pool and the store, each run one slice of a multi-buffer put/get. The base's
+gather staging is registered too; anything else unregistered (the 48-byte trailers, the pages of
+a pool not registered) is copied once into this client's registered staging arena, as large as
+`buffer`, and moved from there.
 
 Semantics: a set of a key already present keeps the stored object (keys name content); a corrupt
 object is removed (force) so a later set stores it again; exists and get use the batch calls.
@@ -53,10 +55,11 @@ from urllib.parse import urlparse
 import numpy as np
 import torch
 
-from hicache_ref.storage.base import StagingPool, StorageBackend
+from hicache_ref.storage.base import StorageBackend
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
 from hicache_ref.storage.mooncake_cluster import import_store_module, listeners
 from hicache_ref.storage.registry import parse_options
+from hicache_ref.storage.staging import StagingPool
 
 DEFAULT_SEGMENT = 256 << 20
 DEFAULT_BUFFER = 64 << 20
@@ -64,9 +67,8 @@ NOT_FOUND = -704  # Mooncake's OBJECT_NOT_FOUND
 _OPTIONS = {"segment": "size", "buffer": "size", "host": "str", "digest": "digest"}
 
 
-def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
-    # numpy's memcpy: torch's copy_ spreads over intra-op threads, which spin on a loaded machine
-    np.copyto(dst.numpy(), src.numpy())
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
 
 
 def _host_port(text: str, what: str) -> tuple[str, int]:
@@ -98,7 +100,10 @@ def load_store_class(spec: str):
 class MooncakeStorage(StorageBackend):
     name = "mooncake"
     persistent = False  # objects live in the writers' mounted segments
-    set_chunk_bytes = 0  # every put call is two master round trips (start, end): batch it whole
+    # 0: a batch in one call, sealed and verified on the calling thread (no overlap); N: in two
+    # calls, see _spans. 0 measured faster on the 2-core bench machine (an extra master round trip
+    # and two thread handoffs a batch, and no idle core to overlap on): BENCHMARKS.md, bench l3.
+    overlap_split = 0
 
     def __init__(self, metadata_url: str, master_addr: str, *, segment: int = DEFAULT_SEGMENT,
                  buffer: int = DEFAULT_BUFFER, host: str = "127.0.0.1", digest: str = DEFAULT_DIGEST,
@@ -131,6 +136,7 @@ class MooncakeStorage(StorageBackend):
                                         if a not in LOOPBACK)
         _warn_exposed(self.exposed_listeners)
         self._arena = torch.empty(buffer, dtype=torch.uint8)
+        self._arena_np = self._arena.numpy()
         self._registered: list[tuple[int, int]] = []
         self._reg_lock = threading.Lock()
         self._register(self._arena.data_ptr(), buffer)
@@ -183,11 +189,6 @@ class MooncakeStorage(StorageBackend):
                 self._store.unregister_buffer(ptr)
                 self._registered = [(a, b) for a, b in self._registered if a != ptr]
 
-    def _is_registered(self, t: torch.Tensor) -> bool:
-        ptr, n = t.data_ptr(), t.numel()
-        with self._reg_lock:
-            return any(a <= ptr and ptr + n <= b for a, b in self._registered)
-
     def _register_host_pool(self, host_pool) -> None:
         for buf in host_pool.buffers:
             self._register(buf.data_ptr(), buf.numel() * buf.element_size())
@@ -198,32 +199,55 @@ class MooncakeStorage(StorageBackend):
                 self._unregister(buf.data_ptr())
 
     def _batches(self, items):
-        """Split items so each batch's unregistered segments fit the arena; yields (items, arena plan)."""
-        batch, plan, used = [], [], 0
-        cap = self._arena.numel()
+        """Split items so each batch's unregistered segments fit the arena. Yields (keys, plans), a
+        plan per object: its slices' pointers and sizes (a registered segment's rows where they lie,
+        the rest in the arena) and the (arena offset, segment) pairs staged there."""
+        cap, base = self._arena.numel(), self._arena.data_ptr()
+        with self._reg_lock:
+            regs = tuple(self._registered)
+        keys, plans, used = [], [], 0
         for key, segs in items:
-            need = sum(s.numel() for s in segs if not self._is_registered(s))
+            ptrs, sizes, staged = [], [], []
+            for seg in segs:
+                rows, cols = seg.shape
+                ptr, stride = _address(seg), seg.strides[0]
+                end = ptr + (rows - 1) * stride + cols
+                if not any(a <= ptr and end <= b for a, b in regs):
+                    staged.append((len(ptrs), seg))
+                    ptrs.append(0)
+                    sizes.append(seg.nbytes)
+                elif rows == 1 or stride == cols:
+                    ptrs.append(ptr)
+                    sizes.append(seg.nbytes)
+                else:
+                    ptrs += range(ptr, ptr + rows * stride, stride)
+                    sizes += [cols] * rows
+            need = sum(seg.nbytes for _, seg in staged)
             if need > cap:
                 raise RuntimeError(f"{self.spec}: an object needs {need} staging bytes, buffer is {cap}")
             if used + need > cap:
-                yield batch, plan
-                batch, plan, used = [], [], 0
+                yield keys, plans
+                keys, plans, used = [], [], 0
             places = []
-            for s in segs:
-                if self._is_registered(s):
-                    places.append(None)
-                else:
-                    places.append(used)
-                    used += s.numel()
-            batch.append((key, segs))
-            plan.append(places)
-        if batch:
-            yield batch, plan
+            for i, seg in staged:
+                ptrs[i] = base + used
+                places.append((used, seg))
+                used += seg.nbytes
+            keys.append(key)
+            plans.append((ptrs, sizes, places))
+        if keys:
+            yield keys, plans
 
-    def _pointers(self, segs, places) -> tuple[list[int], list[int]]:
-        base = self._arena.data_ptr()
-        return ([s.data_ptr() if at is None else base + at for s, at in zip(segs, places, strict=True)],
-                [s.numel() for s in segs])
+    def _spans(self, op: str, count: int, page_bytes: int) -> list[tuple[int, int]]:
+        # Every put is two master round trips (start, end) and every get one, a fixed cost that
+        # smaller calls multiply: a batch goes in two calls, the small one (1/overlap_split) where
+        # the digest cannot overlap a transfer (set: the first, sealed before anything moves;
+        # get: the last, verified after), the large one overlapping the other's digest.
+        if count < 2 or not self.overlap_split:
+            return [(0, count)] if count else []
+        small = max(1, count // self.overlap_split)
+        cut = small if op == "set" else count - small
+        return [(0, cut), (cut, count)]
 
     # ---- hooks -------------------------------------------------------------------------
     def _exists(self, keys) -> int:
@@ -241,32 +265,26 @@ class MooncakeStorage(StorageBackend):
 
     def _write(self, items) -> list[bool]:
         out = []
+        arena = self._arena_np
         with self._arena_lock:
-            for batch, plan in self._batches(items):
-                ptrs, sizes = [], []
-                for (_, segs), places in zip(batch, plan, strict=True):
-                    for s, at in zip(segs, places, strict=True):
-                        if at is not None:
-                            _copy(self._arena[at : at + s.numel()], s)
-                    p, n = self._pointers(segs, places)
-                    ptrs.append(p)
-                    sizes.append(n)
-                codes = self._store.batch_put_from_multi_buffers([k for k, _ in batch], ptrs, sizes)
+            for keys, plans in self._batches(items):
+                for _, _, places in plans:
+                    for at, seg in places:
+                        arena[at : at + seg.nbytes].reshape(seg.shape)[...] = seg
+                codes = self._store.batch_put_from_multi_buffers(keys, [p for p, _, _ in plans], [n for _, n, _ in plans])
                 out.extend(code == 0 for code in codes)
         return out
 
     def _read(self, items) -> list[int | None]:
         out = []
+        arena = self._arena_np
         with self._arena_lock:
-            for batch, plan in self._batches(items):
-                ptrs, sizes = zip(*(self._pointers(segs, places) for (_, segs), places in zip(batch, plan, strict=True)),
-                                  strict=True)
-                codes = self._store.batch_get_into_multi_buffers([k for k, _ in batch], list(ptrs), list(sizes))
-                for (key, segs), places, code in zip(batch, plan, codes, strict=True):
+            for keys, plans in self._batches(items):
+                codes = self._store.batch_get_into_multi_buffers(keys, [p for p, _, _ in plans], [n for _, n, _ in plans])
+                for key, (_, _, places), code in zip(keys, plans, codes, strict=True):
                     if code >= 0:
-                        for s, at in zip(segs, places, strict=True):
-                            if at is not None:
-                                _copy(s, self._arena[at : at + s.numel()])
+                        for at, seg in places:
+                            seg[...] = arena[at : at + seg.nbytes].reshape(seg.shape)
                         out.append(code)
                     elif code == NOT_FOUND:
                         out.append(-1)

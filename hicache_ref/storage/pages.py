@@ -9,10 +9,14 @@ so a page is one strided view of its part (shape layers x tokens x pieces x piec
 once per (layout, geometry, pool size) and checked against the offsets it replaces; a layout that
 were not affine would take the row-gather path instead.
 
-Copies: where the view is contiguous (page_first_direct, MLA or MHA) `page_segments` returns it
-and `page_targets` returns it writable, so a backend writes from and reads into the pool with no
-copy; other layouts gather into (and `write_page` scatters from) a caller's staging buffer, reused
-across calls because a fresh multi-MB tensor costs more in page faults than the copy itself.
+Copies: `page_runs` gives a page as runs, 2-D uint8 arrays whose rows are contiguous byte runs
+(their rows in order are the canonical order). Where a part's page is one run (page_first_direct,
+MLA or MHA) or a few equal runs at a fixed stride (layer_first: one run per layer) the arrays are
+views of the pool and `page_run_targets` gives them writable, so a backend writes from and reads
+into the pool with no copy (writev / preadv, multi-buffer puts). Other layouts (page_first,
+page_head: a run per token and layer) gather into (and `write_page` scatters from) a caller's
+staging buffer, reused across calls because a fresh multi-MB tensor costs more in page faults than
+the copy itself. `page_segments` is the same page as 1-D torch tensors (a view, or a gather).
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ import numpy as np
 import torch
 
 from hal.transfer import layouts
+
+# A part's page moves as runs of the pool when it is at most this many runs (layer_first: one per
+# layer); beyond that (page_first: a run per token and layer, a few KB each) per-run work in the
+# syscalls and transfer slices costs more than one gather pass.
+MAX_RUNS = 256
 
 
 def page_bytes(geom: layouts.KVGeometry) -> int:
@@ -132,6 +141,75 @@ def page_segments(pool, page: int, staging=None) -> list[torch.Tensor]:
             _copy(buf.view(v.shape), v)
             out.append(buf)
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _run_plan(layout: str, geom: layouts.KVGeometry, size: int):
+    """(first byte of page 0, bytes between pages, runs, run bytes, bytes between runs) of one part,
+    or None when a part's page is not equal runs at one stride (or is more than MAX_RUNS of them)."""
+    plan = _plan(layout, geom, size)
+    if plan is None:
+        return None
+    first, step, strides = plan
+    pb = geom.piece_bytes(layout)
+    dims = [(n, s * pb) for n, s in zip((geom.layers, geom.page_size, geom.pieces(layout)), strides, strict=True)
+            if n > 1]
+    run = pb  # bytes; merge inner dims while each continues the run below it
+    while dims and dims[-1][1] == run:
+        run *= dims.pop()[0]
+    rows, gap = 1, run
+    if dims:  # the outer dims must themselves form one arithmetic sequence of runs
+        rows, gap = dims[-1]
+        for n, stride in reversed(dims[:-1]):
+            if stride != gap * rows:
+                return None
+            rows *= n
+    if rows > MAX_RUNS:
+        return None
+    return first * pb, step * pb, rows, run, gap
+
+
+def run_pager(pool):
+    """For a pool whose pages are runs of it (`_run_plan`), a function page -> the page's runs as
+    writable 2-D uint8 views of the pool, one per part; else None. The plan and the parts' bytes
+    are looked up once, so a batch's pages cost a slice each."""
+    plan = _run_plan(pool.layout, pool.geom, pool.num_tokens)
+    if plan is None:
+        return None
+    first, step, rows, run, gap = plan
+    flats = [_part_bytes(pool, part).numpy() for part in range(pool.geom.parts)]
+
+    def strided(page: int) -> list[np.ndarray]:
+        at = first + page * step
+        return [np.lib.stride_tricks.as_strided(f[at:], (rows, run), (gap, 1)) for f in flats]
+
+    if any(f.size % gap for f in flats):  # not a whole grid of rows
+        return strided
+    grids = [f.reshape(-1, gap) for f in flats]  # the part as rows of `gap` bytes; a page's runs are a block
+
+    def block(page: int) -> list[np.ndarray]:
+        row, col = divmod(first + page * step, gap)
+        if col + run > gap:  # a run would wrap past a grid row (no host layout does this)
+            return strided(page)
+        return [g[row : row + rows, col : col + run] for g in grids]
+
+    return block
+
+
+def page_runs(pool, page: int, staging=None, pager=None) -> list[np.ndarray]:
+    """The page's bytes as 2-D uint8 arrays of contiguous rows, canonical order row after row: views
+    of the pool where `_run_plan` finds runs, else one row per part gathered into `staging(nbytes)`
+    (a torch uint8 tensor; a new one if None). `pager`: `run_pager(pool)`, to look it up once a batch."""
+    pager = pager or run_pager(pool)
+    if pager is not None:
+        return pager(page)
+    return [s.numpy().reshape(1, -1) for s in page_segments(pool, page, staging)]
+
+
+def page_run_targets(pool, page: int, pager=None) -> list[np.ndarray] | None:
+    """Writable `page_runs` views of the pool where the page is runs of it, else None (stage it)."""
+    pager = pager or run_pager(pool)
+    return pager(page) if pager is not None else None
 
 
 def page_targets(pool, page: int) -> list[torch.Tensor] | None:
