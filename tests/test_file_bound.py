@@ -10,11 +10,11 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import subprocess
 
 import numpy as np
 import pytest
 import torch
+from mounts import mounted_tmpfs
 
 from conformance import reference
 from conformance.cli.main import main as cli_main
@@ -36,16 +36,8 @@ TMPFS = 256 * 1024  # size=256k: 262,144 bytes free when empty
 @pytest.fixture
 def tmpfs(tmp_path):
     """A real 256 KiB tmpfs mounted for this test (root only; skipped with the reason elsewhere)."""
-    path = tmp_path / "fs"
-    path.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(path)],
-                       capture_output=True, text=True)
-    if r.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
-    try:
+    with mounted_tmpfs(tmp_path / "fs", "size=256k,mode=0700") as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def _pool(seed: int) -> HostPool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import signal
@@ -12,6 +11,7 @@ import textwrap
 
 import pytest
 import torch
+from mounts import mounted_tmpfs
 
 from hal.backend import Backend
 from hal.memory import numa, shm, vm
@@ -44,29 +44,15 @@ def _locked_kb() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmLck:"))
 
 
-@contextlib.contextmanager
-def _tmpfs(path, options: str):
-    path.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
-    )
-    if r.returncode:
-        pytest.skip(f"cannot mount tmpfs -o {options} here: {r.stderr.strip() or r.returncode}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 @pytest.fixture
 def huge_tmpfs(tmp_path):
-    with _tmpfs(tmp_path / "huge", "huge=always,size=400M,mode=0700") as d:
+    with mounted_tmpfs(tmp_path / "huge", "huge=always,size=400M,mode=0700") as d:
         yield d
 
 
 @pytest.fixture
 def plain_tmpfs(tmp_path):
-    with _tmpfs(tmp_path / "plain", "size=64M,mode=0700") as d:
+    with mounted_tmpfs(tmp_path / "plain", "size=64M,mode=0700") as d:
         yield d
 
 
@@ -167,7 +153,7 @@ def test_policy_on_node0_is_applied_and_achieved(mode):
 
 
 def test_shared_dir_without_room_is_refused_before_anything_is_made(tmp_path):
-    with _tmpfs(tmp_path / "tiny", "size=4M") as d:
+    with mounted_tmpfs(tmp_path / "tiny", "size=4M") as d:
         before = numa.get_mempolicy()
         with pytest.raises(ValueError, match="^shared_dir: .* bytes free"):
             allocate_host(16 * MB, numa=("bind", [0]), shared_dir=d, huge_pages=False)
@@ -375,7 +361,7 @@ def test_bad_input_names_the_argument_and_leaves_nothing(kwargs, arg):
 
 
 def test_read_only_shared_dir_is_refused(tmp_path):
-    with _tmpfs(tmp_path / "ro", "ro,size=8M") as d:
+    with mounted_tmpfs(tmp_path / "ro", "ro,size=8M") as d:
         with pytest.raises(ValueError, match="^shared_dir: .* not writable"):
             allocate_host(MB, shared_dir=d)
 
