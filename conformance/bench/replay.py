@@ -15,7 +15,9 @@ lists are built outside the timer), so the comparison favours the peer. Both rep
 tokens; they must agree, which cross-checks the two trees.
 
 Runs alternate (ours, tree only, peer, ours, ...) so background load hits all alike, each
-after a full garbage collection; medians.
+after a full garbage collection and with the objects made before it frozen out of collection
+while it runs (`hicache_ref.replay.frozen_heap`, which the replay applies to itself): all three
+under the same garbage-collection setting; medians.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from conformance.bench.common import emit, machine
 from conformance.cli import args as cli_args
-from hicache_ref.replay import replay
+from hicache_ref.replay import frozen_heap, replay
 from hicache_ref.spec import CacheSpec
 from hicache_ref.trace import find_trace, read_trace, request_tokens
 
@@ -227,10 +229,12 @@ def run(a) -> int:
         cpu.append(time.process_time() - c0)
         ours.append(fig["wall_seconds"])
         gc.collect()
-        tree_only.append(run_tree_only(requests, a.page_size))
+        with frozen_heap():  # the same garbage-collection setting as the replay runs under
+            tree_only.append(run_tree_only(requests, a.page_size))
         for kind in theirs:
             gc.collect()
-            theirs[kind].append(run_peer(peer, requests, a.page_size, kind))
+            with frozen_heap():
+                theirs[kind].append(run_peer(peer, requests, a.page_size, kind))
     tokens = fig["input_tokens"]
     med = statistics.median(ours)
     result = {
