@@ -199,3 +199,18 @@ def test_cli_refuses_capacities_the_machine_cannot_hold(tmp_path, capsys, monkey
                  "--l2-tokens", "100M", "--tp", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hicache: --l2-tokens") and "MiB" in err[0]
+
+
+def test_a_rung_without_l2_gets_no_numa_term():
+    """HiCache off (L2 0, e.g. a plateau at L1 alone) places no host memory: no NUMA credit or penalty."""
+    from hardware_profiles.loader import load_profile
+    from hicache_ref.workload.ablate_price import HostSwitches, price
+
+    prof = load_profile("p800")
+    assert prof.penalties.numa_local_pct  # the profile does have a NUMA figure (it must not apply here)
+    fig = dict(modeled_transfer_seconds=0.0, d2h_bytes=0, modeled_prefill_seconds_saved=0.0, l2_tokens=0,
+               token_bytes=89856, requests=300)
+    p = price(prof, fig, HostSwitches(daemon_threads=True, thp=True, numa_local=True), baseline_s=341.0)
+    assert p.net_benefit_s == 0.0 and p.ttft_change_s == 0.0
+    with_host = price(prof, dict(fig, l2_tokens=64 * 1000), HostSwitches(numa_local=True), baseline_s=341.0)
+    assert with_host.net_benefit_s != 0.0  # the same rung with a host pool is priced with its penalties

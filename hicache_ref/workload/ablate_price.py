@@ -89,15 +89,17 @@ def price(profile, fig: dict, switches: HostSwitches, baseline_s: float | None,
         not_measured["modeled_transfer_seconds"] = why_transfer
     saved = fig.get("modeled_prefill_seconds_saved")
     no_compute = f"profile {profile.name} has no compute model (compute.prefill_*)"
+    # No host pool (L2 0: HiCache off), no host memory to place: no NUMA term at all.
+    has_host = bool(fig["l2_tokens"])
     why = unpriced_change or why_transfer or (no_compute if saved is None or baseline_s is None else None) \
-        or numa_reason(profile, switches)
+        or (numa_reason(profile, switches) if has_host else None)
     if why is not None:
         not_measured.update(ttft_change_seconds=why, net_benefit_seconds=why)
         keys = cost.assumed_inputs(profile, (*cost.TRANSFER_KEYS, *cost.REGISTERED_KEYS)) + extra
         return Priced(transfer, None, None, not_measured, tuple(sorted(set(keys))))
     registered = fig["l2_tokens"] * fig["token_bytes"] if fig["l2_tokens"] else 0
     nb = cost.net_benefit(profile, saved, transfer, baseline_s, registered_bytes=registered,
-                          numa_local=switches.numa_local)
+                          numa_local=switches.numa_local if has_host else None)
     ttft = (transfer + nb.penalty_s - saved) / fig["requests"] if fig["requests"] else 0.0
     notes = ()
     lo, hi = cost.SEED_REGISTERED_GB
