@@ -245,6 +245,23 @@ def test_auto_spec_owns_its_cluster():
     assert s.set(["k"], random_pool(MLA, "layer_first", 7), [0]) == [True]
     s.close()
     assert cluster.pids() == []
+    assert not os.path.exists(cluster.log_dir)  # its temporary log folder went with it
+
+
+def test_a_cluster_that_fails_to_start_keeps_its_logs(monkeypatch):
+    why = cluster_mod.unavailable_reason()
+    if why:
+        pytest.skip(f"mooncake: {why}")
+    c = cluster_mod.MooncakeCluster(ready_timeout=0.01)  # no server comes up in 10 ms
+    monkeypatch.setattr(cluster_mod, "_accepting", lambda port: False)
+    with pytest.raises(RuntimeError, match="did not come up"):
+        c.start()
+    c.stop()
+    try:
+        assert os.path.isdir(c.log_dir) and os.listdir(c.log_dir)  # the evidence stays, named in the error
+    finally:
+        import shutil
+        shutil.rmtree(c.log_dir, ignore_errors=True)
 
 
 @pytest.mark.parametrize("spec,needle", [

@@ -5,8 +5,9 @@ Two processes, each in its own process group (stopped as a group: no orphans):
 - `mooncake_master -rpc_port P -rpc_address 127.0.0.1 -metrics_host 127.0.0.1 -metrics_port R`.
 The master's built-in HTTP metadata server is not used: it binds every interface. Ports are free
 ports of 127.0.0.1 picked at start (a start that loses a port race is retried on new ports).
-Readiness is a TCP connect to each listening port. Logs go to `log_dir` (files 0600), which is kept;
-a failed start raises RuntimeError with the tail of the logs.
+Readiness is a TCP connect to each listening port. Logs go to `log_dir` (files 0600). A failed
+start raises RuntimeError with the tail of the logs and keeps them; a `log_dir` the cluster made
+itself (a temporary folder) is otherwise removed by `stop`, so runs leave nothing behind.
 
 Stores hold their objects in the clients' own mounted segments: the cluster keeps metadata only, so
 restarting the master (`restart_master`, for fault tests) forgets every object; clients reconnect
@@ -134,6 +135,8 @@ class MooncakeCluster:
     def __init__(self, log_dir: str | None = None, ready_timeout: float = 30.0):
         if not isinstance(ready_timeout, int | float) or ready_timeout <= 0:
             raise ValueError(f"ready_timeout: expected positive seconds, got {ready_timeout!r}")
+        self._own_log_dir = log_dir is None  # a temporary folder of ours: removed at stop
+        self._keep_logs = False  # set once a server failed to come up: its logs are the evidence
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="hicache-mooncake-")
         os.makedirs(self.log_dir, mode=0o700, exist_ok=True)
         self.ready_timeout = float(ready_timeout)
@@ -165,6 +168,7 @@ class MooncakeCluster:
         why = unavailable_reason()
         if why:
             raise RuntimeError(f"mooncake cluster: {why}")
+        os.makedirs(self.log_dir, mode=0o700, exist_ok=True)  # again after a stop that removed it
         for attempt in range(START_ATTEMPTS):
             try:
                 self._start_metadata()
@@ -192,6 +196,7 @@ class MooncakeCluster:
         while not _accepting(port):
             if proc.poll() is not None or time.monotonic() > deadline:
                 _stop(proc)
+                self._keep_logs = True
                 raise RuntimeError(f"mooncake cluster: {os.path.basename(argv[-1] if argv[0] == sys.executable else argv[0])} "
                                    f"did not come up on {LOOPBACK}:{port}; log {os.path.join(self.log_dir, log)}:\n"
                                    + self.log_tail(log))
@@ -223,10 +228,13 @@ class MooncakeCluster:
         self.start_master()
 
     def stop(self) -> None:
-        """Stop both process groups (SIGTERM, then SIGKILL after 5 s); idempotent. Logs stay."""
+        """Stop both process groups (SIGTERM, then SIGKILL after 5 s); idempotent. A log folder
+        given by the caller stays; our own temporary one goes unless a start failed."""
         _stop(self.master)
         _stop(self.metadata)
         self.master = self.metadata = None
+        if self._own_log_dir and not self._keep_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def log_tail(self, name: str | None = None, lines: int = 40) -> str:
         """The last `lines` of one log, or of both."""
