@@ -211,18 +211,18 @@ _OWNER = """
 import sys, time
 sys.path.insert(0, {root!r})
 from hicache_ref.storage.mooncake_cluster import MooncakeCluster
-c = MooncakeCluster().start()
+c = MooncakeCluster(log_dir={logs!r}).start()
 print(*c.pids(), flush=True)
 time.sleep(600)
 """
 
 
-def test_a_killed_owner_leaves_no_cluster_behind():
+def test_a_killed_owner_leaves_no_cluster_behind(tmp_path):
     # SIGKILL runs no cleanup: the servers must go anyway (a Ctrl-C'd conform child is killed so).
     why = cluster_mod.unavailable_reason()
     if why:
         pytest.skip(f"mooncake: {why}")
-    owner = subprocess.Popen([sys.executable, "-c", _OWNER.format(root=ROOT)], stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER.format(root=ROOT, logs=str(tmp_path / "logs"))], stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(x) for x in owner.stdout.readline().split()]
         assert len(pids) >= 2 and all(os.path.exists(f"/proc/{p}") for p in pids)
