@@ -186,8 +186,19 @@ def summary_lines(fig: dict) -> list[str]:
         f"modeled transfer time {'not modeled by this profile' if m is None else f'{m:.3f} s'} "
         f"(profile {fig['profile']}); wall {fig['wall_seconds']:.2f} s, "
         f"{(fig['tokens_per_second'] or 0) / 1e6:.1f} M tokens/s",
-    ] + _l3_lines(fig) + _net_benefit_lines(fig) \
+    ] + _served_lines(fig) + _l3_lines(fig) + _net_benefit_lines(fig) \
         + ([f"KV mismatches: {fig['kv_mismatch_tokens']:,} tokens"] if fig["materialize"] else []) + _semantics_lines(fig)
+
+
+def _served_lines(fig: dict) -> list[str]:
+    """What a served replay (hicache_ref.workload.serving, --concurrency) scheduled."""
+    if "concurrency" not in fig:
+        return []
+    release = "prefill releases each request after its transfer (--pd)" if fig.get("pd") else \
+        f"each request holds its KV through its decode steps ({fig['step_seconds'] * 1e3:g} ms a step)"
+    arrivals = "at the trace's arrival times" if fig.get("timestamps") else "as fast as slots free up"
+    return [f"served: up to {fig['concurrency']:,} requests in flight (at most {fig['max_in_flight']:,} were), "
+            f"admitted {arrivals}, {fig['steps']:,} scheduling steps; {release}"]
 
 
 def _l3_lines(fig: dict) -> list[str]:

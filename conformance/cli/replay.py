@@ -63,7 +63,8 @@ def add_arguments(p) -> None:
     p.add_argument("--timestamps", action="store_true", help="with --concurrency: admit requests at the trace's "
                    "arrival times (decode steps of --step-ms)")
     p.add_argument("--pd", action="store_true", help="with --concurrency: PD disaggregation, prefill releases the "
-                   "KV right after its transfer")
+                   "KV right after its transfer (when requests leave the node; --pd-disagg is how the tree "
+                   "inserts and counts them: both together model a PD prefill node)")
     p.add_argument("--step-ms", type=types.decimal(60_000, " ms"), default=30, help="with --concurrency: one "
                    "decode step, ms, a positive decimal such as 30 or 2.5 (the profiles hold no decode rate yet; default 30)")
     reqpath_args.add_arguments(p)  # request-path semantics: hit counting, PD inserts, load_back, sizing
@@ -75,8 +76,9 @@ def add_arguments(p) -> None:
                    "page_first_direct) or kernel (launches and per-item copies, no descriptors); default: the preset's, "
                    "direct for reference, kernel (upstream's server default) for upstream")
     # L3 (hicache_ref.l3): one block
-    p.add_argument("--l3", metavar="SPEC", help="L3 store under L2: file:DIR[,max_bytes=SIZE] or "
-                   "mooncake:METADATA_URL,MASTER_ADDR (needs --materialize and an L2); adds l3_* figures")
+    p.add_argument("--l3", metavar="SPEC", help="L3 store under L2: file:DIR[,max_bytes=SIZE], "
+                   "mooncake:METADATA_URL,MASTER_ADDR, mooncake:auto (a loopback cluster of its own) or "
+                   "memory:[max_bytes=SIZE] (needs --materialize and an L2); adds l3_* figures")
     p.add_argument("--prefetch-policy", choices=tuple(PREFETCH_POLICIES), help="with --l3: when a request stops "
                    f"waiting for its prefetch (default {DEFAULTS.prefetch_policy}; best_effort fetches only within "
                    "--prefetch-slack-ms)")
