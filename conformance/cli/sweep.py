@@ -88,10 +88,13 @@ def summary_lines(r: dict) -> list[str]:
     gib = 2**30
     lines = [f"{r['requests']:,} requests, L1 {r['l1_tokens']:,} tokens alone: hit rate {r['l1_alone_hit_rate']:.4f} "
              f"({r['method']}{'; ' + r['one_pass_refusal'] if r['method'] == 'replay' and r['one_pass_refusal'] else ''})",
-             f"{'L2 tokens':>14} {'hit rate':>9} {'gain':>8} {'D2H GiB':>9} {'H2D GiB':>9} {'registered GiB':>15}"]
+             f"{'L2 tokens':>14} {'hit rate':>9} {'gain':>8} {'D2H GiB':>9} {'H2D GiB':>9} {'registered GiB':>15} "
+             f"{'net s':>10}"]
     for t in r["tiers"]:
+        net = t.get("net_benefit_seconds")
         lines.append(f"{t['l2_tokens']:>14,} {t['hit_rate']:>9.4f} {t['marginal_gain']:>+8.4f} "
-                     f"{t['d2h_bytes'] / gib:>9.2f} {t['h2d_bytes'] / gib:>9.2f} {t['registered_bytes'] / gib:>15.2f}")
+                     f"{t['d2h_bytes'] / gib:>9.2f} {t['h2d_bytes'] / gib:>9.2f} {t['registered_bytes'] / gib:>15.2f} "
+                     + (f"{net:>+10.2f}" if net is not None else f"{'n/m':>10}"))
     where = (f"plateau at L2 {r['plateau_l2_tokens']:,} tokens (next tier gains < {r['plateau_gain']})"
              if r["on_plateau"] else f"not on the plateau yet: every tier gains >= {r['plateau_gain']}; "
              f"largest tier {r['plateau_l2_tokens']:,}")
@@ -100,4 +103,6 @@ def summary_lines(r: dict) -> list[str]:
     if later:  # the rule stops at the first flat step; say when the curve rises again after it
         rises = ", ".join(f"{t['marginal_gain']:+.4f} at {t['l2_tokens']:,}" for t in later)
         where += f"; but later tiers gain again ({rises}): the curve is not flat past that step, look at the tiers above it"
-    return lines + [where, "net benefit: " + r["tiers"][0]["net_benefit_reason"]]
+    # The reason text is the first tier's (its figures quoted); the column has every tier's.
+    how = r["tiers"][0]["net_benefit_reason"] if r["tiers"] else ""
+    return lines + [where, "net s: net benefit over an L1-only cache, n/m: not measured; first tier: " + how]
