@@ -88,6 +88,9 @@ def test_trace_cli_synth_then_stats(tmp_path, capsys):
     assert curve == sorted(curve) and curve[-1] == pytest.approx(stats["unlimited_hit_rate"])
     assert main(["trace", "stats", str(out)]) == 0
     assert "prefix reuse rate" in capsys.readouterr().out
+    # refused before the work, in one line naming the option, nothing written
+    assert main(["trace", "stats", str(out), "--plot", str(tmp_path / "s.svg")]) == 2
+    assert "--plot" in capsys.readouterr().err and not (tmp_path / "s.svg").exists()
 
 
 @pytest.mark.parametrize(("argv", "where"), [

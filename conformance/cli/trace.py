@@ -50,6 +50,8 @@ def _stats(a) -> int:
     path = text_file("path", a.path, "a Mooncake JSONL trace")
     if a.plot is not None:
         _writable("--plot", a.plot)
+        if Path(a.plot).suffix.lower() != ".png":  # checked before the work, not by matplotlib after it
+            raise CliError("--plot", f"{clip_path(Path(a.plot))}: the plot is a PNG: name it *.png")
     requests = read_trace(path)
     stats = trace_stats(requests, a.page_size)
     stats["trace"] = str(path)
