@@ -32,7 +32,8 @@ def attach_l3(cache, storage_spec: str | None = None, *, storage=None, tp_rank: 
         try:
             storage = open_storage(storage_spec)
         except (ValueError, RuntimeError, OSError) as e:  # named for the caller: the spec, then why
-            raise ValueError(f"l3: {storage_spec}: {e}") from e
+            why = str(e)  # open_storage's messages already start with the spec: not twice
+            raise ValueError(f"l3: {why}" if storage_spec in why else f"l3: {storage_spec}: {why}") from e
     try:
         tier = L3Tier(storage, cache.tree, cache.host, geom, identity.keys, tp_rank=tp_rank, owns_storage=owns,
                       **options)
