@@ -96,3 +96,33 @@ def test_trace_tokens_of_a_whole_trace_carry_the_keys_each_request_would_make():
             assert t.run_keys(ps) == alone.run_keys(ps) and t[: r.input_length // 2].run_keys(ps) == \
                 alone[: r.input_length // 2].run_keys(ps)
             assert (np.asarray(t) == request_tokens(r.hash_ids, r.input_length)).all()
+
+
+def test_replay_freezes_only_what_it_found_and_restores_the_collector():
+    """frozen_heap: objects made before the replay are frozen for it and unfrozen after; a caller's
+    own freeze or a disabled collector is left exactly as it was."""
+    import gc
+
+    from hicache_ref.replay import frozen_heap
+
+    reqs = synthesize(20, 100, 600, 0.5, sessions=2, seed=1)
+    spec = CacheSpec(page_size=16, l1_tokens=4096, l2_tokens=8192, layers=2, kv_dim=8)
+    assert gc.get_freeze_count() == 0
+    with frozen_heap():
+        assert gc.get_freeze_count() > 0  # what existed is out of the collector's way
+        inner = gc.get_freeze_count()
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        replay(spec, reqs)
+        assert gc.get_freeze_count() == mine  # the caller's freeze is not undone
+    finally:
+        gc.unfreeze()
+    gc.disable()
+    try:
+        replay(spec, reqs)
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+    assert inner > 0

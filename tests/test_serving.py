@@ -76,3 +76,9 @@ def test_replay_cli_concurrency(tmp_path, trace, capsys):
     assert main(base + ["--pd"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hicache: --pd:")
+    text = [x for x in base if x != "--json"]
+    assert main(text + ["--concurrency", "3", "--pd"]) == 0  # the summary says the replay was served, and how
+    served = [x for x in capsys.readouterr().out.splitlines() if x.startswith("served:")]
+    assert len(served) == 1 and "up to 3 requests in flight" in served[0] and "(--pd)" in served[0]
+    assert main(text) == 0
+    assert "served:" not in capsys.readouterr().out
