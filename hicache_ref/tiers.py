@@ -47,6 +47,16 @@ from hicache_ref.policy import LeafHeap, WritePolicy
 EVICT_SIZES = ("whole", "shortfall")
 
 
+def _device_leaf(x: Node) -> bool:
+    """In L1 with no child in L1 (a loop: this runs on every touch, a generator costs twice as much)."""
+    if x.parent is None or x.dev is None:
+        return False
+    for c in x.children.values():
+        if c.dev is not None:
+            return False
+    return True
+
+
 class TierMoves:
     """A radix tree's backups, evictions, write-backs and load_backs (see the module docstring)."""
 
@@ -65,10 +75,8 @@ class TierMoves:
         self.host_pages = 0
         self.num_nodes = 0  # without the root
         self._uncopied: set = frozenset()  # ids of write-back nodes whose copy is still owed (inside evict)
-        on_dev = lambda x: x.dev is not None  # noqa: E731
         # A node is in the tree while it has a parent (the root is never a leaf).
-        self._dev_leaves = LeafHeap(lambda x: x.parent is not None and on_dev(x)
-                                    and not any(on_dev(c) for c in x.children.values()))
+        self._dev_leaves = LeafHeap(_device_leaf)
         self._host_leaves = LeafHeap(lambda x: x.parent is not None and x.dev is None and not x.children)
 
     def note(self, node: Node) -> None:
