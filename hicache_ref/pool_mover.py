@@ -75,17 +75,8 @@ class PoolMover:
         if key not in self._job_seconds:
             if len(self._job_seconds) >= _PRICE_CACHE_MAX:
                 self._job_seconds.clear()
-            self._job_seconds[key] = self.backend.model_seconds(self._all_layers(direction, [layer0], items))
+            self._job_seconds[key] = self.backend.model_seconds(self._planner.all_layers(direction, [layer0], items))
         return self._job_seconds[key]
-
-    def _all_layers(self, direction: Direction, layer0: list[tuple[int, int]], items: int | None) -> TransferPlan:
-        """The priced stand-in for every layer of jobs whose layer 0 moves `layer0`: their
-        bytes and segments times the layers, one launch per job (D2H) or per job and layer
-        (H2D), as the submissions pool_ops would make (hal.transfer.layer_plans.all_layers)."""
-        layers = self.layers
-        nbytes, segments = sum(b for b, _ in layer0) * layers, sum(s for _, s in layer0) * layers
-        launches = len(layer0) * (1 if direction == Direction.D2H else layers)
-        return TransferPlan(f"{direction}_{self.layout}", [], direction, launches, items, totals=(nbytes, segments))
 
     def run(self, direction: Direction, jobs: list, layer0: list[tuple[int, int]]) -> list:
         """Submit `jobs` (one job, or with `priced` a batch; `layer0`: their job_totals) on the
@@ -107,6 +98,6 @@ class PoolMover:
         geometry: ~1.5 ms per backup of a whole-trace replay; the link model needs only the
         totals.)
         """
-        plan = self._all_layers(direction, layer0, self.kernel_items(tokens))
+        plan = self._planner.all_layers(direction, layer0, self.kernel_items(tokens))
         ev = self.backend.execute(plan, kvcacheio.current_stream())
         return [ev] if direction == Direction.D2H else [ev] * self.layers

@@ -191,7 +191,7 @@ class TraceTokens:
     """A trace request's token ids (request_tokens), built only if someone needs them as an array.
 
     The radix tree with page_keys="runs" spells each whole page by its first id
-    (`page_starts`), taken from the hash ids directly: most of a whole-trace replay never
+    (`run_keys`), taken from the hash ids directly: most of a whole-trace replay never
     builds a token array at all. Slices from the start stay TraceTokens; any other slice,
     `np.asarray(...)` and `array()` give the uint32 token array.
     """
@@ -223,23 +223,22 @@ class TraceTokens:
         return self.array()[key]
 
     def run_keys(self, page_size: int) -> bytes | None:
-        """page_starts as uint32 little-endian bytes (the radix tree's "runs" keys), or None.
-        Made once per request, for all its hash blocks, and sliced for each prefix (a request
-        is matched, then inserted as a prefix)."""
+        """The first token id of each whole page as uint32 little-endian bytes (the radix tree's
+        "runs" keys), or None when pages would straddle hash blocks (page_size does not divide
+        BLOCK_TOKENS) and are not runs. Made once per request, for all its hash blocks, and
+        sliced for each prefix (a request is matched, then inserted as a prefix)."""
         if BLOCK_TOKENS % page_size:
             return None
         whole = self._keys.get(page_size)
         if whole is None:
-            ids = np.asarray(self.hash_ids, dtype=np.uint32)
-            starts = np.arange(0, BLOCK_TOKENS, page_size, dtype=np.uint32)
-            whole = self._keys[page_size] = (ids[:, None] * np.uint32(BLOCK_TOKENS) + starts).astype("<u4").tobytes()
+            whole = self._keys[page_size] = _block_run_keys(np.asarray(self.hash_ids, dtype=np.uint32), page_size)
         return whole[: self.length // page_size * 4]
 
-    def page_starts(self, page_size: int) -> np.ndarray | None:
-        """First token id of each whole page (uint32), or None when pages would straddle hash
-        blocks (page_size does not divide BLOCK_TOKENS) and are not runs."""
-        keys = self.run_keys(page_size)
-        return None if keys is None else np.frombuffer(keys, dtype="<u4")
+
+def _block_run_keys(ids: np.ndarray, page_size: int) -> bytes:
+    """The first token id of every page of every hash block in `ids` (uint32), as <u4 bytes."""
+    starts = np.arange(0, BLOCK_TOKENS, page_size, dtype=np.uint32)
+    return (ids[:, None] * np.uint32(BLOCK_TOKENS) + starts).astype("<u4").tobytes()
 
 
 def trace_tokens(requests: list[TraceRequest], page_size: int) -> list[TraceTokens]:
@@ -248,10 +247,8 @@ def trace_tokens(requests: list[TraceRequest], page_size: int) -> list[TraceToke
     out = [TraceTokens(r.hash_ids, r.input_length) for r in requests]
     if BLOCK_TOKENS % page_size or not requests:
         return out
-    ids = np.fromiter((h for r in requests for h in r.hash_ids), dtype=np.uint32)
-    starts = np.arange(0, BLOCK_TOKENS, page_size, dtype=np.uint32)
-    whole = (ids[:, None] * np.uint32(BLOCK_TOKENS) + starts).astype("<u4").tobytes()
-    step = 4 * len(starts)  # key bytes per hash block
+    whole = _block_run_keys(np.fromiter((h for r in requests for h in r.hash_ids), dtype=np.uint32), page_size)
+    step = 4 * (BLOCK_TOKENS // page_size)  # key bytes per hash block
     at = 0
     for t in out:
         end = at + len(t.hash_ids) * step

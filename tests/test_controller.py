@@ -509,6 +509,6 @@ def test_layer0_plans_count_exactly_what_the_full_plan_moves(attention, layout):
             one = planner.layer0(direction, hi, di)
             assert one.num_segments * geom.layers == full.num_segments
             assert one.nbytes * geom.layers == full.nbytes
-            sym = planner.all_layers(direction, [one, one])
+            sym = planner.all_layers(direction, [(one.nbytes, one.num_segments)] * 2)
             assert (sym.num_segments, sym.nbytes) == (2 * full.num_segments, 2 * full.nbytes)
             assert sym.launches == 2 * (1 if direction == "d2h" else geom.layers)

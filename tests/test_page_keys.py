@@ -31,7 +31,7 @@ def test_trace_tokens_slice_from_the_start_without_building_the_array():
     assert isinstance(head, TraceTokens) and len(head) == 600 and head._array is None
     assert len(t[:5000]) == 700
     assert (t[100:110] == request_tokens((5, 6), 700)[100:110]).all()  # other slices: the array
-    assert TraceTokens((5,), 100).page_starts(48) is None  # 48 does not divide 512: pages straddle blocks
+    assert TraceTokens((5,), 100).run_keys(48) is None  # 48 does not divide 512: pages straddle blocks
 
 
 def test_runs_refuses_pages_that_are_not_runs_and_names_the_page():

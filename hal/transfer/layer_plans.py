@@ -1,4 +1,4 @@
-"""One-layer plans standing for whole pool transfers: cheap counting, and symbolic plans without memory.
+"""One-layer plans standing for whole pool transfers: cheap counting, and priced stand-ins without memory.
 
 Lives in hal because it is address math: callers (the reference HiCache's controller)
 count segments and bytes through it instead of knowing any layout.
@@ -24,9 +24,7 @@ from hal.transfer import layouts
 from hal.transfer import pool_ops as pool_transfer
 from hal.transfer.direction import Direction
 from hal.transfer.layouts import KVGeometry
-from hal.transfer.plan import CopyGroup, Segments, TransferPlan
-
-TILE_MAX_RUNS = 1 << 16  # symbolic plans up to this many segments become one array
+from hal.transfer.plan import TransferPlan
 
 
 class LayerPlanner:
@@ -112,21 +110,19 @@ class LayerPlanner:
         parts = pg.parts  # one group per K/V part, each with the same runs
         return [(int(n) * piece * parts, int(r) * parts) for n, r in zip(sizes, runs, strict=True)]
 
-    def all_layers(self, direction: Direction | str, plans: list[TransferPlan]) -> TransferPlan:
-        """One symbolic plan standing for every layer of every transfer in `plans` (layer-0 plans).
+    def all_layers(self, direction: Direction | str, layer0: list[tuple[int, int]],
+                   kernel_items: int | None = None) -> TransferPlan:
+        """One priced stand-in for every layer of every transfer whose layer 0 moves `layer0`
+        = [(bytes, segments), ...] (from layer0 / layer0_pages / page_totals).
 
         Same bytes, segments and launches as the real submissions (one per backup, one per
-        layer per load), hence the same modeled cost under a link model linear in them. The
-        runs of all plans are concatenated into one group (nothing reads a symbolic plan's
-        offsets), then tiled per layer when small, else the group is repeated per layer,
-        sharing its arrays: the model's cost stays one pass per layer, whatever the batch.
+        layer per load), hence the same modeled cost under a link model linear in them; it
+        carries only those totals (`TransferPlan.totals`), so a backend that moves no bytes
+        prices a whole batch without offset arrays and one that moves bytes refuses it.
         """
+        direction = Direction(direction)
         layers = self.geom.layers
-        groups = [g for p in plans for g in p.groups]
-        one = Segments(*(np.concatenate([g.segments[i] for g in groups]) for i in range(3)))
-        if len(one.nbytes) * layers <= TILE_MAX_RUNS:
-            groups = [CopyGroup(groups[0].src, groups[0].dst, Segments(*(np.tile(a, layers) for a in one)))]
-        else:
-            groups = [CopyGroup(groups[0].src, groups[0].dst, one)] * layers
-        launches = len(plans) * (1 if direction == Direction.D2H else layers)
-        return TransferPlan(plans[0].op, groups, direction, launches)
+        nbytes, segments = sum(b for b, _ in layer0) * layers, sum(n for _, n in layer0) * layers
+        launches = len(layer0) * (1 if direction == Direction.D2H else layers)
+        return TransferPlan(f"{direction}_{self.layout}", [], direction, launches, kernel_items,
+                            totals=(nbytes, segments))
