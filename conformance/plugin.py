@@ -6,7 +6,7 @@ named `conformance.plugin`, like the module, on purpose: pytest then sees `-p co
 (which `hicache conform` passes, and which works without the entry point, e.g. under
 PYTEST_DISABLE_PLUGIN_AUTOLOAD) as the same plugin instead of registering it twice, which is
 an error. For the same reason there is no conformance/conftest.py loading it: pytest also
-refuses `pytest_plugins` in a conftest below the rootdir, which `--pyargs conformance` is.
+refuses `pytest_plugins` in a conftest below the rootdir, which `--pyargs conformance.suites` is.
 Disable it with `-p no:conformance.plugin`.
 
 Options:

@@ -208,7 +208,7 @@ class LinkModel:
 class ComputeModel:
     """Prefill time: a measured curve when given, else fixed + per_token * tokens; and the
     all-hit request time allhit_fixed + allhit_per_token * tokens when the profile gives it
-    (hicache_ref.cost fits, splits and compares the two)."""
+    (hicache_ref.sim.cost fits, splits and compares the two)."""
 
     prefill_fixed_s: float | None
     prefill_per_token_s: float | None

@@ -5,17 +5,17 @@ explicitly override it (CacheSpec.preset). What each switch changes, and its eff
 conversation-trace slice, is the differences table in hicache_ref/README.md.
 
 - hit_count: per_insert (upstream HiRadixCache.inc_hit_count) / per_request (the fix);
-  hicache_ref.policy.
+  hicache_ref.core.policy.
 - backup_scope: node (upstream write_backup: skip a node whose parent has no host copy) /
-  path (the seed: back up the ancestors too); hicache_ref.radix. Both presets use node,
+  path (the seed: back up the ancestors too); hicache_ref.core.radix. Both presets use node,
   upstream's, which the reference adopted as its default.
 - evict_size: whole (upstream: evict as much as the allocation asks) / shortfall (only
-  what is missing); hicache_ref.tiers.
+  what is missing); hicache_ref.core.tiers.
 - load_back_threshold: 10 tokens (HiRadixCache.load_back_threshold) / 0. With pages of
   10 tokens or more it never refuses a load (a host chain is whole pages).
 - free_list / host_free_list: upstream's device allocator (upstream_l1: freed pages sorted
   to the front) and host pool (upstream_host: appended at the back), from
-  hicache_ref.allocator.UPSTREAM_ORDERS / fifo for both (host_free_list None: free_list's).
+  hicache_ref.core.allocator.UPSTREAM_ORDERS / fifo for both (host_free_list None: free_list's).
 - io_backend: kernel (upstream's server default, --hicache-io-backend) / direct (one copy
   per merged run; the pricing the reference's figures have always used); hal.transfer.io_backend.
 
@@ -26,7 +26,7 @@ scheduler passes none today) and pd_disagg (a deployment mode).
 
 from __future__ import annotations
 
-from hicache_ref.allocator import UPSTREAM_ORDERS
+from hicache_ref.core.allocator import UPSTREAM_ORDERS
 
 SEMANTICS = ("reference", "upstream")
 

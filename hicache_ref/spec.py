@@ -8,7 +8,7 @@ before anything is built); capacities that depend on a trace (None: unlimited, i
 to the whole trace) are resolved by `capacities`, and `build` returns the HiCache (tree,
 pools and controller). The request-path switches (hit counting, backup scope, eviction
 size, load_back minimum and quota) default to the reference's; `CacheSpec.preset("upstream")`
-gives SGLang's (hicache_ref.semantics, hicache_ref/README.md). hicache_ref.replay, the `hicache replay` / `bench replay` commands
+gives SGLang's (hicache_ref.semantics, hicache_ref/README.md). hicache_ref.sim.replay, the `hicache replay` / `bench replay` commands
 and the tests all build caches from a spec.
 """
 
@@ -21,15 +21,15 @@ from hal.backend import get_backend
 from hal.transfer.io_backend import IO_BACKENDS, effective_host_layout
 from hal.transfer.layouts import DTYPES, HOST_LAYOUTS, MLA_LAYOUTS, KVGeometry, parse_dtype, positive_int
 from hal.transfer.seed import SEED_GEOMETRY
-from hicache_ref.allocator import ORDERS
-from hicache_ref.cache import HiCache
-from hicache_ref.ghost import GhostList
+from hicache_ref.core.allocator import ORDERS
+from hicache_ref.core.cache import HiCache
+from hicache_ref.core.ghost import GhostList
+from hicache_ref.core.policy import HIT_COUNTS, POLICIES
+from hicache_ref.core.radix import BACKUP_SCOPES
+from hicache_ref.core.tiers import EVICT_SIZES
 from hicache_ref.l3 import PREFETCH_POLICIES, attach_l3
 from hicache_ref.l3.tier import DEFAULT_THRESHOLD_TOKENS
-from hicache_ref.policy import HIT_COUNTS, POLICIES
-from hicache_ref.radix import BACKUP_SCOPES
 from hicache_ref.semantics import SEMANTICS, SWITCHES, overrides, preset
-from hicache_ref.tiers import EVICT_SIZES
 
 MATERIALIZE_LIMIT_BYTES = 16 << 30  # refuse pools larger than this: a typo should not eat the host
 MIN_GHOST_ENTRIES = 1024  # the ghost list's default bound: L1 pages, at least this many
@@ -80,7 +80,7 @@ class CacheSpec:
     # Request-path semantics (upstream vs the reference: hicache_ref/README.md, the differences table).
     # The defaults are the "reference" preset (hicache_ref.semantics); CacheSpec.preset fills them
     # from a preset, and `semantics` names the preset they came from (for the report).
-    hit_count: str = "per_request"  # "per_insert": upstream's; see hicache_ref.policy
+    hit_count: str = "per_request"  # "per_insert": upstream's; see hicache_ref.core.policy
     pd_disagg: bool = False  # insert every request unfinished, then finished (PD-disaggregated prefill)
     backup_scope: str = "node"  # "node": upstream's write_backup; "path": the seed's (ancestors too)
     evict_size: str = "shortfall"  # "whole": upstream evicts the whole allocation when short
@@ -217,7 +217,7 @@ class CacheSpec:
     def build(self, backend, whole_tokens: int = 0, page_keys: str = "tokens") -> HiCache:
         """The HiCache this spec describes on `backend` (see capacities for `whole_tokens`); the
         backend moves bytes exactly when the spec is materialized. `page_keys`: how its tree
-        spells pages (hicache_ref.page_keys; the same tree either way)."""
+        spells pages (hicache_ref.core.page_keys; the same tree either way)."""
         if backend.capabilities().moves_bytes != self.materialize:
             raise ValueError(f"backend: {backend.name!r} does not match materialize={self.materialize} "
                              "(open_backend picks one that does)")

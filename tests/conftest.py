@@ -48,7 +48,7 @@ def fresh_mooncake_cluster(tmp_path, request):
 @pytest.fixture(scope="session")
 def synthetic():
     """The packaged synthetic trace (the L3 tests replay its first 1,500 requests)."""
-    from hicache_ref.trace import find_trace
+    from hicache_ref.sim.trace import find_trace
 
     path = find_trace("synthetic_trace.jsonl")
     assert path is not None, "the packaged synthetic trace is missing"

@@ -10,8 +10,7 @@ import yaml
 
 import hardware_profiles
 from conformance.cli.main import main
-from hicache_ref.spec import CacheSpec
-from hicache_ref.workload.ablate import (
+from hicache_ref.sim.ablate import (
     NEEDS_REQPATH,
     ROW_KEYS,
     STEPS,
@@ -19,7 +18,8 @@ from hicache_ref.workload.ablate import (
     has_request_counting,
     sweep_tiers,
 )
-from hicache_ref.workload.trace_synth import synthesize, write_trace
+from hicache_ref.sim.trace_synth import synthesize, write_trace
+from hicache_ref.spec import CacheSpec
 
 P800 = Path(hardware_profiles.__file__).parent / "p800.yaml"
 REQUESTS = synthesize(80, 300, 3000, 0.7, sessions=6, seed=11)
@@ -204,7 +204,7 @@ def test_cli_refuses_capacities_the_machine_cannot_hold(tmp_path, capsys, monkey
 def test_a_rung_without_l2_gets_no_numa_term():
     """HiCache off (L2 0, e.g. a plateau at L1 alone) places no host memory: no NUMA credit or penalty."""
     from hardware_profiles.loader import load_profile
-    from hicache_ref.workload.ablate_price import HostSwitches, price
+    from hicache_ref.sim.ablate_price import HostSwitches, price
 
     prof = load_profile("p800")
     assert prof.penalties.numa_local_pct  # the profile does have a NUMA figure (it must not apply here)

@@ -1,13 +1,13 @@
 """Free-list orders of the page allocator, each against a sequence worked out by hand.
 
 Every case: a pool of 8 pages (page_size 4), all 8 allocated, then frees and allocations as
-written. The expected pages follow from each order's rule (hicache_ref.allocator docstring).
+written. The expected pages follow from each order's rule (hicache_ref.core.allocator docstring).
 """
 
 import numpy as np
 import pytest
 
-from hicache_ref.allocator import ORDERS, UPSTREAM_ORDERS, PageAllocator
+from hicache_ref.core.allocator import ORDERS, UPSTREAM_ORDERS, PageAllocator
 
 
 def _full(order):

@@ -10,15 +10,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from conformance import reference as ref
+from conformance.suites import reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
 from hal.transfer import pool_ops
 from hal.transfer.direction import Direction
 from hal.transfer.layer_plans import LayerPlanner
-from hicache_ref.controller import CacheController
-from hicache_ref.controller_state import TransferCancelled, TransferError
-from hicache_ref.pools import DevicePool, HostPool
+from hicache_ref.core.controller import CacheController
+from hicache_ref.core.controller_state import TransferCancelled, TransferError
+from hicache_ref.core.pools import DevicePool, HostPool
 from hicache_ref.spec import CacheSpec
 
 PS = 4

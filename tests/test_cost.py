@@ -7,7 +7,7 @@ import pytest
 
 from hardware_profiles import load_profile
 from hardware_profiles.model import ComputeModel, Penalties
-from hicache_ref import cost
+from hicache_ref.sim import cost
 
 SEED_A, SEED_B, SEED_BREAK_EVEN = 0.7791, 13.539e-6, 3000
 
@@ -87,7 +87,7 @@ def test_net_benefit_subtracts_transfer_and_penalties_and_names_assumptions():
 
 
 def test_replay_reports_net_benefit_with_assumed_inputs_when_the_profile_has_a_compute_model():
-    from hicache_ref.replay import replay
+    from hicache_ref.sim.replay import replay
     from hicache_ref.spec import CacheSpec
 
     fig = replay(CacheSpec(profile="p800", l2_tokens=8192), _small_trace(), None)
@@ -104,20 +104,20 @@ def test_replay_reports_net_benefit_with_assumed_inputs_when_the_profile_has_a_c
 
 
 def _small_trace():
-    from hicache_ref.trace import TraceRequest
+    from hicache_ref.sim.trace import TraceRequest
 
     return [TraceRequest(timestamp=i, input_length=4096, output_length=1, hash_ids=tuple(range(64)))
             for i in range(3)]
 
 
 def _result(n, l1, l2, l3=0):
-    from hicache_ref.cache import RequestResult
+    from hicache_ref.core.cache import RequestResult
 
     return RequestResult(n, l1, l2, 0, n, False, 0, l3)
 
 
 def test_compute_saved_counts_only_what_l2_hits_save_beyond_an_l1_only_cache():
-    from hicache_ref.replay import _add_saved
+    from hicache_ref.sim.replay import _add_saved
 
     compute = ComputeModel(0.5, 1e-4)  # prefill(n) = 0.5 + 1e-4 n
     res = _result(4096, 1024, 2048)
@@ -132,9 +132,9 @@ def test_compute_saved_counts_only_what_l2_hits_save_beyond_an_l1_only_cache():
 
 
 def test_replay_net_benefit_counts_the_l2_hit_and_not_the_l1_hit():
-    from hicache_ref.replay import replay
+    from hicache_ref.sim.replay import replay
+    from hicache_ref.sim.trace import TraceRequest
     from hicache_ref.spec import CacheSpec
-    from hicache_ref.trace import TraceRequest
 
     a, b = tuple(range(8)), tuple(range(100, 108))  # two 4096-token documents (8 blocks of 512)
     reqs = [TraceRequest(timestamp=i, input_length=4096, output_length=1, hash_ids=h) for i, h in enumerate([a, a, b, a])]
@@ -165,7 +165,7 @@ def test_registered_penalty_is_held_at_the_nearest_measured_size_not_extrapolate
 
 
 def test_an_empty_replay_has_no_net_benefit_figure():
-    from hicache_ref.replay import replay, summary_lines
+    from hicache_ref.sim.replay import replay, summary_lines
     from hicache_ref.spec import CacheSpec
 
     for profile in ("p800", "emu"):
@@ -178,9 +178,9 @@ def test_an_empty_replay_has_no_net_benefit_figure():
 
 
 def test_a_served_replay_does_not_claim_the_profile_is_missing():
-    from hicache_ref.replay import summary_lines
+    from hicache_ref.sim.replay import summary_lines
+    from hicache_ref.sim.serving import replay_served
     from hicache_ref.spec import CacheSpec
-    from hicache_ref.workload.serving import replay_served
 
     fig = replay_served(CacheSpec(profile="p800", l2_tokens=8192), _small_trace(), 2)
     line = [x for x in summary_lines(fig) if x.startswith("net benefit")]

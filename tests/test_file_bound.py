@@ -16,12 +16,12 @@ import pytest
 import torch
 from mounts import mounted_tmpfs
 
-from conformance import reference
 from conformance.cli.main import main as cli_main
-from conformance.storage.cases import page_bits, poisoned_pool
+from conformance.suites import reference
+from conformance.suites.storage.cases import page_bits, poisoned_pool
 from hal.transfer.layouts import KVGeometry
-from hicache_ref.pools import HostPool
-from hicache_ref.replay import replay
+from hicache_ref.core.pools import HostPool
+from hicache_ref.sim.replay import replay
 from hicache_ref.spec import CacheSpec
 from hicache_ref.storage.file import FileStorage
 from hicache_ref.storage.registry import open_storage
@@ -129,7 +129,7 @@ def _obj_files(directory, names, size=240):
 def test_other_clients_objects_are_counted_at_the_next_rescan(tmp_path):
     # A rescan stats every object: it comes at every 64th write when the count is small, and once
     # the count passes 1,024 only every (count // 16) writes, checked at each 64th
-    from conformance.storage.cases import MLA, random_pool
+    from conformance.suites.storage.cases import MLA, random_pool
 
     obj = 192 + 48  # the small MLA page with its trailer
     pool = random_pool(MLA, "page_first", 3)  # 4 pages

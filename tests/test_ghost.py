@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from hicache_ref.allocator import PageAllocator
-from hicache_ref.ghost import GhostList
-from hicache_ref.hashing import hash64, page_hashes
-from hicache_ref.radix import RadixTree
+from hicache_ref.core.allocator import PageAllocator
+from hicache_ref.core.ghost import GhostList
+from hicache_ref.core.hashing import hash64, page_hashes
+from hicache_ref.core.radix import RadixTree
 
 
 def test_bound_drops_least_recently_added():

@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 import pytest
-
 from golden.capture import conform_targets, run_case
 from golden.cases import CASES, VOLATILE
 

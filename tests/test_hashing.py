@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from hicache_ref.hashing import hash64, hash_hex, page_hashes
+from hicache_ref.core.hashing import hash64, hash_hex, page_hashes
 
 
 def reference_chain(tokens, page_size):

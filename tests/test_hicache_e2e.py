@@ -8,12 +8,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance import reference as ref
+from conformance.suites import reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
-from hicache_ref.controller import TransferError
+from hicache_ref.core.controller import TransferError
+from hicache_ref.core.synthetic_kv import synthetic_kv
 from hicache_ref.spec import CacheSpec
-from hicache_ref.synthetic_kv import synthetic_kv
 
 PS = 16
 A = np.arange(0, 96, dtype=np.uint32)  # 6 pages

@@ -14,11 +14,11 @@ from conformance.cli.main import main
 from hal.backend import get_backend
 from hal.transfer.io_backend import direct_order, effective_host_layout
 from hardware_profiles.loader import load_profile
-from hicache_ref.controller import CacheController
-from hicache_ref.pools import DevicePool, HostPool
-from hicache_ref.replay import replay
+from hicache_ref.core.controller import CacheController
+from hicache_ref.core.pools import DevicePool, HostPool
+from hicache_ref.sim.replay import replay
+from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import TraceRequest
 
 PS = 2
 SPEC = CacheSpec(page_size=PS, attention="mha", layers=2, heads=1, kv_dim=4, dtype="fp16")

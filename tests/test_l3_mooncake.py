@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from hicache_ref.replay import replay
+from hicache_ref.sim.replay import replay
+from hicache_ref.sim.trace import read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import read_trace, request_tokens
 
 SMALL = dict(page_size=256, attention="mla", layers=1, kv_dim=4, dtype="bf16", materialize=True,
              write_policy="write_through", l1_tokens=140_000, l2_tokens=280_000)

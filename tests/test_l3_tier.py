@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from hicache_ref.hashing import page_hashes
+from hicache_ref.core.hashing import page_hashes
 from hicache_ref.l3 import attach_l3
 from hicache_ref.l3.policy import L3Link, Timeout
 from hicache_ref.spec import CacheSpec

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from hal.backend import get_backend
-from hicache_ref.controller import CacheController
-from hicache_ref.pools import DevicePool, HostPool
-from hicache_ref.replay import replay
+from hicache_ref.core.controller import CacheController
+from hicache_ref.core.pools import DevicePool, HostPool
+from hicache_ref.sim.replay import replay
+from hicache_ref.sim.serving import replay_served
+from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import TraceRequest
-from hicache_ref.workload.serving import replay_served
 
 SPEC = CacheSpec(page_size=2, attention="mha", layers=2, heads=1, kv_dim=4, dtype="fp16")
 GEOM = SPEC.geometry()
@@ -90,7 +90,7 @@ def test_a_step_with_two_adjacent_loads_gives_one_launch_per_layer_and_merged_se
 
 
 def test_served_materialized_replay_checks_every_held_load_at_step_end(monkeypatch):
-    from hicache_ref import synthetic_kv
+    from hicache_ref.core import synthetic_kv
 
     checked = []
     real = synthetic_kv.KVWriter.mismatches

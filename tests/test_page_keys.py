@@ -1,17 +1,17 @@
-"""Page spellings of the radix tree (hicache_ref.page_keys): "runs" gives the same tree as "tokens"."""
+"""Page spellings of the radix tree (hicache_ref.core.page_keys): "runs" gives the same tree as "tokens"."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hicache_ref.hashing import page_hashes
-from hicache_ref.page_keys import RunKeys, TokenKeys, make_page_keys
-from hicache_ref.radix import RadixTree
-from hicache_ref.replay import replay
+from hicache_ref.core.hashing import page_hashes
+from hicache_ref.core.page_keys import RunKeys, TokenKeys, make_page_keys
+from hicache_ref.core.radix import RadixTree
+from hicache_ref.sim.replay import replay
+from hicache_ref.sim.trace import TraceTokens, request_tokens, trace_tokens
+from hicache_ref.sim.trace_synth import synthesize
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import TraceTokens, request_tokens, trace_tokens
-from hicache_ref.workload.trace_synth import synthesize
 
 
 @pytest.mark.parametrize("ps", [1, 16, 64, 512])
@@ -103,7 +103,7 @@ def test_replay_freezes_only_what_it_found_and_restores_the_collector():
     own freeze or a disabled collector is left exactly as it was."""
     import gc
 
-    from hicache_ref.replay import frozen_heap
+    from hicache_ref.sim.replay import frozen_heap
 
     reqs = synthesize(20, 100, 600, 0.5, sessions=2, seed=1)
     spec = CacheSpec(page_size=16, l1_tokens=4096, l2_tokens=8192, layers=2, kv_dim=8)

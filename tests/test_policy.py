@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from hicache_ref.allocator import PageAllocator
-from hicache_ref.policy import make_policy
-from hicache_ref.radix import RadixTree
+from hicache_ref.core.allocator import PageAllocator
+from hicache_ref.core.policy import make_policy
+from hicache_ref.core.radix import RadixTree
 
 PS = 4
 

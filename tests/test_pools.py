@@ -6,8 +6,8 @@ import torch
 
 from hal.backend import get_backend
 from hal.transfer import layouts
-from hicache_ref.allocator import ORDERS, PageAllocator, pages_to_slots, slots_to_pages
-from hicache_ref.pools import DevicePool, HostPool
+from hicache_ref.core.allocator import ORDERS, PageAllocator, pages_to_slots, slots_to_pages
+from hicache_ref.core.pools import DevicePool, HostPool
 
 MHA = layouts.KVGeometry("mha", layers=3, heads=2, head_dim=4, dtype=torch.float16, page_size=4)
 MLA = layouts.KVGeometry("mla", layers=3, heads=1, head_dim=6, dtype=torch.bfloat16, page_size=4)

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from hicache_ref.allocator import PageAllocator
-from hicache_ref.hashing import page_hashes
-from hicache_ref.radix import MatchResult, RadixTree
+from hicache_ref.core.allocator import PageAllocator
+from hicache_ref.core.hashing import page_hashes
+from hicache_ref.core.radix import MatchResult, RadixTree
 
 PS = 2
 

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from hal.transfer import layouts
-from hicache_ref.ghost import GhostList
-from hicache_ref.policy import POLICIES
-from hicache_ref.pools import DevicePool, HostPool
-from hicache_ref.radix import RadixTree
+from hicache_ref.core.ghost import GhostList
+from hicache_ref.core.policy import POLICIES
+from hicache_ref.core.pools import DevicePool, HostPool
+from hicache_ref.core.radix import RadixTree
 from hicache_ref.spec import CacheSpec
 
 PS = 2

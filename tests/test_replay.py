@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from conformance.cli.main import main as cli_main
-from hicache_ref.replay import JSON_KEYS, replay
+from hicache_ref.sim.replay import JSON_KEYS, replay
+from hicache_ref.sim.trace import TraceRequest, find_trace, packaged_traces, read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import TraceRequest, find_trace, packaged_traces, read_trace, request_tokens
 
 SMALL = dict(layers=2, kv_dim=8)  # geometry only sets bytes; hit counts do not depend on it
 
@@ -295,7 +295,7 @@ def test_pyproject_package_data_covers_every_packaged_trace_file():
     root = Path(__file__).resolve().parent.parent
     globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["hicache_ref"]
     for name in PACKAGED:
-        assert any(fnmatch.fnmatch(f"traces/{name}", g) for g in globs), name
+        assert any(fnmatch.fnmatch(f"sim/traces/{name}", g) for g in globs), name
 
 
 def test_gzipped_user_traces_read_like_plain_ones_and_hicache_traces_overrides(monkeypatch, tmp_path):

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-import hicache_ref.direction_worker as direction_worker
+import hicache_ref.core.direction_worker as direction_worker
 from conformance.cli.main import main as cli_main
-from hicache_ref.replay import replay
+from hicache_ref.sim.replay import replay
+from hicache_ref.sim.trace import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import find_trace, read_trace
 
 WALL_KEYS = ("wall_seconds", "read_seconds", "tokens_per_second", "max_d2h_enqueue_seconds",
              "max_h2d_enqueue_seconds")
@@ -51,7 +51,7 @@ def test_two_default_replays_print_the_same_json_bit_for_bit(capsys):
 
 
 # Expected figures on fixed slices of the packaged traces, on the default (P800 seed) geometry
-# and profile, unmaterialized. Computed once by running this replay (hicache_ref.replay.replay on
+# and profile, unmaterialized. Computed once by running this replay (hicache_ref.sim.replay.replay on
 # the slice and spec below) at the commit that added this table; the integer figures and
 # hit_rate were checked equal to those of the code before it (merge 46cd1bf), whose modeled
 # seconds differed only in the last digit (a running float sum; now an exactly rounded sum).

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.replay import replay
+from hicache_ref.sim.replay import replay
+from hicache_ref.sim.serving import replay_served
+from hicache_ref.sim.trace_synth import synthesize, write_trace
 from hicache_ref.spec import CacheSpec
-from hicache_ref.workload.serving import replay_served
-from hicache_ref.workload.trace_synth import synthesize, write_trace
 
 KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_rate", "d2h_tokens", "h2d_tokens",
         "d2h_bytes", "h2d_bytes", "d2h_segments", "h2d_segments", "truncated_requests", "l2_unloaded_tokens")

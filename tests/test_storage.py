@@ -13,9 +13,9 @@ import pytest
 import torch
 import xxhash
 
-from conformance import reference
-from conformance.storage.cases import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
-from hicache_ref.hashing import page_hashes
+from conformance.suites import reference
+from conformance.suites.storage.cases import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
+from hicache_ref.core.hashing import page_hashes
 from hicache_ref.storage import base, pages
 from hicache_ref.storage.file import FileStorage, file_name
 from hicache_ref.storage.keys import StorageIdentity

@@ -115,7 +115,7 @@ def test_device_conform_leaves_the_storage_suite_out(tmp_path):
     p = argparse.ArgumentParser()
     add_arguments(p)
     cmd = pytest_command(p.parse_args(["-n", "0"]), None, tmp_path)
-    assert cmd[cmd.index("--ignore-glob") + 1] == "*/conformance/storage/*"
+    assert cmd[cmd.index("--ignore-glob") + 1] == "*/conformance/suites/storage/*"
 
 
 def test_subset_of_the_deciding_storage_suites_is_partial_and_out_holds_only_reports(tmp_path):

@@ -8,13 +8,13 @@ import random
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.replay import replay
+from hicache_ref.sim.plateau import find_plateau
+from hicache_ref.sim.replay import replay
+from hicache_ref.sim.stack_distance import stack_profile
+from hicache_ref.sim.sweep import NET_ONE_PASS, sweep
+from hicache_ref.sim.trace import TraceRequest
+from hicache_ref.sim.trace_synth import synthesize, write_trace
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import TraceRequest
-from hicache_ref.workload.plateau import find_plateau
-from hicache_ref.workload.stack_distance import stack_profile
-from hicache_ref.workload.sweep import NET_ONE_PASS, sweep
-from hicache_ref.workload.trace_synth import synthesize, write_trace
 
 TIERS = [100, 200, 300, 400, 500]
 
@@ -175,8 +175,8 @@ def test_synth_writes_gzip_where_the_name_says_gz(tmp_path):
     """A synthesized trace named .jsonl.gz is gzip, and reads back to the same requests."""
     import gzip
 
-    from hicache_ref.trace import read_trace
-    from hicache_ref.workload.trace_synth import write_trace
+    from hicache_ref.sim.trace import read_trace
+    from hicache_ref.sim.trace_synth import write_trace
 
     reqs = synthesize(20, 300, 3000, 0.5, sessions=3, seed=4)
     write_trace(tmp_path / "t.jsonl.gz", reqs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hicache_ref.allocator import PageAllocator
+from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.tp.digest import DecisionLog, RecordingAllocator, SpmdCheck, SpmdDivergence, signed
 from hicache_ref.tp.group import INT64_MAX
 from hicache_ref.tp.visibility import VisibilityGate

@@ -34,7 +34,7 @@ from conformance.cli import args as cli_args
 from conformance.cli.errors import CliError, clip
 from hal.transfer.layouts import check_layout
 from hal.transfer.seed import seed_geometry
-from hicache_ref.pools import HostPool
+from hicache_ref.core.pools import HostPool
 from hicache_ref.storage import integrity
 from hicache_ref.storage import pages as page_order
 from hicache_ref.storage.integrity import DIGESTS

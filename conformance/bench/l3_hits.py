@@ -6,7 +6,7 @@ a loopback cluster started here, hicache_ref.storage.mooncake_cluster, or not_me
 the reason where the wheel or its binaries are absent), and with unlimited L1 (the ceiling).
 L1 holds the longest request (whole pages) and L2 twice that, so every request fits and
 reuse beyond them can only come from L3. Figures per store: hit rate and its gain over no
-L3, net benefit (hicache_ref.cost: compute saved minus modeled transfer, L3 waits included,
+L3, net benefit (hicache_ref.sim.cost: compute saved minus modeled transfer, L3 waits included,
 minus penalties) and its gain, L3 hit tokens, bytes read and written, errors, wall seconds.
 
 The geometry is small (MLA, 1 layer x 4 latent, bf16: 8 bytes a token) because every page is
@@ -24,9 +24,9 @@ import time
 
 from conformance.bench.common import emit, machine
 from conformance.cli import args as cli_args
-from hicache_ref.replay import replay
+from hicache_ref.sim.replay import replay
+from hicache_ref.sim.trace import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import find_trace, read_trace
 
 HELP = "hit rate and net benefit gained from an L3 (file, Mooncake) at a small L1/L2 on a trace"
 STORES = ("file", "mooncake")

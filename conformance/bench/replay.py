@@ -1,9 +1,9 @@
 """`hicache bench replay`: wall time and tokens/s of a whole-trace replay, against SGLang's RadixCache.
 
-Ours: `hicache_ref.replay.replay` over the whole trace (default: the packaged conversation
+Ours: `hicache_ref.sim.replay.replay` over the whole trace (default: the packaged conversation
 trace, 12,031 requests, 145M input tokens, page 64, unlimited capacity, not materialized),
 timed end to end: page keys, tree, pools, controller threads, drain. The replay spells each
-trace page by its first token id (hicache_ref.page_keys "runs": the same tree), so it never
+trace page by its first token id (hicache_ref.core.page_keys "runs": the same tree), so it never
 builds the token arrays the peer is handed; "tree only" is our tree on the peer's token arrays.
 
 Peer: SGLang's own RadixCache (`RadixCache.create_simulated(page_size=...)`) doing the same
@@ -16,7 +16,7 @@ tokens; they must agree, which cross-checks the two trees.
 
 Runs alternate (ours, tree only, peer, ours, ...) so background load hits all alike, each
 after a full garbage collection and with the objects made before it frozen out of collection
-while it runs (`hicache_ref.replay.frozen_heap`, which the replay applies to itself): all three
+while it runs (`hicache_ref.sim.replay.frozen_heap`, which the replay applies to itself): all three
 under the same garbage-collection setting; medians.
 """
 
@@ -35,9 +35,9 @@ from pathlib import Path
 
 from conformance.bench.common import emit, machine
 from conformance.cli import args as cli_args
-from hicache_ref.replay import frozen_heap, replay
+from hicache_ref.sim.replay import frozen_heap, replay
+from hicache_ref.sim.trace import find_trace, read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import find_trace, read_trace, request_tokens
 
 HELP = "whole-trace replay (no materialization): wall time and tokens/s, vs SGLang's RadixCache if given"
 # Packages RadixCache's import chain pulls in but never runs on the match/insert path.
@@ -188,7 +188,7 @@ def run_tree_only(requests, page_size: int) -> dict:
     """Our RadixTree alone, timed exactly like the peer: match_prefix + insert, nothing else."""
     import numpy as np
 
-    from hicache_ref.radix import RadixTree
+    from hicache_ref.core.radix import RadixTree
 
     tree = RadixTree(page_size, policy="write_back")
     timed, hits = 0.0, 0

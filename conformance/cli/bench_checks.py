@@ -66,7 +66,7 @@ def check_memory(a) -> None:
 
 
 def check_replay(a) -> None:
-    from hicache_ref.trace import find_trace, read_trace
+    from hicache_ref.sim.trace import find_trace, read_trace
 
     trace = a.trace or find_trace("conversation_trace.jsonl")
     if trace is None:

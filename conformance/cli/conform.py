@@ -1,6 +1,6 @@
 """`hicache conform`: the conformance suites against one backend and profile, through pytest.
 
-Runs `pytest --pyargs conformance` (the installed package: no source checkout needed) in a
+Runs `pytest --pyargs conformance.suites` (the installed package: no source checkout needed) in a
 child process, writes OUT/junit.xml and OUT/summary.json, and prints a per-module table; then
 OUT/report.json and OUT/report.html (conformance.report.document: every target's verdict from
 the rows the suite left in OUT/targets, assumptions, environment, plots) and the summary's
@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and xdist is installed), a number, or 0 for one process")
     p.add_argument("--backend-module", action="append", default=[],
                    help="import this module first: it registers an out-of-tree backend (repeatable)")
-    # --- L3 storage conformance (conformance/storage/): one block, see conformance.cli.conform_storage ---
+    # --- L3 storage conformance (conformance/suites/storage/): one block, see conformance.cli.conform_storage ---
     p.add_argument("--storage", default=None, metavar="SPEC",
                    help="run the storage suite against an L3 backend instead of the device suites: file:DIR, "
                         "memory:, mooncake:METADATA_URL,MASTER_ADDR, mooncake:auto (starts a loopback cluster) "
@@ -104,13 +104,13 @@ def default_out(backend: str, profile: str | None) -> Path:
 def pytest_command(a, profile: str | None, out: Path, work: Path | None = None) -> list[str]:
     """The child's command line; `work`: the private folder holding its empty ini (default OUT)."""
     ini = (work or out) / "pytest.ini"
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "conformance.plugin",
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suites", "-p", "conformance.plugin",
            "-p", "conformance.report.selection",  # counts what -k / -m deselect (the PARTIAL verdict)
            # An empty ini of our own: the caller's pytest config (addopts, testpaths) stays out.
            "-c", str(ini), "--rootdir", str(out), "-p", "no:cacheprovider",
            "-p", "no:benchmark",  # pytest-benchmark, where installed, only warns under xdist
            "--backend", a.backend, "--junitxml", str(out / "junit.xml"), "-q", "--tb=short",
-           "--ignore-glob", "*/conformance/storage/*"]  # the storage suite runs under --storage only
+           "--ignore-glob", "*/conformance/suites/storage/*"]  # the storage suite runs under --storage only
     if profile:
         cmd += ["--profile", profile]
     for mod in a.backend_module:
@@ -172,7 +172,7 @@ def run(a) -> int:
         if not ok:
             print(f"hicache conform: backend {a.backend!r} is not available here: {why}\n"
                   f"  every test that needs it is skipped with that reason; the verdict will be NOT RUN", flush=True)
-        from conformance.test_targets import RESULTS_ENV
+        from conformance.suites.test_targets import RESULTS_ENV
 
         counts = work / "selection.json"
         env = {**os.environ, RESULTS_ENV: str(work / TARGET_ROWS), selection.SELECTION_ENV: str(counts)}

@@ -1,4 +1,4 @@
-"""`hicache conform --storage SPEC`: the storage suite (conformance/storage/) against an L3 backend.
+"""`hicache conform --storage SPEC`: the storage suite (conformance/suites/storage/) against an L3 backend.
 
 The same machinery as the device suites (conformance.cli.conform): the output folder's lock and
 work folder, the pytest child, the selection counts behind the PARTIAL verdict; its own deciding
@@ -53,7 +53,7 @@ STORAGE_DECIDING = ("test_round_trip", "test_exists", "test_integrity")
 def run_storage(a) -> int:
     from conformance.report import selection
     from conformance.report import summary as report
-    from conformance.storage.cases import SPEC_ENV
+    from conformance.suites.storage.cases import SPEC_ENV
 
     workers_args(a.workers)
     for mod in a.backend_module:  # an out-of-tree storage backend registers itself at import
@@ -72,7 +72,7 @@ def run_storage(a) -> int:
         if why:
             print(f"hicache conform: storage {a.storage!r} is not available here: {why}\n"
                   f"  every test is skipped with that reason; the verdict will be NOT RUN", flush=True)
-        cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.storage", "-p", "conformance.plugin",
+        cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suites.storage", "-p", "conformance.plugin",
                "-p", "conformance.report.selection", "-c", str(work / "pytest.ini"), "--rootdir", str(out),
                "-p", "no:cacheprovider", "-p", "no:benchmark", "--junitxml", str(out / "junit.xml"), "-q", "--tb=short"]
         cmd += [arg for mod in a.backend_module for arg in ("--backend-module", mod)]

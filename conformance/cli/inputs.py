@@ -39,7 +39,7 @@ def readable_file(option: str, path: str | os.PathLike) -> Path:
 def text_file(option: str, path: str | os.PathLike, what: str = "JSONL text") -> Path:
     """readable_file, and its first bytes are UTF-8 text, not a compressed or binary file.
 
-    A name ending in .gz is read through gzip (as hicache_ref.trace reads it): its
+    A name ending in .gz is read through gzip (as hicache_ref.sim.trace reads it): its
     decompressed head must be text."""
     p = readable_file(option, path)
     with p.open("rb") as f:

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 def _show_user_warnings() -> None:
     """Inside warnings.catch_warnings: library warnings meant for users (a trace's
     TraceOrderWarning) print as the one line `hicache: warning: ...`; others as before."""
-    from hicache_ref.trace import TraceOrderWarning
+    from hicache_ref.sim.trace import TraceOrderWarning
 
     shown = warnings.showwarning
 

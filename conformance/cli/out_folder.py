@@ -19,7 +19,7 @@ from conformance.cli.errors import CliError, clip, clip_path
 LOCK_NAME = ".hicache-conform.lock"
 # in this order: the verdicts go first
 RESULTS = ("summary.json", "report.json", "report.html", "junit.xml")
-TARGET_ROWS = "targets"  # WORK/targets/<target>.json: the rows conformance/test_targets.py writes
+TARGET_ROWS = "targets"  # WORK/targets/<target>.json: the rows conformance/suites/test_targets.py writes
 WORK_NAME = ".hicache-conform-work"  # OUT/WORK: the child's ini, target rows and selection counts
 # What earlier versions left in OUT besides RESULTS (deleted when OUT is reused), and the
 # temporary files of an atomic write cut short: all of them mark a previous conform report.

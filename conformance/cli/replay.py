@@ -16,14 +16,14 @@ from hal.transfer.io_backend import IO_BACKENDS
 from hal.transfer.layouts import DTYPES, HOST_LAYOUTS
 from hal.units import HELP as UNITS
 from hal.units import parse_size
-from hicache_ref.allocator import ORDERS
+from hicache_ref.core.allocator import ORDERS
+from hicache_ref.core.policy import POLICIES
 from hicache_ref.l3 import PREFETCH_POLICIES
-from hicache_ref.policy import POLICIES
-from hicache_ref.replay import replay, summary_lines
+from hicache_ref.sim.replay import replay, summary_lines
+from hicache_ref.sim.trace import find_trace
 from hicache_ref.spec import CacheSpec
 from hicache_ref.storage.registry import split_spec, storage_class
 from hicache_ref.tp.replay_tp import tp_replay, tp_spec, tp_summary_line
-from hicache_ref.trace import find_trace
 
 DEFAULTS = CacheSpec()  # the seed geometry and the spec's policies
 HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, L2 host) and report hits and transfers"
@@ -42,7 +42,7 @@ def add_arguments(p) -> None:
     p.add_argument("--ghost-entries", type=types.size(),
                    help=f"with --ghost: ghost list bound ({UNITS} ; default: L1 pages, at least 1024)")
     p.add_argument("--free-list", choices=ORDERS,
-                   help="device (L1) free-list order (hicache_ref.allocator; default: the --semantics preset's, "
+                   help="device (L1) free-list order (hicache_ref.core.allocator; default: the --semantics preset's, "
                    "fifo for reference, upstream_l1 for upstream)")
     p.add_argument("--limit", type=types.count(0), help="replay only the first N requests")
     p.add_argument("--materialize", action="store_true", help="real KV pools and bytes; every hit checked bit for bit")
@@ -203,8 +203,8 @@ def run(a) -> int:
                         raise CliError("--l3", str(e).removeprefix("l3: ")) from None
                     raise
             else:
-                from hicache_ref.trace import read_trace
-                from hicache_ref.workload.serving import replay_served
+                from hicache_ref.sim.serving import replay_served
+                from hicache_ref.sim.trace import read_trace
 
                 # arrival times only mean something in time order: --timestamps refuses a line going back
                 fig = replay_served(spec, read_trace(trace, a.limit, ordered=a.timestamps), a.concurrency,

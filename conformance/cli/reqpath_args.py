@@ -15,10 +15,10 @@ from conformance.cli.errors import CliError, clip
 from hal.transfer.layouts import KVGeometry, parse_dtype
 from hal.units import parse_size
 from hicache_ref import sizing
-from hicache_ref.policy import HIT_COUNTS
-from hicache_ref.radix import BACKUP_SCOPES
+from hicache_ref.core.policy import HIT_COUNTS
+from hicache_ref.core.radix import BACKUP_SCOPES
+from hicache_ref.core.tiers import EVICT_SIZES
 from hicache_ref.semantics import SEMANTICS, SWITCHES, preset
-from hicache_ref.tiers import EVICT_SIZES
 
 
 def _tokens(text: str) -> int:

@@ -12,11 +12,11 @@ from conformance.cli.outputs import emit_result
 from conformance.cli.progress import bar
 from conformance.cli.replay import check_capacity
 from hal.units import HELP as UNITS
-from hicache_ref.policy import POLICIES
+from hicache_ref.core.policy import POLICIES
+from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
+from hicache_ref.sim.sweep import METHODS, sweep
+from hicache_ref.sim.trace import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
-from hicache_ref.trace import find_trace, read_trace
-from hicache_ref.workload.plateau import DEFAULT_PLATEAU_GAIN
-from hicache_ref.workload.sweep import METHODS, sweep
 
 PLATEAU_GAIN = types.unit_interval("a hit-rate gain")  # --plateau-gain here and in ablate
 HELP = "sweep L2 capacity over a trace: hit rate and transfers per tier, and where the gain plateaus"

@@ -11,9 +11,9 @@ from conformance.cli.errors import CliError, clip_path
 from conformance.cli.inputs import text_file
 from hal.units import HELP as UNITS
 from hal.units import parse_size
-from hicache_ref.trace import read_trace
-from hicache_ref.workload.trace_stats import prefix_reuse_tokens, trace_stats
-from hicache_ref.workload.trace_synth import synthesize, write_trace
+from hicache_ref.sim.trace import read_trace
+from hicache_ref.sim.trace_stats import prefix_reuse_tokens, trace_stats
+from hicache_ref.sim.trace_synth import synthesize, write_trace
 
 HELP = "trace statistics (reuse rate, reuse distances) and synthetic Mooncake traces"
 REUSE_TOLERANCE = 0.02  # synth warns when the trace it wrote misses --reuse by more

@@ -15,7 +15,7 @@ from conformance.report.cases import read_cases
 from conformance.report.schema import SCHEMA_ID
 from conformance.report.targets import collect, counts
 
-TARGETS_DIR = "targets"  # OUT/targets/<target>.json, written by conformance/test_targets.py
+TARGETS_DIR = "targets"  # OUT/targets/<target>.json, written by conformance/suites/test_targets.py
 
 
 def build(summary, out: Path, profile, backend=None, backend_reason: str | None = None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hicache_ref import cost
+from hicache_ref.sim import cost
 
 SWEEP_BYTES = (1 << 20, 4 << 20, 16 << 20, 64 << 20)
 SWEEP_REPEAT = 5

@@ -69,7 +69,7 @@ def _images(report: dict) -> str:
     parts = []
     for title, png, note, missing in (
         ("All-hit fit and break-even", plots.allhit(f.get("allhit")),
-         "modeled points from the profile's compute model, fitted by least squares (hicache_ref.cost)",
+         "modeled points from the profile's compute model, fitted by least squares (hicache_ref.sim.cost)",
          f"profile {env.get('profile')} has no all-hit compute model (compute.allhit_fixed_s, allhit_per_token_s)"),
         ("Bandwidth vs size, per direction", plots.bandwidth(f.get("bandwidth")),
          f"measured on backend {env['backend']} in this run (median of 5; one segment per transfer), with a plain "

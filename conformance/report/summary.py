@@ -122,7 +122,7 @@ class Summary:
 
 
 def module_of(classname: str) -> str:
-    """'conformance.test_targets' or 'conformance.test_x.TestY' -> 'test_targets' / 'test_x'."""
+    """'conformance.suites.test_targets' or 'conformance.test_x.TestY' -> 'test_targets' / 'test_x'."""
     parts = classname.split(".")
     for part in parts:
         if part.startswith("test_"):

@@ -1,6 +1,6 @@
 """The `targets` of report.json: one row per target of the profile, whatever happened to its test.
 
-Rows come from the files conformance/test_targets.py writes (one per target). A target whose
+Rows come from the files conformance/suites/test_targets.py writes (one per target). A target whose
 test did not write one (skipped with the backend, deselected with -k, interrupted) gets a
 `not_measured` row saying why, so the report always lists every target of the profile.
 """

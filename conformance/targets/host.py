@@ -14,9 +14,9 @@ from hal.memory import host as memory
 from hal.memory import numa, vm
 from hal.topology.binding import plan_binding
 from hal.transfer.seed import seed_geometry
-from hicache_ref import ghost
-from hicache_ref.controller import CacheController
-from hicache_ref.pools import DevicePool, HostPool
+from hicache_ref.core import ghost
+from hicache_ref.core.controller import CacheController
+from hicache_ref.core.pools import DevicePool, HostPool
 
 POOL_TOKENS = 512  # 8 pages of the seed geometry: 46 MB, 22 huge pages
 HUGE_PAGE, SMALL_PAGE = 2 << 20, 4096
@@ -34,7 +34,7 @@ def host_pool_page_bytes(ctx, target) -> Outcome:
     page = HUGE_PAGE if coverage >= memory.WELL_COVERED else SMALL_PAGE
     details = {"pool_bytes": report["mapped_bytes"], "thp_coverage": coverage, "thp_mode": vm.thp_mode(),
                "registered_bytes": report["registered_bytes"], "warnings": report["warnings"]}
-    why = (f"{coverage:.1%} of a {report['mapped_bytes'] >> 20} MiB host KV pool (hicache_ref.pools.HostPool, "
+    why = (f"{coverage:.1%} of a {report['mapped_bytes'] >> 20} MiB host KV pool (hicache_ref.core.pools.HostPool, "
            f"registered with {ctx.backend.name}) is on 2 MiB pages (smaps)")
     return Outcome(page, "measured", why + ("" if page == HUGE_PAGE else "; " + "; ".join(report["warnings"])),
                    details=details)

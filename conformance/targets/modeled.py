@@ -1,5 +1,5 @@
 """Measurers of the targets only a model can give here: the all-hit fit T(n) = a + b*n, the
-break-even prompt length, and the registered-size slowdown (hicache_ref.cost over the profile).
+break-even prompt length, and the registered-size slowdown (hicache_ref.sim.cost over the profile).
 
 An all-hit request time needs a model server on the accelerator; the harness has none, so these
 are `modeled`, with every profile key they read named, and `not_measured` when the profile
@@ -9,7 +9,7 @@ lacks the model.
 from __future__ import annotations
 
 from conformance.targets.verdict import Outcome, model_inputs, not_measured
-from hicache_ref import cost
+from hicache_ref.sim import cost
 
 ALLHIT_KEYS = ("compute.allhit_fixed_s", "compute.allhit_per_token_s")
 PREFILL_KEYS = ("compute.prefill_fixed_s", "compute.prefill_per_token_s")

@@ -5,15 +5,15 @@ where a match ends inside it), so the fetched pages continue the matched path as
 child of its last node, holding host pages and no device pages. From there the normal
 path takes them to L1: the request's load_back copies them H2D like any L2 hit, and a
 later request finds them in L2. The tree's occupancy counters and eviction heaps are
-kept as its own insert keeps them (hicache_ref.tiers.TierMoves.note).
+kept as its own insert keeps them (hicache_ref.core.tiers.TierMoves.note).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from hicache_ref.hashing import chain_hashes
-from hicache_ref.node import Node, PageMatch, node_hashes
+from hicache_ref.core.hashing import chain_hashes
+from hicache_ref.core.node import Node, PageMatch, node_hashes
 
 
 def missing_hashes(tree, data: bytes, match: PageMatch, full_pages: int) -> list[bytes]:

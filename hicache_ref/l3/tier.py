@@ -42,12 +42,12 @@ import time
 
 import numpy as np
 
+from hicache_ref.core.node import lock_path, node_hashes, unlock_path
 from hicache_ref.l3.guard import FaultGuard
 from hicache_ref.l3.host_nodes import insert_host_pages, missing_hashes
 from hicache_ref.l3.policy import L3Link, PrefetchPolicy, make_prefetch_policy
 from hicache_ref.l3.staging import StagedPages
 from hicache_ref.l3.worker import L3Worker
-from hicache_ref.node import lock_path, node_hashes, unlock_path
 
 DEFAULT_THRESHOLD_TOKENS = 256  # upstream's prefetch_threshold default
 DEFAULT_DEADLINE_S = 5.0

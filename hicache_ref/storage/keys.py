@@ -1,6 +1,6 @@
 """Storage keys: the page hash chain plus a short identity tag of what the bytes mean.
 
-A key is `<tag>_<page hash hex>`: the hex is `hicache_ref.hashing.hash_hex` of the page's
+A key is `<tag>_<page hash hex>`: the hex is `hicache_ref.core.hashing.hash_hex` of the page's
 chained SHA-256 (byte-identical to upstream's storage hash strings), the tag names the KV
 geometry (attention kind, layers, heads, head/kv dim, dtype, page size) and, when given, a
 model name and a shard (e.g. the TP rank of an MHA slice), so two geometries or models never
@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from hal.transfer.layouts import KVGeometry
-from hicache_ref.hashing import hash_hex
+from hicache_ref.core.hashing import hash_hex
 
 _DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8"}
 _SHARD_RE = re.compile(r"^[A-Za-z0-9.-]{1,32}$")
@@ -59,5 +59,5 @@ class StorageIdentity:
         return f"{self.tag}_{hash_hex(bytes(page_hash))}"
 
     def keys(self, page_hashes) -> list[str]:
-        """Keys of a run of pages, in order (e.g. `hicache_ref.hashing.page_hashes(tokens, ps)`)."""
+        """Keys of a run of pages, in order (e.g. `hicache_ref.core.hashing.page_hashes(tokens, ps)`)."""
         return [self.key(h) for h in page_hashes]

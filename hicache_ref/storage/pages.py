@@ -43,7 +43,7 @@ def check_pool(pool, name: str = "host_pool") -> None:
     """ValueError naming `name` unless `pool` is a host pool holding real, contiguous memory."""
     for attr in ("geom", "layout", "num_tokens", "buffers"):
         if not hasattr(pool, attr):
-            raise ValueError(f"{name}: expected a hicache_ref.pools.HostPool, got {type(pool).__name__}")
+            raise ValueError(f"{name}: expected a hicache_ref.core.pools.HostPool, got {type(pool).__name__}")
     if pool.buffers is None:
         raise ValueError(f"{name}: the pool holds no KV memory (materialize it)")
     for buf in pool.buffers:

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from hicache_ref.allocator import pages_to_slots, slots_to_pages
+from hicache_ref.core.allocator import pages_to_slots, slots_to_pages
 from hicache_ref.tp.group import Group
 
 DECISION_CHARS = 200  # a decision is shown up to this length in an error

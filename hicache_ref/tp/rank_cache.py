@@ -5,7 +5,7 @@ pool (L2) is the TP-shared buffer or this rank's own (hicache_ref.tp.shared_pool
 pools' allocators log their decisions (hicache_ref.tp.digest.RecordingAllocator). With a
 shared pool only rank 0 issues D2H (its copy is the group's copy: the latent KV is the same on
 every rank), while every rank issues H2D with the same indices, each through the
-hicache_ref.tp.visibility gate. The request path is hicache_ref.cache.HiCache's, spelled out
+hicache_ref.tp.visibility gate. The request path is hicache_ref.core.cache.HiCache's, spelled out
 per op so that completions happen at points every rank agrees on: a backup's lock is released
 at the start of the next op (rank 0 first waits for its D2H, which reads those device pages),
 a load's at the end of its op. That makes the allocation decisions a function of the op list
@@ -26,12 +26,12 @@ import numpy as np
 import torch
 
 from hal.transfer import layouts
-from hicache_ref.allocator import pages_to_slots
-from hicache_ref.controller import CacheController
-from hicache_ref.node import NO_PAGES
-from hicache_ref.pools import DevicePool, HostPool
-from hicache_ref.radix import RadixTree
-from hicache_ref.synthetic_kv import KVWriter, synthetic_kv
+from hicache_ref.core.allocator import pages_to_slots
+from hicache_ref.core.controller import CacheController
+from hicache_ref.core.node import NO_PAGES
+from hicache_ref.core.pools import DevicePool, HostPool
+from hicache_ref.core.radix import RadixTree
+from hicache_ref.core.synthetic_kv import KVWriter, synthetic_kv
 from hicache_ref.tp.digest import DecisionLog, RecordingAllocator
 from hicache_ref.tp.visibility import VisibilityGate
 from hicache_ref.tp.workload import Op, WorkloadConfig

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hicache_ref.replay import replay
+from hicache_ref.sim.replay import replay
 from hicache_ref.spec import CacheSpec
 
 
@@ -30,7 +30,7 @@ def tp_spec(spec: CacheSpec, tp: int, shared_host: bool) -> CacheSpec:
 
 
 def tp_replay(spec: CacheSpec, trace, limit: int | None, tp: int, shared_host: bool) -> dict:
-    """hicache_ref.replay.replay for one rank of a TP group of `tp` ranks, plus the group's figures."""
+    """hicache_ref.sim.replay.replay for one rank of a TP group of `tp` ranks, plus the group's figures."""
     run = tp_spec(spec, tp, shared_host)
     fig = replay(run, trace, limit)
     writers = 1 if shared_host else tp

@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hicache_ref.allocator import ORDERS
-from hicache_ref.policy import POLICIES
+from hicache_ref.core.allocator import ORDERS
+from hicache_ref.core.policy import POLICIES
 
 KINDS = ("insert", "match", "evict", "evict_host", "load_back", "backup")
 WEIGHTS = (0.40, 0.10, 0.10, 0.08, 0.17, 0.15)

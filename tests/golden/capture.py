@@ -12,7 +12,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run as a script: tests/ is where pytest finds `golden` too
 
 from golden.cases import CASES, CONFORM_DETERMINISTIC, CONFORM_TARGETS  # noqa: E402
-from hicache_ref.trace import find_trace  # noqa: E402
+
+from hicache_ref.sim.trace import find_trace  # noqa: E402
 
 
 def run_case(name: str) -> dict:

@@ -1,0 +1,222 @@
+"""HiCache: the request path of the reference cache, wiring tree + pools + controller.
+
+One `request(tokens)` does what a scheduler does for a prefill, serially:
+1. complete the transfers that landed (acks -> `tree.complete`), or with `sync` wait for
+   all of them first, so every decision sees the same tree state whatever the threads'
+   timing (required whenever capacity is finite: locks decide what can be evicted);
+2. match: the longest cached page-aligned prefix, in L1 or in L1 then L2;
+3. load back the L2 part (H2D through the controller; the tree picks device slots,
+   evicting L1 if it must);
+4. take L1 slots for the rest of the live request, partial last page included (the
+   capacity includes the live request), evicting least recently used L1 leaves;
+5. with materialized pools, check the hit KV bit for bit and write the request's own KV
+   (a deterministic function of token, position, part and layer), both through hal
+   (hicache_ref.core.synthetic_kv.KVWriter);
+6. insert every full page and queue the backups the write policy asks for (D2H). With
+   `pd_disagg` the request is inserted twice, as upstream's scheduler does: unfinished
+   (cache_unfinished_req, after its prefill, so others can match it) and then finished
+   (cache_finished_req); how the second insert counts hits is the policy's `hit_count`.
+
+A request that cannot fit in L1 even after evicting everything unlocked is cached up to
+what fits (`truncated`). A host-cached prefix that is not loaded (under
+`load_back_threshold` tokens, over `load_back_quota`, or no L1 room: all or nothing, as
+upstream) is recomputed and not counted as a hit (`l2_unloaded_tokens`). Write-backs from eviction
+(write_back policy) are queued before the device slots are freed; with real bytes the
+callback waits for them, as those slots are handed out right after.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from hicache_ref.core.allocator import pages_to_slots
+from hicache_ref.core.controller import CacheController
+from hicache_ref.core.pools import DevicePool, HostPool
+from hicache_ref.core.radix import RadixTree, TierCopy
+from hicache_ref.core.synthetic_kv import KVWriter
+from hicache_ref.sim.trace import TraceTokens
+
+
+class RequestResult(NamedTuple):
+    input_tokens: int
+    l1_hit_tokens: int
+    l2_hit_tokens: int  # host-cached prefix tokens loaded back for this request
+    l2_unloaded_tokens: int  # host-cached prefix tokens recomputed: no L1 room to load them
+    cached_tokens: int  # page-aligned tokens the tree holds for this request afterwards
+    truncated: bool  # the live request did not fit in L1
+    kv_mismatch_tokens: int  # hit tokens whose KV bytes were wrong (materialized only)
+    l3_hit_tokens: int = 0  # prefix tokens read from L3 (hicache_ref.l3) and loaded; not in l2_hit_tokens
+
+
+class HiCache:
+    """L1 of `l1_tokens` and L2 of `l2_tokens` (0: no L2) over one KV geometry on `backend`.
+
+    The KV is real (`materialize`: written, copied and checked) exactly when the backend
+    moves bytes; on one that does not (count) the pools are meta tensors and transfers are
+    priced on the modeled clock only.
+    """
+
+    def __init__(self, geom, l1_tokens: int, l2_tokens: int, backend, *, layout: str = "layer_first",
+                 policy="write_through_selective", ghost=None, order: str = "fifo", sync: bool = True,
+                 hit_count: str = "per_request", pd_disagg: bool = False, backup_scope: str = "node",
+                 evict_size: str = "shortfall", load_back_threshold: int = 0, load_back_quota: int | None = None,
+                 host_order: str | None = None, io_backend: str | None = None, page_keys: str = "tokens"):
+        if not isinstance(pd_disagg, bool):
+            raise ValueError(f"pd_disagg: expected True or False, got {pd_disagg!r}")
+        for name, v in (("load_back_threshold", load_back_threshold), ("load_back_quota", load_back_quota)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ValueError(f"{name}: expected a non-negative number of tokens, got {v!r}")
+        self.geom, self.page_size = geom, geom.page_size
+        self.pd_disagg = pd_disagg
+        self.load_back_threshold, self.load_back_quota = load_back_threshold or 0, load_back_quota
+        self.backend, self.sync = backend, sync
+        self.materialize = backend.capabilities().moves_bytes
+        self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=True, order=order)
+        self.host = HostPool(geom, l2_tokens, layout, backend=backend, materialize=True,
+                             order=order if host_order is None else host_order,
+                             io_backend=io_backend) if l2_tokens else None
+        self.tree = RadixTree(geom.page_size, policy=policy, ghost=ghost, device=self.device, host=self.host,
+                              on_write_back=self._on_write_back, hit_count=hit_count, backup_scope=backup_scope,
+                              evict_size=evict_size, page_keys=page_keys)
+        self.controller = CacheController(self.device, self.host, backend) if self.host is not None else None
+        self.kv = KVWriter(self.device, backend) if self.materialize else None
+        self.l3 = None  # an hicache_ref.l3.L3Tier, attached by hicache_ref.l3.attach_l3
+        self._closed = False
+
+    # -- completions ----------------------------------------------------------------------
+    def _complete(self, acks) -> None:
+        for ack in acks:
+            t = ack.tag
+            if isinstance(t, TierCopy) and t.lock_node is not None and not t.done:
+                self.tree.complete(t)
+                if self.l3 is not None and t.kind == "backup":
+                    self.l3.backed_up(t)  # its L2 copy is written to L3 on the L3 write thread
+
+    def _on_write_back(self, copies: list[TierCopy]) -> None:
+        # One write per copy (the tree guarantees write-backs of one evict() own disjoint
+        # host slots), submitted in the tree's order on the FIFO D2H stream.
+        handles = [self.controller.write_pages(t.device_pages, t.host_pages, tag=("write_back", t.num_tokens),
+                                               owned=True)
+                   for t in copies]
+        if self.materialize:  # the tree frees these device slots when we return
+            for h in handles:
+                h.wait()
+        if self.l3 is not None:  # landed in L2 (L3 needs materialized pools): copied out for L3
+            self.l3.written_back(copies)
+
+    def _back_up(self, backups) -> None:
+        for b in backups:
+            self.controller.write_pages(b.device_pages, b.host_pages, tag=b, owned=True)
+
+    def settle(self) -> None:
+        """Wait for every queued transfer and apply its completion to the tree."""
+        if self.controller is not None:
+            self._complete(self.controller.flush())
+
+    # -- the request path -------------------------------------------------------------------
+    def request(self, tokens, request_id=None, in_step: bool = False) -> RequestResult:
+        """One prefill (module docstring). `in_step`: one of a scheduling step's prefills
+        (hicache_ref.sim.serving): the step applies completions once at its start and
+        checks materialized hit KV at its end, so neither happens here and this request's
+        load can be held for the step's merged submission (kv_mismatch_tokens is 0 here)."""
+        if self._closed:
+            raise RuntimeError("HiCache: closed")
+        if not isinstance(tokens, TraceTokens):  # those stay hash ids unless bytes are touched
+            tokens = np.asarray(tokens)
+        ps, n = self.page_size, len(tokens)
+        full = n // ps * ps
+        if self.l3 is not None:  # before this request's backups are handed to it (see hicache_ref.l3.tier)
+            self.l3.settle(wait=self.sync)
+        if self.controller is not None and not in_step:
+            self._complete(self.controller.flush() if self.sync else self.controller.poll())
+        tree = self.tree
+        # Pages throughout (the tree's and the controller's page-level calls): token slots
+        # are made only where bytes are touched here (materialized KV).
+        m = tree.match_pages(tokens)
+        l3 = 0  # pages L3 added to the match, as host-resident nodes
+        if self.l3 is not None:
+            m, l3 = self.l3.prefetch(tokens, m)
+        tree.lock(m.last_device_node)  # our L1 prefix must survive the evictions below
+        locked = [m.last_device_node]
+        l1, host_len = len(m.device_pages) * ps, len(m.host_pages) * ps
+        l2, unloaded, loaded, load = 0, 0, m.device_pages[:0], None
+        try:
+            if host_len:
+                t = tree.load_back(m, self.load_back_threshold, self.load_back_quota)
+                if t is None:
+                    unloaded = host_len
+                else:
+                    l2, loaded = host_len, t.device_pages
+                    load = self.controller.load_pages(t.host_pages, t.device_pages, tag=t, owned=True)
+                    if l3:
+                        self.l3.hit(l3)
+            l3 = l3 * ps if l2 else 0
+            prefix = l1 + l2
+            need_pages = -(-n // ps) - prefix // ps
+            # Upstream's paged allocation evicts for the extend tokens plus one page per request.
+            new_pages = tree.take_pages(tree.device, need_pages, tree.evict, partial=True, evict_tokens=n - prefix + ps)
+            truncated = len(new_pages) < need_pages
+            mismatch = 0
+            if self.materialize:
+                if not in_step:
+                    if load is not None:
+                        load.wait_all()
+                    hit = pages_to_slots(np.concatenate([m.device_pages, loaded]), ps)
+                    mismatch = self.kv.mismatches(np.asarray(tokens[:prefix]), hit)
+                new = pages_to_slots(new_pages, ps)
+                self.kv.write(np.asarray(tokens[prefix: prefix + len(new)]), prefix, new)
+            cached_len = min(full, prefix + len(new_pages) * ps)
+            cached = prefix
+            kept = (cached_len - prefix) // ps
+            if cached_len > 0:
+                pages = np.concatenate([m.device_pages, loaded, new_pages[:kept]])
+                # pd_disagg: one id ties the two inserts together (per_request counts them once).
+                rid = request_id if request_id is not None or not self.pd_disagg else object()
+                res = tree.insert_pages(tokens[:cached_len], pages, request_id=rid, finished=not self.pd_disagg,
+                                        owned=True)
+                if res.prefix_len != prefix:  # only concurrent inserts could do this; replay is serial
+                    raise RuntimeError(f"tree: insert found {res.prefix_len} cached tokens, match said {prefix}")
+                cached = cached_len
+                self._back_up(res.backups)
+                if self.pd_disagg:  # the tree now owns `pages` for the whole prefix: nothing is adopted
+                    self._back_up(tree.insert_pages(tokens[:cached_len], pages, request_id=rid, owned=True).backups)
+            if len(new_pages) > kept:  # the live partial page (or pages beyond what was cached)
+                self.device.allocator.free_pages(new_pages[kept:])
+        finally:
+            for node in locked:
+                tree.unlock(node)
+        return RequestResult(n, l1, l2 - l3, unloaded, cached, truncated, mismatch, l3)
+
+    # -- teardown ----------------------------------------------------------------------------
+    def close(self, timeout: float = 30.0) -> None:
+        """Drain the controller (completions applied to the tree), then release the pools.
+
+        A controller thread still running at the deadline (TimeoutError, re-raised) may yet
+        copy into the pools, so they are left open then: their finalizers release them once
+        nothing, that thread included, refers to them.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        stuck = False
+        try:
+            if self.controller is not None:
+                self._complete(self.controller.shutdown(timeout=timeout, drain=True))
+            if self.l3 is not None and not self.l3.close(timeout):
+                stuck = True  # an L3 thread is still in a store call that may touch the host pool
+        except TimeoutError:
+            stuck = True
+            raise
+        finally:
+            if not stuck:
+                self.device.close()
+                if self.host is not None:
+                    self.host.close()
+
+    def __enter__(self) -> HiCache:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,87 @@
+"""How the radix tree spells a page of tokens as bytes: its keys, compared with memcmp.
+
+Two spellings, one per tree (`RadixTree(page_keys=...)`), giving the same tree: two pages
+have equal keys exactly when they hold the same token ids, so every match, split, insert
+and eviction decision is the same whichever is used.
+- "tokens": the page's token ids as uint32 little-endian bytes (4 x page_size bytes), the
+  hashing byte order. Any token ids.
+- "runs": only the page's first token id (4 bytes), for token streams whose every page is
+  a run of consecutive ids, as trace requests are (hash id h -> h*512 + [0, 512),
+  hicache_ref.sim.trace.TraceTokens) when page_size divides 512. A page_size times shorter key
+  makes matching and key slicing that much cheaper, and a trace request is spelled from
+  its hash ids without building its token array. Token arrays that are not such runs are
+  refused (ValueError), never silently aliased.
+
+Page hashes (storage keys, the ghost list) are always over the token ids: `token_bytes`
+turns a key back into them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hicache_ref.core.hashing import token_bytes
+
+PAGE_KEYS = ("tokens", "runs")
+
+
+class TokenKeys:
+    """A page spelled by all its token ids."""
+
+    name = "tokens"
+
+    def __init__(self, page_size: int):
+        self.page_size = page_size
+        self.page_bytes = 4 * page_size  # key bytes per page
+        self.hash_page_bytes = 4 * page_size  # token bytes per page, as hashed
+
+    def encode(self, tokens) -> bytes:
+        """Keys of the whole pages of `tokens` (any 1-D sequence of token ids)."""
+        data = token_bytes(tokens)
+        return data[: len(data) // self.page_bytes * self.page_bytes]
+
+    def token_bytes(self, key: bytes) -> bytes:
+        """The token ids (uint32 LE bytes) of the pages spelled by `key`."""
+        return key
+
+
+class RunKeys:
+    """A page spelled by its first token id; every page must be a run of consecutive ids."""
+
+    name = "runs"
+
+    def __init__(self, page_size: int):
+        self.page_size = page_size
+        self.page_bytes = 4
+        self.hash_page_bytes = 4 * page_size
+        self._offsets = np.arange(page_size, dtype=np.uint32)
+
+    def encode(self, tokens) -> bytes:
+        """Keys of the whole pages of `tokens`: a hicache_ref.sim.trace.TraceTokens (spelled from its
+        hash ids), or token ids whose every whole page is a run (checked)."""
+        ps = self.page_size
+        spelled = getattr(tokens, "run_keys", None)  # TraceTokens: from its hash ids
+        keys = spelled(ps) if spelled is not None else None
+        if keys is not None:
+            return keys
+        arr = np.frombuffer(token_bytes(tokens), dtype="<u4")  # checks the ids as the hash order does
+        grid = arr[: len(arr) // ps * ps].reshape(-1, ps)
+        first = grid[:, 0]
+        bad = np.flatnonzero((grid != first[:, None] + self._offsets).any(axis=1))
+        if len(bad):
+            raise ValueError(f"tokens: page {int(bad[0])} is not a run of consecutive token ids; a tree with "
+                             "page_keys='runs' spells a page by its first id (use page_keys='tokens')")
+        return first.tobytes()
+
+    def token_bytes(self, key: bytes) -> bytes:
+        first = np.frombuffer(key, dtype="<u4")
+        return (first[:, None] + self._offsets).astype("<u4").tobytes()
+
+
+def make_page_keys(name: str, page_size: int) -> TokenKeys | RunKeys:
+    """The spelling called `name` (PAGE_KEYS) for pages of `page_size` tokens."""
+    if name == "tokens":
+        return TokenKeys(page_size)
+    if name == "runs":
+        return RunKeys(page_size)
+    raise ValueError(f"page_keys: {name!r} is not one of {', '.join(PAGE_KEYS)}")

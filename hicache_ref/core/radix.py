@@ -1,0 +1,400 @@
+"""Radix tree of the reference HiCache: which prefix KV lives in L1 (device) and/or L2 (host).
+
+It decides, as SGLang's HiRadixCache does, and never moves bytes: a decision that needs a
+copy comes back as a `TierCopy` (device slots <-> host slots) for the caller
+(hicache_ref.core.controller) to perform through hal.transfer.kvcacheio.
+- insert -> InsertResult.backups (D2H, the write policy's choice): host slots already
+  allocated, nodes locked in L1; call `complete(t)` once the copy has landed.
+- evict -> write-backs (write_back policy, D2H): passed to `on_write_back(copies)`,
+  which must finish or order the copies, before the device slots are freed.
+- load_back -> one H2D TierCopy: device slots allocated (evicting L1 if needed), chain
+  locked; the nodes count as in L1 at once, so call `complete(t)` before reading them.
+
+Keys are whole pages per node, spelled as `page_keys` says (hicache_ref.core.page_keys): the
+token ids as uint32 little-endian bytes (the hashing byte order), or for trace requests
+only each page's first id; children are keyed by their first page's key and prefixes
+compared with bytes.startswith (memcmp): no per-token Python work. Indices are kept per page (page p =
+slots [p*ps, (p+1)*ps)) and expanded only in results (a TierCopy's slots on first use);
+`match_pages` / `insert_pages` are match_prefix / insert in page numbers, for a caller
+that works in pages (hicache_ref.core.cache) and so never expands them. Page hashes are
+computed lazily, for the ghost list and `node_hashes` (storage keys). Given allocators (`device`, `host`:
+PageAllocator or pool), the tree allocates and frees slots itself; without `host` there
+is no L2, without `device` freed slots are only reported and load_back is unavailable.
+
+Invariants: every non-root node is in L1, L2 or both; a node in L1 has its parent in L1,
+so a match is a device part then a host-only part; locked nodes are evicted from neither
+tier. Eviction is LRU over leaves (policy.LeafHeap, O(log n) per node). Time is a logical
+clock (an op counter by default) and LRU ties break by node creation number, so every
+rank decides alike. Not thread-safe: one scheduler thread calls it (as upstream).
+
+This module holds the tree (match, insert, split, lock, hashes); the tier moves (backup,
+evict, evict_host, write-back, load_back, complete) and the tiers' counters and eviction
+order are hicache_ref.core.tiers.TierMoves, which the tree owns (`tree.tiers`) and delegates
+to; nodes and results are hicache_ref.core.node.
+
+Differences from upstream HiRadixCache (each a switch; hicache_ref/README.md has the table
+and the switch that selects upstream's behaviour):
+- Hit counting (`hit_count`, hicache_ref.core.policy): per_request by default, upstream's
+  per_insert on request.
+- Backups on insert (`backup_scope`, BACKUP_SCOPES): "node" by default, as upstream's
+  write_backup: a node whose hit count reaches the threshold is backed up only if its
+  parent is (or is the root), else skipped until a later insert finds the parent backed
+  up, so L2 always holds whole prefixes. "path" (the seed's): back up the node's
+  ancestors without a host copy along with it.
+- Eviction size when a tier is short (`evict_size`, hicache_ref.core.tiers): upstream evicts
+  the whole allocation; the reference can evict only the shortfall.
+- load_back's minimum and memory quota are the caller's (`min_tokens`, `quota`);
+  upstream's are 10 tokens and the scheduler's (today: none).
+- Locked nodes are protected from host eviction too (upstream has a separate host ref).
+- A write-back that cannot get host slots drops the node and its host-only subtree (the
+  subtree's write-backs queued by the same eviction are then not copied); upstream
+  asserts there.
+- Optional ghost list (off by default): pages evicted from L1 are remembered by hash; on
+  insert the longest request prefix ending in a remembered page past what the write
+  policy backs up is backed up too, ancestors included (it only adds to the policy's choice).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+
+from hicache_ref.core.allocator import has_duplicates, pages_to_slots, slots_to_pages
+from hicache_ref.core.hashing import hash64
+from hicache_ref.core.node import (
+    NO_PAGES,
+    EvictHostResult,
+    EvictResult,
+    InsertResult,
+    MatchResult,
+    Node,
+    PageMatch,
+    TierCopy,
+    iter_subtree,
+    lock_path,
+    node_hashes,
+    unlock_path,
+)
+from hicache_ref.core.page_keys import make_page_keys
+from hicache_ref.core.policy import WritePolicy, make_policy
+from hicache_ref.core.tiers import TierMoves
+
+BACKUP_SCOPES = ("node", "path")  # upstream's write_backup, the seed's (see the module docstring)
+
+__all__ = ["EvictHostResult", "EvictResult", "InsertResult", "MatchResult", "Node", "PageMatch", "RadixTree",
+           "TierCopy"]
+
+
+def _common_pages(a: bytes, off: int, b: bytes, page_bytes: int) -> int:
+    """Whole pages equal between a[off:] and b (called only where a mismatch is known)."""
+    n = min(len(a) - off, len(b))
+    x = np.frombuffer(a, dtype=np.uint8, count=n, offset=off)
+    y = np.frombuffer(b, dtype=np.uint8, count=n)
+    diff = np.flatnonzero(x != y)
+    return (int(diff[0]) if len(diff) else n) // page_bytes
+
+
+def _check_request_id(request_id) -> None:
+    try:
+        hash(request_id)  # the policy keys its per-request memory by it, after the walk splits
+    except TypeError:
+        raise ValueError(f"request_id: must be hashable, got {type(request_id).__name__}") from None
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected True or False, got {value!r}")
+
+
+def _allocator(x):
+    return getattr(x, "allocator", x)
+
+
+class RadixTree:
+    def __init__(self, page_size: int, policy: str | WritePolicy = "write_through_selective", ghost=None,
+                 clock: Callable[[], int] | None = None, device=None, host=None,
+                 on_write_back: Callable[[list[TierCopy]], None] | None = None, hit_count: str = "per_request",
+                 backup_scope: str = "node", evict_size: str = "shortfall", page_keys: str = "tokens"):
+        if not isinstance(page_size, int) or page_size <= 0:
+            raise ValueError(f"page_size: must be a positive integer, got {page_size!r}")
+        if backup_scope not in BACKUP_SCOPES:
+            raise ValueError(f"backup_scope: {backup_scope!r} is not one of {', '.join(BACKUP_SCOPES)}")
+        self.page_size, self.backup_scope = page_size, backup_scope
+        self.keys = make_page_keys(page_keys, page_size)
+        self.page_bytes = self.keys.page_bytes  # key bytes per page
+        self.policy = make_policy(policy, hit_count=hit_count)  # hit_count: for a policy given by name
+        self.ghost = ghost
+        self.device = _allocator(device) if device is not None else None
+        self.host = _allocator(host) if host is not None else None
+        for name, a in (("device", self.device), ("host", self.host)):
+            if a is not None and a.page_size != page_size:
+                raise ValueError(f"{name}: allocator page_size {a.page_size} != tree page_size {page_size}")
+        self._ops = itertools.count(1)
+        self.clock = clock or (lambda: next(self._ops))
+        self._ids = itertools.count(1)
+        self.root = Node(0, None, b"", NO_PAGES, NO_PAGES)
+        self.root.hashes = []
+        self.tiers = TierMoves(self.root, page_size, self.policy, ghost, self.device, self.host, on_write_back,
+                               evict_size, self.keys)
+
+    # -- occupancy and the tier moves (hicache_ref.core.tiers) ------------------------------
+    @property
+    def device_pages(self) -> int:
+        """Pages the tree holds in L1."""
+        return self.tiers.device_pages
+
+    @property
+    def host_pages(self) -> int:
+        """Pages the tree holds in L2."""
+        return self.tiers.host_pages
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes in the tree, the root excluded."""
+        return self.tiers.num_nodes
+
+    def take_pages(self, allocator, need: int, evict: Callable, partial: bool = False,
+                   evict_tokens: int | None = None) -> np.ndarray | None:
+        """`need` pages from a tier's allocator, evicting that tier once if short (TierMoves.take_pages)."""
+        return self.tiers.take_pages(allocator, need, evict, partial, evict_tokens)
+
+    def evict(self, n_tokens: int, on_write_back: Callable[[list[TierCopy]], None] | None = None) -> EvictResult:
+        """Free at least `n_tokens` of L1, LRU leaves first (TierMoves.evict)."""
+        return self.tiers.evict(n_tokens, on_write_back)
+
+    def evict_host(self, n_tokens: int) -> EvictHostResult:
+        """Free at least `n_tokens` of L2 from host-only leaves (TierMoves.evict_host)."""
+        return self.tiers.evict_host(n_tokens)
+
+    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0,
+                  quota: int | None = None) -> TierCopy | None:
+        """Give the host-only chain ending at `target` device slots again, all or nothing (TierMoves.load_back)."""
+        return self.tiers.load_back(target, min_tokens, quota)
+
+    def complete(self, copy: TierCopy) -> None:
+        """The caller's copy for a backup or load has landed: release its lock (TierMoves.complete)."""
+        self.tiers.complete(copy)
+
+    # -- match -------------------------------------------------------------------
+    def _tokens(self, tokens) -> tuple[bytes, int]:
+        """The keys of the whole pages of `tokens`, and their length in bytes."""
+        data = self.keys.encode(tokens)
+        return data, len(data)
+
+    def _walk(self, data: bytes, n: int, now: int):
+        """Follow data[:n] down the tree, splitting where the match ends inside a node."""
+        P, node, off, path = self.page_bytes, self.root, 0, []
+        self.root.last_access = now
+        while off < n:
+            child = node.children.get(data[off : off + P])
+            if child is None:
+                break
+            k = len(child.key)
+            if off + k <= n and data.startswith(child.key, off):
+                m = k
+            else:
+                m = min(_common_pages(data, off, child.key, P) * P, n - off)
+            child.last_access = now
+            if m < k:
+                child = self._split(child, m // P)
+            path.append(child)
+            node, off = child, off + m
+        return path, off
+
+    def match_prefix(self, tokens) -> MatchResult:
+        """Longest cached page-aligned prefix: its device part, then its host-only tail."""
+        m, ps = self.match_pages(tokens), self.page_size
+        return MatchResult(len(m.device_pages) * ps, len(m.host_pages) * ps, m.last_device_node, m.last_host_node,
+                           pages_to_slots(m.device_pages, ps), pages_to_slots(m.host_pages, ps))
+
+    def match_pages(self, tokens) -> PageMatch:
+        """match_prefix in page numbers, for a caller that works in pages (HiCache)."""
+        data, n = self._tokens(tokens)
+        path, _ = self._walk(data, n, self.clock())
+        dev = [x.dev for x in path if x.dev is not None]
+        host = [x.host for x in path[len(dev) :]]
+        last_dev = path[len(dev) - 1] if dev else self.root
+        cat = lambda parts: np.concatenate(parts) if parts else NO_PAGES  # noqa: E731
+        self.tiers.note(last_dev)  # touched: the only path nodes that can be leaves
+        if path:
+            self.tiers.note(path[-1])
+        return PageMatch(cat(dev), cat(host), last_dev, path[-1] if path else self.root)
+
+    def _split(self, node: Node, k: int) -> Node:
+        """Cut `node` after k pages; the new upper node takes its place and is returned."""
+        cut = k * self.page_bytes
+        upper = Node(next(self._ids), node.parent, node.key[:cut],
+                     None if node.dev is None else node.dev[:k], None if node.host is None else node.host[:k])
+        upper.lock_ref, upper.hit_count, upper.last_access = node.lock_ref, node.hit_count, node.last_access
+        self.tiers.num_nodes += 1
+        if node.hashes is not None:
+            upper.hashes, node.hashes = node.hashes[:k], node.hashes[k:]
+        if node.dev is not None:
+            node.dev = node.dev[k:]
+        if node.host is not None:
+            node.host = node.host[k:]
+        node.parent.children[node.key[: self.page_bytes]] = upper
+        node.key = node.key[cut:]
+        node.parent = upper
+        upper.children[node.key[: self.page_bytes]] = node
+        self.tiers.note(node)  # touched by the walk that split it, and off that walk's path
+        return upper
+
+    # -- insert ------------------------------------------------------------------
+    def insert(self, tokens, device_indices, request_id=None, finished: bool = True,
+               chunked: bool = False) -> InsertResult:
+        """Cache the page-aligned prefix of `tokens` whose KV sits at `device_indices`.
+
+        device_indices: token slots for (at least) the page-aligned prefix of tokens. The tree
+        adopts those past `prefix_len`; the caller still owns (and frees) the ones before.
+        Bad input (too few slots, not whole pages, a page given twice, pages not allocated,
+        an unhashable request_id) raises ValueError before the tree changes. `finished`: the
+        request's last insert (cache_finished_req); `chunked`: one chunk of a chunked prefill,
+        which upstream's hit counting skips (policy: per_insert).
+        """
+        _check_request_id(request_id)
+        _check_flag("chunked", chunked)
+        data, n = self._tokens(tokens)
+        idx = np.asarray(device_indices if device_indices is not None else NO_PAGES)
+        full = n // self.page_bytes * self.page_size
+        if len(idx) < full:
+            raise ValueError(f"device_indices: {len(idx)} slots for {full} page-aligned tokens")
+        pages = slots_to_pages(idx[:full], self.page_size, "device_indices")
+        self._check_pages_in(pages, "device_indices")
+        return self._insert(data, n, pages, request_id, finished, chunked)
+
+    def insert_pages(self, tokens, device_pages, request_id=None, finished: bool = True,
+                     chunked: bool = False, owned: bool = False) -> InsertResult:
+        """insert with the KV's device pages (one per whole page of tokens, at least) instead
+        of its slots, for a caller that works in pages (HiCache); the same checks, per page.
+        `owned`: the pages are this tree's matched pages and pages just taken from its device
+        allocator (HiCache's request path), so they are distinct and allocated by
+        construction and those two checks are skipped."""
+        _check_request_id(request_id)
+        _check_flag("chunked", chunked)
+        data, n = self._tokens(tokens)
+        pages = np.asarray(device_pages if device_pages is not None else NO_PAGES)
+        if pages.ndim != 1 or (pages.size and not np.issubdtype(pages.dtype, np.integer)):
+            raise ValueError(f"device_pages: expected a 1-D integer array, got shape {pages.shape} dtype {pages.dtype}")
+        if len(pages) < n // self.page_bytes:
+            raise ValueError(f"device_pages: {len(pages)} pages for {n // self.page_bytes} whole pages of tokens")
+        pages = pages[: n // self.page_bytes].astype(np.int64, copy=False)
+        if not owned:
+            self._check_pages_in(pages, "device_pages")
+        return self._insert(data, n, pages, request_id, finished, chunked)
+
+    def _check_pages_in(self, pages: np.ndarray, name: str) -> None:
+        if has_duplicates(pages):
+            raise ValueError(f"{name}: the same page given twice (two nodes would own it)")
+        if self.device is not None and not self.device.pages_allocated(pages):
+            raise ValueError(f"{name}: pages that are not allocated in the device pool")
+
+    def _insert(self, data: bytes, n: int, pages_in: np.ndarray, request_id, finished: bool,
+                chunked: bool = False) -> InsertResult:
+        """insert, its input checked: data[:n] the page-aligned token bytes, pages_in their pages."""
+        P = self.page_bytes
+        now = self.clock()
+        path, off = self._walk(data, n, now)
+        counting = self.policy.counts_insert(chunked)
+        # A request counts each node once (per_request); per_insert skips nothing.
+        skip = self.policy.counted_pages(request_id) if counting else n // P
+        prefix_pages = adopted = page = 0
+        for node in path:
+            end = page + len(node.key) // P
+            if node.dev is not None:
+                prefix_pages = end
+                if end > skip:
+                    node.hit_count += 1
+            else:  # host-only: take the request's recomputed KV instead of loading it
+                node.dev = pages_in[page:end].copy()
+                self.tiers.device_pages += end - page
+                adopted += end - page
+            page = end
+        new = None
+        if off < n:
+            parent = path[-1] if path else self.root
+            new = Node(next(self._ids), parent, data[off:n], pages_in[off // P :].copy())
+            new.hit_count, new.last_access = int(counting), now
+            parent.children[data[off : off + P]] = new
+            self.tiers.device_pages += len(new.dev)
+            self.tiers.num_nodes += 1
+            path.append(new)
+        last = path[-1] if path else self.root
+        self.tiers.note(last)  # the whole path is in L1 now: only its end can be a leaf
+        self.policy.record(request_id, n // P, finished)
+        # Upstream backs up only from inc_hit_count: an insert that counts no hit queues none.
+        backups = self._backups_after_insert(path) if counting else []
+        new_nodes = [] if new is None else [new] if new.parent is parent else [new.parent, new]  # ghost may split it
+        ps = self.page_size
+        return InsertResult(prefix_pages * ps, adopted * ps, (n - off) // P, new_nodes, backups, last)
+
+    def _backups_after_insert(self, path: list[Node]) -> list[TierCopy]:
+        """One TierCopy for the nodes of `path` (root-first) the policy and ghost list back up:
+        upstream submits a write per node and its controller merges those of one batch."""
+        if self.host is None or not path:
+            return []
+        picked, deepest = set(), -1
+        if self.backup_scope == "path":  # the seed's: the deepest node due, with its ancestors
+            for i, node in enumerate(path):
+                if node.host is None and self.policy.should_back_up(node.hit_count):
+                    deepest = i
+            picked = {x.id for x in path[: deepest + 1] if x.host is None}
+        else:  # upstream's write_backup: a node due whose parent is backed up (or the root)
+            parent_backed = True
+            for i, node in enumerate(path):
+                if node.host is None:
+                    if not (parent_backed and self.policy.should_back_up(node.hit_count)):
+                        parent_backed = False
+                        continue
+                    picked.add(node.id)
+                    deepest = i
+                parent_backed = True
+        if self.ghost is not None and deepest < len(path) - 1:
+            proven = self._ghost_proven(path, deepest + 1)  # may split path[proven]
+            picked.update(x.id for x in path[: proven + 1] if x.host is None)
+        todo = [x for x in path if x.id in picked]
+        t = self.tiers.back_up(todo) if todo else None
+        return [t] if t else []
+
+    def _ghost_proven(self, path: list[Node], start: int) -> int:
+        """Index in `path` of the node ending the longest prefix proven reused by the ghost list,
+        looking only at path[start:] (what the write policy did not already choose), or -1.
+
+        Scans pages backward; the first remembered page ends the proven prefix. The node
+        holding it is split there (path[i] becomes the upper part) so that exactly the
+        proven pages get backed up. The ghost list only adds to the policy's backup: a
+        remembered page inside it is not looked at, so the policy's nodes stay whole.
+        """
+        for i in range(len(path) - 1, start - 1, -1):
+            hashes = node_hashes(path[i], self.keys)
+            for j in range(len(hashes) - 1, -1, -1):
+                if self.ghost.hit(hash64(hashes[j])):
+                    if j + 1 < len(hashes):
+                        path[i] = self._split(path[i], j + 1)
+                    return i
+        return -1
+
+    # -- lock and hashes ----------------------------------------------------------------
+    def lock(self, node: Node) -> None:
+        """Protect `node` and its ancestors from eviction on both tiers until unlock(node)."""
+        lock_path(self.root, node)
+
+    def unlock(self, node: Node) -> None:
+        """Undo one lock(node); ValueError if it is not locked."""
+        unlock_path(self.root, node)
+
+    def node_hashes(self, node: Node) -> list[bytes]:
+        """Chained SHA-256 of each page of `node` (computed on first use, with its ancestors')."""
+        return node_hashes(node, self.keys)
+
+    def iter_nodes(self):
+        """All nodes except the root, parents before children, in creation order per level."""
+        return iter_subtree(self.root)
+
+    def forget_request(self, request_id) -> None:
+        """Drop the hit-counting memory of a request that will never send its finished insert
+        (aborted): else it stays in the policy, and a later request reusing the id would not
+        count the pages this one already counted."""
+        self.policy.forget(request_id)

@@ -1,0 +1,242 @@
+"""Trace replay: Mooncake requests, in trace order, through the reference HiCache; hit and transfer figures.
+
+Each request is matched, its L2 part loaded back, and all its full pages inserted (see
+hicache_ref.core.cache). Capacities are token counts (rounded down to whole pages) that include
+the live request; None means unlimited, i.e. sized to the whole trace so nothing is ever
+evicted. Without `materialize` no KV memory exists: indices, plans, byte and segment
+counts and the modeled clock all run, bytes do not. With it, pools of the given geometry
+hold real bytes and every hit is checked bit for bit (`kv_mismatch_tokens`).
+
+Completions are applied before each request whenever eviction is possible (finite
+capacity, or real bytes), so the figures do not depend on thread timing; with unlimited
+capacity nothing is evicted, locks decide nothing, and completions are applied as they
+arrive, which keeps the scheduler thread from waiting on the transfer threads.
+
+What to replay on (geometry, capacities, policies, layout, profile, backend) is a
+hicache_ref.spec.CacheSpec; its default geometry is the P800 seed configuration.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from contextlib import contextmanager
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+from hal.transfer.direction import POOL_DIRECTIONS
+from hicache_ref.core.cache import HiCache
+from hicache_ref.sim import cost
+from hicache_ref.sim.trace import BLOCK_TOKENS, TraceRequest, read_trace, trace_tokens
+from hicache_ref.spec import CacheSpec
+
+JSON_KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_rate", "d2h_tokens", "h2d_tokens",
+             "d2h_bytes", "h2d_bytes", "d2h_segments", "h2d_segments", "modeled_transfer_seconds", "wall_seconds",
+             "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written")
+
+
+def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest], limit: int | None = None) -> dict:
+    """Replay the first `limit` requests of `trace` (a JSONL path, a packaged trace from
+    find_trace, or a list of read requests; all when None)
+    on the cache `spec` describes, and return the figures (JSON_KEYS and more)."""
+    if not isinstance(spec, CacheSpec):
+        raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit: expected a non-negative integer, got {limit!r}")
+    ps = spec.page_size
+    t_read = time.perf_counter()
+    requests = list(trace)[:limit] if isinstance(trace, (list, tuple)) else read_trace(trace, limit)
+    read_seconds = time.perf_counter() - t_read
+    whole = sum(-(-r.input_length // ps) * ps for r in requests)
+    l1, l2 = spec.capacities(whole)  # checked before a backend or pool exists
+    backend, own_backend = spec.open_backend()
+    totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
+                  truncated_requests=0, kv_mismatch_tokens=0, l3_hit_tokens=0)
+    compute = getattr(getattr(backend, "profile", None), "compute", None)
+    saved = 0.0 if compute is not None else None
+    prefix_saved = saved  # what every hit saves over no cache (saved: what the L2 hits save over L1 alone)
+    baseline = 0.0 if compute is not None else None  # prefill seconds of every request without a cache
+    t0 = time.perf_counter()
+    with frozen_heap():  # a full collection would walk every object made before the replay
+        try:
+            # Trace pages are runs of consecutive ids: spelled by their first id, the tree is the
+            # same and a request's token array is never built (hicache_ref.core.page_keys).
+            cache = spec.build(backend, whole, page_keys="runs" if BLOCK_TOKENS % ps == 0 else "tokens")
+            try:
+                for tokens in trace_tokens(requests, ps):
+                    res = cache.request(tokens)
+                    totals["requests"] += 1
+                    totals["input_tokens"] += res.input_tokens
+                    totals["l1_hit_tokens"] += res.l1_hit_tokens
+                    totals["l2_hit_tokens"] += res.l2_hit_tokens
+                    totals["l2_unloaded_tokens"] += res.l2_unloaded_tokens
+                    totals["truncated_requests"] += res.truncated
+                    totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
+                    totals["l3_hit_tokens"] += res.l3_hit_tokens
+                    if saved is not None:
+                        saved = _add_saved(saved, compute, res)
+                    if prefix_saved is not None:
+                        prefix_saved = _add_saved(prefix_saved, compute, res, over_l1=False)
+                    if baseline is not None:
+                        full = compute.prefill_seconds(res.input_tokens)
+                        baseline = None if full is None else baseline + full
+            finally:
+                cache.close()
+        finally:
+            if own_backend:
+                backend.close()
+    wall = time.perf_counter() - t0
+    fig = _figures(totals, cache, wall, read_seconds, saved, cache.tree.ghost, dict(
+        page_size=ps, l1_tokens=l1, l2_tokens=l2, l1_unlimited=spec.l1_tokens is None,
+        l2_unlimited=spec.l2_tokens is None, write_policy=spec.write_policy,
+        host_layout=spec.host_layout, materialize=spec.materialize, pd_disagg=spec.pd_disagg,
+        **spec.semantics_config(),
+        effective_host_layout=spec.effective_host_layout,
+        profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
+    fig.update(_l3_figures(cache, spec))
+    registered = cache.host.nbytes if cache.host is not None else 0
+    fig["prefix_cache_compute_saved_seconds"] = prefix_saved
+    transfer = fig["modeled_transfer_seconds"]
+    if transfer is not None and cache.l3 is not None:  # requests also waited for L3 reads
+        transfer += fig["l3_modeled_stall_seconds"]
+    fig.update(cost.replay_figures(getattr(backend, "profile", None), saved, transfer, baseline, registered,
+                                   requests=totals["requests"]))
+    return fig
+
+
+@contextmanager
+def frozen_heap():
+    """Objects that exist before a replay (torch's modules, the trace) are left out of garbage
+    collection while it runs (gc.freeze), as SGLang's scheduler does once started: on the
+    conversation trace a single full collection walked them for 0.15 s, a fifth of the replay.
+    Objects the replay makes are collected as usual. Does nothing when the caller has frozen
+    objects itself or turned collection off, so their setting is never undone."""
+    if not gc.isenabled() or gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _l3_figures(cache: HiCache, spec: CacheSpec) -> dict:
+    """L3 figures (hicache_ref.l3.tier): zeros without an L3; the tier's detail with one."""
+    if cache.l3 is None:
+        return dict(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0)
+    return dict(l3=spec.l3, **cache.l3.figures())
+
+
+def _add_saved(saved: float | None, compute, res, over_l1: bool = True) -> float | None:
+    """Modeled prefill seconds the request's hits save, added to `saved`; None once the profile
+    cannot say. over_l1 (HiCache's gain, what net benefit counts): what its L2 and L3 hits save
+    beyond an L1-only cache, prefill(n - l1_hit) - prefill(n - l1_hit - l2_hit - l3_hit), taking
+    L1's contents with and without the lower tiers as equal (hicache_ref.sim.cost). Else every hit:
+    prefill(n) - prefill(n - hit)."""
+    if saved is None:
+        return None
+    lower = res.l2_hit_tokens + res.l3_hit_tokens
+    before = res.input_tokens - res.l1_hit_tokens if over_l1 else res.input_tokens
+    hit = lower if over_l1 else res.l1_hit_tokens + lower
+    if not hit:
+        return saved
+    full, rest = compute.prefill_seconds(before), compute.prefill_seconds(before - hit)
+    return None if full is None or rest is None else saved + full - rest
+
+
+def _figures(t: dict, cache: HiCache, wall: float, read_seconds: float, saved, ghost_list, config: dict) -> dict:
+    out = dict(t)
+    hits = t["l1_hit_tokens"] + t["l2_hit_tokens"] + t.get("l3_hit_tokens", 0)
+    out["hit_rate"] = hits / t["input_tokens"] if t["input_tokens"] else 0.0
+    ctl = cache.controller.stats() if cache.controller is not None else None
+    for d in POOL_DIRECTIONS:
+        s = getattr(ctl, d) if ctl is not None else None
+        out[f"{d}_tokens"] = s.tokens if s else 0
+        out[f"{d}_bytes"] = s.bytes if s else 0
+        out[f"{d}_segments"] = s.segments if s else 0
+        out[f"{d}_transfers"] = s.transfers if s else 0
+        out[f"{d}_launches"] = s.launches if s else 0
+        out[f"modeled_{d}_seconds"] = s.modeled_seconds if s else 0.0
+        out[f"max_{d}_enqueue_seconds"] = s.max_enqueue_seconds if s else 0.0
+    out["modeled_transfer_seconds"] = ctl.modeled_seconds if ctl is not None else 0.0
+    out["modeled_prefill_seconds_saved"] = saved
+    out["wall_seconds"] = wall
+    out["read_seconds"] = read_seconds
+    out["tokens_per_second"] = t["input_tokens"] / wall if wall > 0 else None
+    if ghost_list is not None:
+        out["ghost"] = ghost_list.report()
+    out.update(config)
+    return out
+
+
+def summary_lines(fig: dict) -> list[str]:
+    """A human summary of `replay`'s figures."""
+    gib = 2**30
+    m = fig.get("modeled_transfer_seconds")
+    cap = lambda k: "unlimited" if fig.get(f"{k}_unlimited") else f"{fig[f'{k}_tokens']:,}"  # noqa: E731
+    return [
+        f"requests {fig['requests']:,}, input tokens {fig['input_tokens']:,} (page {fig['page_size']}, "
+        f"L1 {cap('l1')}, L2 {cap('l2')}, {fig['write_policy']}, {fig['host_layout']}, free list {fig['free_list']})",
+        f"hit rate {fig['hit_rate']:.4f}: L1 {fig['l1_hit_tokens']:,} + L2 {fig['l2_hit_tokens']:,}"
+        + (f" + L3 {fig['l3_hit_tokens']:,}" if fig.get("l3") else "") + " tokens"
+        + (f" ({fig['l2_unloaded_tokens']:,} L2 tokens recomputed: no L1 room)" if fig["l2_unloaded_tokens"] else ""),
+        f"D2H {fig['d2h_tokens']:,} tokens, {fig['d2h_bytes'] / gib:.2f} GiB, {fig['d2h_segments']:,} segments; "
+        f"H2D {fig['h2d_tokens']:,} tokens, {fig['h2d_bytes'] / gib:.2f} GiB, {fig['h2d_segments']:,} segments",
+        f"modeled transfer time {'not modeled by this profile' if m is None else f'{m:.3f} s'} "
+        f"(profile {fig['profile']}); wall {fig['wall_seconds']:.2f} s, "
+        f"{(fig['tokens_per_second'] or 0) / 1e6:.1f} M tokens/s",
+    ] + _served_lines(fig) + _l3_lines(fig) + _net_benefit_lines(fig) \
+        + ([f"KV mismatches: {fig['kv_mismatch_tokens']:,} tokens"] if fig["materialize"] else []) + _semantics_lines(fig)
+
+
+def _served_lines(fig: dict) -> list[str]:
+    """What a served replay (hicache_ref.sim.serving, --concurrency) scheduled."""
+    if "concurrency" not in fig:
+        return []
+    release = "prefill releases each request after its transfer (--pd)" if fig.get("pd") else \
+        f"each request holds its KV through its decode steps ({fig['step_seconds'] * 1e3:g} ms a step)"
+    arrivals = "at the trace's arrival times" if fig.get("timestamps") else "as fast as slots free up"
+    return [f"served: up to {fig['concurrency']:,} requests in flight (at most {fig['max_in_flight']:,} were), "
+            f"admitted {arrivals}, {fig['steps']:,} scheduling steps; {release}"]
+
+
+def _l3_lines(fig: dict) -> list[str]:
+    if not fig.get("l3"):
+        return []
+    mib = 2**20
+    return [f"L3 {fig['l3_storage']} ({fig['l3_prefetch_policy']}): {fig['l3_hit_tokens']:,} hit tokens, read "
+            f"{fig['l3_bytes_read'] / mib:.1f} MiB, written {fig['l3_bytes_written'] / mib:.1f} MiB, "
+            f"{fig['l3_errors']} errors, {fig['l3_corrupt_pages']} corrupt pages; modeled stall "
+            f"{fig['l3_modeled_stall_seconds']:.3f} s (assumed link)"
+            + (f"; store bound {fig['l3_max_bytes'] / mib:,.1f} MiB" if fig.get("l3_max_bytes") else "")]
+
+
+def _semantics_lines(fig: dict) -> list[str]:
+    """The request-path switches, when they are not the reference's defaults (hicache_ref/README.md)."""
+    over, pd = fig.get("semantics_overrides", []), fig.get("pd_disagg")
+    if fig.get("semantics", "reference") == "reference" and not over and not pd:
+        return []
+    switches = ", ".join(f"{k} {fig[k]}" for k in ("hit_count", "backup_scope", "evict_size", "load_back_threshold"))
+    return [f"semantics {fig['semantics']}: {switches}" + (f" (overriding the preset: {', '.join(over)})" if over else "")
+            + ("; each request inserted unfinished, then finished (--pd-disagg)" if pd else "")]
+
+
+def _net_benefit_lines(fig: dict) -> list[str]:
+    """Net benefit: HiCache's gain over an L1-only cache (compute its L2 hits save - transfer - penalties)."""
+    net = fig.get("net_benefit_seconds")
+    if net is None:
+        # a figure set without the net-benefit keys came from a replay that does not price it (served)
+        why = fig.get("net_benefit_reason") or ("not computed by a served replay (--concurrency); the serial "
+                                                "replay gives it" if "concurrency" in fig else "no profile")
+        return [f"net benefit: not modeled ({why})"]
+    assumed = fig.get("net_benefit_assumed_inputs") or []
+    held = "is held" in fig.get("net_benefit_reason", "")
+    lo, hi = cost.SEED_REGISTERED_GB
+    return [f"net benefit over an L1-only cache {net:+.3f} s = compute saved by L2 hits "
+            f"{fig['net_benefit_compute_saved_seconds']:.3f} s - transfer "
+            f"{fig['net_benefit_transfer_seconds']:.3f} s - penalties {fig['net_benefit_penalty_seconds']:.3f} s "
+            f"({fig['net_benefit_penalty_pct']:+.1f}% of {fig['net_benefit_baseline_prefill_seconds']:.1f} s prefill"
+            + (f"; registered-size penalty held at its {fig['net_benefit_registered_penalty_gb']:.0f} GB figure: "
+               f"the seed measured {lo}-{hi} GB" if held else "")
+            + ")" + (f"; assumed inputs: {', '.join(assumed)}" if assumed else "")]

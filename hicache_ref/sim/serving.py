@@ -1,0 +1,143 @@
+"""Replay as a server sees it: up to N requests in flight, each holding its KV in L1 until it finishes.
+
+A scheduling step admits waiting requests while fewer than `concurrency` are in flight
+(with `timestamps`, only those that have arrived by then), prefills each through the
+reference cache in admission order (hicache_ref.core.cache.HiCache.request: match, load back,
+insert), then locks its cached path in L1. Locks protect from eviction on both tiers
+(hicache_ref.core.node.lock_path), so a later prefill can evict nothing an in-flight request
+still uses: it evicts around them or is cut to fit (`truncated_requests`). A request is
+released after `output_length` decode steps (one token per step for every request in
+flight), or at once with `pd` (PD disaggregation: the prefill node hands the KV to a decode
+node and releases it after the transfer). Time only moves in steps of `step_seconds`;
+between events nothing changes, so the loop jumps from event to event.
+
+A step is one batch, as upstream schedules it: completions are applied once at the step's
+start (not before each prefill), every prefill's prefix stays locked until the step ends,
+and the loads of all its prefills are held and submitted as one merged job when the step
+ends (CacheController.merged_loads: one launch per layer, runs merged across requests where
+they continue each other). With materialized pools the step then waits for its loads and
+checks each prefill's hit KV bit for bit. With pd a step still admits at most
+`concurrency` prefills (the batch), released when the step ends.
+
+With concurrency 1 every request is released before the next one is matched, and the
+figures equal hicache_ref.sim.replay.replay's.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from contextlib import nullcontext
+
+import numpy as np
+
+from hicache_ref.core.allocator import pages_to_slots
+from hicache_ref.sim.replay import _add_saved, _figures
+from hicache_ref.sim.trace import TraceRequest, request_tokens
+from hicache_ref.spec import CacheSpec
+
+DEFAULT_STEP_SECONDS = 0.03  # one decode step of a batch; the profiles hold no decode rate yet
+
+
+def _check(spec, concurrency, step_seconds) -> None:
+    if not isinstance(spec, CacheSpec):
+        raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency: expected a positive integer, got {concurrency!r}")
+    if isinstance(step_seconds, bool) or not isinstance(step_seconds, (int, float)) or not step_seconds > 0:
+        raise ValueError(f"step_seconds: expected a positive number, got {step_seconds!r}")
+
+
+def _check_hits(cache, batch) -> int:
+    """Materialized: wait for the step's loads, then check every prefill's hit KV bit for bit
+    (its pages stayed locked since its prefill, so nothing overwrote them)."""
+    cache.settle()
+    return sum(cache.kv.mismatches(tokens[: len(pages) * cache.page_size], pages_to_slots(pages, cache.page_size))
+               for _, tokens, pages, _ in batch if len(pages))
+
+
+def replay_served(spec: CacheSpec, requests: list[TraceRequest], concurrency: int, timestamps: bool = False,
+                  pd: bool = False, step_seconds: float = DEFAULT_STEP_SECONDS, on_step=None) -> dict:
+    """Replay `requests` with up to `concurrency` in flight (see the module docstring); the
+    figures of hicache_ref.sim.replay.replay plus `concurrency`, `steps`, `max_in_flight`.
+    `on_step(cache, in_flight_nodes)`, if given, runs after each step's prefills (tests)."""
+    _check(spec, concurrency, step_seconds)
+    requests = list(requests)
+    ps = spec.page_size
+    whole = sum(-(-r.input_length // ps) * ps for r in requests)
+    l1, l2 = spec.capacities(whole)
+    backend, own_backend = spec.open_backend()
+    totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
+                  truncated_requests=0, kv_mismatch_tokens=0)
+    compute = getattr(getattr(backend, "profile", None), "compute", None)
+    saved = 0.0 if compute is not None else None
+    start = min((r.timestamp for r in requests), default=0.0)
+    arrival_step = [int((r.timestamp - start) / 1000 / step_seconds) if timestamps else 0 for r in requests]
+    t0 = time.perf_counter()
+    step, nxt, max_in_flight = 0, 0, 0
+    finishing: list[tuple[int, int, object]] = []  # (step it finishes, admission number, locked node)
+    try:
+        cache = spec.build(backend, whole)
+        tree, controller = cache.tree, cache.controller
+        try:
+            while nxt < len(requests) or finishing:
+                while finishing and finishing[0][0] <= step:  # release what finished by this step
+                    tree.unlock(heapq.heappop(finishing)[2])
+                cache.settle()  # the step's one application of completions (what landed so far)
+                # (locked node, tokens, hit pages, decodes): the step's batch of prefills
+                batch: list[tuple[object, np.ndarray, np.ndarray, bool]] = []
+                handed_off = 0  # prefills of this step that hold no decode slot (pd, or no output)
+                with controller.merged_loads() if controller is not None else nullcontext():
+                    while (nxt < len(requests) and len(finishing) + handed_off < concurrency
+                           and arrival_step[nxt] <= step):
+                        r = requests[nxt]
+                        tokens = request_tokens(r.hash_ids, r.input_length)
+                        res = cache.request(tokens, in_step=True)
+                        for k in totals:
+                            totals[k] += {"requests": 1, "truncated_requests": res.truncated}.get(
+                                k, getattr(res, k, 0))
+                        if saved is not None:
+                            saved = _add_saved(saved, compute, res)
+                        # The batch's prefixes stay locked through the step (upstream locks a
+                        # request's prefix from scheduling until it is cached); requests that
+                        # decode stay locked until their last decode step.
+                        m = tree.match_pages(tokens[: res.cached_tokens])
+                        tree.lock(m.last_device_node)
+                        decodes = not pd and r.output_length > 0
+                        hit_pages = m.device_pages[: (res.l1_hit_tokens + res.l2_hit_tokens) // ps]
+                        batch.append((m.last_device_node, tokens, hit_pages, decodes))
+                        if decodes:
+                            heapq.heappush(finishing, (step + r.output_length, nxt, m.last_device_node))
+                        else:
+                            handed_off += 1
+                        nxt += 1
+                if batch and spec.materialize:
+                    totals["kv_mismatch_tokens"] += _check_hits(cache, batch)
+                for node, _, _, decodes in batch:
+                    if not decodes:
+                        tree.unlock(node)  # prefilled and handed off (pd), or nothing to decode
+                admitted = bool(batch)
+                max_in_flight = max(max_in_flight, len(finishing) + handed_off)
+                if admitted and on_step is not None:
+                    on_step(cache, [n for _, _, n in finishing])
+                # jump to the next event: a finish, or (with a free slot) the next arrival
+                events = [finishing[0][0]] if finishing else []
+                if nxt < len(requests) and len(finishing) < concurrency:
+                    events.append(max(arrival_step[nxt], step + (1 if admitted else 0)))
+                step = max(step + 1, min(events)) if events else step + 1
+            cache.settle()
+        finally:
+            cache.close()
+    finally:
+        if own_backend:
+            backend.close()
+    fig = _figures(totals, cache, time.perf_counter() - t0, 0.0, saved, cache.tree.ghost, dict(
+        page_size=ps, l1_tokens=l1, l2_tokens=l2, l1_unlimited=spec.l1_tokens is None,
+        l2_unlimited=spec.l2_tokens is None, write_policy=spec.write_policy,
+        host_layout=spec.host_layout, materialize=spec.materialize, pd_disagg=spec.pd_disagg,
+        **spec.semantics_config(),
+        effective_host_layout=spec.effective_host_layout,
+        profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
+    fig.update(concurrency=concurrency, timestamps=timestamps, pd=pd, step_seconds=step_seconds, steps=step,
+               max_in_flight=max_in_flight)
+    return fig

@@ -1,0 +1,173 @@
+"""The L2 capacity sweep: one trace, one L1, L2 tier by tier; hit rate, transfers, plateau.
+
+Two ways to get the per-tier figures, the same keys either way (`method` says which):
+- `one_pass` (LRU with write_through, unmaterialized, every tier at least L1, no request cut
+  to fit L1): the union of L1 and L2 is then the LRU stack of pages cut at the L2 capacity
+  (hicache_ref.sim.stack_distance), so one stack pass gives every tier's hit rate, and
+  one replay with L1 alone gives the L1 hits (L1 holds the same pages whatever L2 is). D2H
+  is then every missed full page (write_through backs each new page up) and H2D every hit
+  beyond L1. Segments and modeled seconds depend on where slots land: they are null, with
+  `segments_reason`.
+- `replay`: one hicache_ref.sim.replay per tier (and one with L1 alone), in parallel processes
+  (a pool of os.cpu_count()); every figure, for any policy.
+
+Per tier: `l2_tokens`, `hit_rate`, `marginal_gain` (over the previous tier; the first over L1
+alone), L1/L2 hit tokens, D2H/H2D tokens, bytes and segments, `registered_bytes` (the host
+pool registered for DMA), `net_benefit_seconds` (hicache_ref.sim.cost, from each tier's own replay;
+null with `net_benefit_reason` where the profile has no compute model or the one-pass method ran:
+never an invented number). `plateau_l2_tokens` / `on_plateau`: hicache_ref.sim.plateau.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
+from hicache_ref.sim.replay import replay
+from hicache_ref.sim.stack_distance import stack_profile
+from hicache_ref.sim.trace import TraceRequest
+from hicache_ref.spec import CacheSpec
+
+METHODS = ("auto", "one_pass", "replay")
+NET_ONE_PASS = ("one_pass: net benefit needs each request's hits (compute saved) and the modeled transfer "
+                "seconds, which only a replay gives (`--method replay` gives them)")
+SEGMENTS_ONE_PASS = ("one_pass: segments and modeled seconds depend on which slots pages land in, "
+                     "which only a replay knows (`--method replay` gives them)")
+_TIER_KEYS = ("l1_hit_tokens", "l2_hit_tokens", "d2h_tokens", "h2d_tokens", "d2h_bytes", "h2d_bytes",
+              "d2h_segments", "h2d_segments", "modeled_transfer_seconds", "truncated_requests",
+              "l2_unloaded_tokens")
+
+
+def one_pass_refusal(spec: CacheSpec, tiers: list[int]) -> str | None:
+    """Why the one-pass curve would not equal the replays for this spec and these tiers, or None."""
+    if spec.write_policy != "write_through":
+        return f"write_policy {spec.write_policy}: only write_through keeps L2 a superset of L1"
+    if spec.ghost:
+        return "ghost list: it changes what is backed up"
+    if spec.materialize:
+        return "materialize: real bytes are checked only by a replay"
+    if spec.l1_tokens is None:
+        return "unlimited L1: every tier is the whole trace"
+    l1 = spec.l1_tokens // spec.page_size * spec.page_size
+    if tiers[0] // spec.page_size * spec.page_size < l1:
+        return f"tier {tiers[0]:,} below L1 {l1:,}: L2 would not hold all of L1"
+    return None
+
+
+def _check(spec: CacheSpec, tiers, plateau_gain, method: str) -> list[int]:
+    if not isinstance(spec, CacheSpec):
+        raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
+    if spec.l1_tokens is None:
+        raise ValueError("l1_tokens: a sweep needs a finite L1 (the spec's l1_tokens)")
+    tiers = list(tiers)
+    if not tiers or any(isinstance(t, bool) or not isinstance(t, int) or t <= 0 for t in tiers):
+        raise ValueError(f"l2_tokens: expected positive token counts, got {tiers!r}")
+    find_plateau(tiers, [0.0] * len(tiers), 0.0, plateau_gain)  # tier order and gain checked before any work
+    if method not in METHODS:
+        raise ValueError(f"method: {method!r} is not one of {', '.join(METHODS)}")
+    if method == "one_pass" and (why := one_pass_refusal(spec, tiers)):
+        raise ValueError(f"method: one_pass does not apply: {why}")
+    return tiers
+
+
+def _replay_one(args) -> dict:
+    spec, requests = args
+    return replay(spec, requests)
+
+
+def _replays(specs: list[CacheSpec], requests: list[TraceRequest], workers: int | None,
+             tick: Callable[[], None]) -> list[dict]:
+    workers = max(1, min(workers or os.cpu_count() or 1, len(specs)))
+    if workers == 1:
+        out = []
+        for s in specs:
+            out.append(replay(s, requests))
+            tick()
+        return out
+    # spawn: the parent may hold transfer threads (a fork would copy their locks mid-use)
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_replay_one, (s, requests)) for s in specs]
+        out = []
+        for f in futures:
+            out.append(f.result())
+            tick()
+        return out
+
+
+def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain: float = DEFAULT_PLATEAU_GAIN,
+          method: str = "auto", workers: int | None = None,
+          progress: Callable[[int, int], None] | None = None) -> dict:
+    """Sweep `l2_tokens` (strictly increasing) over `requests` with `spec`'s L1 and policies.
+
+    `method`: auto (one_pass where it applies, else replay), one_pass or replay; `workers`:
+    processes for replay (default os.cpu_count()); `progress(done, total)` after each step."""
+    tiers = _check(spec, l2_tokens, plateau_gain, method)
+    refusal = one_pass_refusal(spec, tiers)
+    use = "one_pass" if method == "one_pass" or (method == "auto" and refusal is None) else "replay"
+    ps = spec.page_size
+    token_bytes = spec.geometry().token_bytes
+    total = 2 if use == "one_pass" else len(tiers) + 1
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], total)
+
+    t0 = time.perf_counter()
+    alone_spec = dataclasses.replace(spec, l2_tokens=0)
+    if use == "one_pass":
+        alone = replay(alone_spec, requests)
+        tick()
+        if alone["truncated_requests"]:
+            if method == "one_pass":
+                raise ValueError(f"method: one_pass does not apply: {alone['truncated_requests']} requests do "
+                                 "not fit in L1 (l1_tokens) and are cut")
+            use, refusal = "replay", f"{alone['truncated_requests']} requests cut to fit L1"
+            total = len(tiers) + 1
+        else:
+            rows = _one_pass_rows(spec, requests, tiers, alone, token_bytes)
+            tick()
+    if use == "replay":
+        figs = _replays([dataclasses.replace(spec, l2_tokens=t) for t in tiers] + [alone_spec], requests,
+                        workers, tick)
+        alone = figs.pop()
+        rows = [dict(l2_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in _TIER_KEYS},
+                     **{k: v for k, v in f.items() if k.startswith("net_benefit")})
+                for t, f in zip(tiers, figs, strict=True)]
+    plateau = find_plateau(tiers, [r["hit_rate"] for r in rows], alone["hit_rate"], plateau_gain)
+    for row, gain in zip(rows, plateau.marginal_gains, strict=True):
+        row["marginal_gain"] = gain
+        row["registered_bytes"] = row["l2_tokens"] // ps * ps * token_bytes
+        if "net_benefit_seconds" not in row:  # one pass: the tier's own replay did not run
+            row["net_benefit_seconds"] = None
+            row["net_benefit_reason"] = NET_ONE_PASS
+    return dict(method=use, one_pass_refusal=refusal, tiers=rows, plateau_l2_tokens=plateau.plateau_l2_tokens,
+                on_plateau=plateau.on_plateau, plateau_gain=plateau_gain, l1_tokens=alone["l1_tokens"],
+                l1_alone_hit_rate=alone["hit_rate"], requests=alone["requests"], input_tokens=alone["input_tokens"],
+                page_size=ps, write_policy=spec.write_policy, host_layout=spec.host_layout,
+                profile=alone["profile"], geometry=spec.geometry_config(), token_bytes=token_bytes,
+                wall_seconds=time.perf_counter() - t0)
+
+
+def _one_pass_rows(spec: CacheSpec, requests, tiers: list[int], alone: dict, token_bytes: int) -> list[dict]:
+    ps = spec.page_size
+    profile = stack_profile(requests, ps)
+    hit_pages = profile.hit_pages([t // ps for t in tiers])
+    full_tokens = int(profile.full_pages.sum()) * ps
+    l1_hit = alone["l1_hit_tokens"]
+    rows = []
+    for t, pages in zip(tiers, hit_pages, strict=True):
+        hit = int(pages) * ps
+        d2h, h2d = full_tokens - hit, hit - l1_hit
+        rows.append(dict(l2_tokens=t, hit_rate=hit / profile.input_tokens if profile.input_tokens else 0.0,
+                         l1_hit_tokens=l1_hit, l2_hit_tokens=h2d, d2h_tokens=d2h, h2d_tokens=h2d,
+                         d2h_bytes=d2h * token_bytes, h2d_bytes=h2d * token_bytes, d2h_segments=None,
+                         h2d_segments=None, modeled_transfer_seconds=None, segments_reason=SEGMENTS_ONE_PASS,
+                         truncated_requests=0, l2_unloaded_tokens=0))
+    return rows

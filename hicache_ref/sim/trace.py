@@ -1,0 +1,257 @@
+"""Mooncake-format request traces: read the JSONL, turn a request into token ids.
+
+One request per line: {"timestamp": ms, "input_length": n, "output_length": m,
+"hash_ids": [...]}, where each hash id names a 512-token block of a prefix chain
+(len(hash_ids) == ceil(input_length / 512); the last block may be partial). A hash id h
+expands to the 512 distinct tokens h*512 .. h*512+511, cut to input_length, so equal ids
+at equal positions give equal tokens and nothing else does.
+
+Token arrays are built with numpy (no per-token Python) as uint32, the byte order the
+radix tree and page hashes read; a trace whose ids do not fit in 32 bits is refused.
+
+Timestamps are milliseconds and must be finite and non-negative. They should not decrease
+from line to line: read_trace(..., ordered=True) (what a replay at the trace's arrival times
+asks for) refuses a line whose timestamp is earlier than the line before; otherwise requests
+keep file order and one TraceOrderWarning says how many lines go back in time.
+
+Traces may be gzip-compressed (a name ending in .gz). The two Mooncake traces ship as
+package data (hicache_ref/sim/traces/, Apache-2.0, see its README and LICENSE) and are found
+by name through importlib.resources (`find_trace`), so nothing here knows a machine path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import math
+import os
+import warnings
+import zlib
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+BLOCK_TOKENS = 512
+_ENV = "HICACHE_TRACES"
+
+
+class TraceRequest(NamedTuple):
+    timestamp: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+
+
+_ECHO_CHARS = 80  # what a message echoes of a bad value (a trace line may hold 100k ids)
+
+
+class TraceOrderWarning(UserWarning):
+    """A trace whose timestamps go back in time somewhere (read in file order all the same)."""
+
+
+def _bad(path, line_no: int, key: str, expected: str, got) -> ValueError:
+    text = repr(got)
+    if len(text) > _ECHO_CHARS:
+        text = f"{text[: _ECHO_CHARS - 3]}... ({len(text):,} characters)"
+    return ValueError(f"{path}: line {line_no}: {key}: expected {expected}, got {text}")
+
+
+def _int(obj: dict, key: str, path, line_no: int, minimum: int = 0) -> int:
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise _bad(path, line_no, key, f"an integer >= {minimum}", v)
+    return v
+
+
+@contextlib.contextmanager
+def _open_bytes(path: Path | Traversable):
+    """`path` as a binary stream, gunzipped when its name ends in .gz; the file is closed on
+    exit (a GzipFile leaves the file it was given open)."""
+    with path.open("rb") as raw:
+        if path.name.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw) as unzipped:
+                yield unzipped
+        else:
+            yield raw
+
+
+def _text(path, line_no: int, raw: bytes) -> str:
+    """One line as text; ValueError naming the file and line for bytes that are not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        hint = " (gzip data: name the file .gz)" if line_no == 1 and raw.startswith(b"\x1f\x8b") else \
+            " (a binary or compressed file?)"
+        raise ValueError(f"{path}: line {line_no}: not UTF-8 text (byte {e.start} of the line){hint}") from None
+
+
+def read_trace(path: str | Path | Traversable, limit: int | None = None, ordered: bool = False) -> list[TraceRequest]:
+    """The first `limit` requests of a Mooncake JSONL trace (all when None), in file order.
+
+    `path`: a file path or a package resource (what find_trace returns); a name ending in
+    .gz is read through gzip. `ordered`: refuse (ValueError naming the file, line and key) a
+    timestamp earlier than the previous request's; without it such lines are kept and one
+    TraceOrderWarning counts them."""
+    path = Path(path) if isinstance(path, str) else path
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit: expected a non-negative integer, got {limit!r}")
+    out: list[TraceRequest] = []
+    max_id = (2**32 - BLOCK_TOKENS) // BLOCK_TOKENS  # its last token is 2**32 - 1
+    last_ts, last_line, back, first_back = -math.inf, 0, 0, None
+    try:
+        with _open_bytes(path) as f:
+            for line_no, raw in enumerate(f, 1):
+                if limit is not None and len(out) >= limit:
+                    break
+                n = len(out)
+                _parse_line(path, line_no, _text(path, line_no, raw), max_id, out)
+                if len(out) == n:  # a blank line
+                    continue
+                ts = out[-1].timestamp
+                if ts < last_ts:
+                    if ordered:
+                        raise _bad(path, line_no, "timestamp", f"at least {last_ts:g} (line {last_line}'s): requests "
+                                   "replayed at their arrival times must come in time order", ts)
+                    back += 1
+                    first_back = first_back or (line_no, ts, last_line, last_ts)
+                last_ts, last_line = ts, line_no
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # a torn or mislabelled .gz
+        raise ValueError(f"{path}: not a readable gzip file ({e})") from None
+    if back:
+        line_no, ts, prev_line, prev_ts = first_back
+        warnings.warn(TraceOrderWarning(
+            f"{path}: {back:,} request(s) with a timestamp earlier than the line before (first: line {line_no} at {ts:g} ms, "
+            f"after line {prev_line} at {prev_ts:g} ms); requests are replayed in file order"), stacklevel=2)
+    return out
+
+
+def _parse_line(path, line_no: int, line: str, max_id: int, out: list[TraceRequest]) -> None:
+    """Append the request on `line` to `out` (nothing for a blank line); ValueError naming the
+    file, line and key otherwise."""
+    if not line.strip():
+        return
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: line {line_no}: not JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise _bad(path, line_no, "(line)", "a JSON object", type(obj).__name__)
+    n = _int(obj, "input_length", path, line_no, 1)
+    ids = obj.get("hash_ids")
+    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+        raise _bad(path, line_no, "hash_ids", "a list of integers", ids)
+    if len(ids) != -(-n // BLOCK_TOKENS):
+        raise _bad(path, line_no, "hash_ids", f"ceil(input_length / {BLOCK_TOKENS}) = "
+                   f"{-(-n // BLOCK_TOKENS)} ids", f"{len(ids)} ids")
+    if ids and (min(ids) < 0 or max(ids) > max_id):
+        raise _bad(path, line_no, "hash_ids", f"ids in [0, {max_id}] (token ids fit in 32 bits)",
+                   min(ids) if min(ids) < 0 else max(ids))
+    ts = obj.get("timestamp", 0)
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
+        raise _bad(path, line_no, "timestamp", "a finite non-negative number (ms)", ts)
+    out_len = _int(obj, "output_length", path, line_no) if "output_length" in obj else 0
+    out.append(TraceRequest(float(ts), n, out_len, tuple(ids)))
+
+
+_OFFSETS = np.arange(BLOCK_TOKENS, dtype=np.uint32)
+
+
+def request_tokens(hash_ids, input_length: int) -> np.ndarray:
+    """Token ids of a request: each hash id h -> h*512 + [0, 512), concatenated, cut to input_length."""
+    ids = np.asarray(hash_ids, dtype=np.uint32)
+    return (ids[:, None] * np.uint32(BLOCK_TOKENS) + _OFFSETS).reshape(-1)[:input_length]
+
+
+def packaged_traces() -> Traversable:
+    """The folder of traces shipped with the package (hicache_ref/sim/traces)."""
+    return resources.files("hicache_ref.sim") / "traces"
+
+
+def find_trace(name: str = "conversation_trace.jsonl") -> Path | Traversable | None:
+    """A trace by file name: $HICACHE_TRACES/<name> if that variable is set and the file is
+    there, else the packaged trace of that name; each also as <name>.gz. None if neither."""
+    folders: list[Path | Traversable] = []
+    if os.environ.get(_ENV):
+        folders.append(Path(os.environ[_ENV]))
+    folders.append(packaged_traces())
+    names = (name,) if name.endswith(".gz") else (name, name + ".gz")
+    for folder in folders:
+        for n in names:
+            p = folder / n
+            if p.is_file():
+                return p
+    return None
+
+
+class TraceTokens:
+    """A trace request's token ids (request_tokens), built only if someone needs them as an array.
+
+    The radix tree with page_keys="runs" spells each whole page by its first id
+    (`run_keys`), taken from the hash ids directly: most of a whole-trace replay never
+    builds a token array at all. Slices from the start stay TraceTokens; any other slice,
+    `np.asarray(...)` and `array()` give the uint32 token array.
+    """
+
+    __slots__ = ("_array", "_keys", "hash_ids", "length")
+
+    def __init__(self, hash_ids, input_length: int, _keys: dict | None = None):
+        self.hash_ids, self.length = hash_ids, int(input_length)
+        self._array: np.ndarray | None = None
+        self._keys = {} if _keys is None else _keys  # page_size -> run_keys of the whole request, shared by prefixes
+
+    def __len__(self) -> int:
+        return self.length
+
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            self._array = request_tokens(self.hash_ids, self.length)
+        return self._array
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.array()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice) and key.start in (None, 0) and key.step in (None, 1):
+            stop = self.length if key.stop is None else key.stop
+            if stop >= 0:
+                return TraceTokens(self.hash_ids, min(stop, self.length), self._keys)
+        return self.array()[key]
+
+    def run_keys(self, page_size: int) -> bytes | None:
+        """The first token id of each whole page as uint32 little-endian bytes (the radix tree's
+        "runs" keys), or None when pages would straddle hash blocks (page_size does not divide
+        BLOCK_TOKENS) and are not runs. Made once per request, for all its hash blocks, and
+        sliced for each prefix (a request is matched, then inserted as a prefix)."""
+        if BLOCK_TOKENS % page_size:
+            return None
+        whole = self._keys.get(page_size)
+        if whole is None:
+            whole = self._keys[page_size] = _block_run_keys(np.asarray(self.hash_ids, dtype=np.uint32), page_size)
+        return whole[: self.length // page_size * 4]
+
+
+def _block_run_keys(ids: np.ndarray, page_size: int) -> bytes:
+    """The first token id of every page of every hash block in `ids` (uint32), as <u4 bytes."""
+    starts = np.arange(0, BLOCK_TOKENS, page_size, dtype=np.uint32)
+    return (ids[:, None] * np.uint32(BLOCK_TOKENS) + starts).astype("<u4").tobytes()
+
+
+def trace_tokens(requests: list[TraceRequest], page_size: int) -> list[TraceTokens]:
+    """TraceTokens of every request, their run keys for `page_size` (where pages are runs)
+    computed for the whole trace in one pass: per request that was most of a replay's key cost."""
+    out = [TraceTokens(r.hash_ids, r.input_length) for r in requests]
+    if BLOCK_TOKENS % page_size or not requests:
+        return out
+    whole = _block_run_keys(np.fromiter((h for r in requests for h in r.hash_ids), dtype=np.uint32), page_size)
+    step = 4 * (BLOCK_TOKENS // page_size)  # key bytes per hash block
+    at = 0
+    for t in out:
+        end = at + len(t.hash_ids) * step
+        t._keys[page_size] = whole[at:end]
+        at = end
+    return out
