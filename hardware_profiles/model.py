@@ -1,13 +1,8 @@
 """What a hardware profile holds: the dataclasses, the schema's constants and the metric names.
 
-A profile says what a machine is (device, host, topology), how its host link behaves (link
-model), how fast it prefills (compute model) and what a run on it must reach (targets). The
-schema is documented in hardware_profiles/README.md and enforced by hardware_profiles.schema,
-so every error names the file, the key path and what was expected; hardware_profiles.loader
-finds and loads the files.
-
-Values a profile does not know are written `unknown` and load as None: consumers then report
-"not modeled" instead of computing with an invented number.
+A profile says what a machine is, how its host link behaves, how fast it prefills and what a run
+must reach. Values written `unknown` load as None, so consumers report "not modeled" instead of
+computing with an invented number. The schema: hardware_profiles/README.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """`hicache doctor` checks: host-side preflight first, then configuration advice.
 
-The order is the order in which the seed work found costs: PCIe ordering on shared uplinks, NUMA
-placement of host buffers, THP for anonymous and shared memory, page-table entries of the pool,
-whether the pools fit in this host's memory (doctor/host_memory.py), memlock, registered size; then advice on binding, pool size and write policy. Each check is a
-`Check(name, status, value, fix)`: status ok | warn | fail | unknown, value what was measured
-(or modeled, and it says which), fix one line to run or change. Only `fail` makes doctor exit 1.
-
-Host facts are read from `HostPaths` (sysfs, procfs) so tests can point them at a synthetic tree;
-the NUMA placement and shared-memory probes allocate real (small) buffers on this host.
+Checks run in the order the seed work found costs: PCIe ordering, NUMA placement, huge pages, page
+tables, memory fit, memlock, registered size. Each gives a status (ok, warn, fail, unknown), what it
+saw, and one line to fix it; only `fail` makes doctor exit 1. Host facts come from `HostPaths`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Independent reference for KV transfers, written on logical (part, layer, token) views.
 
-The ops under test move bytes through hal.transfer.plan segments built from hal.transfer.layouts' address
-math. This module checks them without either: each upstream host shape is turned into one
-logical tensor of shape (parts, layers, tokens, heads, dim) with torch permute/reshape only,
-a transfer is an index assignment on that tensor, and the result is turned back into the
-upstream shape. The shapes below are written out again here on purpose, from the upstream
-definitions, so that a mistake in hal.transfer.layouts cannot hide in both places.
-
-Everything is compared as integers of the element's width: random source bits include NaN
-payloads, and a float comparison would call equal bits unequal (or -0.0 and 0.0 equal).
+Each upstream host shape becomes one logical tensor by permute and reshape alone, and a transfer is
+an index assignment on it. The shapes are written out again here on purpose, so a mistake in
+hal's layouts cannot hide in both places. Bytes are compared as integers (NaN payloads, -0.0).
 """
 
 from __future__ import annotations

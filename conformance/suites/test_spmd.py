@@ -1,13 +1,8 @@
 """SPMD allocation determinism across real TP ranks, and the TP-shared host pool's safety.
 
-Ranks are processes in a torch.distributed group (hicache_ref.tp.launch; gloo on 127.0.0.1 on
-emu, the device backend's stack on hardware) running one seeded workload through the reference
-HiCache with real bytes. Checked: 2, 4 and 8 ranks make the same decisions (FIFO and LIFO) as
-one rank alone, with a shared pool as with private ones; every rank reads bit-identical KV for
-every hit and load; an injected divergence is caught at its op; a setup failure or a rank
-killed mid-run fails every other rank within the collective timeout, with the reason; no file
-is left in the shared directory after success, failure or a kill; the shared file is mode
-0600 and another user cannot open it.
+Rank processes run one seeded workload with real bytes: 2, 4 and 8 ranks decide as one rank does,
+shared or private; every read is bit-identical; an injected divergence is caught at its op; a
+failure or a killed rank fails the others in bounded time; no shared file is left, and it is 0600.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """CPU emulation backend: real threads and real copies, plus a modeled clock.
 
-"Device" buffers are CPU tensors allocated apart from host buffers (the backend remembers
-which storages it handed out, which is how a plan's direction is known). Each stream is a
-worker thread draining a FIFO queue; events complete when the work before them has run.
-
-Two clocks are reported and never mixed: wall time of the real copies on this CPU, and
-modeled time, where every executed plan advances its stream by the profile's link model
-(per-launch + per-segment overhead + bytes / bandwidth). A stream that waits on another
-stream's event starts no earlier, in modeled time, than that event's modeled completion.
-Host registration is a real mlock(2) of the range (what pinning does); its modeled cost is
-the profile's `link.registration_seconds`, for whoever prices a pool (doctor).
-
-Wall time is each event's `wall_time` (perf_counter at completion); modeled time is its
-`modeled_time`. A stream copies the plans already queued behind one in one call when they
-touch disjoint memory, so per-layer submissions do not stop the copy threads per layer.
+"Device" buffers are CPU tensors and each stream is a worker thread, so the cache's concurrency is
+real. Every plan also advances its stream's modeled clock by the profile's link model; wall time and
+modeled time are reported apart, never mixed. Registration is a real mlock of the range.
 """
 
 from __future__ import annotations

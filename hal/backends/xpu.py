@@ -1,22 +1,9 @@
 """Kunlunxin P800/P900 XPUs through torch_xmlir, which presents them to torch as device "cuda".
 
-Kunlun runtime facts this file relies on, and where they come from:
-- `xpu_host_register(void *ptr, uint64_t sz, unsigned int flags)` (flags must be 0) and
-  `xpu_host_unregister(void *ptr)`, both returning int 0 on success, exported by libxpurt.so:
-  the XPU runtime header xpu/runtime.h. LMCache's Kunlun port calls the same pair via ctypes.
-- libxpurt.so ships inside the torch_xmlir package as xre/so/libxpurt.so (LMCache's Kunlun
-  port looks there); after `import torch_xmlir` it is expected to be mapped already.
-- `torch.cuda.cudart().cudaHostRegister(ptr, size, 0)` is what sglang-kunlun's shared host KV
-  calls on Kunlun; it is the fallback when libxpurt or its symbols cannot be found.
-- `torch_xmlir.xpu.device_count()` / `torch_xmlir._XMLIRC._xpu_get_devices_number()` count
-  XPUs, while `torch.xpu` is Intel's and reports 0: third-party Kunlun deployment notes and a
-  torch_xmlir source analysis, not a header. Unverified names stay behind probe().
-- The rebuilt Kunlun kvcacheio kernels register as `torch.ops.xspeedgate_ops.*` (the two ops
-  named by the port: transfer_kv_all_layer_mla, transfer_kv_per_layer_mla) when their Python
-  package is imported; the package is taken to be `xspeedgate_ops` (set
-  $HICACHE_XPU_VENDOR_MODULE where a build names it otherwise). Unverified here.
-- One registration above 512 GiB overflows a 32-bit scatter-gather size in the Kunlun driver;
-  LMCache's Kunlun port registers in 128 GiB pieces. Reported there, not verified here.
+Streams, events and copies are the shared CUDA-like code; this file probes for torch_xmlir and
+registers host memory through the Kunlun runtime (cudaHostRegister as the fallback), in pieces
+small enough for the driver. The runtime facts it relies on, and their sources:
+docs/acceptance.md, "What the device code takes on trust".
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Host buffers for the L2 KV pool: mmap, huge pages, NUMA placement, registration, measured report.
 
-Order of operations matters and is the point of this module:
-  map (2 MiB aligned) -> madvise(MADV_HUGEPAGE) -> NUMA policy -> pre-fault -> register.
-Huge pages must be requested before the first touch (a touched 4 KB page stays 4 KB until
-khugepaged collapses it) and before registration (registration pins pages, and pinned 4 KB
-pages are never collapsed). The NUMA policy must be in place at first touch, because that is
-when a page gets its node.
-
-Lifetime of the memory: `HostBuffer.tensor` and every view of it keep the mapping alive.
-`close()` unregisters and removes any file at once, but the munmap happens when the last
-tensor view dies (immediately when there is none), so a view never dangles.
+The order is the point: map (2 MiB aligned), madvise huge pages, set the NUMA policy, pre-fault,
+then register. Huge pages and the node are fixed at first touch, and registration pins pages so
+they can never be collapsed later. The mapping lives as long as any tensor view of it.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""Binding planner: which host NUMA node(s) each device's host KV pool should live on, and how
-much host memory that leaves per device.
+"""Binding planner: which NUMA node(s) each device's host KV pool lives on, and how much memory that leaves.
 
-Policies:
-- `local`: each device's pool is bound to the device's own NUMA node (shortest DMA path). Devices
-  sharing a node split it; nodes with no device stay unused, which on the p800 box (8 nodes,
-  devices on only some of them) strands a large part of host memory.
-- `interleave`: the devices' pools interleaved over all nodes (or the `nodes` given): every
-  device gets an even split of the whole usable memory, at the price of remote accesses for most
-  pages. With `shared=True` it is one TP-shared pool (MLA/NSA: every rank's host KV is the same
-  latent, so the group keeps one copy): every device sees the whole usable memory, not 1/N of it.
-
-Reservation: not all of a node is for KV. By default RESERVE_FRACTION of every node is kept for
-the OS, page cache, the serving process itself and model-weight staging; `reserve_bytes` takes a
-further fixed amount off each node. These are assumptions, stated in the plan's `assumptions`.
+`local` binds each pool to its device's node (shortest path, but nodes without a device stay
+unused); `interleave` spreads pools over all nodes, and with `shared=True` one TP-shared pool gives
+every device the whole usable memory. The fraction kept for the OS is an assumption the plan states.
 """
 
 from __future__ import annotations

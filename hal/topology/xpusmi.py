@@ -1,13 +1,8 @@
 """Parser for the text of `xpu-smi topo -m` (Kunlunxin), which mirrors `nvidia-smi topo -m`.
 
-The output is a matrix: a header row naming the columns (XPU0..XPUn, then NICs as NIC0.. or
-mlx5_N, then the titles "CPU Affinity" and "NUMA Affinity", sometimes "GPU NUMA ID"), one row
-per device giving the link kind to every column plus its affinity values, then a "Legend:"
-block and, when NICs are named NICn, a "NIC Legend:" block mapping NICn to a device name.
-Columns are separated by tabs or runs of spaces; cells may carry ANSI colour codes.
-
-`parse_topo_matrix` reads the text; `to_topology` turns the matrix into a hal.topology.model.Topology
-(hal.topology.discover runs the command).
+The matrix gives each device's link to every other device and NIC plus its CPU and NUMA affinity.
+Columns split on tabs or runs of spaces and cells may carry colour codes, so parsing is by header.
+`to_topology` turns the matrix into a hal.topology.model.Topology.
 """
 
 from __future__ import annotations

@@ -1,41 +1,9 @@
 """Whole-page allocator for KV token slots, and page <-> slot conversion.
 
-A pool of `num_tokens` token slots is cut into pages of `page_size` slots; page p owns
-slots [p*page_size, (p+1)*page_size). The allocator hands out whole pages only, so token
-slot indices are always page-aligned runs, and it can keep its bookkeeping per page
-(the free list of a 145M-token pool is at most 2.3M integers, not 145M, and only as many
-as pages were freed).
-
-Orders of the free list (`ORDERS`; `order=` picks one by name). The worked example for
-each: a pool of 8 pages, pages 0..7 allocated, then `free([5, 2, 3])`, `free([6, 7])`,
-then allocations of 2 and 3 pages.
-- "fifo": freed pages go to the back in the order given, allocation takes from the
-  front, so a freed page is reused as late as possible. Example: [5 2] then [3 6 7].
-- "upstream_host": the same order under the name of what it reproduces: SGLang's host
-  pool (HostKVCache.free concatenates freed slots behind free_slots, alloc slices the
-  front). Example: [5 2] then [3 6 7].
-- "lifo": the most recently freed call's pages first, each call's pages handed out in
-  the order they were given, so a run freed as [2 3 4 5] comes back as [2 3 4 5] and can
-  merge with its neighbours again (a stack of pages would hand it back reversed, and
-  reversed runs never merge). Example: [6 7] then [5 2 3].
-- "upstream_l1": SGLang's paged device allocator without need_sort
-  (PagedTokenToKVPoolAllocator.free): the freed pages, deduplicated and sorted ascending
-  (torch.unique), go in front of the free list. Example: [6 7] then [2 3 5].
-- "upstream_l1_sorted": the same allocator with need_sort: freed pages wait in a release
-  list; when an allocation wants more pages than the free list holds, the release list is
-  merged into it and the whole list sorted ascending (merge_and_sort_free). Example: the
-  free list is empty after the frees, so the first allocation merges: [2 3] then [5 6 7].
-Never-used pages sit behind every freed page for the lifo-like orders (upstream starts
-with the whole pool in its free list and puts freed pages in front) and in front of them
-for the fifo-like ones; any freed page is below every never-used one, so a sorted merge
-puts never-used pages last.
-
-`UPSTREAM_ORDERS` names the orders that reproduce SGLang (device: L1, host: L2), for the
-"upstream semantics" preset.
-
-SPMD determinism: the free list is an index array mutated only by alloc/free in call
-order; nothing depends on ids, addresses, time, threads or hash ordering, so the same
-sequence of calls gives the same indices on every rank.
+Pages are handed out whole, so slot runs are page-aligned and bookkeeping is per page. The free
+list's order is chosen by name (`ORDERS`; `UPSTREAM_ORDERS` reproduce SGLang's device and host
+pools) and changes only through alloc and free, so every TP rank gets the same indices.
+The orders, with a worked example each: hicache_ref/README.md, "Free-list orders".
 """
 
 from __future__ import annotations

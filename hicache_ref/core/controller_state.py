@@ -1,18 +1,8 @@
 """The cache controller's shared state: what its scheduler thread, direction workers and handles all touch.
 
-One `ControllerState` per controller (hicache_ref.core.controller), handed to each direction
-worker (hicache_ref.core.direction_worker) and each handle (hicache_ref.core.handles) instead of
-the controller itself, so that none of them reaches into another's privates:
-
-- `lock`: one Condition guarding everything below and the workers' pending counts and
-  stats; notified whenever a transfer completes or fails.
-- `acks`: completions not yet polled by the scheduler thread, in the order seen.
-- the fail-stop error: the first failure, wrapped as TransferError with its direction,
-  tag and size, which every later scheduler call raises (`note_error`, `raise_if_failed`).
-- `cancelled`: set by a shutdown without drain (queued jobs fail with TransferCancelled)
-  or a timed-out one (watchers stop waiting).
-- `hurry`: set while anyone waits for completions, so batching submitters stop waiting
-  for company (`waiting()`).
+One object holds the lock, the unpolled acks, the fail-stop error, the cancel flag and the hurry
+flag, and is handed to each worker and handle instead of the controller, so none of them reaches
+into another's privates.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """One direction of the cache controller: a submitter thread and a watcher thread on one stream.
 
-The submitter takes jobs from the direction's queue and runs them through `hal.transfer.pool_ops`
-on the direction's own backend stream; the watcher waits the stream's events in submission
-order and turns completions into acks (or failures) for the scheduler thread. A worker
-is given what it works with: the controller's shared state (hicache_ref.core.controller_state:
-lock, acks, error, cancel and hurry flags), the pool mover that plans and submits its jobs
-(hicache_ref.core.pool_mover) and the backend that gives it a stream.
+The submitter runs queued jobs through the pool mover on the direction's own stream; the watcher
+waits on their events in order and turns completions into acks for the scheduler thread. A worker
+gets the controller's shared state, not the controller.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Ghost list: a bounded LRU set of 64-bit page hashes recently evicted from L1.
 
-A page that comes back after its KV was dropped from the device is proof that backing it
-up would have paid. The tree records every page it evicts from L1 here (by
-`hashing.hash64` of the chained page hash, which names content and position) and, on a
-later insert, scans the request's pages past those the write policy backs up anyway,
-backward: the first page found here ends the longest proven-reused prefix, and that prefix
-is backed up to L2 as well (see hicache_ref.core.radix).
-
-Memory is what decides whether the list is affordable, so `report()` gives the bytes one
-entry costs as measured with tracemalloc on this interpreter (dict slot, LRU link, and
-the int object), not a figure from a formula. The seed's estimate was ~120 B per entry.
+A page that comes back after eviction proves that backing it up would have paid. On insert the tree
+scans the request's pages backward for the first recorded one and backs up that prefix too.
+`report()` measures an entry's bytes on this interpreter, since memory decides whether the list is
+affordable.
 """
 
 from __future__ import annotations

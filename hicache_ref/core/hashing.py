@@ -1,19 +1,8 @@
 """Page hash chain: one SHA-256 digest per full page, chained from the root.
 
-hash(page i) = SHA-256(hash(page i-1) || token ids of page i), the prior digest as its
-32 raw bytes (nothing before page 0) and each token id as 4-byte little-endian unsigned.
-Chaining makes a page hash name both the page's content and everything before it, i.e.
-its position in the prefix tree. This is the same byte sequence upstream's storage keys
-hash, so hex keys agree with an SGLang L3 store.
-
-- `hash_hex(h)`: the 64-character hex string, for storage keys.
-- `hash64(h)`: the first 8 digest bytes read as a big-endian unsigned integer (so the
-  integer's hex is the first 16 hex characters of `hash_hex`), for in-memory keys such as
-  the ghost list.
-
-Only whole pages are hashed; a trailing partial page has no hash. Token ids must fit in
-4 bytes unsigned (ValueError otherwise). The bytes are built once per call with numpy,
-so the per-page cost is one hashlib call.
+Chaining makes a page's hash name its content and everything before it, its place in the prefix
+tree. The bytes hashed are the ones upstream's storage keys hash, so hex keys agree with an SGLang
+L3 store; `hash64` is a short form for in-memory keys such as the ghost list.
 """
 
 from __future__ import annotations

@@ -1,33 +1,9 @@
 """Write policies (when L1 pages are backed up to L2), hit counting, and eviction order.
 
-- write_back: never back up on insert; a page is written to L2 only when it is evicted
-  from L1 (the tree hands the copy to the caller before freeing the device slots).
-- write_through: back up every node as soon as it is inserted (threshold 1).
-- write_through_selective: back up a node once its hit count reaches `threshold`
-  (2 by default, as upstream).
-
-Hit counting, as upstream, happens on insert: every node on the inserted path that holds
-device KV gets one hit, and so does a newly created node. Two modes (`HIT_COUNTS`):
-
-- per_insert (upstream's HiRadixCache.inc_hit_count): every insert counts, except a
-  chunked insert (cache_unfinished_req(chunked=True): upstream passes `chunked` down to
-  inc_hit_count, which returns at once) and any insert under write_back (inc_hit_count
-  returns at once there too). Since upstream backs up only from inc_hit_count, such an
-  insert also queues no backup. The scheduler inserts a request unfinished after its
-  prefill (so others can match it; under PD disaggregation the prefill server always
-  does) and again when it finishes, so one request hits its own nodes twice and
-  write_through_selective silently becomes write_through.
-- per_request (the reference's fix, the default): for each request id the policy
-  remembers how many leading pages that request has already counted, and a later insert
-  by the same id counts only the nodes that end beyond them. The memory is dropped when
-  the request's finished insert arrives (or on `forget`). An insert without a request id
-  counts as a fresh request. Chunked inserts count like any other (once per request).
-
-The default is per_request because it is what selective write-through means (back up what
-distinct requests reused); a replay that inserts each request once gives the same figures
-in both modes, so they part only where a request is inserted twice (`--pd-disagg`).
-
-Eviction order (`LeafHeap`) is LRU over leaves, as upstream's default.
+write_back backs up on eviction only, write_through on insert, write_through_selective once a
+node's hit count reaches the threshold (2, as upstream). Hits count per insert (upstream) or per
+request (the default: what "selective" means when one request is inserted twice). Eviction is
+LRU over leaves (`LeafHeap`). Details: hicache_ref/README.md, "Hit counting".
 """
 
 from __future__ import annotations

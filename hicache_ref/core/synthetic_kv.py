@@ -1,14 +1,8 @@
 """Synthetic KV of a materialized HiCache: what "compute" writes, and the bit-for-bit check of hits.
 
-`synthetic_kv` is a deterministic function of token, position, part (K/V), layer and byte,
-so a byte landing in the wrong token, layer, part or offset shows up as a mismatch.
-
-`KVWriter` moves those bytes in and out of the device pool only through hal
-(hal.transfer.kvcacheio's layer-first ops, on the backend's default stream, where a
-model's compute would write KV), never by indexing device buffers from the host: on a
-real device that would run on no stream the controller's copies are ordered with. Each call waits for its own event before it returns, so a write has
-landed before the caller queues the backup that reads it (the controller's D2H stream),
-and a read sees every copy that completed before it was submitted.
+The bytes are a function of token, position, part, layer and offset, so a misplaced byte shows up.
+`KVWriter` moves them only through hal on the backend's default stream, as a model's compute would,
+and waits for each call's event, so a write lands before the backup that reads it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """The cost model: is tiered caching a net benefit on this machine, and by how much.
 
-HiCache pays when the prefill compute its hits save exceeds the cost of moving KV across tiers.
-The pieces, each from the profile (hardware_profiles.model) with its source:
-- compute: prefill(n) and the all-hit request time T(n) = a + b*n (every prompt page loaded
-  from L2). Both pay the same deployment floor, so a = floor + the L2 path's fixed cost;
-- the all-hit fit: a and b by least squares from measured or modeled points, with residuals
-  and R^2, and the break-even prompt length where T(n) = prefill(n);
-- penalties the link model alone does not show: registered size (linear in GB registered,
-  held at the nearest end of the 15-80 GB the seed measured outside that range, and then named
-  among the assumed inputs), NUMA placement of the host pools, and the IDO factor on D2H when
-  cards share an uplink;
-- net benefit = what HiCache gains over an L1-only prefix cache: the prefill compute its L2 hits
-  save - transfer seconds - the penalties' share of the workload, with the profile keys it
-  rests on that are `assumed:` named. A request of n tokens with h1 L1 and h2 L2 hit tokens saves
-  prefill(n - h1) - prefill(n - h1 - h2): its L1 hits are taken as what an L1-only cache would
-  have hit too (the approximation: L1's contents with and without L2 are taken as equal, though
-  L2 loads do change what L1 holds). What every hit saves over no cache at all,
-  prefill(n) - prefill(n - h1 - h2), is reported apart as the prefix cache's compute saved.
-
-Pure arithmetic over the profile: no device, no bytes, deterministic for the same input.
+Pure arithmetic over the profile: prefill compute, the all-hit fit and break-even, the penalties
+the link model does not show, and net benefit over an L1-only cache with its assumed inputs named.
+No device, no bytes, deterministic. The model in words: docs/model.md.
 """
 
 from __future__ import annotations

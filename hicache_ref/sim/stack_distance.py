@@ -1,33 +1,9 @@
-"""LRU stack distances of a Mooncake trace's pages, in one pass (Mattson et al. 1970).
+"""LRU stack distances of a trace's pages in one pass (Mattson's method): every capacity's hit rate at once.
 
-The reference cache (hicache_ref.core.radix) caches page-aligned prefixes: a request's full
-pages are matched, then inserted, and every page on its path is touched at once. Over
-pages, that is an LRU stack in which a request moves its full pages to the top, shallow
-pages above deep ones (deeper pages of one path are evicted first, as the tree evicts
-leaves). A page's *stack distance* before a request is the number of distinct pages above
-it: an LRU cache of C pages holds it exactly when the distance is < C, for every C at once
-(the inclusion property). So one pass gives the hit-rate curve for all capacities, the
-reuse-distance distribution, and (C = infinity) the unlimited-capacity hit rate.
-
-Page identity: token t of a request is hash_ids[t // 512] * 512 + t % 512 (hicache_ref.sim.trace),
-so two requests share the tokens [0, L) exactly when their hash ids agree on the blocks
-covering [0, L). A page ending at token e is named by the chain of ids of blocks
-0 .. (e - 1) // 512 (interned into one integer per distinct chain) and by e's offset in its
-block.
-
-The pass works on runs, not pages. A request's pages last touched by the same earlier
-request q form one depth run, and q's still-live pages are always a suffix of q's path
-(a later request re-touches a prefix of it). So a run's distances are consecutive,
-S(q), S(q) + 1, ..., where S(q) counts live pages of requests after q (a Fenwick tree over
-request numbers). Cost: numpy per request plus a few tree steps per run, no per-page
-Python.
-
-Exactness against a replay of the reference cache (hicache_ref.sim.replay, write_through, L2 at
-least L1): the union of L1 and L2 is this LRU stack cut at C pages, except that the tree
-evicts whole leaf nodes, so a tier may briefly hold fewer than C pages after an eviction
-that freed more than it needed; the curve is then an upper bound (tests/test_sweep.py
-checks equality on a trace where no eviction overshoots; `hicache bench sweep` reports the
-difference at the largest tier of the conversation trace).
+The tree caches page-aligned prefixes and touches a request's whole path, so over pages it is an
+LRU stack; a page hits in a cache of C pages exactly when its distance is below C. The pass works
+on runs of pages with consecutive distances, counted with a Fenwick tree. Why the curve is an upper
+bound of a replay's: hicache_ref/README.md, "One-pass stack distances".
 """
 
 from __future__ import annotations

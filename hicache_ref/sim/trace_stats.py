@@ -1,18 +1,8 @@
 """What a Mooncake trace asks of a cache: `hicache trace stats`.
 
-Definitions (README "Traces"):
-- prefix reuse rate: the fraction of all input tokens that lie in a request's leading run of
-  512-token blocks already seen in an earlier request, a block being "seen" when an earlier
-  request had the same hash ids for it and every block before it (the same token prefix).
-  A block's tokens count as this request has them (a partial last block counts its part).
-  It is the hit rate of an unlimited cache with 512-token pages, ignoring that a partial
-  block is cached only as far as whole pages reach.
-- unlimited hit rate: the token hit rate of the reference cache with unlimited capacity at
-  `page_size` (what `hicache replay` reports with no capacities; equal to it).
-- reuse distance of a reused page: its LRU stack distance in tokens, i.e. how many distinct
-  tokens of other pages were used since it was last used; an LRU cache of C tokens hits it
-  exactly when the distance is below C. `hit_rate_by_capacity` is that curve, and
-  `reuse_distance_histogram` counts reused pages per power-of-two bin of distance.
+Prefix reuse rate, the unlimited-capacity hit rate, and reuse distances (LRU stack distances in
+tokens), which give the hit-rate curve over every capacity. Definitions: hicache_ref/README.md,
+"Traces".
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""Synthetic Mooncake traces with a requested prefix reuse rate: `hicache trace synth`.
+"""Synthetic Mooncake traces with the prefix reuse rate asked for: `hicache trace synth`.
 
-Dynamo's Mooncake-trace data generator resamples an existing trace (its prefix tree, with
-length multipliers and speed-up): the reuse it gets is whatever the source had, scaled.
-Here the reuse rate is the input, hit by construction and by feedback:
-
-- Sessions (multi-turn conversations): each request belongs to one of `sessions`,
-  picked at random; a session's next turn carries its previous turn's whole prompt plus
-  that turn's output and a new user message, so its natural reuse is its history. When the
-  context would exceed `max_tokens`, the session starts a new conversation (log-uniform
-  length in [min_tokens, max_tokens]) that opens with part of an earlier request of any
-  session (a shared system prompt or document).
-- Feedback: before each request the reused prefix is cut to what keeps the running rate
-  (reused tokens so far / input tokens so far) on `reuse`: reuse = R * (tokens so far +
-  this request) - reused so far, rounded to whole blocks, at most what the parent offers.
-  The rate `trace stats` reports (hicache_ref.sim.trace_stats) therefore lands within
-  a block's worth of R per request count (0.02 from a few hundred requests on).
-- Blocks past the reused prefix get fresh hash ids, so reuse ends exactly where intended;
-  only the parent's full blocks are reused (a partial block's tokens would differ).
-- Arrivals: a Poisson process at `rate` requests per second (timestamps in ms, as
-  Mooncake); rate None: all at 0. Output lengths: log-normal around 256, in [1, 4096].
-
-Everything comes from one numpy Generator seeded with `seed`: same arguments, same bytes.
+Multi-turn sessions give natural reuse; before each request a feedback step cuts the reused prefix
+so the running rate stays on the target. Arrivals are Poisson; everything comes from one seeded
+generator, so the same arguments give the same bytes. The rules: hicache_ref/README.md, "Traces".
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """The L3 storage contract: batch exists / get / set of whole host-pool pages, with integrity.
 
-Semantics follow upstream HiCache storage (SGLang `hicache_storage.py`): `exists` answers for a
-run of page keys with the length of the leading run present (a prefix is only useful up to its
-first missing page); `get` reads objects into host-pool pages and `set` writes them from host
-pool pages, one bool per page.
-
-Object format, the same for every backend (so integrity is checked here, once): the page in
-canonical byte order (`hicache_ref.storage.pages`) followed by a 48-byte trailer with the payload
-length and a digest over the key and the payload (`hicache_ref.storage.integrity`). A read whose
-size, length or digest disagrees is *corrupt*: counted, reported False, never returned as KV, and
-the object is discarded so a later set can store it again. Binding the key into the digest also
-catches an object stored under the wrong key.
-
-Backends fill the underscore hooks; public methods validate once, catch backend failures
-(counted as errors: the cache carries on without L3) and keep the stats. Hooks may be called from
-several threads at once.
-
-Overlap: a batch goes to the backend in chunks (`set_chunk_bytes`, `get_chunk_bytes`), and the
-integrity pass over each chunk runs on the client's worker thread while the backend moves the
-neighbouring one: set seals chunk i+1 (gather where the layout needs it, digest) while chunk i is
-written; get verifies (and scatters) chunk i while chunk i+1 is read. The digests, the copies and
-the backends' syscalls / transfers release the GIL, so where a second core is free the digests can
-hide behind the transfers; where none is they add to them (BENCHMARKS.md, bench l3), and a backend
-whose calls cost round trips batches whole instead (`_spans`).
+`exists` answers with the length of the leading run of keys present, as upstream HiCache storage
+does. Every object is the page in canonical byte order plus a digest trailer, checked here once for
+every backend: a corrupt object is counted and discarded, never returned as KV. Backends fill the
+underscore hooks; public methods validate, count errors and keep the stats, and overlap the
+integrity pass of one chunk with the transfer of the next.
 """
 
 from __future__ import annotations

@@ -1,28 +1,9 @@
-"""`file`: a directory of objects, size-bounded LRU, atomic writes.
+"""`file`: an L3 store in a directory: one 0600 file per object, atomic writes, size-bounded LRU.
 
-Spec `file:DIR[,max_bytes=SIZE][,digest=xxh3|sha256]` (a DIR holding a comma cannot be named here).
-
-- One file per object, named by its key when the key is a plain file name (letters, digits,
-  `_.-`, at most 200 characters), else `h-<sha256 of the key>`; suffix `.kv`. Files are 0600, a
-  directory this backend creates 0700.
-- Atomic writes: the object goes to a temporary `.tmp-<random>` file in the same directory
-  (O_EXCL, 0600) and is renamed over the final name, so a reader sees the old object or the new
-  one, never part of one. No fsync: atomic against concurrent readers, not against power loss
-  (a torn object after a crash fails its digest and reads as corrupt).
-- Always bounded. `max_bytes` is the bound when given; it is refused (one line naming it, before
-  the directory is created) when the directory's filesystem cannot hold it: more than its free
-  space at open (statvfs, blocks available to unprivileged users) plus the objects already in the
-  directory. Without it the bound is half of that same room (DEFAULT_ROOM_FRACTION), computed at
-  open: reopening a store that filled its bound gets the same bound back. `max_bytes` and
-  `max_bytes_default` on the client say which (reported as `l3_max_bytes` by `hicache replay --l3`).
-- LRU by modification time: a read touches the file, so recency is shared by every client of
-  the directory. A client evicts the oldest objects once its count of the directory passes the
-  bound. Its count is its own writes and reads plus a rescan of the directory (which counts what
-  other clients wrote and read) once per 64 writes or per 1/16 of the objects counted, whichever
-  is more: a rescan stats every object, so this keeps it to 16 stats a write on average however
-  large the store (a directory of small pages may hold tens of thousands).
-- Zero copy: writes go from the host pool's runs (or the gather staging) and the trailer with one
-  `writev`, reads land in the pool's runs (or staging) with `preadv`; no intermediate Python bytes.
+Spec `file:DIR[,max_bytes=SIZE][,digest=xxh3|sha256]`. Always bounded: by `max_bytes`, refused when
+the filesystem cannot hold it, or else by half of the room there at open. Writes go to a temporary
+file renamed into place, so readers never see part of an object; recency is the file's mtime,
+shared by every client. Reads and writes move the pool's runs with preadv/writev, no extra copy.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Integrity of stored objects: the trailer each object ends with and the digests it may name.
+"""Integrity of stored objects: the 48-byte trailer each object ends with and the digests it may name.
 
-Trailer (48 bytes): b"HCKV" + a 4-byte digest id, the payload length (8 bytes, little-endian), and
-the digest (32 bytes; a 16-byte digest is zero-padded) over the key's UTF-8, a NUL and the payload.
-A reader checks with the digest the trailer names, so clients with different settings share a store.
-
-Digests, looked up by name:
-- `xxh3` (default): XXH3-128 from the `xxhash` package, ~30 GB/s on one core here. The digest is
-  stored next to the object, so no algorithm protects against someone who can rewrite objects (they
-  rewrite the digest too); what it must catch is accidental damage (a flipped bit, a torn or
-  truncated write, an object under the wrong key), which a 128-bit hash does with odds of 2**-128.
-  SHA-256 verifies at ~1.8 GB/s here, slower than the stores move bytes (page-cache reads ~9 GB/s,
-  Mooncake loopback gets ~12 GB/s), so it would be most of an L3 read's cost.
-- `sha256`: hashlib's SHA-256, for a deployment that wants a cryptographic digest anyway.
+The digest covers the key and the payload, so damage and an object under the wrong key are both
+caught. The reader uses the digest the trailer names, so clients with different settings share a
+store. `xxh3` (the default) catches accidental damage at a fraction of SHA-256's cost; `sha256` is
+there for a deployment that wants a cryptographic digest (throughput: BENCHMARKS.md, bench l3).
 """
 
 from __future__ import annotations

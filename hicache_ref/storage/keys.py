@@ -1,14 +1,8 @@
-"""Storage keys: the page hash chain plus a short identity tag of what the bytes mean.
+"""Storage keys: the page hash chain plus a short tag of what the bytes mean.
 
-A key is `<tag>_<page hash hex>`: the hex is `hicache_ref.core.hashing.hash_hex` of the page's
-chained SHA-256 (byte-identical to upstream's storage hash strings), the tag names the KV
-geometry (attention kind, layers, heads, head/kv dim, dtype, page size) and, when given, a
-model name and a shard (e.g. the TP rank of an MHA slice), so two geometries or models never
-read each other's pages.
-
-The host layout is *not* part of the identity: objects hold a page in one canonical byte
-order (`hicache_ref.storage.pages`), so a page written from a layer_first pool reads back
-bit-identical into a page_first_direct one.
+The hash is byte-identical to upstream's storage hash strings; the tag names the KV geometry, and a
+model and shard when given, so different geometries never read each other's pages. The host layout
+is not part of the key: objects hold pages in one canonical order.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """One host-pool page to and from the canonical byte order of a stored object.
 
-Canonical order, whatever the host layout: part (K then V for MHA; the latent for MLA), then
-layer, then the page's tokens, each token's item (heads x head_dim elements) whole. It is
-layer_first restricted to one page. The byte offsets come from `hal.transfer.layouts`
-(`host_piece_offsets`, `host_layer_shift`), the one place host address math lives; this module
-only orders them. Every HAL host layout puts (layer, token, piece) of a page at an affine offset,
-so a page is one strided view of its part (shape layers x tokens x pieces x piece bytes), found
-once per (layout, geometry, pool size) and checked against the offsets it replaces; a layout that
-were not affine would take the row-gather path instead.
-
-Copies: `page_runs` gives a page as runs, 2-D uint8 arrays whose rows are contiguous byte runs
-(their rows in order are the canonical order). Where a part's page is one run (page_first_direct,
-MLA or MHA) or a few equal runs at a fixed stride (layer_first: one run per layer) the arrays are
-views of the pool and `page_run_targets` gives them writable, so a backend writes from and reads
-into the pool with no copy (writev / preadv, multi-buffer puts). Other layouts (page_first,
-page_head: a run per token and layer) gather into (and `write_page` scatters from) a caller's
-staging buffer, reused across calls because a fresh multi-MB tensor costs more in page faults than
-the copy itself. `page_segments` is the same page as 1-D torch tensors (a view, or a gather).
+Canonical order is layer_first restricted to one page, whatever the pool's layout, so any layout
+reads back any other's pages. Offsets come from the host layouts; this module only orders them.
+Where a page is a few strided runs of the pool they are views (no copy); otherwise the page is
+gathered into, or scattered from, a reused staging buffer.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The SPMD self-check: a 64-bit digest of allocator decisions, compared across ranks every K ops.
 
-A TP-shared host pool is correct only while every rank makes the same host-pool allocation
-decisions (rank 0 writes page p, rank r reads page p). `RecordingAllocator` wraps a pool's
-PageAllocator and logs each decision (tier, alloc or free, the pages, in call order) into a
-`DecisionLog`, whose digest chains BLAKE2b-64 over (previous digest, op index, decision).
-`SpmdCheck.check` all-gathers the digests (and a digest of the KV bytes each rank read, the
-cross-rank check of page contents) every `every` ops and at the end. On a mismatch the ranks
-all-gather their logs of the window since the last agreeing check, find the first operation
-whose digest differs, and every rank raises `SpmdDivergence` with that operation's index and
-each rank's decision there.
+A shared host pool is correct only while every rank allocates alike. Each decision is chained into
+a digest; the ranks compare digests (and a digest of the KV they read) at intervals, and on a
+mismatch every rank raises with the first differing operation and each rank's decision there.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""A local TP group for CI and `hicache spmd --ranks N`: N rank processes that rendezvous over env://.
+"""A local TP group for CI and `hicache spmd`: N rank processes meeting over env://, as under torchrun.
 
-Each rank is a process of its own with the variables torchrun would set (MASTER_ADDR=127.0.0.1,
-a free MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK), running hicache_ref.tp.worker.run_rank; the
-ranks coordinate only through torch.distributed. Processes are forked from a multiprocessing
-forkserver that has imported torch once, so a group starts in a fraction of a second. Each
-rank sends its outcome (figures, divergence, or error) back on a pipe.
-
-Bounded: once a rank has failed or died, the others get the collective timeout (plus a
-margin) to fail on their own, with their reason; whatever still runs after that is killed.
-A rank dies with the launcher (a watchdog thread in every rank), and the forkserver then exits. Afterwards files in the shared directory whose creator died (a rank killed between creating
-and unlinking the shared segment) are reaped, so no run leaves one behind.
+Ranks fork from a forkserver that imported torch once, so a group starts fast. The run is bounded:
+once a rank fails, the others get the collective timeout to fail with their reason, and the rest is
+killed. Files left by a rank killed mid-setup are reaped afterwards.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """One TP rank's reference HiCache under the writer rule: tree, pools, controller, gate and digest.
 
-Every rank runs the same ops on its own radix tree, device pool (L1) and controller; the host
-pool (L2) is the TP-shared buffer or this rank's own (hicache_ref.tp.shared_pool). Both
-pools' allocators log their decisions (hicache_ref.tp.digest.RecordingAllocator). With a
-shared pool only rank 0 issues D2H (its copy is the group's copy: the latent KV is the same on
-every rank), while every rank issues H2D with the same indices, each through the
-hicache_ref.tp.visibility gate. The request path is hicache_ref.core.cache.HiCache's, spelled out
-per op so that completions happen at points every rank agrees on: a backup's lock is released
-at the start of the next op (rank 0 first waits for its D2H, which reads those device pages),
-a load's at the end of its op. That makes the allocation decisions a function of the op list
-alone, whatever the threads' timing, on every rank and in shared and private runs alike.
-Every KV byte a rank reads back (L1 hits and loads) is checked against what was written
-(`read_mismatch_pages`) and folded into the read digest.
+Every rank runs the same ops; with a shared host pool only rank 0 writes it, and every rank loads
+through the visibility gate. Completions happen at points every rank agrees on, so allocation
+decisions depend on the op list alone. Every KV byte read back is checked and folded into a digest.
 """
 
 from __future__ import annotations

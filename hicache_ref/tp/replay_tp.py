@@ -1,12 +1,8 @@
-"""`hicache replay --tp N [--shared-host]`: what TP sharing of host KV does to one trace's figures.
+"""`hicache replay --tp N [--shared-host]`: what sharing host KV across a TP group does to a trace's figures.
 
-A TP group's ranks make the same decisions (hicache_ref.tp checks it), so one replay stands for
-every rank. Private (the default with --tp): every rank keeps its own L2 of the given size,
-the same hits, and every rank writes its own copy, so D2H bytes over the group are N x one
-rank's. Shared (`shared_host`): the group's N per-rank L2 budgets become one pool holding one
-copy, so the effective L2 capacity is N x the per-rank size (the hit rate rises where L2 was
-the limit) and only rank 0 writes (D2H bytes 1/N of private). Host memory is the same N x
-per-rank size either way; sharing changes what it can hold.
+The ranks decide alike, so one replay stands for every rank. Private: every rank keeps and writes
+its own L2 copy. Shared: the N per-rank budgets become one pool, so effective L2 is N times larger
+and only rank 0 writes (D2H 1/N). Host memory is the same either way; sharing changes what it holds.
 """
 
 from __future__ import annotations

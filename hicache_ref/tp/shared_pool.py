@@ -1,17 +1,9 @@
 """One host KV buffer per TP group (rank 0 creates, every rank attaches and registers), or one per rank.
 
-Shared: rank 0 creates the segment with hal.memory.host.allocate_host(shared_dir=...,
-keep_name=True): O_EXCL, mode 0600, an unguessable name (hal.memory.shm), MADV_HUGEPAGE before
-the first touch and before registration. MPOL_INTERLEAVE over every online node is this
-thread's policy while the pages are faulted in and registered (mbind on the range as well),
-and the previous policy is restored afterwards. The name goes to the other ranks over the
-process group; each attaches (hal.memory.host.attach_host) and registers the range with its
-own backend. Then every rank reports success or its reason (Group.agree), rank 0 unlinks the
-name whatever the outcome, and a failure anywhere raises on every rank: no rank runs on a
-half-made pool and no file stays behind. A rank killed between create and unlink leaves a
-file whose creator is dead: the launcher (and the next allocation in that directory) reaps it.
-
-Private: every rank maps its own anonymous buffer (N copies, N writers), the baseline.
+The shared segment is O_EXCL, 0600, unguessably named, huge-paged before first touch and interleaved
+over every node while it is faulted in and registered. Every rank agrees on success before rank 0
+unlinks it, so no rank runs on a half-made pool and no file stays behind. Private pools are the
+baseline: N copies, N writers.
 """
 
 from __future__ import annotations

@@ -1,30 +1,8 @@
-"""Visibility of a TP-shared host pool: who may touch a host page, and when.
+"""Visibility of a TP-shared host pool: no load before rank 0's write has landed, no overwrite during a load.
 
-Only rank 0 writes the shared pool (D2H); every rank loads from it (H2D) with the same indices.
-Two hazards follow, and one protocol closes both, with acks through the process group
-(upstream's all_reduce(MIN) over completed writes):
-
-- read-after-write: no rank may load a page before rank 0's D2H of it has completed;
-- write-after-read: rank 0 may not overwrite a page (reused after L2 eviction) while another
-  rank's load of its previous content is still running.
-
-Every write and every load gets a sequence number, the same on every rank because the ranks
-make the same decisions (the SPMD digest checks that). Each host page remembers the last
-write and the last load that touched it. A rank counts the writes it has seen complete
-(rank 0: its D2H events; the others write nothing and report no limit) and the loads it has
-completed. `sync()` takes the element-wise MIN of both counters over the group: `visible`
-writes and reads, the same on every rank. Before a load, every rank syncs until `visible`
-writes cover the pages' last write; before rank 0 writes, every rank syncs until `visible`
-reads cover the pages' last load. Whether to sync is decided from numbers every rank holds
-alike, so every rank enters the same collectives; while the MIN falls short, rank 0 waits for
-its oldest outstanding D2H (`progress`) before the next round.
-
-Memory ordering: rank 0's write has completed (its D2H event) before rank 0 counts it, and the
-count reaches another rank only through the collective, whose socket send and receive are
-full barriers on both sides; a load issued after the collective sees the bytes.
-
-With private pools (every rank its own copy) the gate runs no collective: a load waits only
-for this rank's own outstanding writes of its pages. `enabled=False` turns the protocol off, for the test that shows it is needed.
+Writes and loads get sequence numbers every rank agrees on; `sync()` takes the group's MIN of the
+completed counters (upstream's all_reduce(MIN)), and a load or write waits until it covers the
+page. With private pools no collective runs. The protocol: hicache_ref/README.md, "Visibility".
 """
 
 from __future__ import annotations

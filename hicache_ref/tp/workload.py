@@ -1,16 +1,8 @@
 """The seeded random workload every rank drives through its reference HiCache.
 
-`WorkloadConfig` says what to run (ops, seed, free-list order, check interval, shared or
-private host pool, small MLA geometry, the test hooks); `make_ops` turns the seed into the op
-list, the same on every rank (numpy's PCG64 from the seed alone: nothing rank-, time- or
-process-dependent). Requests draw a prefix of one of a few documents (so prefixes are shared
-and hit) plus a fresh suffix. Op kinds:
-
-- insert: match, load back the host part, write the new KV, insert, queue the policy's backups;
-- match: match a document prefix and check the L1 part's KV;
-- evict / evict_host: free some L1 / L2 pages (LRU);
-- load_back: load the host part of a document prefix back to L1 and check it;
-- backup: back up the device part of a document prefix that has no host copy yet (D2H).
+`make_ops` turns the seed alone into the op list, the same on every rank. Requests take a prefix of
+one of a few documents plus a fresh suffix, so prefixes are shared; the ops insert, match, evict,
+load back and back up.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """How a CUDA-like backend turns a plan's segments into device copies: its copy modes.
 
-- `descriptor`: one async copy (cudaMemcpyAsync through `copy_(non_blocking=True)`) per merged
-  segment, whatever the count. This is what the seed's page_first_direct build did on P800, so
-  its cost (39,936 descriptors for the seed transfer) is the cost this mode shows.
-- `gather`: up to DIRECT_SEGMENT_LIMIT segments the same as `descriptor`; above it the rows are
-  gathered, copied once and scattered (hal.backends.support.cudalike). It hides the per-descriptor
-  cost, which is right for a harness that runs the suite fast and wrong for one that measures it.
-
-A backend instance has one mode, fixed when it is made: the constructor's `copy_mode`, else
-$HICACHE_COPY_MODE, else `gather` (what these backends always did).
+`descriptor` issues one async copy per merged segment, so it shows the per-descriptor cost the seed
+work measured. `gather` gathers rows above a segment limit and copies once: fast for running the
+suite, wrong for measuring. One mode per instance: `copy_mode`, else $HICACHE_COPY_MODE, else gather.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """What the cuda and xpu backends share: device buffers, plan execution, host registration.
 
-Kunlunxin XPUs run under torch_xmlir as torch device type "cuda": stock torch.cuda streams,
-events and copies run on a CUDA-compatible runtime shim over the Kunlun runtime. So one
-implementation serves both; cuda.py and xpu.py differ in probe() and in how host memory is
-registered. Streams and events (with the host-side D2H scatters) are in cuda_streams.
-
-How `_execute` moves one CopyGroup depends on the instance's copy mode (support/copy_modes):
-- `descriptor`, or few segments (<= DIRECT_SEGMENT_LIMIT) in `gather` mode: one
-  copy_(non_blocking=True) per segment, i.e. one DMA descriptor each -- the per-descriptor
-  behaviour users measure;
-- more segments in `gather` mode: both buffers are viewed as rows of `unit` bytes (gcd of every offset and length),
-  segments expand to row indices, and the bytes go gather -> one contiguous copy -> scatter.
-  Device-side gathers and scatters are index ops on the stream. A host-side gather (H2D) runs
-  on the CPU inside execute(); a host-side scatter (D2H) runs on the stream's completion thread
-  once the device part is done, and the returned event covers it. Hence the rule: a plan that
-  reads host bytes another plan writes is submitted after that plan's event completes (HiCache
-  loads only after the backup is acknowledged).
+torch_xmlir runs Kunlun XPUs as torch device "cuda", so one implementation serves both. A plan's
+segments become one async copy each (`descriptor`, what users measure), or above a limit in
+`gather` mode rows gathered, copied once and scattered. A host-side scatter runs after the device
+copy, so a plan that reads host bytes another writes waits for that plan's event.
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """The vendor's kvcacheio kernels behind the harness's calling convention (hal.transfer.kvcacheio).
 
-A real deployment moves KV with the vendor's kernels, not with the harness's planner: sgl-kernel's
-`sgl_kernel.kvcacheio` on CUDA, and on Kunlun the rebuilt ops registered as
-`torch.ops.xspeedgate_ops.transfer_kv_all_layer_mla` / `transfer_kv_per_layer_mla`. The
-conformance suite runs its cases through them with this adapter, which maps a call written for
-hal.transfer.kvcacheio (same op names and argument order as upstream) onto upstream's:
-
-- where the harness takes a list of per-layer tensors, upstream's all-layer kernels take a uint64
-  tensor of the layers' data pointers, on the device (SGLang builds them the same way); the
-  direct ops take lists on both sides;
-- the kernel ops read their index tensors on the device; the direct ops walk them on the host
-  (SGLang keeps indices on the CPU for its "direct" io backend), so they get CPU indices;
-- upstream returns nothing: the work is queued on the current stream, so the adapter runs each
-  call inside the backend's stream and returns the event recorded after it (keeping the pointer
-  tables and index copies alive until it completes);
-- `block_quota` / `num_warps_per_block` are passed when the caller gives them, or when the
-  vendor op's schema has no default for them (upstream's defaults, 2 and 32, are used then).
-
-The adapter checks nothing the vendor does not: it runs the suite's (valid) cases. Argument
-names and the ops' order come from hal.transfer.kvcacheio's own signatures, so a harness op and
-its vendor twin cannot drift apart silently. Which xspeedgate_ops signatures match upstream's is
-taken from the Kunlun port's description (same names and order); it is unverified here.
+The conformance suite runs its cases through sgl-kernel on CUDA and xspeedgate_ops on Kunlun with
+this adapter, so the vendor's bytes are compared with the reference. It maps layer lists to pointer
+tables, puts indices where each op reads them, and returns an event for the queued work. What it
+takes on trust about xspeedgate_ops: docs/acceptance.md, "What the device code takes on trust".
 """
 
 from __future__ import annotations
