@@ -3,7 +3,8 @@
 A Backend is three contracts, one per interface of the design card:
 - `TransferEngine`: device buffers, streams and events, and `execute`, which moves the bytes a
   `TransferPlan` (hal.transfer.plan) describes;
-- `HostRegistrar`: `register_host` / `unregister_host`, making host memory ready for DMA;
+- `HostRegistrar` (hal.memory.registration): `register_host` / `unregister_host`, making host
+  memory ready for DMA;
 - `TopologySource`: `topology`, the NUMA nodes and accelerators the backend runs on.
 
 Like tinygrad's runtime, the public methods validate and dispatch once and a backend fills only
@@ -20,8 +21,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from hal.checks import positive_int
-from hal.memory.registration import HostRegistration, register_ranges, release
+from hal.memory.registration import HostRegistrar, HostRegistration
 from hal.registry import ENTRY_POINT_GROUP, available_backends, backend_class, get_backend, register
 from hal.topology.discover import discover, has_hardware
 from hal.topology.model import Topology
@@ -146,41 +146,6 @@ class TransferEngine(abc.ABC):
 def binds_memory(plan: TransferPlan) -> bool:
     """True when the plan's buffers are tensors, not the symbolic keys of a plan built without memory."""
     return bool(plan.groups) and isinstance(plan.groups[0].src, torch.Tensor)
-
-
-class HostRegistrar:
-    """Host memory made ready for DMA (pinned, mapped), range by range."""
-
-    name: str = "?"
-    # Largest range one `_register_range` call may get; None: no limit known.
-    max_registration_bytes: int | None = None
-
-    def register_host(self, address: int, nbytes: int) -> HostRegistration:
-        """Register [address, address+nbytes) for DMA; returns the handle for unregister_host.
-
-        The range is split at max_registration_bytes; if one piece fails, the pieces before it
-        are unregistered and the failure is raised: all or nothing.
-        """
-        address, nbytes = positive_int("address", address), positive_int("nbytes", nbytes)
-        ranges = register_ranges(self._register_range, self._unregister_range, address, nbytes,
-                                 self.max_registration_bytes)
-        return HostRegistration(address, nbytes, ranges)
-
-    def unregister_host(self, handle: HostRegistration) -> None:
-        """Undo register_host; every piece is released even if one fails (then RuntimeError)."""
-        if not isinstance(handle, HostRegistration):
-            raise ValueError(f"handle: {handle!r} did not come from {self.name}.register_host")
-        errors = release(self._unregister_range, handle.ranges)
-        if errors:
-            raise RuntimeError("; ".join(str(e) for e in errors))
-
-    def _register_range(self, address: int, nbytes: int) -> Any:
-        """Hook: register one range; returns what `_unregister_range` needs. Default: nothing to do."""
-        return None
-
-    def _unregister_range(self, handle: Any) -> None:
-        """Hook: undo one `_register_range`."""
-        return None
 
 
 class TopologySource:

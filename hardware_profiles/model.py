@@ -12,13 +12,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hal.checks import is_int, is_number, non_negative_int
-from hal.transfer.direction import Direction
+from hardware_profiles.values import is_int, is_number, non_negative_int
 
 SCHEMA_VERSION = 1
 UNKNOWN = "unknown"
 COMPARATORS = ("<=", ">=", "<", ">", "==")
-DIRECTIONS = (Direction.H2D, Direction.D2H, Direction.D2D, Direction.H2H)
+# The values of hal.transfer.direction.Direction (a str enum, so its members compare equal): a
+# profile prices the two that cross the host link and knows the other two do not.
+DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
+HOST_LINK_DIRECTIONS = ("h2d", "d2h")
 IDO_STATES = ("on", "off", "unknown")
 
 # Stable metric names that targets may use: name -> (unit, what is measured). Consumers
@@ -154,7 +156,7 @@ class LinkModel:
         _check_bounded(self, LINK_BOUNDS)
         _check_bounded(self, KERNEL_BOUNDS)
 
-    def seconds(self, direction: Direction | str, nbytes: int, segments: int, launches: int = 1) -> float | None:
+    def seconds(self, direction: str, nbytes: int, segments: int, launches: int = 1) -> float | None:
         """Modeled seconds for one transfer, or None when it cannot be modeled.
 
         None when a term with a nonzero count needs a value the profile leaves unknown, and
@@ -164,10 +166,10 @@ class LinkModel:
             raise ValueError(f"direction: expected one of {', '.join(DIRECTIONS)}, got {direction!r}")
         nbytes, segments, launches = (non_negative_int(name, n) for name, n in
                                       (("nbytes", nbytes), ("segments", segments), ("launches", launches)))
-        if not Direction(direction).crosses_host_link:
+        if direction not in HOST_LINK_DIRECTIONS:
             return None
         total = 0.0
-        bandwidth = self.h2d_gbps if direction == Direction.H2D else self.d2h_gbps
+        bandwidth = self.h2d_gbps if direction == "h2d" else self.d2h_gbps
         for count, cost_us in ((launches, self.per_launch_us), (segments, self.per_segment_us)):
             if count:
                 if cost_us is None:
@@ -179,7 +181,7 @@ class LinkModel:
             total += int(nbytes) / (bandwidth * 1e9)
         return total
 
-    def kernel_seconds(self, direction: Direction | str, nbytes: int, items: int, launches: int = 1) -> float | None:
+    def kernel_seconds(self, direction: str, nbytes: int, items: int, launches: int = 1) -> float | None:
         """Modeled seconds for one kernel copy of `items` token-layer items in `launches` kernel
         launches, or None when it cannot be modeled (as `seconds`; no per-segment term)."""
         items = non_negative_int("items", items)

@@ -8,7 +8,6 @@ from typing import Any, NoReturn
 
 import yaml
 
-from hal.checks import is_int, is_number
 from hardware_profiles.model import (
     ALLHIT_BOUNDS,
     COMPARATORS,
@@ -32,6 +31,7 @@ from hardware_profiles.model import (
     Target,
     TopologySpec,
 )
+from hardware_profiles.values import is_int, is_number
 
 
 class _StrictSafeLoader(yaml.SafeLoader):

@@ -15,12 +15,12 @@ def pytest_runtest_makereport(item, call):
 
 
 def _start_cluster(log_dir):
-    from hicache_ref.storage.mooncake_cluster import MooncakeCluster, unavailable_reason
+    from hicache_ref.storage.mooncake_cluster import Unavailable, start_loopback
 
-    why = unavailable_reason()
-    if why:
-        pytest.skip(f"mooncake: {why}")
-    return MooncakeCluster(log_dir=str(log_dir)).start()
+    try:
+        return start_loopback(str(log_dir))
+    except Unavailable as e:
+        pytest.skip(f"mooncake: {e.reason}")
 
 
 @pytest.fixture(scope="session")

@@ -248,6 +248,31 @@ def test_auto_spec_owns_its_cluster():
     assert not os.path.exists(cluster.log_dir)  # its temporary log folder went with it
 
 
+def test_auto_options_name_only_the_auto_spec():
+    assert cluster_mod.auto_options("mooncake:auto") == []
+    assert cluster_mod.auto_options("mooncake:auto, segment=16MiB,") == ["segment=16MiB"]
+    assert cluster_mod.auto_options("mooncake:http://127.0.0.1:9/metadata,127.0.0.1:9") is None
+    assert cluster_mod.auto_options("file:/tmp/auto") is None
+
+
+def test_resolve_auto_gives_a_client_spec_of_a_fresh_cluster():
+    # what the storage suite opens several clients of (it restarts the master under them)
+    assert cluster_mod.resolve_auto("memory:") == ("memory:", None)
+    why = cluster_mod.unavailable_reason()
+    if why:
+        pytest.skip(f"mooncake: {why}")
+    spec, cluster = cluster_mod.resolve_auto("mooncake:auto,segment=16MiB,buffer=4MiB")
+    try:
+        assert spec == cluster.spec + ",segment=16MiB,buffer=4MiB" and cluster.pids()
+        s = open_storage(spec)
+        assert s.cluster is None  # a client of someone else's cluster does not stop it
+        s.close()
+        assert cluster.pids()
+    finally:
+        cluster.stop()
+    assert cluster.pids() == [] and not os.path.exists(cluster.log_dir)
+
+
 def test_a_cluster_that_fails_to_start_keeps_its_logs(monkeypatch):
     why = cluster_mod.unavailable_reason()
     if why:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hicache_ref.core.block_tokens import TraceTokens, request_tokens, trace_tokens
 from hicache_ref.core.hashing import page_hashes
 from hicache_ref.core.page_keys import RunKeys, TokenKeys, make_page_keys
 from hicache_ref.core.radix import RadixTree
 from hicache_ref.sim.replay import replay
-from hicache_ref.sim.trace import TraceTokens, request_tokens, trace_tokens
 from hicache_ref.sim.trace_synth import synthesize
 from hicache_ref.spec import CacheSpec
 

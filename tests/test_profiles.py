@@ -347,3 +347,12 @@ def test_a_profile_error_echoes_at_most_80_characters_of_what_it_got(tmp_path):
     assert len(echoed) < 120 and echoed.endswith("characters)")
     assert str(ProfileError("f.yaml", "link.h2d_gbps", "a number", "'x'")) == \
         "f.yaml: link.h2d_gbps: expected a number, got 'x'"  # short values are echoed whole
+
+
+def test_profile_directions_are_hals():
+    """Profiles sit below hal and name directions as strings: exactly the values of hal's Direction."""
+    from hal.transfer.direction import Direction
+    from hardware_profiles.model import DIRECTIONS, HOST_LINK_DIRECTIONS
+
+    assert set(DIRECTIONS) == {d.value for d in Direction}
+    assert set(HOST_LINK_DIRECTIONS) == {d.value for d in Direction if d.crosses_host_link}

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from hicache_ref.sim.replay import replay
+from hicache_ref.sim.replay_tp import tp_replay, tp_spec
 from hicache_ref.sim.trace import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
-from hicache_ref.tp.replay_tp import tp_replay, tp_spec
 
 TRACE = find_trace("conversation_trace.jsonl")
 

@@ -17,9 +17,19 @@ import yaml
 from hardware_profiles import load_profile
 
 
-def machine() -> dict:
-    from conformance.report.environment import cpu_model
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform knows; the report's environment uses it too."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
+
+def machine() -> dict:
     return {"host": socket.gethostname(), "cpu": cpu_model(), "cores": os.cpu_count(), "kernel": platform.release()}
 
 

@@ -14,9 +14,9 @@ from conformance.cli.sweep import PLATEAU_GAIN
 from hal.units import HELP as UNITS
 from hicache_ref.sim.ablate import SWEEP_TIERS, ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
+from hicache_ref.sim.replay_tp import tp_spec
 from hicache_ref.sim.trace import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
-from hicache_ref.tp.replay_tp import tp_spec
 
 HELP = "the seed's fix ladder over a trace: hit rate, transfers, modeled TTFT change and net benefit per fix"
 # Without --l1-tokens/--l2-tokens: L1 and L2 as these fractions of the trace's page-rounded tokens.

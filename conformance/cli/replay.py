@@ -20,10 +20,10 @@ from hicache_ref.core.allocator import ORDERS
 from hicache_ref.core.policy import POLICIES
 from hicache_ref.l3 import PREFETCH_POLICIES
 from hicache_ref.sim.replay import replay, summary_lines
+from hicache_ref.sim.replay_tp import tp_replay, tp_spec, tp_summary_line
 from hicache_ref.sim.trace import find_trace
 from hicache_ref.spec import CacheSpec
 from hicache_ref.storage.registry import split_spec, storage_class
-from hicache_ref.tp.replay_tp import tp_replay, tp_spec, tp_summary_line
 
 DEFAULTS = CacheSpec()  # the seed geometry and the spec's policies
 HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, L2 host) and report hits and transfers"

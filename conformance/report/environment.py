@@ -6,16 +6,7 @@ import os
 import platform
 import socket
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+from conformance.calibrate.write import cpu_model
 
 
 def environment(backend: str, profile, backend_reason: str | None) -> dict:

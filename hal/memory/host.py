@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from hal.backend import Backend
 from hal.checks import boolean, positive_int
 from hal.memory import numa as _numa
 from hal.memory import shm
-from hal.memory.registration import register_ranges, release
+from hal.memory.registration import HostRegistrar, register_ranges, release
 from hal.memory.vm import (
     HUGE_PAGE,
     PAGE,
@@ -54,7 +53,7 @@ def _parse_numa(numa) -> tuple[int, list[int]] | None:
     return _numa.MODES[numa[0]], _numa.validate_nodes(numa[1], arg="numa")
 
 
-def _register(backend: Backend, address: int, length: int, chunk: int) -> tuple[list[Any], float]:
+def _register(backend: HostRegistrar, address: int, length: int, chunk: int) -> tuple[list[Any], float]:
     """Register in chunks of `chunk` bytes, all or nothing (hal.memory.registration)."""
     chunk = -(-chunk // PAGE) * PAGE  # pinning is per page; a chunk boundary inside a page would pin it twice
     t0 = time.perf_counter()
@@ -71,23 +70,25 @@ class _State:
         self.tensor, self.backing = tensor, backing
         self.lock = threading.Lock()
 
-    def unlink(self) -> None:
-        with self.lock:
-            path, self.path = self.path, None
-        if path is not None:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-
     def close(self) -> None:
         errors = release(self.backend.unregister_host, self.handles) if self.backend is not None else []
         if self.owns_file:
-            self.unlink()
+            _unlink(self)
         # Dropping our references lets the mapping go now, or when the last outside view dies.
         self.tensor = self.backing = None
         if errors:
             raise errors[0]
+
+
+def _unlink(state: _State) -> None:
+    """Remove the shared file's name, once (HostBuffer.unlink and the finalizer may both ask)."""
+    with state.lock:
+        path, state.path = state.path, None
+    if path is not None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 class HostBuffer:
@@ -128,7 +129,7 @@ class HostBuffer:
 
     def unlink(self) -> None:
         """Remove the shared file's name once every process that needs it has mapped it."""
-        self._state.unlink()
+        _unlink(self._state)
 
     def close(self) -> None:
         """Unregister, unlink any file, drop the mapping; idempotent. Also runs at exit."""
@@ -257,7 +258,7 @@ def allocate_host(
     huge_pages: bool = True,
     numa=None,
     shared_dir=None,
-    backend: Backend | None = None,
+    backend: HostRegistrar | None = None,
     register_chunk_bytes: int = DEFAULT_REGISTER_CHUNK_BYTES,
     keep_name: bool = False,
 ) -> HostBuffer:
@@ -271,7 +272,7 @@ def allocate_host(
     huge_pages, keep_name = boolean("huge_pages", huge_pages), boolean("keep_name", keep_name)
     register_chunk_bytes = positive_int("register_chunk_bytes", register_chunk_bytes)
     policy = _parse_numa(numa)
-    if backend is not None and not isinstance(backend, Backend):
+    if backend is not None and not isinstance(backend, HostRegistrar):
         raise ValueError(f"backend: expected a hal.backend.Backend or None, got {type(backend).__name__}")
     if keep_name and shared_dir is None:
         raise ValueError("keep_name: only meaningful with shared_dir")
@@ -324,7 +325,7 @@ def attach_host(
     path,
     *,
     huge_pages: bool = True,
-    backend: Backend | None = None,
+    backend: HostRegistrar | None = None,
     register_chunk_bytes: int = DEFAULT_REGISTER_CHUNK_BYTES,
 ) -> HostBuffer:
     """Map a file made by allocate_host(shared_dir=..., keep_name=True) in another process.
@@ -334,7 +335,7 @@ def attach_host(
     """
     huge_pages = boolean("huge_pages", huge_pages)
     register_chunk_bytes = positive_int("register_chunk_bytes", register_chunk_bytes)
-    if backend is not None and not isinstance(backend, Backend):
+    if backend is not None and not isinstance(backend, HostRegistrar):
         raise ValueError(f"backend: expected a hal.backend.Backend or None, got {type(backend).__name__}")
     if not isinstance(path, str | os.PathLike):
         raise ValueError(f"path: expected a file path, got {path!r}")

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hal.checks import positive_int
+
 
 def split_range(address: int, nbytes: int, limit: int | None) -> list[tuple[int, int]]:
     """[address, address + nbytes) as consecutive (start, length) pieces of at most `limit` bytes."""
@@ -59,3 +61,38 @@ class HostRegistration:
     address: int
     nbytes: int
     ranges: list[Any] = field(default_factory=list)
+
+
+class HostRegistrar:
+    """Host memory made ready for DMA (pinned, mapped), range by range."""
+
+    name: str = "?"
+    # Largest range one `_register_range` call may get; None: no limit known.
+    max_registration_bytes: int | None = None
+
+    def register_host(self, address: int, nbytes: int) -> HostRegistration:
+        """Register [address, address+nbytes) for DMA; returns the handle for unregister_host.
+
+        The range is split at max_registration_bytes; if one piece fails, the pieces before it
+        are unregistered and the failure is raised: all or nothing.
+        """
+        address, nbytes = positive_int("address", address), positive_int("nbytes", nbytes)
+        ranges = register_ranges(self._register_range, self._unregister_range, address, nbytes,
+                                 self.max_registration_bytes)
+        return HostRegistration(address, nbytes, ranges)
+
+    def unregister_host(self, handle: HostRegistration) -> None:
+        """Undo register_host; every piece is released even if one fails (then RuntimeError)."""
+        if not isinstance(handle, HostRegistration):
+            raise ValueError(f"handle: {handle!r} did not come from {self.name}.register_host")
+        errors = release(self._unregister_range, handle.ranges)
+        if errors:
+            raise RuntimeError("; ".join(str(e) for e in errors))
+
+    def _register_range(self, address: int, nbytes: int) -> Any:
+        """Hook: register one range; returns what `_unregister_range` needs. Default: nothing to do."""
+        return None
+
+    def _unregister_range(self, handle: Any) -> None:
+        """Hook: undo one `_register_range`."""
+        return None

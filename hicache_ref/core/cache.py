@@ -32,11 +32,11 @@ from typing import NamedTuple
 import numpy as np
 
 from hicache_ref.core.allocator import pages_to_slots
+from hicache_ref.core.block_tokens import TraceTokens
 from hicache_ref.core.controller import CacheController
 from hicache_ref.core.pools import DevicePool, HostPool
 from hicache_ref.core.radix import RadixTree, TierCopy
 from hicache_ref.core.synthetic_kv import KVWriter
-from hicache_ref.sim.trace import TraceTokens
 
 
 class RequestResult(NamedTuple):

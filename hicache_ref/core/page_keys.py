@@ -7,7 +7,7 @@ and eviction decision is the same whichever is used.
   hashing byte order. Any token ids.
 - "runs": only the page's first token id (4 bytes), for token streams whose every page is
   a run of consecutive ids, as trace requests are (hash id h -> h*512 + [0, 512),
-  hicache_ref.sim.trace.TraceTokens) when page_size divides 512. A page_size times shorter key
+  hicache_ref.core.block_tokens.TraceTokens) when page_size divides 512. A page_size times shorter key
   makes matching and key slicing that much cheaper, and a trace request is spelled from
   its hash ids without building its token array. Token arrays that are not such runs are
   refused (ValueError), never silently aliased.
@@ -57,7 +57,7 @@ class RunKeys:
         self._offsets = np.arange(page_size, dtype=np.uint32)
 
     def encode(self, tokens) -> bytes:
-        """Keys of the whole pages of `tokens`: a hicache_ref.sim.trace.TraceTokens (spelled from its
+        """Keys of the whole pages of `tokens`: a hicache_ref.core.block_tokens.TraceTokens (spelled from its
         hash ids), or token ids whose every whole page is a run (checked)."""
         ps = self.page_size
         spelled = getattr(tokens, "run_keys", None)  # TraceTokens: from its hash ids

@@ -1,1 +1,1 @@
-"""The simulator that drives the cache: trace reading, replay (serial and served), the cost model, and the workloads built on replay (sweep, fix ladder, trace stats and synthesis)."""
+"""The simulator that drives the cache: trace reading, replay (serial, served, and per TP group: replay_tp), the cost model, and the workloads built on replay (sweep, fix ladder, trace stats and synthesis)."""

@@ -36,10 +36,10 @@ from hardware_profiles import load_profile
 from hicache_ref.sim.ablate_price import HostSwitches, baseline_prefill_seconds, price, shared_uplink
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.replay import replay
+from hicache_ref.sim.replay_tp import tp_spec
 from hicache_ref.sim.sweep import sweep
 from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec
-from hicache_ref.tp.replay_tp import tp_spec
 
 STEPS = ("baseline", "layer_first", "daemon_threads", "thp", "numa", "per_request_hits", "tp_shared",
          "plateau_capacity")

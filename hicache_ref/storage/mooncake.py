@@ -1,9 +1,8 @@
 """`mooncake`: pages in a Mooncake distributed store (`MooncakeDistributedStore`, protocol tcp).
 
 Spec `mooncake:METADATA_URL,MASTER_ADDR[,segment=SIZE][,buffer=SIZE][,host=IP][,digest=NAME]`, e.g.
-`mooncake:http://127.0.0.1:8080/metadata,127.0.0.1:50051`; or `mooncake:auto[,...]`, which starts a
-loopback cluster (`hicache_ref.storage.mooncake_cluster`) owned by this client and stopped by
-`close()`. The wheel is the `[mooncake]` extra (`mooncake-transfer-engine-non-cuda`), which needs
+`mooncake:http://127.0.0.1:8080/metadata,127.0.0.1:50051`; or `mooncake:auto[,...]`, a client of a
+loopback cluster of its own (started by `hicache_ref.storage.mooncake_cluster`, stopped by `close()`). The wheel is the `[mooncake]` extra (`mooncake-transfer-engine-non-cuda`), which needs
 apt `libibverbs1 libnuma1`; without them opening the spec raises one line naming it.
 
 Each client mounts a `segment` of its own DRAM into the store (default 256 MiB; objects live in
@@ -57,7 +56,7 @@ import torch
 
 from hicache_ref.storage.base import StorageBackend
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
-from hicache_ref.storage.mooncake_cluster import import_store_module, listeners
+from hicache_ref.storage.mooncake_cluster import AUTO, client_with_own_cluster, import_store_module, listeners
 from hicache_ref.storage.registry import parse_options
 from hicache_ref.storage.staging import StagingPool
 
@@ -148,20 +147,12 @@ class MooncakeStorage(StorageBackend):
 
     @classmethod
     def from_spec(cls, args: str, spec: str) -> MooncakeStorage:
+        """Parse the spec and connect; `auto` connects to a loopback cluster of this client's own."""
         parts = [p.strip() for p in args.split(",")]
-        if parts[0] == "auto":
+        if parts[0] == AUTO:
             opts = parse_options([p for p in parts[1:] if p], spec, _OPTIONS)
-            from hicache_ref.storage.mooncake_cluster import MooncakeCluster, unavailable_reason
-
-            why = unavailable_reason()
-            if why:
-                raise RuntimeError(f"storage spec {spec!r}: {why}")
-            cluster = MooncakeCluster().start()
-            try:
-                return cls(cluster.metadata_url, cluster.master_addr, spec=spec, cluster=cluster, **opts)
-            except BaseException:
-                cluster.stop()
-                raise
+            return client_with_own_cluster(
+                lambda c: cls(c.metadata_url, c.master_addr, spec=spec, cluster=c, **opts), spec)
         if len(parts) < 2 or not parts[0] or not parts[1] or "=" in parts[0] or "=" in parts[1]:
             raise ValueError(f"storage spec {spec!r}: expected mooncake:METADATA_URL,MASTER_ADDR[,segment=SIZE]"
                              "[,buffer=SIZE][,host=IP][,digest=NAME] or mooncake:auto")

@@ -1,4 +1,8 @@
-"""A loopback Mooncake cluster for tests, `hicache conform --storage mooncake:auto` and `hicache bench l3`.
+"""The loopback Mooncake cluster: the one place `mooncake:auto`, the tests, conformance and benchmarks start one.
+
+`start_loopback` starts a cluster; `client_with_own_cluster` is what `mooncake:auto` opens (a
+client that owns a fresh cluster and stops it at close); `resolve_auto` turns `mooncake:auto[,opts]`
+into the spec of a client of a fresh cluster, for callers that open several clients of it.
 
 Two processes, each in its own process group (stopped as a group: no orphans):
 - `mooncake_http_metadata_server --host 127.0.0.1 --port Q` (the transfer-engine metadata store);
@@ -29,9 +33,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 LOOPBACK = "127.0.0.1"
 START_ATTEMPTS = 3
+AUTO = "auto"  # `mooncake:auto[,opts]`: a loopback cluster of the client's own
+T = TypeVar("T")
+
+
+class Unavailable(RuntimeError):
+    """The Mooncake wheel cannot run here; `reason` says why (raised before anything starts)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"mooncake cluster: {reason}")
 
 
 def binaries() -> tuple[list[str], list[str]] | None:
@@ -165,9 +181,11 @@ class MooncakeCluster:
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self) -> MooncakeCluster:
+        """Start both servers (Unavailable when the wheel cannot run here, RuntimeError with the
+        logs' tail when a server does not come up)."""
         why = unavailable_reason()
         if why:
-            raise RuntimeError(f"mooncake cluster: {why}")
+            raise Unavailable(why)
         os.makedirs(self.log_dir, mode=0o700, exist_ok=True)  # again after a stop that removed it
         for attempt in range(START_ATTEMPTS):
             try:
@@ -249,6 +267,46 @@ class MooncakeCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def start_loopback(log_dir: str | None = None) -> MooncakeCluster:
+    """A started loopback cluster (its logs in `log_dir`, else a temporary folder removed at stop)."""
+    return MooncakeCluster(log_dir=log_dir).start()
+
+
+def auto_options(spec: str) -> list[str] | None:
+    """The options after `auto` of a `mooncake:auto[,opt...]` spec (maybe none), else None."""
+    name, _, args = str(spec).strip().partition(":")
+    parts = [p.strip() for p in args.split(",")]
+    if name.strip() != "mooncake" or parts[0] != AUTO:
+        return None
+    return [p for p in parts[1:] if p]
+
+
+def client_with_own_cluster(connect: Callable[[MooncakeCluster], T], spec: str) -> T:
+    """`connect(cluster)` on a freshly started loopback cluster: what `mooncake:auto` opens. The
+    client owns the cluster (stops it at close); a failed connect stops it here. RuntimeError
+    naming `spec` when the wheel cannot run here."""
+    try:
+        cluster = start_loopback()
+    except Unavailable as e:
+        raise RuntimeError(f"storage spec {spec!r}: {e.reason}") from None
+    try:
+        return connect(cluster)
+    except BaseException:
+        cluster.stop()
+        raise
+
+
+def resolve_auto(spec: str) -> tuple[str, MooncakeCluster | None]:
+    """`mooncake:auto[,opts]`: (the spec of a client of a freshly started loopback cluster, opts
+    kept; that cluster, which the caller stops). Any other spec: (spec, None). Unavailable when
+    the wheel cannot run here."""
+    opts = auto_options(spec)
+    if opts is None:
+        return spec, None
+    cluster = start_loopback()
+    return ",".join([cluster.spec, *opts]), cluster
 
 
 _PR_SET_PDEATHSIG = 1

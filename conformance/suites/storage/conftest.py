@@ -41,19 +41,12 @@ def storage_spec():
     spec = os.environ.get(SPEC_ENV, "").strip()
     if not spec:
         pytest.skip(f"no storage spec: run `hicache conform --storage SPEC` (or set ${SPEC_ENV})")
-    from hicache_ref.storage.registry import split_spec
+    from hicache_ref.storage.mooncake_cluster import Unavailable, resolve_auto
 
-    name, args = split_spec(spec)
-    cluster = None
-    if name == "mooncake" and args.split(",")[0].strip() == "auto":
-        from hicache_ref.storage.mooncake_cluster import MooncakeCluster, unavailable_reason
-
-        why = unavailable_reason()
-        if why:
-            pytest.skip(f"storage {spec!r} unavailable: {why}")
-        cluster = MooncakeCluster().start()
-        rest = ",".join(p for p in args.split(",")[1:] if p.strip())
-        spec = cluster.spec + ("," + rest if rest else "")
+    try:
+        spec, cluster = resolve_auto(spec)
+    except Unavailable as e:
+        pytest.skip(f"storage {spec!r} unavailable: {e.reason}")
     try:
         probe = _open(spec)
     except BaseException:
