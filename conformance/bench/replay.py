@@ -33,8 +33,8 @@ import warnings
 from array import array
 from pathlib import Path
 
-from conformance.bench.common import emit, machine
-from conformance.cli import args as cli_args
+from conformance.bench.common import check_trace, emit, machine
+from conformance.common import args as cli_args
 from hicache_ref.sim.replay import frozen_heap, replay
 from hicache_ref.sim.trace import find_trace, read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
@@ -58,6 +58,11 @@ def add_arguments(p) -> None:
     p.add_argument("--peer-keys", default="array", help="token containers for the peer, comma-separated: "
                                                           "array (SGLang >= 0.5), list (older SGLang)")
     p.add_argument("--json", action="store_true")
+
+
+def check(a) -> None:
+    """Refused before it runs: a trace that is missing, not text or empty."""
+    check_trace(a)
 
 
 # -- the peer ----------------------------------------------------------------------------------

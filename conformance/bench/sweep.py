@@ -19,8 +19,8 @@ import gc
 import statistics
 import time
 
-from conformance.bench.common import emit, machine
-from conformance.cli import args as cli_args
+from conformance.bench.common import check_trace, emit, machine
+from conformance.common import args as cli_args
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.sweep import sweep
 from hicache_ref.sim.trace import find_trace, read_trace
@@ -39,6 +39,11 @@ def add_arguments(p) -> None:
     p.add_argument("--check-tiers", action="store_true", help="also replay every tier and report the largest "
                                                               "hit-rate difference from the one-pass curve")
     p.add_argument("--json", action="store_true")
+
+
+def check(a) -> None:
+    """Refused before it runs: a trace that is missing, not text or empty."""
+    check_trace(a)
 
 
 def tiers_for(requests, page_size: int) -> tuple[int, list[int]]:

@@ -20,11 +20,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from conformance.cli import args as cli_args
-from conformance.cli.budget import refuse_over
-from conformance.cli.errors import CliError, clip, clip_path
-from conformance.cli.inputs import load_profile_arg
-from conformance.cli.progress import ticker
+from conformance.common import args as cli_args
+from conformance.common.errors import CliError, clip, clip_path
+from conformance.common.inputs import load_profile_arg
+from conformance.common.progress import ticker
+from hal.memory.budget import refuse_over
 from hal.units import HELP as UNITS
 
 HELP = "measure H2D/D2H bandwidth, per-segment, per-launch and registration costs; write a measured profile"

@@ -37,10 +37,10 @@ import sys
 from pathlib import Path
 
 from conformance.cli.conform_storage import run_storage
-from conformance.cli.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip
-from conformance.cli.inputs import is_path, load_profile_arg
 from conformance.cli.out_folder import TARGET_ROWS, WORK_NAME, claim_out, release_out
 from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
+from conformance.common.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip
+from conformance.common.inputs import is_path, load_profile_arg
 
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
 
@@ -172,7 +172,7 @@ def run(a) -> int:
         if not ok:
             print(f"hicache conform: backend {a.backend!r} is not available here: {why}\n"
                   f"  every test that needs it is skipped with that reason; the verdict will be NOT RUN", flush=True)
-        from conformance.suites.test_targets import RESULTS_ENV
+        from conformance.targets.verdict import RESULTS_ENV
 
         counts = work / "selection.json"
         env = {**os.environ, RESULTS_ENV: str(work / TARGET_ROWS), selection.SELECTION_ENV: str(counts)}

@@ -6,9 +6,9 @@ import json
 import sys
 from pathlib import Path
 
-from conformance.cli import args as types
-from conformance.cli.errors import CliError, clip_path
-from conformance.cli.inputs import text_file
+from conformance.common import args as types
+from conformance.common.errors import CliError, clip_path
+from conformance.common.inputs import text_file
 from hal.units import HELP as UNITS
 from hal.units import parse_size
 from hicache_ref.sim.trace import read_trace

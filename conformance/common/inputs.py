@@ -13,7 +13,7 @@ import os
 import zlib
 from pathlib import Path
 
-from conformance.cli.errors import CliError, clip, clip_path
+from conformance.common.errors import CliError, clip, clip_path
 from hal.units import parse_size
 
 SNIFF_BYTES = 64 << 10
