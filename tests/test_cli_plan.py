@@ -63,7 +63,6 @@ def test_sizes_read_one_way_in_every_command(capsys):
 
 @pytest.mark.parametrize("args,named", [
     (["--attention", "mla", "--kv-dim", "8", "--heads", "8"], "--heads"),
-    (["--attention", "mha", "--kv-dim", "8"], "--heads"),
 ])
 def test_geometry_options_of_the_other_attention_are_refused(capsys, args, named):
     assert main(["plan", "--host-layout", "layer_first", "--tokens", "64", "--layers", "2", *args]) == 2

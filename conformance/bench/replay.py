@@ -35,6 +35,8 @@ from pathlib import Path
 
 from conformance.bench.common import check_trace, emit, machine
 from conformance.common import args as cli_args
+from hal.transfer.layouts import HOST_LAYOUTS
+from hicache_ref.core.policy import POLICIES
 from hicache_ref.sim.replay import frozen_heap, replay
 from hicache_ref.sim.trace import find_trace, read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
@@ -49,8 +51,8 @@ def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace, .jsonl or .jsonl.gz (default: the packaged "
                    "conversation_trace.jsonl.gz)")
     p.add_argument("--page-size", type=cli_args.page_size, default=64)
-    p.add_argument("--write-policy", default="write_through_selective")
-    p.add_argument("--host-layout", default="layer_first")
+    p.add_argument("--write-policy", default="write_through_selective", choices=POLICIES)
+    p.add_argument("--host-layout", default="layer_first", choices=HOST_LAYOUTS)
     p.add_argument("--limit", type=cli_args.count(1), help="only the first N requests")
     p.add_argument("--repeat", type=cli_args.positive, default=3)
     p.add_argument("--sglang-root", help="directory holding an unpacked `sglang` Python package: run its "

@@ -9,7 +9,7 @@ import numpy as np
 
 from conformance.common import args as types
 from hal.memory.budget import refuse_over
-from hal.transfer.layouts import HOST_LAYOUTS
+from hal.transfer.layouts import DTYPES, HOST_LAYOUTS
 from hal.transfer.plan import plan_pool_transfer
 from hal.transfer.slots import option_geometry, planned_bytes, scattered_pool_slots, slot_indices
 from hal.units import HELP as UNITS
@@ -19,15 +19,15 @@ HELP = "count the merged DMA segments of a device<->host pool transfer in a give
 
 def add_arguments(p) -> None:
     p.add_argument("--host-layout", default="layer_first", choices=HOST_LAYOUTS)
-    p.add_argument("--attention", required=True, choices=("mla", "mha"))
+    p.add_argument("--attention", default="mla", choices=("mla", "mha"))
     p.add_argument("--tokens", type=types.size(), required=True, help=f"tokens to move, e.g. 32K ({UNITS})")
     p.add_argument("--page-size", type=types.page_size, default=64,
                    help=f"tokens per page (at most {types.MAX_PAGE_SIZE:,})")
-    p.add_argument("--layers", type=types.layers, required=True, help=f"at most {types.MAX_LAYERS:,}")
+    p.add_argument("--layers", type=types.layers, default=78, help=f"at most {types.MAX_LAYERS:,}")
     p.add_argument("--kv-dim", type=types.dim, default=576,
                    help="KV width per head: MLA's latent (kv_lora_rank + rope dim), MHA's head dim")
-    p.add_argument("--heads", type=types.heads, help="MHA KV heads")
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--heads", type=types.heads, default=1, help="KV heads (MHA; MLA has one)")
+    p.add_argument("--dtype", default="bf16", choices=tuple(DTYPES))
     p.add_argument("--direction", default="d2h", choices=("d2h", "h2d"))
     p.add_argument("--indices", default="contiguous", choices=("contiguous", "random"),
                    help="contiguous slots, or randomly scattered whole pages on both sides")

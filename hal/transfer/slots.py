@@ -37,16 +37,11 @@ def planned_bytes(layout: str, geom: KVGeometry, tokens: int, page_size: int) ->
     return 2 * pages * page_size * INDEX_BYTES_PER_TOKEN + units * geom.layers * per_layer * SEGMENT_BYTES
 
 
-def option_geometry(attention: str, layers: int, kv_dim: int, heads: int | None, dtype: str,
-                    page_size: int) -> KVGeometry:
+def option_geometry(attention: str, layers: int, kv_dim: int, heads: int, dtype: str, page_size: int) -> KVGeometry:
     """The KVGeometry the command-line options describe (`kv_dim`: MLA's latent width, MHA's head
-    dim); ValueError naming the option that does not fit the attention kind."""
+    dim); ValueError naming --heads where MLA is given more than its one latent head."""
     from hal.transfer.layouts import parse_dtype
 
-    if attention == "mla":
-        if heads is not None:  # replay refuses the same: MLA keeps one latent row per token
-            raise ValueError("--heads: is for --attention mha; MLA has one latent KV row per token (--kv-dim)")
-        return KVGeometry("mla", layers, 1, kv_dim, parse_dtype(dtype), page_size)
-    if heads is None:
-        raise ValueError("--heads: required for --attention mha")
-    return KVGeometry("mha", layers, heads, kv_dim, parse_dtype(dtype), page_size)
+    if attention == "mla" and heads != 1:  # replay refuses the same: MLA keeps one latent row per token
+        raise ValueError(f"--heads: MLA keeps one latent KV head, got {heads}; --heads is for --attention mha")
+    return KVGeometry(attention, layers, heads, kv_dim, parse_dtype(dtype), page_size)
