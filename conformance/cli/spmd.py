@@ -13,9 +13,8 @@ import json
 import sys
 
 from conformance.common import args as types
-from conformance.common.errors import CliError
-from hal.memory import shm
 from hicache_ref.tp.launch import launch
+from hicache_ref.tp.preflight import checked_config
 from hicache_ref.tp.report import divergence_report, ok, report
 from hicache_ref.tp.workload import WorkloadConfig
 
@@ -44,35 +43,10 @@ def add_arguments(p) -> None:
 
 
 def config_from_args(a) -> WorkloadConfig:
-    """The run the command line describes; CliError naming the option for what cannot run."""
-    if a.inject_divergence_at is not None:
-        if a.inject_divergence_at >= a.ops:
-            raise CliError("--inject-divergence-at", f"op {a.inject_divergence_at} is past the last op "
-                                                     f"({a.ops - 1}) of --ops {a.ops}")
-        if a.tp < 2:
-            raise CliError("--inject-divergence-at", "needs --tp 2 or more (one rank cannot diverge)")
-    from hal.backend import available_backends, backend_class, get_backend
-
-    if a.backend not in available_backends():
-        raise CliError("--backend", f"unknown backend {a.backend!r}; known: {', '.join(available_backends())}")
-    ok_here, why = backend_class(a.backend).probe()
-    if not ok_here:
-        raise CliError("--backend", f"{a.backend} is not available here: {why}")
-    probe = get_backend(a.backend)
-    try:
-        if not probe.capabilities().moves_bytes:
-            raise CliError("--backend", f"{a.backend} moves no bytes; the SPMD run writes and checks real KV")
-    finally:
-        probe.close()
-    shared_dir = None
-    if a.shared_host:
-        try:
-            shared_dir = shm.validate_dir(a.shared_dir, 1)
-        except ValueError as e:
-            raise CliError("--shared-dir", str(e).removeprefix("shared_dir: ")) from None
-    return WorkloadConfig(ops=a.ops, seed=a.seed, free_list=a.free_list, check_every=a.check_every, shared=a.shared_host,
-                          shared_dir=shared_dir, inject_divergence_at=a.inject_divergence_at, timeout=float(a.timeout),
-                          backend=a.backend)
+    """The run the command line describes, refused (naming the option) where it cannot run here."""
+    return checked_config(a.tp, ops=a.ops, seed=a.seed, free_list=a.free_list, check_every=a.check_every,
+                          shared=a.shared_host, shared_dir=a.shared_dir if a.shared_host else None,
+                          inject_divergence_at=a.inject_divergence_at, timeout=float(a.timeout), backend=a.backend)
 
 
 def failure_line(outcomes) -> str:
