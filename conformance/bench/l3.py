@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from conformance.bench.common import emit, machine
-from conformance.common import args as cli_args
+from conformance.common import args as arg_types
 from conformance.common.errors import CliError, clip
 from hal.transfer.layouts import check_layout
 from hal.transfer.seed import seed_geometry
@@ -47,15 +47,15 @@ def add_arguments(p) -> None:
     p.add_argument("--storage", action="append", default=None, metavar="SPEC",
                    help="backend to measure (repeatable); default: file in a temporary directory, and "
                         "mooncake:auto when the Mooncake wheel loads here")
-    p.add_argument("--pages", type=cli_args.positive, default=32, help="pages set and got per round")
-    p.add_argument("--batch", type=cli_args.positive, default=8, help="pages per set/get call")
-    p.add_argument("--layers", type=cli_args.layers, default=78)
-    p.add_argument("--kv-dim", type=cli_args.dim, default=576)
-    p.add_argument("--page-size", type=cli_args.page_size, default=64)
+    p.add_argument("--pages", type=arg_types.positive, default=32, help="pages set and got per round")
+    p.add_argument("--batch", type=arg_types.positive, default=8, help="pages per set/get call")
+    p.add_argument("--layers", type=arg_types.layers, default=78)
+    p.add_argument("--kv-dim", type=arg_types.dim, default=576)
+    p.add_argument("--page-size", type=arg_types.page_size, default=64)
     p.add_argument("--host-layout", default="page_first_direct,layer_first",
                    help="host layouts (comma-separated) of the pool the pages come from and go to")
     p.add_argument("--digest", default="xxh3", help=f"integrity digest of the objects ({', '.join(DIGESTS)})")
-    p.add_argument("--repeat", type=cli_args.positive, default=5, help="timed rounds; medians are reported")
+    p.add_argument("--repeat", type=arg_types.positive, default=5, help="timed rounds; medians are reported")
     p.add_argument("--json", action="store_true")
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from conformance.bench.common import emit, machine
-from conformance.common import args as cli_args
+from conformance.common import args as arg_types
 from conformance.common.errors import CliError
 from hal.memory import vm
 from hal.memory.budget import fmt, refuse_over
@@ -35,9 +35,9 @@ def add_arguments(p) -> None:
     p.add_argument("--sizes", default="64MiB,256MiB,1GiB",
                    help=f"comma-separated buffer sizes whose registration is timed ({UNITS_HELP})")
     p.add_argument("--copy-size", default="256MiB", help=f"bytes moved per H2D/D2H transfer ({UNITS_HELP})")
-    p.add_argument("--item-bytes", type=cli_args.positive, default=1152, help="bytes per token (576-dim MLA row in bf16)")
-    p.add_argument("--page-size", type=cli_args.page_size, default=64, help="tokens per page; pages are scattered")
-    p.add_argument("--repeat", type=cli_args.positive, default=5, help="timed repetitions; medians are reported")
+    p.add_argument("--item-bytes", type=arg_types.positive, default=1152, help="bytes per token (576-dim MLA row in bf16)")
+    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page; pages are scattered")
+    p.add_argument("--repeat", type=arg_types.positive, default=5, help="timed repetitions; medians are reported")
     p.add_argument("--backend", default="emu", help="whose register_host and copies are timed: emu (this CPU, "
                    "mlock), cuda or xpu (the device's host registration and DMA)")
     p.add_argument("--json", action="store_true")

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from conformance.bench.common import check_targets, emit, machine, median_seconds
-from conformance.common import args as cli_args
+from conformance.common import args as arg_types
 from conformance.common.errors import CliError, clip
 from conformance.common.inputs import load_profile_arg
 from hal.backend import backend_class, get_backend
@@ -34,17 +34,17 @@ def add_arguments(p) -> None:
     p.add_argument("--copy-mode", choices=COPY_MODES, default=None,
                    help="cuda/xpu: descriptor (one async copy per segment) or gather (rows gathered above 64 "
                         "segments); default: $HICACHE_COPY_MODE, else gather")
-    p.add_argument("--tokens", type=cli_args.size(), default=8192, help=f"tokens moved per transfer (scattered pages; {UNITS})")
-    p.add_argument("--layers", type=cli_args.layers, default=78)
-    p.add_argument("--kv-dim", type=cli_args.dim, default=576)
-    p.add_argument("--page-size", type=cli_args.page_size, default=64)
+    p.add_argument("--tokens", type=arg_types.size(), default=8192, help=f"tokens moved per transfer (scattered pages; {UNITS})")
+    p.add_argument("--layers", type=arg_types.layers, default=78)
+    p.add_argument("--kv-dim", type=arg_types.dim, default=576)
+    p.add_argument("--page-size", type=arg_types.page_size, default=64)
     p.add_argument("--host-layout", default="layer_first,page_first_direct,page_first",
                    help=f"host layouts timed, comma-separated ({', '.join(MLA_LAYOUTS)})")
     p.add_argument("--profile", default="p800", help="profile whose link model prices the same plans")
     p.add_argument("--targets", default="emu",
                    help="profile whose targets the measured figures are checked against (this machine's class; "
                         "with a device backend, 'emu' means --profile)")
-    p.add_argument("--repeat", type=cli_args.positive, default=5)
+    p.add_argument("--repeat", type=arg_types.positive, default=5)
     p.add_argument("--json", action="store_true")
 
 

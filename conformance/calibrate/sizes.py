@@ -3,7 +3,7 @@ distinct sizes (a line needs two points), none above MAX_SIZE, all buffers withi
 
 from __future__ import annotations
 
-from conformance.common import args as cli_args
+from conformance.common import args as arg_types
 from conformance.common.errors import CliError, clip
 from hal.memory.budget import refuse_over
 
@@ -13,7 +13,7 @@ MIN_SIZE = 4096
 
 def transfer_sizes(text: str, option: str = "--sizes") -> list[int]:
     """The distinct sizes of a comma list (hal.units), increasing; CliError naming `option`."""
-    parse = cli_args.size(minimum=MIN_SIZE)
+    parse = arg_types.size(minimum=MIN_SIZE)
     try:
         sizes = sorted({parse(part.strip()) for part in text.split(",") if part.strip()})
     except Exception as e:  # argparse.ArgumentTypeError

@@ -20,7 +20,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from conformance.common import args as cli_args
+from conformance.common import args as arg_types
 from conformance.common.errors import CliError, clip, clip_path
 from conformance.common.inputs import load_profile_arg, new_file
 from conformance.common.progress import ticker
@@ -37,8 +37,8 @@ def add_arguments(p) -> None:
                    "FILE.calibration.json beside it")
     p.add_argument("--sizes", default="1MiB,4MiB,16MiB,64MiB,256MiB", help="transfer sizes, comma separated "
                    f"({UNITS}; at most 1 GiB each; the largest gives the profile's bandwidth)")
-    p.add_argument("--repeat", type=cli_args.count(3, 1000), default=5, help="timed repeats per point (>= 3)")
-    p.add_argument("--min-r2", type=cli_args.unit_interval("a number"), default=None,
+    p.add_argument("--repeat", type=arg_types.count(3, 1000), default=5, help="timed repeats per point (>= 3)")
+    p.add_argument("--min-r2", type=arg_types.unit_interval("a number"), default=None,
                    help="least R^2 a fitted figure needs to be written to --out (default 0.9)")
     p.add_argument("--accept-poor-fit", action="store_true",
                    help="write --out even with fits below --min-r2 (their sources say so)")
