@@ -49,14 +49,14 @@ def add_arguments(p) -> None:
                         "mooncake:auto when the Mooncake wheel loads here")
     p.add_argument("--pages", type=arg_types.positive, default=32, help="pages set and got per round")
     p.add_argument("--batch", type=arg_types.positive, default=8, help="pages per set/get call")
-    p.add_argument("--layers", type=arg_types.layers, default=78)
-    p.add_argument("--kv-dim", type=arg_types.dim, default=576)
-    p.add_argument("--page-size", type=arg_types.page_size, default=64)
+    p.add_argument("--layers", type=arg_types.layers, default=78, help="model layers (the seed: 78)")
+    p.add_argument("--kv-dim", type=arg_types.dim, default=576, help="MLA latent width per token (the seed: 576)")
+    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
     p.add_argument("--host-layout", default="page_first_direct,layer_first",
                    help="host layouts (comma-separated) of the pool the pages come from and go to")
     p.add_argument("--digest", default="xxh3", help=f"integrity digest of the objects ({', '.join(DIGESTS)})")
     p.add_argument("--repeat", type=arg_types.positive, default=5, help="timed rounds; medians are reported")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def check(a) -> None:

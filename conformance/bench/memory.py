@@ -40,7 +40,7 @@ def add_arguments(p) -> None:
     p.add_argument("--repeat", type=arg_types.positive, default=5, help="timed repetitions; medians are reported")
     p.add_argument("--backend", default="emu", help="whose register_host and copies are timed: emu (this CPU, "
                    "mlock), cuda or xpu (the device's host registration and DMA)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def memlock_room() -> int | None:

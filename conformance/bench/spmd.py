@@ -28,12 +28,13 @@ TIMED = ("wall_seconds", "startup_seconds", "log_fraction", "check_fraction")
 
 def add_arguments(p) -> None:
     p.add_argument("--tp", type=types.count(2, 64), default=4, help="TP ranks (processes) of each run")
-    p.add_argument("--ops", type=types.count(1, 1_000_000), default=1000)
-    p.add_argument("--seed", type=types.count(0), default=0)
-    p.add_argument("--check-every", type=types.count(1), default=WorkloadConfig.check_every)
+    p.add_argument("--ops", type=types.count(1, 1_000_000), default=1000, help="workload operations per rank")
+    p.add_argument("--seed", type=types.count(0), default=0, help="workload seed")
+    p.add_argument("--check-every", type=types.count(1), default=WorkloadConfig.check_every,
+                   help="compare the ranks' decision digests every K ops")
     p.add_argument("--shared-dir", default="/dev/shm", help="directory of the shared runs' pool file")
-    p.add_argument("--repeat", type=types.positive, default=3)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--repeat", type=types.positive, default=3, help="runs of each mode; medians are reported")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def check(a) -> None:

@@ -33,12 +33,12 @@ TARGET_RATIO = 3.0
 
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
-    p.add_argument("--page-size", type=arg_types.page_size, default=64)
+    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
     p.add_argument("--limit", type=arg_types.count(1), help="only the first N requests")
-    p.add_argument("--repeat", type=arg_types.positive, default=1)
+    p.add_argument("--repeat", type=arg_types.positive, default=1, help="timed runs; medians are reported")
     p.add_argument("--check-tiers", action="store_true", help="also replay every tier and report the largest "
                                                               "hit-rate difference from the one-pass curve")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def check(a) -> None:

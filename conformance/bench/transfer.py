@@ -35,17 +35,17 @@ def add_arguments(p) -> None:
                    help="cuda/xpu: descriptor (one async copy per segment) or gather (rows gathered above 64 "
                         "segments); default: $HICACHE_COPY_MODE, else gather")
     p.add_argument("--tokens", type=arg_types.size(), default=8192, help=f"tokens moved per transfer (scattered pages; {UNITS})")
-    p.add_argument("--layers", type=arg_types.layers, default=78)
-    p.add_argument("--kv-dim", type=arg_types.dim, default=576)
-    p.add_argument("--page-size", type=arg_types.page_size, default=64)
+    p.add_argument("--layers", type=arg_types.layers, default=78, help="model layers (the seed: 78)")
+    p.add_argument("--kv-dim", type=arg_types.dim, default=576, help="MLA latent width per token (the seed: 576)")
+    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
     p.add_argument("--host-layout", default="layer_first,page_first_direct,page_first",
                    help=f"host layouts timed, comma-separated ({', '.join(MLA_LAYOUTS)})")
     p.add_argument("--profile", default="p800", help="profile whose link model prices the same plans")
     p.add_argument("--targets", default="emu",
                    help="profile whose targets the measured figures are checked against (this machine's class; "
                         "with a device backend, 'emu' means --profile)")
-    p.add_argument("--repeat", type=arg_types.positive, default=5)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--repeat", type=arg_types.positive, default=5, help="timed runs; medians are reported")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def check(a) -> None:

@@ -18,8 +18,8 @@ HELP = "count the merged DMA segments of a device<->host pool transfer in a give
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--host-layout", default="layer_first", choices=HOST_LAYOUTS)
-    p.add_argument("--attention", default="mla", choices=("mla", "mha"))
+    p.add_argument("--host-layout", default="layer_first", choices=HOST_LAYOUTS, help="host pool layout planned")
+    p.add_argument("--attention", default="mla", choices=("mla", "mha"), help="MLA (one latent row) or MHA (K and V)")
     p.add_argument("--tokens", type=types.size(), required=True, help=f"tokens to move, e.g. 32K ({UNITS})")
     p.add_argument("--page-size", type=types.page_size, default=64,
                    help=f"tokens per page (at most {types.MAX_PAGE_SIZE:,})")
@@ -27,12 +27,12 @@ def add_arguments(p) -> None:
     p.add_argument("--kv-dim", type=types.dim, default=576,
                    help="KV width per head: MLA's latent (kv_lora_rank + rope dim), MHA's head dim")
     p.add_argument("--heads", type=types.heads, default=1, help="KV heads (MHA; MLA has one)")
-    p.add_argument("--dtype", default="bf16", choices=tuple(DTYPES))
-    p.add_argument("--direction", default="d2h", choices=("d2h", "h2d"))
+    p.add_argument("--dtype", default="bf16", choices=tuple(DTYPES), help="KV element type")
+    p.add_argument("--direction", default="d2h", choices=("d2h", "h2d"), help="device to host (backup) or back (load)")
     p.add_argument("--indices", default="contiguous", choices=("contiguous", "random"),
                    help="contiguous slots, or randomly scattered whole pages on both sides")
-    p.add_argument("--seed", type=types.count(0), default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--seed", type=types.count(0), default=0, help="seed of the random --indices")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def run(a) -> int:

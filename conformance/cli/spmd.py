@@ -27,10 +27,11 @@ DEFAULTS = WorkloadConfig()
 def add_arguments(p) -> None:
     p.add_argument("--tp", type=types.count(1, MAX_RANKS), default=2, help="TP ranks (processes) to spawn")
     p.add_argument("--ops", type=types.count(1, MAX_OPS), default=DEFAULTS.ops, help="workload operations per rank")
-    p.add_argument("--seed", type=types.count(0), default=0)
+    p.add_argument("--seed", type=types.count(0), default=0, help="workload seed")
     p.add_argument("--shared-host", action="store_true", help="one TP-shared host pool (rank 0 writes, all read)")
     p.add_argument("--shared-dir", default="/dev/shm", help="directory of the shared pool's file (with --shared-host)")
-    p.add_argument("--free-list", default=DEFAULTS.free_list, choices=("fifo", "lifo"))
+    p.add_argument("--free-list", default=DEFAULTS.free_list, choices=("fifo", "lifo"),
+                   help="order in which freed pages are reused")
     p.add_argument("--check-every", type=types.count(1), default=DEFAULTS.check_every,
                    help="compare the ranks' decision digests every K ops (and at the end)")
     p.add_argument("--inject-divergence-at", type=types.count(0), metavar="I",
