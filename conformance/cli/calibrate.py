@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from conformance.common import args as arg_types
+from conformance.common.backends import check_backend
 from conformance.common.errors import CliError, clip, clip_path
 from conformance.common.inputs import load_profile_arg, new_file
 from conformance.common.progress import ticker
@@ -49,13 +50,12 @@ def add_arguments(p) -> None:
 def run(a) -> int:
     from conformance.calibrate import measure, write
     from conformance.calibrate.sizes import transfer_sizes
-    from conformance.cli.conform import _check_backend
     from conformance.plugin import backend_status, default_profile_name
     from hal.backend import get_backend
 
     sizes = transfer_sizes(a.sizes)
     out = None if a.out is None else new_file("--out", a.out, (".yaml", ".yml"))
-    _check_backend(a.backend, [])
+    check_backend(a.backend)
     name = a.profile or default_profile_name(a.backend)
     if name is None:
         raise CliError("--profile", f"backend {a.backend!r} has no default profile: name a base profile")
