@@ -8,7 +8,7 @@ from conformance.cli import main
 
 
 def test_bench_spmd_reports_one_nth_host_and_d2h_bytes(capsys):
-    assert main.main(["bench", "spmd", "--ranks", "2", "--ops", "40", "--repeat", "1", "--json", "--quiet"]) == 0
+    assert main.main(["bench", "spmd", "--tp", "2", "--ops", "40", "--repeat", "1", "--json", "--quiet"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["host_bytes_ratio"] == r["d2h_bytes_ratio"] == 0.5 and r["same_digest"]
     assert r["shared"]["d2h_bytes_by_rank"]["1"] == 0 and r["private"]["d2h_bytes_by_rank"]["1"] > 0

@@ -7,7 +7,7 @@ from conformance.cli.main import main
 
 def test_small_run_reports_layouts_and_checks_measured_targets(capsys):
     rc = main(["bench", "transfer", "--tokens", "256", "--layers", "2", "--kv-dim", "64", "--page-size", "16",
-               "--layouts", "layer_first,page_first_direct", "--repeat", "1", "--json"])
+               "--host-layout", "layer_first,page_first_direct", "--repeat", "1", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert set(out["layouts"]) == {"layer_first", "page_first_direct"}
@@ -21,7 +21,7 @@ def test_small_run_reports_layouts_and_checks_measured_targets(capsys):
 
 
 SMALL = ["bench", "transfer", "--tokens", "256", "--layers", "2", "--kv-dim", "64", "--page-size", "16",
-         "--layouts", "page_first", "--repeat", "1"]
+         "--host-layout", "page_first", "--repeat", "1"]
 
 
 def test_the_modeled_column_is_labelled_with_the_profile_that_priced_it(capsys, tmp_path):

@@ -17,7 +17,7 @@ def _err(capsys) -> list[str]:
 
 
 def test_emu_run_names_its_backend_and_no_copy_mode(capsys):
-    assert main(["bench", "transfer", *SMALL, "--layouts", "page_first_direct", "--json"]) == 0
+    assert main(["bench", "transfer", *SMALL, "--host-layout", "page_first_direct", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["backend"] == "emu" and out["copy_mode"] is None and out["peer"] == "contiguous torch copy"
     assert out["layouts"]["page_first_direct"]["d2h"]["segments"] > 0

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import inputs
-from conformance.cli.errors import CliError, clip
+from conformance.common import inputs
+from conformance.common.errors import CliError, clip
 
 REPO = Path(__file__).resolve().parents[1]
 REQUEST = '{"timestamp": 0, "input_length": 100, "output_length": 1, "hash_ids": [1]}\n'
-SMALL_PLAN = ["plan", "--layout", "layer_first", "--attention", "mla", "--layers", "2"]
+SMALL_PLAN = ["plan", "--host-layout", "layer_first", "--attention", "mla", "--layers", "2"]
 BUDGET = "HICACHE_MEMORY_BUDGET"
 
 
@@ -86,8 +86,8 @@ CASES = [
      2, "--backend: count moves no bytes"),
     ("bench-replay-limit-0", ["bench", "replay", "--trace", "{trace.jsonl}", "--limit", "0"], 2, "--limit"),
     ("bench-replay-empty", ["bench", "replay", "--trace", "{empty.jsonl}"], 2, "--trace: {empty.jsonl}"),
-    ("plan-layout-long", ["plan", "--layout", "x" * 500, "--attention", "mla", "--tokens", "1", "--layers", "1"],
-     2, "--layout: invalid choice"),
+    ("plan-layout-long", ["plan", "--host-layout", "x" * 500, "--attention", "mla", "--tokens", "1", "--layers", "1"],
+     2, "--host-layout: invalid choice"),
     ("unknown-option", [*SMALL_PLAN, "--kv-dim", "8", "--tokens", "64", "--no-such-option"], 2,
      "unrecognized arguments"),
 ]

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from conformance.cli import args as types
 from conformance.cli.main import build_parser, main
+from conformance.common import args as types
 from hal.units import HELP as UNITS
 
-PLAN_MHA = ["plan", "--layout", "layer_first", "--attention", "mha", "--tokens", "4096", "--page-size", "16",
+PLAN_MHA = ["plan", "--host-layout", "layer_first", "--attention", "mha", "--tokens", "4096", "--page-size", "16",
             "--layers", "2", "--heads", "4", "--json"]
 
 
@@ -21,12 +21,12 @@ def _json(capsys, args) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_plan_takes_the_mha_head_dim_as_head_dim_or_kv_dim(capsys):
-    by_head = _json(capsys, [*PLAN_MHA, "--head-dim", "64"])
+def test_plan_takes_the_mha_head_dim_as_kv_dim_and_no_head_dim(capsys):
     by_kv = _json(capsys, [*PLAN_MHA, "--kv-dim", "64"])
     # 4096 tokens x 2 layers x 4 heads x 64 dims x 2 bytes (bf16) x 2 (K and V)
-    assert by_head["bytes"] == by_kv["bytes"] == 4096 * 2 * 4 * 64 * 2 * 2
-    assert by_head["segments"] == by_kv["segments"]
+    assert by_kv["bytes"] == 4096 * 2 * 4 * 64 * 2 * 2
+    assert main([*PLAN_MHA, "--head-dim", "64"]) == 2
+    assert "unrecognized arguments: --head-dim" in capsys.readouterr().err
 
 
 @pytest.fixture

@@ -59,7 +59,7 @@ def test_mooncake_auto():
 
 @pytest.mark.parametrize("args,needle", [
     (["--digest", "md5"], "hicache: --digest:"),
-    (["--layouts", "page_head"], "hicache: --layouts:"),
+    (["--host-layout", "page_head"], "hicache: --host-layout:"),
     (["--storage", "nosuch:x"], "hicache: --storage:"),
     (["--pages", "0"], "--pages"),
 ])

@@ -69,20 +69,20 @@ def in_process(capsys, *args) -> tuple[int, str, str]:
 
 
 def test_cli_reports_the_issue_keys(shared_dir, capsys):
-    code, stdout, stderr = in_process(capsys, "spmd", "--ranks", "2", "--ops", "60", "--seed", "4", "--shared",
+    code, stdout, stderr = in_process(capsys, "spmd", "--tp", "2", "--ops", "60", "--seed", "4", "--shared-host",
                                       "--shared-dir", shared_dir, "--json")
     assert code == 0, stderr
     rep = json.loads(stdout)
     assert list(rep)[: len(KEYS)] == list(KEYS)
     assert rep["ranks"] == 2 and rep["ops"] == 60 and rep["consistent"] and rep["first_divergence"] is None
     assert rep["host_bytes_total"] == rep["host_pool"]["nbytes"] and rep["d2h_bytes_by_rank"]["1"] == 0
-    private = json.loads(in_process(capsys, "spmd", "--ranks", "2", "--ops", "60", "--seed", "4", "--json")[1])
+    private = json.loads(in_process(capsys, "spmd", "--tp", "2", "--ops", "60", "--seed", "4", "--json")[1])
     assert private["digest"] == rep["digest"] and private["host_bytes_total"] == 2 * rep["host_bytes_total"]
     assert private["d2h_bytes_by_rank"]["1"] == private["d2h_bytes_by_rank"]["0"] > 0
 
 
 def test_cli_injected_divergence_exits_non_zero_at_that_op(capsys):
-    code, stdout, stderr = in_process(capsys, "spmd", "--ranks", "3", "--ops", "50", "--inject-divergence-at", "17",
+    code, stdout, stderr = in_process(capsys, "spmd", "--tp", "3", "--ops", "50", "--inject-divergence-at", "17",
                                       "--check-every", "8", "--json")
     assert code == 1
     rep = json.loads(stdout)
@@ -92,12 +92,12 @@ def test_cli_injected_divergence_exits_non_zero_at_that_op(capsys):
 
 
 @pytest.mark.parametrize("args, where", [
-    (["--ranks", "0"], "--ranks"), (["--ranks", "65"], "--ranks"), (["--ops", "x"], "--ops"),
+    (["--tp", "0"], "--tp"), (["--tp", "65"], "--tp"), (["--ops", "x"], "--ops"),
     (["--free-list", "mru"], "--free-list"), (["--check-every", "0"], "--check-every"),
     (["--ops", "10", "--inject-divergence-at", "10"], "--inject-divergence-at"),
-    (["--ranks", "1", "--inject-divergence-at", "0"], "--inject-divergence-at"),
-    (["--shared", "--shared-dir", "/nonexistent/dir"], "--shared-dir"),
-    (["--shared", "--shared-dir", "/etc/passwd"], "--shared-dir"),
+    (["--tp", "1", "--inject-divergence-at", "0"], "--inject-divergence-at"),
+    (["--shared-host", "--shared-dir", "/nonexistent/dir"], "--shared-dir"),
+    (["--shared-host", "--shared-dir", "/etc/passwd"], "--shared-dir"),
     (["--backend", "nope"], "--backend"), (["--backend", "count"], "--backend"),
 ])
 def test_cli_bad_input_is_one_line_naming_the_option(args, where, capsys):
@@ -114,7 +114,7 @@ def test_cli_a_rank_failure_is_one_line_and_exit_1(monkeypatch, capsys):
     died = [RankOutcome(0, "error", "GroupError: rank 0: collective all_gather failed (a rank died...)", 1),
             RankOutcome(1, "died", "exited with signal SIGKILL before reporting", -9)]
     monkeypatch.setattr(spmd, "launch", lambda cfg, ranks: died)
-    assert main.main(["spmd", "--ranks", "2"]) == 1
+    assert main.main(["spmd", "--tp", "2"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["hicache: spmd: rank 1: exited with signal SIGKILL before reporting; "
                    "rank 0: GroupError: rank 0: collective all_gather failed (a rank died...)"]
@@ -132,8 +132,8 @@ def test_sigkill_of_hicache_spmd_takes_its_ranks_down_and_leaves_no_file(shared_
     import signal
     import time
 
-    cli = subprocess.Popen([sys.executable, "-m", "conformance.cli.main", "spmd", "--ranks", "2", "--ops", "1000000",
-                            "--shared", "--shared-dir", shared_dir], env=ENV, cwd=ROOT,
+    cli = subprocess.Popen([sys.executable, "-m", "conformance.cli.main", "spmd", "--tp", "2", "--ops", "1000000",
+                            "--shared-host", "--shared-dir", shared_dir], env=ENV, cwd=ROOT,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline, ranks = time.monotonic() + 60, []

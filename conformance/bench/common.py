@@ -36,6 +36,30 @@ def machine() -> dict:
             "python": platform.python_version(), "kernel": platform.release()}
 
 
+def check_trace(a, need_requests: bool = True) -> None:
+    """--trace (or the packaged conversation trace) is readable text holding a request; CliError
+    naming --trace otherwise. Without `need_requests` only a given file is checked."""
+    from conformance.common.errors import CliError, clip_path
+    from conformance.common.inputs import text_file
+    from hicache_ref.sim.trace import find_trace, read_trace
+
+    if not need_requests:
+        if a.trace is not None:
+            text_file("--trace", a.trace, "a Mooncake JSONL trace")
+        return
+    trace = a.trace or find_trace("conversation_trace.jsonl")
+    if trace is None:
+        raise CliError("--trace", "not given and no conversation_trace.jsonl found (neither in $HICACHE_TRACES "
+                                  "nor packaged)")
+    trace = text_file("--trace", trace, "a Mooncake JSONL trace")
+    try:
+        empty = not read_trace(trace, 1)
+    except UnicodeDecodeError as e:
+        raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
+    if empty:
+        raise CliError("--trace", f"{clip_path(trace)}: holds no request; nothing to time")
+
+
 def emit(result: dict, as_json: bool, lines: list[str]) -> None:
     if as_json:
         print(json.dumps(result, indent=2))

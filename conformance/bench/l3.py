@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from conformance.bench.common import emit, machine
-from conformance.cli import args as cli_args
-from conformance.cli.errors import CliError, clip
+from conformance.common import args as arg_types
+from conformance.common.errors import CliError, clip
 from hal.transfer.layouts import check_layout
 from hal.transfer.seed import seed_geometry
 from hicache_ref.core.pools import HostPool
@@ -47,16 +47,16 @@ def add_arguments(p) -> None:
     p.add_argument("--storage", action="append", default=None, metavar="SPEC",
                    help="backend to measure (repeatable); default: file in a temporary directory, and "
                         "mooncake:auto when the Mooncake wheel loads here")
-    p.add_argument("--pages", type=cli_args.positive, default=32, help="pages set and got per round")
-    p.add_argument("--batch", type=cli_args.positive, default=8, help="pages per set/get call")
-    p.add_argument("--layers", type=cli_args.layers, default=78)
-    p.add_argument("--kv-dim", type=cli_args.dim, default=576)
-    p.add_argument("--page-size", type=cli_args.page_size, default=64)
-    p.add_argument("--layouts", default="page_first_direct,layer_first",
-                   help="host layouts of the pool the pages come from and go to")
+    p.add_argument("--pages", type=arg_types.positive, default=32, help="pages set and got per round")
+    p.add_argument("--batch", type=arg_types.positive, default=8, help="pages per set/get call")
+    p.add_argument("--layers", type=arg_types.layers, default=78, help="model layers (the seed: 78)")
+    p.add_argument("--kv-dim", type=arg_types.dim, default=576, help="MLA latent width per token (the seed: 576)")
+    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
+    p.add_argument("--host-layout", default="page_first_direct,layer_first",
+                   help="host layouts (comma-separated) of the pool the pages come from and go to")
     p.add_argument("--digest", default="xxh3", help=f"integrity digest of the objects ({', '.join(DIGESTS)})")
-    p.add_argument("--repeat", type=cli_args.positive, default=5, help="timed rounds; medians are reported")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--repeat", type=arg_types.positive, default=5, help="timed rounds; medians are reported")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def check(a) -> None:
@@ -64,11 +64,11 @@ def check(a) -> None:
     if a.digest not in DIGESTS:
         raise CliError("--digest", f"{clip(repr(a.digest))} is not one of {', '.join(DIGESTS)}")
     geom = seed_geometry(layers=a.layers, kv_dim=a.kv_dim, page_size=a.page_size)
-    for layout in a.layouts.split(","):
+    for layout in a.host_layout.split(","):
         try:
             check_layout(layout, geom)
         except ValueError as e:
-            raise CliError("--layouts", clip(str(e).removeprefix("layout: "), 200)) from None
+            raise CliError("--host-layout", clip(str(e).removeprefix("layout: "), 200)) from None
     from hicache_ref.storage.registry import split_spec, storage_class
 
     for spec in a.storage or []:
@@ -239,7 +239,7 @@ def run(a) -> int:
         label = spec if len(spec) < 40 else spec[:37] + "..."
         rows = {}
         try:
-            for layout in a.layouts.split(","):
+            for layout in a.host_layout.split(","):
                 rows[layout] = r = throughput(store, geom, layout, a.pages, a.batch, a.repeat)
 
                 def ratio(x):

@@ -22,8 +22,8 @@ import shutil
 import tempfile
 import time
 
-from conformance.bench.common import emit, machine
-from conformance.cli import args as cli_args
+from conformance.bench.common import check_trace, emit, machine
+from conformance.common import args as arg_types
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.trace import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
@@ -35,11 +35,16 @@ GEOMETRY = dict(attention="mla", layers=1, kv_dim=4, dtype="bf16")
 
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
-    p.add_argument("--limit", type=cli_args.count(1), default=1500, help="the first N requests (default 1500)")
-    p.add_argument("--page-size", type=cli_args.page_size, default=256)
+    p.add_argument("--limit", type=arg_types.count(1), default=1500, help="the first N requests (default 1500)")
+    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
     p.add_argument("--profile", default="p800", help="profile whose compute model prices the net benefit")
     p.add_argument("--store", action="append", choices=STORES, help="store(s) to measure (default: both)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def check(a) -> None:
+    """--trace, where given, must be a readable text file (the rest is typed by argparse)."""
+    check_trace(a, need_requests=False)
 
 
 def tiers_for(requests, page_size: int) -> tuple[int, int]:

@@ -10,8 +10,10 @@ import numpy as np
 import torch
 
 from conformance.bench.common import emit, machine
-from conformance.cli import args as cli_args
+from conformance.common import args as arg_types
+from conformance.common.errors import CliError
 from hal.memory import vm
+from hal.memory.budget import fmt, refuse_over
 from hal.memory.host import allocate_host
 from hal.transfer import kvcacheio, segcopy
 from hal.units import HELP as UNITS_HELP
@@ -33,12 +35,37 @@ def add_arguments(p) -> None:
     p.add_argument("--sizes", default="64MiB,256MiB,1GiB",
                    help=f"comma-separated buffer sizes whose registration is timed ({UNITS_HELP})")
     p.add_argument("--copy-size", default="256MiB", help=f"bytes moved per H2D/D2H transfer ({UNITS_HELP})")
-    p.add_argument("--item-bytes", type=cli_args.positive, default=1152, help="bytes per token (576-dim MLA row in bf16)")
-    p.add_argument("--page-size", type=cli_args.page_size, default=64, help="tokens per page; pages are scattered")
-    p.add_argument("--repeat", type=cli_args.positive, default=5, help="timed repetitions; medians are reported")
+    p.add_argument("--item-bytes", type=arg_types.positive, default=1152, help="bytes per token (576-dim MLA row in bf16)")
+    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page; pages are scattered")
+    p.add_argument("--repeat", type=arg_types.positive, default=5, help="timed repetitions; medians are reported")
     p.add_argument("--backend", default="emu", help="whose register_host and copies are timed: emu (this CPU, "
                    "mlock), cuda or xpu (the device's host registration and DMA)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def memlock_room() -> int | None:
+    """Bytes mlock may pin here: None when unlimited (or CAP_IPC_LOCK is held)."""
+    from conformance.doctor.checks import cap_ipc_lock, memlock_limit
+
+    return None if cap_ipc_lock() else memlock_limit()
+
+
+def check(a) -> None:
+    """Refused before it runs, naming the option: buffers larger than this machine can give, and
+    pinning that RLIMIT_MEMLOCK would refuse (mlock fails without CAP_IPC_LOCK above the limit)."""
+    sizes = parse_sizes(a.sizes)
+    copy_size = parse_size(a.copy_size, name="--copy-size", minimum=1)
+    refuse_over("--sizes", 2 * max(sizes), f"a 4 KB-page and a THP buffer of {fmt(max(sizes))}, side by side")
+    refuse_over("--copy-size", 3 * copy_size, f"two host buffers and a device buffer of {fmt(copy_size)}")
+    room = memlock_room()
+    if room is not None and max(sizes) > room:
+        raise CliError("--sizes", f"registering {fmt(max(sizes))} pins it with mlock, but RLIMIT_MEMLOCK is "
+                                  f"{fmt(room)} and this process lacks CAP_IPC_LOCK; raise `ulimit -l` "
+                                  "(or run with CAP_IPC_LOCK), or give smaller --sizes")
+    if room is not None and copy_size > room:
+        raise CliError("--copy-size", f"the {fmt(copy_size)} host buffers are pinned with mlock, but "
+                                      f"RLIMIT_MEMLOCK is {fmt(room)} without CAP_IPC_LOCK; raise `ulimit -l`, "
+                                      "or give a smaller --copy-size")
 
 
 def _page_table_entries(mapped: int, huge_bytes: int) -> int:

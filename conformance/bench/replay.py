@@ -33,8 +33,10 @@ import warnings
 from array import array
 from pathlib import Path
 
-from conformance.bench.common import emit, machine
-from conformance.cli import args as cli_args
+from conformance.bench.common import check_trace, emit, machine
+from conformance.common import args as arg_types
+from hal.transfer.layouts import HOST_LAYOUTS
+from hicache_ref.core.policy import POLICIES
 from hicache_ref.sim.replay import frozen_heap, replay
 from hicache_ref.sim.trace import find_trace, read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
@@ -48,16 +50,21 @@ _SGLANG_STUBBED = ("sglang.kernels", "sglang.srt.configs", "sglang.srt.mem_cache
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace, .jsonl or .jsonl.gz (default: the packaged "
                    "conversation_trace.jsonl.gz)")
-    p.add_argument("--page-size", type=cli_args.page_size, default=64)
-    p.add_argument("--write-policy", default="write_through_selective")
-    p.add_argument("--host-layout", default="layer_first")
-    p.add_argument("--limit", type=cli_args.count(1), help="only the first N requests")
-    p.add_argument("--repeat", type=cli_args.positive, default=3)
+    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
+    p.add_argument("--write-policy", default="write_through_selective", choices=POLICIES, help="when L1 pages are written to L2")
+    p.add_argument("--host-layout", default="layer_first", choices=HOST_LAYOUTS, help="host pool layout")
+    p.add_argument("--limit", type=arg_types.count(1), help="only the first N requests")
+    p.add_argument("--repeat", type=arg_types.positive, default=3, help="timed runs; medians are reported")
     p.add_argument("--sglang-root", help="directory holding an unpacked `sglang` Python package: run its "
                                          "RadixCache as the peer in the same run")
     p.add_argument("--peer-keys", default="array", help="token containers for the peer, comma-separated: "
                                                           "array (SGLang >= 0.5), list (older SGLang)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def check(a) -> None:
+    """Refused before it runs: a trace that is missing, not text or empty."""
+    check_trace(a)
 
 
 # -- the peer ----------------------------------------------------------------------------------

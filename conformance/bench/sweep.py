@@ -19,8 +19,8 @@ import gc
 import statistics
 import time
 
-from conformance.bench.common import emit, machine
-from conformance.cli import args as cli_args
+from conformance.bench.common import check_trace, emit, machine
+from conformance.common import args as arg_types
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.sweep import sweep
 from hicache_ref.sim.trace import find_trace, read_trace
@@ -33,12 +33,17 @@ TARGET_RATIO = 3.0
 
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
-    p.add_argument("--page-size", type=cli_args.page_size, default=64)
-    p.add_argument("--limit", type=cli_args.count(1), help="only the first N requests")
-    p.add_argument("--repeat", type=cli_args.positive, default=1)
+    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
+    p.add_argument("--limit", type=arg_types.count(1), help="only the first N requests")
+    p.add_argument("--repeat", type=arg_types.positive, default=1, help="timed runs; medians are reported")
     p.add_argument("--check-tiers", action="store_true", help="also replay every tier and report the largest "
                                                               "hit-rate difference from the one-pass curve")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def check(a) -> None:
+    """Refused before it runs: a trace that is missing, not text or empty."""
+    check_trace(a)
 
 
 def tiers_for(requests, page_size: int) -> tuple[int, list[int]]:

@@ -12,15 +12,17 @@ import numpy as np
 import torch
 
 from conformance.bench.common import check_targets, emit, machine, median_seconds
-from conformance.cli import args as cli_args
-from conformance.cli.errors import CliError, clip
-from conformance.cli.plan import slot_indices
+from conformance.common import args as arg_types
+from conformance.common.errors import CliError, clip
+from conformance.common.inputs import load_profile_arg
 from hal.backend import backend_class, get_backend
+from hal.memory.budget import refuse_over
 from hal.transfer import kvcacheio, segcopy
 from hal.transfer import pool_ops as pool_transfer
-from hal.transfer.layouts import KVGeometry, host_shape
+from hal.transfer.layouts import MLA_LAYOUTS, KVGeometry, host_shape
 from hal.transfer.plan import plan_pool_transfer
-from hal.transfer.seed import seed_plan
+from hal.transfer.seed import seed_geometry, seed_plan
+from hal.transfer.slots import INDEX_BYTES_PER_TOKEN, scattered_pool_slots, slot_indices
 from hal.units import HELP as UNITS
 
 HELP = "plan time for the seed config and transfer bandwidth per host layout vs a contiguous copy (emu or a device)"
@@ -32,17 +34,38 @@ def add_arguments(p) -> None:
     p.add_argument("--copy-mode", choices=COPY_MODES, default=None,
                    help="cuda/xpu: descriptor (one async copy per segment) or gather (rows gathered above 64 "
                         "segments); default: $HICACHE_COPY_MODE, else gather")
-    p.add_argument("--tokens", type=cli_args.size(), default=8192, help=f"tokens moved per transfer (scattered pages; {UNITS})")
-    p.add_argument("--layers", type=cli_args.layers, default=78)
-    p.add_argument("--kv-dim", type=cli_args.dim, default=576)
-    p.add_argument("--page-size", type=cli_args.page_size, default=64)
-    p.add_argument("--layouts", default="layer_first,page_first_direct,page_first")
+    p.add_argument("--tokens", type=arg_types.size(), default=8192, help=f"tokens moved per transfer (scattered pages; {UNITS})")
+    p.add_argument("--layers", type=arg_types.layers, default=78, help="model layers (the seed: 78)")
+    p.add_argument("--kv-dim", type=arg_types.dim, default=576, help="MLA latent width per token (the seed: 576)")
+    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
+    p.add_argument("--host-layout", default="layer_first,page_first_direct,page_first",
+                   help=f"host layouts timed, comma-separated ({', '.join(MLA_LAYOUTS)})")
     p.add_argument("--profile", default="p800", help="profile whose link model prices the same plans")
     p.add_argument("--targets", default="emu",
                    help="profile whose targets the measured figures are checked against (this machine's class; "
                         "with a device backend, 'emu' means --profile)")
-    p.add_argument("--repeat", type=cli_args.positive, default=5)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--repeat", type=arg_types.positive, default=5, help="timed runs; medians are reported")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def check(a) -> None:
+    """Refused before it runs, naming the option: unknown layouts and profiles, a --tokens that is
+    not whole pages (the kvcacheio ops move whole pages), pools larger than this machine can give."""
+    layouts = [x for x in a.host_layout.split(",") if x]
+    bad = [x for x in layouts if x not in MLA_LAYOUTS]
+    if bad or not layouts:
+        raise CliError("--host-layout", f"{clip(', '.join(bad) or repr(a.host_layout))}: expected a "
+                                        f"comma-separated list of {', '.join(MLA_LAYOUTS)}")
+    for option in ("--profile", "--targets"):
+        load_profile_arg(option, getattr(a, option.removeprefix("--")))
+    if a.tokens % a.page_size:
+        raise CliError("--tokens", f"{a.tokens:,} is not a whole number of pages of --page-size {a.page_size}")
+    geom = seed_geometry(layers=a.layers, kv_dim=a.kv_dim, page_size=a.page_size)
+    pool = scattered_pool_slots(a.tokens, a.page_size)
+    # device pool, one host pool at a time, the contiguous copy's source and destination, the indices
+    needed = 2 * pool * geom.token_bytes + 2 * a.tokens * geom.token_bytes + pool * INDEX_BYTES_PER_TOKEN
+    refuse_over("--tokens", needed, f"device and host pools of {pool:,} slots x {a.layers} layers x "
+                                    f"{geom.item_size} B, plus the contiguous copy")
 
 
 def plan_times(repeat: int) -> dict:
@@ -108,7 +131,7 @@ def run(a) -> int:
     priced = get_backend("count", a.profile)  # prices the plans on the modeled clock, moves nothing
     pricing = priced.profile.name  # the profile whose link model the modeled column is, as loaded
     geom = KVGeometry("mla", a.layers, 1, a.kv_dim, torch.bfloat16, a.page_size)
-    pool = 2 * (-(-a.tokens // a.page_size)) * a.page_size
+    pool = scattered_pool_slots(a.tokens, a.page_size)
     rng = np.random.default_rng(0)
     dev_idx = slot_indices(a.tokens, a.page_size, True, rng)
     host_idx = slot_indices(a.tokens, a.page_size, True, rng)
@@ -124,7 +147,7 @@ def run(a) -> int:
               "memcpy_seconds": memcpy, "memcpy_gbps": nbytes / memcpy / 1e9,
               "plan": plan_times(a.repeat), "layouts": {}}
     with kvcacheio.use(backend):
-        for layout in a.layouts.split(","):
+        for layout in a.host_layout.split(","):
             host = [torch.zeros(host_shape(layout, geom, pool), dtype=torch.bfloat16, pin_memory=pinned)]
             rows = {}
             steps = _steps(layout, geom, host, dev, host_idx, dev_idx, a.layers)

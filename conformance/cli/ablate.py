@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.cli import args as types
-from conformance.cli.errors import CliError, clip_path
-from conformance.cli.inputs import load_profile_arg, page_tokens, text_file
-from conformance.cli.outputs import emit_result
-from conformance.cli.progress import bar
 from conformance.cli.replay import check_capacity
 from conformance.cli.sweep import PLATEAU_GAIN
+from conformance.common import args as types
+from conformance.common.errors import CliError, clip_path
+from conformance.common.inputs import load_profile_arg, page_tokens, text_file
+from conformance.common.outputs import emit_result
+from conformance.common.progress import bar
 from hal.units import HELP as UNITS
 from hicache_ref.sim.ablate import SWEEP_TIERS, ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN

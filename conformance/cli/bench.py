@@ -1,26 +1,27 @@
-"""`hicache bench <what>`: benchmarks; each lives in conformance/bench/<what>.py, and is checked
-first by conformance/cli/bench_checks.py (bad options, files and sizes refused before it runs)."""
+"""`hicache bench <what>`: benchmarks; each lives in conformance/bench/<what>.py with its options,
+its `check` (bad options, files and sizes refused before it runs) and its `run`."""
 
 from __future__ import annotations
+
+import importlib
 
 BENCHES = ("transfer", "memory", "replay", "sweep", "spmd", "l3", "l3_hits")
 HELP = f"run a benchmark ({', '.join(BENCHES)}) and print medians and ratios"
 
 
 def add_arguments(parser) -> None:
-    from conformance.cli.main import add_module_parsers
-
     sub = parser.add_subparsers(dest="bench", required=True)
-    add_module_parsers(sub, "conformance.bench", BENCHES, "_bench_run")
     for name in BENCHES:
-        sub.choices[name].add_argument("--quiet", action="store_true",
-                                       help="no elapsed-time line on stderr (shown only on a terminal)")
+        mod = importlib.import_module(f"conformance.bench.{name}")
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.add_argument("--quiet", action="store_true", help="no elapsed-time line on stderr (shown only on a terminal)")
+        p.set_defaults(_bench_check=mod.check, _bench_run=mod.run)
 
 
 def run(args) -> int:
-    from conformance.cli.bench_checks import CHECKS
-    from conformance.cli.progress import ticker
+    from conformance.common.progress import ticker
 
-    CHECKS[args.bench](args)
+    args._bench_check(args)
     with ticker(f"hicache bench {args.bench}", args.quiet):
         return args._bench_run(args)

@@ -1,48 +1,6 @@
-"""What a command will allocate, checked before it allocates: refuse with the option to change.
+"""The memory budget now lives in hal.memory.budget; these names stay importable until the
+replay options (conformance/cli/replay.py) import it from there."""
 
-Each subcommand estimates its largest allocations from its arguments (tokens x geometry bytes,
-index arrays, per-page bookkeeping) and calls `refuse_over`. The bound is the kernel's
-MemAvailable (/proc/meminfo) times `USABLE_FRACTION`, or HICACHE_MEMORY_BUDGET (a size, e.g.
-8GiB) where set, so CI can pin it. The estimates are lower bounds: what is refused would
-certainly not fit; what passes can still be tight.
-"""
+from hal.memory.budget import BUDGET_ENV, GIB, USABLE_FRACTION, available_bytes, fmt, refuse_over
 
-from __future__ import annotations
-
-import os
-
-from conformance.cli.errors import CliError
-from hal.units import parse_size
-
-USABLE_FRACTION = 0.8  # leave room for the interpreter, torch and the page cache
-BUDGET_ENV = "HICACHE_MEMORY_BUDGET"
-GIB = 1 << 30
-
-
-def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
-    """Bytes this command may allocate: HICACHE_MEMORY_BUDGET, else MemAvailable x USABLE_FRACTION;
-    None when neither is known (no /proc)."""
-    env = os.environ.get(BUDGET_ENV)
-    if env:
-        return parse_size(env, name=BUDGET_ENV, minimum=1)
-    try:
-        with open(meminfo) as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(int(line.split()[1]) * 1024 * USABLE_FRACTION)
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def fmt(n: float) -> str:
-    return f"{n / GIB:,.1f} GiB" if n >= GIB else f"{n / (1 << 20):,.1f} MiB"
-
-
-def refuse_over(option: str, needed: float, what: str) -> None:
-    """CliError naming `option` when `needed` bytes exceed what this machine can give."""
-    budget = available_bytes()
-    if budget is not None and needed > budget:
-        source = BUDGET_ENV if os.environ.get(BUDGET_ENV) else "MemAvailable x 0.8"
-        raise CliError(option, f"needs ~{fmt(needed)} ({what}); this machine has {fmt(budget)} to give "
-                               f"({source}); use a smaller value")
+__all__ = ["BUDGET_ENV", "GIB", "USABLE_FRACTION", "available_bytes", "fmt", "refuse_over"]

@@ -20,15 +20,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from conformance.cli import args as cli_args
-from conformance.cli.budget import refuse_over
-from conformance.cli.errors import CliError, clip, clip_path
-from conformance.cli.inputs import load_profile_arg
-from conformance.cli.progress import ticker
+from conformance.common import args as arg_types
+from conformance.common.backends import check_backend
+from conformance.common.errors import CliError, clip, clip_path
+from conformance.common.inputs import load_profile_arg, new_file
+from conformance.common.progress import ticker
 from hal.units import HELP as UNITS
 
 HELP = "measure H2D/D2H bandwidth, per-segment, per-launch and registration costs; write a measured profile"
-MAX_SIZE = 1 << 30
 
 
 def add_arguments(p) -> None:
@@ -39,8 +38,8 @@ def add_arguments(p) -> None:
                    "FILE.calibration.json beside it")
     p.add_argument("--sizes", default="1MiB,4MiB,16MiB,64MiB,256MiB", help="transfer sizes, comma separated "
                    f"({UNITS}; at most 1 GiB each; the largest gives the profile's bandwidth)")
-    p.add_argument("--repeat", type=cli_args.count(3, 1000), default=5, help="timed repeats per point (>= 3)")
-    p.add_argument("--min-r2", type=cli_args.unit_interval("a number"), default=None,
+    p.add_argument("--repeat", type=arg_types.count(3, 1000), default=5, help="timed repeats per point (>= 3)")
+    p.add_argument("--min-r2", type=arg_types.unit_interval("a number"), default=None,
                    help="least R^2 a fitted figure needs to be written to --out (default 0.9)")
     p.add_argument("--accept-poor-fit", action="store_true",
                    help="write --out even with fits below --min-r2 (their sources say so)")
@@ -48,41 +47,15 @@ def add_arguments(p) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress line")
 
 
-def _sizes(text: str) -> list[int]:
-    parse = cli_args.size(minimum=4096)
-    try:
-        sizes = sorted({parse(part.strip()) for part in text.split(",") if part.strip()})
-    except Exception as e:  # argparse.ArgumentTypeError
-        raise CliError("--sizes", str(e)) from None
-    if len(sizes) < 2:
-        raise CliError("--sizes", f"need at least two distinct sizes for a fit, got {clip(repr(text))}")
-    if sizes[-1] > MAX_SIZE:
-        raise CliError("--sizes", f"at most {MAX_SIZE >> 30} GiB per transfer, got {sizes[-1]:,} bytes")
-    # device + host buffers of the largest size and the memcpy peer's two
-    refuse_over("--sizes", 4 * sizes[-1], f"buffers for {sizes[-1]:,}-byte transfers")
-    return sizes
-
-
-def _out(path: str) -> Path:
-    out = Path(path)
-    if out.suffix not in (".yaml", ".yml"):
-        raise CliError("--out", f"{clip_path(out)}: expected a .yaml file name")
-    if out.is_dir():
-        raise CliError("--out", f"{clip_path(out)}: is a directory")
-    if not out.parent.is_dir():
-        raise CliError("--out", f"{clip_path(out.parent)}: no such folder")
-    return out
-
-
 def run(a) -> int:
     from conformance.calibrate import measure, write
-    from conformance.cli.conform import _check_backend
+    from conformance.calibrate.sizes import transfer_sizes
     from conformance.plugin import backend_status, default_profile_name
     from hal.backend import get_backend
 
-    sizes = _sizes(a.sizes)
-    out = None if a.out is None else _out(a.out)
-    _check_backend(a.backend, [])
+    sizes = transfer_sizes(a.sizes)
+    out = None if a.out is None else new_file("--out", a.out, (".yaml", ".yml"))
+    check_backend(a.backend)
     name = a.profile or default_profile_name(a.backend)
     if name is None:
         raise CliError("--profile", f"backend {a.backend!r} has no default profile: name a base profile")

@@ -30,17 +30,16 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 from conformance.cli.conform_storage import run_storage
-from conformance.cli.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip
-from conformance.cli.inputs import is_path, load_profile_arg
 from conformance.cli.out_folder import TARGET_ROWS, WORK_NAME, claim_out, release_out
 from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
+from conformance.common.backends import check_backend
+from conformance.common.errors import EXIT_NOT_RUN, EXIT_PARTIAL
+from conformance.common.inputs import is_path, load_profile_arg
 
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
 
@@ -66,18 +65,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or a registered backend's NAME:ARGS (--backend-module imports the module that "
                         "registers it); --backend/--profile do not apply")
     p.add_argument("pytest_args", nargs="*", help="further pytest arguments, after --")
-
-
-def _check_backend(name: str, modules: list[str]) -> None:
-    from hal.backend import available_backends
-
-    for mod in modules:
-        try:
-            importlib.import_module(mod)
-        except ImportError as e:
-            raise CliError("--backend-module", f"cannot import {clip(repr(mod))}: {clip(e, 160)}") from None
-    if name not in available_backends():
-        raise CliError("--backend", f"unknown backend {clip(repr(name))}; known: {', '.join(available_backends())}")
 
 
 def _profile_name(backend: str, profile: str | None) -> str | None:
@@ -157,7 +144,7 @@ def run(a) -> int:
 
     if a.storage is not None:
         return run_storage(a)
-    _check_backend(a.backend, a.backend_module)
+    check_backend(a.backend, a.backend_module)
     profile = _profile_name(a.backend, a.profile)
     workers_args(a.workers)  # a bad --workers is refused before OUT is touched
     out = Path(a.out or default_out(a.backend, profile)).resolve()
@@ -172,7 +159,7 @@ def run(a) -> int:
         if not ok:
             print(f"hicache conform: backend {a.backend!r} is not available here: {why}\n"
                   f"  every test that needs it is skipped with that reason; the verdict will be NOT RUN", flush=True)
-        from conformance.suites.test_targets import RESULTS_ENV
+        from conformance.targets.verdict import RESULTS_ENV
 
         counts = work / "selection.json"
         env = {**os.environ, RESULTS_ENV: str(work / TARGET_ROWS), selection.SELECTION_ENV: str(counts)}

@@ -12,9 +12,9 @@ import os
 import sys
 from pathlib import Path
 
-from conformance.cli.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip
 from conformance.cli.out_folder import WORK_NAME, claim_out, release_out
 from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
+from conformance.common.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip
 
 
 def _storage_status(spec: str) -> str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.cli.inputs import load_profile_arg
+from conformance.common.inputs import load_profile_arg
 from conformance.doctor.checks import parse_bytes, run_doctor
 from hal.units import HELP as UNITS
 

@@ -23,7 +23,14 @@ import threading
 import time
 import warnings
 
-from conformance.cli.errors import ECHO_CHARS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, clip, one_line
+from conformance.common.errors import (
+    ECHO_CHARS,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    clip,
+    one_line,
+)
 
 # Each module defines HELP, add_arguments(parser) and run(args) -> int (exit code).
 PACKAGE = "conformance.cli"
@@ -36,7 +43,14 @@ class UsageError(ValueError):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are the same one line as every other error."""
+    """argparse whose usage errors are the same one line as every other error, and which takes
+    options only as spelled in full: a prefix (`--lim` for `--limit`) is refused, so an option
+    added later can never change what an old command line means. Subparsers are made of this
+    class too (argparse builds them with the parent's class)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         # argparse quotes the value it refused; a long one is cut like every other echo
@@ -109,8 +123,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _exits_first(word: str) -> bool:
-    """`word` is -h, --help or --version, or a long option's abbreviation argparse takes for one."""
-    return word == "-h" or len(word) > 2 and any(o.startswith(word) for o in ("--help", "--version"))
+    """`word` is -h, --help or --version: the top-level options that exit before any subcommand."""
+    return word in ("-h", "--help", "--version")
 
 
 def describe(e: BaseException) -> str:

@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from conformance.cli.errors import CliError, clip, clip_path
+from conformance.common.errors import CliError, clip, clip_path
 
 LOCK_NAME = ".hicache-conform.lock"
 # in this order: the verdicts go first

@@ -13,7 +13,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from conformance.cli.errors import EXIT_BAD_INPUT, CliError, clip
+from conformance.common.errors import EXIT_BAD_INPUT, CliError, clip
 
 
 def workers_args(value: str) -> list[str]:

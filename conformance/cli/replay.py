@@ -6,12 +6,12 @@ import dataclasses
 import json
 import sys
 
-from conformance.cli import args as types
 from conformance.cli import reqpath_args
 from conformance.cli.budget import refuse_over
-from conformance.cli.errors import CliError, clip, clip_path
-from conformance.cli.inputs import load_profile_arg, text_file
-from conformance.cli.progress import ticker
+from conformance.common import args as types
+from conformance.common.errors import CliError, clip, clip_path
+from conformance.common.inputs import load_profile_arg, text_file
+from conformance.common.progress import ticker
 from hal.transfer.io_backend import IO_BACKENDS
 from hal.transfer.layouts import DTYPES, HOST_LAYOUTS
 from hal.units import HELP as UNITS

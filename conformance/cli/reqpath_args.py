@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from conformance.cli import args as types
-from conformance.cli.errors import CliError, clip
+from conformance.common import args as types
+from conformance.common.errors import CliError, clip
 from hal.transfer.layouts import KVGeometry, parse_dtype
 from hal.units import parse_size
 from hicache_ref import sizing

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import sys
 
-from conformance.cli import args as types
-from conformance.cli.errors import CliError
-from hal.memory import shm
+from conformance.common import args as types
 from hicache_ref.tp.launch import launch
+from hicache_ref.tp.preflight import checked_config
 from hicache_ref.tp.report import divergence_report, ok, report
 from hicache_ref.tp.workload import WorkloadConfig
 
@@ -26,12 +25,13 @@ DEFAULTS = WorkloadConfig()
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--ranks", type=types.count(1, MAX_RANKS), default=2, help="TP ranks (processes) to spawn")
+    p.add_argument("--tp", type=types.count(1, MAX_RANKS), default=2, help="TP ranks (processes) to spawn")
     p.add_argument("--ops", type=types.count(1, MAX_OPS), default=DEFAULTS.ops, help="workload operations per rank")
-    p.add_argument("--seed", type=types.count(0), default=0)
-    p.add_argument("--shared", action="store_true", help="one TP-shared host pool (rank 0 writes, all read)")
-    p.add_argument("--shared-dir", default="/dev/shm", help="directory of the shared pool's file (with --shared)")
-    p.add_argument("--free-list", default=DEFAULTS.free_list, choices=("fifo", "lifo"))
+    p.add_argument("--seed", type=types.count(0), default=0, help="workload seed")
+    p.add_argument("--shared-host", action="store_true", help="one TP-shared host pool (rank 0 writes, all read)")
+    p.add_argument("--shared-dir", default="/dev/shm", help="directory of the shared pool's file (with --shared-host)")
+    p.add_argument("--free-list", default=DEFAULTS.free_list, choices=("fifo", "lifo"),
+                   help="order in which freed pages are reused")
     p.add_argument("--check-every", type=types.count(1), default=DEFAULTS.check_every,
                    help="compare the ranks' decision digests every K ops (and at the end)")
     p.add_argument("--inject-divergence-at", type=types.count(0), metavar="I",
@@ -44,35 +44,10 @@ def add_arguments(p) -> None:
 
 
 def config_from_args(a) -> WorkloadConfig:
-    """The run the command line describes; CliError naming the option for what cannot run."""
-    if a.inject_divergence_at is not None:
-        if a.inject_divergence_at >= a.ops:
-            raise CliError("--inject-divergence-at", f"op {a.inject_divergence_at} is past the last op "
-                                                     f"({a.ops - 1}) of --ops {a.ops}")
-        if a.ranks < 2:
-            raise CliError("--inject-divergence-at", "needs --ranks 2 or more (one rank cannot diverge)")
-    from hal.backend import available_backends, backend_class, get_backend
-
-    if a.backend not in available_backends():
-        raise CliError("--backend", f"unknown backend {a.backend!r}; known: {', '.join(available_backends())}")
-    ok_here, why = backend_class(a.backend).probe()
-    if not ok_here:
-        raise CliError("--backend", f"{a.backend} is not available here: {why}")
-    probe = get_backend(a.backend)
-    try:
-        if not probe.capabilities().moves_bytes:
-            raise CliError("--backend", f"{a.backend} moves no bytes; the SPMD run writes and checks real KV")
-    finally:
-        probe.close()
-    shared_dir = None
-    if a.shared:
-        try:
-            shared_dir = shm.validate_dir(a.shared_dir, 1)
-        except ValueError as e:
-            raise CliError("--shared-dir", str(e).removeprefix("shared_dir: ")) from None
-    return WorkloadConfig(ops=a.ops, seed=a.seed, free_list=a.free_list, check_every=a.check_every, shared=a.shared,
-                          shared_dir=shared_dir, inject_divergence_at=a.inject_divergence_at, timeout=float(a.timeout),
-                          backend=a.backend)
+    """The run the command line describes, refused (naming the option) where it cannot run here."""
+    return checked_config(a.tp, ops=a.ops, seed=a.seed, free_list=a.free_list, check_every=a.check_every,
+                          shared=a.shared_host, shared_dir=a.shared_dir if a.shared_host else None,
+                          inject_divergence_at=a.inject_divergence_at, timeout=float(a.timeout), backend=a.backend)
 
 
 def failure_line(outcomes) -> str:
@@ -85,13 +60,13 @@ def failure_line(outcomes) -> str:
 
 def run(a) -> int:
     cfg = config_from_args(a)
-    outcomes = launch(cfg, a.ranks)
+    outcomes = launch(cfg, a.tp)
     diverged = [o for o in outcomes if o.status == "diverged"]
     if all(o.status == "ok" for o in outcomes):
         rep = report(cfg, outcomes[0].payload)
     elif diverged and all(o.status in ("diverged", "ok") for o in outcomes):
         d = diverged[0].payload
-        rep = divergence_report(cfg, a.ranks, _Divergence(d))
+        rep = divergence_report(cfg, a.tp, _Divergence(d))
     else:
         print(f"hicache: spmd: {failure_line(outcomes)}", file=sys.stderr, flush=True)
         return 1

@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from conformance.cli import args as types
-from conformance.cli.errors import CliError, clip, clip_path
-from conformance.cli.inputs import load_profile_arg, page_tokens, text_file
-from conformance.cli.outputs import emit_result
-from conformance.cli.progress import bar
 from conformance.cli.replay import check_capacity
+from conformance.common import args as types
+from conformance.common.errors import CliError, clip, clip_path
+from conformance.common.inputs import load_profile_arg, page_tokens, text_file
+from conformance.common.outputs import emit_result
+from conformance.common.progress import bar
 from hal.units import HELP as UNITS
 from hicache_ref.core.policy import POLICIES
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN

@@ -6,9 +6,9 @@ import json
 import sys
 from pathlib import Path
 
-from conformance.cli import args as types
-from conformance.cli.errors import CliError, clip_path
-from conformance.cli.inputs import text_file
+from conformance.common import args as types
+from conformance.common.errors import CliError, clip_path
+from conformance.common.inputs import text_file
 from hal.units import HELP as UNITS
 from hal.units import parse_size
 from hicache_ref.sim.trace import read_trace
@@ -31,13 +31,13 @@ def add_arguments(p) -> None:
     y = sub.add_parser("synth", help="write a synthetic Mooncake trace with a given prefix reuse rate",
                        description="Multi-turn sessions, arrival times, deterministic for a seed.")
     y.add_argument("--out", required=True, help="JSONL file to write")
-    y.add_argument("--requests", type=types.count(1, 10_000_000), required=True)
+    y.add_argument("--requests", type=types.count(1, 10_000_000), required=True, help="requests to write")
     y.add_argument("--min-tokens", required=True, help=f"shortest request, tokens ({UNITS})")
     y.add_argument("--max-tokens", required=True, help=f"longest request, tokens ({UNITS})")
     y.add_argument("--reuse", type=types.unit_interval("a fraction", top_open=True), required=True, help="prefix reuse rate in [0, 1)")
     y.add_argument("--sessions", type=types.count(1, 1_000_000), default=16, help="concurrent conversations")
     y.add_argument("--rate", type=types.positive_real("requests per second"), help="arrivals per second (Poisson); omitted: all at time 0")
-    y.add_argument("--seed", type=types.count(0), default=0)
+    y.add_argument("--seed", type=types.count(0), default=0, help="the same seed writes the same trace")
     y.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     y.set_defaults(_trace_run=_synth)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.targets.verdict import RESULTS_ENV
 from hal.transfer.seed import SEED_GEOMETRY, SEED_TOKENS, seed_plan
 
 # The P800 seed transfer (hal.transfer.seed). Its segment counts come from the seed
@@ -29,9 +30,6 @@ def test_seed_plan_segments_meet_targets(profile, layout, direction):
 
 # -- every target of the profile: a verdict (pass | fail | not_measured) on a basis (measured | modeled) --
 
-# Where each test writes its target's report row (one JSON file per target); `hicache conform`
-# sets it to OUT/targets, and the report reads the rows back. Unset: rows are not kept.
-RESULTS_ENV = "HICACHE_TARGET_RESULTS"
 
 
 def _profile_targets(config) -> list[str]:

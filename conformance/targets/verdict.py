@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 VERDICTS = ("pass", "fail", "not_measured")
 BASES = ("measured", "modeled")
 ROW_KEYS = ("name", "value", "target", "comparator", "unit", "verdict", "basis", "reason", "source")
+# Where the targets suite writes each target's row (one JSON file per target); `hicache conform`
+# sets it to OUT/targets, and the report reads the rows back. Unset: rows are not kept.
+RESULTS_ENV = "HICACHE_TARGET_RESULTS"
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,8 @@ def run_rank(cfg: WorkloadConfig) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     """torchrun entry point: the run of the arguments; rank 0 prints the report as JSON."""
-    p = argparse.ArgumentParser(prog="python -m hicache_ref.tp.worker", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m hicache_ref.tp.worker", description=__doc__.splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("--ops", type=int, default=WorkloadConfig.ops)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shared", action="store_true")

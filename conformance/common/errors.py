@@ -1,8 +1,8 @@
 """How the `hicache` command reports what is wrong: one line, `hicache: <option or file>: <what>`.
 
-Subcommands raise `CliError` (a ValueError, so library callers and tests treat it like any bad
-argument) naming the option; `conformance.cli.main` turns it, and the library's ValueErrors and
-OSErrors, into that one line. `clip` bounds what is echoed of the user's input.
+Commands and tools raise `CliError` (a ValueError, so library callers and tests treat it like
+any bad argument) naming the option; conformance.cli.main turns it, and the library's
+ValueErrors and OSErrors, into that one line. `clip` bounds what is echoed of the user's input.
 """
 
 from __future__ import annotations

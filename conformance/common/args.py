@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from conformance.cli.errors import clip
+from conformance.common.errors import clip
 from hal.units import parse_size
 
 

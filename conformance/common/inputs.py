@@ -13,7 +13,7 @@ import os
 import zlib
 from pathlib import Path
 
-from conformance.cli.errors import CliError, clip, clip_path
+from conformance.common.errors import CliError, clip, clip_path
 from hal.units import parse_size
 
 SNIFF_BYTES = 64 << 10
@@ -61,6 +61,19 @@ def text_file(option: str, path: str | os.PathLike, what: str = "JSONL text") ->
     if binary:
         raise CliError(option, f"{clip_path(p)}: is binary, not {what}")
     return p
+
+
+def new_file(option: str, path: str | os.PathLike, suffixes: tuple[str, ...]) -> Path:
+    """`path` as a Path a command may write: a name ending in one of `suffixes`, not a directory,
+    in a folder that exists."""
+    out = Path(path)
+    if out.suffix not in suffixes:
+        raise CliError(option, f"{clip_path(out)}: expected a {suffixes[0]} file name")
+    if out.is_dir():
+        raise CliError(option, f"{clip_path(out)}: is a directory")
+    if not out.parent.is_dir():
+        raise CliError(option, f"{clip_path(out.parent)}: no such folder")
+    return out
 
 
 def is_path(text: str) -> bool:

@@ -1,0 +1,47 @@
+"""Slot indices for planned transfers, and what planning them allocates.
+
+`hicache plan` and `hicache bench transfer` plan copies of whole pages, contiguous or scattered
+over a pool twice as large; `planned_bytes` is the lower bound their memory check refuses over.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hal.transfer.layouts import KVGeometry
+
+# Bytes per planned item, measured on 4M-token plans (peak RSS over the interpreter's):
+# slot and index arrays per token, and one merged segment's offsets and length.
+INDEX_BYTES_PER_TOKEN = 48
+SEGMENT_BYTES = 16
+
+
+def slot_indices(tokens: int, page_size: int, scattered: bool, rng: np.random.Generator) -> np.ndarray:
+    """`tokens` slots in whole pages; scattered picks random pages from a pool twice as large."""
+    pages = -(-tokens // page_size)
+    order = rng.permutation(2 * pages)[:pages] if scattered else np.arange(pages)
+    return (order[:, None] * page_size + np.arange(page_size)).reshape(-1)[:tokens].astype(np.int64)
+
+
+def scattered_pool_slots(tokens: int, page_size: int) -> int:
+    """Slots of the pool `slot_indices` scatters `tokens` over: twice their whole pages."""
+    return 2 * -(-tokens // page_size) * page_size
+
+
+def planned_bytes(layout: str, geom: KVGeometry, tokens: int, page_size: int) -> int:
+    """A lower bound on what planning `tokens` slots allocates: index arrays for whole pages on
+    both sides, and the segments (per token and layer in page_first/page_head, else per page)."""
+    pages = -(-tokens // page_size)
+    per_layer = geom.parts * (geom.heads if layout == "page_head" else 1)
+    units = pages * page_size if layout in ("page_first", "page_head") else pages
+    return 2 * pages * page_size * INDEX_BYTES_PER_TOKEN + units * geom.layers * per_layer * SEGMENT_BYTES
+
+
+def option_geometry(attention: str, layers: int, kv_dim: int, heads: int, dtype: str, page_size: int) -> KVGeometry:
+    """The KVGeometry the command-line options describe (`kv_dim`: MLA's latent width, MHA's head
+    dim); ValueError naming --heads where MLA is given more than its one latent head."""
+    from hal.transfer.layouts import parse_dtype
+
+    if attention == "mla" and heads != 1:  # replay refuses the same: MLA keeps one latent row per token
+        raise ValueError(f"--heads: MLA keeps one latent KV head, got {heads}; --heads is for --attention mha")
+    return KVGeometry(attention, layers, heads, kv_dim, parse_dtype(dtype), page_size)
