@@ -60,3 +60,6 @@ class LayerFirst(HostLayout):
         (hk, hv), (dk, dv) = host_bufs, device_bufs
         return kv.transfer_kv_per_layer(hk[layer], dk[layer], hv[layer], dv[layer], host_indices, device_indices,
                                         geom.item_size)
+
+
+LAYOUT = LayerFirst

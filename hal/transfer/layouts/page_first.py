@@ -62,3 +62,6 @@ class PageFirst(HostLayout):
         (hk, hv), (dk, dv) = host_bufs, device_bufs
         return kv.transfer_kv_per_layer_pf_lf(hk, dk[layer], hv, dv[layer], host_indices, device_indices, layer,
                                               item, ldim)
+
+
+LAYOUT = PageFirst

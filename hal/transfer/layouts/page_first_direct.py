@@ -48,3 +48,6 @@ class PageFirstDirect(HostLayout):
 
         return kv.transfer_kv_per_layer_direct_pf_lf(list(host_bufs), [part[layer] for part in device_bufs],
                                                      host_indices, device_indices, layer, geom.page_size)
+
+
+LAYOUT = PageFirstDirect

@@ -51,3 +51,6 @@ class PageHead(HostLayout):
         (hk, hv), (dk, dv) = host_bufs, device_bufs
         return kv.transfer_kv_per_layer_ph_lf(hk, dk[layer], hv, dv[layer], host_indices, device_indices, layer,
                                               geom.item_size, geom.layout_dim, geom.page_size, geom.heads)
+
+
+LAYOUT = PageHead

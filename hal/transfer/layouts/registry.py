@@ -1,22 +1,23 @@
 """Host layouts by name, through the project's one Registry (hal.named_registry).
 
-Built-ins are this package's modules; a layout registered at run time (`register_layout`) or
+Built-ins are this package's other modules, one per layout, named as the layout and exposing
+its class as `LAYOUT`: adding a file adds the layout. A layout registered at run time (`register_layout`) or
 installed under the `hicache.host_layouts` entry point group is found the same way. Layouts
 are stateless, so one instance per name is kept and handed out.
 """
 
 from __future__ import annotations
 
+import pkgutil
+from pathlib import Path
+
 from hal.named_registry import Registry
 from hal.transfer.layouts.base import HostLayout
 
-_PKG = "hal.transfer.layouts"
-REGISTRY = Registry("layout", "hicache.host_layouts", {
-    "layer_first": f"{_PKG}.layer_first:LayerFirst",
-    "page_first": f"{_PKG}.page_first:PageFirst",
-    "page_first_direct": f"{_PKG}.page_first_direct:PageFirstDirect",
-    "page_head": f"{_PKG}.page_head:PageHead",
-})
+_NOT_LAYOUTS = {"base", "geometry", "registry"}  # the package's modules that hold no layout
+_BUILTIN = {m.name: f"{__package__}.{m.name}:LAYOUT" for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+            if m.name not in _NOT_LAYOUTS}
+REGISTRY = Registry("layout", "hicache.host_layouts", _BUILTIN)
 _instances: dict[str, HostLayout] = {}
 
 
