@@ -22,12 +22,23 @@ stream's own clock prices those per segment; the controller's figures use `job_s
 
 from __future__ import annotations
 
+import numpy as np
+
 from hal.transfer import kvcacheio, pool_ops
 from hal.transfer.direction import Direction
 from hal.transfer.layer_plans import LayerPlanner
 from hal.transfer.plan import TransferPlan
+from hicache_ref.core.allocator import pages_to_slots
 
 _PRICE_CACHE_MAX = 1 << 16  # job shapes remembered (a whole-trace replay has a few thousand)
+
+
+def job_slots(job, page_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(host, device) token slots of `job`, made from its pages when it was queued by page."""
+    if job.pages is None:
+        return job.host_indices, job.device_indices
+    host_pages, device_pages = job.pages
+    return pages_to_slots(host_pages, page_size), pages_to_slots(device_pages, page_size)
 
 
 class PoolMover:
@@ -85,8 +96,8 @@ class PoolMover:
         if self.priced:
             return self._price(direction, layer0, sum(job.handle.num_tokens for job in jobs))
         (job,) = jobs
-        args = (self.layout, self.geom, self.host_pool.buffers, self.device_pool.buffers, job.host_indices,
-                job.device_indices)
+        args = (self.layout, self.geom, self.host_pool.buffers, self.device_pool.buffers,
+                *job_slots(job, self.geom.page_size))
         if direction == Direction.D2H:
             return [pool_ops.backup(*args)]
         return list(pool_ops.load_all_layers(*args))
