@@ -51,7 +51,7 @@ class PoolMover:
                                  "such as count, buffers take no memory)")
         self.device_pool, self.host_pool, self.backend = device_pool, host_pool, backend
         self.priced = not backend.capabilities().moves_bytes
-        self.geom, self.layout = device_pool.geom, host_pool.layout
+        self.geom, self.layout = device_pool.geom, getattr(host_pool, "host_layout", host_pool.layout)
         self.layers = self.geom.layers
         self._planner = LayerPlanner(self.layout, self.geom, host_pool.num_tokens)
         self.io_backend = getattr(host_pool, "io_backend", None)  # hal.transfer.io_backend; None: seed's
