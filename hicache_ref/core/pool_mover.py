@@ -9,6 +9,9 @@ symbolic plan stands for every layer of every job in a batch, which prices the s
 the per-layer plans pool_ops would build (the link model is linear in bytes, segments and
 launches, so the stand-in carries only those totals) at a fraction of their planning cost.
 
+Priced and moved runs take the same jobs: queued by page (or by slot), counted by the same
+`job_totals`; a run that moves bytes makes a page job's token slots only when it submits it.
+
 What a job costs on the modeled clock is `job_seconds`: the backend's price of the one plan
 that stands for every layer of that job alone. The controller's modeled seconds add these
 per job, so they do not depend on how the jobs were batched (batches depend on thread
