@@ -120,13 +120,13 @@ class LayerPlanner:
         = [(bytes, segments), ...] (from layer0 / layer0_pages / page_totals).
 
         Same bytes, segments and launches as the real submissions (one per backup, one per
-        layer per load), hence the same modeled cost under a link model linear in them; it
-        carries only those totals (`TransferPlan.totals`), so a backend that moves no bytes
-        prices a whole batch without offset arrays and one that moves bytes refuses it.
+        layer per load), hence the same modeled cost under a link model linear in them; its
+        one group is counted (`TransferPlan.counted`: no offset arrays), so a backend that
+        moves no bytes prices a whole batch at once and one that moves bytes refuses it.
         """
         direction = Direction(direction)
         layers = self.geom.layers
         nbytes, segments = sum(b for b, _ in layer0) * layers, sum(n for _, n in layer0) * layers
         launches = len(layer0) * (1 if direction == Direction.D2H else layers)
-        return TransferPlan(f"{direction}_{self.layout.name}", [], direction, launches, kernel_items,
-                            totals=(nbytes, segments))
+        return TransferPlan.counted(f"{direction}_{self.layout.name}", direction, launches, kernel_items, nbytes,
+                                    segments)

@@ -22,16 +22,30 @@ class Segments(NamedTuple):
     nbytes: np.ndarray
 
 
+class CountedSegments(NamedTuple):
+    """Segments known by their number and total bytes only: all a link model prices, for a run
+    that moves no bytes (hal's count backend). A group of these prices; it cannot run."""
+
+    total_bytes: int
+    number: int
+
+
 class CopyGroup(NamedTuple):
     """Segments between one source buffer and one destination buffer."""
 
     src: Any  # a tensor, or a symbolic key when the plan is built without memory
     dst: Any
-    segments: Segments
+    segments: Segments | CountedSegments
+
+
+COUNTED = ("counted",)  # the symbolic buffer of a counted group
 
 
 @dataclass
 class TransferPlan:
+    """Copy groups of one submission. Moved and priced runs share it: a priced plan's groups
+    hold CountedSegments (built by `counted`), a moved one's the segment arrays."""
+
     op: str
     groups: list[CopyGroup] = field(default_factory=list)
     direction: Direction | str = "?"  # a Direction once known: set by the planner, or by the backend from the buffers
@@ -39,21 +53,31 @@ class TransferPlan:
     # None: a direct copy, priced per merged segment. An int: a kernel copy of that many
     # token-layer items (hal.transfer.io_backend), priced per item with no descriptors.
     kernel_items: int | None = None
-    # (bytes, segments) of a priced stand-in without groups: what a backend that moves no
-    # bytes (count) needs to price many jobs at once, without their offset arrays.
-    totals: tuple[int, int] | None = None
+
+    @classmethod
+    def counted(cls, op: str, direction: Direction | str, launches: int, kernel_items: int | None,
+                nbytes: int, segments: int) -> TransferPlan:
+        """A plan of one counted group: `segments` segments of `nbytes` bytes in all, priced as
+        the plan it stands for (the link model is linear in bytes, segments and launches)."""
+        return cls(op, [CopyGroup(COUNTED, COUNTED, CountedSegments(nbytes, segments))], direction, launches,
+                   kernel_items)
+
+    @property
+    def totals(self) -> tuple[int, int] | None:
+        """(bytes, segments) of a counted plan (one that only prices); None for one that can run."""
+        if any(isinstance(g.segments, CountedSegments) for g in self.groups):
+            return self.nbytes, self.num_segments
+        return None
 
     @property
     def num_segments(self) -> int:
-        if self.totals is not None:
-            return self.totals[1]
-        return sum(len(g.segments.nbytes) for g in self.groups)
+        return sum(g.segments.number if isinstance(g.segments, CountedSegments) else len(g.segments.nbytes)
+                   for g in self.groups)
 
     @property
     def nbytes(self) -> int:
-        if self.totals is not None:
-            return self.totals[0]
-        return int(sum(int(g.segments.nbytes.sum()) for g in self.groups))
+        return sum(g.segments.total_bytes if isinstance(g.segments, CountedSegments)
+                   else int(g.segments.nbytes.sum()) for g in self.groups)
 
 
 def merge_runs(src_off: np.ndarray, dst_off: np.ndarray, piece_bytes: int) -> Segments:
@@ -193,6 +217,8 @@ def check_group(op: str, i: int, g: CopyGroup) -> None:
     import torch
 
     seg = g.segments
+    if isinstance(seg, CountedSegments):
+        raise ValueError(f"plan {op}: groups[{i}] is counted only (no segments): it prices a run, it cannot move one")
     if not len(seg.src_offsets) == len(seg.dst_offsets) == len(seg.nbytes):
         raise ValueError(f"plan {op}: groups[{i}] has offset and length arrays of different sizes")
     if len(seg.nbytes) and int(seg.nbytes.min()) <= 0:
