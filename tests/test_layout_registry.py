@@ -12,8 +12,8 @@ import torch
 
 from hal.backend import get_backend
 from hal.transfer import kvcacheio, layouts, pool_ops
+from hal.transfer import layout_registry as registry
 from hal.transfer.layer_plans import LayerPlanner
-from hal.transfer.layouts import registry
 from hal.transfer.layouts.base import HostLayout
 from hal.transfer.plan import LAYER_BUFFERS, Side, plan_copy, plan_pool_transfer
 from hicache_ref.core.controller import CacheController

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hal.transfer.layouts.registry import get_layout
+from hal.transfer.layout_registry import get_layout
 
 IO_BACKENDS = ("kernel", "direct")
 

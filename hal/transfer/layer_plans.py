@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hal.transfer import layouts
 from hal.transfer import pool_ops as pool_transfer
 from hal.transfer.direction import Direction
-from hal.transfer.layouts import KVGeometry
-from hal.transfer.layouts.geometry import device_offsets
+from hal.transfer.geometry import KVGeometry, device_offsets
+from hal.transfer.layout_registry import check_layout
 from hal.transfer.plan import TransferPlan
 
 
@@ -32,7 +31,7 @@ class LayerPlanner:
     """Layer-0 plans of device <-> host transfers for one pool pair."""
 
     def __init__(self, layout, geom: KVGeometry, host_size: int):
-        self.layout = layouts.check_layout(layout, geom)  # a HostLayout (a name is looked up)
+        self.layout = check_layout(layout, geom)  # a HostLayout (a name is looked up)
         self.geom, self.host_size = geom, host_size
         self.page_geom = self._page_geometry()
 

@@ -147,13 +147,13 @@ LAYER_BUFFERS = "layer_buffers"  # a Side of one buffer per layer (and part): no
 
 
 def _host_layout(side: Side):
-    from hal.transfer.layouts.registry import get_layout
+    from hal.transfer.layout_registry import get_layout
 
     return None if side.layout == LAYER_BUFFERS else get_layout(side.layout)
 
 
 def _side_offsets(side: Side, host, geom, tokens: np.ndarray, pieces: int) -> np.ndarray:
-    from hal.transfer.layouts.geometry import device_offsets
+    from hal.transfer.geometry import device_offsets
 
     if host is None:
         return device_offsets(geom, tokens, pieces)
@@ -191,7 +191,7 @@ def plan_pool_transfer(layout, geom, host_size: int, host_tokens, device_tokens,
     default to symbolic keys, which is enough for counting segments and bytes (`hicache
     plan`, replay without materialization).
     """
-    from hal.transfer.layouts import check_layout
+    from hal.transfer.layout_registry import check_layout
 
     layout = check_layout(layout, geom)
     if direction not in POOL_DIRECTIONS:

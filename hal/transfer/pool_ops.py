@@ -17,7 +17,8 @@ import torch
 
 from hal.transfer import kvcacheio as kv
 from hal.transfer.direction import Direction
-from hal.transfer.layouts import KVGeometry, check_layout
+from hal.transfer.geometry import KVGeometry
+from hal.transfer.layout_registry import check_layout
 from hal.transfer.plan import TransferPlan, plan_pool_transfer
 
 

@@ -2,9 +2,10 @@
 
 `base.HostLayout` is the contract (shape, address math, kvcacheio op pair, DMA segment rule,
 attention kinds, io-backend switch); `layer_first`, `page_first`, `page_first_direct` and
-`page_head` are upstream's four; `registry` finds them by name (hal.named_registry), and a
-new layout is one module registered there. `geometry` holds KVGeometry and the device
-pool's offsets. The functions below take a layout name or object, for callers that hold names.
+`page_head` are upstream's four; hal.transfer.layout_registry finds them by name (one
+module here is one layout), and hal.transfer.geometry holds KVGeometry and the device pool's
+offsets. The names below are re-exported and take a layout name or object, for callers that
+hold names.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import numpy as np
 import torch
 
 from hal.checks import positive_int  # noqa: F401 - importable from here, as before
+from hal.transfer.geometry import DTYPES, KVGeometry, device_offsets, device_shape, parse_dtype
+from hal.transfer.layout_registry import check_layout, get_layout, layout_names, register_layout
 from hal.transfer.layouts.base import HostLayout
-from hal.transfer.layouts.geometry import DTYPES, KVGeometry, device_offsets, device_shape, parse_dtype
-from hal.transfer.layouts.registry import get_layout, layout_names, register_layout
 
 __all__ = ["DTYPES", "HOST_LAYOUTS", "MLA_LAYOUTS", "HostLayout", "KVGeometry", "check_layout", "device_offsets",
            "device_piece_offsets", "device_shape", "get_layout", "host_layer_shift", "host_piece_offsets",
@@ -29,20 +30,6 @@ def __getattr__(name: str):
     if name == "MLA_LAYOUTS":
         return layout_names("mla")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def check_layout(layout, geom: KVGeometry) -> HostLayout:
-    """The layout `layout` names, if a pool of `geom`'s attention kind may use it; else
-    ValueError naming layout and the allowed ones."""
-    try:
-        found = get_layout(layout)
-    except ValueError:
-        found = None
-    if found is None or not found.supports(geom.attention):
-        allowed = layout_names(geom.attention)
-        name = getattr(layout, "name", layout)
-        raise ValueError(f"layout: {name!r} is not a {geom.attention.upper()} host layout ({', '.join(allowed)})")
-    return found
 
 
 def host_shape(layout, geom: KVGeometry, size: int) -> tuple[int, ...]:

@@ -37,7 +37,7 @@ class PageFirst(HostLayout):
         return "transfer_kv_all_layer_lf_pf", "transfer_kv_per_layer_pf_lf"
 
     def under(self, io_backend):
-        from hal.transfer.layouts.registry import get_layout
+        from hal.transfer.layout_registry import get_layout
 
         return get_layout("page_first_direct") if io_backend == "direct" else self
 

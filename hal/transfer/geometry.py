@@ -69,7 +69,7 @@ class KVGeometry:
 
     def pieces(self, layout) -> int:
         """Pieces one item splits into in host `layout` (a name or a HostLayout)."""
-        from hal.transfer.layouts.registry import get_layout
+        from hal.transfer.layout_registry import get_layout
 
         return get_layout(layout).pieces(self)
 
