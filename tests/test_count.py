@@ -91,8 +91,9 @@ def test_a_totals_only_plan_prices_as_the_plan_it_stands_for_and_only_count_runs
     geom = KVGeometry("mla", 6, 1, 64, torch.bfloat16, 16)
     tokens = np.random.default_rng(2).permutation(256)[:96].astype(np.int64)
     full = plan_pool_transfer("layer_first", geom, 256, tokens, tokens[::-1].copy(), direction)
-    stand_in = TransferPlan(full.op, [], full.direction, full.launches, totals=(full.nbytes, full.num_segments))
-    assert (stand_in.nbytes, stand_in.num_segments) == (full.nbytes, full.num_segments)
+    stand_in = TransferPlan.counted(full.op, full.direction, full.launches, None, full.nbytes, full.num_segments)
+    assert (stand_in.nbytes, stand_in.num_segments) == (full.nbytes, full.num_segments) == stand_in.totals
+    assert full.totals is None  # a plan of segment arrays runs
     count = get_backend("count", "p800")
     assert count.model_seconds(stand_in) == count.model_seconds(full) > 0
     assert count.execute(stand_in).modeled_time == count.model_seconds(full)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hal.transfer.layout_registry import get_layout
+
 IO_BACKENDS = ("kernel", "direct")
 
 
@@ -29,16 +31,18 @@ def check_io_backend(name: str, value, allow_none: bool = True) -> None:
         raise ValueError(f"{name}: {value!r} is not one of {', '.join(IO_BACKENDS)}")
 
 
-def effective_host_layout(layout: str, io_backend: str | None) -> str:
-    """The host layout a pool really uses: page_first becomes page_first_direct with direct."""
-    return "page_first_direct" if io_backend == "direct" and layout == "page_first" else layout
+def effective_host_layout(layout, io_backend: str | None) -> str:
+    """The name of the host layout a pool really uses under `io_backend` (the layout's
+    `under`: page_first becomes page_first_direct with direct)."""
+    return get_layout(layout).under(io_backend).name
 
 
-def direct_order(layout: str, io_backend: str | None, host_indices: np.ndarray,
+def direct_order(layout, io_backend: str | None, host_indices: np.ndarray,
                  device_indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(host, device) indices as the io backend submits them: with direct + layer_first the
-    pairs sorted by host index (stable), otherwise as given."""
-    if io_backend != "direct" or layout != "layer_first" or len(host_indices) < 2:
+    """(host, device) indices as the io backend submits them: with direct and a layout that
+    asks for it (`direct_sorted`: layer_first) the pairs sorted by host index (stable),
+    otherwise as given."""
+    if io_backend != "direct" or len(host_indices) < 2 or not get_layout(layout).direct_sorted:
         return host_indices, device_indices
     if (host_indices[1:] > host_indices[:-1]).all():  # already ascending: nothing to permute
         return host_indices, device_indices

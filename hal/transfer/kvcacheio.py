@@ -19,9 +19,9 @@ import threading
 from contextlib import contextmanager
 
 from hal.checks import is_int, positive_int
+from hal.transfer.geometry import KVGeometry
 from hal.transfer.kvcheck import Checked, geometry, indices, min_slots, page_tokens, slots_of
-from hal.transfer.layouts import KVGeometry
-from hal.transfer.plan import Side, TransferPlan, plan_copy
+from hal.transfer.plan import LAYER_BUFFERS, Side, TransferPlan, plan_copy
 
 _state = threading.local()
 _default_lock = threading.Lock()
@@ -82,8 +82,8 @@ def transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, 
     geom = geometry("mha", 1, item_size, src_k)
     sizes = [slots_of(n, t, item_size) for n, t in c.items()]
     si, di = indices(src_indices, dst_indices, min(sizes[0], sizes[2]), min(sizes[1], sizes[3]))
-    src = Side("layer_buffers", [{0: src_k}, {0: src_v}], 0)
-    dst = Side("layer_buffers", [{0: dst_k}, {0: dst_v}], 0)
+    src = Side(LAYER_BUFFERS, [{0: src_k}, {0: src_v}], 0)
+    dst = Side(LAYER_BUFFERS, [{0: dst_k}, {0: dst_v}], 0)
     return _run("transfer_kv_per_layer", geom, src, dst, si, di, [0], c)
 
 
@@ -91,8 +91,8 @@ def transfer_kv_per_layer_mla(src, dst, src_indices, dst_indices, item_size, blo
     c = Checked(src=src, dst=dst)
     geom = geometry("mla", 1, item_size, src)
     si, di = indices(src_indices, dst_indices, slots_of("src", src, item_size), slots_of("dst", dst, item_size))
-    return _run("transfer_kv_per_layer_mla", geom, Side("layer_buffers", [{0: src}], 0),
-                Side("layer_buffers", [{0: dst}], 0), si, di, [0], c)
+    return _run("transfer_kv_per_layer_mla", geom, Side(LAYER_BUFFERS, [{0: src}], 0),
+                Side(LAYER_BUFFERS, [{0: dst}], 0), si, di, [0], c)
 
 
 def transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers, src_indices, dst_indices,
@@ -105,8 +105,8 @@ def transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers
     ds = min(min_slots(n, ts, item_size) for n, ts in lists.items() if n.startswith("dst"))
     si, di = indices(src_indices, dst_indices, ss, ds)
     layers = range(num_layers)
-    src = Side("layer_buffers", [dict(enumerate(src_k_layers)), dict(enumerate(src_v_layers))], 0)
-    dst = Side("layer_buffers", [dict(enumerate(dst_k_layers)), dict(enumerate(dst_v_layers))], 0)
+    src = Side(LAYER_BUFFERS, [dict(enumerate(src_k_layers)), dict(enumerate(src_v_layers))], 0)
+    dst = Side(LAYER_BUFFERS, [dict(enumerate(dst_k_layers)), dict(enumerate(dst_v_layers))], 0)
     return _run("transfer_kv_all_layer", geom, src, dst, si, di, layers, c)
 
 
@@ -116,8 +116,8 @@ def transfer_kv_all_layer_mla(src_layers, dst_layers, src_indices, dst_indices, 
     geom = geometry("mla", num_layers, item_size, src_layers[0])
     ss, ds = min_slots("src_layers", src_layers, item_size), min_slots("dst_layers", dst_layers, item_size)
     si, di = indices(src_indices, dst_indices, ss, ds)
-    return _run("transfer_kv_all_layer_mla", geom, Side("layer_buffers", [dict(enumerate(src_layers))], 0),
-                Side("layer_buffers", [dict(enumerate(dst_layers))], 0), si, di, range(num_layers), c)
+    return _run("transfer_kv_all_layer_mla", geom, Side(LAYER_BUFFERS, [dict(enumerate(src_layers))], 0),
+                Side(LAYER_BUFFERS, [dict(enumerate(dst_layers))], 0), si, di, range(num_layers), c)
 
 
 # -- page-first host <-> layer-first device ---------------------------------------------
@@ -165,7 +165,7 @@ def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_ind
     hs = min_slots(("src_k", "src_v"), (src_k, src_v), src_layout_dim)
     si, di = indices(src_indices, dst_indices, hs, ds)
     src = Side("page_first", [src_k, src_v], hs)
-    dst = Side("layer_buffers", [{layer_id: dst_k}, {layer_id: dst_v}], 0)
+    dst = Side(LAYER_BUFFERS, [{layer_id: dst_k}, {layer_id: dst_v}], 0)
     return _run("transfer_kv_per_layer_pf_lf", geom, src, dst, si, di, layers, c)
 
 
@@ -179,7 +179,7 @@ def transfer_kv_per_layer_mla_pf_lf(src, dst, src_indices, dst_indices, layer_id
     hs = slots_of("src", src, src_layout_dim)
     si, di = indices(src_indices, dst_indices, hs, ds)
     return _run("transfer_kv_per_layer_mla_pf_lf", geom, Side("page_first", [src], hs),
-                Side("layer_buffers", [{layer_id: dst}], 0), si, di, layers, c)
+                Side(LAYER_BUFFERS, [{layer_id: dst}], 0), si, di, layers, c)
 
 
 def transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_indices, dst_indices, item_size,
@@ -191,7 +191,7 @@ def transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_in
     ss = min(min_slots("src_k_layers", src_k_layers, item_size), min_slots("src_v_layers", src_v_layers, item_size))
     hs = min_slots(("dst_k", "dst_v"), (dst_k, dst_v), dst_layout_dim)
     si, di = indices(src_indices, dst_indices, ss, hs)
-    src = Side("layer_buffers", [dict(enumerate(src_k_layers)), dict(enumerate(src_v_layers))], 0)
+    src = Side(LAYER_BUFFERS, [dict(enumerate(src_k_layers)), dict(enumerate(src_v_layers))], 0)
     return _run("transfer_kv_all_layer_lf_pf", geom, src, Side("page_first", [dst_k, dst_v], hs), si, di,
                 range(num_layers), c)
 
@@ -205,7 +205,7 @@ def transfer_kv_all_layer_mla_lf_pf(src_layers, dst, src_indices, dst_indices, i
     ss = min_slots("src_layers", src_layers, item_size)
     hs = slots_of("dst", dst, dst_layout_dim)
     si, di = indices(src_indices, dst_indices, ss, hs)
-    return _run("transfer_kv_all_layer_mla_lf_pf", geom, Side("layer_buffers", [dict(enumerate(src_layers))], 0),
+    return _run("transfer_kv_all_layer_mla_lf_pf", geom, Side(LAYER_BUFFERS, [dict(enumerate(src_layers))], 0),
                 Side("page_first", [dst], hs), si, di, range(num_layers), c)
 
 
@@ -226,7 +226,7 @@ def transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_ind
     layers = [layer_id]
     hs = min_slots(("src_k", "src_v"), (src_k, src_v), src_layout_dim, page_size)
     si, di = indices(src_indices, dst_indices, hs, ds, page_size=page_size)
-    dst = Side("layer_buffers", [{layer_id: dst_k}, {layer_id: dst_v}], 0)
+    dst = Side(LAYER_BUFFERS, [{layer_id: dst_k}, {layer_id: dst_v}], 0)
     return _run("transfer_kv_per_layer_ph_lf", geom, Side("page_head", [src_k, src_v], hs), dst, si, di, layers, c)
 
 
@@ -241,7 +241,7 @@ def transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_in
     ss = min(min_slots("src_k_layers", src_k_layers, item_size), min_slots("src_v_layers", src_v_layers, item_size))
     hs = min_slots(("dst_k", "dst_v"), (dst_k, dst_v), dst_layout_dim, page_size)
     si, di = indices(src_indices, dst_indices, ss, hs, page_size=page_size)
-    src = Side("layer_buffers", [dict(enumerate(src_k_layers)), dict(enumerate(src_v_layers))], 0)
+    src = Side(LAYER_BUFFERS, [dict(enumerate(src_k_layers)), dict(enumerate(src_v_layers))], 0)
     return _run("transfer_kv_all_layer_lf_ph", geom, src, Side("page_head", [dst_k, dst_v], hs), si, di,
                 range(num_layers), c)
 
@@ -257,8 +257,8 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
     geom = geometry("mla", len(src_layers), row, src_layers[0], page_size=_page_size(page_size))
     ss, ds = min_slots("src_layers", src_layers, row), min_slots("dst_layers", dst_layers, row)
     si, di = indices(src_indices, dst_indices, ss, ds, page_size=page_size)
-    return _run("transfer_kv_direct", geom, Side("layer_buffers", [dict(enumerate(src_layers))], 0),
-                Side("layer_buffers", [dict(enumerate(dst_layers))], 0), si, di, range(len(src_layers)), c)
+    return _run("transfer_kv_direct", geom, Side(LAYER_BUFFERS, [dict(enumerate(src_layers))], 0),
+                Side(LAYER_BUFFERS, [dict(enumerate(dst_layers))], 0), si, di, range(len(src_layers)), c)
 
 
 def _page_size(page_size) -> int:
@@ -293,7 +293,7 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indi
     layers = [layer_id]
     ds = min_slots("dst_ptrs", dst_ptrs, row)
     si, di = page_tokens(src_indices, dst_indices, ps, hs, ds, host_side="src")
-    dst = Side("layer_buffers", [{layer_id: t} for t in dst_ptrs], 0)
+    dst = Side(LAYER_BUFFERS, [{layer_id: t} for t in dst_ptrs], 0)
     return _run("transfer_kv_per_layer_direct_pf_lf", geom, Side("page_first_direct", list(src_ptrs), hs), dst,
                 si, di, layers, c)
 
@@ -309,7 +309,7 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indi
     L = geom.layers
     ss = min_slots("src_ptrs", src_ptrs, row)
     si, di = page_tokens(src_indices, dst_indices, ps, ss, hs, host_side="dst")
-    src = Side("layer_buffers", [dict(enumerate(src_ptrs[p * L:(p + 1) * L])) for p in range(geom.parts)], 0)
+    src = Side(LAYER_BUFFERS, [dict(enumerate(src_ptrs[p * L:(p + 1) * L])) for p in range(geom.parts)], 0)
     return _run("transfer_kv_all_layer_direct_lf_pf", geom, src, Side("page_first_direct", list(dst_ptrs), hs),
                 si, di, range(L), c)
 

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from hal.checks import is_int, positive_int
-from hal.transfer.layouts import KVGeometry
+from hal.transfer.geometry import KVGeometry
 
 
 def _is_tensor(name: str, t) -> torch.Tensor:

@@ -9,10 +9,10 @@ plan's times the layer count. The controller therefore plans layer 0 only.
 
 Page granularity: where every page's tokens are consecutive pieces on the host side, as
 they always are on the device side (layer_first and page_first_direct, not page_first or
-page_head), a run can only break between pages. Planning whole pages as single "tokens" of
+page_head: the layout's `page_runs`), a run can only break between pages. Planning whole pages as single "tokens" of
 a page-wide geometry then gives the same segments, from arrays page_size times shorter.
-`LayerPlanner` checks that equivalence against hal.transfer.layouts' address math at construction
-instead of trusting a list of layout names, and falls back to tokens when indices are not
+`LayerPlanner` checks that equivalence against the layout's address math at construction
+instead of trusting the flag alone, and falls back to tokens when indices are not
 whole aligned pages.
 """
 
@@ -20,34 +20,37 @@ from __future__ import annotations
 
 import numpy as np
 
-from hal.transfer import layouts
 from hal.transfer import pool_ops as pool_transfer
 from hal.transfer.direction import Direction
-from hal.transfer.layouts import KVGeometry
+from hal.transfer.geometry import KVGeometry, device_offsets
+from hal.transfer.layout_registry import check_layout
 from hal.transfer.plan import TransferPlan
 
 
 class LayerPlanner:
     """Layer-0 plans of device <-> host transfers for one pool pair."""
 
-    def __init__(self, layout: str, geom: KVGeometry, host_size: int):
-        self.layout, self.geom, self.host_size = layout, geom, host_size
+    def __init__(self, layout, geom: KVGeometry, host_size: int):
+        self.layout = check_layout(layout, geom)  # a HostLayout (a name is looked up)
+        self.geom, self.host_size = geom, host_size
         self.page_geom = self._page_geometry()
 
     def _page_geometry(self) -> KVGeometry | None:
-        g, ps = self.geom, self.geom.page_size
-        if ps == 1 or g.pieces(self.layout) != 1 or self.host_size < 2 * ps:
+        """The page-wide geometry where the layout's segment rule (`page_runs`) holds, checked
+        against its address math; None: plan tokens."""
+        g, ps, lay = self.geom, self.geom.page_size, self.layout
+        if ps == 1 or not lay.page_runs or lay.pieces(g) != 1 or self.host_size < 2 * ps:
             return None
         pg = KVGeometry(g.attention, g.layers, g.heads, g.head_dim * ps, g.dtype, 1)
         tokens = np.arange(2 * ps, dtype=np.int64)
-        host = layouts.host_piece_offsets(self.layout, g, self.host_size, tokens).reshape(-1)
-        dev = layouts.device_piece_offsets("layer_first", g, tokens).reshape(-1)
+        host = lay.piece_offsets(g, self.host_size, tokens).reshape(-1)
+        dev = device_offsets(g, tokens).reshape(-1)
         inside = (tokens[1:] % ps) != 0  # steps between two tokens of the same page
         if not ((np.diff(host)[inside] == g.item_size).all() and (np.diff(dev)[inside] == g.item_size).all()):
             return None
         pages = np.array([0, 1, self.host_size // ps - 1], dtype=np.int64)
-        same_start = layouts.host_piece_offsets(self.layout, pg, self.host_size // ps, pages).reshape(-1) == \
-            layouts.host_piece_offsets(self.layout, g, self.host_size, pages * ps).reshape(-1)
+        same_start = lay.piece_offsets(pg, self.host_size // ps, pages).reshape(-1) == \
+            lay.piece_offsets(g, self.host_size, pages * ps).reshape(-1)
         return pg if same_start.all() else None
 
     def _whole_pages(self, indices: np.ndarray) -> np.ndarray | None:
@@ -95,9 +98,9 @@ class LayerPlanner:
         host = np.concatenate([h for h, _ in jobs])
         dev = np.concatenate([d for _, d in jobs])
         # The offsets plan_copy merges (its pieces are whole pages here: see _page_geometry).
-        ho = layouts.host_piece_offsets(self.layout, pg, self.host_size // ps, host).reshape(-1)
-        do = layouts.device_piece_offsets("layer_first", pg, dev).reshape(-1)
-        piece = pg.piece_bytes("layer_first")
+        ho = self.layout.piece_offsets(pg, self.host_size // ps, host).reshape(-1)
+        do = device_offsets(pg, dev).reshape(-1)
+        piece = pg.item_size
         brk = np.ones(len(host), dtype=bool)
         if len(host) > 1:
             brk[1:] = (np.diff(ho) != piece) | (np.diff(do) != piece)
@@ -116,13 +119,13 @@ class LayerPlanner:
         = [(bytes, segments), ...] (from layer0 / layer0_pages / page_totals).
 
         Same bytes, segments and launches as the real submissions (one per backup, one per
-        layer per load), hence the same modeled cost under a link model linear in them; it
-        carries only those totals (`TransferPlan.totals`), so a backend that moves no bytes
-        prices a whole batch without offset arrays and one that moves bytes refuses it.
+        layer per load), hence the same modeled cost under a link model linear in them; its
+        one group is counted (`TransferPlan.counted`: no offset arrays), so a backend that
+        moves no bytes prices a whole batch at once and one that moves bytes refuses it.
         """
         direction = Direction(direction)
         layers = self.geom.layers
         nbytes, segments = sum(b for b, _ in layer0) * layers, sum(n for _, n in layer0) * layers
         launches = len(layer0) * (1 if direction == Direction.D2H else layers)
-        return TransferPlan(f"{direction}_{self.layout}", [], direction, launches, kernel_items,
-                            totals=(nbytes, segments))
+        return TransferPlan.counted(f"{direction}_{self.layout.name}", direction, launches, kernel_items, nbytes,
+                                    segments)

@@ -22,16 +22,30 @@ class Segments(NamedTuple):
     nbytes: np.ndarray
 
 
+class CountedSegments(NamedTuple):
+    """Segments known by their number and total bytes only: all a link model prices, for a run
+    that moves no bytes (hal's count backend). A group of these prices; it cannot run."""
+
+    total_bytes: int
+    number: int
+
+
 class CopyGroup(NamedTuple):
     """Segments between one source buffer and one destination buffer."""
 
     src: Any  # a tensor, or a symbolic key when the plan is built without memory
     dst: Any
-    segments: Segments
+    segments: Segments | CountedSegments
+
+
+COUNTED = ("counted",)  # the symbolic buffer of a counted group
 
 
 @dataclass
 class TransferPlan:
+    """Copy groups of one submission. Moved and priced runs share it: a priced plan's groups
+    hold CountedSegments (built by `counted`), a moved one's the segment arrays."""
+
     op: str
     groups: list[CopyGroup] = field(default_factory=list)
     direction: Direction | str = "?"  # a Direction once known: set by the planner, or by the backend from the buffers
@@ -39,21 +53,31 @@ class TransferPlan:
     # None: a direct copy, priced per merged segment. An int: a kernel copy of that many
     # token-layer items (hal.transfer.io_backend), priced per item with no descriptors.
     kernel_items: int | None = None
-    # (bytes, segments) of a priced stand-in without groups: what a backend that moves no
-    # bytes (count) needs to price many jobs at once, without their offset arrays.
-    totals: tuple[int, int] | None = None
+
+    @classmethod
+    def counted(cls, op: str, direction: Direction | str, launches: int, kernel_items: int | None,
+                nbytes: int, segments: int) -> TransferPlan:
+        """A plan of one counted group: `segments` segments of `nbytes` bytes in all, priced as
+        the plan it stands for (the link model is linear in bytes, segments and launches)."""
+        return cls(op, [CopyGroup(COUNTED, COUNTED, CountedSegments(nbytes, segments))], direction, launches,
+                   kernel_items)
+
+    @property
+    def totals(self) -> tuple[int, int] | None:
+        """(bytes, segments) of a counted plan (one that only prices); None for one that can run."""
+        if any(isinstance(g.segments, CountedSegments) for g in self.groups):
+            return self.nbytes, self.num_segments
+        return None
 
     @property
     def num_segments(self) -> int:
-        if self.totals is not None:
-            return self.totals[1]
-        return sum(len(g.segments.nbytes) for g in self.groups)
+        return sum(g.segments.number if isinstance(g.segments, CountedSegments) else len(g.segments.nbytes)
+                   for g in self.groups)
 
     @property
     def nbytes(self) -> int:
-        if self.totals is not None:
-            return self.totals[0]
-        return int(sum(int(g.segments.nbytes.sum()) for g in self.groups))
+        return sum(g.segments.total_bytes if isinstance(g.segments, CountedSegments)
+                   else int(g.segments.nbytes.sum()) for g in self.groups)
 
 
 def merge_runs(src_off: np.ndarray, dst_off: np.ndarray, piece_bytes: int) -> Segments:
@@ -109,57 +133,67 @@ def stacked_groups(base: Segments, pairs: list[tuple[Any, Any, int, int]]) -> li
 class Side(NamedTuple):
     """One end of a copy: a host layout over one buffer per part, or one buffer per layer.
 
-    layout: a host layout name (hal.transfer.layouts.HOST_LAYOUTS) or "layer_buffers" (device pool,
-    or upstream's per-layer pointer tables). bufs[part] is the part's buffer for a host
-    layout, or a {layer: buffer} dict for "layer_buffers". size: token slots per part.
+    layout: a host layout (a hal.transfer.layouts HostLayout, or its name) or LAYER_BUFFERS
+    (device pool, or upstream's per-layer pointer tables). bufs[part] is the part's buffer
+    for a host layout, or a {layer: buffer} dict for LAYER_BUFFERS. size: token slots per part.
     """
 
-    layout: str
+    layout: Any
     bufs: list
     size: int
 
 
-def _side_offsets(side: Side, geom, tokens: np.ndarray, piece_layout: str) -> np.ndarray:
-    from hal.transfer import layouts
-
-    if side.layout == "layer_buffers":
-        return layouts.device_piece_offsets(piece_layout, geom, tokens)
-    return layouts.host_piece_offsets(side.layout, geom, side.size, tokens)
+LAYER_BUFFERS = "layer_buffers"  # a Side of one buffer per layer (and part): no host layout
 
 
-def _side_at(side: Side, geom, part: int, layer: int) -> tuple[Any, int]:
-    from hal.transfer import layouts
+def _host_layout(side: Side):
+    from hal.transfer.layout_registry import get_layout
 
-    if side.layout == "layer_buffers":
+    return None if side.layout == LAYER_BUFFERS else get_layout(side.layout)
+
+
+def _side_offsets(side: Side, host, geom, tokens: np.ndarray, pieces: int) -> np.ndarray:
+    from hal.transfer.geometry import device_offsets
+
+    if host is None:
+        return device_offsets(geom, tokens, pieces)
+    return host.piece_offsets(geom, side.size, tokens)
+
+
+def _side_at(side: Side, host, geom, part: int, layer: int) -> tuple[Any, int]:
+    if host is None:
         return side.bufs[part][layer], 0
-    return side.bufs[part], layouts.host_layer_shift(side.layout, geom, side.size, layer)
+    return side.bufs[part], host.layer_shift(geom, side.size, layer)
 
 
 def plan_copy(op: str, geom, src: Side, dst: Side, src_tokens, dst_tokens, layers) -> TransferPlan:
     """Plan dst[layer, dst_tokens] = src[layer, src_tokens] for every layer and K/V part."""
-    piece_layout = "page_head" if "page_head" in (src.layout, dst.layout) else "layer_first"
-    so = _side_offsets(src, geom, np.asarray(src_tokens), piece_layout).reshape(-1)
-    do = _side_offsets(dst, geom, np.asarray(dst_tokens), piece_layout).reshape(-1)
-    base = merge_runs(so, do, geom.piece_bytes(piece_layout))
+    s_host, d_host = _host_layout(src), _host_layout(dst)
+    # Both sides are cut in the host side's pieces (a device item is contiguous either way).
+    pieces = max(h.pieces(geom) for h in (s_host, d_host) if h is not None) if (s_host or d_host) else 1
+    so = _side_offsets(src, s_host, geom, np.asarray(src_tokens), pieces).reshape(-1)
+    do = _side_offsets(dst, d_host, geom, np.asarray(dst_tokens), pieces).reshape(-1)
+    base = merge_runs(so, do, geom.item_size // pieces)
     pairs = []
     for part in range(len(src.bufs)):
         for layer in layers:
-            s_buf, s_shift = _side_at(src, geom, part, layer)
-            d_buf, d_shift = _side_at(dst, geom, part, layer)
+            s_buf, s_shift = _side_at(src, s_host, geom, part, layer)
+            d_buf, d_shift = _side_at(dst, d_host, geom, part, layer)
             pairs.append((s_buf, d_buf, s_shift, d_shift))
     return TransferPlan(op, stacked_groups(base, pairs))
 
 
-def plan_pool_transfer(layout: str, geom, host_size: int, host_tokens, device_tokens, direction: Direction | str,
+def plan_pool_transfer(layout, geom, host_size: int, host_tokens, device_tokens, direction: Direction | str,
                        layers=None, host_bufs=None, device_bufs=None, op: str | None = None) -> TransferPlan:
     """Plan a device pool <-> host pool transfer without needing memory (symbolic buffers).
 
-    direction: "d2h" (backup) or "h2d" (load). Buffers default to symbolic keys, which is
-    enough for counting segments and bytes (`hicache plan`, replay without materialization).
+    layout: a host layout or its name. direction: "d2h" (backup) or "h2d" (load). Buffers
+    default to symbolic keys, which is enough for counting segments and bytes (`hicache
+    plan`, replay without materialization).
     """
-    from hal.transfer import layouts
+    from hal.transfer.layout_registry import check_layout
 
-    layouts.check_layout(layout, geom)
+    layout = check_layout(layout, geom)
     if direction not in POOL_DIRECTIONS:
         raise ValueError(f"direction: {direction!r} is not 'd2h' or 'h2d'")
     direction = Direction(direction)
@@ -168,11 +202,11 @@ def plan_pool_transfer(layout: str, geom, host_size: int, host_tokens, device_to
     host_bufs = host_bufs or [("host", p) for p in parts]
     device_bufs = device_bufs or [{layer: ("device", p, layer) for layer in layers} for p in parts]
     host = Side(layout, list(host_bufs), host_size)
-    dev = Side("layer_buffers", list(device_bufs), 0)
+    dev = Side(LAYER_BUFFERS, list(device_bufs), 0)
     if direction == Direction.D2H:
-        plan = plan_copy(op or f"d2h_{layout}", geom, dev, host, device_tokens, host_tokens, layers)
+        plan = plan_copy(op or f"d2h_{layout.name}", geom, dev, host, device_tokens, host_tokens, layers)
     else:
-        plan = plan_copy(op or f"h2d_{layout}", geom, host, dev, host_tokens, device_tokens, layers)
+        plan = plan_copy(op or f"h2d_{layout.name}", geom, host, dev, host_tokens, device_tokens, layers)
     plan.direction = direction
     return plan
 
@@ -183,6 +217,8 @@ def check_group(op: str, i: int, g: CopyGroup) -> None:
     import torch
 
     seg = g.segments
+    if isinstance(seg, CountedSegments):
+        raise ValueError(f"plan {op}: groups[{i}] is counted only (no segments): it prices a run, it cannot move one")
     if not len(seg.src_offsets) == len(seg.dst_offsets) == len(seg.nbytes):
         raise ValueError(f"plan {op}: groups[{i}] has offset and length arrays of different sizes")
     if len(seg.nbytes) and int(seg.nbytes.min()) <= 0:

@@ -1,8 +1,9 @@
-"""Pool-level transfers: which upstream kvcacheio op moves a device pool to/from a host layout.
+"""Pool-level transfers: a device pool to/from a host pool, through the host layout's op pair.
 
-This is the dispatch SGLang's host pools do inline (backup all layers at once, load one
-layer at a time so compute on layer i waits for layer i only), kept here as one table so
-the reference HiCache never names a layout-specific op.
+SGLang's host pools back up all layers at once and load one layer at a time (compute on
+layer i waits for layer i only); which kvcacheio op does each is the layout object's
+(hal.transfer.layouts), so neither this module nor the reference HiCache names one.
+`layout` is a HostLayout or its name everywhere.
 
 Buffers: `host_bufs` is [kv] (MLA) or [k, v] (MHA), each of the layout's per-part shape;
 `device_bufs` is [[layer tensors]] (MLA) or [[k layers], [v layers]] (MHA). Pools that
@@ -16,7 +17,8 @@ import torch
 
 from hal.transfer import kvcacheio as kv
 from hal.transfer.direction import Direction
-from hal.transfer.layouts import KVGeometry, check_layout
+from hal.transfer.geometry import KVGeometry
+from hal.transfer.layout_registry import check_layout
 from hal.transfer.plan import TransferPlan, plan_pool_transfer
 
 
@@ -24,62 +26,30 @@ def _t(a) -> torch.Tensor:
     return a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
 
 
-def backup(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices):
+def backup(layout, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices):
     """D2H, all layers: host[layout][host_indices] = device[device_indices]. Returns an Event."""
-    _check_buffers(layout, geom, host_bufs, device_bufs)
-    hi, di = _t(host_indices), _t(device_indices)
-    L, item, ldim, ps = geom.layers, geom.item_size, geom.layout_dim, geom.page_size
-    if geom.attention == "mla":
-        (host,), (dev,) = host_bufs, device_bufs
-        if layout == "layer_first":
-            return kv.transfer_kv_all_layer_mla(list(dev), [host[i] for i in range(L)], di, hi, item, L)
-        if layout == "page_first":
-            return kv.transfer_kv_all_layer_mla_lf_pf(list(dev), host, di, hi, item, ldim, L)
-        return kv.transfer_kv_all_layer_direct_lf_pf(list(dev), [host], di, hi, ps)
-    (hk, hv), (dk, dv) = host_bufs, device_bufs
-    if layout == "layer_first":
-        return kv.transfer_kv_all_layer(list(dk), [hk[i] for i in range(L)], list(dv), [hv[i] for i in range(L)],
-                                        di, hi, item, L)
-    if layout == "page_first":
-        return kv.transfer_kv_all_layer_lf_pf(list(dk), hk, list(dv), hv, di, hi, item, ldim, L)
-    if layout == "page_first_direct":
-        return kv.transfer_kv_all_layer_direct_lf_pf(list(dk) + list(dv), [hk, hv], di, hi, ps)
-    return kv.transfer_kv_all_layer_lf_ph(list(dk), hk, list(dv), hv, di, hi, item, ldim, L, ps, geom.heads)
+    layout = _check_buffers(layout, geom, host_bufs, device_bufs)
+    return layout.backup(geom, host_bufs, device_bufs, _t(host_indices), _t(device_indices))
 
 
-def load_layer(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices, layer: int):
+def load_layer(layout, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices, layer: int):
     """H2D, one layer: device[layer][device_indices] = host[layout][layer][host_indices]."""
-    _check_buffers(layout, geom, host_bufs, device_bufs)
-    hi, di = _t(host_indices), _t(device_indices)
-    item, ldim, ps = geom.item_size, geom.layout_dim, geom.page_size
-    if geom.attention == "mla":
-        (host,), (dev,) = host_bufs, device_bufs
-        if layout == "layer_first":
-            return kv.transfer_kv_per_layer_mla(host[layer], dev[layer], hi, di, item)
-        if layout == "page_first":
-            return kv.transfer_kv_per_layer_mla_pf_lf(host, dev[layer], hi, di, layer, item, ldim)
-        return kv.transfer_kv_per_layer_direct_pf_lf([host], [dev[layer]], hi, di, layer, ps)
-    (hk, hv), (dk, dv) = host_bufs, device_bufs
-    if layout == "layer_first":
-        return kv.transfer_kv_per_layer(hk[layer], dk[layer], hv[layer], dv[layer], hi, di, item)
-    if layout == "page_first":
-        return kv.transfer_kv_per_layer_pf_lf(hk, dk[layer], hv, dv[layer], hi, di, layer, item, ldim)
-    if layout == "page_first_direct":
-        return kv.transfer_kv_per_layer_direct_pf_lf([hk, hv], [dk[layer], dv[layer]], hi, di, layer, ps)
-    return kv.transfer_kv_per_layer_ph_lf(hk, dk[layer], hv, dv[layer], hi, di, layer, item, ldim, ps, geom.heads)
+    layout = _check_buffers(layout, geom, host_bufs, device_bufs)
+    return layout.load_layer(geom, host_bufs, device_bufs, _t(host_indices), _t(device_indices), layer)
 
 
-def load_all_layers(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices) -> list:
+def load_all_layers(layout, geom: KVGeometry, host_bufs, device_bufs, host_indices, device_indices) -> list:
     """H2D for every layer, one submission per layer; returns the per-layer events."""
     # Layer 0 goes through the upstream op, which checks every argument. Layers 1.. differ
     # only by buffer and a constant shift, so when their device tensors match layer 0's the
     # rest is planned once and cut per layer instead of re-checked and re-merged 77 times.
+    layout = check_layout(layout, geom)
     first = load_layer(layout, geom, host_bufs, device_bufs, host_indices, device_indices, 0)
     rest = range(1, geom.layers)
     if not rest or not _layers_alike(device_bufs):
         return [first] + [load_layer(layout, geom, host_bufs, device_bufs, host_indices, device_indices, layer)
                           for layer in rest]
-    plan = plan_pool_transfer(layout, geom, _host_slots(layout, geom, host_bufs[0]), _np(host_indices),
+    plan = plan_pool_transfer(layout, geom, layout.slots(geom, host_bufs[0]), _np(host_indices),
                               _np(device_indices), Direction.H2D, layers=rest, host_bufs=list(host_bufs),
                               device_bufs=[dict(enumerate(part)) for part in device_bufs])
     layer_of = {id(t): layer for part in device_bufs for layer, t in enumerate(part)}
@@ -87,7 +57,7 @@ def load_all_layers(layout: str, geom: KVGeometry, host_bufs, device_bufs, host_
     for g in plan.groups:
         groups[layer_of[id(g.dst)]].append(g)
     backend, stream = kv.active_backend(), kv.current_stream()
-    return [first] + [backend.execute(TransferPlan(f"load_layer_{layout}", groups[layer], Direction.H2D), stream)
+    return [first] + [backend.execute(TransferPlan(f"load_layer_{layout.name}", groups[layer], Direction.H2D), stream)
                       for layer in rest]
 
 
@@ -107,24 +77,17 @@ def _layers_alike(device_bufs) -> bool:
     return True
 
 
-def _host_slots(layout: str, geom: KVGeometry, part: torch.Tensor) -> int:
-    """Token slots of one host part in `layout` (its upstream shape)."""
-    if layout == "layer_first":
-        return part.shape[1]
-    if layout == "page_first":
-        return part.shape[0]
-    return part.shape[0] * geom.page_size  # page_first_direct, page_head: pages first
-
-
-def _check_buffers(layout: str, geom: KVGeometry, host_bufs, device_bufs) -> None:
-    check_layout(layout, geom)
+def _check_buffers(layout, geom: KVGeometry, host_bufs, device_bufs):
+    """The checked layout object; ValueError naming the buffers that do not fit `geom`."""
+    layout = check_layout(layout, geom)
     for name, bufs in (("host_bufs", host_bufs), ("device_bufs", device_bufs)):
         if not isinstance(bufs, (list, tuple)) or len(bufs) != geom.parts:
             raise ValueError(f"{name}: expected {geom.parts} part(s) ({'k, v' if geom.parts == 2 else 'kv'}), "
                              f"got {bufs!r:.60}; unmaterialized pools go through hal.transfer.layer_plans")
+    return layout
 
 
-def plan_for(layout: str, geom: KVGeometry, host_size: int, host_indices, device_indices, direction: str,
+def plan_for(layout, geom: KVGeometry, host_size: int, host_indices, device_indices, direction: str,
              layers=None) -> TransferPlan:
     """The plan `backup`/`load_layer` would run, for counting segments and bytes."""
     return plan_pool_transfer(layout, geom, host_size, np.asarray(host_indices), np.asarray(device_indices),

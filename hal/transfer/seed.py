@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from hal.transfer.direction import Direction
-from hal.transfer.layouts import KVGeometry, parse_dtype
+from hal.transfer.geometry import KVGeometry, parse_dtype
 from hal.transfer.plan import TransferPlan, plan_pool_transfer
 
 SEED_TOKENS = 32768

@@ -49,7 +49,7 @@ import numpy as np
 
 from hal.transfer.direction import POOL_DIRECTIONS, Direction
 from hal.transfer.io_backend import direct_order
-from hicache_ref.core.allocator import has_duplicates, pages_to_slots, slots_to_pages
+from hicache_ref.core.allocator import has_duplicates, slots_to_pages
 from hicache_ref.core.controller_state import ControllerState, TransferCancelled, TransferError
 from hicache_ref.core.direction_worker import STOP, DirectionWorker, Job
 from hicache_ref.core.handles import (
@@ -61,7 +61,7 @@ from hicache_ref.core.handles import (
     TransferHandle,
     WriteHandle,
 )
-from hicache_ref.core.pool_mover import PoolMover
+from hicache_ref.core.pool_mover import PoolMover, job_slots
 
 __all__ = ["Ack", "CacheController", "ControllerStats", "DirectionStats", "LoadHandle", "TransferCancelled",
            "TransferError", "TransferHandle", "WriteHandle"]
@@ -83,7 +83,6 @@ class CacheController:
         mover = PoolMover(device_pool, host_pool, backend)
         self._dirs = {name: DirectionWorker(name, self._state, mover, backend) for name in DIRECTIONS}
         self._held: list[Job] | None = None  # loads held by merged_loads (scheduler thread only)
-        self._by_page = mover.priced  # priced jobs are planned per page: no token slots are made
 
     # -- scheduler thread: enqueue ------------------------------------------------------
     def write(self, device_indices, host_indices, tag: Any = None) -> WriteHandle:
@@ -105,19 +104,13 @@ class CacheController:
         inside both pools and distinct by construction: only the lengths are checked."""
         t0 = time.perf_counter()
         dp, hp = self._owned(device_pages, host_pages) if owned else self._pages(device_pages, host_pages, "host")
-        if self._by_page:
-            return self._queue_pages(Direction.D2H, dp, hp, tag, t0)
-        ps = self.geom.page_size
-        return self._queue(Direction.D2H, pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
+        return self._queue_pages(Direction.D2H, dp, hp, tag, t0)
 
     def load_pages(self, host_pages, device_pages, tag: Any = None, owned: bool = False) -> LoadHandle:
         """`load` of whole pages (see write_pages, also for `owned`)."""
         t0 = time.perf_counter()
         dp, hp = self._owned(device_pages, host_pages) if owned else self._pages(device_pages, host_pages, "device")
-        if self._by_page:
-            return self._queue_pages(Direction.H2D, dp, hp, tag, t0)
-        ps = self.geom.page_size
-        return self._queue(Direction.H2D, pages_to_slots(dp, ps), pages_to_slots(hp, ps), tag, t0)
+        return self._queue_pages(Direction.H2D, dp, hp, tag, t0)
 
     def _queue(self, direction: Direction, di: np.ndarray, hi: np.ndarray, tag: Any, t0: float) -> TransferHandle:
         h = self._handle(direction, tag, len(hi))
@@ -180,13 +173,14 @@ class CacheController:
         jobs, self._held = self._held, []
         for job in jobs:
             job.handle._submit_held = None
-        paged = jobs[0].pages is not None  # a controller queues either all by page or all by slot
+        paged = all(j.pages is not None for j in jobs)  # else slot and page loads were mixed: use slots
         if paged:
             hi = np.concatenate([j.pages[0] for j in jobs])
             di = np.concatenate([j.pages[1] for j in jobs])
         else:
-            hi = np.concatenate([j.host_indices for j in jobs])
-            di = np.concatenate([j.device_indices for j in jobs])
+            slots = [job_slots(j, self.geom.page_size) for j in jobs]
+            hi = np.concatenate([h for h, _ in slots])
+            di = np.concatenate([d for _, d in slots])
         hi, di = direct_order(self.layout, self.io_backend, hi, di)
         handle = jobs[0].handle if len(jobs) == 1 else MergedLoadHandle(self._state, [j.handle for j in jobs],
                                                                         self.geom.layers)

@@ -29,7 +29,7 @@ _BATCH_WINDOW_S = 0.02  # priced jobs wait this long for company unless someone 
 
 class Job(NamedTuple):
     handle: TransferHandle
-    host_indices: np.ndarray | None  # token slots; None for a priced page job (slots never needed)
+    host_indices: np.ndarray | None  # token slots; None for a page job (pool_mover.job_slots makes them)
     device_indices: np.ndarray | None
     pages: tuple[np.ndarray, np.ndarray] | None = None  # (host, device) page numbers, when queued by page
 

@@ -9,6 +9,9 @@ symbolic plan stands for every layer of every job in a batch, which prices the s
 the per-layer plans pool_ops would build (the link model is linear in bytes, segments and
 launches, so the stand-in carries only those totals) at a fraction of their planning cost.
 
+Priced and moved runs take the same jobs: queued by page (or by slot), counted by the same
+`job_totals`; a run that moves bytes makes a page job's token slots only when it submits it.
+
 What a job costs on the modeled clock is `job_seconds`: the backend's price of the one plan
 that stands for every layer of that job alone. The controller's modeled seconds add these
 per job, so they do not depend on how the jobs were batched (batches depend on thread
@@ -22,12 +25,23 @@ stream's own clock prices those per segment; the controller's figures use `job_s
 
 from __future__ import annotations
 
+import numpy as np
+
 from hal.transfer import kvcacheio, pool_ops
 from hal.transfer.direction import Direction
 from hal.transfer.layer_plans import LayerPlanner
 from hal.transfer.plan import TransferPlan
+from hicache_ref.core.allocator import pages_to_slots
 
 _PRICE_CACHE_MAX = 1 << 16  # job shapes remembered (a whole-trace replay has a few thousand)
+
+
+def job_slots(job, page_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(host, device) token slots of `job`, made from its pages when it was queued by page."""
+    if job.pages is None:
+        return job.host_indices, job.device_indices
+    host_pages, device_pages = job.pages
+    return pages_to_slots(host_pages, page_size), pages_to_slots(device_pages, page_size)
 
 
 class PoolMover:
@@ -40,7 +54,7 @@ class PoolMover:
                                  "such as count, buffers take no memory)")
         self.device_pool, self.host_pool, self.backend = device_pool, host_pool, backend
         self.priced = not backend.capabilities().moves_bytes
-        self.geom, self.layout = device_pool.geom, host_pool.layout
+        self.geom, self.layout = device_pool.geom, getattr(host_pool, "host_layout", host_pool.layout)
         self.layers = self.geom.layers
         self._planner = LayerPlanner(self.layout, self.geom, host_pool.num_tokens)
         self.io_backend = getattr(host_pool, "io_backend", None)  # hal.transfer.io_backend; None: seed's
@@ -85,8 +99,8 @@ class PoolMover:
         if self.priced:
             return self._price(direction, layer0, sum(job.handle.num_tokens for job in jobs))
         (job,) = jobs
-        args = (self.layout, self.geom, self.host_pool.buffers, self.device_pool.buffers, job.host_indices,
-                job.device_indices)
+        args = (self.layout, self.geom, self.host_pool.buffers, self.device_pool.buffers,
+                *job_slots(job, self.geom.page_size))
         if direction == Direction.D2H:
             return [pool_ops.backup(*args)]
         return list(pool_ops.load_all_layers(*args))

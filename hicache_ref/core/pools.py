@@ -27,7 +27,7 @@ import torch
 
 from hal.memory import host as memory
 from hal.transfer import layouts
-from hal.transfer.io_backend import check_io_backend, effective_host_layout
+from hal.transfer.io_backend import check_io_backend
 from hicache_ref.core.allocator import PageAllocator, pages_to_slots, slots_to_pages
 
 __all__ = ["DevicePool", "HostPool", "PageAllocator", "pages_to_slots", "slots_to_pages"]
@@ -64,18 +64,19 @@ class HostPool:
                  materialize: bool = False, order: str = "fifo", host_buffer=None, host_options: dict | None = None,
                  io_backend: str | None = None):
         self.allocator = PageAllocator(num_tokens, geom.page_size, order)  # checks num_tokens and order
-        layouts.check_layout(layout, geom)
+        given = layouts.check_layout(layout, geom)
         check_io_backend("io_backend", io_backend)
         self.geom = geom
         self.num_tokens = num_tokens
         # How KV is moved in and out (hal.transfer.io_backend; None: the seed's planning), and
-        # the layout as given vs as used (direct turns page_first into page_first_direct).
+        # the layout as given vs as used (the layout's `under`: direct turns page_first into
+        # page_first_direct). `host_layout` is the used layout's object, `layout` its name.
         self.io_backend = io_backend
-        self.given_layout = layout
-        layout = effective_host_layout(layout, io_backend)
-        self.layout = layout
+        self.given_layout = given.name
+        self.host_layout = given.under(io_backend)
+        self.layout = self.host_layout.name
         self.backend = backend
-        self.shape = layouts.host_shape(layout, geom, num_tokens)
+        self.shape = layouts.host_shape(self.host_layout, geom, num_tokens)
         self.nbytes = math.prod(self.shape) * geom.elem_size
         self.buffers: list[torch.Tensor] | None = None
         self.host_buffer = None

@@ -1,0 +1,73 @@
+"""The host layout contract: what the planner, the pool ops and the io backends ask a layout.
+
+A host layout is one object (one module under hal.transfer.layouts) that owns its shape, its
+byte-address math, the kvcacheio op pair that moves a pool in it, its DMA segment rule, the
+attention kinds it holds and what it becomes under an io backend. Address math is written
+per *piece*: one token of one layer, or a fraction of it where the layout splits items (as
+page_head splits them over heads); offsets are those of layer 0 plus a per-layer shift, so
+the planner merges once and shifts per layer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class HostLayout:
+    """One host pool layout. Subclasses set `name` and implement the address math and ops."""
+
+    name: str = ""
+    attentions: tuple[str, ...] = ("mha", "mla")
+    # DMA segment rule: True where a page's tokens are consecutive pieces of one part and layer
+    # (so runs break only between pages, and the planner may plan whole pages as one piece).
+    page_runs: bool = False
+    # With the direct io backend, submit (host, device) pairs sorted by host index.
+    direct_sorted: bool = False
+
+    def shape(self, geom, size: int) -> tuple[int, ...]:
+        """Upstream host pool shape for `size` token slots: (2, ...) for MHA (K then V), the
+        single part's shape for MLA. `size` is a checked multiple of page_size."""
+        raise NotImplementedError
+
+    def pieces(self, geom) -> int:
+        """How many pieces one item (one token, one layer, one part) splits into: 1 unless the
+        layout scatters an item (page_head: one per head)."""
+        return 1
+
+    def piece_offsets(self, geom, size: int, tokens: np.ndarray) -> np.ndarray:
+        """Byte offsets of (layer 0, token, piece) in one part of a pool of `size` slots;
+        int64, shape (len(tokens), pieces)."""
+        raise NotImplementedError
+
+    def layer_shift(self, geom, size: int, layer: int) -> int:
+        """Bytes from layer 0's piece to layer `layer`'s, the same for every token and piece."""
+        raise NotImplementedError
+
+    def slots(self, geom, part) -> int:
+        """Token slots one host part tensor (shaped as `shape` minus the part axis) holds."""
+        raise NotImplementedError
+
+    def ops(self, geom) -> tuple[str, str]:
+        """Names of the kvcacheio ops (all-layer backup D2H, per-layer load H2D) for `geom`."""
+        raise NotImplementedError
+
+    def backup(self, geom, host_bufs, device_bufs, host_indices, device_indices):
+        """D2H, all layers, through this layout's backup op: host[host_indices] =
+        device[device_indices]. Buffers as in hal.transfer.pool_ops; returns the op's Event."""
+        raise NotImplementedError
+
+    def load_layer(self, geom, host_bufs, device_bufs, host_indices, device_indices, layer: int):
+        """H2D of one layer through this layout's load op; returns the op's Event."""
+        raise NotImplementedError
+
+    def under(self, io_backend: str | None) -> HostLayout:
+        """The layout a pool really uses under `io_backend` (hal.transfer.io_backend): itself
+        unless the layout is switched for that backend, as upstream switches page_first."""
+        return self
+
+    def supports(self, attention: str) -> bool:
+        """Whether a pool of this attention kind ("mha", "mla") may use this layout."""
+        return attention in self.attentions
+
+    def __repr__(self) -> str:
+        return f"<host layout {self.name}>"
