@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hal.transfer.layouts import KVGeometry
+from hal.transfer.geometry import KVGeometry, parse_dtype
+from hal.transfer.layout_registry import get_layout
 
 # Bytes per planned item, measured on 4M-token plans (peak RSS over the interpreter's):
 # slot and index arrays per token, and one merged segment's offsets and length.
@@ -30,18 +31,17 @@ def scattered_pool_slots(tokens: int, page_size: int) -> int:
 
 def planned_bytes(layout: str, geom: KVGeometry, tokens: int, page_size: int) -> int:
     """A lower bound on what planning `tokens` slots allocates: index arrays for whole pages on
-    both sides, and the segments (per token and layer in page_first/page_head, else per page)."""
-    pages = -(-tokens // page_size)
-    per_layer = geom.parts * (geom.heads if layout == "page_head" else 1)
-    units = pages * page_size if layout in ("page_first", "page_head") else pages
+    both sides, and the segments (per page and layer where the layout keeps a page's tokens in one run,
+    else per token and layer)."""
+    lay, pages = get_layout(layout), -(-tokens // page_size)
+    per_layer = geom.parts * lay.pieces(geom)
+    units = pages if lay.page_runs else pages * page_size  # one run per page, else one per token
     return 2 * pages * page_size * INDEX_BYTES_PER_TOKEN + units * geom.layers * per_layer * SEGMENT_BYTES
 
 
 def option_geometry(attention: str, layers: int, kv_dim: int, heads: int, dtype: str, page_size: int) -> KVGeometry:
     """The KVGeometry the command-line options describe (`kv_dim`: MLA's latent width, MHA's head
     dim); ValueError naming --heads where MLA is given more than its one latent head."""
-    from hal.transfer.layouts import parse_dtype
-
     if attention == "mla" and heads != 1:  # replay refuses the same: MLA keeps one latent row per token
         raise ValueError(f"--heads: MLA keeps one latent KV head, got {heads}; --heads is for --attention mha")
     return KVGeometry(attention, layers, heads, kv_dim, parse_dtype(dtype), page_size)
