@@ -21,7 +21,7 @@ U = np.arange(5000, 5128, dtype=np.uint32)  # 8 pages, unrelated
 
 
 def _cache(backend, attention, layout, l1=128, l2=512, policy="write_through"):
-    spec = CacheSpec(page_size=PS, l1_tokens=l1, l2_tokens=l2, write_policy=policy, host_layout=layout,
+    spec = CacheSpec.of(page_size=PS, l1_tokens=l1, l2_tokens=l2, write_policy=policy, host_layout=layout,
                      attention=attention, layers=3, heads=2 if attention == "mha" else 1, kv_dim=8, dtype="bf16",
                      materialize=True)
     return spec.build(backend)

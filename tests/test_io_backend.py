@@ -21,8 +21,8 @@ from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec
 
 PS = 2
-SPEC = CacheSpec(page_size=PS, attention="mha", layers=2, heads=1, kv_dim=4, dtype="fp16")
-GEOM = SPEC.geometry()
+SPEC = CacheSpec.of(page_size=PS, attention="mha", layers=2, heads=1, kv_dim=4, dtype="fp16")
+GEOM = SPEC.geometry.kv()
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +86,13 @@ def test_direct_switches_page_first_to_page_first_direct(count):
     assert (hp.given_layout, hp.layout) == ("page_first", "page_first_direct")
     reqs = [TraceRequest(0, 4 * PS, 1, (1, 2)), TraceRequest(1, 4 * PS, 1, (1, 2))]
     for io, effective in (("direct", "page_first_direct"), ("kernel", "page_first")):
-        fig = replay(CacheSpec(**{**SPEC.__dict__, "host_layout": "page_first", "io_backend": io}), reqs)
+        fig = replay(CacheSpec.of(**{**SPEC.__dict__, "host_layout": "page_first", "io_backend": io}), reqs)
         assert (fig["io_backend"], fig["host_layout"], fig["effective_host_layout"]) == (io, "page_first", effective)
 
 
 def test_replay_reports_launches_per_direction_and_refuses_bad_io_backends(capsys):
     with pytest.raises(ValueError, match="io_backend"):
-        CacheSpec(io_backend="dma")
+        CacheSpec.of(io_backend="dma")
     with pytest.raises(ValueError, match="io_backend"):
         HostPool(GEOM, 16, "layer_first", io_backend="dma")
     assert main(["replay", "--limit", "20", "--l1-tokens", "200K", "--l2-tokens", "1M", "--io-backend", "kernel",

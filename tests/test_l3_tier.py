@@ -24,7 +24,7 @@ B = np.arange(5000, 5040, dtype=np.uint32)
 
 
 def _spec(attention="mla", l1=64, l2=64):
-    return CacheSpec(page_size=PS, l1_tokens=l1, l2_tokens=l2, attention=attention, layers=1,
+    return CacheSpec.of(page_size=PS, l1_tokens=l1, l2_tokens=l2, attention=attention, layers=1,
                      heads=2 if attention == "mha" else 1, kv_dim=4, dtype="bf16", materialize=True,
                      write_policy="write_through")
 
@@ -49,7 +49,7 @@ class _Cache:
 
 
 def _keys(tokens, attention="mla", shard=""):
-    return StorageIdentity(_spec(attention).geometry(), shard=shard).keys(page_hashes(tokens, PS))
+    return StorageIdentity(_spec(attention).geometry.kv(), shard=shard).keys(page_hashes(tokens, PS))
 
 
 @pytest.fixture

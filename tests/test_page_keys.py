@@ -45,7 +45,7 @@ def test_runs_refuses_pages_that_are_not_runs_and_names_the_page():
 
 def _cache_run(page_keys: str, reqs, **kw):
     """Per-request results, final tree (decoded keys, pages) and page hashes of a cache whose tree spells pages so."""
-    spec = CacheSpec(page_size=16, layers=2, kv_dim=8, **kw)
+    spec = CacheSpec.of(page_size=16, layers=2, kv_dim=8, **kw)
     backend, own = spec.open_backend()
     cache = spec.build(backend, 0, page_keys=page_keys)
     try:
@@ -84,7 +84,7 @@ def test_runs_and_tokens_make_the_same_decisions_and_the_same_page_hashes(kw):
 def test_replay_spells_trace_pages_by_runs_only_where_pages_are_runs():
     reqs = synthesize(60, 100, 1200, 0.6, sessions=3, seed=4)
     for ps in (16, 48):  # 48: pages straddle hash blocks, the tree keeps token keys
-        fig = replay(CacheSpec(page_size=ps, l1_tokens=4800, l2_tokens=9600, layers=2, kv_dim=8), reqs)
+        fig = replay(CacheSpec.of(page_size=ps, l1_tokens=4800, l2_tokens=9600, layers=2, kv_dim=8), reqs)
         assert fig["l1_hit_tokens"] + fig["l2_hit_tokens"] > 0
 
 
@@ -106,7 +106,7 @@ def test_replay_freezes_only_what_it_found_and_restores_the_collector():
     from hicache_ref.sim.replay import frozen_heap
 
     reqs = synthesize(20, 100, 600, 0.5, sessions=2, seed=1)
-    spec = CacheSpec(page_size=16, l1_tokens=4096, l2_tokens=8192, layers=2, kv_dim=8)
+    spec = CacheSpec.of(page_size=16, l1_tokens=4096, l2_tokens=8192, layers=2, kv_dim=8)
     assert gc.get_freeze_count() == 0
     with frozen_heap():
         assert gc.get_freeze_count() > 0  # what existed is out of the collector's way

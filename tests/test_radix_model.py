@@ -16,7 +16,7 @@ from hicache_ref.core.radix import RadixTree
 from hicache_ref.spec import CacheSpec
 
 PS = 2
-GEOM = CacheSpec(page_size=PS, attention="mha", layers=2, heads=1, kv_dim=2, dtype="fp32").geometry()
+GEOM = CacheSpec.of(page_size=PS, attention="mha", layers=2, heads=1, kv_dim=2, dtype="fp32").geometry.kv()
 DEV_TOKENS, HOST_TOKENS = 24, 32
 
 # Prompts: prefixes of a few conversations (long shared prefixes, exact repeats, multi-page
@@ -121,7 +121,7 @@ class TreeAndPools(RuleBasedStateMachine):
         alloc = self.dev_pool.allocator
         idx = alloc.alloc(n)
         if idx is None:
-            self.tree.evict(n)
+            self.tree.tiers.evict(n)
             idx = alloc.alloc(n)
         if idx is None:
             return  # L1 is locked full: the request would wait
@@ -136,7 +136,7 @@ class TreeAndPools(RuleBasedStateMachine):
                 self.pending.append(t)
             else:
                 self.copy(t)
-                self.tree.complete(t)
+                self.tree.tiers.complete(t)
         self.ever.update(tuple(seq[:k]) for k in range(PS, n + 1, PS))
         m = self.check_match(seq)
         assert m.device_len == n and m.host_len == 0
@@ -150,7 +150,7 @@ class TreeAndPools(RuleBasedStateMachine):
     def complete_backup(self, data):
         t = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))
         self.copy(t)  # the device slots must still hold the request's KV: the nodes were locked
-        self.tree.complete(t)
+        self.tree.tiers.complete(t)
 
     def lru_leaf(self, is_leaf):
         """Brute force: the unlocked leaf an LRU eviction must take first, from a walk over all nodes."""
@@ -161,7 +161,7 @@ class TreeAndPools(RuleBasedStateMachine):
     def evict(self, n):
         before = self.tree.device_pages
         first = self.lru_leaf(lambda x: x.dev is not None and all(c.dev is None for c in x.children.values()))
-        e = self.tree.evict(n)
+        e = self.tree.tiers.evict(n)
         assert before - self.tree.device_pages == len(e.freed_device_indices) // PS
         if n and first is not None:
             assert first.dev is None, "evict did not take the least recently used leaf first"
@@ -171,7 +171,7 @@ class TreeAndPools(RuleBasedStateMachine):
     @rule(n=st.integers(0, HOST_TOKENS))
     def evict_host(self, n):
         first = self.lru_leaf(lambda x: x.dev is None and not x.children)
-        e = self.tree.evict_host(n)
+        e = self.tree.tiers.evict_host(n)
         if n and first is not None:
             assert first.parent is None, "evict_host did not take the least recently used leaf first"
         else:
@@ -180,12 +180,12 @@ class TreeAndPools(RuleBasedStateMachine):
     @rule(seq=tokens_st)
     def load_back(self, seq):
         m = self.tree.match_prefix(seq)
-        t = self.tree.load_back(m)
+        t = self.tree.tiers.load_back(m)
         if t is None:
             return
         assert t.host_indices.tolist() == m.host_indices.tolist()
         self.copy(t)
-        self.tree.complete(t)
+        self.tree.tiers.complete(t)
         after = self.check_match(seq)
         assert (after.device_len, after.host_len) == (m.device_len + m.host_len, 0)
 

@@ -29,7 +29,7 @@ TRACE = [_req([1, 2], 1024), _req([1, 3], 1024), _req([4], 512)]
 
 
 def _d2h(**kw) -> int:
-    return replay(CacheSpec(**SMALL, **kw), TRACE)["d2h_tokens"]
+    return replay(CacheSpec.of(**SMALL, **kw), TRACE)["d2h_tokens"]
 
 
 def test_selective_single_insert_backs_up_only_what_two_requests_shared():
@@ -55,8 +55,8 @@ def test_pd_disagg_per_request_backs_up_only_what_distinct_requests_reused():
 
 
 def test_pd_disagg_keeps_hits_and_reports_the_switches():
-    a = replay(CacheSpec(**SMALL), TRACE)
-    b = replay(CacheSpec(**SMALL, hit_count="per_insert", pd_disagg=True), TRACE)
+    a = replay(CacheSpec.of(**SMALL), TRACE)
+    b = replay(CacheSpec.of(**SMALL, hit_count="per_insert", pd_disagg=True), TRACE)
     # r1 hits [1] (512 tokens) in L1 either way; the second insert adds no hit.
     assert a["l1_hit_tokens"] == b["l1_hit_tokens"] == 512
     assert (b["hit_count"], b["pd_disagg"]) == ("per_insert", True)
@@ -65,9 +65,9 @@ def test_pd_disagg_keeps_hits_and_reports_the_switches():
 
 def test_spec_refuses_bad_switches_naming_the_field():
     with pytest.raises(ValueError, match="^hit_count: 'per_turn' is not one of per_insert, per_request"):
-        CacheSpec(hit_count="per_turn")
+        CacheSpec.of(hit_count="per_turn")
     with pytest.raises(ValueError, match="^pd_disagg: expected True or False"):
-        CacheSpec(pd_disagg=1)
+        CacheSpec.of(pd_disagg=1)
 
 
 # -- the tree: chunked inserts and write_back under per_insert ---------------------------
@@ -153,13 +153,13 @@ def _host_only_child():
     tree, dev = _tree("write_through", "per_request")
     r = _insert(tree, dev, np.arange(8))
     for t in r.backups:
-        tree.complete(t)
+        tree.tiers.complete(t)
     r = _insert(tree, dev, np.arange(16))
     for t in r.backups:
-        tree.complete(t)
+        tree.tiers.complete(t)
     child = r.last_node
     tree.lock(child.parent)  # keep the parent in L1 while the child is evicted
-    tree.evict(4)
+    tree.tiers.evict(4)
     tree.unlock(child.parent)
     assert child.dev is None and child.host is not None and child.parent.dev is not None
     return tree, child
@@ -167,9 +167,9 @@ def _host_only_child():
 
 def test_load_back_threshold_refuses_chains_shorter_than_it():
     tree, child = _host_only_child()
-    assert tree.load_back(child, min_tokens=9) is None  # 8 < 9: recompute instead (upstream: len < threshold)
+    assert tree.tiers.load_back(child, min_tokens=9) is None  # 8 < 9: recompute instead (upstream: len < threshold)
     assert child.dev is None and tree.device_pages == 2
-    t = tree.load_back(child, min_tokens=8)  # 8 < 8 is false: loaded
+    t = tree.tiers.load_back(child, min_tokens=8)  # 8 < 8 is false: loaded
     assert t is not None and t.num_tokens == 8 and child.dev is not None
 
 
@@ -177,16 +177,16 @@ def test_load_back_quota_counts_the_ancestors_its_lock_protects():
     # Upstream refuses when len > mem_quota + delta, delta = -(tokens its inc_lock_ref newly
     # protects). Unlocked parent of 8 tokens: 8 > 15 - 8 refused, 8 > 16 - 8 is false: loaded.
     tree, child = _host_only_child()
-    assert tree.load_back(child, quota=15) is None
-    assert tree.load_back(child, quota=16) is not None
+    assert tree.tiers.load_back(child, quota=15) is None
+    assert tree.tiers.load_back(child, quota=16) is not None
 
 
 def test_load_back_quota_with_the_parent_already_locked():
     # The caller (HiCache) locks the matched device prefix first: delta 0, so quota 8 admits 8.
     tree, child = _host_only_child()
     tree.lock(child.parent)
-    assert tree.load_back(child, quota=7) is None
-    assert tree.load_back(child, quota=8) is not None
+    assert tree.tiers.load_back(child, quota=7) is None
+    assert tree.tiers.load_back(child, quota=8) is not None
 
 
 def _l1_trace_replay(**kw):
@@ -195,7 +195,7 @@ def _l1_trace_replay(**kw):
     #   r1 [2,3] (16 pages) 8 short: evicts r0's node, which stays in L2
     #   r2 [1]   matches 512 host tokens: loaded back, or recomputed under the threshold
     trace = [_req([1], 512), _req([2, 3], 1024), _req([1], 512)]
-    return replay(CacheSpec(**SMALL, l1_tokens=1024, write_policy="write_through", **kw), trace)
+    return replay(CacheSpec.of(**SMALL, l1_tokens=1024, write_policy="write_through", **kw), trace)
 
 
 def test_replay_load_back_threshold():
@@ -217,7 +217,7 @@ def test_evict_size(size, left):
     for first, n in ((100, 4), (200, 4), (300, 4), (400, 16)):
         _insert(tree, dev, first + np.arange(n))
     assert dev.available_pages == 1
-    pages = tree.take_pages(dev, 2, tree.evict)
+    pages = tree.tiers.take_pages(dev, 2, tree.tiers.evict)
     assert len(pages) == 2
     on_device = sum(x.dev is not None for x in tree.iter_nodes())
     assert on_device == left + 1  # D and what survived of A, B, C
@@ -231,7 +231,7 @@ def test_evict_size_whole_counts_the_extra_tokens_asked_for():
     assert dev.available_pages == 2
     # 2 pages are free, so shortfall would evict nothing; upstream's extend allocation asks
     # for its tokens plus one page (8 + 4 = 12 > 8 free) and evicts 12 tokens: 3 leaves.
-    tree.take_pages(dev, 2, tree.evict, evict_tokens=12)
+    tree.tiers.take_pages(dev, 2, tree.tiers.evict, evict_tokens=12)
     assert sum(x.dev is not None for x in tree.iter_nodes()) == 3
 
 
@@ -252,13 +252,13 @@ def test_presets_and_explicit_overrides():
     assert up.semantics_config()["semantics_overrides"] == []
     assert CacheSpec.preset("upstream", free_list="fifo").semantics_config()["semantics_overrides"] == ["free_list"]
     ref = CacheSpec.preset("reference")
-    assert ref == CacheSpec()  # the spec's defaults are the reference preset
+    assert ref == CacheSpec.of()  # the spec's defaults are the reference preset
     mixed = CacheSpec.preset("upstream", hit_count="per_request")
     assert mixed.semantics_config()["semantics_overrides"] == ["hit_count"]
     with pytest.raises(ValueError, match="^semantics: 'sglang' is not one of reference, upstream"):
         CacheSpec.preset("sglang")
     with pytest.raises(ValueError, match="^semantics: 'sglang'"):
-        CacheSpec(semantics="sglang")
+        CacheSpec.of(semantics="sglang")
 
 
 def test_upstream_preset_with_pd_disagg_degrades_selective_on_the_hand_trace():
@@ -294,5 +294,5 @@ def test_replay_evict_size_whole_asks_for_the_extend_tokens_plus_a_page(size, hi
     #      and r1's nodes (512 + 512, least recently used first) go.
     #   r4 [1] hits 512 tokens in L1 only if r0's node survived.
     trace = [_req([1], 512), _req([2], 512), _req([3], 448), _req([4, 5], 576), _req([1], 512)]
-    fig = replay(CacheSpec(**SMALL, l1_tokens=2048, l2_tokens=0, evict_size=size), trace)
+    fig = replay(CacheSpec.of(**SMALL, l1_tokens=2048, l2_tokens=0, evict_size=size), trace)
     assert fig["l1_hit_tokens"] == hit

@@ -7,5 +7,5 @@ unlinked; every rank registers it), `visibility` (no rank loads a page before ra
 it completed, nor does rank 0 overwrite a page another rank still reads), `digest` (a 64-bit
 digest of allocator decisions compared across ranks), `workload` (the seeded random workload),
 `rank_cache` (one rank's tree, pools and controller under the writer rule), `worker` (one rank's
-run; `python -m hicache_ref.tp.worker` under torchrun), `replay_tp` (`hicache replay --tp`).
+run; `python -m hicache_ref.tp.worker` under torchrun).
 """

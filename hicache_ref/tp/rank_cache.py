@@ -113,7 +113,7 @@ class RankCache:
             pass
         self.controller.flush()
         for t in self._backups:
-            self.tree.complete(t)
+            self.tree.tiers.complete(t)
         self._backups = []
 
     # -- reads ----------------------------------------------------------------------------
@@ -149,7 +149,7 @@ class RankCache:
             getattr(self, f"_op_{op.kind}")(op)
         finally:
             for t in self._loads:
-                self.tree.complete(t)
+                self.tree.tiers.complete(t)
             self._loads = []
         self.log.end()
 
@@ -172,11 +172,11 @@ class RankCache:
             l1 = len(m.device_pages) * ps
             self._check(tokens, 0, m.device_pages)
             loaded = NO_PAGES
-            if len(m.host_pages) and (t := tree.load_back(m)) is not None:
+            if len(m.host_pages) and (t := tree.tiers.load_back(m)) is not None:
                 self._load(t, tokens, l1)
                 loaded = t.device_pages
             prefix = l1 + len(loaded) * ps
-            new_pages = tree.take_pages(tree.device, -(-n // ps) - prefix // ps, tree.evict, partial=True)
+            new_pages = tree.tiers.take_pages(tree.device, -(-n // ps) - prefix // ps, tree.tiers.evict, partial=True)
             self.kv.write(tokens[prefix: prefix + len(new_pages) * ps], prefix, pages_to_slots(new_pages, ps))
             cached = min(n // ps * ps, prefix + len(new_pages) * ps)
             kept = (cached - prefix) // ps
@@ -194,14 +194,14 @@ class RankCache:
         self._check(op.tokens, 0, m.device_pages)
 
     def _op_evict(self, op: Op) -> None:
-        self.tree.evict(op.pages * self.ps)
+        self.tree.tiers.evict(op.pages * self.ps)
 
     def _op_evict_host(self, op: Op) -> None:
-        self.tree.evict_host(op.pages * self.ps)
+        self.tree.tiers.evict_host(op.pages * self.ps)
 
     def _op_load_back(self, op: Op) -> None:
         m = self.tree.match_pages(op.tokens)
-        if len(m.host_pages) and (t := self.tree.load_back(m)) is not None:
+        if len(m.host_pages) and (t := self.tree.tiers.load_back(m)) is not None:
             self._load(t, op.tokens, len(m.device_pages) * self.ps)
 
     def _op_backup(self, op: Op) -> None:
