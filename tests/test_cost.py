@@ -117,7 +117,7 @@ def _result(n, l1, l2, l3=0):
 
 
 def test_compute_saved_counts_only_what_l2_hits_save_beyond_an_l1_only_cache():
-    from hicache_ref.sim.replay import _add_saved
+    from hicache_ref.sim.figures import add_saved as _add_saved
 
     compute = ComputeModel(0.5, 1e-4)  # prefill(n) = 0.5 + 1e-4 n
     res = _result(4096, 1024, 2048)
@@ -182,7 +182,7 @@ def test_a_served_replay_does_not_claim_the_profile_is_missing():
     from hicache_ref.sim.serving import replay_served
     from hicache_ref.spec import CacheSpec
 
-    fig = replay_served(CacheSpec.of(profile="p800", l2_tokens=8192), _small_trace(), 2)
+    fig = replay_served(CacheSpec.of(profile="p800", l2_tokens=8192, concurrency=2), _small_trace())
     line = [x for x in summary_lines(fig) if x.startswith("net benefit")]
     assert line == ["net benefit: not modeled (not computed by a served replay (--concurrency); the serial "
                     "replay gives it)"]

@@ -7,7 +7,12 @@ from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.core.ghost import GhostList
 from hicache_ref.core.hashing import hash64, page_hashes
 from hicache_ref.core.radix import RadixTree
+from hicache_ref.spec import CacheSpec
 
+
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
 
 def test_bound_drops_least_recently_added():
     g = GhostList(3)
@@ -38,7 +43,7 @@ def test_bad_capacity():
 
 def tree_with_ghost(capacity=64):
     dev, host = PageAllocator(64, 2), PageAllocator(64, 2)
-    tree = RadixTree(2, "write_through_selective", ghost=GhostList(capacity), device=dev, host=host)
+    tree = RadixTree(tree_spec(2), ghost=GhostList(capacity), device=dev, host=host)
     return tree, dev
 
 
@@ -89,7 +94,7 @@ def test_scan_is_backward_and_position_aware():
 
 def test_off_by_default():
     dev, host = PageAllocator(64, 2), PageAllocator(64, 2)
-    tree = RadixTree(2, "write_through_selective", device=dev, host=host)
+    tree = RadixTree(tree_spec(2), device=dev, host=host)
     a = np.arange(12)
     insert(tree, dev, a)
     tree.tiers.evict(64)

@@ -86,12 +86,12 @@ def test_direct_switches_page_first_to_page_first_direct(count):
     assert (hp.given_layout, hp.layout) == ("page_first", "page_first_direct")
     reqs = [TraceRequest(0, 4 * PS, 1, (1, 2)), TraceRequest(1, 4 * PS, 1, (1, 2))]
     for io, effective in (("direct", "page_first_direct"), ("kernel", "page_first")):
-        fig = replay(CacheSpec.of(**{**SPEC.__dict__, "host_layout": "page_first", "io_backend": io}), reqs)
+        fig = replay(SPEC.replace(**{"host_layout": "page_first", "io_backend": io}), reqs)
         assert (fig["io_backend"], fig["host_layout"], fig["effective_host_layout"]) == (io, "page_first", effective)
 
 
 def test_replay_reports_launches_per_direction_and_refuses_bad_io_backends(capsys):
-    with pytest.raises(ValueError, match="io_backend"):
+    with pytest.raises(ValueError, match="^--io-backend"):
         CacheSpec.of(io_backend="dma")
     with pytest.raises(ValueError, match="io_backend"):
         HostPool(GEOM, 16, "layer_first", io_backend="dma")
@@ -99,7 +99,7 @@ def test_replay_reports_launches_per_direction_and_refuses_bad_io_backends(capsy
                  "--json", "--quiet"]) == 0
     fig = json.loads(capsys.readouterr().out)
     assert fig["io_backend"] == "kernel" and fig["d2h_launches"] == fig["d2h_transfers"] > 0
-    assert fig["h2d_launches"] == fig["h2d_transfers"] * SPEC.__class__().layers
+    assert fig["h2d_launches"] == fig["h2d_transfers"] * SPEC.geometry.layers
     assert main(["replay", "--limit", "2", "--host-layout", "page_first", "--json", "--quiet"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["effective_host_layout"] == "page_first_direct"

@@ -14,6 +14,10 @@ from hicache_ref.sim.trace_synth import synthesize
 from hicache_ref.spec import CacheSpec
 
 
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
+
 @pytest.mark.parametrize("ps", [1, 16, 64, 512])
 def test_a_trace_request_spelled_by_runs_decodes_to_its_token_ids(ps):
     t, arr = TraceTokens((3, 7, 9), 1100), request_tokens((3, 7, 9), 1100)
@@ -40,7 +44,7 @@ def test_runs_refuses_pages_that_are_not_runs_and_names_the_page():
     with pytest.raises(ValueError, match="page_keys: 'bytes' is not one of tokens, runs"):
         make_page_keys("bytes", 4)
     with pytest.raises(ValueError, match="page_keys"):
-        RadixTree(4, page_keys="bytes")
+        RadixTree(tree_spec(4), page_keys="bytes")
 
 
 def _cache_run(page_keys: str, reqs, **kw):

@@ -6,13 +6,20 @@ import pytest
 from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.core.policy import make_policy
 from hicache_ref.core.radix import RadixTree
+from hicache_ref.spec import CacheSpec
 
 PS = 4
 
 
+
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
+
 def make_tree(policy, **kw):
     dev, host = PageAllocator(256, PS), PageAllocator(256, PS)
-    return RadixTree(PS, policy, device=dev, host=host, **kw), dev, host
+    switches = {k: kw.pop(k) for k in ("hit_count", "backup_scope", "evict_size") if k in kw}
+    return RadixTree(tree_spec(PS, policy, **switches), device=dev, host=host, **kw), dev, host
 
 
 def insert(tree, dev, tokens, **kw):

@@ -6,13 +6,20 @@ import pytest
 from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.core.hashing import page_hashes
 from hicache_ref.core.radix import MatchResult, RadixTree
+from hicache_ref.spec import CacheSpec
 
 PS = 2
 
 
+
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
+
 def make_tree(policy="write_through", dev_tokens=64, host_tokens=64, **kw):
     dev, host = PageAllocator(dev_tokens, PS), PageAllocator(host_tokens, PS)
-    return RadixTree(PS, policy, device=dev, host=host, **kw), dev, host
+    switches = {k: kw.pop(k) for k in ("hit_count", "backup_scope", "evict_size") if k in kw}
+    return RadixTree(tree_spec(PS, policy, **switches), device=dev, host=host, **kw), dev, host
 
 
 def insert(tree, tokens, **kw):
@@ -109,7 +116,7 @@ def test_evict_is_lru_over_leaves():
 
 def test_lru_uses_the_logical_clock_not_wall_time():
     ticks = iter([10, 5, 1, 20, 21])  # a caller's clock: the second insert is "older" than the first
-    tree = RadixTree(PS, "write_back", clock=lambda: next(ticks), device=PageAllocator(16, PS))
+    tree = RadixTree(tree_spec(PS, "write_back"), clock=lambda: next(ticks), device=PageAllocator(16, PS))
     for tokens in ([1, 1], [2, 2]):
         tree.insert(tokens, tree.device.alloc(2))
     tree.match_prefix([7, 7])  # tick 1: touches nothing but the root
@@ -121,7 +128,7 @@ def test_lru_uses_the_logical_clock_not_wall_time():
 def test_lru_ties_go_to_the_older_node_on_both_tiers(compacted):
     """The documented rule: equal last access evicts the node created first (deterministic),
     also after the eviction heaps were compacted (rebuilt from the tree)."""
-    tree = RadixTree(PS, "write_through", clock=lambda: 5, device=PageAllocator(16, PS),
+    tree = RadixTree(tree_spec(PS, "write_through"), clock=lambda: 5, device=PageAllocator(16, PS),
                      host=PageAllocator(16, PS))  # one tick for everything: every access ties
     for tokens in ([1, 1], [2, 2], [3, 3]):
         r = tree.insert(tokens, tree.device.alloc(2))
@@ -245,22 +252,22 @@ def test_match_result_fields():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="page_size"):
-        RadixTree(0)
+    with pytest.raises(ValueError, match="page-size"):
+        RadixTree(tree_spec(0))
     with pytest.raises(ValueError, match="device"):
-        RadixTree(4, device=PageAllocator(16, 2))
+        RadixTree(tree_spec(4), device=PageAllocator(16, 2))
     tree, _, _ = make_tree()
     with pytest.raises(ValueError, match="n_tokens"):
         tree.tiers.evict(-1)
     with pytest.raises(ValueError, match="load_back"):
-        RadixTree(PS).tiers.load_back(tree.root)
+        RadixTree(tree_spec(PS)).tiers.load_back(tree.root)
 
 
 def transcript(policy, order, seed=3):
     """Every index the tree hands out over a fixed random op sequence, from fresh objects."""
     rng = np.random.default_rng(seed)
     dev, host = PageAllocator(40, PS, order), PageAllocator(40, PS, order)
-    tree = RadixTree(PS, policy, device=dev, host=host)
+    tree = RadixTree(tree_spec(PS, policy), device=dev, host=host)
     convs = [rng.integers(0, 3, 16).tolist() for _ in range(4)]
     out = []
     for _ in range(200):
@@ -381,7 +388,7 @@ def test_page_level_match_and_insert_agree_with_the_slot_level_ones():
         p = page_tree.insert_pages(tokens, pages, request_id="a")
         pdev.free_pages(pages[: p.prefix_len // PS])
         for t in p.backups:
-            page_tree.complete(t)
+            page_tree.tiers.complete(t)
         assert (p.prefix_len, p.adopted_len, p.new_pages) == (r.prefix_len, r.adopted_len, r.new_pages)
         assert [(t.num_tokens, t.host_indices.tolist()) for t in p.backups] == \
             [(t.num_tokens, t.host_indices.tolist()) for t in r.backups]

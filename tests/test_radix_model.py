@@ -27,6 +27,11 @@ tokens_st = st.builds(lambda conv, cut, tail: CONVERSATIONS[conv][:cut] + tail, 
                       st.lists(st.integers(0, 2), max_size=3))
 
 
+
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
+
 def kv_value(seq, i: int, part: int, layer: int) -> float:
     """What prefill writes for token i of seq: depends on the whole prefix, as real KV does (exact in fp32)."""
     return float(zlib.crc32(np.asarray(seq[: i + 1], dtype="<u4").tobytes()) & 0xFFFF) + part * 0.5 + layer * 0.25
@@ -50,7 +55,7 @@ class TreeAndPools(RuleBasedStateMachine):
         self.dev_pool = DevicePool(GEOM, DEV_TOKENS, materialize=True, order=order)
         self.host_pool = HostPool(GEOM, HOST_TOKENS, layout, materialize=True, order=order)
         self.layout = layout
-        self.tree = RadixTree(PS, policy, ghost=GhostList(8) if ghost else None, device=self.dev_pool,
+        self.tree = RadixTree(tree_spec(PS, policy), ghost=GhostList(8) if ghost else None, device=self.dev_pool,
                               host=self.host_pool, on_write_back=self.copy_all)
         self.ever = set()  # every page prefix ever inserted (tuples of tokens)
         self.locks = []  # (node, had device copy, had host copy)

@@ -19,6 +19,11 @@ SMALL = dict(layers=2, kv_dim=8)  # bytes only; hits and tokens moved do not dep
 PS = 4
 
 
+
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
+
 def _req(ids, n):
     return TraceRequest(0.0, n, 1, tuple(ids))
 
@@ -64,9 +69,9 @@ def test_pd_disagg_keeps_hits_and_reports_the_switches():
 
 
 def test_spec_refuses_bad_switches_naming_the_field():
-    with pytest.raises(ValueError, match="^hit_count: 'per_turn' is not one of per_insert, per_request"):
+    with pytest.raises(ValueError, match="^--hit-count: 'per_turn' is not one of per_insert, per_request"):
         CacheSpec.of(hit_count="per_turn")
-    with pytest.raises(ValueError, match="^pd_disagg: expected True or False"):
+    with pytest.raises(ValueError, match="^--pd-disagg: expected True or False"):
         CacheSpec.of(pd_disagg=1)
 
 
@@ -74,7 +79,7 @@ def test_spec_refuses_bad_switches_naming_the_field():
 
 def _tree(policy, hit_count):
     dev, host = PageAllocator(64, PS), PageAllocator(64, PS)
-    return RadixTree(PS, policy, device=dev, host=host, hit_count=hit_count), dev
+    return RadixTree(tree_spec(PS, policy, hit_count=hit_count), device=dev, host=host), dev
 
 
 def _insert(tree, dev, tokens, **kw):
@@ -213,7 +218,7 @@ def test_evict_size(size, left):
     # L1 of 8 pages holds leaves A, B, C (1 page each, oldest first) and D (4 pages): 1 free.
     # Taking 2 pages: shortfall evicts 1 page (A); whole asks for 2 pages: A and B.
     dev, host = PageAllocator(8 * PS, PS), PageAllocator(64 * PS, PS)
-    tree = RadixTree(PS, "write_back", device=dev, host=host, evict_size=size)
+    tree = RadixTree(tree_spec(PS, "write_back", evict_size=size), device=dev, host=host)
     for first, n in ((100, 4), (200, 4), (300, 4), (400, 16)):
         _insert(tree, dev, first + np.arange(n))
     assert dev.available_pages == 1
@@ -225,7 +230,7 @@ def test_evict_size(size, left):
 
 def test_evict_size_whole_counts_the_extra_tokens_asked_for():
     dev, host = PageAllocator(8 * PS, PS), PageAllocator(64 * PS, PS)
-    tree = RadixTree(PS, "write_back", device=dev, host=host, evict_size="whole")  # no backup locks
+    tree = RadixTree(tree_spec(PS, "write_back", evict_size="whole"), device=dev, host=host)  # no backup locks
     for first in (100, 200, 300, 400, 500, 600):
         _insert(tree, dev, first + np.arange(4))
     assert dev.available_pages == 2
@@ -236,28 +241,29 @@ def test_evict_size_whole_counts_the_extra_tokens_asked_for():
 
 
 def test_tiers_refuse_an_unknown_evict_size():
-    with pytest.raises(ValueError, match="^evict_size: 'most'"):
-        RadixTree(PS, evict_size="most")
-    with pytest.raises(ValueError, match="^backup_scope: 'tree'"):
-        RadixTree(PS, backup_scope="tree")
+    with pytest.raises(ValueError, match="^--evict-size: 'most'"):
+        RadixTree(tree_spec(PS, evict_size="most"))
+    with pytest.raises(ValueError, match="^--backup-scope: 'tree'"):
+        RadixTree(tree_spec(PS, backup_scope="tree"))
 
 
 # -- the semantics preset ---------------------------------------------------------------
 
 def test_presets_and_explicit_overrides():
     up = CacheSpec.preset("upstream", **SMALL)
-    assert (up.hit_count, up.backup_scope, up.evict_size, up.load_back_threshold) == ("per_insert", "node", "whole", 10)
+    assert (up.semantics.hit_count, up.semantics.backup_scope, up.semantics.evict_size,
+            up.semantics.load_back_threshold) == ("per_insert", "node", "whole", 10)
     # upstream's device allocator and host pool orders, and its server's default io_backend
-    assert (up.free_list, up.host_free_list, up.io_backend) == ("upstream_l1", "upstream_host", "kernel")
+    assert (up.tiers.free_list, up.tiers.host_free_list, up.tiers.io_backend) == ("upstream_l1", "upstream_host", "kernel")
     assert up.semantics_config()["semantics_overrides"] == []
     assert CacheSpec.preset("upstream", free_list="fifo").semantics_config()["semantics_overrides"] == ["free_list"]
     ref = CacheSpec.preset("reference")
     assert ref == CacheSpec.of()  # the spec's defaults are the reference preset
     mixed = CacheSpec.preset("upstream", hit_count="per_request")
     assert mixed.semantics_config()["semantics_overrides"] == ["hit_count"]
-    with pytest.raises(ValueError, match="^semantics: 'sglang' is not one of reference, upstream"):
+    with pytest.raises(ValueError, match="^--semantics: 'sglang' is not one of reference, upstream"):
         CacheSpec.preset("sglang")
-    with pytest.raises(ValueError, match="^semantics: 'sglang'"):
+    with pytest.raises(ValueError, match="^--semantics: 'sglang'"):
         CacheSpec.of(semantics="sglang")
 
 

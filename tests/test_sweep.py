@@ -93,7 +93,8 @@ def test_stack_profile_unlimited_equals_unlimited_replay():
 
 def test_auto_falls_back_to_replays_where_one_pass_does_not_apply():
     reqs = _documents_trace(n=30)
-    spec = CacheSpec.of(page_size=64, l1_tokens=8 * 64, write_policy="write_through_selective")
+    spec = CacheSpec.of(page_size=64, l1_tokens=8 * 64, write_policy="write_through_selective",
+                        profile="emu")
     r = sweep(spec, reqs, [12 * 64, 16 * 64], workers=1)
     assert r["method"] == "replay" and "write_through" in r["one_pass_refusal"]
     # the emu profile has no compute model: net benefit is not modeled, and says why

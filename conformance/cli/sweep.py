@@ -16,6 +16,7 @@ from conformance.cli.outputs import emit_result
 from conformance.cli.progress import bar
 from conformance.cli.replay import trace_arg
 from conformance.cli.spec_options import add_local, add_spec_options, spec_from_args
+from hal.units import HELP as UNITS
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.sweep import METHODS, sweep
 from hicache_ref.sim.trace import read_trace
@@ -30,8 +31,7 @@ LOCAL_OPTIONS = ("--trace", "--l2-tokens", "--plateau-gain", "--method", "--limi
 
 def add_arguments(p) -> None:
     add_local(p, "--trace")
-    add_local(p, "--l2-tokens", required=True, help="L2 tiers in tokens, comma-separated, increasing: 4M,8M,16M "
-              "(a count with an optional suffix each)")
+    add_local(p, "--l2-tokens", required=True, help=f"L2 tiers in tokens, comma-separated, increasing: 4M,8M,16M ({UNITS})")
     add_local(p, "--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
               help=f"{PLATEAU_HELP} (default {DEFAULT_PLATEAU_GAIN})")
     add_local(p, "--method", default="auto", choices=METHODS,

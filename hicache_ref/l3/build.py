@@ -20,10 +20,11 @@ class StoreOpenError(ValueError):
 
 
 def attach_l3(cache, spec, *, storage=None, tp_rank: int = 0, tp_size: int = 1, link=None,
-              deadline_s: float | None = None) -> L3Tier:
+              deadline_s: float | None = None, policy=None) -> L3Tier:
     """Open the store `spec` (a hicache_ref.spec.StorageSpec, checked: the cache has an L2 and real
     bytes) names, or use the open `storage`, which the caller keeps, and attach an L3Tier with
-    its prefetch policy to `cache` as `cache.l3`; returns it."""
+    its prefetch policy (or `policy`, a PrefetchPolicy object with its own parameters) to `cache`
+    as `cache.l3`; returns it."""
     geom = cache.geom
     shard = f"tp{tp_rank}of{tp_size}" if geom.attention == "mha" and tp_size > 1 else ""
     identity = StorageIdentity(geom, shard=shard)
@@ -36,6 +37,8 @@ def attach_l3(cache, spec, *, storage=None, tp_rank: int = 0, tp_size: int = 1, 
             raise StoreOpenError(why if spec.l3 in why else f"{spec.l3}: {why}") from e
     try:
         extra = {} if deadline_s is None else dict(deadline_s=deadline_s)
+        if policy is not None:
+            extra["policy"] = policy
         tier = L3Tier(storage, cache.tree, cache.host, geom, identity.keys, spec, link=link, tp_rank=tp_rank,
                       owns_storage=owns, **extra)
     except BaseException:

@@ -45,7 +45,7 @@ import numpy as np
 from hicache_ref.core.node import lock_path, node_hashes, unlock_path
 from hicache_ref.l3.guard import FaultGuard
 from hicache_ref.l3.host_nodes import insert_host_pages, missing_hashes
-from hicache_ref.l3.policy import L3Link, make_prefetch_policy
+from hicache_ref.l3.policy import L3Link, PrefetchPolicy, make_prefetch_policy
 from hicache_ref.l3.staging import StagedPages
 from hicache_ref.l3.worker import L3Worker
 
@@ -72,13 +72,14 @@ class L3Tier:
 
     def __init__(self, storage, tree, host_pool, geom, key_fn, spec, *, link: L3Link | None = None,
                  tp_rank: int = 0, deadline_s: float = DEFAULT_DEADLINE_S, group_min=None,
-                 owns_storage: bool = False):
-        """`spec`: the hicache_ref.spec.StorageSpec (prefetch policy, threshold, limit, slack), checked."""
+                 owns_storage: bool = False, policy: PrefetchPolicy | None = None):
+        """`spec`: the hicache_ref.spec.StorageSpec (prefetch policy, threshold, limit, slack), checked;
+        `policy`: a PrefetchPolicy object used instead of the spec's policy by name."""
         if isinstance(tp_rank, bool) or not isinstance(tp_rank, int) or tp_rank < 0:
             raise ValueError(f"tp_rank: expected a non-negative integer, got {tp_rank!r}")
         if not deadline_s > 0:
             raise ValueError(f"deadline_s: expected positive seconds, got {deadline_s!r}")
-        self.policy = make_prefetch_policy(spec.prefetch_policy)
+        self.policy = policy if policy is not None else make_prefetch_policy(spec.prefetch_policy)
         self.storage, self.tree, self.host, self.geom, self.key_fn = storage, tree, host_pool, geom, key_fn
         self.ps = geom.page_size
         self.page_bytes = geom.token_bytes * geom.page_size

@@ -70,9 +70,9 @@ def _check(spec: CacheSpec, tiers, plateau_gain, method: str) -> list[int]:
         raise ValueError(f"l2_tokens: expected positive token counts, got {tiers!r}")
     find_plateau(tiers, [0.0] * len(tiers), 0.0, plateau_gain)  # tier order and gain checked before any work
     if method not in METHODS:
-        raise ValueError(f"method: {method!r} is not one of {', '.join(METHODS)}")
+        raise ValueError(f"--method: {method!r} is not one of {', '.join(METHODS)}")
     if method == "one_pass" and (why := one_pass_refusal(spec, tiers)):
-        raise ValueError(f"method: one_pass does not apply: {why}")
+        raise ValueError(f"--method: one_pass does not apply: {why}")
     return tiers
 
 
@@ -128,7 +128,7 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
         tick()
         if alone["truncated_requests"]:
             if method == "one_pass":
-                raise ValueError(f"method: one_pass does not apply: {alone['truncated_requests']} requests do "
+                raise ValueError(f"--method: one_pass does not apply: {alone['truncated_requests']} requests do "
                                  "not fit in L1 (l1_tokens) and are cut")
             use, refusal = "replay", f"{alone['truncated_requests']} requests cut to fit L1"
             total = len(tiers) + 1

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from hal.transfer.io_backend import IO_BACKENDS
 from hal.transfer.layouts import HOST_LAYOUTS
+from hal.units import HELP as UNITS
 from hicache_ref.core.allocator import ORDERS
 from hicache_ref.core.policy import POLICIES
 from hicache_ref.spec.fields import (
@@ -28,7 +29,7 @@ from hicache_ref.spec.fields import (
 )
 
 MIN_GHOST_ENTRIES = 1024  # the ghost list's default bound: L1 pages, at least this many
-SIZE_HELP = "a count with an optional suffix: 64K, 2M, 1.5G (powers of 1000) or 1Mi (1024)"
+SIZE_HELP = UNITS  # how a token count is written: 2M, 64K, 1MiB
 
 
 @dataclass(frozen=True)

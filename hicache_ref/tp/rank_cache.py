@@ -32,6 +32,7 @@ from hicache_ref.core.node import NO_PAGES
 from hicache_ref.core.pools import DevicePool, HostPool
 from hicache_ref.core.radix import RadixTree
 from hicache_ref.core.synthetic_kv import KVWriter, synthetic_kv
+from hicache_ref.spec import CacheSpec
 from hicache_ref.tp.digest import DecisionLog, RecordingAllocator
 from hicache_ref.tp.visibility import VisibilityGate
 from hicache_ref.tp.workload import Op, WorkloadConfig
@@ -63,8 +64,8 @@ class RankCache:
                              order=cfg.free_list, host_buffer=host_buffer)
         self.device.allocator = RecordingAllocator(self.device.allocator, log, "l1")
         self.host.allocator = RecordingAllocator(self.host.allocator, log, "l2")
-        self.tree = RadixTree(ps, policy=cfg.write_policy, device=self.device, host=self.host,
-                              on_write_back=self._on_write_back)
+        self.tree = RadixTree(CacheSpec.of(page_size=ps, write_policy=cfg.write_policy), device=self.device,
+                              host=self.host, on_write_back=self._on_write_back)
         self.controller = CacheController(self.device, self.host, backend)
         self.kv = KVWriter(self.device, backend)
         self.gate = VisibilityGate(group, cfg.l2_pages, shared=cfg.shared, enabled=cfg.gate, progress=self._progress)
