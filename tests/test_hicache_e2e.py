@@ -178,6 +178,6 @@ def test_random_requests_keep_kv_exact_and_pools_consistent(requests, policy, la
             assert res.kv_mismatch_tokens == 0
             assert res.l1_hit_tokens + res.l2_hit_tokens <= len(tokens)
             # No live request between calls: every allocated slot belongs to the tree.
-            assert cache.device.allocator.used_tokens == cache.tree.device_pages * PS
+            assert cache.device.allocator.used_tokens == cache.tree.tiers.device_pages * PS
             if cache.host is not None:
-                assert cache.host.allocator.used_tokens == cache.tree.host_pages * PS
+                assert cache.host.allocator.used_tokens == cache.tree.tiers.host_pages * PS

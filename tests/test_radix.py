@@ -74,7 +74,7 @@ def test_insert_adopts_only_the_new_part():
     assert (r.prefix_len, r.new_pages, r.adopted_len) == (4, 2, 0)
     assert tree.match_prefix([1, 2, 3, 4, 5, 6, 7, 8]).device_indices[4:].tolist() == idx[4:].tolist()
     dev.free(idx[:4])
-    assert dev.used_tokens == tree.device_pages * PS == 8
+    assert dev.used_tokens == tree.tiers.device_pages * PS == 8
 
 
 def test_insert_over_host_only_nodes_takes_the_recomputed_slots():
@@ -111,7 +111,7 @@ def test_evict_is_lru_over_leaves():
     assert tree.match_prefix([3, 3, 4, 4]).device_len == 4
     tree.tiers.evict(4)  # next: [1 1 2 2], now a leaf and older than [3 3 4 4]
     assert tree.match_prefix([1, 1, 2, 2]).device_len == 0 and tree.match_prefix([3, 3, 4, 4]).device_len == 4
-    assert dev.used_tokens == tree.device_pages * PS == 4
+    assert dev.used_tokens == tree.tiers.device_pages * PS == 4
 
 
 def test_lru_uses_the_logical_clock_not_wall_time():
@@ -178,7 +178,7 @@ def test_evict_host_takes_host_only_leaves_lru_and_keeps_copies_of_device_nodes(
     assert tree.match_prefix([1, 1, 2, 2]).host_len == 2 and tree.match_prefix([1, 1, 3, 3]).host_len == 4
     tree.tiers.evict_host(64)  # then [3 3], then [1 1] once it is a leaf; never [4 4], which is in L1
     assert not tree.match_prefix([1, 1]).host_len and tree.match_prefix([4, 4]).device_len == 2
-    assert host.used_tokens == tree.host_pages * PS == 2
+    assert host.used_tokens == tree.tiers.host_pages * PS == 2
 
 
 def test_load_back_hands_out_host_to_device_pairs_and_locks_until_complete():
@@ -341,8 +341,8 @@ def test_write_backs_of_nodes_dropped_later_in_the_same_eviction_are_not_copied(
     assert len(slots) == len(set(slots))
     assert all(x.parent is not None and x.host is not None for t in copied for x in t.nodes)
     assert tree.match_prefix([9, 9]).host_len == 2 and tree.match_prefix([1, 2, 3, 4]).host_len == 0
-    assert e.evicted_tokens == 10 and dev.used_tokens == tree.device_pages == 0
-    assert host.used_tokens == tree.host_pages * PS == 2
+    assert e.evicted_tokens == 10 and dev.used_tokens == tree.tiers.device_pages == 0
+    assert host.used_tokens == tree.tiers.host_pages * PS == 2
 
 
 def test_insert_refuses_a_page_given_twice_and_an_unhashable_request_id_before_changing_anything():
@@ -356,7 +356,7 @@ def test_insert_refuses_a_page_given_twice_and_an_unhashable_request_id_before_c
     with pytest.raises(ValueError, match="request_id"):
         tree.insert([0, 1, 2, 3, 90, 91], np.concatenate([idx, dev.alloc(2)]), request_id=["r1"])
     assert [(len(x.key), x.dev.tolist()) for x in tree.iter_nodes()] == before  # no split, nothing adopted
-    assert tree.device_pages == 4 and tree.policy.requests_in_flight == 0
+    assert tree.tiers.device_pages == 4 and tree.policy.requests_in_flight == 0
 
 
 def test_a_short_tier_is_evicted_by_the_shortfall_only():
@@ -376,7 +376,7 @@ def test_a_short_tier_is_evicted_by_the_shortfall_only():
     tree.tiers.evict(64)
     insert(tree, [4, 4, 5, 5])
     assert [tree.match_prefix(x).host_len for x in ([1, 1], [2, 2], [3, 3])] == [0, 2, 2]
-    assert host.used_tokens == tree.host_pages * PS == 8
+    assert host.used_tokens == tree.tiers.host_pages * PS == 8
 
 
 def test_page_level_match_and_insert_agree_with_the_slot_level_ones():
@@ -406,5 +406,5 @@ def test_insert_pages_checks_its_pages_like_insert_checks_slots():
             tree.insert_pages([1, 2, 3, 4], bad)
     with pytest.raises(ValueError, match="request_id"):
         tree.insert_pages([1, 2, 3, 4], pages, request_id={})
-    assert not tree.root.children and tree.device_pages == 0
+    assert not tree.root.children and tree.tiers.device_pages == 0
     assert tree.insert_pages([1, 2, 3, 4], pages).new_pages == 2

@@ -164,10 +164,10 @@ class TreeAndPools(RuleBasedStateMachine):
 
     @rule(n=st.integers(0, DEV_TOKENS))
     def evict(self, n):
-        before = self.tree.device_pages
+        before = self.tree.tiers.device_pages
         first = self.lru_leaf(lambda x: x.dev is not None and all(c.dev is None for c in x.children.values()))
         e = self.tree.tiers.evict(n)
-        assert before - self.tree.device_pages == len(e.freed_device_indices) // PS
+        assert before - self.tree.tiers.device_pages == len(e.freed_device_indices) // PS
         if n and first is not None:
             assert first.dev is None, "evict did not take the least recently used leaf first"
         else:
@@ -211,8 +211,8 @@ class TreeAndPools(RuleBasedStateMachine):
     @invariant()
     def slots_owned_once_and_conserved(self):
         nodes = list(self.tree.iter_nodes())
-        for tier, alloc, held in (("dev", self.dev_pool.allocator, self.tree.device_pages),
-                                  ("host", self.host_pool.allocator, self.tree.host_pages)):
+        for tier, alloc, held in (("dev", self.dev_pool.allocator, self.tree.tiers.device_pages),
+                                  ("host", self.host_pool.allocator, self.tree.tiers.host_pages)):
             pages = [getattr(x, tier) for x in nodes if getattr(x, tier) is not None]
             pages = np.concatenate(pages) if pages else np.zeros(0, dtype=np.int64)
             assert len(np.unique(pages)) == len(pages), f"{tier} page owned twice"

@@ -122,7 +122,7 @@ def test_insert_refuses_a_non_bool_chunked():
     tree, dev = _tree("write_through", "per_insert")
     with pytest.raises(ValueError, match="^chunked: expected True or False"):
         tree.insert(np.arange(4), dev.alloc(4), chunked="yes")
-    assert tree.num_nodes == 0
+    assert tree.tiers.num_nodes == 0
 
 
 # -- the CLI ----------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def _host_only_child():
 def test_load_back_threshold_refuses_chains_shorter_than_it():
     tree, child = _host_only_child()
     assert tree.tiers.load_back(child, min_tokens=9) is None  # 8 < 9: recompute instead (upstream: len < threshold)
-    assert child.dev is None and tree.device_pages == 2
+    assert child.dev is None and tree.tiers.device_pages == 2
     t = tree.tiers.load_back(child, min_tokens=8)  # 8 < 8 is false: loaded
     assert t is not None and t.num_tokens == 8 and child.dev is not None
 

@@ -52,7 +52,7 @@ class RequestResult(NamedTuple):
 
 
 class HiCache:
-    """L1 of `l1_tokens` and L2 of `l2_tokens` (0: no L2) over one KV geometry on `backend`.
+    """L1 of `l1_tokens` and L2 of `l2_tokens` (0: no L2) as a spec describes, on `backend`.
 
     The KV is real (`materialize`: written, copied and checked) exactly when the backend
     moves bytes; on one that does not (count) the pools are meta tensors and transfers are

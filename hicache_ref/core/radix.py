@@ -29,8 +29,8 @@ rank decides alike. Not thread-safe: one scheduler thread calls it (as upstream)
 
 This module holds the tree (match, insert, split, lock, hashes); the tier moves (backup,
 evict, evict_host, write-back, load_back, complete) and the tiers' counters and eviction
-order are hicache_ref.core.tiers.TierMoves, which the tree owns (`tree.tiers`) and delegates
-to; nodes and results are hicache_ref.core.node.
+order are hicache_ref.core.tiers.TierMoves, which the tree owns and callers use directly
+(`tree.tiers.evict(...)`); nodes and results are hicache_ref.core.node.
 
 Differences from upstream HiRadixCache (each a switch; hicache_ref/README.md has the table
 and the switch that selects upstream's behaviour):
@@ -139,22 +139,6 @@ class RadixTree:
         self.root.hashes = []
         self.tiers = TierMoves(self.root, page_size, self.policy, ghost, self.device, self.host, on_write_back,
                                sem.evict_size, self.keys)
-
-    # -- occupancy and the tier moves (hicache_ref.core.tiers) ------------------------------
-    @property
-    def device_pages(self) -> int:
-        """Pages the tree holds in L1."""
-        return self.tiers.device_pages
-
-    @property
-    def host_pages(self) -> int:
-        """Pages the tree holds in L2."""
-        return self.tiers.host_pages
-
-    @property
-    def num_nodes(self) -> int:
-        """Nodes in the tree, the root excluded."""
-        return self.tiers.num_nodes
 
     # -- match -------------------------------------------------------------------
     def _tokens(self, tokens) -> tuple[bytes, int]:
