@@ -42,6 +42,17 @@ def _node_of(name: str) -> tuple[str, str]:
     raise TypeError(f"CacheSpec: no field {name!r}")
 
 
+def _route(fields: dict) -> tuple[dict, dict[str, dict]]:
+    """(root fields, {node: its fields}) from flat names."""
+    fields = dict(fields)
+    root = {k: fields.pop(k) for k in ("profile", "backend") if k in fields}
+    nodes: dict[str, dict] = {}
+    for name, value in fields.items():
+        node, f = _node_of(name)
+        nodes.setdefault(node, {})[f] = value
+    return root, nodes
+
+
 @dataclass(frozen=True)
 class CacheSpec:
     """What to build and run: one frozen tree, checked and resolved when made."""
@@ -148,11 +159,7 @@ class CacheSpec:
     def of(cls, **fields) -> CacheSpec:
         """A spec from flat field names (page_size=16, l1_tokens=..., semantics="upstream", tp=4),
         each routed to its node; `profile` and `backend` are the root's."""
-        root = {k: fields.pop(k) for k in ("profile", "backend") if k in fields}
-        nodes: dict[str, dict] = {}
-        for name, value in fields.items():
-            node, f = _node_of(name)
-            nodes.setdefault(node, {})[f] = value
+        root, nodes = _route(fields)
         return cls(**{n: NODES[n](**kw) for n, kw in nodes.items()}, **root)
 
     @classmethod
@@ -162,11 +169,7 @@ class CacheSpec:
 
     def replace(self, **fields) -> CacheSpec:
         """This spec with flat fields changed (CacheSpec.of's names), checked again as a whole."""
-        root = {k: fields.pop(k) for k in ("profile", "backend") if k in fields}
-        nodes: dict[str, dict] = {}
-        for name, value in fields.items():
-            node, f = _node_of(name)
-            nodes.setdefault(node, {})[f] = value
+        root, nodes = _route(fields)
         return dataclasses.replace(self, **{n: dataclasses.replace(getattr(self, n), **kw)
                                             for n, kw in nodes.items()}, **root)
 
