@@ -10,14 +10,7 @@ import yaml
 
 import hardware_profiles
 from conformance.cli.main import main
-from hicache_ref.sim.ablate import (
-    NEEDS_REQPATH,
-    ROW_KEYS,
-    STEPS,
-    ablate,
-    has_request_counting,
-    sweep_tiers,
-)
+from hicache_ref.sim.ablate import ROW_KEYS, STEPS, ablate, sweep_tiers
 from hicache_ref.sim.trace_synth import synthesize, write_trace
 from hicache_ref.spec import CacheSpec
 
@@ -36,9 +29,10 @@ def profile_yaml(tmp_path, name="custom", **changes) -> str:
     return str(path)
 
 
-def run_ladder(profile: str, tp: int = 2, **kw) -> dict:
-    spec = CacheSpec(page_size=64, l1_tokens=4096, l2_tokens=16384, profile=profile)
-    return ablate(spec, REQUESTS, tp=tp, workers=1, **kw)
+def run_ladder(profile: str, tp: int = 2, concurrency=None, **kw) -> dict:
+    spec = CacheSpec.of(page_size=64, l1_tokens=4096, l2_tokens=16384, profile=profile, tp=tp,
+                        concurrency=concurrency)
+    return ablate(spec, REQUESTS, workers=1, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +71,8 @@ def test_unpriced_steps_say_why_and_keep_the_replay_columns(p800_rows):
         assert word in r["not_measured"]["net_benefit_seconds"]
         assert r["d2h_segments"] == rows["layer_first"]["d2h_segments"]  # the same replay: filled, not guessed
     r = rows["per_request_hits"]
-    if not has_request_counting():
-        assert r["hit_rate"] is None and r["not_measured"]["hit_rate"] == NEEDS_REQPATH
-    else:  # under PD every request is inserted twice: per-insert counting backs up after one request
-        assert r["d2h_bytes"] < rows["numa"]["d2h_bytes"] and not r["not_measured"]
+    # under PD every request is inserted twice: per-insert counting backs up after one request
+    assert r["d2h_bytes"] < rows["numa"]["d2h_bytes"] and not r["not_measured"]
 
 
 def test_numa_step_on_shared_uplink_prices_ido_and_the_penalty_by_hand(p800_rows):

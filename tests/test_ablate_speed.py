@@ -37,7 +37,7 @@ def test_priced_replay_counts_what_the_byte_moving_replay_moves():
     """count (priced page jobs) and emu (real bytes through token slots) give the same transfer figures."""
     reqs = synthesize(40, 100, 800, 0.7, sessions=4, seed=9)
     kw = dict(page_size=16, l1_tokens=2048, l2_tokens=4096, layers=3, kv_dim=8, write_policy="write_through")
-    priced, moved = replay(CacheSpec(**kw), reqs), replay(CacheSpec(materialize=True, **kw), reqs)
+    priced, moved = replay(CacheSpec.of(**kw), reqs), replay(CacheSpec.of(materialize=True, **kw), reqs)
     assert priced["d2h_tokens"] > 0 and priced["h2d_tokens"] > 0
     keys = [f"{d}_{k}" for d in ("d2h", "h2d") for k in ("tokens", "bytes", "segments", "transfers")]
     assert {k: priced[k] for k in keys} == {k: moved[k] for k in keys}

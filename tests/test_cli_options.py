@@ -37,23 +37,14 @@ def trace(tmp_path):
     return str(path)
 
 
-def test_replay_takes_the_mha_head_dim_as_kv_dim_or_head_dim(capsys, trace):
+def test_replay_takes_the_mha_head_dim_as_kv_dim_and_head_dim_is_gone(capsys, trace):
     base = ["replay", "--trace", trace, "--attention", "mha", "--heads", "2", "--layers", "2", "--json", "--quiet"]
     by_kv = _json(capsys, [*base, "--kv-dim", "8"])
-    by_head = _json(capsys, [*base, "--head-dim", "8"])
-    assert by_kv["geometry"] == by_head["geometry"] and by_kv["d2h_bytes"] == by_head["d2h_bytes"] > 0
+    assert by_kv["geometry"]["kv_dim"] == 8 and by_kv["d2h_bytes"] > 0
     default = _json(capsys, ["replay", "--trace", trace, "--layers", "2", "--json", "--quiet"])
-    assert default["geometry"]["kv_dim"] == 576  # MLA's latent width when neither is given, as before
-
-
-@pytest.mark.parametrize("extra, named", [
-    (["--attention", "mla", "--head-dim", "8"], "--head-dim"),  # MLA has a latent width, no head dim
-    (["--attention", "mha", "--heads", "2", "--kv-dim", "8", "--head-dim", "8"], "--head-dim"),
-])
-def test_replay_head_dim_misuse_is_one_line_naming_it(capsys, trace, extra, named):
-    assert main(["replay", "--trace", trace, *extra]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"hicache: {named}: ")
+    assert default["geometry"]["kv_dim"] == 576  # MLA's latent width when not given
+    assert main([*base, "--head-dim", "8"]) == 2  # one spelling per concept: --kv-dim
+    assert "unrecognized arguments: --head-dim" in capsys.readouterr().err
 
 
 def test_step_ms_takes_a_positive_decimal(capsys, trace):

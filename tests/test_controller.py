@@ -25,8 +25,8 @@ PS = 4
 
 
 def _geom(attention="mha", layers=3):
-    return CacheSpec(page_size=PS, attention=attention, layers=layers, heads=2 if attention == "mha" else 1,
-                     kv_dim=8, dtype="bf16").geometry()
+    return CacheSpec.of(page_size=PS, attention=attention, layers=layers, heads=2 if attention == "mha" else 1,
+                     kv_dim=8, dtype="bf16").geometry.kv()
 
 
 def _pools(backend, layout, attention="mha", materialize=True, dev_tokens=64, host_tokens=128):

@@ -90,7 +90,7 @@ def test_replay_reports_net_benefit_with_assumed_inputs_when_the_profile_has_a_c
     from hicache_ref.sim.replay import replay
     from hicache_ref.spec import CacheSpec
 
-    fig = replay(CacheSpec(profile="p800", l2_tokens=8192), _small_trace(), None)
+    fig = replay(CacheSpec.of(profile="p800", l2_tokens=8192), _small_trace(), None)
     parts = fig["net_benefit_compute_saved_seconds"] - fig["net_benefit_transfer_seconds"] \
         - fig["net_benefit_penalty_seconds"]
     assert fig["net_benefit_seconds"] == pytest.approx(parts)
@@ -99,7 +99,7 @@ def test_replay_reports_net_benefit_with_assumed_inputs_when_the_profile_has_a_c
     assert fig["prefix_cache_compute_saved_seconds"] > 0
     assert "link.per_segment_us" in fig["net_benefit_assumed_inputs"]
     assert fig["net_benefit_registered_bytes"] > 0 and "is held" in fig["net_benefit_reason"]
-    none = replay(CacheSpec(profile="h200"), _small_trace(), None)
+    none = replay(CacheSpec.of(profile="h200"), _small_trace(), None)
     assert none["net_benefit_seconds"] is None and "compute model" in none["net_benefit_reason"]
 
 
@@ -117,7 +117,7 @@ def _result(n, l1, l2, l3=0):
 
 
 def test_compute_saved_counts_only_what_l2_hits_save_beyond_an_l1_only_cache():
-    from hicache_ref.sim.replay import _add_saved
+    from hicache_ref.sim.figures import add_saved as _add_saved
 
     compute = ComputeModel(0.5, 1e-4)  # prefill(n) = 0.5 + 1e-4 n
     res = _result(4096, 1024, 2048)
@@ -138,7 +138,7 @@ def test_replay_net_benefit_counts_the_l2_hit_and_not_the_l1_hit():
 
     a, b = tuple(range(8)), tuple(range(100, 108))  # two 4096-token documents (8 blocks of 512)
     reqs = [TraceRequest(timestamp=i, input_length=4096, output_length=1, hash_ids=h) for i, h in enumerate([a, a, b, a])]
-    fig = replay(CacheSpec(profile="p800", l1_tokens=4096, l2_tokens=16384, write_policy="write_through"), reqs, None)
+    fig = replay(CacheSpec.of(profile="p800", l1_tokens=4096, l2_tokens=16384, write_policy="write_through"), reqs, None)
     # the second a hits L1 (4096 tokens), b evicts a from L1, the last a loads all 4096 back from L2
     assert (fig["l1_hit_tokens"], fig["l2_hit_tokens"]) == (4096, 4096)
     whole = 0.735 + 2.8239e-05 * 4096  # p800's prefill(4096); prefill(0) = 0
@@ -169,11 +169,11 @@ def test_an_empty_replay_has_no_net_benefit_figure():
     from hicache_ref.spec import CacheSpec
 
     for profile in ("p800", "emu"):
-        fig = replay(CacheSpec(profile=profile), [], None)
+        fig = replay(CacheSpec.of(profile=profile), [], None)
         assert fig["net_benefit_seconds"] is None and "no request replayed" in fig["net_benefit_reason"]
         assert any(line.startswith("net benefit: not modeled (no request") for line in summary_lines(fig))
     # emu has no compute model: a non-empty replay says so, as before
-    emu = replay(CacheSpec(profile="emu"), _small_trace(), None)
+    emu = replay(CacheSpec.of(profile="emu"), _small_trace(), None)
     assert emu["net_benefit_seconds"] is None and "compute model" in emu["net_benefit_reason"]
 
 
@@ -182,7 +182,7 @@ def test_a_served_replay_does_not_claim_the_profile_is_missing():
     from hicache_ref.sim.serving import replay_served
     from hicache_ref.spec import CacheSpec
 
-    fig = replay_served(CacheSpec(profile="p800", l2_tokens=8192), _small_trace(), 2)
+    fig = replay_served(CacheSpec.of(profile="p800", l2_tokens=8192, concurrency=2), _small_trace())
     line = [x for x in summary_lines(fig) if x.startswith("net benefit")]
     assert line == ["net benefit: not modeled (not computed by a served replay (--concurrency); the serial "
                     "replay gives it)"]

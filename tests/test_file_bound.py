@@ -115,7 +115,7 @@ def test_lru_evicts_under_the_default_bound(tmpfs):
 
 
 def test_replay_reports_the_bound(tmpfs, synthetic):
-    spec = CacheSpec(page_size=256, attention="mla", layers=1, kv_dim=4, dtype="bf16", materialize=True,
+    spec = CacheSpec.of(page_size=256, attention="mla", layers=1, kv_dim=4, dtype="bf16", materialize=True,
                      l1_tokens=140_000, l2_tokens=280_000, l3=f"file:{tmpfs}")
     assert replay(spec, synthetic, 3)["l3_max_bytes"] == TMPFS // 2  # the store was empty at open
 

@@ -7,7 +7,12 @@ from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.core.ghost import GhostList
 from hicache_ref.core.hashing import hash64, page_hashes
 from hicache_ref.core.radix import RadixTree
+from hicache_ref.spec import CacheSpec
 
+
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
 
 def test_bound_drops_least_recently_added():
     g = GhostList(3)
@@ -38,7 +43,7 @@ def test_bad_capacity():
 
 def tree_with_ghost(capacity=64):
     dev, host = PageAllocator(64, 2), PageAllocator(64, 2)
-    tree = RadixTree(2, "write_through_selective", ghost=GhostList(capacity), device=dev, host=host)
+    tree = RadixTree(tree_spec(2), ghost=GhostList(capacity), device=dev, host=host)
     return tree, dev
 
 
@@ -47,7 +52,7 @@ def insert(tree, dev, tokens, rid=None):
     r = tree.insert(tokens, idx, request_id=rid)
     dev.free(idx[: r.prefix_len])
     for t in r.backups:
-        tree.complete(t)
+        tree.tiers.complete(t)
     return r
 
 
@@ -55,7 +60,7 @@ def test_evicted_pages_are_remembered_by_chained_hash():
     tree, dev = tree_with_ghost()
     a = np.arange(12)
     insert(tree, dev, a)
-    tree.evict(64)
+    tree.tiers.evict(64)
     assert tree.match_prefix(a).device_len == 0  # not backed up: dropped
     assert set(tree.ghost.keys()) == {hash64(h) for h in page_hashes(a, 2)}
 
@@ -64,12 +69,12 @@ def test_reinsert_backs_up_exactly_the_longest_proven_prefix():
     tree, dev = tree_with_ghost()
     a = np.arange(12)
     insert(tree, dev, a)
-    tree.evict(64)
+    tree.tiers.evict(64)
     # Same first 3 pages, then new ones: only the 3 proven pages go to L2.
     b = np.concatenate([a[:6], 100 + np.arange(6)])
     r = insert(tree, dev, b)
     assert [t.num_tokens for t in r.backups] == [6]
-    tree.evict(64)
+    tree.tiers.evict(64)
     m = tree.match_prefix(b)
     assert (m.device_len, m.host_len) == (0, 6)
 
@@ -78,7 +83,7 @@ def test_scan_is_backward_and_position_aware():
     tree, dev = tree_with_ghost()
     a = np.arange(12)
     insert(tree, dev, a)
-    tree.evict(64)
+    tree.tiers.evict(64)
     # A request holding a's pages at other positions proves nothing: hashes chain from the root.
     shifted = np.concatenate([[500, 501], a[:10]])
     assert insert(tree, dev, shifted).backups == []
@@ -89,10 +94,10 @@ def test_scan_is_backward_and_position_aware():
 
 def test_off_by_default():
     dev, host = PageAllocator(64, 2), PageAllocator(64, 2)
-    tree = RadixTree(2, "write_through_selective", device=dev, host=host)
+    tree = RadixTree(tree_spec(2), device=dev, host=host)
     a = np.arange(12)
     insert(tree, dev, a)
-    tree.evict(64)
+    tree.tiers.evict(64)
     assert tree.ghost is None and insert(tree, dev, a).backups == []
 
 
@@ -108,6 +113,6 @@ def test_ghost_only_adds_to_the_policys_backup():
     r = insert(tree, dev, b, rid="r2")
     assert [t.num_tokens for t in r.backups] == [8] and len(r.backups[0].nodes) == 1
     assert tree.ghost.hits == 0
-    tree.evict(64)
+    tree.tiers.evict(64)
     m = tree.match_prefix(b)
     assert (m.device_len, m.host_len) == (0, 8)

@@ -21,7 +21,7 @@ U = np.arange(5000, 5128, dtype=np.uint32)  # 8 pages, unrelated
 
 
 def _cache(backend, attention, layout, l1=128, l2=512, policy="write_through"):
-    spec = CacheSpec(page_size=PS, l1_tokens=l1, l2_tokens=l2, write_policy=policy, host_layout=layout,
+    spec = CacheSpec.of(page_size=PS, l1_tokens=l1, l2_tokens=l2, write_policy=policy, host_layout=layout,
                      attention=attention, layers=3, heads=2 if attention == "mha" else 1, kv_dim=8, dtype="bf16",
                      materialize=True)
     return spec.build(backend)
@@ -178,6 +178,6 @@ def test_random_requests_keep_kv_exact_and_pools_consistent(requests, policy, la
             assert res.kv_mismatch_tokens == 0
             assert res.l1_hit_tokens + res.l2_hit_tokens <= len(tokens)
             # No live request between calls: every allocated slot belongs to the tree.
-            assert cache.device.allocator.used_tokens == cache.tree.device_pages * PS
+            assert cache.device.allocator.used_tokens == cache.tree.tiers.device_pages * PS
             if cache.host is not None:
-                assert cache.host.allocator.used_tokens == cache.tree.host_pages * PS
+                assert cache.host.allocator.used_tokens == cache.tree.tiers.host_pages * PS

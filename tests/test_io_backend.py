@@ -21,8 +21,8 @@ from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec
 
 PS = 2
-SPEC = CacheSpec(page_size=PS, attention="mha", layers=2, heads=1, kv_dim=4, dtype="fp16")
-GEOM = SPEC.geometry()
+SPEC = CacheSpec.of(page_size=PS, attention="mha", layers=2, heads=1, kv_dim=4, dtype="fp16")
+GEOM = SPEC.geometry.kv()
 
 
 @pytest.fixture(scope="module")
@@ -86,20 +86,20 @@ def test_direct_switches_page_first_to_page_first_direct(count):
     assert (hp.given_layout, hp.layout) == ("page_first", "page_first_direct")
     reqs = [TraceRequest(0, 4 * PS, 1, (1, 2)), TraceRequest(1, 4 * PS, 1, (1, 2))]
     for io, effective in (("direct", "page_first_direct"), ("kernel", "page_first")):
-        fig = replay(CacheSpec(**{**SPEC.__dict__, "host_layout": "page_first", "io_backend": io}), reqs)
+        fig = replay(SPEC.replace(**{"host_layout": "page_first", "io_backend": io}), reqs)
         assert (fig["io_backend"], fig["host_layout"], fig["effective_host_layout"]) == (io, "page_first", effective)
 
 
 def test_replay_reports_launches_per_direction_and_refuses_bad_io_backends(capsys):
-    with pytest.raises(ValueError, match="io_backend"):
-        CacheSpec(io_backend="dma")
+    with pytest.raises(ValueError, match="^--io-backend"):
+        CacheSpec.of(io_backend="dma")
     with pytest.raises(ValueError, match="io_backend"):
         HostPool(GEOM, 16, "layer_first", io_backend="dma")
     assert main(["replay", "--limit", "20", "--l1-tokens", "200K", "--l2-tokens", "1M", "--io-backend", "kernel",
                  "--json", "--quiet"]) == 0
     fig = json.loads(capsys.readouterr().out)
     assert fig["io_backend"] == "kernel" and fig["d2h_launches"] == fig["d2h_transfers"] > 0
-    assert fig["h2d_launches"] == fig["h2d_transfers"] * SPEC.__class__().layers
+    assert fig["h2d_launches"] == fig["h2d_transfers"] * SPEC.geometry.layers
     assert main(["replay", "--limit", "2", "--host-layout", "page_first", "--json", "--quiet"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["effective_host_layout"] == "page_first_direct"

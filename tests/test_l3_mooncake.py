@@ -16,8 +16,8 @@ SEGMENT = ",segment=512MiB"  # the 1,500 requests' pages are ~110 MB of objects
 
 
 def test_tiny_l1_l2_over_mooncake_reach_the_unlimited_hit_rate(mooncake_cluster, synthetic):
-    unlimited = replay(CacheSpec(**{k: v for k, v in SMALL.items() if not k.endswith("_tokens")}), synthetic, 1500)
-    fig = replay(CacheSpec(**SMALL, l3=mooncake_cluster.spec + SEGMENT), synthetic, 1500)
+    unlimited = replay(CacheSpec.of(**{k: v for k, v in SMALL.items() if not k.endswith("_tokens")}), synthetic, 1500)
+    fig = replay(CacheSpec.of(**SMALL, l3=mooncake_cluster.spec + SEGMENT), synthetic, 1500)
     assert fig["hit_rate"] == pytest.approx(unlimited["hit_rate"], abs=0.01)
     assert fig["l3_hit_tokens"] > 0 and fig["l3_errors"] == 0 and fig["kv_mismatch_tokens"] == 0
     assert fig["l3_storage"] == "mooncake"
@@ -25,7 +25,7 @@ def test_tiny_l1_l2_over_mooncake_reach_the_unlimited_hit_rate(mooncake_cluster,
 
 def test_master_killed_mid_replay(fresh_mooncake_cluster, synthetic):
     cluster = fresh_mooncake_cluster
-    spec = CacheSpec(**SMALL, l3=cluster.spec)
+    spec = CacheSpec.of(**SMALL, l3=cluster.spec)
     backend, _ = spec.open_backend()
     cache = spec.build(backend)
     mismatches, written_when_back, resumed_at = 0, None, None

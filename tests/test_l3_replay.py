@@ -21,9 +21,9 @@ WALL = {"wall_seconds", "read_seconds", "tokens_per_second", "l3_wait_wall_secon
 
 
 def test_tiny_l1_l2_with_a_large_l3_reach_the_unlimited_hit_rate(synthetic, tmp_path):
-    unlimited = replay(CacheSpec(**SMALL), synthetic, 1500)
-    without = replay(CacheSpec(**SMALL, **TIERS), synthetic, 1500)
-    fig = replay(CacheSpec(**SMALL, **TIERS, l3=f"file:{tmp_path}"), synthetic, 1500)
+    unlimited = replay(CacheSpec.of(**SMALL), synthetic, 1500)
+    without = replay(CacheSpec.of(**SMALL, **TIERS), synthetic, 1500)
+    fig = replay(CacheSpec.of(**SMALL, **TIERS, l3=f"file:{tmp_path}"), synthetic, 1500)
     assert without["hit_rate"] < unlimited["hit_rate"] - 0.1  # the tiers alone are far from it
     assert fig["hit_rate"] == pytest.approx(unlimited["hit_rate"], abs=0.01)
     assert fig["l3_hit_tokens"] > 0 and fig["l3_errors"] == 0 and fig["kv_mismatch_tokens"] == 0
@@ -34,13 +34,13 @@ def test_tiny_l1_l2_with_a_large_l3_reach_the_unlimited_hit_rate(synthetic, tmp_
 
 
 def test_l3_figures_are_reproducible_bit_for_bit(synthetic, tmp_path):
-    figs = [replay(CacheSpec(**SMALL, **TIERS, l3=f"file:{tmp_path / str(i)}"), synthetic, 150) for i in range(2)]
-    a, b = ({k: v for k, v in f.items() if k not in WALL and not k.endswith("_enqueue_seconds")} for f in figs)
+    figs = [replay(CacheSpec.of(**SMALL, **TIERS, l3=f"file:{tmp_path / str(i)}"), synthetic, 150) for i in range(2)]
+    a, b = ({k: v for k, v in f.items() if k not in WALL and k != "spec" and not k.endswith("_enqueue_seconds")} for f in figs)
     assert a == b and a["l3_hit_tokens"] > 0
 
 
 def test_a_warm_store_serves_a_new_cache(synthetic, tmp_path):
-    spec = CacheSpec(**SMALL, **TIERS, l3=f"file:{tmp_path}")
+    spec = CacheSpec.of(**SMALL, **TIERS, l3=f"file:{tmp_path}")
     first = replay(spec, synthetic, 60)
     again = replay(spec, synthetic, 60)  # a new process would see the same directory
     assert again["l3_hit_tokens"] > first["l3_hit_tokens"]
@@ -49,22 +49,22 @@ def test_a_warm_store_serves_a_new_cache(synthetic, tmp_path):
 
 
 def test_without_l3_the_l3_keys_are_zero(synthetic):
-    fig = replay(CacheSpec(**SMALL, **TIERS), synthetic, 5)
+    fig = replay(CacheSpec.of(**SMALL, **TIERS), synthetic, 5)
     assert (fig["l3"], fig["l3_hit_tokens"], fig["l3_errors"], fig["l3_bytes_read"], fig["l3_bytes_written"]) == \
         (None, 0, 0, 0, 0)
 
 
 def test_spec_refuses_an_l3_it_cannot_use():
-    with pytest.raises(ValueError, match="^l3: needs materialize"):
-        CacheSpec(l3="file:/tmp/x")
-    with pytest.raises(ValueError, match="^l3: needs an L2"):
-        CacheSpec(**SMALL, l2_tokens=0, l3="file:/tmp/x")
-    with pytest.raises(ValueError, match="^l3: expected a storage spec"):
-        CacheSpec(**SMALL, l3="/tmp/x")
-    with pytest.raises(ValueError, match="^prefetch_policy"):
-        CacheSpec(prefetch_policy="eager")
-    with pytest.raises(ValueError, match="^prefetch_slack_seconds"):
-        CacheSpec(prefetch_slack_seconds=-1.0)
+    with pytest.raises(ValueError, match="^--l3: needs --materialize"):
+        CacheSpec.of(l3="file:/tmp/x")
+    with pytest.raises(ValueError, match="^--l3: needs an L2"):
+        CacheSpec.of(**SMALL, l2_tokens=0, l3="file:/tmp/x")
+    with pytest.raises(ValueError, match="^--l3: storage spec"):
+        CacheSpec.of(**SMALL, l3="/tmp/x")
+    with pytest.raises(ValueError, match="^--prefetch-policy"):
+        CacheSpec.of(prefetch_policy="eager")
+    with pytest.raises(ValueError, match="^--prefetch-slack-ms"):
+        CacheSpec.of(prefetch_slack_seconds=-1.0)
 
 
 def _cli(args) -> tuple[int, str]:

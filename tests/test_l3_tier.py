@@ -12,7 +12,7 @@ import pytest
 from hicache_ref.core.hashing import page_hashes
 from hicache_ref.l3 import attach_l3
 from hicache_ref.l3.policy import L3Link, Timeout
-from hicache_ref.spec import CacheSpec
+from hicache_ref.spec import CacheSpec, StorageSpec
 from hicache_ref.storage.file import FileStorage, file_name
 from hicache_ref.storage.keys import StorageIdentity
 
@@ -24,9 +24,9 @@ B = np.arange(5000, 5040, dtype=np.uint32)
 
 
 def _spec(attention="mla", l1=64, l2=64):
-    return CacheSpec(page_size=PS, l1_tokens=l1, l2_tokens=l2, attention=attention, layers=1,
-                     heads=2 if attention == "mha" else 1, kv_dim=4, dtype="bf16", materialize=True,
-                     write_policy="write_through")
+    return CacheSpec.of(page_size=PS, l1_tokens=l1, l2_tokens=l2, attention=attention, layers=1,
+                        heads=2 if attention == "mha" else 1, kv_dim=4, dtype="bf16", materialize=True,
+                        write_policy="write_through")
 
 
 class _Cache:
@@ -38,7 +38,12 @@ class _Cache:
         self.cache = spec.build(self.backend)
         options.setdefault("threshold_tokens", 8)
         options.setdefault("link", LINK)
-        self.l3 = attach_l3(self.cache, storage=store, **options)
+        if not isinstance(options.get("policy", ""), str):  # a policy object with its own parameters
+            options["policy_object"] = options.pop("policy")
+        names = dict(policy="prefetch_policy", threshold_tokens="prefetch_threshold",
+                     limit_tokens="prefetch_limit_tokens", slack_seconds="prefetch_slack_seconds")
+        storage = StorageSpec(l3="memory:", **{names[k]: options.pop(k) for k in list(options) if k in names})
+        self.l3 = attach_l3(self.cache, storage, storage=store, policy=options.pop("policy_object", None), **options)
 
     def __enter__(self):
         return self.cache
@@ -49,7 +54,7 @@ class _Cache:
 
 
 def _keys(tokens, attention="mla", shard=""):
-    return StorageIdentity(_spec(attention).geometry(), shard=shard).keys(page_hashes(tokens, PS))
+    return StorageIdentity(_spec(attention).geometry.kv(), shard=shard).keys(page_hashes(tokens, PS))
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from hicache_ref.sim.serving import replay_served
 from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec
 
-SPEC = CacheSpec(page_size=2, attention="mha", layers=2, heads=1, kv_dim=4, dtype="fp16")
-GEOM = SPEC.geometry()
+SPEC = CacheSpec.of(page_size=2, attention="mha", layers=2, heads=1, kv_dim=4, dtype="fp16")
+GEOM = SPEC.geometry.kv()
 
 
 @pytest.fixture(scope="module", params=["count", "emu"])
@@ -78,10 +78,10 @@ def _trace():
 
 @pytest.mark.parametrize("materialize", [False, True])
 def test_a_step_with_two_adjacent_loads_gives_one_launch_per_layer_and_merged_segments(materialize):
-    spec = CacheSpec(**{**SPEC.__dict__, "page_size": 512, "l1_tokens": 1024, "l2_tokens": 8192,
-                        "write_policy": "write_through", "materialize": materialize})
+    spec = SPEC.replace(**{"page_size": 512, "l1_tokens": 1024, "l2_tokens": 8192,
+                    "write_policy": "write_through", "materialize": materialize})
     serial = replay(spec, _trace())
-    served = replay_served(spec, _trace(), 2, timestamps=True)
+    served = replay_served(spec.replace(concurrency=2, timestamps=True), _trace())
     for fig in (serial, served):
         assert (fig["l2_hit_tokens"], fig["h2d_tokens"], fig["kv_mismatch_tokens"]) == (1024, 1024, 0)
     assert (serial["h2d_transfers"], serial["h2d_launches"], serial["h2d_segments"]) == (2, 4, 8)
@@ -100,8 +100,8 @@ def test_served_materialized_replay_checks_every_held_load_at_step_end(monkeypat
         return real(self, tokens, slots)
 
     monkeypatch.setattr(synthetic_kv.KVWriter, "mismatches", counting)
-    spec = CacheSpec(**{**SPEC.__dict__, "page_size": 512, "l1_tokens": 1024, "l2_tokens": 8192,
-                        "write_policy": "write_through", "materialize": True})
-    fig = replay_served(spec, _trace(), 2, timestamps=True)
+    spec = SPEC.replace(**{"page_size": 512, "l1_tokens": 1024, "l2_tokens": 8192,
+                    "write_policy": "write_through", "materialize": True})
+    fig = replay_served(spec.replace(concurrency=2, timestamps=True), _trace())
     # r3 and r4 hit 512 loaded tokens each, checked after the step's merged load landed.
     assert checked == [512, 512] and fig["kv_mismatch_tokens"] == 0

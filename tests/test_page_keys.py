@@ -14,6 +14,10 @@ from hicache_ref.sim.trace_synth import synthesize
 from hicache_ref.spec import CacheSpec
 
 
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
+
 @pytest.mark.parametrize("ps", [1, 16, 64, 512])
 def test_a_trace_request_spelled_by_runs_decodes_to_its_token_ids(ps):
     t, arr = TraceTokens((3, 7, 9), 1100), request_tokens((3, 7, 9), 1100)
@@ -40,12 +44,12 @@ def test_runs_refuses_pages_that_are_not_runs_and_names_the_page():
     with pytest.raises(ValueError, match="page_keys: 'bytes' is not one of tokens, runs"):
         make_page_keys("bytes", 4)
     with pytest.raises(ValueError, match="page_keys"):
-        RadixTree(4, page_keys="bytes")
+        RadixTree(tree_spec(4), page_keys="bytes")
 
 
 def _cache_run(page_keys: str, reqs, **kw):
     """Per-request results, final tree (decoded keys, pages) and page hashes of a cache whose tree spells pages so."""
-    spec = CacheSpec(page_size=16, layers=2, kv_dim=8, **kw)
+    spec = CacheSpec.of(page_size=16, layers=2, kv_dim=8, **kw)
     backend, own = spec.open_backend()
     cache = spec.build(backend, 0, page_keys=page_keys)
     try:
@@ -84,7 +88,7 @@ def test_runs_and_tokens_make_the_same_decisions_and_the_same_page_hashes(kw):
 def test_replay_spells_trace_pages_by_runs_only_where_pages_are_runs():
     reqs = synthesize(60, 100, 1200, 0.6, sessions=3, seed=4)
     for ps in (16, 48):  # 48: pages straddle hash blocks, the tree keeps token keys
-        fig = replay(CacheSpec(page_size=ps, l1_tokens=4800, l2_tokens=9600, layers=2, kv_dim=8), reqs)
+        fig = replay(CacheSpec.of(page_size=ps, l1_tokens=4800, l2_tokens=9600, layers=2, kv_dim=8), reqs)
         assert fig["l1_hit_tokens"] + fig["l2_hit_tokens"] > 0
 
 
@@ -106,7 +110,7 @@ def test_replay_freezes_only_what_it_found_and_restores_the_collector():
     from hicache_ref.sim.replay import frozen_heap
 
     reqs = synthesize(20, 100, 600, 0.5, sessions=2, seed=1)
-    spec = CacheSpec(page_size=16, l1_tokens=4096, l2_tokens=8192, layers=2, kv_dim=8)
+    spec = CacheSpec.of(page_size=16, l1_tokens=4096, l2_tokens=8192, layers=2, kv_dim=8)
     assert gc.get_freeze_count() == 0
     with frozen_heap():
         assert gc.get_freeze_count() > 0  # what existed is out of the collector's way

@@ -6,13 +6,20 @@ import pytest
 from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.core.policy import make_policy
 from hicache_ref.core.radix import RadixTree
+from hicache_ref.spec import CacheSpec
 
 PS = 4
 
 
+
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
+
 def make_tree(policy, **kw):
     dev, host = PageAllocator(256, PS), PageAllocator(256, PS)
-    return RadixTree(PS, policy, device=dev, host=host, **kw), dev, host
+    switches = {k: kw.pop(k) for k in ("hit_count", "backup_scope", "evict_size") if k in kw}
+    return RadixTree(tree_spec(PS, policy, **switches), device=dev, host=host, **kw), dev, host
 
 
 def insert(tree, dev, tokens, **kw):
@@ -24,7 +31,7 @@ def insert(tree, dev, tokens, **kw):
 
 def finish(tree, r):
     for t in r.backups:
-        tree.complete(t)
+        tree.tiers.complete(t)
     return r
 
 
@@ -65,7 +72,7 @@ def test_two_distinct_requests_trigger_selective_backup():
     # The same request finishing later does not count the prompt again (per insert: 3 hits).
     assert finish(tree, insert(tree, dev, prompt, request_id="r1")).backups == []
     assert m.last_device_node.hit_count == 2
-    tree.evict(256)
+    tree.tiers.evict(256)
     assert tree.match_prefix(longer)[:2] == (0, 16)  # L2 holds the prompt, not r2's tail
 
 
@@ -74,7 +81,7 @@ def test_forget_request_drops_an_aborted_requests_memory():
     prompt = np.arange(16)
     insert(tree, dev, prompt, request_id="r1", finished=False)  # r1 is aborted: no finished insert
     assert tree.policy.requests_in_flight == 1
-    tree.forget_request("r1")
+    tree.policy.forget("r1")  # an aborted request: its hit-counting memory dropped
     assert tree.policy.requests_in_flight == 0
     # A new request reusing the id counts its hit: the prompt reaches the threshold.
     (t,) = insert(tree, dev, prompt, request_id="r1").backups
@@ -101,12 +108,12 @@ def test_write_through_backs_up_on_first_insert_and_locks_until_complete():
     r = insert(tree, dev, np.arange(8))
     (t,) = r.backups
     assert r.new_nodes[0].lock_ref == 1 and r.new_nodes[0].backed_up
-    assert tree.evict(256).evicted_tokens == 0  # the D2H copy may still be in flight
-    tree.complete(t)
-    assert tree.evict(256).evicted_tokens == 8
+    assert tree.tiers.evict(256).evicted_tokens == 0  # the D2H copy may still be in flight
+    tree.tiers.complete(t)
+    assert tree.tiers.evict(256).evicted_tokens == 8
     assert tree.match_prefix(np.arange(8)).host_len == 8
     with pytest.raises(ValueError, match="copy: already completed"):
-        tree.complete(t)
+        tree.tiers.complete(t)
 
 
 def test_write_back_writes_on_eviction_before_freeing_device_slots():
@@ -120,7 +127,7 @@ def test_write_back_writes_on_eviction_before_freeing_device_slots():
 
     r = insert(tree, dev, np.arange(12))
     assert r.backups == []
-    e = tree.evict(12, on_write_back=on_write_back)
+    e = tree.tiers.evict(12, on_write_back=on_write_back)
     assert seen == [("write_back", 12)] and e.write_backs[0].done
     assert e.evicted_tokens == 12 and dev.used_tokens == 0 and host.used_tokens == 12
     m = tree.match_prefix(np.arange(12))
@@ -130,7 +137,7 @@ def test_write_back_writes_on_eviction_before_freeing_device_slots():
 def test_selective_drops_unbacked_nodes_on_eviction():
     tree, dev, host = make_tree("write_through_selective")
     insert(tree, dev, np.arange(12))
-    e = tree.evict(12)
+    e = tree.tiers.evict(12)
     assert e.dropped_nodes == 1 and e.write_backs == [] and host.used_tokens == 0
     assert tree.match_prefix(np.arange(12))[:2] == (0, 0)
 

@@ -6,13 +6,20 @@ import pytest
 from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.core.hashing import page_hashes
 from hicache_ref.core.radix import MatchResult, RadixTree
+from hicache_ref.spec import CacheSpec
 
 PS = 2
 
 
+
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
+
 def make_tree(policy="write_through", dev_tokens=64, host_tokens=64, **kw):
     dev, host = PageAllocator(dev_tokens, PS), PageAllocator(host_tokens, PS)
-    return RadixTree(PS, policy, device=dev, host=host, **kw), dev, host
+    switches = {k: kw.pop(k) for k in ("hit_count", "backup_scope", "evict_size") if k in kw}
+    return RadixTree(tree_spec(PS, policy, **switches), device=dev, host=host, **kw), dev, host
 
 
 def insert(tree, tokens, **kw):
@@ -20,12 +27,12 @@ def insert(tree, tokens, **kw):
     n = len(tokens) // PS * PS
     idx = tree.device.alloc(n)
     if idx is None:
-        tree.evict(n)
+        tree.tiers.evict(n)
         idx = tree.device.alloc(n)
     r = tree.insert(tokens, idx, **kw)
     tree.device.free(idx[: r.prefix_len])
     for t in r.backups:
-        tree.complete(t)
+        tree.tiers.complete(t)
     return r, idx
 
 
@@ -67,13 +74,13 @@ def test_insert_adopts_only_the_new_part():
     assert (r.prefix_len, r.new_pages, r.adopted_len) == (4, 2, 0)
     assert tree.match_prefix([1, 2, 3, 4, 5, 6, 7, 8]).device_indices[4:].tolist() == idx[4:].tolist()
     dev.free(idx[:4])
-    assert dev.used_tokens == tree.device_pages * PS == 8
+    assert dev.used_tokens == tree.tiers.device_pages * PS == 8
 
 
 def test_insert_over_host_only_nodes_takes_the_recomputed_slots():
     tree, dev, _ = make_tree("write_through")
     insert(tree, [1, 2, 3, 4])
-    tree.evict(64)
+    tree.tiers.evict(64)
     assert tree.match_prefix([1, 2, 3, 4]).host_len == 4
     r, idx = insert(tree, [1, 2, 3, 4, 5, 6])
     assert (r.prefix_len, r.adopted_len, r.new_pages) == (0, 4, 1)
@@ -98,22 +105,22 @@ def test_evict_is_lru_over_leaves():
     insert(tree, [3, 3, 4, 4])
     insert(tree, [1, 1, 2, 2, 5, 5])
     tree.match_prefix([3, 3, 4, 4])  # now [1 1 2 2 | 5 5] is the least recently used path
-    e = tree.evict(2)
+    e = tree.tiers.evict(2)
     assert e.evicted_tokens == 2 and e.dropped_nodes == 1
     assert tree.match_prefix([1, 1, 2, 2, 5, 5]).device_len == 4
     assert tree.match_prefix([3, 3, 4, 4]).device_len == 4
-    tree.evict(4)  # next: [1 1 2 2], now a leaf and older than [3 3 4 4]
+    tree.tiers.evict(4)  # next: [1 1 2 2], now a leaf and older than [3 3 4 4]
     assert tree.match_prefix([1, 1, 2, 2]).device_len == 0 and tree.match_prefix([3, 3, 4, 4]).device_len == 4
-    assert dev.used_tokens == tree.device_pages * PS == 4
+    assert dev.used_tokens == tree.tiers.device_pages * PS == 4
 
 
 def test_lru_uses_the_logical_clock_not_wall_time():
     ticks = iter([10, 5, 1, 20, 21])  # a caller's clock: the second insert is "older" than the first
-    tree = RadixTree(PS, "write_back", clock=lambda: next(ticks), device=PageAllocator(16, PS))
+    tree = RadixTree(tree_spec(PS, "write_back"), clock=lambda: next(ticks), device=PageAllocator(16, PS))
     for tokens in ([1, 1], [2, 2]):
         tree.insert(tokens, tree.device.alloc(2))
     tree.match_prefix([7, 7])  # tick 1: touches nothing but the root
-    tree.evict(2)
+    tree.tiers.evict(2)
     assert tree.match_prefix([1, 1]).device_len == 2 and tree.match_prefix([2, 2]).device_len == 0
 
 
@@ -121,19 +128,19 @@ def test_lru_uses_the_logical_clock_not_wall_time():
 def test_lru_ties_go_to_the_older_node_on_both_tiers(compacted):
     """The documented rule: equal last access evicts the node created first (deterministic),
     also after the eviction heaps were compacted (rebuilt from the tree)."""
-    tree = RadixTree(PS, "write_through", clock=lambda: 5, device=PageAllocator(16, PS),
+    tree = RadixTree(tree_spec(PS, "write_through"), clock=lambda: 5, device=PageAllocator(16, PS),
                      host=PageAllocator(16, PS))  # one tick for everything: every access ties
     for tokens in ([1, 1], [2, 2], [3, 3]):
         r = tree.insert(tokens, tree.device.alloc(2))
         for t in r.backups:
-            tree.complete(t)
+            tree.tiers.complete(t)
     for _ in range(700 if compacted else 0):  # touches queue entries until the heaps compact
         for tokens in ([3, 3], [2, 2], [1, 1]):
             tree.match_prefix(tokens)
-    tree.evict(2)
+    tree.tiers.evict(2)
     assert [tree.match_prefix(t).device_len for t in ([1, 1], [2, 2], [3, 3])] == [0, 2, 2]
-    tree.evict(4)  # L1 empty; the host tier ties too
-    tree.evict_host(2)
+    tree.tiers.evict(4)  # L1 empty; the host tier ties too
+    tree.tiers.evict_host(2)
     assert [tree.match_prefix(t).host_len for t in ([1, 1], [2, 2], [3, 3])] == [0, 2, 2]
 
 
@@ -142,14 +149,14 @@ def test_locked_nodes_are_not_evicted_from_either_tier():
     insert(tree, [1, 2, 3, 4])
     m = tree.match_prefix([1, 2, 3, 4])
     tree.lock(m.last_device_node)
-    assert tree.evict(64).evicted_tokens == 0
+    assert tree.tiers.evict(64).evicted_tokens == 0
     tree.unlock(m.last_device_node)
-    assert tree.evict(64).evicted_tokens == 4
+    assert tree.tiers.evict(64).evicted_tokens == 4
     m = tree.match_prefix([1, 2, 3, 4])
     tree.lock(m.last_host_node)
-    assert tree.evict_host(64).evicted_tokens == 0
+    assert tree.tiers.evict_host(64).evicted_tokens == 0
     tree.unlock(m.last_host_node)
-    e = tree.evict_host(64)
+    e = tree.tiers.evict_host(64)
     assert e.evicted_tokens == 4 and host.used_tokens == 0 and not tree.root.children
     with pytest.raises(ValueError, match="not in the tree"):
         tree.unlock(m.last_host_node)
@@ -163,41 +170,41 @@ def test_evict_host_takes_host_only_leaves_lru_and_keeps_copies_of_device_nodes(
     insert(tree, [1, 1, 2, 2])
     insert(tree, [1, 1, 3, 3])
     insert(tree, [4, 4])
-    tree.evict(64)
+    tree.tiers.evict(64)
     insert(tree, [4, 4])  # back in L1 (adopted); its L2 copy is kept
     tree.match_prefix([1, 1, 3, 3])
-    e = tree.evict_host(2)  # oldest host-only leaf: [2 2]
+    e = tree.tiers.evict_host(2)  # oldest host-only leaf: [2 2]
     assert e.evicted_tokens == 2 and len(e.freed_host_indices) == 2
     assert tree.match_prefix([1, 1, 2, 2]).host_len == 2 and tree.match_prefix([1, 1, 3, 3]).host_len == 4
-    tree.evict_host(64)  # then [3 3], then [1 1] once it is a leaf; never [4 4], which is in L1
+    tree.tiers.evict_host(64)  # then [3 3], then [1 1] once it is a leaf; never [4 4], which is in L1
     assert not tree.match_prefix([1, 1]).host_len and tree.match_prefix([4, 4]).device_len == 2
-    assert host.used_tokens == tree.host_pages * PS == 2
+    assert host.used_tokens == tree.tiers.host_pages * PS == 2
 
 
 def test_load_back_hands_out_host_to_device_pairs_and_locks_until_complete():
     tree, dev, host = make_tree("write_through")
     insert(tree, [1, 2, 3, 4, 5, 6])
-    tree.evict(64)
+    tree.tiers.evict(64)
     insert(tree, [1, 2])  # device part [1 2], host-only tail [3 4 5 6]
     m = tree.match_prefix([1, 2, 3, 4, 5, 6])
     assert (m.device_len, m.host_len) == (2, 4)
-    t = tree.load_back(m)
+    t = tree.tiers.load_back(m)
     assert t.kind == "load" and t.host_indices.tolist() == m.host_indices.tolist() and t.num_tokens == 4
     assert dev.is_allocated(t.device_indices).all()
     after = tree.match_prefix([1, 2, 3, 4, 5, 6])
     assert (after.device_len, after.host_len) == (6, 0) and after.device_indices[2:].tolist() == t.device_indices.tolist()
-    assert tree.evict(64).evicted_tokens == 0  # loading: locked
-    tree.complete(t)
-    assert tree.evict(64).evicted_tokens == 6
-    assert tree.load_back(tree.root) is None and tree.load_back(tree.match_prefix([1, 2]), min_tokens=10) is None
+    assert tree.tiers.evict(64).evicted_tokens == 0  # loading: locked
+    tree.tiers.complete(t)
+    assert tree.tiers.evict(64).evicted_tokens == 6
+    assert tree.tiers.load_back(tree.root) is None and tree.tiers.load_back(tree.match_prefix([1, 2]), min_tokens=10) is None
 
 
 def test_load_back_evicts_l1_to_make_room_but_not_its_own_chain():
     tree, dev, host = make_tree("write_through", dev_tokens=8)
     insert(tree, [1, 1, 2, 2, 3, 3])
-    tree.evict(8)
+    tree.tiers.evict(8)
     insert(tree, [7, 7, 8, 8])  # 4 of 8 device slots; the load needs 6
-    t = tree.load_back(tree.match_prefix([1, 1, 2, 2, 3, 3]).last_host_node)
+    t = tree.tiers.load_back(tree.match_prefix([1, 1, 2, 2, 3, 3]).last_host_node)
     assert t is not None and t.num_tokens == 6
     assert tree.match_prefix([7, 7, 8, 8]).device_len == 0 and tree.match_prefix([7, 7, 8, 8]).host_len == 4
 
@@ -205,29 +212,29 @@ def test_load_back_evicts_l1_to_make_room_but_not_its_own_chain():
 def test_load_back_gives_up_when_l1_is_locked_full():
     tree, dev, host = make_tree("write_through", dev_tokens=4)
     insert(tree, [1, 1, 2, 2])
-    tree.evict(4)
+    tree.tiers.evict(4)
     r, _ = insert(tree, [5, 5, 6, 6])
     tree.lock(r.last_node)
-    assert tree.load_back(tree.match_prefix([1, 1, 2, 2])) is None
+    assert tree.tiers.load_back(tree.match_prefix([1, 1, 2, 2])) is None
     assert tree.match_prefix([1, 1, 2, 2]).last_host_node.lock_ref == 0  # nothing left locked
 
 
 def test_load_back_of_a_node_that_left_the_tree_names_target():
     tree, dev, host = make_tree("write_through")
     insert(tree, [1, 1, 2, 2])
-    tree.evict(64)
+    tree.tiers.evict(64)
     m = tree.match_prefix([1, 1, 2, 2])
-    tree.evict_host(64)  # gone from both tiers: out of the tree
+    tree.tiers.evict_host(64)  # gone from both tiers: out of the tree
     for target in (m, m.last_host_node):
         with pytest.raises(ValueError, match="target: .* no longer in the tree"):
-            tree.load_back(target)
+            tree.tiers.load_back(target)
     assert dev.used_tokens == 0 and tree.root.lock_ref == 0
 
 
 def test_write_back_without_host_room_drops_the_node():
     tree, dev, host = make_tree("write_back", host_tokens=2)
     insert(tree, [1, 1, 2, 2])
-    e = tree.evict(4)
+    e = tree.tiers.evict(4)
     assert e.write_backs == [] and e.dropped_nodes == 1 and host.used_tokens == 0 and dev.used_tokens == 0
 
 
@@ -245,22 +252,22 @@ def test_match_result_fields():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="page_size"):
-        RadixTree(0)
+    with pytest.raises(ValueError, match="page-size"):
+        RadixTree(tree_spec(0))
     with pytest.raises(ValueError, match="device"):
-        RadixTree(4, device=PageAllocator(16, 2))
+        RadixTree(tree_spec(4), device=PageAllocator(16, 2))
     tree, _, _ = make_tree()
     with pytest.raises(ValueError, match="n_tokens"):
-        tree.evict(-1)
+        tree.tiers.evict(-1)
     with pytest.raises(ValueError, match="load_back"):
-        RadixTree(PS).load_back(tree.root)
+        RadixTree(tree_spec(PS)).tiers.load_back(tree.root)
 
 
 def transcript(policy, order, seed=3):
     """Every index the tree hands out over a fixed random op sequence, from fresh objects."""
     rng = np.random.default_rng(seed)
     dev, host = PageAllocator(40, PS, order), PageAllocator(40, PS, order)
-    tree = RadixTree(PS, policy, device=dev, host=host)
+    tree = RadixTree(tree_spec(PS, policy), device=dev, host=host)
     convs = [rng.integers(0, 3, 16).tolist() for _ in range(4)]
     out = []
     for _ in range(200):
@@ -269,14 +276,14 @@ def transcript(policy, order, seed=3):
             r, _ = insert(tree, seq, request_id=int(rng.integers(3)), finished=bool(rng.integers(2)))
             out.append(("insert", r.prefix_len, r.new_pages))
         elif op == 2:
-            e = tree.evict(int(rng.integers(0, 12)), on_write_back=lambda ts: None)
+            e = tree.tiers.evict(int(rng.integers(0, 12)), on_write_back=lambda ts: None)
             out.append(("evict", e.freed_device_indices.tolist(), [t.host_indices.tolist() for t in e.write_backs]))
         elif op == 3:
-            out.append(("evict_host", tree.evict_host(int(rng.integers(0, 12))).freed_host_indices.tolist()))
+            out.append(("evict_host", tree.tiers.evict_host(int(rng.integers(0, 12))).freed_host_indices.tolist()))
         else:
-            t = tree.load_back(tree.match_prefix(seq))
+            t = tree.tiers.load_back(tree.match_prefix(seq))
             if t is not None:
-                tree.complete(t)
+                tree.tiers.complete(t)
                 out.append(("load", t.device_indices.tolist(), t.host_indices.tolist()))
         m = tree.match_prefix(seq)
         out.append((m.device_indices.tolist(), m.host_indices.tolist()))
@@ -311,7 +318,7 @@ def test_write_backs_of_one_eviction_never_share_host_slots():
     tree, dev, host = make_tree("write_back", host_tokens=2)
     insert(tree, [1, 1])
     insert(tree, [2, 2])
-    e = tree.evict(4, on_write_back=lambda ts: None)
+    e = tree.tiers.evict(4, on_write_back=lambda ts: None)
     slots = [s for t in e.write_backs for s in t.host_indices.tolist()]
     assert len(slots) == len(set(slots))
     assert len(e.write_backs) == 1 and e.dropped_nodes == 1
@@ -328,14 +335,14 @@ def test_write_backs_of_nodes_dropped_later_in_the_same_eviction_are_not_copied(
     insert(tree, [1, 2, 3, 4, 7, 8])
     insert(tree, [9, 9])
     copied = []
-    e = tree.evict(100, on_write_back=copied.extend)
+    e = tree.tiers.evict(100, on_write_back=copied.extend)
     assert copied == e.write_backs and len(copied) == 1
     slots = [s for t in copied for s in t.host_indices.tolist()]
     assert len(slots) == len(set(slots))
     assert all(x.parent is not None and x.host is not None for t in copied for x in t.nodes)
     assert tree.match_prefix([9, 9]).host_len == 2 and tree.match_prefix([1, 2, 3, 4]).host_len == 0
-    assert e.evicted_tokens == 10 and dev.used_tokens == tree.device_pages == 0
-    assert host.used_tokens == tree.host_pages * PS == 2
+    assert e.evicted_tokens == 10 and dev.used_tokens == tree.tiers.device_pages == 0
+    assert host.used_tokens == tree.tiers.host_pages * PS == 2
 
 
 def test_insert_refuses_a_page_given_twice_and_an_unhashable_request_id_before_changing_anything():
@@ -349,27 +356,27 @@ def test_insert_refuses_a_page_given_twice_and_an_unhashable_request_id_before_c
     with pytest.raises(ValueError, match="request_id"):
         tree.insert([0, 1, 2, 3, 90, 91], np.concatenate([idx, dev.alloc(2)]), request_id=["r1"])
     assert [(len(x.key), x.dev.tolist()) for x in tree.iter_nodes()] == before  # no split, nothing adopted
-    assert tree.device_pages == 4 and tree.policy.requests_in_flight == 0
+    assert tree.tiers.device_pages == 4 and tree.policy.requests_in_flight == 0
 
 
 def test_a_short_tier_is_evicted_by_the_shortfall_only():
     # L1 of 4 pages: a 3-page load back with 1 page free evicts 2 pages, not 3.
     tree, dev, host = make_tree("write_through", dev_tokens=8)
     insert(tree, [1, 1, 2, 2, 3, 3])
-    tree.evict(8)
+    tree.tiers.evict(8)
     for t in ([7, 7], [8, 8], [9, 9]):
         insert(tree, t)
-    t = tree.load_back(tree.match_prefix([1, 1, 2, 2, 3, 3]))
+    t = tree.tiers.load_back(tree.match_prefix([1, 1, 2, 2, 3, 3]))
     assert t is not None and t.num_tokens == 6
     assert [tree.match_prefix(x).device_len for x in ([7, 7], [8, 8], [9, 9])] == [0, 0, 2]
     # L2 of 4 pages, 1 free: a 2-page backup evicts 1 host-only page, not 2.
     tree, dev, host = make_tree("write_through", host_tokens=8)
     for x in ([1, 1], [2, 2], [3, 3]):
         insert(tree, x)
-    tree.evict(64)
+    tree.tiers.evict(64)
     insert(tree, [4, 4, 5, 5])
     assert [tree.match_prefix(x).host_len for x in ([1, 1], [2, 2], [3, 3])] == [0, 2, 2]
-    assert host.used_tokens == tree.host_pages * PS == 8
+    assert host.used_tokens == tree.tiers.host_pages * PS == 8
 
 
 def test_page_level_match_and_insert_agree_with_the_slot_level_ones():
@@ -381,7 +388,7 @@ def test_page_level_match_and_insert_agree_with_the_slot_level_ones():
         p = page_tree.insert_pages(tokens, pages, request_id="a")
         pdev.free_pages(pages[: p.prefix_len // PS])
         for t in p.backups:
-            page_tree.complete(t)
+            page_tree.tiers.complete(t)
         assert (p.prefix_len, p.adopted_len, p.new_pages) == (r.prefix_len, r.adopted_len, r.new_pages)
         assert [(t.num_tokens, t.host_indices.tolist()) for t in p.backups] == \
             [(t.num_tokens, t.host_indices.tolist()) for t in r.backups]
@@ -399,5 +406,5 @@ def test_insert_pages_checks_its_pages_like_insert_checks_slots():
             tree.insert_pages([1, 2, 3, 4], bad)
     with pytest.raises(ValueError, match="request_id"):
         tree.insert_pages([1, 2, 3, 4], pages, request_id={})
-    assert not tree.root.children and tree.device_pages == 0
+    assert not tree.root.children and tree.tiers.device_pages == 0
     assert tree.insert_pages([1, 2, 3, 4], pages).new_pages == 2

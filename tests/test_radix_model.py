@@ -16,7 +16,7 @@ from hicache_ref.core.radix import RadixTree
 from hicache_ref.spec import CacheSpec
 
 PS = 2
-GEOM = CacheSpec(page_size=PS, attention="mha", layers=2, heads=1, kv_dim=2, dtype="fp32").geometry()
+GEOM = CacheSpec.of(page_size=PS, attention="mha", layers=2, heads=1, kv_dim=2, dtype="fp32").geometry.kv()
 DEV_TOKENS, HOST_TOKENS = 24, 32
 
 # Prompts: prefixes of a few conversations (long shared prefixes, exact repeats, multi-page
@@ -26,6 +26,11 @@ CONVERSATIONS = [[0, 0, 1, 1, 2, 2, 0, 1, 2, 0], [0, 0, 1, 1, 0, 0, 2, 2, 1, 1],
 tokens_st = st.builds(lambda conv, cut, tail: CONVERSATIONS[conv][:cut] + tail, st.integers(0, 2), st.integers(0, 10),
                       st.lists(st.integers(0, 2), max_size=3))
 
+
+
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
 
 def kv_value(seq, i: int, part: int, layer: int) -> float:
     """What prefill writes for token i of seq: depends on the whole prefix, as real KV does (exact in fp32)."""
@@ -50,7 +55,7 @@ class TreeAndPools(RuleBasedStateMachine):
         self.dev_pool = DevicePool(GEOM, DEV_TOKENS, materialize=True, order=order)
         self.host_pool = HostPool(GEOM, HOST_TOKENS, layout, materialize=True, order=order)
         self.layout = layout
-        self.tree = RadixTree(PS, policy, ghost=GhostList(8) if ghost else None, device=self.dev_pool,
+        self.tree = RadixTree(tree_spec(PS, policy), ghost=GhostList(8) if ghost else None, device=self.dev_pool,
                               host=self.host_pool, on_write_back=self.copy_all)
         self.ever = set()  # every page prefix ever inserted (tuples of tokens)
         self.locks = []  # (node, had device copy, had host copy)
@@ -121,7 +126,7 @@ class TreeAndPools(RuleBasedStateMachine):
         alloc = self.dev_pool.allocator
         idx = alloc.alloc(n)
         if idx is None:
-            self.tree.evict(n)
+            self.tree.tiers.evict(n)
             idx = alloc.alloc(n)
         if idx is None:
             return  # L1 is locked full: the request would wait
@@ -136,7 +141,7 @@ class TreeAndPools(RuleBasedStateMachine):
                 self.pending.append(t)
             else:
                 self.copy(t)
-                self.tree.complete(t)
+                self.tree.tiers.complete(t)
         self.ever.update(tuple(seq[:k]) for k in range(PS, n + 1, PS))
         m = self.check_match(seq)
         assert m.device_len == n and m.host_len == 0
@@ -150,7 +155,7 @@ class TreeAndPools(RuleBasedStateMachine):
     def complete_backup(self, data):
         t = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))
         self.copy(t)  # the device slots must still hold the request's KV: the nodes were locked
-        self.tree.complete(t)
+        self.tree.tiers.complete(t)
 
     def lru_leaf(self, is_leaf):
         """Brute force: the unlocked leaf an LRU eviction must take first, from a walk over all nodes."""
@@ -159,10 +164,10 @@ class TreeAndPools(RuleBasedStateMachine):
 
     @rule(n=st.integers(0, DEV_TOKENS))
     def evict(self, n):
-        before = self.tree.device_pages
+        before = self.tree.tiers.device_pages
         first = self.lru_leaf(lambda x: x.dev is not None and all(c.dev is None for c in x.children.values()))
-        e = self.tree.evict(n)
-        assert before - self.tree.device_pages == len(e.freed_device_indices) // PS
+        e = self.tree.tiers.evict(n)
+        assert before - self.tree.tiers.device_pages == len(e.freed_device_indices) // PS
         if n and first is not None:
             assert first.dev is None, "evict did not take the least recently used leaf first"
         else:
@@ -171,7 +176,7 @@ class TreeAndPools(RuleBasedStateMachine):
     @rule(n=st.integers(0, HOST_TOKENS))
     def evict_host(self, n):
         first = self.lru_leaf(lambda x: x.dev is None and not x.children)
-        e = self.tree.evict_host(n)
+        e = self.tree.tiers.evict_host(n)
         if n and first is not None:
             assert first.parent is None, "evict_host did not take the least recently used leaf first"
         else:
@@ -180,12 +185,12 @@ class TreeAndPools(RuleBasedStateMachine):
     @rule(seq=tokens_st)
     def load_back(self, seq):
         m = self.tree.match_prefix(seq)
-        t = self.tree.load_back(m)
+        t = self.tree.tiers.load_back(m)
         if t is None:
             return
         assert t.host_indices.tolist() == m.host_indices.tolist()
         self.copy(t)
-        self.tree.complete(t)
+        self.tree.tiers.complete(t)
         after = self.check_match(seq)
         assert (after.device_len, after.host_len) == (m.device_len + m.host_len, 0)
 
@@ -206,8 +211,8 @@ class TreeAndPools(RuleBasedStateMachine):
     @invariant()
     def slots_owned_once_and_conserved(self):
         nodes = list(self.tree.iter_nodes())
-        for tier, alloc, held in (("dev", self.dev_pool.allocator, self.tree.device_pages),
-                                  ("host", self.host_pool.allocator, self.tree.host_pages)):
+        for tier, alloc, held in (("dev", self.dev_pool.allocator, self.tree.tiers.device_pages),
+                                  ("host", self.host_pool.allocator, self.tree.tiers.host_pages)):
             pages = [getattr(x, tier) for x in nodes if getattr(x, tier) is not None]
             pages = np.concatenate(pages) if pages else np.zeros(0, dtype=np.int64)
             assert len(np.unique(pages)) == len(pages), f"{tier} page owned twice"

@@ -19,7 +19,7 @@ SMALL = dict(layers=2, kv_dim=8)  # geometry only sets bytes; hit counts do not 
 
 
 def _replay(trace, limit=None, **spec):
-    return replay(CacheSpec(**spec), trace, limit)
+    return replay(CacheSpec.of(**spec), trace, limit)
 
 
 def _req(ids, n):
@@ -174,7 +174,7 @@ def test_ghost_list_turns_a_returning_request_into_l2_hits_and_is_reported():
 
 
 def test_bad_capacity_is_refused_before_running():
-    with pytest.raises(ValueError, match="l1_tokens"):
+    with pytest.raises(ValueError, match="^--l1-tokens"):
         _replay([A], l1_tokens=10, **SMALL)
     with pytest.raises(ValueError, match="materialize"):
         _replay([A], materialize=True, l1_tokens=1 << 40)
@@ -187,11 +187,11 @@ def test_bad_arguments_are_refused_by_name_before_running(tmp_path):
                      (dict(page_size=0), "page_size"), (dict(l2_tokens=-1), "l2_tokens"), (dict(layers=0), "layers"),
                      (dict(dtype="int3"), "dtype"), (dict(host_layout="page_head"), "host_layout"),
                      (dict(ghost=1), "ghost"), (dict(materialize="yes"), "materialize")):
-        with pytest.raises(ValueError, match=f"^{name}: "):
-            CacheSpec(**{**SMALL, **kw})
+        with pytest.raises(ValueError, match=f"^--{name.replace('_', '-')}: "):  # the option it came from
+            CacheSpec.of(**{**SMALL, **kw})
     for trace in (missing, [A]):
         with pytest.raises(ValueError, match="^limit: "):
-            replay(CacheSpec(**SMALL), trace, limit=-1)
+            replay(CacheSpec.of(**SMALL), trace, limit=-1)
         with pytest.raises(ValueError, match="^spec: "):
             replay(dict(SMALL), trace)
     assert _replay([A], ghost=True, ghost_entries=5, **SMALL)["ghost"]["bound"] == 5
@@ -201,16 +201,17 @@ def test_unmaterialized_replays_run_on_count_and_a_mismatched_backend_is_refused
     from hal.backend import get_backend
 
     emu, count = get_backend("emu", "emu"), get_backend("count", "emu")
-    with pytest.raises(ValueError, match="^backend: 'emu' moves bytes, but materialize=False"):
-        CacheSpec(backend=emu, **SMALL)
-    with pytest.raises(ValueError, match="^backend: 'count' moves no bytes, but materialize=True"):
-        CacheSpec(backend=count, materialize=True, **SMALL)
-    reqs, kw = [A, UNRELATED, A_AGAIN], dict(l1_tokens=2048, l2_tokens=8192, write_policy="write_through", **SMALL)
+    with pytest.raises(ValueError, match="^--materialize: backend 'emu' moves bytes, but materialize=False"):
+        CacheSpec.of(backend=emu, **SMALL)
+    with pytest.raises(ValueError, match="^--materialize: backend 'count' moves no bytes, but materialize=True"):
+        CacheSpec.of(backend=count, materialize=True, **SMALL)
+    reqs = [A, UNRELATED, A_AGAIN]
+    kw = dict(l1_tokens=2048, l2_tokens=8192, write_policy="write_through", profile="emu", **SMALL)
     assert _replay(reqs, backend=count, **kw) == {**_replay(reqs, **kw), "wall_seconds": ANY, "read_seconds": ANY,
                                                   "tokens_per_second": ANY, "max_d2h_enqueue_seconds": ANY,
-                                                  "max_h2d_enqueue_seconds": ANY}
-    spec = CacheSpec(**SMALL)
-    with pytest.raises(ValueError, match="^backend: 'emu' does not match materialize=False"):
+                                                  "max_h2d_enqueue_seconds": ANY, "spec": ANY}  # names the backend
+    spec = CacheSpec.of(**SMALL)
+    with pytest.raises(ValueError, match="^--materialize: backend 'emu' does not match materialize=False"):
         spec.build(emu, 4096)
 
 

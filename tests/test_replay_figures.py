@@ -35,7 +35,7 @@ def test_modeled_seconds_do_not_depend_on_how_timing_batched_the_transfers(conve
     runs = []
     for batch_max in (1, 7, 256):
         monkeypatch.setattr(direction_worker, "_BATCH_MAX", batch_max)
-        runs.append(_reproducible(replay(CacheSpec(), conversation, 1500)))
+        runs.append(_reproducible(replay(CacheSpec.of(), conversation, 1500)))
     assert runs[0]["d2h_transfers"] > 100 and runs[0]["modeled_d2h_seconds"] > 0
     assert runs[1] == runs[0] and runs[2] == runs[0]
 
@@ -90,5 +90,5 @@ PINNED = [
 def test_pinned_figures_on_fixed_slices_of_both_packaged_traces(trace_name, limit, spec, expected,
                                                                   conversation, synthetic):
     trace = {"conversation": conversation, "synthetic": synthetic}[trace_name]
-    got = replay(CacheSpec(**spec), trace[:limit])
+    got = replay(CacheSpec.of(**spec), trace[:limit])
     assert {k: got[k] for k in expected} == expected

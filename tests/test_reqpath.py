@@ -19,6 +19,11 @@ SMALL = dict(layers=2, kv_dim=8)  # bytes only; hits and tokens moved do not dep
 PS = 4
 
 
+
+def tree_spec(page_size, policy="write_through_selective", **switches):
+    """The spec a bare tree reads: page size, write policy and the request-path switches."""
+    return CacheSpec.of(page_size=page_size, write_policy=policy, **switches)
+
 def _req(ids, n):
     return TraceRequest(0.0, n, 1, tuple(ids))
 
@@ -29,7 +34,7 @@ TRACE = [_req([1, 2], 1024), _req([1, 3], 1024), _req([4], 512)]
 
 
 def _d2h(**kw) -> int:
-    return replay(CacheSpec(**SMALL, **kw), TRACE)["d2h_tokens"]
+    return replay(CacheSpec.of(**SMALL, **kw), TRACE)["d2h_tokens"]
 
 
 def test_selective_single_insert_backs_up_only_what_two_requests_shared():
@@ -55,8 +60,8 @@ def test_pd_disagg_per_request_backs_up_only_what_distinct_requests_reused():
 
 
 def test_pd_disagg_keeps_hits_and_reports_the_switches():
-    a = replay(CacheSpec(**SMALL), TRACE)
-    b = replay(CacheSpec(**SMALL, hit_count="per_insert", pd_disagg=True), TRACE)
+    a = replay(CacheSpec.of(**SMALL), TRACE)
+    b = replay(CacheSpec.of(**SMALL, hit_count="per_insert", pd_disagg=True), TRACE)
     # r1 hits [1] (512 tokens) in L1 either way; the second insert adds no hit.
     assert a["l1_hit_tokens"] == b["l1_hit_tokens"] == 512
     assert (b["hit_count"], b["pd_disagg"]) == ("per_insert", True)
@@ -64,17 +69,17 @@ def test_pd_disagg_keeps_hits_and_reports_the_switches():
 
 
 def test_spec_refuses_bad_switches_naming_the_field():
-    with pytest.raises(ValueError, match="^hit_count: 'per_turn' is not one of per_insert, per_request"):
-        CacheSpec(hit_count="per_turn")
-    with pytest.raises(ValueError, match="^pd_disagg: expected True or False"):
-        CacheSpec(pd_disagg=1)
+    with pytest.raises(ValueError, match="^--hit-count: 'per_turn' is not one of per_insert, per_request"):
+        CacheSpec.of(hit_count="per_turn")
+    with pytest.raises(ValueError, match="^--pd-disagg: expected True or False"):
+        CacheSpec.of(pd_disagg=1)
 
 
 # -- the tree: chunked inserts and write_back under per_insert ---------------------------
 
 def _tree(policy, hit_count):
     dev, host = PageAllocator(64, PS), PageAllocator(64, PS)
-    return RadixTree(PS, policy, device=dev, host=host, hit_count=hit_count), dev
+    return RadixTree(tree_spec(PS, policy, hit_count=hit_count), device=dev, host=host), dev
 
 
 def _insert(tree, dev, tokens, **kw):
@@ -117,7 +122,7 @@ def test_insert_refuses_a_non_bool_chunked():
     tree, dev = _tree("write_through", "per_insert")
     with pytest.raises(ValueError, match="^chunked: expected True or False"):
         tree.insert(np.arange(4), dev.alloc(4), chunked="yes")
-    assert tree.num_nodes == 0
+    assert tree.tiers.num_nodes == 0
 
 
 # -- the CLI ----------------------------------------------------------------------------
@@ -153,13 +158,13 @@ def _host_only_child():
     tree, dev = _tree("write_through", "per_request")
     r = _insert(tree, dev, np.arange(8))
     for t in r.backups:
-        tree.complete(t)
+        tree.tiers.complete(t)
     r = _insert(tree, dev, np.arange(16))
     for t in r.backups:
-        tree.complete(t)
+        tree.tiers.complete(t)
     child = r.last_node
     tree.lock(child.parent)  # keep the parent in L1 while the child is evicted
-    tree.evict(4)
+    tree.tiers.evict(4)
     tree.unlock(child.parent)
     assert child.dev is None and child.host is not None and child.parent.dev is not None
     return tree, child
@@ -167,9 +172,9 @@ def _host_only_child():
 
 def test_load_back_threshold_refuses_chains_shorter_than_it():
     tree, child = _host_only_child()
-    assert tree.load_back(child, min_tokens=9) is None  # 8 < 9: recompute instead (upstream: len < threshold)
-    assert child.dev is None and tree.device_pages == 2
-    t = tree.load_back(child, min_tokens=8)  # 8 < 8 is false: loaded
+    assert tree.tiers.load_back(child, min_tokens=9) is None  # 8 < 9: recompute instead (upstream: len < threshold)
+    assert child.dev is None and tree.tiers.device_pages == 2
+    t = tree.tiers.load_back(child, min_tokens=8)  # 8 < 8 is false: loaded
     assert t is not None and t.num_tokens == 8 and child.dev is not None
 
 
@@ -177,16 +182,16 @@ def test_load_back_quota_counts_the_ancestors_its_lock_protects():
     # Upstream refuses when len > mem_quota + delta, delta = -(tokens its inc_lock_ref newly
     # protects). Unlocked parent of 8 tokens: 8 > 15 - 8 refused, 8 > 16 - 8 is false: loaded.
     tree, child = _host_only_child()
-    assert tree.load_back(child, quota=15) is None
-    assert tree.load_back(child, quota=16) is not None
+    assert tree.tiers.load_back(child, quota=15) is None
+    assert tree.tiers.load_back(child, quota=16) is not None
 
 
 def test_load_back_quota_with_the_parent_already_locked():
     # The caller (HiCache) locks the matched device prefix first: delta 0, so quota 8 admits 8.
     tree, child = _host_only_child()
     tree.lock(child.parent)
-    assert tree.load_back(child, quota=7) is None
-    assert tree.load_back(child, quota=8) is not None
+    assert tree.tiers.load_back(child, quota=7) is None
+    assert tree.tiers.load_back(child, quota=8) is not None
 
 
 def _l1_trace_replay(**kw):
@@ -195,7 +200,7 @@ def _l1_trace_replay(**kw):
     #   r1 [2,3] (16 pages) 8 short: evicts r0's node, which stays in L2
     #   r2 [1]   matches 512 host tokens: loaded back, or recomputed under the threshold
     trace = [_req([1], 512), _req([2, 3], 1024), _req([1], 512)]
-    return replay(CacheSpec(**SMALL, l1_tokens=1024, write_policy="write_through", **kw), trace)
+    return replay(CacheSpec.of(**SMALL, l1_tokens=1024, write_policy="write_through", **kw), trace)
 
 
 def test_replay_load_back_threshold():
@@ -213,11 +218,11 @@ def test_evict_size(size, left):
     # L1 of 8 pages holds leaves A, B, C (1 page each, oldest first) and D (4 pages): 1 free.
     # Taking 2 pages: shortfall evicts 1 page (A); whole asks for 2 pages: A and B.
     dev, host = PageAllocator(8 * PS, PS), PageAllocator(64 * PS, PS)
-    tree = RadixTree(PS, "write_back", device=dev, host=host, evict_size=size)
+    tree = RadixTree(tree_spec(PS, "write_back", evict_size=size), device=dev, host=host)
     for first, n in ((100, 4), (200, 4), (300, 4), (400, 16)):
         _insert(tree, dev, first + np.arange(n))
     assert dev.available_pages == 1
-    pages = tree.take_pages(dev, 2, tree.evict)
+    pages = tree.tiers.take_pages(dev, 2, tree.tiers.evict)
     assert len(pages) == 2
     on_device = sum(x.dev is not None for x in tree.iter_nodes())
     assert on_device == left + 1  # D and what survived of A, B, C
@@ -225,40 +230,41 @@ def test_evict_size(size, left):
 
 def test_evict_size_whole_counts_the_extra_tokens_asked_for():
     dev, host = PageAllocator(8 * PS, PS), PageAllocator(64 * PS, PS)
-    tree = RadixTree(PS, "write_back", device=dev, host=host, evict_size="whole")  # no backup locks
+    tree = RadixTree(tree_spec(PS, "write_back", evict_size="whole"), device=dev, host=host)  # no backup locks
     for first in (100, 200, 300, 400, 500, 600):
         _insert(tree, dev, first + np.arange(4))
     assert dev.available_pages == 2
     # 2 pages are free, so shortfall would evict nothing; upstream's extend allocation asks
     # for its tokens plus one page (8 + 4 = 12 > 8 free) and evicts 12 tokens: 3 leaves.
-    tree.take_pages(dev, 2, tree.evict, evict_tokens=12)
+    tree.tiers.take_pages(dev, 2, tree.tiers.evict, evict_tokens=12)
     assert sum(x.dev is not None for x in tree.iter_nodes()) == 3
 
 
 def test_tiers_refuse_an_unknown_evict_size():
-    with pytest.raises(ValueError, match="^evict_size: 'most'"):
-        RadixTree(PS, evict_size="most")
-    with pytest.raises(ValueError, match="^backup_scope: 'tree'"):
-        RadixTree(PS, backup_scope="tree")
+    with pytest.raises(ValueError, match="^--evict-size: 'most'"):
+        RadixTree(tree_spec(PS, evict_size="most"))
+    with pytest.raises(ValueError, match="^--backup-scope: 'tree'"):
+        RadixTree(tree_spec(PS, backup_scope="tree"))
 
 
 # -- the semantics preset ---------------------------------------------------------------
 
 def test_presets_and_explicit_overrides():
     up = CacheSpec.preset("upstream", **SMALL)
-    assert (up.hit_count, up.backup_scope, up.evict_size, up.load_back_threshold) == ("per_insert", "node", "whole", 10)
+    assert (up.semantics.hit_count, up.semantics.backup_scope, up.semantics.evict_size,
+            up.semantics.load_back_threshold) == ("per_insert", "node", "whole", 10)
     # upstream's device allocator and host pool orders, and its server's default io_backend
-    assert (up.free_list, up.host_free_list, up.io_backend) == ("upstream_l1", "upstream_host", "kernel")
+    assert (up.tiers.free_list, up.tiers.host_free_list, up.tiers.io_backend) == ("upstream_l1", "upstream_host", "kernel")
     assert up.semantics_config()["semantics_overrides"] == []
     assert CacheSpec.preset("upstream", free_list="fifo").semantics_config()["semantics_overrides"] == ["free_list"]
     ref = CacheSpec.preset("reference")
-    assert ref == CacheSpec()  # the spec's defaults are the reference preset
+    assert ref == CacheSpec.of()  # the spec's defaults are the reference preset
     mixed = CacheSpec.preset("upstream", hit_count="per_request")
     assert mixed.semantics_config()["semantics_overrides"] == ["hit_count"]
-    with pytest.raises(ValueError, match="^semantics: 'sglang' is not one of reference, upstream"):
+    with pytest.raises(ValueError, match="^--semantics: 'sglang' is not one of reference, upstream"):
         CacheSpec.preset("sglang")
-    with pytest.raises(ValueError, match="^semantics: 'sglang'"):
-        CacheSpec(semantics="sglang")
+    with pytest.raises(ValueError, match="^--semantics: 'sglang'"):
+        CacheSpec.of(semantics="sglang")
 
 
 def test_upstream_preset_with_pd_disagg_degrades_selective_on_the_hand_trace():
@@ -294,5 +300,5 @@ def test_replay_evict_size_whole_asks_for_the_extend_tokens_plus_a_page(size, hi
     #      and r1's nodes (512 + 512, least recently used first) go.
     #   r4 [1] hits 512 tokens in L1 only if r0's node survived.
     trace = [_req([1], 512), _req([2], 512), _req([3], 448), _req([4, 5], 576), _req([1], 512)]
-    fig = replay(CacheSpec(**SMALL, l1_tokens=2048, l2_tokens=0, evict_size=size), trace)
+    fig = replay(CacheSpec.of(**SMALL, l1_tokens=2048, l2_tokens=0, evict_size=size), trace)
     assert fig["l1_hit_tokens"] == hit

@@ -22,23 +22,24 @@ def trace():
 
 
 @pytest.mark.parametrize("policy", ["write_through_selective", "write_back", "write_through"])
-@pytest.mark.parametrize("kw", [dict(), dict(timestamps=True), dict(pd=True)])
+@pytest.mark.parametrize("kw", [dict(), dict(timestamps=True), dict(pd_disagg=True)])
 def test_concurrency_one_equals_serial_replay(trace, policy, kw):
-    spec = CacheSpec(page_size=64, l1_tokens=20_000, l2_tokens=60_000, write_policy=policy)
+    spec = CacheSpec.of(page_size=64, l1_tokens=20_000, l2_tokens=60_000, write_policy=policy,
+                        pd_disagg=kw.get("pd_disagg", False))
     serial = replay(spec, trace)
-    served = replay_served(spec, trace, 1, **kw)
+    served = replay_served(spec.replace(concurrency=1, **kw), trace)
     assert {k: served[k] for k in KEYS} == {k: serial[k] for k in KEYS}
 
 
 def test_pd_batches_at_most_concurrency_prefills_per_step_and_releases_them_at_its_end(trace):
-    spec = CacheSpec(page_size=64, l1_tokens=20_000, l2_tokens=60_000)
-    fig = replay_served(spec, trace, 8, pd=True)
+    spec = CacheSpec.of(page_size=64, l1_tokens=20_000, l2_tokens=60_000, concurrency=8, pd_disagg=True)
+    fig = replay_served(spec, trace)
     assert fig["max_in_flight"] == 8 and fig["steps"] >= -(-len(trace) // 8)  # 150 requests: 19 steps
     assert fig["requests"] == len(trace) and fig["truncated_requests"] == 0  # nothing held past its step
 
 
 def test_in_flight_pages_are_never_evicted(trace):
-    spec = CacheSpec(page_size=64, l1_tokens=12_000, l2_tokens=30_000)
+    spec = CacheSpec.of(page_size=64, l1_tokens=12_000, l2_tokens=30_000, concurrency=6)
     checked = []
 
     def check(cache, nodes):
@@ -49,17 +50,19 @@ def test_in_flight_pages_are_never_evicted(trace):
                 x = x.parent
         checked.append(len(nodes))
 
-    fig = replay_served(spec, trace, 6, on_step=check)
+    fig = replay_served(spec, trace, on_step=check)
     assert max(checked) > 1 and fig["max_in_flight"] == 6
     assert fig["truncated_requests"] > 0  # L1 really was under pressure from the held requests
 
 
 def test_served_replay_refuses_bad_arguments(trace):
-    spec = CacheSpec(page_size=64, l1_tokens=20_000, l2_tokens=0)
-    for kw, word in ((dict(concurrency=0), "concurrency"), (dict(concurrency=True), "concurrency"),
-                     (dict(concurrency=2, step_seconds=0), "step_seconds")):
-        with pytest.raises(ValueError, match=word):
-            replay_served(spec, trace, **kw)
+    spec = CacheSpec.of(page_size=64, l1_tokens=20_000, l2_tokens=0)
+    for kw, option in ((dict(concurrency=0), "--concurrency"), (dict(concurrency=True), "--concurrency"),
+                       (dict(concurrency=2, step_ms=0), "--step-ms")):
+        with pytest.raises(ValueError, match=f"^{option}: "):
+            replay_served(spec.replace(**kw), trace)
+    with pytest.raises(ValueError, match="^--concurrency: "):
+        replay_served(spec, trace)  # serial: no concurrency
 
 
 def test_replay_cli_concurrency(tmp_path, trace, capsys):
@@ -73,12 +76,12 @@ def test_replay_cli_concurrency(tmp_path, trace, capsys):
     assert {k: one[k] for k in KEYS} == {k: serial[k] for k in KEYS} and one["concurrency"] == 1
     assert main(base + ["--concurrency", "4", "--timestamps"]) == 0
     assert json.loads(capsys.readouterr().out)["max_in_flight"] <= 4
-    assert main(base + ["--pd"]) == 2
+    assert main(base + ["--timestamps"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("hicache: --pd:")
+    assert len(err) == 1 and err[0].startswith("hicache: --timestamps:")
     text = [x for x in base if x != "--json"]
-    assert main(text + ["--concurrency", "3", "--pd"]) == 0  # the summary says the replay was served, and how
+    assert main(text + ["--concurrency", "3", "--pd-disagg"]) == 0  # the summary says the replay was served, and how
     served = [x for x in capsys.readouterr().out.splitlines() if x.startswith("served:")]
-    assert len(served) == 1 and "up to 3 requests in flight" in served[0] and "(--pd)" in served[0]
+    assert len(served) == 1 and "up to 3 requests in flight" in served[0] and "(--pd-disagg)" in served[0]
     assert main(text) == 0
     assert "served:" not in capsys.readouterr().out

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conformance.cli.main import main as cli_main
-from hicache_ref import sizing
+from hicache_ref.spec import sizing
 
 SEED_TOKEN_BYTES = 78 * 576 * 2  # MLA: layers x latent width x bf16 = 89,856 bytes a token
 

@@ -203,14 +203,7 @@ def test_every_package_says_what_lives_in_it(name):
 
 # Forwarders other worktrees of issue 19 remove (module.Class.method). The lead empties this at merge.
 KNOWN_FORWARDERS = {
-    # removed by wt-spec; the lead empties this at merge
-    "hicache_ref.core.radix.RadixTree.take_pages",
-    "hicache_ref.core.radix.RadixTree.evict",
-    "hicache_ref.core.radix.RadixTree.evict_host",
-    "hicache_ref.core.radix.RadixTree.load_back",
-    "hicache_ref.core.radix.RadixTree.complete",
-    "hicache_ref.core.radix.RadixTree.forget_request",
-    # hal/transfer is wt-transfer's; the lead empties this at merge
+    # the mapping protocol of a checked tensor set: callers iterate it as they would the dict it checked
     "hal.transfer.kvcheck.Checked.items",
 }
 

@@ -58,7 +58,7 @@ def _documents_trace(n=80, docs=7, pages=4, page_size=64, seed=1) -> list[TraceR
 
 def test_one_pass_curve_equals_per_tier_replays_exactly():
     reqs = _documents_trace()
-    spec = CacheSpec(page_size=64, l1_tokens=8 * 64, write_policy="write_through")
+    spec = CacheSpec.of(page_size=64, l1_tokens=8 * 64, write_policy="write_through")
     tiers = [8 * 64, 12 * 64, 16 * 64, 20 * 64, 28 * 64]
     one = sweep(spec, reqs, tiers, method="one_pass")
     per = sweep(spec, reqs, tiers, method="replay", workers=1)
@@ -73,7 +73,7 @@ def test_one_pass_curve_equals_per_tier_replays_exactly():
 def test_one_pass_is_an_upper_bound_close_to_replays_on_a_session_trace():
     reqs = synthesize(150, 600, 4000, 0.7, sessions=12, seed=5)
     whole = sum(r.input_length for r in reqs)
-    spec = CacheSpec(page_size=64, l1_tokens=whole // 16, write_policy="write_through")
+    spec = CacheSpec.of(page_size=64, l1_tokens=whole // 16, write_policy="write_through")
     tiers = [whole // 8, whole // 4, whole // 2]
     one = sweep(spec, reqs, tiers, method="one_pass")
     per = sweep(spec, reqs, tiers, method="replay", workers=2)
@@ -87,13 +87,14 @@ def test_stack_profile_unlimited_equals_unlimited_replay():
     reqs = synthesize(120, 300, 3000, 0.6, sessions=5, seed=2)
     for ps in (16, 64, 100):
         prof = stack_profile(reqs, ps)
-        fig = replay(CacheSpec(page_size=ps), reqs)
+        fig = replay(CacheSpec.of(page_size=ps), reqs)
         assert int(prof.seen_pages.sum()) * ps == fig["l1_hit_tokens"] + fig["l2_hit_tokens"]
 
 
 def test_auto_falls_back_to_replays_where_one_pass_does_not_apply():
     reqs = _documents_trace(n=30)
-    spec = CacheSpec(page_size=64, l1_tokens=8 * 64, write_policy="write_through_selective")
+    spec = CacheSpec.of(page_size=64, l1_tokens=8 * 64, write_policy="write_through_selective",
+                        profile="emu")
     r = sweep(spec, reqs, [12 * 64, 16 * 64], workers=1)
     assert r["method"] == "replay" and "write_through" in r["one_pass_refusal"]
     # the emu profile has no compute model: net benefit is not modeled, and says why
@@ -157,16 +158,15 @@ def test_bench_sweep_reports_the_ratio_and_the_largest_tier_check(tmp_path, caps
 def test_replayed_tiers_carry_the_net_benefit_of_their_own_replay():
     """With a compute model (p800), each replayed tier reports the net benefit `hicache replay`
     gives at that capacity; the one-pass method, which has no per-request hits, says why not."""
-    import dataclasses
 
     reqs = _documents_trace(n=30)
-    spec = CacheSpec(page_size=64, l1_tokens=8 * 64, write_policy="write_through_selective", profile="p800")
+    spec = CacheSpec.of(page_size=64, l1_tokens=8 * 64, write_policy="write_through_selective", profile="p800")
     r = sweep(spec, reqs, [12 * 64, 16 * 64], workers=1)
     for tier in r["tiers"]:
-        own = replay(dataclasses.replace(spec, l2_tokens=tier["l2_tokens"]), reqs)
+        own = replay(spec.replace(l2_tokens=tier["l2_tokens"]), reqs)
         assert own["net_benefit_seconds"] is not None
         assert tier["net_benefit_seconds"] == own["net_benefit_seconds"]
-    lru = dataclasses.replace(spec, write_policy="write_through")
+    lru = spec.replace(write_policy="write_through")
     one = sweep(lru, reqs, [12 * 64, 16 * 64], method="one_pass")
     assert all(t["net_benefit_seconds"] is None and t["net_benefit_reason"] == NET_ONE_PASS for t in one["tiers"])
 

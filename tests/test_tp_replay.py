@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hicache_ref.sim.replay import replay
-from hicache_ref.sim.replay_tp import tp_replay, tp_spec
+from hicache_ref.sim.replay_tp import tp_replay
 from hicache_ref.sim.trace import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 
@@ -20,8 +20,8 @@ def requests():
 
 
 def test_unlimited_l2_shared_writes_one_nth_of_private(requests):
-    spec = CacheSpec(write_policy="write_through")
-    private, shared = (tp_replay(spec, requests, None, 4, s) for s in (False, True))
+    spec = CacheSpec.of(write_policy="write_through")
+    private, shared = (tp_replay(spec.replace(tp=4, shared_host=s), requests) for s in (False, True))
     alone = replay(spec, requests)
     assert private["hit_rate"] == shared["hit_rate"] == alone["hit_rate"]  # L2 never limited: same hits
     assert private["d2h_bytes_all_ranks"] == 4 * alone["d2h_bytes"] == 4 * shared["d2h_bytes_all_ranks"] > 0
@@ -31,8 +31,8 @@ def test_unlimited_l2_shared_writes_one_nth_of_private(requests):
 
 
 def test_a_shared_pool_is_n_times_the_per_rank_l2_and_raises_the_hit_rate(requests):
-    spec = CacheSpec(l1_tokens=1_000_000, l2_tokens=1_000_000, write_policy="write_through")
-    private, shared = (tp_replay(spec, requests, None, 8, s) for s in (False, True))
+    spec = CacheSpec.of(l1_tokens=1_000_000, l2_tokens=1_000_000, write_policy="write_through")
+    private, shared = (tp_replay(spec.replace(tp=8, shared_host=s), requests) for s in (False, True))
     assert private["l2_tokens_per_rank"] == shared["l2_tokens_per_rank"] == 1_000_000 // 64 * 64
     assert private["effective_l2_tokens"] == private["l2_tokens_per_rank"]
     assert shared["effective_l2_tokens"] == 8 * shared["l2_tokens_per_rank"]
@@ -42,14 +42,14 @@ def test_a_shared_pool_is_n_times_the_per_rank_l2_and_raises_the_hit_rate(reques
     assert shared["host_pool_bytes_all_ranks"] == private["host_pool_bytes_all_ranks"]  # same memory, one copy
 
 
-def test_tp_spec_checks_its_arguments():
-    spec = CacheSpec(l2_tokens=1000)
-    assert tp_spec(spec, 4, False) is spec and tp_spec(spec, 4, True).l2_tokens == 4 * 960
+def test_a_rank_of_a_shared_group_holds_n_times_the_l2_and_bad_groups_are_refused():
+    spec = CacheSpec.of(l2_tokens=1000, tp=4)
+    assert spec.tp_rank() is spec and spec.replace(shared_host=True).tp_rank().tiers.l2_tokens == 4 * 960
     for bad in (0, True, 1.5):
-        with pytest.raises(ValueError, match="^tp:"):
-            tp_spec(spec, bad, False)
-    with pytest.raises(ValueError, match="^shared_host:"):
-        tp_spec(spec, 2, 1)
+        with pytest.raises(ValueError, match="^--tp:"):
+            spec.replace(tp=bad)
+    with pytest.raises(ValueError, match="^--shared-host:"):
+        spec.replace(shared_host=1)
 
 
 def test_cli_replay_tp(capsys):

@@ -33,11 +33,11 @@ def test_minimum():
 
 def test_every_cli_reads_sizes_the_same_way():
     from conformance.bench.memory import parse_sizes
-    from conformance.cli.replay import _tokens_arg
     from conformance.doctor.checks import parse_bytes
+    from hicache_ref.spec.fields import parse_tokens
 
     for text, n in [("1G", 10**9), ("1GiB", 1 << 30), ("3M", 3 * 10**6), ("64MiB", 64 << 20)]:
-        assert parse_bytes(text) == parse_sizes(text)[0] == _tokens_arg("--l1-tokens", text) == n, text
+        assert parse_bytes(text) == parse_sizes(text)[0] == parse_tokens(text) == n, text
 
 
 @pytest.mark.parametrize("text", ["-1", " -4K", "-0.5G", -1])

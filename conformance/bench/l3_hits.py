@@ -17,7 +17,6 @@ and bytes are this geometry's, so the net benefit here is an upper bound of the 
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import tempfile
 import time
@@ -86,16 +85,16 @@ def measure(trace=None, limit: int = 1500, page_size: int = 256, profile: str = 
     trace = trace or find_trace("conversation_trace.jsonl")
     requests = read_trace(trace, limit)
     l1, l2 = tiers_for(requests, page_size)
-    base = CacheSpec(page_size=page_size, materialize=True, write_policy="write_through", profile=profile,
-                     **GEOMETRY)
+    base = CacheSpec.of(page_size=page_size, materialize=True, write_policy="write_through", profile=profile,
+                        **GEOMETRY)
     small = dict(l1_tokens=l1, l2_tokens=l2)
     t0 = time.perf_counter()
     unlimited = replay(base, requests)
-    without = replay(dataclasses.replace(base, **small), requests)
+    without = replay(base.replace(**small), requests)
     rows = {}
     for name in stores:
-        fig, why = _with_store(name, lambda spec: replay(dataclasses.replace(base, **small, l3=spec,
-                                                                             prefetch_policy=policy), requests))
+        fig, why = _with_store(name, lambda spec: replay(base.replace(**small, l3=spec, prefetch_policy=policy),
+                                                             requests))
         rows[name] = _row(fig, without) if fig is not None else dict(not_measured=why)
     return dict(trace=str(trace), requests=len(requests), page_size=page_size, l1_tokens=l1, l2_tokens=l2,
                 geometry=GEOMETRY, profile=profile, prefetch_policy=policy,

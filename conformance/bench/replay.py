@@ -197,7 +197,7 @@ def run_tree_only(requests, page_size: int) -> dict:
 
     from hicache_ref.core.radix import RadixTree
 
-    tree = RadixTree(page_size, policy="write_back")
+    tree = RadixTree(CacheSpec.of(page_size=page_size, write_policy="write_back"))
     timed, hits = 0.0, 0
     for r in requests:
         tokens = request_tokens(r.hash_ids, r.input_length)
@@ -228,7 +228,7 @@ def run(a) -> int:
     ours, tree_only, cpu = [], [], []
     theirs: dict[str, list[dict]] = {k: [] for k in key_kinds} if peer is not None else {}
     fig = None
-    spec = CacheSpec(page_size=a.page_size, write_policy=a.write_policy, host_layout=a.host_layout)
+    spec = CacheSpec.of(page_size=a.page_size, write_policy=a.write_policy, host_layout=a.host_layout, profile="emu")
     for _ in range(a.repeat):
         gc.collect()  # every run starts without the previous run's garbage (trees are cyclic)
         c0 = time.process_time()

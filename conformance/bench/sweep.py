@@ -14,7 +14,6 @@ Runs alternate (replay, sweep, replay, ...) after a full garbage collection each
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import statistics
 import time
@@ -61,7 +60,8 @@ def run(a) -> int:
     trace = a.trace or find_trace("conversation_trace.jsonl")
     requests = read_trace(trace, a.limit)
     l1, tiers = tiers_for(requests, a.page_size)
-    spec = CacheSpec(page_size=a.page_size, l1_tokens=l1, l2_tokens=tiers[-1], write_policy="write_through")
+    spec = CacheSpec.of(page_size=a.page_size, l1_tokens=l1, l2_tokens=tiers[-1], write_policy="write_through",
+                        profile="emu")
     replays, sweeps, result_sweep, fig = [], [], None, None
     for _ in range(a.repeat):
         gc.collect()
@@ -93,7 +93,7 @@ def run(a) -> int:
              f"{'PASS' if result['ok'] else 'FAIL'} sweep / replay {ratio:.2f}x (target <= {TARGET_RATIO:g}x); "
              f"one-pass minus replay hit rate at the largest tier {result['largest_tier_hit_rate_difference']:+.5f}"]
     if a.check_tiers:
-        per = sweep(dataclasses.replace(spec), requests, tiers, method="replay")
+        per = sweep(spec, requests, tiers, method="replay")
         diffs = [o["hit_rate"] - p["hit_rate"] for o, p in zip(result_sweep["tiers"], per["tiers"], strict=True)]
         result["per_tier_hit_rate_difference"] = diffs
         lines.append("one-pass minus replay, per tier: " + ", ".join(f"{d:+.5f}" for d in diffs))

@@ -1,79 +1,49 @@
-"""`hicache ablate`: the seed's fix ladder over a trace, one row per fix, each on top of the previous."""
+"""`hicache ablate`: the seed's fix ladder over a trace, one row per fix, each on top of the previous.
+
+Parse, build the spec (options from its fields), call hicache_ref.sim.ablate.ablate, print or write.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.cli.replay import check_capacity
+from conformance.cli.replay import trace_arg
+from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
 from conformance.cli.sweep import PLATEAU_GAIN
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
-from conformance.common.inputs import load_profile_arg, page_tokens, text_file
+from conformance.common.inputs import load_profile_arg
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
-from hal.units import HELP as UNITS
-from hicache_ref.sim.ablate import SWEEP_TIERS, ablate
+from hicache_ref.sim.ablate import ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
-from hicache_ref.sim.replay_tp import tp_spec
-from hicache_ref.sim.trace import find_trace, read_trace
-from hicache_ref.spec import CacheSpec
+from hicache_ref.sim.trace import read_trace
 
 HELP = "the seed's fix ladder over a trace: hit rate, transfers, modeled TTFT change and net benefit per fix"
-# Without --l1-tokens/--l2-tokens: L1 and L2 as these fractions of the trace's page-rounded tokens.
-DEFAULT_L1_FRACTION, DEFAULT_L2_FRACTION = 16, 4
+LOCAL_OPTIONS = ("--trace", "--plateau-gain", "--limit", "--out", "--json", "--quiet")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
-    p.add_argument("--profile", required=True, help="hardware profile (name or YAML path) whose figures price the rows")
-    p.add_argument("--l1-tokens", help=f"device (L1) capacity per rank in tokens ({UNITS}); default: 1/"
-                   f"{DEFAULT_L1_FRACTION} of the trace's tokens")
-    p.add_argument("--l2-tokens", help=f"host (L2) capacity per rank in tokens ({UNITS}); default: 1/{DEFAULT_L2_FRACTION} "
-                   "of the trace's tokens")
-    p.add_argument("--concurrency", type=types.count(1, 100_000), help="serve up to N requests at once "
-                   "(hicache replay --concurrency); default: serial replay")
-    p.add_argument("--tp", type=types.count(1, 1024), help="ranks of the TP group for the tp_shared step "
-                   "(default: the profile's device.devices_per_node, else 1)")
-    p.add_argument("--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
-                   help=f"the capacity step's plateau threshold (default {DEFAULT_PLATEAU_GAIN})")
-    p.add_argument("--page-size", type=types.page_size, default=64)
-    p.add_argument("--limit", type=types.count(1), help="only the first N requests")
-    p.add_argument("--out", help="directory for ablate.json and ablate.png")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr (shown only on a terminal)")
-
-
-def _capacity(option: str, text: str | None, page_size: int) -> int | None:
-    if text is None:
-        return None
-    return page_tokens(option, text, page_size)
+    """Options: the spec fields that apply to the ladder (--l1-tokens / --l2-tokens default to 1/16 and
+    1/4 of the trace's tokens here, --tp to the profile's devices per node) and the local ones."""
+    add_local(p, "--trace")
+    add_local(p, "--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
+              help=f"the capacity step's plateau threshold (default {DEFAULT_PLATEAU_GAIN})")
+    add_local(p, "--limit", type=types.count(1))
+    add_spec_options(p, "ablate")
+    add_local(p, "--out")
+    add_local(p, "--json")
+    add_local(p, "--quiet")
 
 
 def run(a) -> int:
-    trace = a.trace or find_trace("conversation_trace.jsonl")
-    if trace is None:
-        raise CliError("--trace", "not given and no conversation_trace.jsonl found (pass --trace PATH)")
-    trace = text_file("--trace", trace, "a Mooncake JSONL trace")
-    profile = load_profile_arg("--profile", a.profile)
-    l1 = _capacity("--l1-tokens", a.l1_tokens, a.page_size)
-    l2 = _capacity("--l2-tokens", a.l2_tokens, a.page_size)
-    tp = a.tp if a.tp is not None else (profile.device.devices_per_node or 1)
+    trace = trace_arg(a.trace)
+    spec = spec_from_args(a, "ablate")
+    load_profile_arg("--profile", spec.profile)
     out = Path(a.out) if a.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
-    # the largest cache the ladder builds: TP-shared, L2 = ranks x per-rank L2 (before the trace is read)
-    if l1 is not None or l2 is not None:
-        check_capacity(tp_spec(CacheSpec(page_size=a.page_size, l1_tokens=l1, l2_tokens=l2), tp, True))
-    requests = read_trace(trace, a.limit)
-    whole = sum(-(-r.input_length // a.page_size) * a.page_size for r in requests)
-    l1 = l1 if l1 is not None else max(whole // DEFAULT_L1_FRACTION, a.page_size)
-    l2 = l2 if l2 is not None else max(whole // DEFAULT_L2_FRACTION, a.page_size)
-    if l2 < SWEEP_TIERS * tp * a.page_size:
-        raise CliError("--l2-tokens", f"{l2:,} tokens is below the capacity sweep's {SWEEP_TIERS} tiers of "
-                                      f"{tp} ranks x --page-size {a.page_size} ({SWEEP_TIERS * tp * a.page_size:,})")
-    spec = CacheSpec(page_size=a.page_size, l1_tokens=l1, l2_tokens=l2, profile=a.profile)
-    check_capacity(tp_spec(spec, tp, True))
-    result = ablate(spec, requests, concurrency=a.concurrency, tp=tp, plateau_gain=a.plateau_gain,
+    result = ablate(spec, read_trace(trace, a.limit), plateau_gain=a.plateau_gain,
                     progress=bar("hicache ablate", a.quiet, " replays"))
     result["configuration"]["trace"] = str(trace)
     from conformance.cli.plots import ablate_plot

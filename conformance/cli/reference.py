@@ -88,11 +88,14 @@ def option_name(action: argparse.Action) -> str:
 def _default(action: argparse.Action) -> str:
     if action.required:
         return "required"
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
-        return "off" if action.default is False else "on"
-    if action.default is None or action.default == []:
+    default = getattr(action, "spec_default", action.default)  # a spec-made option: the spec's default
+    if isinstance(action, argparse._StoreTrueAction):
+        return "on" if default else "off"
+    if isinstance(action, argparse._StoreFalseAction):
+        return "off" if default is False else "on"
+    if default is None or default == []:
         return ""
-    return f"`{action.default}`"
+    return f"`{default}`"
 
 
 def _cell(text: str) -> str:

@@ -1,81 +1,74 @@
-"""`hicache sweep`: grow L2 tier by tier over a trace; hit rate, transfers, registered bytes, plateau."""
+"""`hicache sweep`: grow L2 tier by tier over a trace; hit rate, transfers, registered bytes, plateau.
+
+Parse, build the spec (options from its fields; --l2-tokens here is the list of tiers), call
+hicache_ref.sim.sweep.sweep, print or write sweep.json and sweep.png.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from conformance.cli.replay import check_capacity
+from conformance.cli.replay import trace_arg
+from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip, clip_path
-from conformance.common.inputs import load_profile_arg, page_tokens, text_file
+from conformance.common.inputs import load_profile_arg, page_tokens
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
 from hal.units import HELP as UNITS
-from hicache_ref.core.policy import POLICIES
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.sweep import METHODS, sweep
-from hicache_ref.sim.trace import find_trace, read_trace
-from hicache_ref.spec import CacheSpec
+from hicache_ref.sim.trace import read_trace
 
 PLATEAU_GAIN = types.unit_interval("a hit-rate gain")  # --plateau-gain here and in ablate
+PLATEAU_HELP = "a tier gaining less hit rate than this is on the plateau"
 HELP = "sweep L2 capacity over a trace: hit rate and transfers per tier, and where the gain plateaus"
 MAX_TIERS = 64
+# --l2-tokens is a list of tiers here (one capacity in replay and ablate: the spec field).
+LOCAL_OPTIONS = ("--trace", "--l2-tokens", "--plateau-gain", "--method", "--limit", "--out", "--json", "--quiet")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
-    p.add_argument("--profile", default="emu", help="hardware profile (name or YAML path)")
-    p.add_argument("--l1-tokens", required=True, help=f"device (L1) capacity in tokens ({UNITS})")
-    p.add_argument("--l2-tokens", required=True, help=f"L2 tiers in tokens, comma-separated, increasing: 4M,8M,16M ({UNITS})")
-    p.add_argument("--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
-                   help=f"a tier gaining less hit rate than this is on the plateau (default {DEFAULT_PLATEAU_GAIN})")
-    p.add_argument("--page-size", type=types.page_size, default=64)
-    p.add_argument("--write-policy", default="write_through", choices=POLICIES,
-                   help="write_through (default) allows the one-pass curve")
-    p.add_argument("--method", default="auto", choices=METHODS,
-                   help="one_pass (stack distances), replay (one per tier, in parallel), auto: one_pass where it applies")
-    p.add_argument("--limit", type=types.count(1), help="only the first N requests")
-    p.add_argument("--out", help="directory for sweep.json and sweep.png")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr (shown only on a terminal)")
+    add_local(p, "--trace")
+    add_local(p, "--l2-tokens", required=True, help=f"L2 tiers in tokens, comma-separated, increasing: 4M,8M,16M ({UNITS})")
+    add_local(p, "--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
+              help=f"{PLATEAU_HELP} (default {DEFAULT_PLATEAU_GAIN})")
+    add_local(p, "--method", default="auto", choices=METHODS,
+              help="one_pass (stack distances), replay (one per tier, in parallel), auto: one_pass where it applies")
+    add_local(p, "--limit", type=types.count(1))
+    add_spec_options(p, "sweep")
+    add_local(p, "--out")
+    add_local(p, "--json")
+    add_local(p, "--quiet")
 
 
 def parse_tiers(text: str, page_size: int) -> list[int]:
     parts = [t.strip() for t in text.split(",")]
     if len(parts) > MAX_TIERS:
         raise CliError("--l2-tokens", f"{len(parts)} tiers; at most {MAX_TIERS}")
-    tiers = []
-    for t in parts:
-        tiers.append(page_tokens("--l2-tokens", t, page_size))
+    tiers = [page_tokens("--l2-tokens", t, page_size) for t in parts]
     if any(b <= a for a, b in zip(tiers, tiers[1:], strict=False)):
         raise CliError("--l2-tokens", f"tiers must be strictly increasing, got {clip(text)}")
     return tiers
 
 
 def run(a) -> int:
-    trace = a.trace or find_trace("conversation_trace.jsonl")
-    if trace is None:
-        raise CliError("--trace", "not given and no conversation_trace.jsonl found (pass --trace PATH)")
-    trace = text_file("--trace", trace, "a Mooncake JSONL trace")
-    load_profile_arg("--profile", a.profile)
-    l1 = page_tokens("--l1-tokens", a.l1_tokens, a.page_size)
-    tiers = parse_tiers(a.l2_tokens, a.page_size)
+    trace = trace_arg(a.trace)
+    spec = spec_from_args(a, "sweep")
+    load_profile_arg("--profile", spec.profile)
+    tiers = parse_tiers(a.l2_tokens, spec.page_size)
     out = Path(a.out) if a.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
-    spec = CacheSpec(page_size=a.page_size, l1_tokens=l1, l2_tokens=tiers[-1], write_policy=a.write_policy,
-                     profile=a.profile)
-    check_capacity(spec)
-    if a.method == "one_pass" and spec.write_policy != "write_through":
-        raise CliError("--method", f"one_pass needs --write-policy write_through, got {a.write_policy}")
-    at_or_below = [t for t in tiers if t <= l1]
+    l1 = spec.tiers.l1_tokens
+    at_or_below = [t for t in tiers if l1 is not None and t <= l1]
     if at_or_below:  # an inclusive L2 no larger than L1 holds nothing L1 does not
         print(f"hicache: warning: --l2-tokens {', '.join(f'{t:,}' for t in at_or_below)}: not above --l1-tokens "
               f"{l1:,}; an L2 that backs L1 up holds nothing more at that size (upstream refuses host <= device), "
               "so the first tiers gain nothing and the plateau rule may stop there", file=sys.stderr, flush=True)
-    requests = read_trace(trace, a.limit)
-    result = sweep(spec, requests, tiers, a.plateau_gain, method=a.method, progress=bar("hicache sweep", a.quiet))
+    result = sweep(spec, read_trace(trace, a.limit), tiers, a.plateau_gain, method=a.method,
+                   progress=bar("hicache sweep", a.quiet))
     result.pop("wall_seconds")  # the JSON is reproducible: timings are printed, not stored
     result["trace"] = str(trace)
     from conformance.cli.plots import sweep_plot

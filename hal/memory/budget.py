@@ -38,11 +38,18 @@ def fmt(n: float) -> str:
     return f"{n / GIB:,.1f} GiB" if n >= GIB else f"{n / (1 << 20):,.1f} MiB"
 
 
+def shortfall(needed: float, what: str) -> str | None:
+    """Why `needed` bytes (of `what`) cannot be given here, or None when they fit (or nothing is known)."""
+    budget = available_bytes()
+    if budget is None or needed <= budget:
+        return None
+    source = BUDGET_ENV if os.environ.get(BUDGET_ENV) else "MemAvailable x 0.8"
+    return f"needs ~{fmt(needed)} ({what}); this machine has {fmt(budget)} to give ({source}); use a smaller value"
+
+
 def refuse_over(option: str, needed: float, what: str) -> None:
     """ValueError naming `option` (the one line `hicache: <option>: ...`) when `needed` bytes exceed
     what this machine can give."""
-    budget = available_bytes()
-    if budget is not None and needed > budget:
-        source = BUDGET_ENV if os.environ.get(BUDGET_ENV) else "MemAvailable x 0.8"
-        raise ValueError(f"{option}: needs ~{fmt(needed)} ({what}); this machine has {fmt(budget)} to give "
-                         f"({source}); use a smaller value")
+    why = shortfall(needed, what)
+    if why is not None:
+        raise ValueError(f"{option}: {why}")

@@ -1,7 +1,7 @@
 """HiCache: the request path of the reference cache, wiring tree + pools + controller.
 
 One `request(tokens)` does what a scheduler does for a prefill, serially:
-1. complete the transfers that landed (acks -> `tree.complete`), or with `sync` wait for
+1. complete the transfers that landed (acks -> `tree.tiers.complete`), or with `sync` wait for
    all of them first, so every decision sees the same tree state whatever the threads'
    timing (required whenever capacity is finite: locks decide what can be evicted);
 2. match: the longest cached page-aligned prefix, in L1 or in L1 then L2;
@@ -34,6 +34,7 @@ import numpy as np
 from hicache_ref.core.allocator import pages_to_slots
 from hicache_ref.core.block_tokens import TraceTokens
 from hicache_ref.core.controller import CacheController
+from hicache_ref.core.ghost import GhostList
 from hicache_ref.core.pools import DevicePool, HostPool
 from hicache_ref.core.radix import RadixTree, TierCopy
 from hicache_ref.core.synthetic_kv import KVWriter
@@ -51,35 +52,29 @@ class RequestResult(NamedTuple):
 
 
 class HiCache:
-    """L1 of `l1_tokens` and L2 of `l2_tokens` (0: no L2) over one KV geometry on `backend`.
+    """L1 of `l1_tokens` and L2 of `l2_tokens` (0: no L2) as a spec describes, on `backend`.
 
     The KV is real (`materialize`: written, copied and checked) exactly when the backend
     moves bytes; on one that does not (count) the pools are meta tensors and transfers are
     priced on the modeled clock only.
     """
 
-    def __init__(self, geom, l1_tokens: int, l2_tokens: int, backend, *, layout: str = "layer_first",
-                 policy="write_through_selective", ghost=None, order: str = "fifo", sync: bool = True,
-                 hit_count: str = "per_request", pd_disagg: bool = False, backup_scope: str = "node",
-                 evict_size: str = "shortfall", load_back_threshold: int = 0, load_back_quota: int | None = None,
-                 host_order: str | None = None, io_backend: str | None = None, page_keys: str = "tokens"):
-        if not isinstance(pd_disagg, bool):
-            raise ValueError(f"pd_disagg: expected True or False, got {pd_disagg!r}")
-        for name, v in (("load_back_threshold", load_back_threshold), ("load_back_quota", load_back_quota)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                raise ValueError(f"{name}: expected a non-negative number of tokens, got {v!r}")
+    def __init__(self, spec, backend, l1_tokens: int, l2_tokens: int, page_keys: str = "tokens"):
+        """The cache `spec` (a hicache_ref.spec.CacheSpec, checked and resolved) describes, with
+        capacities already resolved (CacheSpec.capacities), on `backend`."""
+        g, t, sem = spec.geometry, spec.tiers, spec.semantics
+        geom = g.kv()
         self.geom, self.page_size = geom, geom.page_size
-        self.pd_disagg = pd_disagg
-        self.load_back_threshold, self.load_back_quota = load_back_threshold or 0, load_back_quota
-        self.backend, self.sync = backend, sync
+        self.pd_disagg = spec.serving.pd_disagg
+        self.load_back_threshold, self.load_back_quota = sem.load_back_threshold or 0, sem.load_back_quota
+        self.backend, self.sync = backend, spec.sync
         self.materialize = backend.capabilities().moves_bytes
-        self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=True, order=order)
-        self.host = HostPool(geom, l2_tokens, layout, backend=backend, materialize=True,
-                             order=order if host_order is None else host_order,
-                             io_backend=io_backend) if l2_tokens else None
-        self.tree = RadixTree(geom.page_size, policy=policy, ghost=ghost, device=self.device, host=self.host,
-                              on_write_back=self._on_write_back, hit_count=hit_count, backup_scope=backup_scope,
-                              evict_size=evict_size, page_keys=page_keys)
+        self.device = DevicePool(geom, l1_tokens, backend=backend, materialize=True, order=t.free_list)
+        self.host = HostPool(geom, l2_tokens, t.host_layout, backend=backend, materialize=True,
+                             order=t.host_free_list, io_backend=t.io_backend) if l2_tokens else None
+        ghost = GhostList(spec.ghost_bound(l1_tokens)) if t.ghost else None
+        self.tree = RadixTree(spec, device=self.device, host=self.host, ghost=ghost,
+                              on_write_back=self._on_write_back, page_keys=page_keys)
         self.controller = CacheController(self.device, self.host, backend) if self.host is not None else None
         self.kv = KVWriter(self.device, backend) if self.materialize else None
         self.l3 = None  # an hicache_ref.l3.L3Tier, attached by hicache_ref.l3.attach_l3
@@ -90,7 +85,7 @@ class HiCache:
         for ack in acks:
             t = ack.tag
             if isinstance(t, TierCopy) and t.lock_node is not None and not t.done:
-                self.tree.complete(t)
+                self.tree.tiers.complete(t)
                 if self.l3 is not None and t.kind == "backup":
                     self.l3.backed_up(t)  # its L2 copy is written to L3 on the L3 write thread
 
@@ -144,7 +139,7 @@ class HiCache:
         l2, unloaded, loaded, load = 0, 0, m.device_pages[:0], None
         try:
             if host_len:
-                t = tree.load_back(m, self.load_back_threshold, self.load_back_quota)
+                t = tree.tiers.load_back(m, self.load_back_threshold, self.load_back_quota)
                 if t is None:
                     unloaded = host_len
                 else:
@@ -156,7 +151,7 @@ class HiCache:
             prefix = l1 + l2
             need_pages = -(-n // ps) - prefix // ps
             # Upstream's paged allocation evicts for the extend tokens plus one page per request.
-            new_pages = tree.take_pages(tree.device, need_pages, tree.evict, partial=True, evict_tokens=n - prefix + ps)
+            new_pages = tree.tiers.take_pages(tree.device, need_pages, tree.tiers.evict, partial=True, evict_tokens=n - prefix + ps)
             truncated = len(new_pages) < need_pages
             mismatch = 0
             if self.materialize:

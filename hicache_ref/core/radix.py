@@ -29,8 +29,8 @@ rank decides alike. Not thread-safe: one scheduler thread calls it (as upstream)
 
 This module holds the tree (match, insert, split, lock, hashes); the tier moves (backup,
 evict, evict_host, write-back, load_back, complete) and the tiers' counters and eviction
-order are hicache_ref.core.tiers.TierMoves, which the tree owns (`tree.tiers`) and delegates
-to; nodes and results are hicache_ref.core.node.
+order are hicache_ref.core.tiers.TierMoves, which the tree owns and callers use directly
+(`tree.tiers.evict(...)`); nodes and results are hicache_ref.core.node.
 
 Differences from upstream HiRadixCache (each a switch; hicache_ref/README.md has the table
 and the switch that selects upstream's behaviour):
@@ -78,7 +78,7 @@ from hicache_ref.core.node import (
     unlock_path,
 )
 from hicache_ref.core.page_keys import make_page_keys
-from hicache_ref.core.policy import WritePolicy, make_policy
+from hicache_ref.core.policy import make_policy
 from hicache_ref.core.tiers import TierMoves
 
 BACKUP_SCOPES = ("node", "path")  # upstream's write_backup, the seed's (see the module docstring)
@@ -113,18 +113,19 @@ def _allocator(x):
 
 
 class RadixTree:
-    def __init__(self, page_size: int, policy: str | WritePolicy = "write_through_selective", ghost=None,
-                 clock: Callable[[], int] | None = None, device=None, host=None,
-                 on_write_back: Callable[[list[TierCopy]], None] | None = None, hit_count: str = "per_request",
-                 backup_scope: str = "node", evict_size: str = "shortfall", page_keys: str = "tokens"):
-        if not isinstance(page_size, int) or page_size <= 0:
-            raise ValueError(f"page_size: must be a positive integer, got {page_size!r}")
+    def __init__(self, spec, *, device=None, host=None, ghost=None,
+                 on_write_back: Callable[[list[TierCopy]], None] | None = None,
+                 clock: Callable[[], int] | None = None, page_keys: str = "tokens"):
+        """The tree `spec` (a hicache_ref.spec.CacheSpec: page size, write policy, hit counting,
+        backup scope, eviction size) describes, over the allocators `device` and `host`."""
+        page_size, sem = spec.geometry.page_size, spec.semantics
+        backup_scope = sem.backup_scope
         if backup_scope not in BACKUP_SCOPES:
             raise ValueError(f"backup_scope: {backup_scope!r} is not one of {', '.join(BACKUP_SCOPES)}")
         self.page_size, self.backup_scope = page_size, backup_scope
         self.keys = make_page_keys(page_keys, page_size)
         self.page_bytes = self.keys.page_bytes  # key bytes per page
-        self.policy = make_policy(policy, hit_count=hit_count)  # hit_count: for a policy given by name
+        self.policy = make_policy(spec.tiers.write_policy, hit_count=sem.hit_count)
         self.ghost = ghost
         self.device = _allocator(device) if device is not None else None
         self.host = _allocator(host) if host is not None else None
@@ -137,45 +138,7 @@ class RadixTree:
         self.root = Node(0, None, b"", NO_PAGES, NO_PAGES)
         self.root.hashes = []
         self.tiers = TierMoves(self.root, page_size, self.policy, ghost, self.device, self.host, on_write_back,
-                               evict_size, self.keys)
-
-    # -- occupancy and the tier moves (hicache_ref.core.tiers) ------------------------------
-    @property
-    def device_pages(self) -> int:
-        """Pages the tree holds in L1."""
-        return self.tiers.device_pages
-
-    @property
-    def host_pages(self) -> int:
-        """Pages the tree holds in L2."""
-        return self.tiers.host_pages
-
-    @property
-    def num_nodes(self) -> int:
-        """Nodes in the tree, the root excluded."""
-        return self.tiers.num_nodes
-
-    def take_pages(self, allocator, need: int, evict: Callable, partial: bool = False,
-                   evict_tokens: int | None = None) -> np.ndarray | None:
-        """`need` pages from a tier's allocator, evicting that tier once if short (TierMoves.take_pages)."""
-        return self.tiers.take_pages(allocator, need, evict, partial, evict_tokens)
-
-    def evict(self, n_tokens: int, on_write_back: Callable[[list[TierCopy]], None] | None = None) -> EvictResult:
-        """Free at least `n_tokens` of L1, LRU leaves first (TierMoves.evict)."""
-        return self.tiers.evict(n_tokens, on_write_back)
-
-    def evict_host(self, n_tokens: int) -> EvictHostResult:
-        """Free at least `n_tokens` of L2 from host-only leaves (TierMoves.evict_host)."""
-        return self.tiers.evict_host(n_tokens)
-
-    def load_back(self, target: Node | MatchResult | PageMatch, min_tokens: int = 0,
-                  quota: int | None = None) -> TierCopy | None:
-        """Give the host-only chain ending at `target` device slots again, all or nothing (TierMoves.load_back)."""
-        return self.tiers.load_back(target, min_tokens, quota)
-
-    def complete(self, copy: TierCopy) -> None:
-        """The caller's copy for a backup or load has landed: release its lock (TierMoves.complete)."""
-        self.tiers.complete(copy)
+                               sem.evict_size, self.keys)
 
     # -- match -------------------------------------------------------------------
     def _tokens(self, tokens) -> tuple[bytes, int]:
@@ -392,9 +355,3 @@ class RadixTree:
     def iter_nodes(self):
         """All nodes except the root, parents before children, in creation order per level."""
         return iter_subtree(self.root)
-
-    def forget_request(self, request_id) -> None:
-        """Drop the hit-counting memory of a request that will never send its finished insert
-        (aborted): else it stays in the policy, and a later request reusing the id would not
-        count the pages this one already counted."""
-        self.policy.forget(request_id)

@@ -7,7 +7,7 @@
 - `host_nodes`: fetched pages into the radix tree as host-resident nodes.
 - `worker`: the read and write threads; the scheduler waits on them only with a deadline.
 - `guard`: L3 faults counted, with request-counted backoff and retry.
-- `build`: `attach_l3`, an L3Tier for a built HiCache from a storage spec string.
+- `build`: `attach_l3`, an L3Tier for a built HiCache from the spec's storage node.
 The storage backends themselves are hicache_ref.storage.
 """
 

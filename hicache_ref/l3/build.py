@@ -15,28 +15,32 @@ from hicache_ref.storage.keys import StorageIdentity
 from hicache_ref.storage.registry import open_storage
 
 
-def attach_l3(cache, storage_spec: str | None = None, *, storage=None, tp_rank: int = 0, tp_size: int = 1,
-              **options) -> L3Tier:
-    """Open `storage_spec` (or use the open `storage`, which the caller keeps) and attach an
-    L3Tier (options: policy, threshold_tokens, limit_tokens, slack_seconds, link, deadline_s)
-    to `cache` as `cache.l3`; returns it."""
-    if cache.host is None:
-        raise ValueError("l3: the cache has no L2 (l2_tokens 0); L3 prefetches into L2")
-    if not cache.materialize:
-        raise ValueError("l3: the cache is not materialized; L3 stores real KV bytes (materialize=True)")
+class StoreOpenError(ValueError):
+    """The L3 store a spec names could not be opened (the message names the spec, then why)."""
+
+
+def attach_l3(cache, spec, *, storage=None, tp_rank: int = 0, tp_size: int = 1, link=None,
+              deadline_s: float | None = None, policy=None) -> L3Tier:
+    """Open the store `spec` (a hicache_ref.spec.StorageSpec, checked: the cache has an L2 and real
+    bytes) names, or use the open `storage`, which the caller keeps, and attach an L3Tier with
+    its prefetch policy (or `policy`, a PrefetchPolicy object with its own parameters) to `cache`
+    as `cache.l3`; returns it."""
     geom = cache.geom
     shard = f"tp{tp_rank}of{tp_size}" if geom.attention == "mha" and tp_size > 1 else ""
     identity = StorageIdentity(geom, shard=shard)
     owns = storage is None
     if owns:
         try:
-            storage = open_storage(storage_spec)
-        except (ValueError, RuntimeError, OSError) as e:  # named for the caller: the spec, then why
+            storage = open_storage(spec.l3)
+        except (ValueError, RuntimeError, OSError) as e:  # named for the caller: the option and spec, then why
             why = str(e)  # open_storage's messages already start with the spec: not twice
-            raise ValueError(f"l3: {why}" if storage_spec in why else f"l3: {storage_spec}: {why}") from e
+            raise StoreOpenError(why if spec.l3 in why else f"{spec.l3}: {why}") from e
     try:
-        tier = L3Tier(storage, cache.tree, cache.host, geom, identity.keys, tp_rank=tp_rank, owns_storage=owns,
-                      **options)
+        extra = {} if deadline_s is None else dict(deadline_s=deadline_s)
+        if policy is not None:
+            extra["policy"] = policy
+        tier = L3Tier(storage, cache.tree, cache.host, geom, identity.keys, spec, link=link, tp_rank=tp_rank,
+                      owns_storage=owns, **extra)
     except BaseException:
         if owns:
             storage.close()

@@ -70,28 +70,24 @@ def _leading_true(flags, n: int) -> int | None:
 class L3Tier:
     """Prefetch, write-back and fault handling between a HiCache's L2 and a storage backend."""
 
-    def __init__(self, storage, tree, host_pool, geom, key_fn, *, policy: str | PrefetchPolicy = "wait_complete",
-                 threshold_tokens: int = DEFAULT_THRESHOLD_TOKENS, limit_tokens: int | None = None,
-                 slack_seconds: float = 0.0, link: L3Link | None = None, tp_rank: int = 0,
-                 deadline_s: float = DEFAULT_DEADLINE_S, group_min=None, owns_storage: bool = False):
-        if host_pool is None:
-            raise ValueError("l3: needs an L2 (host pool) to prefetch into and write back from")
-        if isinstance(threshold_tokens, bool) or not isinstance(threshold_tokens, int) or threshold_tokens < 0:
-            raise ValueError(f"threshold_tokens: expected a non-negative integer, got {threshold_tokens!r}")
-        if isinstance(slack_seconds, bool) or not isinstance(slack_seconds, (int, float)) or slack_seconds < 0:
-            raise ValueError(f"slack_seconds: expected non-negative seconds, got {slack_seconds!r}")
+    def __init__(self, storage, tree, host_pool, geom, key_fn, spec, *, link: L3Link | None = None,
+                 tp_rank: int = 0, deadline_s: float = DEFAULT_DEADLINE_S, group_min=None,
+                 owns_storage: bool = False, policy: PrefetchPolicy | None = None):
+        """`spec`: the hicache_ref.spec.StorageSpec (prefetch policy, threshold, limit, slack), checked;
+        `policy`: a PrefetchPolicy object used instead of the spec's policy by name."""
         if isinstance(tp_rank, bool) or not isinstance(tp_rank, int) or tp_rank < 0:
             raise ValueError(f"tp_rank: expected a non-negative integer, got {tp_rank!r}")
         if not deadline_s > 0:
             raise ValueError(f"deadline_s: expected positive seconds, got {deadline_s!r}")
-        self.policy = make_prefetch_policy(policy) if isinstance(policy, str) else policy
+        self.policy = policy if policy is not None else make_prefetch_policy(spec.prefetch_policy)
         self.storage, self.tree, self.host, self.geom, self.key_fn = storage, tree, host_pool, geom, key_fn
         self.ps = geom.page_size
         self.page_bytes = geom.token_bytes * geom.page_size
         self.link = link or L3Link(self.page_bytes)
-        self.threshold = threshold_tokens
-        self.limit = limit_tokens if limit_tokens is not None else int(host_pool.num_tokens * LIMIT_SHARE_OF_L2)
-        self.slack = float(slack_seconds)
+        self.threshold = spec.prefetch_threshold
+        limit = spec.prefetch_limit_tokens
+        self.limit = limit if limit is not None else int(host_pool.num_tokens * LIMIT_SHARE_OF_L2)
+        self.slack = float(spec.prefetch_slack_seconds)
         self.writes = not (geom.attention == "mla" and tp_rank != 0)
         self.deadline = deadline_s
         self.group_min = group_min or (lambda n: n)
@@ -206,7 +202,7 @@ class L3Tier:
             return match, 0
         lock_path(tree.root, match.last_host_node)  # host eviction must not take the matched path
         try:
-            pages = tree.take_pages(tree.host, used, tree.evict_host, partial=True)
+            pages = tree.tiers.take_pages(tree.host, used, tree.tiers.evict_host, partial=True)
         finally:
             unlock_path(tree.root, match.last_host_node)
         if pages is None or len(pages) == 0:

@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from hal.transfer.direction import POOL_DIRECTIONS
 from hicache_ref.core.cache import HiCache
 from hicache_ref.sim import cost
+from hicache_ref.sim.figures import add_saved, figures, run_config
 from hicache_ref.sim.trace import BLOCK_TOKENS, TraceRequest, read_trace, trace_tokens
 from hicache_ref.spec import CacheSpec
 
@@ -74,9 +74,9 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
                     totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
                     totals["l3_hit_tokens"] += res.l3_hit_tokens
                     if saved is not None:
-                        saved = _add_saved(saved, compute, res)
+                        saved = add_saved(saved, compute, res)
                     if prefix_saved is not None:
-                        prefix_saved = _add_saved(prefix_saved, compute, res, over_l1=False)
+                        prefix_saved = add_saved(prefix_saved, compute, res, over_l1=False)
                     if baseline is not None:
                         full = compute.prefill_seconds(res.input_tokens)
                         baseline = None if full is None else baseline + full
@@ -86,13 +86,7 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
             if own_backend:
                 backend.close()
     wall = time.perf_counter() - t0
-    fig = _figures(totals, cache, wall, read_seconds, saved, cache.tree.ghost, dict(
-        page_size=ps, l1_tokens=l1, l2_tokens=l2, l1_unlimited=spec.l1_tokens is None,
-        l2_unlimited=spec.l2_tokens is None, write_policy=spec.write_policy,
-        host_layout=spec.host_layout, materialize=spec.materialize, pd_disagg=spec.pd_disagg,
-        **spec.semantics_config(),
-        effective_host_layout=spec.effective_host_layout,
-        profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
+    fig = figures(totals, cache, wall, read_seconds, saved, cache.tree.ghost, run_config(spec, backend, l1, l2))
     fig.update(_l3_figures(cache, spec))
     registered = cache.host.nbytes if cache.host is not None else 0
     fig["prefix_cache_compute_saved_seconds"] = prefix_saved
@@ -125,49 +119,7 @@ def _l3_figures(cache: HiCache, spec: CacheSpec) -> dict:
     """L3 figures (hicache_ref.l3.tier): zeros without an L3; the tier's detail with one."""
     if cache.l3 is None:
         return dict(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0)
-    return dict(l3=spec.l3, **cache.l3.figures())
-
-
-def _add_saved(saved: float | None, compute, res, over_l1: bool = True) -> float | None:
-    """Modeled prefill seconds the request's hits save, added to `saved`; None once the profile
-    cannot say. over_l1 (HiCache's gain, what net benefit counts): what its L2 and L3 hits save
-    beyond an L1-only cache, prefill(n - l1_hit) - prefill(n - l1_hit - l2_hit - l3_hit), taking
-    L1's contents with and without the lower tiers as equal (hicache_ref.sim.cost). Else every hit:
-    prefill(n) - prefill(n - hit)."""
-    if saved is None:
-        return None
-    lower = res.l2_hit_tokens + res.l3_hit_tokens
-    before = res.input_tokens - res.l1_hit_tokens if over_l1 else res.input_tokens
-    hit = lower if over_l1 else res.l1_hit_tokens + lower
-    if not hit:
-        return saved
-    full, rest = compute.prefill_seconds(before), compute.prefill_seconds(before - hit)
-    return None if full is None or rest is None else saved + full - rest
-
-
-def _figures(t: dict, cache: HiCache, wall: float, read_seconds: float, saved, ghost_list, config: dict) -> dict:
-    out = dict(t)
-    hits = t["l1_hit_tokens"] + t["l2_hit_tokens"] + t.get("l3_hit_tokens", 0)
-    out["hit_rate"] = hits / t["input_tokens"] if t["input_tokens"] else 0.0
-    ctl = cache.controller.stats() if cache.controller is not None else None
-    for d in POOL_DIRECTIONS:
-        s = getattr(ctl, d) if ctl is not None else None
-        out[f"{d}_tokens"] = s.tokens if s else 0
-        out[f"{d}_bytes"] = s.bytes if s else 0
-        out[f"{d}_segments"] = s.segments if s else 0
-        out[f"{d}_transfers"] = s.transfers if s else 0
-        out[f"{d}_launches"] = s.launches if s else 0
-        out[f"modeled_{d}_seconds"] = s.modeled_seconds if s else 0.0
-        out[f"max_{d}_enqueue_seconds"] = s.max_enqueue_seconds if s else 0.0
-    out["modeled_transfer_seconds"] = ctl.modeled_seconds if ctl is not None else 0.0
-    out["modeled_prefill_seconds_saved"] = saved
-    out["wall_seconds"] = wall
-    out["read_seconds"] = read_seconds
-    out["tokens_per_second"] = t["input_tokens"] / wall if wall > 0 else None
-    if ghost_list is not None:
-        out["ghost"] = ghost_list.report()
-    out.update(config)
-    return out
+    return dict(l3=spec.storage.l3, **cache.l3.figures())
 
 
 def summary_lines(fig: dict) -> list[str]:
@@ -194,7 +146,7 @@ def _served_lines(fig: dict) -> list[str]:
     """What a served replay (hicache_ref.sim.serving, --concurrency) scheduled."""
     if "concurrency" not in fig:
         return []
-    release = "prefill releases each request after its transfer (--pd)" if fig.get("pd") else \
+    release = "prefill releases each request after its transfer (--pd-disagg)" if fig.get("pd") else \
         f"each request holds its KV through its decode steps ({fig['step_seconds'] * 1e3:g} ms a step)"
     arrivals = "at the trace's arrival times" if fig.get("timestamps") else "as fast as slots free up"
     return [f"served: up to {fig['concurrency']:,} requests in flight (at most {fig['max_in_flight']:,} were), "

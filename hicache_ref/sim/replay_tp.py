@@ -7,32 +7,21 @@ and only rank 0 writes (D2H 1/N). Host memory is the same either way; sharing ch
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from hicache_ref.sim.replay import replay
 from hicache_ref.spec import CacheSpec
 
 
-def tp_spec(spec: CacheSpec, tp: int, shared_host: bool) -> CacheSpec:
-    """The spec one rank's replay runs on: L2 capacity N x per rank with a shared pool."""
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ValueError(f"tp: expected a positive number of ranks, got {tp!r}")
-    if not isinstance(shared_host, bool):
-        raise ValueError(f"shared_host: expected True or False, got {shared_host!r}")
-    if not shared_host or spec.l2_tokens is None:
-        return spec
-    per_rank = spec.l2_tokens // spec.page_size * spec.page_size
-    return replace(spec, l2_tokens=per_rank * tp)
-
-
-def tp_replay(spec: CacheSpec, trace, limit: int | None, tp: int, shared_host: bool) -> dict:
-    """hicache_ref.sim.replay.replay for one rank of a TP group of `tp` ranks, plus the group's figures."""
-    run = tp_spec(spec, tp, shared_host)
-    fig = replay(run, trace, limit)
+def tp_replay(spec: CacheSpec, trace, limit: int | None = None) -> dict:
+    """hicache_ref.sim.replay.replay for one rank of the TP group `spec.tp` describes, plus the group's figures."""
+    tp, shared_host = spec.tp.ranks, spec.tp.shared_host
+    if tp is None:
+        raise ValueError("--tp: a TP replay needs tp.ranks")
+    fig = replay(spec.tp_rank(), trace, limit)
     writers = 1 if shared_host else tp
     copies = 1 if shared_host else tp
-    per_rank = None if spec.l2_tokens is None else spec.l2_tokens // spec.page_size * spec.page_size
-    token_bytes = spec.geometry().token_bytes
+    l2 = spec.tiers.l2_tokens
+    per_rank = None if l2 is None else l2 // spec.page_size * spec.page_size
+    token_bytes = spec.geometry.token_bytes
     fig.update(
         tp=tp, shared_host=shared_host, l2_tokens_per_rank=per_rank, effective_l2_tokens=fig["l2_tokens"],
         host_kv_copies=copies, d2h_writer_ranks=writers,

@@ -7,7 +7,7 @@ insert), then locks its cached path in L1. Locks protect from eviction on both t
 (hicache_ref.core.node.lock_path), so a later prefill can evict nothing an in-flight request
 still uses: it evicts around them or is cut to fit (`truncated_requests`). A request is
 released after `output_length` decode steps (one token per step for every request in
-flight), or at once with `pd` (PD disaggregation: the prefill node hands the KV to a decode
+flight), or at once with `pd_disagg` (PD disaggregation: the prefill node hands the KV to a decode
 node and releases it after the transfer). Time only moves in steps of `step_seconds`;
 between events nothing changes, so the loop jumps from event to event.
 
@@ -32,20 +32,9 @@ from contextlib import nullcontext
 import numpy as np
 
 from hicache_ref.core.allocator import pages_to_slots
-from hicache_ref.sim.replay import _add_saved, _figures
+from hicache_ref.sim.figures import add_saved, figures, run_config
 from hicache_ref.sim.trace import TraceRequest, request_tokens
 from hicache_ref.spec import CacheSpec
-
-DEFAULT_STEP_SECONDS = 0.03  # one decode step of a batch; the profiles hold no decode rate yet
-
-
-def _check(spec, concurrency, step_seconds) -> None:
-    if not isinstance(spec, CacheSpec):
-        raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"concurrency: expected a positive integer, got {concurrency!r}")
-    if isinstance(step_seconds, bool) or not isinstance(step_seconds, (int, float)) or not step_seconds > 0:
-        raise ValueError(f"step_seconds: expected a positive number, got {step_seconds!r}")
 
 
 def _check_hits(cache, batch) -> int:
@@ -56,12 +45,18 @@ def _check_hits(cache, batch) -> int:
                for _, tokens, pages, _ in batch if len(pages))
 
 
-def replay_served(spec: CacheSpec, requests: list[TraceRequest], concurrency: int, timestamps: bool = False,
-                  pd: bool = False, step_seconds: float = DEFAULT_STEP_SECONDS, on_step=None) -> dict:
-    """Replay `requests` with up to `concurrency` in flight (see the module docstring); the
-    figures of hicache_ref.sim.replay.replay plus `concurrency`, `steps`, `max_in_flight`.
-    `on_step(cache, in_flight_nodes)`, if given, runs after each step's prefills (tests)."""
-    _check(spec, concurrency, step_seconds)
+def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None) -> dict:
+    """Replay `requests` as `spec.serving` says (concurrency, timestamps, PD release, decode step;
+    see the module docstring); the figures of hicache_ref.sim.replay.replay plus `concurrency`,
+    `steps`, `max_in_flight`. `on_step(cache, in_flight_nodes)`, if given, runs after each step's
+    prefills (tests)."""
+    if not isinstance(spec, CacheSpec):
+        raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
+    serving = spec.serving
+    if serving.concurrency is None:
+        raise ValueError("--concurrency: a served replay needs serving.concurrency (None is the serial replay)")
+    concurrency, timestamps, step_seconds = serving.concurrency, serving.timestamps, serving.step_seconds
+    pd = serving.pd_disagg  # a PD prefill node releases each request right after its transfer
     requests = list(requests)
     ps = spec.page_size
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
@@ -97,7 +92,7 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], concurrency: in
                             totals[k] += {"requests": 1, "truncated_requests": res.truncated}.get(
                                 k, getattr(res, k, 0))
                         if saved is not None:
-                            saved = _add_saved(saved, compute, res)
+                            saved = add_saved(saved, compute, res)
                         # The batch's prefixes stay locked through the step (upstream locks a
                         # request's prefix from scheduling until it is cached); requests that
                         # decode stay locked until their last decode step.
@@ -111,7 +106,7 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], concurrency: in
                         else:
                             handed_off += 1
                         nxt += 1
-                if batch and spec.materialize:
+                if batch and spec.tiers.materialize:
                     totals["kv_mismatch_tokens"] += _check_hits(cache, batch)
                 for node, _, _, decodes in batch:
                     if not decodes:
@@ -131,13 +126,8 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], concurrency: in
     finally:
         if own_backend:
             backend.close()
-    fig = _figures(totals, cache, time.perf_counter() - t0, 0.0, saved, cache.tree.ghost, dict(
-        page_size=ps, l1_tokens=l1, l2_tokens=l2, l1_unlimited=spec.l1_tokens is None,
-        l2_unlimited=spec.l2_tokens is None, write_policy=spec.write_policy,
-        host_layout=spec.host_layout, materialize=spec.materialize, pd_disagg=spec.pd_disagg,
-        **spec.semantics_config(),
-        effective_host_layout=spec.effective_host_layout,
-        profile=getattr(getattr(backend, "profile", None), "name", spec.profile), geometry=spec.geometry_config()))
+    fig = figures(totals, cache, time.perf_counter() - t0, 0.0, saved, cache.tree.ghost,
+                  run_config(spec, backend, l1, l2))
     fig.update(concurrency=concurrency, timestamps=timestamps, pd=pd, step_seconds=step_seconds, steps=step,
                max_in_flight=max_in_flight)
     return fig

@@ -20,7 +20,6 @@ never an invented number). `plateau_l2_tokens` / `on_plateau`: hicache_ref.sim.p
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from hicache_ref.sim.replay import replay
 from hicache_ref.sim.stack_distance import stack_profile
 from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec
+from hicache_ref.spec.memory import check_capacity
 
 METHODS = ("auto", "one_pass", "replay")
 NET_ONE_PASS = ("one_pass: net benefit needs each request's hits (compute saved) and the modeled transfer "
@@ -45,15 +45,16 @@ _TIER_KEYS = ("l1_hit_tokens", "l2_hit_tokens", "d2h_tokens", "h2d_tokens", "d2h
 
 def one_pass_refusal(spec: CacheSpec, tiers: list[int]) -> str | None:
     """Why the one-pass curve would not equal the replays for this spec and these tiers, or None."""
-    if spec.write_policy != "write_through":
-        return f"write_policy {spec.write_policy}: only write_through keeps L2 a superset of L1"
-    if spec.ghost:
+    t = spec.tiers
+    if t.write_policy != "write_through":
+        return f"write_policy {t.write_policy}: only write_through keeps L2 a superset of L1"
+    if t.ghost:
         return "ghost list: it changes what is backed up"
-    if spec.materialize:
+    if t.materialize:
         return "materialize: real bytes are checked only by a replay"
-    if spec.l1_tokens is None:
+    if t.l1_tokens is None:
         return "unlimited L1: every tier is the whole trace"
-    l1 = spec.l1_tokens // spec.page_size * spec.page_size
+    l1 = t.l1_tokens // spec.page_size * spec.page_size
     if tiers[0] // spec.page_size * spec.page_size < l1:
         return f"tier {tiers[0]:,} below L1 {l1:,}: L2 would not hold all of L1"
     return None
@@ -62,16 +63,16 @@ def one_pass_refusal(spec: CacheSpec, tiers: list[int]) -> str | None:
 def _check(spec: CacheSpec, tiers, plateau_gain, method: str) -> list[int]:
     if not isinstance(spec, CacheSpec):
         raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
-    if spec.l1_tokens is None:
-        raise ValueError("l1_tokens: a sweep needs a finite L1 (the spec's l1_tokens)")
+    if spec.tiers.l1_tokens is None:
+        raise ValueError("--l1-tokens: a sweep needs a finite L1 (the spec's tiers.l1_tokens)")
     tiers = list(tiers)
     if not tiers or any(isinstance(t, bool) or not isinstance(t, int) or t <= 0 for t in tiers):
         raise ValueError(f"l2_tokens: expected positive token counts, got {tiers!r}")
     find_plateau(tiers, [0.0] * len(tiers), 0.0, plateau_gain)  # tier order and gain checked before any work
     if method not in METHODS:
-        raise ValueError(f"method: {method!r} is not one of {', '.join(METHODS)}")
+        raise ValueError(f"--method: {method!r} is not one of {', '.join(METHODS)}")
     if method == "one_pass" and (why := one_pass_refusal(spec, tiers)):
-        raise ValueError(f"method: one_pass does not apply: {why}")
+        raise ValueError(f"--method: one_pass does not apply: {why}")
     return tiers
 
 
@@ -110,7 +111,8 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
     refusal = one_pass_refusal(spec, tiers)
     use = "one_pass" if method == "one_pass" or (method == "auto" and refusal is None) else "replay"
     ps = spec.page_size
-    token_bytes = spec.geometry().token_bytes
+    token_bytes = spec.geometry.token_bytes
+    check_capacity(spec.replace(l2_tokens=tiers[-1]))  # the largest cache it builds, before any work
     total = 2 if use == "one_pass" else len(tiers) + 1
     done = [0]
 
@@ -120,13 +122,13 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
             progress(done[0], total)
 
     t0 = time.perf_counter()
-    alone_spec = dataclasses.replace(spec, l2_tokens=0)
+    alone_spec = spec.replace(l2_tokens=0)
     if use == "one_pass":
         alone = replay(alone_spec, requests)
         tick()
         if alone["truncated_requests"]:
             if method == "one_pass":
-                raise ValueError(f"method: one_pass does not apply: {alone['truncated_requests']} requests do "
+                raise ValueError(f"--method: one_pass does not apply: {alone['truncated_requests']} requests do "
                                  "not fit in L1 (l1_tokens) and are cut")
             use, refusal = "replay", f"{alone['truncated_requests']} requests cut to fit L1"
             total = len(tiers) + 1
@@ -134,7 +136,7 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
             rows = _one_pass_rows(spec, requests, tiers, alone, token_bytes)
             tick()
     if use == "replay":
-        figs = _replays([dataclasses.replace(spec, l2_tokens=t) for t in tiers] + [alone_spec], requests,
+        figs = _replays([spec.replace(l2_tokens=t) for t in tiers] + [alone_spec], requests,
                         workers, tick)
         alone = figs.pop()
         rows = [dict(l2_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in _TIER_KEYS},
@@ -150,8 +152,8 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
     return dict(method=use, one_pass_refusal=refusal, tiers=rows, plateau_l2_tokens=plateau.plateau_l2_tokens,
                 on_plateau=plateau.on_plateau, plateau_gain=plateau_gain, l1_tokens=alone["l1_tokens"],
                 l1_alone_hit_rate=alone["hit_rate"], requests=alone["requests"], input_tokens=alone["input_tokens"],
-                page_size=ps, write_policy=spec.write_policy, host_layout=spec.host_layout,
-                profile=alone["profile"], geometry=spec.geometry_config(), token_bytes=token_bytes,
+                page_size=ps, write_policy=spec.tiers.write_policy, host_layout=spec.tiers.host_layout,
+                profile=alone["profile"], geometry=spec.geometry.config(), token_bytes=token_bytes,
                 wall_seconds=time.perf_counter() - t0)
 
 

@@ -23,6 +23,7 @@ from hicache_ref.core.node import NO_PAGES
 from hicache_ref.core.pools import DevicePool, HostPool
 from hicache_ref.core.radix import RadixTree
 from hicache_ref.core.synthetic_kv import KVWriter, synthetic_kv
+from hicache_ref.spec import CacheSpec
 from hicache_ref.tp.digest import DecisionLog, RecordingAllocator
 from hicache_ref.tp.visibility import VisibilityGate
 from hicache_ref.tp.workload import Op, WorkloadConfig
@@ -54,8 +55,8 @@ class RankCache:
                              order=cfg.free_list, host_buffer=host_buffer)
         self.device.allocator = RecordingAllocator(self.device.allocator, log, "l1")
         self.host.allocator = RecordingAllocator(self.host.allocator, log, "l2")
-        self.tree = RadixTree(ps, policy=cfg.write_policy, device=self.device, host=self.host,
-                              on_write_back=self._on_write_back)
+        self.tree = RadixTree(CacheSpec.of(page_size=ps, write_policy=cfg.write_policy), device=self.device,
+                              host=self.host, on_write_back=self._on_write_back)
         self.controller = CacheController(self.device, self.host, backend)
         self.kv = KVWriter(self.device, backend)
         self.gate = VisibilityGate(group, cfg.l2_pages, shared=cfg.shared, enabled=cfg.gate, progress=self._progress)
@@ -104,7 +105,7 @@ class RankCache:
             pass
         self.controller.flush()
         for t in self._backups:
-            self.tree.complete(t)
+            self.tree.tiers.complete(t)
         self._backups = []
 
     # -- reads ----------------------------------------------------------------------------
@@ -140,7 +141,7 @@ class RankCache:
             getattr(self, f"_op_{op.kind}")(op)
         finally:
             for t in self._loads:
-                self.tree.complete(t)
+                self.tree.tiers.complete(t)
             self._loads = []
         self.log.end()
 
@@ -163,11 +164,11 @@ class RankCache:
             l1 = len(m.device_pages) * ps
             self._check(tokens, 0, m.device_pages)
             loaded = NO_PAGES
-            if len(m.host_pages) and (t := tree.load_back(m)) is not None:
+            if len(m.host_pages) and (t := tree.tiers.load_back(m)) is not None:
                 self._load(t, tokens, l1)
                 loaded = t.device_pages
             prefix = l1 + len(loaded) * ps
-            new_pages = tree.take_pages(tree.device, -(-n // ps) - prefix // ps, tree.evict, partial=True)
+            new_pages = tree.tiers.take_pages(tree.device, -(-n // ps) - prefix // ps, tree.tiers.evict, partial=True)
             self.kv.write(tokens[prefix: prefix + len(new_pages) * ps], prefix, pages_to_slots(new_pages, ps))
             cached = min(n // ps * ps, prefix + len(new_pages) * ps)
             kept = (cached - prefix) // ps
@@ -185,14 +186,14 @@ class RankCache:
         self._check(op.tokens, 0, m.device_pages)
 
     def _op_evict(self, op: Op) -> None:
-        self.tree.evict(op.pages * self.ps)
+        self.tree.tiers.evict(op.pages * self.ps)
 
     def _op_evict_host(self, op: Op) -> None:
-        self.tree.evict_host(op.pages * self.ps)
+        self.tree.tiers.evict_host(op.pages * self.ps)
 
     def _op_load_back(self, op: Op) -> None:
         m = self.tree.match_pages(op.tokens)
-        if len(m.host_pages) and (t := self.tree.load_back(m)) is not None:
+        if len(m.host_pages) and (t := self.tree.tiers.load_back(m)) is not None:
             self._load(t, op.tokens, len(m.device_pages) * self.ps)
 
     def _op_backup(self, op: Op) -> None:

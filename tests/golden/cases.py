@@ -20,7 +20,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "replay_write_back_ghost": (["replay", "--limit", "300", "--l1-tokens", "300K", "--l2-tokens", "900K",
                                  "--write-policy", "write_back", "--ghost", "--profile", "p800"], SYNTH),
     "replay_served_pd": (["replay", "--limit", "200", "--l1-tokens", "300K", "--l2-tokens", "1M",
-                          "--concurrency", "8", "--pd", "--pd-disagg", "--timestamps", "--profile", "p800"], SYNTH),
+                          "--concurrency", "8", "--pd-disagg", "--timestamps", "--profile", "p800"], SYNTH),
     "replay_tp_shared_page16": (["replay", "--limit", "200", "--page-size", "16", "--l1-tokens", "30K",
                                  "--l2-tokens", "300K", "--tp", "4", "--shared-host", "--write-policy", "write_through", "--profile", "emu"], CONV),
     "replay_materialized_mha": (["replay", "--limit", "80", "--materialize", "--attention", "mha", "--layers", "2",

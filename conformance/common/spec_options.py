@@ -1,0 +1,96 @@
+"""Command-line options made from the spec's field metadata (hicache_ref.spec.fields.param).
+
+Each spec field declares its option, help, parser, choices and the commands it applies to; this
+module adds those options to a command's parser and turns the parsed values back into a
+CacheSpec. An option left out stays None here, so the spec's own default applies: one default
+per concept, kept in the spec. Options a command has beyond the spec (its inputs and outputs)
+are declared by the command in LOCAL_OPTIONS; the common ones are made here by `add_local`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from hicache_ref.spec import NODES, CacheSpec
+
+ROOT = "root"  # the node name of the root's own fields (profile)
+
+# The command-local options several commands share: (help, argparse keywords).
+LOCAL = {
+    "--trace": ("Mooncake JSONL trace, .jsonl or .jsonl.gz (default: the packaged conversation_trace.jsonl.gz)", {}),
+    "--limit": ("only the first N requests (default: all)", dict(metavar="N")),
+    "--json": ("print the figures as one JSON object", dict(action="store_true")),
+    "--quiet": ("no progress on stderr (shown only on a terminal)", dict(action="store_true")),
+    "--out": ("directory for the command's JSON and plot", {}),
+}
+
+
+def spec_fields(command: str) -> list[tuple[str, dataclasses.Field]]:
+    """(node name, field) of every spec field with an option that applies to `command`."""
+    out = [(name, f) for name, cls in NODES.items() for f in dataclasses.fields(cls)
+           if "option" in f.metadata and command in f.metadata["commands"]]
+    out += [(ROOT, f) for f in dataclasses.fields(CacheSpec) if "option" in f.metadata
+            and command in f.metadata["commands"]]
+    return out
+
+
+def _dest(option: str) -> str:
+    return option.removeprefix("--").replace("-", "_")
+
+
+def _argparse_type(parse):
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix(": ")) from None
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
+
+
+def shown_default(f: dataclasses.Field) -> str:
+    """The default as the help states it."""
+    meta = f.metadata
+    if meta.get("shown_default") is not None:
+        return meta["shown_default"]
+    return "off" if meta.get("flag") else "none" if f.default is None else str(f.default)
+
+
+def add_spec_options(p, command: str) -> None:
+    """Add an option for every spec field that applies to `command` (default None: the spec's)."""
+    for _, f in spec_fields(command):
+        meta = f.metadata
+        kw: dict = dict(dest=_dest(meta["option"]), help=f"{meta['help']} (default: {shown_default(f)})")
+        if meta["flag"]:
+            kw.update(action="store_true", default=None)
+        else:
+            kw.update(default=None)
+            if meta["parse"] is not None:
+                kw["type"] = _argparse_type(meta["parse"])
+            if meta["choices"]:
+                kw["choices"] = meta["choices"]
+            if meta["metavar"]:
+                kw["metavar"] = meta["metavar"]
+        action = p.add_argument(meta["option"], **kw)
+        # What the option means when left out (the spec's default), for the CLI reference and the
+        # test that an option means the same in every command.
+        action.spec_default = False if meta["flag"] else f.default
+
+
+def add_local(p, option: str, help: str | None = None, **kw) -> None:
+    """A command-local option; the shared ones (LOCAL) keep one help text across commands."""
+    base_help, base_kw = LOCAL.get(option, (None, {}))
+    p.add_argument(option, help=help or base_help, **{**base_kw, **kw})
+
+
+def spec_from_args(a, command: str, **fixed) -> CacheSpec:
+    """The CacheSpec the parsed options `a` describe; `fixed`: flat fields the command sets itself."""
+    nodes: dict[str, dict] = {}
+    for node, f in spec_fields(command):
+        value = getattr(a, _dest(f.metadata["option"]))
+        if value is not None:
+            nodes.setdefault(node, {})[f.name] = value
+    root = nodes.pop(ROOT, {})
+    spec = CacheSpec(**{n: NODES[n](**kw) for n, kw in nodes.items()}, **root)
+    return spec.replace(**fixed) if fixed else spec

@@ -1,0 +1,56 @@
+"""The KV geometry node: attention kind, layers, heads, KV width, dtype and page size.
+
+Defaults are the P800 seed geometry (hal.transfer.seed, its one definition), so byte counts and
+modeled seconds are the ones that deployment would see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hal.transfer.layouts import DTYPES, KVGeometry, parse_dtype
+from hal.transfer.seed import SEED_GEOMETRY
+from hicache_ref.spec.fields import fail, one_of, param, parse_int, whole
+
+MAX_LAYERS, MAX_PAGE_SIZE, MAX_DIM, MAX_HEADS = 4096, 1 << 16, 1 << 16, 1024
+_SEED_DTYPE = next(name for name, dt in DTYPES.items() if dt == SEED_GEOMETRY.dtype)
+
+
+@dataclass(frozen=True)
+class GeometrySpec:
+    """One rank's KV: what a token costs in bytes and how it is paged."""
+
+    PATH = "geometry"
+    attention: str = param(SEED_GEOMETRY.attention, "--attention", "attention kind: mla (one latent KV head) or mha",
+                           choices=("mla", "mha"))
+    layers: int = param(SEED_GEOMETRY.layers, "--layers", f"model layers (at most {MAX_LAYERS:,})",
+                        parse=parse_int(1, MAX_LAYERS))
+    heads: int = param(SEED_GEOMETRY.heads, "--heads", "KV heads (MHA; MLA keeps one)", parse=parse_int(1, MAX_HEADS))
+    kv_dim: int = param(SEED_GEOMETRY.head_dim, "--kv-dim", "MLA latent width, or the head dim with --attention mha",
+                        parse=parse_int(1, MAX_DIM))
+    dtype: str = param(_SEED_DTYPE, "--dtype", "KV element type", choices=tuple(DTYPES))
+    page_size: int = param(SEED_GEOMETRY.page_size, "--page-size", f"tokens per page (at most {MAX_PAGE_SIZE:,})",
+                           parse=parse_int(1, MAX_PAGE_SIZE))
+
+    def __post_init__(self):
+        one_of(self, "attention", ("mla", "mha"))
+        whole(self, "layers", 1, MAX_LAYERS)
+        whole(self, "heads", 1, MAX_HEADS)
+        whole(self, "kv_dim", 1, MAX_DIM)
+        whole(self, "page_size", 1, MAX_PAGE_SIZE)
+        one_of(self, "dtype", tuple(DTYPES))
+        if self.attention == "mla" and self.heads != 1:
+            raise fail(self, "heads", f"MLA keeps one latent KV head, got {self.heads}; --heads is for --attention mha")
+
+    def kv(self) -> KVGeometry:
+        """The hal geometry this node describes."""
+        return KVGeometry(self.attention, self.layers, self.heads, self.kv_dim, parse_dtype(self.dtype), self.page_size)
+
+    @property
+    def token_bytes(self) -> int:
+        return self.kv().token_bytes
+
+    def config(self) -> dict:
+        """The geometry as the figures report it (page size reported beside it)."""
+        return dict(attention=self.attention, layers=self.layers, heads=self.heads, kv_dim=self.kv_dim,
+                    dtype=self.dtype)

@@ -1,0 +1,256 @@
+"""The root spec: the nodes (geometry, tiers, semantics, storage, serving, tp) plus the profile.
+
+Every cross-field rule lives here and runs once, when the spec is made, before anything is
+built: each refusal is a SpecError naming the option. Construction also resolves what depends on
+several nodes: the preset's switches (and which were overridden), L2 sized upstream-style, the
+prefetch defaults, the effective host layout. `CacheSpec.of(**fields)` routes flat field names
+to their nodes; `build` makes the HiCache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from hal.backend import get_backend
+from hal.transfer.io_backend import effective_host_layout
+from hal.transfer.layouts import MLA_LAYOUTS
+from hicache_ref.spec import sizing
+from hicache_ref.spec.fields import SpecError, fail, param
+from hicache_ref.spec.geometry import GeometrySpec
+from hicache_ref.spec.presets import SWITCHES, preset
+from hicache_ref.spec.semantics import SemanticsSpec
+from hicache_ref.spec.serving import ServingSpec
+from hicache_ref.spec.storage import StorageSpec
+from hicache_ref.spec.tiers import MIN_GHOST_ENTRIES, TiersSpec
+from hicache_ref.spec.tp import TPSpec
+
+MATERIALIZE_LIMIT_BYTES = 16 << 30  # refuse pools larger than this: a typo should not eat the host
+NODES = dict(geometry=GeometrySpec, tiers=TiersSpec, semantics=SemanticsSpec, storage=StorageSpec,
+             serving=ServingSpec, tp=TPSpec)
+_TIER_SWITCHES = ("free_list", "host_free_list", "io_backend")  # preset switches on the tiers node
+_ALIASES = {"semantics": ("semantics", "preset"), "tp": ("tp", "ranks")}  # flat names that differ from the field
+
+
+def _node_of(name: str) -> tuple[str, str]:
+    if name in _ALIASES:
+        return _ALIASES[name]
+    for node, cls in NODES.items():
+        if name in {f.name for f in dataclasses.fields(cls)}:
+            return node, name
+    raise TypeError(f"CacheSpec: no field {name!r}")
+
+
+def _route(fields: dict) -> tuple[dict, dict[str, dict]]:
+    """(root fields, {node: its fields}) from flat names."""
+    fields = dict(fields)
+    root = {k: fields.pop(k) for k in ("profile", "backend") if k in fields}
+    nodes: dict[str, dict] = {}
+    for name, value in fields.items():
+        node, f = _node_of(name)
+        nodes.setdefault(node, {})[f] = value
+    return root, nodes
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """What to build and run: one frozen tree, checked and resolved when made."""
+
+    PATH = "spec"
+    geometry: GeometrySpec = field(default_factory=GeometrySpec)
+    tiers: TiersSpec = field(default_factory=TiersSpec)
+    semantics: SemanticsSpec = field(default_factory=SemanticsSpec)
+    storage: StorageSpec = field(default_factory=StorageSpec)
+    serving: ServingSpec = field(default_factory=ServingSpec)
+    tp: TPSpec = field(default_factory=TPSpec)
+    profile: str = param("p800", "--profile", "hardware profile for the modeled clock (name or YAML path)")
+    # A hal backend to run on, or None: one of `profile` made by open_backend (emu when
+    # materialized, else count, which prices the same plans and moves no bytes). Not an option.
+    backend: Any = field(default=None, compare=False)
+    # Resolved at construction (not given): the host layout the pool uses, and upstream sizing's report.
+    effective_host_layout: str = field(default="", init=False)
+    host_sizing: dict | None = field(default=None, init=False, compare=False)
+
+    def __post_init__(self):
+        for name, cls in NODES.items():
+            if not isinstance(getattr(self, name), cls):
+                raise TypeError(f"CacheSpec.{name}: expected a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+        g, t, st = self.geometry, self.tiers, self.storage
+        if not isinstance(self.profile, str) or not self.profile:
+            raise fail(self, "profile", f"expected a profile name or YAML path, got {self.profile!r}")
+        self._check_capacities()
+        self._resolve_semantics()
+        t = self.tiers
+        if g.attention == "mla" and t.host_layout not in MLA_LAYOUTS:
+            raise fail(t, "host_layout", f"{t.host_layout!r} is not an MLA host layout ({', '.join(MLA_LAYOUTS)})")
+        object.__setattr__(self, "effective_host_layout", effective_host_layout(t.host_layout, t.io_backend))
+        if st.l3 is not None:
+            if not t.materialize:
+                raise fail(st, "l3", "needs --materialize (L3 stores and returns real KV bytes)")
+            if t.l2_tokens == 0:
+                raise fail(st, "l3", "needs an L2 to prefetch into; --l2-tokens is 0")
+            if self.tp.ranks is not None or self.serving.concurrency is not None:
+                raise fail(st, "l3", "applies to a serial single-rank replay; drop "
+                           + ("--tp" if self.tp.ranks is not None else "--concurrency"))
+        if self.backend is not None and self.backend.capabilities().moves_bytes != t.materialize:
+            raise fail(t, "materialize", f"backend {self.backend.name!r} "
+                       f"{'moves' if not t.materialize else 'moves no'} bytes, but materialize={t.materialize} "
+                       "(unmaterialized caches run on a backend that moves none, such as count)")
+
+    # -- resolution -------------------------------------------------------------------------
+    def _check_capacities(self) -> None:
+        t, ps = self.tiers, self.geometry.page_size
+        for name in ("l1_tokens", "l2_tokens"):
+            v = getattr(t, name)
+            if v is not None and 0 < v < ps:
+                raise fail(t, name, f"{v:,} tokens hold no whole page of --page-size {ps}"
+                           + ("; give 0 for no L2" if name == "l2_tokens" else ""))
+        option = t.sizing_option()
+        if option is None:
+            return
+        if t.l2_tokens is not None:
+            raise fail(t, option, "sizes L2, and so does --l2-tokens; give one of the two")
+        if t.l1_tokens is None:
+            raise fail(t, option, "sizes L2 against the device pool: give --l1-tokens")
+        token_bytes = self.geometry.token_bytes
+        device = t.l1_tokens // ps * ps
+        host = sizing.host_tokens(device, ps, token_bytes, ratio=t.hicache_ratio, size_gb=t.hicache_size)
+        try:
+            sizing.check_host_larger(host, device)
+        except ValueError as e:
+            raise fail(t, option, str(e)) from None
+        report = dict(hicache_ratio=t.hicache_ratio, hicache_size_gb=t.hicache_size, device_tokens=device,
+                      host_tokens=host, host_bytes=host * token_bytes, token_bytes=token_bytes)
+        if t.materialize:  # only real pools take host memory
+            available = sizing.mem_available()
+            if available is None:
+                report["free_memory_check"] = "not run: MemAvailable unknown (no /proc/meminfo)"
+            else:
+                try:
+                    sizing.check_host_memory(host * token_bytes, available)
+                except ValueError as e:
+                    raise fail(t, option, str(e)) from None
+                report["free_memory_check"] = "passed"
+        else:
+            report["free_memory_check"] = "not run: pools not materialized (no host memory taken)"
+        # sized once: the ratio/size stay as given, l2_tokens holds the result
+        object.__setattr__(self, "tiers", dataclasses.replace(t, l2_tokens=host, hicache_ratio=None,
+                                                              hicache_size=None))
+        object.__setattr__(self, "host_sizing", report)
+
+    def _resolve_semantics(self) -> None:
+        """Switches left None take the preset's values; `overrides` lists those given that differ."""
+        s, t = self.semantics, self.tiers
+        base = preset(s.preset)
+        given = {k: getattr(t if k in _TIER_SWITCHES else s, k) for k in SWITCHES}
+        resolved = {k: base[k] if given[k] is None else given[k] for k in SWITCHES}
+        if resolved["host_free_list"] is None:  # None: the device order
+            resolved["host_free_list"] = resolved["free_list"]
+        base_host = base["host_free_list"] or resolved["free_list"]
+        overrides = tuple(k for k in SWITCHES if given[k] is not None
+                          and given[k] != (base_host if k == "host_free_list" else base[k]))
+        object.__setattr__(self, "semantics", dataclasses.replace(
+            s, overrides=overrides, **{k: resolved[k] for k in SWITCHES if k not in _TIER_SWITCHES}))
+        object.__setattr__(self, "tiers", dataclasses.replace(t, **{k: resolved[k] for k in _TIER_SWITCHES}))
+
+    # -- making specs -----------------------------------------------------------------------
+    @classmethod
+    def of(cls, **fields) -> CacheSpec:
+        """A spec from flat field names (page_size=16, l1_tokens=..., semantics="upstream", tp=4),
+        each routed to its node; `profile` and `backend` are the root's."""
+        root, nodes = _route(fields)
+        return cls(**{n: NODES[n](**kw) for n, kw in nodes.items()}, **root)
+
+    @classmethod
+    def preset(cls, semantics: str = "reference", **fields) -> CacheSpec:
+        """A spec whose request-path switches come from preset `semantics`, `fields` overriding them."""
+        return cls.of(semantics=semantics, **fields)
+
+    def replace(self, **fields) -> CacheSpec:
+        """This spec with flat fields changed (CacheSpec.of's names), checked again as a whole."""
+        root, nodes = _route(fields)
+        return dataclasses.replace(self, **{n: dataclasses.replace(getattr(self, n), **kw)
+                                            for n, kw in nodes.items()}, **root)
+
+    # -- what it says -------------------------------------------------------------------------
+    @property
+    def page_size(self) -> int:
+        return self.geometry.page_size
+
+    def to_dict(self) -> dict:
+        """The resolved spec as a nested dict (what a replay's JSON echoes under "spec")."""
+        out = {n: {f.name: (list(v) if isinstance(v := getattr(getattr(self, n), f.name), tuple) else v)
+                   for f in dataclasses.fields(getattr(self, n))} for n in NODES}
+        return dict(out, profile=self.profile, effective_host_layout=self.effective_host_layout,
+                    backend=None if self.backend is None else self.backend.name)
+
+    def semantics_config(self) -> dict:
+        """The resolved switches as the figures report them, and those that override the preset."""
+        s, t = self.semantics, self.tiers
+        return dict(semantics=s.preset, hit_count=s.hit_count, backup_scope=s.backup_scope, evict_size=s.evict_size,
+                    load_back_threshold=s.load_back_threshold, free_list=t.free_list,
+                    host_free_list=t.host_free_list, io_backend=t.io_backend, load_back_quota=s.load_back_quota,
+                    semantics_overrides=list(s.overrides))
+
+    @property
+    def sync(self) -> bool:
+        """Apply completions before each request whenever eviction is possible (finite capacity,
+        or real bytes), so figures do not depend on thread timing."""
+        t = self.tiers
+        return t.materialize or t.l1_tokens is not None or t.l2_tokens is not None
+
+    def ghost_bound(self, l1_tokens: int) -> int:
+        """The ghost list's bound for an L1 of `l1_tokens`."""
+        e = self.tiers.ghost_entries
+        return e if e is not None else max(l1_tokens // self.page_size, MIN_GHOST_ENTRIES)
+
+    def capacities(self, whole_tokens: int = 0) -> tuple[int, int]:
+        """(L1, L2) in tokens, rounded down to whole pages; an unlimited tier holds `whole_tokens`
+        (at least one page). SpecError if materialized pools would exceed MATERIALIZE_LIMIT_BYTES."""
+        ps = self.page_size
+        unlimited = max(whole_tokens, ps)
+        l1, l2 = (unlimited if v is None else v // ps * ps for v in (self.tiers.l1_tokens, self.tiers.l2_tokens))
+        size = (l1 + l2) * self.geometry.token_bytes
+        if self.tiers.materialize and size > MATERIALIZE_LIMIT_BYTES:
+            raise fail(self.tiers, "materialize", f"pools of {size / 2**30:.1f} GiB exceed "
+                       f"{MATERIALIZE_LIMIT_BYTES >> 30} GiB; give l1/l2 capacities, a limit, or a smaller geometry")
+        return l1, l2
+
+    def tp_rank(self) -> CacheSpec:
+        """The spec one rank of the TP group replays: with a shared host, L2 is N x per rank."""
+        t, tp = self.tiers, self.tp
+        if tp.ranks is None or not tp.shared_host or t.l2_tokens is None:
+            return self
+        per_rank = t.l2_tokens // self.page_size * self.page_size
+        return self.replace(l2_tokens=per_rank * tp.ranks)
+
+    # -- building -----------------------------------------------------------------------------
+    def open_backend(self) -> tuple[Any, bool]:
+        """(backend, owned): the spec's backend, or a new one of `profile` that the caller closes:
+        emu when materialized, else count (no bytes, the same modeled seconds)."""
+        if self.backend is not None:
+            return self.backend, False
+        return get_backend("emu" if self.tiers.materialize else "count", self.profile), True
+
+    def build(self, backend, whole_tokens: int = 0, page_keys: str = "tokens"):
+        """The HiCache this spec describes on `backend` (see capacities for `whole_tokens`), its L3
+        attached when the spec has one. `page_keys`: how its tree spells pages (hicache_ref.core.page_keys)."""
+        from hicache_ref.core.cache import HiCache
+        from hicache_ref.l3.build import StoreOpenError, attach_l3
+
+        if backend.capabilities().moves_bytes != self.tiers.materialize:
+            raise SpecError("--materialize", "tiers.materialize", f"backend {backend.name!r} does not match "
+                            f"materialize={self.tiers.materialize} (open_backend picks one that does)")
+        l1, l2 = self.capacities(whole_tokens)
+        cache = HiCache(self, backend, l1, l2, page_keys=page_keys)
+        if self.storage.l3 is not None:
+            try:
+                attach_l3(cache, self.storage)
+            except StoreOpenError as e:
+                cache.close()
+                raise SpecError("--l3", "storage.l3", str(e)) from e
+            except BaseException:
+                cache.close()
+                raise
+        return cache

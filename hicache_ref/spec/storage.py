@@ -1,0 +1,63 @@
+"""The storage node: the L3 store under L2 (a spec string naming a registered store) and its prefetch.
+
+`l3` is NAME:ARGS for a store in hicache_ref.storage.registry (file:DIR, mooncake:..., memory:);
+a new kind of store is a registered name, not a field. The prefetch options apply only with an L3
+and are resolved to their defaults once one is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hicache_ref.l3.policy import PREFETCH_POLICIES
+from hicache_ref.l3.tier import DEFAULT_THRESHOLD_TOKENS
+from hicache_ref.spec.fields import fail, one_of, param, parse_int, real, whole
+
+DEFAULT_PREFETCH_POLICY = "wait_complete"
+L3_ONLY = {"replay"}
+_SLACK_MS = parse_int(0, 3_600_000)
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """An L3 store and when a request waits for what it prefetches."""
+
+    PATH = "storage"
+    l3: str | None = param(None, "--l3", "L3 store under L2: file:DIR[,max_bytes=SIZE], mooncake:METADATA_URL,"
+                           "MASTER_ADDR, mooncake:auto (a loopback cluster of its own) or memory:[max_bytes=SIZE] "
+                           "(needs --materialize and an L2); adds l3_* figures", metavar="SPEC", commands=L3_ONLY)
+    prefetch_policy: str | None = param(None, "--prefetch-policy", "with --l3: when a request stops waiting for "
+                                        "its prefetch (best_effort fetches only within --prefetch-slack-ms)",
+                                        choices=tuple(PREFETCH_POLICIES), shown_default=DEFAULT_PREFETCH_POLICY,
+                                        commands=L3_ONLY)
+    prefetch_threshold: int | None = param(None, "--prefetch-threshold", "with --l3: fewer L3 tokens than this "
+                                           "are not prefetched", parse=parse_int(0),
+                                           shown_default=str(DEFAULT_THRESHOLD_TOKENS), commands=L3_ONLY)
+    prefetch_limit_tokens: int | None = param(None, "--prefetch-limit", "with --l3: rate limit, tokens in flight",
+                                              parse=parse_int(0), shown_default="0.8 x L2", commands=L3_ONLY)
+    prefetch_slack_seconds: float | None = param(None, "--prefetch-slack-ms", "with --l3: modeled queue time, "
+                                                 "whole ms, a request has before it is scheduled",
+                                                 parse=lambda text: _SLACK_MS(text) / 1000,
+                                                 shown_default="0: serial replay", commands=L3_ONLY)
+
+    def __post_init__(self):
+        if self.l3 is None:
+            for name in ("prefetch_policy", "prefetch_threshold", "prefetch_limit_tokens", "prefetch_slack_seconds"):
+                if getattr(self, name) is not None:
+                    raise fail(self, name, "applies to an L3: give --l3 SPEC")
+            return
+        from hicache_ref.storage.registry import split_spec, storage_class
+
+        try:
+            storage_class(split_spec(self.l3)[0])
+        except ValueError as e:
+            raise fail(self, "l3", str(e)) from None
+        defaults = dict(prefetch_policy=DEFAULT_PREFETCH_POLICY, prefetch_threshold=DEFAULT_THRESHOLD_TOKENS,
+                        prefetch_slack_seconds=0.0)
+        for name, value in defaults.items():  # resolved once an L3 is given
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        one_of(self, "prefetch_policy", tuple(PREFETCH_POLICIES))
+        whole(self, "prefetch_threshold", 0)
+        whole(self, "prefetch_limit_tokens", 0, none_ok=True)
+        real(self, "prefetch_slack_seconds")

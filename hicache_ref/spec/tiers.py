@@ -1,0 +1,96 @@
+"""The tiers node: L1/L2 capacities (or upstream-style L2 sizing), write policy, ghost list, free
+lists, host layout, io_backend and whether pools hold real bytes.
+
+Capacities are tokens; None is unlimited (sized to the whole trace), an L2 of 0 is no L2.
+`hicache_ratio` / `hicache_size` size L2 from L1 as upstream does (hicache_ref.spec.sizing); the
+root spec resolves them into `l2_tokens`. The free lists and io_backend left None take the
+semantics preset's values there too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hal.transfer.io_backend import IO_BACKENDS
+from hal.transfer.layouts import HOST_LAYOUTS
+from hal.units import HELP as UNITS
+from hicache_ref.core.allocator import ORDERS
+from hicache_ref.core.policy import POLICIES
+from hicache_ref.spec.fields import (
+    fail,
+    flag,
+    one_of,
+    param,
+    parse_int,
+    parse_real,
+    parse_tokens,
+    real,
+    whole,
+)
+
+MIN_GHOST_ENTRIES = 1024  # the ghost list's default bound: L1 pages, at least this many
+SIZE_HELP = UNITS  # how a token count is written: 2M, 64K, 1MiB
+
+
+@dataclass(frozen=True)
+class TiersSpec:
+    """What each tier holds and how KV moves between them."""
+
+    PATH = "tiers"
+    l1_tokens: int | None = param(None, "--l1-tokens", f"device (L1) capacity in tokens ({SIZE_HELP})",
+                                  parse=parse_tokens, shown_default="unlimited")
+    l2_tokens: int | None = param(None, "--l2-tokens", f"host (L2) capacity in tokens ({SIZE_HELP}); 0: no L2",
+                                  parse=parse_tokens, shown_default="unlimited", commands={"replay", "ablate"})
+    hicache_ratio: float | None = param(None, "--hicache-ratio", "L2 = this x L1 tokens, aligned up to pages "
+                                        "plus one, as upstream (needs --l1-tokens)", parse=parse_real(),
+                                        metavar="R", commands={"replay"})
+    hicache_size: int | None = param(None, "--hicache-size", "L2 = this many GB (10^9 bytes) per rank of KV, "
+                                     "as upstream; give it or --hicache-ratio", parse=parse_int(1), metavar="GB",
+                                     commands={"replay"})
+    write_policy: str = param("write_through_selective", "--write-policy", "when L1 pages are backed up to L2 "
+                              "(write_through allows sweep's one-pass curve)", choices=POLICIES,
+                              commands={"replay", "sweep"})
+    ghost: bool = param(False, "--ghost", "back up prefixes proven reused by a ghost list of L1 evictions",
+                        flag=True, commands={"replay", "sweep"})
+    ghost_entries: int | None = param(None, "--ghost-entries", f"with --ghost: ghost list bound ({SIZE_HELP})",
+                                      parse=parse_tokens, shown_default=f"L1 pages, at least {MIN_GHOST_ENTRIES}",
+                                      commands={"replay", "sweep"})
+    free_list: str | None = param(None, "--free-list", "device (L1) free-list order (hicache_ref.core.allocator)",
+                                  choices=ORDERS, shown_default="the preset's",
+                                  commands={"replay", "sweep"})
+    host_free_list: str | None = param(None, "--host-free-list", "host (L2) free-list order", choices=ORDERS,
+                                       shown_default="the preset's, else --free-list's", commands={"replay", "sweep"})
+    host_layout: str = param("layer_first", "--host-layout", "host KV layout (page_first is used as "
+                             "page_first_direct with --io-backend direct, as upstream)", choices=HOST_LAYOUTS,
+                             commands={"replay", "sweep"})
+    io_backend: str | None = param(None, "--io-backend", "how host KV moves: direct (one copy per merged run) or "
+                                   "kernel (launches and per-item copies)", choices=IO_BACKENDS,
+                                   shown_default="the preset's", commands={"replay", "sweep"})
+    materialize: bool = param(False, "--materialize", "real KV pools and bytes; every hit checked bit for bit",
+                              flag=True, commands={"replay", "sweep"})
+
+    def __post_init__(self):
+        for name in ("l1_tokens", "l2_tokens"):
+            whole(self, name, 0, none_ok=True)
+        if self.l1_tokens == 0:
+            raise fail(self, "l1_tokens", "0 tokens hold no page: L1 needs at least one page")
+        real(self, "hicache_ratio", positive=True, none_ok=True)
+        whole(self, "hicache_size", 1, none_ok=True)
+        if self.hicache_ratio is not None and self.hicache_size is not None:
+            raise fail(self, "hicache_size", "overrides --hicache-ratio (as upstream); give one of the two")
+        one_of(self, "write_policy", POLICIES)
+        flag(self, "ghost")
+        whole(self, "ghost_entries", 1, none_ok=True)
+        if self.ghost_entries is not None and not self.ghost:
+            raise fail(self, "ghost_entries", "bounds the ghost list, which only --ghost turns on")
+        for name in ("free_list", "host_free_list"):
+            if getattr(self, name) is not None:
+                one_of(self, name, ORDERS)
+        if self.io_backend is not None:
+            one_of(self, "io_backend", IO_BACKENDS)
+        one_of(self, "host_layout", HOST_LAYOUTS)
+        flag(self, "materialize")
+
+    def sizing_option(self) -> str | None:
+        """The upstream sizing option given, if any."""
+        return "hicache_size" if self.hicache_size is not None else "hicache_ratio" if self.hicache_ratio else None

@@ -1,0 +1,67 @@
+"""Every option of replay, sweep and ablate is one spec field's or a documented command-local one,
+and a spec field's option is spelled, and defaults, the same in every command that has it."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import pytest
+
+from conformance.common.spec_options import spec_fields
+from hicache_ref.spec import CacheSpec
+
+COMMANDS = ("replay", "sweep", "ablate")
+
+
+def _parser(command: str):
+    module = importlib.import_module(f"conformance.cli.{command}")
+    p = argparse.ArgumentParser(allow_abbrev=False)
+    module.add_arguments(p)
+    return module, p
+
+
+def _options(p) -> dict[str, argparse.Action]:
+    return {s: a for a in p._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_option_is_a_spec_field_or_documented_local(command):
+    module, p = _parser(command)
+    from_spec = [f.metadata["option"] for _, f in spec_fields(command)]
+    assert len(from_spec) == len(set(from_spec)), "two spec fields share an option"
+    local = set(module.LOCAL_OPTIONS)
+    assert not local & set(from_spec), f"{command}: local options shadow spec fields: {local & set(from_spec)}"
+    options = set(_options(p))
+    assert options == set(from_spec) | local, (f"{command}: undocumented {sorted(options - set(from_spec) - local)}, "
+                                              f"declared but absent {sorted((set(from_spec) | local) - options)}")
+
+
+def test_a_spec_option_has_one_spelling_and_default_everywhere():
+    seen: dict[str, tuple] = {}
+    for command in COMMANDS:
+        _, p = _parser(command)
+        actions = _options(p)
+        for node, f in spec_fields(command):
+            a = actions[f.metadata["option"]]
+            # None in the parser: the spec's default applies, the same object in every command
+            assert a.default is None, f"{command} {f.metadata['option']}: a default outside the spec"
+            key = (node, f.name)
+            said = (a.dest, a.help, tuple(a.choices or ()))
+            assert seen.setdefault(key, said) == said, f"{f.metadata['option']}: differs between commands"
+
+
+def test_the_naming_table_defaults_hold():
+    spec = CacheSpec()
+    assert spec.profile == "p800"
+    assert spec.tiers.write_policy == "write_through_selective"
+    assert spec.page_size == 64 and spec.geometry.kv_dim == 576 and spec.tiers.host_layout == "layer_first"
+    for command in COMMANDS:
+        _, p = _parser(command)
+        assert "--head-dim" not in _options(p) and "--pd" not in _options(p)
+
+
+def test_a_new_field_becomes_an_option_in_every_command_it_applies_to():
+    names = {c: {f.metadata["option"] for _, f in spec_fields(c)} for c in COMMANDS}
+    assert {"--profile", "--page-size", "--kv-dim", "--l1-tokens"} <= names["replay"] & names["sweep"] & names["ablate"]
+    assert "--l3" in names["replay"] and "--l3" not in names["ablate"]
