@@ -8,13 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from conformance.cli.replay import trace_arg
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
 from conformance.cli.sweep import PLATEAU_GAIN
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
 from conformance.common.inputs import load_profile_arg
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
+from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
 from hicache_ref.sim.ablate import ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.trace import read_trace

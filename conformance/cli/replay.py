@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import sys
 
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
 from conformance.common.inputs import load_profile_arg, text_file
 from conformance.common.progress import ticker
+from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
 from hicache_ref.sim.replay import summary_lines
 from hicache_ref.sim.replay_tp import tp_summary_line
 from hicache_ref.sim.run import run_replay

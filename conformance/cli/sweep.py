@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 from conformance.cli.replay import trace_arg
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip, clip_path
 from conformance.common.inputs import load_profile_arg, page_tokens
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
+from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
 from hal.units import HELP as UNITS
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.sweep import METHODS, sweep
