@@ -65,3 +65,37 @@ def test_a_new_field_becomes_an_option_in_every_command_it_applies_to():
     names = {c: {f.metadata["option"] for _, f in spec_fields(c)} for c in COMMANDS}
     assert {"--profile", "--page-size", "--kv-dim", "--l1-tokens"} <= names["replay"] & names["sweep"] & names["ablate"]
     assert "--l3" in names["replay"] and "--l3" not in names["ablate"]
+
+
+# Options spelled like a spec field's but made by hand, each with why it is not the spec's option.
+HAND_MADE = {
+    ("bench transfer", "--host-layout"): "a comma list of layouts to time, not the one layout a cache uses",
+    ("bench l3", "--host-layout"): "a comma list of layouts to time, not the one layout a cache uses",
+    ("sweep", "--l2-tokens"): "a comma list of tiers (sweep grows L2 over them)",
+    ("spmd", "--tp"): "ranks of the SPMD self-check (real processes), not a replay's modeled TP group",
+    ("spmd", "--shared-host"): "the self-check's real shared host segment",
+    ("spmd", "--free-list"): "the self-check's allocator order (fifo or lifo)",
+    ("bench spmd", "--tp"): "ranks of the SPMD benchmark (real processes)",
+    ("conform", "--profile"): "the profile whose targets are judged: the backend's own by default",
+    ("calibrate", "--profile"): "the profile the measured link section is written into: the backend's own by default",
+    ("doctor", "--profile"): "the topology to emulate where the host reports none (default: none)",
+}
+
+
+def test_no_command_makes_a_spec_option_by_hand():
+    """A concept the spec holds is defined once: a command that has its option takes the spec's
+    (default, parser, help), unless HAND_MADE says why that command's option is another thing."""
+    from conformance.cli.main import build_parser
+    from conformance.cli.reference import commands, option_name, options
+
+    spec_options = {f.metadata["option"] for node in ("replay", "sweep", "ablate", "plan", "bench replay")
+                    for _, f in spec_fields(node)}
+    by_hand = set()
+    for name, parser in commands(build_parser()):
+        command = name.removeprefix("hicache ")
+        for action in options(parser):
+            option = option_name(action)
+            if option in spec_options and not hasattr(action, "spec_default"):
+                by_hand.add((command, option))
+    assert by_hand <= set(HAND_MADE), f"made by hand, take the spec's option: {sorted(by_hand - set(HAND_MADE))}"
+    assert set(HAND_MADE) <= by_hand, f"no longer made by hand, drop from HAND_MADE: {sorted(set(HAND_MADE) - by_hand)}"

@@ -32,6 +32,7 @@ import torch
 from conformance.bench.common import emit, machine
 from conformance.common import args as arg_types
 from conformance.common.errors import CliError, clip
+from conformance.common.spec_options import add_spec_options
 from hal.transfer.layouts import check_layout
 from hal.transfer.seed import seed_geometry
 from hicache_ref.core.pools import HostPool
@@ -49,9 +50,7 @@ def add_arguments(p) -> None:
                         "mooncake:auto when the Mooncake wheel loads here")
     p.add_argument("--pages", type=arg_types.positive, default=32, help="pages set and got per round")
     p.add_argument("--batch", type=arg_types.positive, default=8, help="pages per set/get call")
-    p.add_argument("--layers", type=arg_types.layers, default=78, help="model layers (the seed: 78)")
-    p.add_argument("--kv-dim", type=arg_types.dim, default=576, help="MLA latent width per token (the seed: 576)")
-    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
+    add_spec_options(p, "bench l3")  # geometry, page size, profile as every command spells them
     p.add_argument("--host-layout", default="page_first_direct,layer_first",
                    help="host layouts (comma-separated) of the pool the pages come from and go to")
     p.add_argument("--digest", default="xxh3", help=f"integrity digest of the objects ({', '.join(DIGESTS)})")

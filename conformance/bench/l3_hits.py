@@ -23,6 +23,7 @@ import time
 
 from conformance.bench.common import check_trace, emit, machine
 from conformance.common import args as arg_types
+from conformance.common.spec_options import add_spec_options
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.trace import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
@@ -35,8 +36,7 @@ GEOMETRY = dict(attention="mla", layers=1, kv_dim=4, dtype="bf16")
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
     p.add_argument("--limit", type=arg_types.count(1), default=1500, help="the first N requests (default 1500)")
-    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
-    p.add_argument("--profile", default="p800", help="profile whose compute model prices the net benefit")
+    add_spec_options(p, "bench l3_hits")  # geometry, page size, profile as every command spells them
     p.add_argument("--store", action="append", choices=STORES, help="store(s) to measure (default: both)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 

@@ -12,6 +12,7 @@ import torch
 from conformance.bench.common import emit, machine
 from conformance.common import args as arg_types
 from conformance.common.errors import CliError
+from conformance.common.spec_options import add_spec_options
 from hal.memory import vm
 from hal.memory.budget import fmt, refuse_over
 from hal.memory.host import allocate_host
@@ -36,7 +37,7 @@ def add_arguments(p) -> None:
                    help=f"comma-separated buffer sizes whose registration is timed ({UNITS_HELP})")
     p.add_argument("--copy-size", default="256MiB", help=f"bytes moved per H2D/D2H transfer ({UNITS_HELP})")
     p.add_argument("--item-bytes", type=arg_types.positive, default=1152, help="bytes per token (576-dim MLA row in bf16)")
-    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page; pages are scattered")
+    add_spec_options(p, "bench memory")  # geometry, page size, profile as every command spells them
     p.add_argument("--repeat", type=arg_types.positive, default=5, help="timed repetitions; medians are reported")
     p.add_argument("--backend", default="emu", help="whose register_host and copies are timed: emu (this CPU, "
                    "mlock), cuda or xpu (the device's host registration and DMA)")

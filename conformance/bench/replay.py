@@ -35,8 +35,7 @@ from pathlib import Path
 
 from conformance.bench.common import check_trace, emit, machine
 from conformance.common import args as arg_types
-from hal.transfer.layouts import HOST_LAYOUTS
-from hicache_ref.core.policy import POLICIES
+from conformance.common.spec_options import add_spec_options, spec_from_args
 from hicache_ref.sim.replay import frozen_heap, replay
 from hicache_ref.sim.trace import find_trace, read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
@@ -50,9 +49,7 @@ _SGLANG_STUBBED = ("sglang.kernels", "sglang.srt.configs", "sglang.srt.mem_cache
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace, .jsonl or .jsonl.gz (default: the packaged "
                    "conversation_trace.jsonl.gz)")
-    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
-    p.add_argument("--write-policy", default="write_through_selective", choices=POLICIES, help="when L1 pages are written to L2")
-    p.add_argument("--host-layout", default="layer_first", choices=HOST_LAYOUTS, help="host pool layout")
+    add_spec_options(p, "bench replay")  # --page-size, --write-policy, --host-layout as replay spells them
     p.add_argument("--limit", type=arg_types.count(1), help="only the first N requests")
     p.add_argument("--repeat", type=arg_types.positive, default=3, help="timed runs; medians are reported")
     p.add_argument("--sglang-root", help="directory holding an unpacked `sglang` Python package: run its "
@@ -228,7 +225,8 @@ def run(a) -> int:
     ours, tree_only, cpu = [], [], []
     theirs: dict[str, list[dict]] = {k: [] for k in key_kinds} if peer is not None else {}
     fig = None
-    spec = CacheSpec.of(page_size=a.page_size, write_policy=a.write_policy, host_layout=a.host_layout, profile="emu")
+    spec = spec_from_args(a, "bench replay", profile="emu")
+    a.page_size, a.write_policy, a.host_layout = spec.page_size, spec.tiers.write_policy, spec.tiers.host_layout
     for _ in range(a.repeat):
         gc.collect()  # every run starts without the previous run's garbage (trees are cyclic)
         c0 = time.process_time()

@@ -20,6 +20,7 @@ import time
 
 from conformance.bench.common import check_trace, emit, machine
 from conformance.common import args as arg_types
+from conformance.common.spec_options import add_spec_options
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.sweep import sweep
 from hicache_ref.sim.trace import find_trace, read_trace
@@ -32,7 +33,7 @@ TARGET_RATIO = 3.0
 
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
-    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
+    add_spec_options(p, "bench sweep")  # geometry, page size, profile as every command spells them
     p.add_argument("--limit", type=arg_types.count(1), help="only the first N requests")
     p.add_argument("--repeat", type=arg_types.positive, default=1, help="timed runs; medians are reported")
     p.add_argument("--check-tiers", action="store_true", help="also replay every tier and report the largest "

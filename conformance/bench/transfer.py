@@ -15,6 +15,7 @@ from conformance.bench.common import check_targets, emit, machine, median_second
 from conformance.common import args as arg_types
 from conformance.common.errors import CliError, clip
 from conformance.common.inputs import load_profile_arg
+from conformance.common.spec_options import add_spec_options
 from hal.backend import backend_class, get_backend
 from hal.memory.budget import refuse_over
 from hal.transfer import kvcacheio, segcopy
@@ -35,12 +36,9 @@ def add_arguments(p) -> None:
                    help="cuda/xpu: descriptor (one async copy per segment) or gather (rows gathered above 64 "
                         "segments); default: $HICACHE_COPY_MODE, else gather")
     p.add_argument("--tokens", type=arg_types.size(), default=8192, help=f"tokens moved per transfer (scattered pages; {UNITS})")
-    p.add_argument("--layers", type=arg_types.layers, default=78, help="model layers (the seed: 78)")
-    p.add_argument("--kv-dim", type=arg_types.dim, default=576, help="MLA latent width per token (the seed: 576)")
-    p.add_argument("--page-size", type=arg_types.page_size, default=64, help="tokens per page")
+    add_spec_options(p, "bench transfer")  # geometry, page size, profile as every command spells them
     p.add_argument("--host-layout", default="layer_first,page_first_direct,page_first",
                    help=f"host layouts timed, comma-separated ({', '.join(MLA_LAYOUTS)})")
-    p.add_argument("--profile", default="p800", help="profile whose link model prices the same plans")
     p.add_argument("--targets", default="emu",
                    help="profile whose targets the measured figures are checked against (this machine's class; "
                         "with a device backend, 'emu' means --profile)")

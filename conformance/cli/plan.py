@@ -8,26 +8,18 @@ import time
 import numpy as np
 
 from conformance.common import args as types
+from conformance.common.spec_options import add_spec_options, spec_from_args
 from hal.memory.budget import refuse_over
-from hal.transfer.layouts import DTYPES, HOST_LAYOUTS
 from hal.transfer.plan import plan_pool_transfer
-from hal.transfer.slots import option_geometry, planned_bytes, scattered_pool_slots, slot_indices
+from hal.transfer.slots import planned_bytes, scattered_pool_slots, slot_indices
 from hal.units import HELP as UNITS
 
 HELP = "count the merged DMA segments of a device<->host pool transfer in a given host layout"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--host-layout", default="layer_first", choices=HOST_LAYOUTS, help="host pool layout planned")
-    p.add_argument("--attention", default="mla", choices=("mla", "mha"), help="MLA (one latent row) or MHA (K and V)")
+    add_spec_options(p, "plan")  # the geometry and host layout, as every command spells them
     p.add_argument("--tokens", type=types.size(), required=True, help=f"tokens to move, e.g. 32K ({UNITS})")
-    p.add_argument("--page-size", type=types.page_size, default=64,
-                   help=f"tokens per page (at most {types.MAX_PAGE_SIZE:,})")
-    p.add_argument("--layers", type=types.layers, default=78, help=f"at most {types.MAX_LAYERS:,}")
-    p.add_argument("--kv-dim", type=types.dim, default=576,
-                   help="KV width per head: MLA's latent (kv_lora_rank + rope dim), MHA's head dim")
-    p.add_argument("--heads", type=types.heads, default=1, help="KV heads (MHA; MLA has one)")
-    p.add_argument("--dtype", default="bf16", choices=tuple(DTYPES), help="KV element type")
     p.add_argument("--direction", default="d2h", choices=("d2h", "h2d"), help="device to host (backup) or back (load)")
     p.add_argument("--indices", default="contiguous", choices=("contiguous", "random"),
                    help="contiguous slots, or randomly scattered whole pages on both sides")
@@ -36,8 +28,9 @@ def add_arguments(p) -> None:
 
 
 def run(a) -> int:
-    layout = a.host_layout
-    geom = option_geometry(a.attention, a.layers, a.kv_dim, a.heads, a.dtype, a.page_size)
+    spec = spec_from_args(a, "plan")
+    layout, geom = spec.tiers.host_layout, spec.geometry.kv()
+    a.page_size, a.layers, a.attention, a.dtype = geom.page_size, geom.layers, geom.attention, spec.geometry.dtype
     refuse_over("--tokens" if a.tokens >= a.page_size else "--page-size",
                 planned_bytes(layout, geom, a.tokens, a.page_size),
                 f"index arrays and segments of {a.tokens:,} tokens x {a.layers} layers in {layout}")

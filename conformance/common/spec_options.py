@@ -78,6 +78,14 @@ def add_spec_options(p, command: str) -> None:
         action.spec_default = False if meta["flag"] else f.default
 
 
+def fill_defaults(a, command: str) -> None:
+    """Give every spec-made option `a` left out the spec's default: for tools that read values, not a spec."""
+    for _, f in spec_fields(command):
+        dest = _dest(f.metadata["option"])
+        if getattr(a, dest, None) is None:
+            setattr(a, dest, False if f.metadata["flag"] else f.default)
+
+
 def add_local(p, option: str, help: str | None = None, **kw) -> None:
     """A command-local option; the shared ones (LOCAL) keep one help text across commands."""
     base_help, base_kw = LOCAL.get(option, (None, {}))

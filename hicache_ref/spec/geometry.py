@@ -10,10 +10,16 @@ from dataclasses import dataclass
 
 from hal.transfer.layouts import DTYPES, KVGeometry, parse_dtype
 from hal.transfer.seed import SEED_GEOMETRY
-from hicache_ref.spec.fields import fail, one_of, param, parse_int, whole
+from hicache_ref.spec.fields import ALL_COMMANDS, fail, one_of, param, parse_int, whole
 
 MAX_LAYERS, MAX_PAGE_SIZE, MAX_DIM, MAX_HEADS = 4096, 1 << 16, 1 << 16, 1024
 _SEED_DTYPE = next(name for name, dt in DTYPES.items() if dt == SEED_GEOMETRY.dtype)
+
+
+GEOMETRY_COMMANDS = ALL_COMMANDS | {"plan"}  # plan counts one transfer of this geometry
+SHAPE_COMMANDS = GEOMETRY_COMMANDS | {"bench transfer", "bench l3"}  # benchmarks that move seed-shaped KV
+# every command that pages tokens
+PAGE_COMMANDS = SHAPE_COMMANDS | {"bench replay", "bench memory", "bench sweep", "bench l3_hits", "trace stats"}
 
 
 @dataclass(frozen=True)
@@ -22,15 +28,17 @@ class GeometrySpec:
 
     PATH = "geometry"
     attention: str = param(SEED_GEOMETRY.attention, "--attention", "attention kind: mla (one latent KV head) or mha",
-                           choices=("mla", "mha"))
+                           choices=("mla", "mha"), commands=GEOMETRY_COMMANDS)
     layers: int = param(SEED_GEOMETRY.layers, "--layers", f"model layers (at most {MAX_LAYERS:,})",
-                        parse=parse_int(1, MAX_LAYERS))
-    heads: int = param(SEED_GEOMETRY.heads, "--heads", "KV heads (MHA; MLA keeps one)", parse=parse_int(1, MAX_HEADS))
+                        parse=parse_int(1, MAX_LAYERS), commands=SHAPE_COMMANDS)
+    heads: int = param(SEED_GEOMETRY.heads, "--heads", "KV heads (MHA; MLA keeps one)", parse=parse_int(1, MAX_HEADS),
+                       commands=GEOMETRY_COMMANDS)
     kv_dim: int = param(SEED_GEOMETRY.head_dim, "--kv-dim", "MLA latent width, or the head dim with --attention mha",
-                        parse=parse_int(1, MAX_DIM))
-    dtype: str = param(_SEED_DTYPE, "--dtype", "KV element type", choices=tuple(DTYPES))
+                        parse=parse_int(1, MAX_DIM), commands=SHAPE_COMMANDS)
+    dtype: str = param(_SEED_DTYPE, "--dtype", "KV element type", choices=tuple(DTYPES),
+                       commands=GEOMETRY_COMMANDS)
     page_size: int = param(SEED_GEOMETRY.page_size, "--page-size", f"tokens per page (at most {MAX_PAGE_SIZE:,})",
-                           parse=parse_int(1, MAX_PAGE_SIZE))
+                           parse=parse_int(1, MAX_PAGE_SIZE), commands=PAGE_COMMANDS)
 
     def __post_init__(self):
         one_of(self, "attention", ("mla", "mha"))

@@ -17,7 +17,7 @@ from hal.backend import get_backend
 from hal.transfer.io_backend import effective_host_layout
 from hal.transfer.layouts import MLA_LAYOUTS
 from hicache_ref.spec import sizing
-from hicache_ref.spec.fields import SpecError, fail, param
+from hicache_ref.spec.fields import ALL_COMMANDS, SpecError, fail, param
 from hicache_ref.spec.geometry import GeometrySpec
 from hicache_ref.spec.presets import SWITCHES, preset
 from hicache_ref.spec.semantics import SemanticsSpec
@@ -64,7 +64,8 @@ class CacheSpec:
     storage: StorageSpec = field(default_factory=StorageSpec)
     serving: ServingSpec = field(default_factory=ServingSpec)
     tp: TPSpec = field(default_factory=TPSpec)
-    profile: str = param("p800", "--profile", "hardware profile for the modeled clock (name or YAML path)")
+    profile: str = param("p800", "--profile", "hardware profile for the modeled clock (name or YAML path)",
+                         commands=ALL_COMMANDS | {"bench transfer", "bench l3_hits"})
     # A hal backend to run on, or None: one of `profile` made by open_backend (emu when
     # materialized, else count, which prices the same plans and moves no bytes). Not an option.
     backend: Any = field(default=None, compare=False)

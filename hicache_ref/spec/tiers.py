@@ -49,7 +49,7 @@ class TiersSpec:
                                      commands={"replay"})
     write_policy: str = param("write_through_selective", "--write-policy", "when L1 pages are backed up to L2 "
                               "(write_through allows sweep's one-pass curve)", choices=POLICIES,
-                              commands={"replay", "sweep"})
+                              commands={"replay", "sweep", "bench replay"})
     ghost: bool = param(False, "--ghost", "back up prefixes proven reused by a ghost list of L1 evictions",
                         flag=True, commands={"replay", "sweep"})
     ghost_entries: int | None = param(None, "--ghost-entries", f"with --ghost: ghost list bound ({SIZE_HELP})",
@@ -60,9 +60,9 @@ class TiersSpec:
                                   commands={"replay", "sweep"})
     host_free_list: str | None = param(None, "--host-free-list", "host (L2) free-list order", choices=ORDERS,
                                        shown_default="the preset's, else --free-list's", commands={"replay", "sweep"})
-    host_layout: str = param("layer_first", "--host-layout", "host KV layout (page_first is used as "
-                             "page_first_direct with --io-backend direct, as upstream)", choices=HOST_LAYOUTS,
-                             commands={"replay", "sweep"})
+    host_layout: str = param("layer_first", "--host-layout", "host KV layout (in a replay, page_first is used "
+                             "as page_first_direct with --io-backend direct, as upstream)", choices=HOST_LAYOUTS,
+                             commands={"replay", "sweep", "plan", "bench replay"})
     io_backend: str | None = param(None, "--io-backend", "how host KV moves: direct (one copy per merged run) or "
                                    "kernel (launches and per-item copies)", choices=IO_BACKENDS,
                                    shown_default="the preset's", commands={"replay", "sweep"})
