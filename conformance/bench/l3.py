@@ -50,7 +50,7 @@ def add_arguments(p) -> None:
                         "mooncake:auto when the Mooncake wheel loads here")
     p.add_argument("--pages", type=arg_types.positive, default=32, help="pages set and got per round")
     p.add_argument("--batch", type=arg_types.positive, default=8, help="pages per set/get call")
-    add_spec_options(p, "bench l3")  # geometry, page size, profile as every command spells them
+    add_spec_options(p, "bench l3", filled=True)  # geometry, page size, profile as every command spells them
     p.add_argument("--host-layout", default="page_first_direct,layer_first",
                    help="host layouts (comma-separated) of the pool the pages come from and go to")
     p.add_argument("--digest", default="xxh3", help=f"integrity digest of the objects ({', '.join(DIGESTS)})")

@@ -36,7 +36,7 @@ GEOMETRY = dict(attention="mla", layers=1, kv_dim=4, dtype="bf16")
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
     p.add_argument("--limit", type=arg_types.count(1), default=1500, help="the first N requests (default 1500)")
-    add_spec_options(p, "bench l3_hits")  # geometry, page size, profile as every command spells them
+    add_spec_options(p, "bench l3_hits", filled=True)  # geometry, page size, profile as every command spells them
     p.add_argument("--store", action="append", choices=STORES, help="store(s) to measure (default: both)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 

@@ -37,7 +37,7 @@ def add_arguments(p) -> None:
                    help=f"comma-separated buffer sizes whose registration is timed ({UNITS_HELP})")
     p.add_argument("--copy-size", default="256MiB", help=f"bytes moved per H2D/D2H transfer ({UNITS_HELP})")
     p.add_argument("--item-bytes", type=arg_types.positive, default=1152, help="bytes per token (576-dim MLA row in bf16)")
-    add_spec_options(p, "bench memory")  # geometry, page size, profile as every command spells them
+    add_spec_options(p, "bench memory", filled=True)  # geometry, page size, profile as every command spells them
     p.add_argument("--repeat", type=arg_types.positive, default=5, help="timed repetitions; medians are reported")
     p.add_argument("--backend", default="emu", help="whose register_host and copies are timed: emu (this CPU, "
                    "mlock), cuda or xpu (the device's host registration and DMA)")

@@ -33,7 +33,7 @@ TARGET_RATIO = 3.0
 
 def add_arguments(p) -> None:
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the packaged conversation trace)")
-    add_spec_options(p, "bench sweep")  # geometry, page size, profile as every command spells them
+    add_spec_options(p, "bench sweep", filled=True)  # geometry, page size, profile as every command spells them
     p.add_argument("--limit", type=arg_types.count(1), help="only the first N requests")
     p.add_argument("--repeat", type=arg_types.positive, default=1, help="timed runs; medians are reported")
     p.add_argument("--check-tiers", action="store_true", help="also replay every tier and report the largest "

@@ -36,7 +36,7 @@ def add_arguments(p) -> None:
                    help="cuda/xpu: descriptor (one async copy per segment) or gather (rows gathered above 64 "
                         "segments); default: $HICACHE_COPY_MODE, else gather")
     p.add_argument("--tokens", type=arg_types.size(), default=8192, help=f"tokens moved per transfer (scattered pages; {UNITS})")
-    add_spec_options(p, "bench transfer")  # geometry, page size, profile as every command spells them
+    add_spec_options(p, "bench transfer", filled=True)  # geometry, page size, profile as every command spells them
     p.add_argument("--host-layout", default="layer_first,page_first_direct,page_first",
                    help=f"host layouts timed, comma-separated ({', '.join(MLA_LAYOUTS)})")
     p.add_argument("--targets", default="emu",

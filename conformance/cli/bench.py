@@ -21,9 +21,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from conformance.common.progress import ticker
-    from conformance.common.spec_options import fill_defaults
-
-    fill_defaults(args, f"bench {args.bench}")  # the spec's default for each spec-made option left out
     args._bench_check(args)
     with ticker(f"hicache bench {args.bench}", args.quiet):
         return args._bench_run(args)

@@ -9,7 +9,7 @@ from pathlib import Path
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
 from conformance.common.inputs import text_file
-from conformance.common.spec_options import add_spec_options, fill_defaults
+from conformance.common.spec_options import add_spec_options
 from hal.units import HELP as UNITS
 from hal.units import parse_size
 from hicache_ref.sim.trace import read_trace
@@ -25,7 +25,7 @@ def add_arguments(p) -> None:
     s = sub.add_parser("stats", help="requests, lengths, prefix reuse rate, unlimited hit rate, reuse distances",
                        description="Figures of a Mooncake JSONL trace (definitions: README \"Traces\").")
     s.add_argument("path", help="Mooncake JSONL trace (.jsonl or .jsonl.gz)")
-    add_spec_options(s, "trace stats")  # --page-size as every command spells it
+    add_spec_options(s, "trace stats", filled=True)  # --page-size as every command spells it
     s.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     s.add_argument("--plot", help="also write a PNG: length histogram and hit rate vs LRU capacity")
     s.set_defaults(_trace_run=_stats)
@@ -48,7 +48,6 @@ def run(a) -> int:
 
 
 def _stats(a) -> int:
-    fill_defaults(a, "trace stats")
     path = text_file("path", a.path, "a Mooncake JSONL trace")
     if a.plot is not None:
         _writable("--plot", a.plot)

@@ -57,15 +57,18 @@ def shown_default(f: dataclasses.Field) -> str:
     return "off" if meta.get("flag") else "none" if f.default is None else str(f.default)
 
 
-def add_spec_options(p, command: str) -> None:
-    """Add an option for every spec field that applies to `command` (default None: the spec's)."""
+def add_spec_options(p, command: str, filled: bool = False) -> None:
+    """Add an option for every spec field that applies to `command`. Left out it is None, so the
+    spec's default applies when spec_from_args builds the spec; `filled`: the spec's default itself,
+    for tools that read the values rather than build a spec."""
     for _, f in spec_fields(command):
         meta = f.metadata
         kw: dict = dict(dest=_dest(meta["option"]), help=f"{meta['help']} (default: {shown_default(f)})")
+        default = (False if meta["flag"] else f.default) if filled else None
         if meta["flag"]:
-            kw.update(action="store_true", default=None)
+            kw.update(action="store_true", default=default)
         else:
-            kw.update(default=None)
+            kw.update(default=default)
             if meta["parse"] is not None:
                 kw["type"] = _argparse_type(meta["parse"])
             if meta["choices"]:
@@ -76,14 +79,6 @@ def add_spec_options(p, command: str) -> None:
         # What the option means when left out (the spec's default), for the CLI reference and the
         # test that an option means the same in every command.
         action.spec_default = False if meta["flag"] else f.default
-
-
-def fill_defaults(a, command: str) -> None:
-    """Give every spec-made option `a` left out the spec's default: for tools that read values, not a spec."""
-    for _, f in spec_fields(command):
-        dest = _dest(f.metadata["option"])
-        if getattr(a, dest, None) is None:
-            setattr(a, dest, False if f.metadata["flag"] else f.default)
 
 
 def add_local(p, option: str, help: str | None = None, **kw) -> None:
