@@ -1,29 +1,10 @@
 """pytest plugin for the conformance suites: which backend and profile, fixtures, need markers.
 
-Installing hicache-harness registers this module as a pytest plugin (entry point group
-`pytest11`), so any pytest run in that environment has the options below. The entry point is
-named `conformance.plugin`, like the module, on purpose: pytest then sees `-p conformance.plugin`
-(which `hicache conform` passes, and which works without the entry point, e.g. under
-PYTEST_DISABLE_PLUGIN_AUTOLOAD) as the same plugin instead of registering it twice, which is
-an error. For the same reason there is no conformance/conftest.py loading it: pytest also
-refuses `pytest_plugins` in a conftest below the rootdir, which `--pyargs conformance.suites` is.
-Disable it with `-p no:conformance.plugin`.
-
-Options:
-  --backend NAME         backend under test (default: $HICACHE_BACKEND or `emu`)
-  --profile NAME|PATH    hardware profile (default: `emu` for emu, `p800` for xpu, else a
-                         profile named like the backend if one ships, else none)
-  --backend-module MOD   import MOD first (repeatable; also $HICACHE_BACKEND_MODULES, comma
-                         separated): an out-of-tree backend calls hal.backend.register() at
-                         import, so it can be tested before it is packaged with an entry point
-
-Fixtures: `backend` (one instance per session and worker; every test using it is skipped
-with the backend's own reason when `probe()` says the hardware is absent), `profile` (a
-loaded hardware_profiles.model.Profile or None), `kv` (hal.transfer.kvcacheio bound to the backend) and
-`kv_memory` (device buffers from the backend, host buffers pinned where the device is real).
-
-Markers say what a test needs beyond a working backend; the test is skipped, with the reason,
-where the need is not met.
+Installing hicache-harness registers it (entry point group `pytest11`, named `conformance.plugin`).
+The name matches the module, so `-p conformance.plugin` is the same plugin, not a second one.
+Options: `--backend`, `--profile`, `--backend-module`; fixtures: `backend`, `profile`, `kv`, `kv_memory`.
+Markers say what a test needs beyond a working backend; unmet needs skip it with the reason.
+Disable it with `-p no:conformance.plugin`. Details: docs/architecture.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The backend contract: what every device (emu, count, cuda, xpu, out-of-tree) implements.
 
-A Backend is three contracts, one per interface of the design card:
-- `TransferEngine`: device buffers, streams and events, and `execute`, which moves the bytes a
-  `TransferPlan` (hal.transfer.plan) describes;
-- `HostRegistrar` (hal.memory.registration): `register_host` / `unregister_host`, making host
-  memory ready for DMA;
-- `TopologySource`: `topology`, the NUMA nodes and accelerators the backend runs on.
-
-Like tinygrad's runtime, the public methods validate and dispatch once and a backend fills only
-underscore hooks: `_execute` gets a checked plan whose direction is known, `_register_range`
-gets one range of a registration already split and rolled back on failure. Nothing outside
-`hal/backends/` knows which backend runs; callers get one from `get_backend(name, profile)`
-(hal.registry, re-exported here).
+A Backend is three contracts: `TransferEngine`, `HostRegistrar` and `TopologySource`.
+The public methods validate and dispatch once; a backend fills only underscore hooks.
+Nothing outside `hal/backends/` knows which backend runs: callers use `get_backend(name, profile)`.
+What each contract and hook covers: docs/architecture.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
-"""`hicache bench l3`: set/get throughput of 64-token MLA pages through each L3 backend, as a ratio to
-the same bytes moved without the harness in the same run.
+"""`hicache bench l3`: set/get throughput of 64-token MLA pages through each L3 backend, against a peer.
 
-The harness path is `StorageBackend.set/get` on a host pool: canonical page order (runs of the pool
-for page_first_direct and layer_first, a gather for the others), the integrity trailer (digest on
-write, check on read), the backend's writes/reads. The peer moves the same payload bytes with no harness: for `file`, a plain
-`write`/`readinto` of each page to its own file in a sibling directory; for `mooncake`, the same
-client's raw `batch_put_from` / `batch_get_into` from a registered contiguous buffer. Each round runs
-harness set, peer set, harness get, peer get, then removes the round's objects (untimed), so
-every round writes fresh objects; one warm-up round, medians of `--repeat`. A backend without a
-peer here (memory, out-of-tree) reports its throughput with the ratio not measured.
-
-`digest GB/s` is the digest alone over the same number of bytes (the peer's contiguous pages), to
-show how much of the gap to the peer is integrity: it reads every byte once more.
-
-The hit-rate and net-benefit gain of an L3 on the conversation trace is `hicache bench l3_hits`
-(conformance.bench.l3_hits: replays with and without L3 at a small L1/L2); `throughput(...)` here
-is callable on its own.
+The peer moves the same payload bytes without the harness, in the same run; the ratio is the figure.
+`digest GB/s` shows how much of the gap to the peer is integrity.
+The hit-rate gain of an L3 is conformance.bench.l3_hits (`hicache bench l3_hits`).
+The method: docs/architecture.md, "Design notes"; the figures: BENCHMARKS.md.
 """
 
 from __future__ import annotations

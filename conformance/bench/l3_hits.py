@@ -1,18 +1,9 @@
 """Hit rate and net benefit that an L3 adds, on a trace, at a small L1 and L2 (`hicache bench l3`'s part).
 
-`measure` replays the trace three ways in one run, on the same small geometry and profile:
-without L3, with L3 on each store asked for (`file`: a fresh temporary directory; `mooncake`:
-a loopback cluster started here, hicache_ref.storage.mooncake_cluster, or not_measured with
-the reason where the wheel or its binaries are absent), and with unlimited L1 (the ceiling).
-L1 holds the longest request (whole pages) and L2 twice that, so every request fits and
-reuse beyond them can only come from L3. Figures per store: hit rate and its gain over no
-L3, net benefit (hicache_ref.sim.cost: compute saved minus modeled transfer, L3 waits included,
-minus penalties) and its gain, L3 hit tokens, bytes read and written, errors, wall seconds.
-
-The geometry is small (MLA, 1 layer x 4 latent, bf16: 8 bytes a token) because every page is
-materialized and stored: hits and evictions are the same at any geometry (capacities are in
-tokens), compute saved too (the profile's prefill model counts tokens), but transfer seconds
-and bytes are this geometry's, so the net benefit here is an upper bound of the seed's.
+`measure` replays the trace without L3, with L3 on each store asked for, and with unlimited L1.
+L1 and L2 are small, so reuse beyond them can only come from L3.
+The geometry is small, so the net benefit is an upper bound of the seed's.
+The method: docs/architecture.md, "Design notes"; the figures: BENCHMARKS.md.
 """
 
 from __future__ import annotations

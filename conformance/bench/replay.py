@@ -1,23 +1,9 @@
 """`hicache bench replay`: wall time and tokens/s of a whole-trace replay, against SGLang's RadixCache.
 
-Ours: `hicache_ref.sim.replay.replay` over the whole trace (default: the packaged conversation
-trace, 12,031 requests, 145M input tokens, page 64, unlimited capacity, not materialized),
-timed end to end: page keys, tree, pools, controller threads, drain. The replay spells each
-trace page by its first token id (hicache_ref.core.page_keys "runs": the same tree), so it never
-builds the token arrays the peer is handed; "tree only" is our tree on the peer's token arrays.
-
-Peer: SGLang's own RadixCache (`RadixCache.create_simulated(page_size=...)`) doing the same
-match + insert per request, when an unpacked SGLang Python tree is given with
-`--sglang-root` (e.g. `pip download sglang --no-deps` and unzip the wheel). SGLang's
-serving dependencies (CUDA kernels, triton, ...) are not needed by RadixCache and are
-replaced by inert stand-ins at import. Only its match_prefix + insert calls are timed (token
-lists are built outside the timer), so the comparison favours the peer. Both report hit
-tokens; they must agree, which cross-checks the two trees.
-
-Runs alternate (ours, tree only, peer, ours, ...) so background load hits all alike, each
-after a full garbage collection and with the objects made before it frozen out of collection
-while it runs (`hicache_ref.sim.replay.frozen_heap`, which the replay applies to itself): all three
-under the same garbage-collection setting; medians.
+Ours is `hicache_ref.sim.replay.replay` over the whole trace, timed end to end.
+The peer is SGLang's own RadixCache (`RadixCache.create_simulated`) from `--sglang-root`.
+Both must report the same hit tokens, which cross-checks the two trees.
+The method: docs/architecture.md, "Design notes"; the figures: BENCHMARKS.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """What `hicache calibrate` measures on the machine it runs on, and the least-squares fits.
 
-- bandwidth: H2D and D2H over a range of sizes, each size timed in alternation with a memcpy
-  of the same bytes (the peer), medians and spread of the repeats; t = a + bytes/bw fitted;
-- per-segment cost: the same bytes in 1..N segments of one submission, t = a + k * per_segment;
-- per-launch cost: the same bytes in 1..N submissions of one segment each, t = a + k * per_launch;
-- registration: seconds to register host buffers of a few sizes with the backend, on 4 KB
-  pages and on THP, s = a + GiB * s_per_gib.
-The link model's figures are the medians at the largest size (the metrics' "large transfers")
-and the fitted slopes; every sample and fit (with residuals) goes into the calibration JSON.
-A slope is a figure only where the line describes the points: `poor_fits` names the fits behind
-the link figures whose R^2 is below R2_MIN (0.9: nine tenths of the variation explained by the
-line); `hicache calibrate` writes no profile from them unless told to (--accept-poor-fit). A
-cost too small to resolve on this machine (emu's per-segment cost) gives such a fit.
+It measures bandwidth, per-segment and per-launch cost, and registration seconds.
+The link figures are the medians at the largest size and the fitted slopes.
+`poor_fits` names the fits behind link figures whose R^2 is below R2_MIN (0.9).
+Each measurement and fit: docs/architecture.md, "Design notes".
 """
 
 from __future__ import annotations

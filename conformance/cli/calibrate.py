@@ -1,16 +1,9 @@
 """`hicache calibrate`: measure the link model on this machine and write it as a profile.
 
-nvbandwidth-style (warm-up, repeats, medians, spread): H2D/D2H bandwidth over sizes, the cost
-of one more segment and of one more submission, registration seconds per GiB on 4 KB pages and
-on THP, each with a least-squares fit (conformance/calibrate). `--out FILE.yaml` writes the base
-profile with the measured link section (every figure sourced `measured:` with machine, date and
-command) and FILE.calibration.json beside it; `hicache conform --profile FILE.yaml` then uses it
-and draws the curves. On emu this calibrates the CPU; on cuda/xpu the device.
-
-The R^2 of every fit behind a link figure is printed. A fit below --min-r2 (default
-conformance.calibrate.measure.R2_MIN, 0.9) is not written into a profile: the run prints its
-figures, says which fit is poor on stderr and exits 1 without writing --out, unless
---accept-poor-fit (the figure's source then says it was accepted). Without --out it is a warning.
+It measures nvbandwidth-style (warm-up, repeats, medians, spread) with least-squares fits (conformance/calibrate).
+`--out FILE.yaml` writes the profile and FILE.calibration.json; `hicache conform --profile FILE.yaml` uses it.
+A fit below --min-r2 is not written unless --accept-poor-fit.
+What is measured and the exit rules: docs/architecture.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
 """`hicache conform`: the conformance suites against one backend and profile, through pytest.
 
-Runs `pytest --pyargs conformance.suites` (the installed package: no source checkout needed) in a
-child process, writes OUT/junit.xml and OUT/summary.json, and prints a per-module table; then
-OUT/report.json and OUT/report.html (conformance.report.document: every target's verdict from
-the rows the suite left in OUT/targets, assumptions, environment, plots) and the summary's
-target lines (failed and unchecked targets, assumed inputs). A failed target fails the run.
-The verdict and the exit status:
-  PASS     0  the suites that decide (layout equivalence, bad input) ran and nothing failed
-  FAIL     1  a test failed or errored
-  NOT RUN  3  the backend is unavailable here, every test of a deciding suite was skipped, or no
-              test of theirs was collected: nothing was checked, so nothing is signed off (summary.json:
-              "ok": false, "verdict": "NOT RUN", "not_run_reason")
-  PARTIAL  4  nothing failed, but the deciding suites did not run in full: -k, -m or --deselect
-              left some or all of their tests out (conformance.report.selection counts them), or one was
-              not collected; "ok": false, "partial_reason". A subset run is never a sign-off.
-  5 when -k matched no test; 2 for a bad argument (pytest's own usage errors too) or an OUT that
-  cannot be used; 130 on Ctrl-C.
-One run owns OUT at a time (a lock; a second run is refused). OUT must be new, empty or hold a
-previous conform report (nothing else: a folder of other files is refused, naming --out); the
-run's first act is to delete the previous report (said on stderr), so an interrupted run leaves
-no stale verdict. What pytest needs besides (its ini, the target rows, the selection counts)
-lives in OUT/.hicache-conform-work (0700), removed with the lock file when the run ends (or by
-the next run, after a kill): OUT then holds only junit.xml, summary.json, report.json and
-report.html. The pytest child is its own process group (Ctrl-C stops it and its xdist workers)
-and is killed by the kernel if this process dies (PR_SET_PDEATHSIG).
+It runs `pytest --pyargs conformance.suites` in a child process, so no source checkout is needed.
+It writes OUT/junit.xml, summary.json, report.json and report.html, and prints a per-module table.
+The verdict is PASS (0), FAIL (1), NOT RUN (3) or PARTIAL (4); a subset run is never a sign-off.
+Verdicts, exit statuses and how OUT is owned: docs/architecture.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """How host KV is moved: upstream's two io backends, and what each changes before planning.
 
-SGLang's HiCache moves KV between device and host either with transfer kernels
-(`--hicache-io-backend kernel`: one launch copies every item through index tables, no DMA
-descriptors) or directly (`direct`: one copy per merged run, the descriptors
-hal.transfer.plan counts). Choosing direct also changes the indices and the layout:
-- with a layer_first host pool the host indices are sorted ascending first (the device
-  indices follow the same permutation), so runs scattered in the request's order can merge;
-- a page_first host pool becomes page_first_direct (upstream switches the layout, since a
-  direct copy of page_first's token-major pages would be one run per token and layer).
-
-`None` (the pools' and controller's default) keeps the seed's behaviour: the layout as given,
-indices in the order given, priced per merged segment. Pricing per io backend lives in
-hal.backends.support.modeled_clock (a plan with `kernel_items` set is a kernel copy).
+Upstream's `--hicache-io-backend` is `kernel` (transfer kernels) or `direct` (one copy per merged run).
+`direct` also sorts layer_first host indices and turns page_first into page_first_direct.
+`None` keeps the seed's behaviour; pricing lives in hal.backends.support.modeled_clock.
+The rules: docs/architecture.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """SGLang sgl-kernel's kvcacheio op set, on any backend: validate -> plan -> backend.execute.
 
-Names, argument order and semantics are upstream's: per layer, dst[dst_indices] =
-src[src_indices], one item (item_size bytes per token per layer) at a time; page-first-direct
-ops take the first index of each page and move page_size consecutive tokens; page_head
-splits each item over heads. Where upstream takes a uint64 tensor of per-layer base
-pointers, pass a list of per-layer tensors. `block_quota` and `num_warps_per_block` are
-accepted and ignored (they tune a CUDA grid).
-
-Differences on purpose: every op validates first and raises ValueError naming the argument
-before any byte moves (upstream skips negative indices and trusts the rest), and every op
-returns the completion Event of its plan on the current stream (upstream returns None; its
-work is equally asynchronous on the current stream).
+Names, argument order and semantics are upstream's (sgl-kernel's kvcacheio ops).
+Per layer, dst[dst_indices] = src[src_indices], one item at a time.
+Unlike upstream, every op validates first and returns its plan's completion Event.
+The op semantics and every difference: docs/architecture.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """One-layer plans standing for whole pool transfers: cheap counting, and priced stand-ins without memory.
 
-Lives in hal because it is address math: callers (the reference HiCache's controller)
-count segments and bytes through it instead of knowing any layout.
-
-hal.transfer.plan merges a transfer's runs once and repeats them per layer (every layout puts layer
-l at a constant shift from layer 0), so a transfer's segments and bytes are its layer-0
-plan's times the layer count. The controller therefore plans layer 0 only.
-
-Page granularity: where every page's tokens are consecutive pieces on the host side, as
-they always are on the device side (layer_first and page_first_direct, not page_first or
-page_head: the layout's `page_runs`), a run can only break between pages. Planning whole pages as single "tokens" of
-a page-wide geometry then gives the same segments, from arrays page_size times shorter.
-`LayerPlanner` checks that equivalence against the layout's address math at construction
-instead of trusting the flag alone, and falls back to tokens when indices are not
-whole aligned pages.
+It lives in hal because it is address math: the controller counts segments and bytes without knowing a layout.
+A transfer's segments and bytes are its layer-0 plan's times the layer count.
+Where runs break only between pages, whole pages are planned as single tokens.
+`LayerPlanner` checks that equivalence at construction. Why it holds: docs/architecture.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
 """HiCache: the request path of the reference cache, wiring tree + pools + controller.
 
-One `request(tokens)` does what a scheduler does for a prefill, serially:
-1. complete the transfers that landed (acks -> `tree.tiers.complete`), or with `sync` wait for
-   all of them first, so every decision sees the same tree state whatever the threads'
-   timing (required whenever capacity is finite: locks decide what can be evicted);
-2. match: the longest cached page-aligned prefix, in L1 or in L1 then L2;
-3. load back the L2 part (H2D through the controller; the tree picks device slots,
-   evicting L1 if it must);
-4. take L1 slots for the rest of the live request, partial last page included (the
-   capacity includes the live request), evicting least recently used L1 leaves;
-5. with materialized pools, check the hit KV bit for bit and write the request's own KV
-   (a deterministic function of token, position, part and layer), both through hal
-   (hicache_ref.core.synthetic_kv.KVWriter);
-6. insert every full page and queue the backups the write policy asks for (D2H). With
-   `pd_disagg` the request is inserted twice, as upstream's scheduler does: unfinished
-   (cache_unfinished_req, after its prefill, so others can match it) and then finished
-   (cache_finished_req); how the second insert counts hits is the policy's `hit_count`.
-
-A request that cannot fit in L1 even after evicting everything unlocked is cached up to
-what fits (`truncated`). A host-cached prefix that is not loaded (under
-`load_back_threshold` tokens, over `load_back_quota`, or no L1 room: all or nothing, as
-upstream) is recomputed and not counted as a hit (`l2_unloaded_tokens`). Write-backs from eviction
-(write_back policy) are queued before the device slots are freed; with real bytes the
-callback waits for them, as those slots are handed out right after.
+One `request(tokens)` does what a scheduler does for a prefill, serially.
+It completes landed transfers, matches, loads back, allocates, writes KV and inserts.
+The steps are the tour in hicache_ref/README.md; the edge cases are in its "Design notes".
 """
 
 from __future__ import annotations

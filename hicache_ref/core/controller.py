@@ -1,42 +1,10 @@
 """Cache controller: moves KV between the device pool (L1) and the host pool (L2) off the scheduler thread.
 
-The scheduler thread only enqueues: `write` (D2H backup) and `load` (H2D load-back) put a
-job on a queue and return a handle at once, because a submission can be slow (the seed
-measured 1.3 s per inline D2H submission on P800). Two daemon submitter threads, one per
-direction, each run jobs on their own backend stream through hicache_ref.core.pool_mover
-(`hal.transfer.pool_ops`): a backup is one all-layer submission, a load one submission
-per layer so compute on layer i can wait on layer i alone (`LoadHandle.layer_event`).
-On a backend that moves no bytes (count) jobs are priced on the modeled clock instead,
-batched, with the same counters. The threads of one direction live in hicache_ref.core.direction_worker;
-what they share with the scheduler thread (lock, acks, fail-stop error, cancel flag) is
-one hicache_ref.core.controller_state.ControllerState. Indices are checked on
-the scheduler thread before anything is queued (equal lengths, in the pools, whole
-page-aligned pages, no destination page twice): ValueError naming the argument.
-`write_pages` / `load_pages` take page numbers instead of token slots (what the radix
-tree hands out), so their checks run per page. The io backend is the host pool's
-(hal.transfer.io_backend): with "direct" and a layer_first pool a job's pairs are sorted by
-host index before they are queued, as upstream's controller does; "kernel" jobs are priced
-per launch and item (hicache_ref.core.pool_mover). `merged_loads()` holds the loads queued in
-a block (one scheduling step) and submits them as one job when it ends.
-
-Completion: a watcher thread per direction waits the stream's events in order (a stream
-completes in submission order) and queues an `Ack`; `poll()` hands the acks to the
-scheduler thread in completion order within a direction, and across the two directions in
-the order the watchers saw the completions (which can trail the device by a thread
-wake-up). Errors: a failure while submitting or reported by an event makes the controller fail-stop: the next scheduler call (`poll`,
-`write`, `load`, `flush`, a handle's wait) raises `TransferError` with the direction, tag
-and size, and so does every later one, so an error cannot be lost by a caller that drops
-one exception. `shutdown(timeout, drain)` drains or cancels and never hangs: a thread
-still busy at the deadline is reported with TimeoutError (the threads are daemons).
-
-Counters (`stats()`): tokens, bytes and segments per direction come from a one-layer plan
-of each job scaled by the layer count, planned per page where that is exact
-(hal.transfer.layer_plans), so counting costs a fraction of the transfer's own planning,
-and it runs on the submitter thread, not the scheduler's. Modeled seconds per
-direction are the stream's modeled clock at its last completion: each stream is used only
-by its submitter and never waits on another, so that is the sum of its transfers' modeled
-costs. `modeled_seconds` adds the two directions (link-busy time; a full-duplex link could
-overlap them). None when the profile cannot model a transfer (e.g. an unknown bandwidth).
+A submission can be slow, so the scheduler thread only enqueues and gets a handle at once.
+Each direction has its own submitter and watcher thread and its own backend stream.
+It mirrors upstream's HiCacheController (managers/cache_controller.py).
+Errors make it fail-stop: every later call raises `TransferError`.
+Threads, checks, completion order and counters: hicache_ref/README.md, "Design notes".
 """
 
 from __future__ import annotations

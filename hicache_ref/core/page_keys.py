@@ -1,19 +1,9 @@
 """How the radix tree spells a page of tokens as bytes: its keys, compared with memcmp.
 
-Two spellings, one per tree (`RadixTree(page_keys=...)`), giving the same tree: two pages
-have equal keys exactly when they hold the same token ids, so every match, split, insert
-and eviction decision is the same whichever is used.
-- "tokens": the page's token ids as uint32 little-endian bytes (4 x page_size bytes), the
-  hashing byte order. Any token ids.
-- "runs": only the page's first token id (4 bytes), for token streams whose every page is
-  a run of consecutive ids, as trace requests are (hash id h -> h*512 + [0, 512),
-  hicache_ref.core.block_tokens.TraceTokens) when page_size divides 512. A page_size times shorter key
-  makes matching and key slicing that much cheaper, and a trace request is spelled from
-  its hash ids without building its token array. Token arrays that are not such runs are
-  refused (ValueError), never silently aliased.
-
-Page hashes (storage keys, the ghost list) are always over the token ids: `token_bytes`
-turns a key back into them.
+Two spellings, "tokens" (every id) and "runs" (a page's first id), give the same tree.
+"runs" makes trace replay cheaper: pages of a trace request are runs of consecutive ids.
+Page hashes are always over the token ids (`token_bytes`).
+The rules of each spelling: hicache_ref/README.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """How the controller's jobs become backend submissions: plans and pool ops between its two pools.
 
-A `PoolMover` is what a direction worker (hicache_ref.core.direction_worker) runs its jobs
-through, built once by the controller from the device pool, the host pool and the
-backend: layer-0 plans for the counters, and the copies themselves through
-`hal.transfer.pool_ops`. On a backend that moves no bytes (`capabilities().moves_bytes`
-False: the count backend, whose pools are meta tensors) jobs are priced instead: one
-symbolic plan stands for every layer of every job in a batch, which prices the same as
-the per-layer plans pool_ops would build (the link model is linear in bytes, segments and
-launches, so the stand-in carries only those totals) at a fraction of their planning cost.
-
-Priced and moved runs take the same jobs: queued by page (or by slot), counted by the same
-`job_totals`; a run that moves bytes makes a page job's token slots only when it submits it.
-
-What a job costs on the modeled clock is `job_seconds`: the backend's price of the one plan
-that stands for every layer of that job alone. The controller's modeled seconds add these
-per job, so they do not depend on how the jobs were batched (batches depend on thread
-timing, and pricing a batch as one plan rounds differently from pricing its jobs).
-
-With the host pool's io_backend "kernel" a job is priced as upstream's transfer kernels run:
-its launches and one item per token and layer, no descriptors (`kernel_items`); "direct" and
-None price merged segments. Materialized copies run the same hal plans either way (the emu
-stream's own clock prices those per segment; the controller's figures use `job_seconds`).
+A direction worker runs its jobs through a `PoolMover`, built once by the controller.
+It plans layer 0 for the counters and copies through `hal.transfer.pool_ops`.
+On a backend that moves no bytes it prices jobs instead, with one stand-in plan per batch.
+`job_seconds` prices each job alone, so the figures do not depend on batching.
+Details: hicache_ref/README.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """KV pools of the reference HiCache: device pool (L1) and host pool (L2).
 
-A pool is a `PageAllocator` (whole pages, FIFO or LIFO, SPMD-deterministic; see
-`hicache_ref.core.allocator`) plus, when `materialize` is set, the KV memory itself:
-
-- DevicePool.buffers[part][layer]: one tensor per K/V part and layer, shape
-  `hal.transfer.layouts.device_shape(geom, num_tokens)`, from `backend.alloc_device` (plain
-  CPU tensors when no backend is given).
-- HostPool.buffers[part]: views of one host allocation in a HAL host layout; for MHA
-  part p is `host[p]` of `hal.transfer.layouts.host_shape(...)` (K then V), for MLA the single
-  part is the whole shape. Memory comes from `hal.memory.host.allocate_host`; a caller may
-  hand in its own `host_buffer` (e.g. a TP-shared segment), which the pool then does not
-  close.
-
-On a backend that moves no bytes (`capabilities().moves_bytes` False: the count backend)
-materialized buffers are meta tensors, shape and dtype without memory, for the host pool
-too (no mmap): unmaterialized replay runs there. Without `materialize` the pools only
-count slots (a tree's allocators). Pools never move bytes; the controller does, through
-`hal.transfer.kvcacheio`.
+A pool is a `PageAllocator` plus, with `materialize`, the KV memory in a HAL layout.
+On a backend that moves no bytes its buffers are meta tensors, shape without memory.
+Pools never move bytes; the controller does, through `hal.transfer.kvcacheio`.
+Buffer shapes and ownership: hicache_ref/README.md, "Design notes".
 """
 
 from __future__ import annotations

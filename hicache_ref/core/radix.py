@@ -1,57 +1,10 @@
 """Radix tree of the reference HiCache: which prefix KV lives in L1 (device) and/or L2 (host).
 
-It decides, as SGLang's HiRadixCache does, and never moves bytes: a decision that needs a
-copy comes back as a `TierCopy` (device slots <-> host slots) for the caller
-(hicache_ref.core.controller) to perform through hal.transfer.kvcacheio.
-- insert -> InsertResult.backups (D2H, the write policy's choice): host slots already
-  allocated, nodes locked in L1; call `complete(t)` once the copy has landed.
-- evict -> write-backs (write_back policy, D2H): passed to `on_write_back(copies)`,
-  which must finish or order the copies, before the device slots are freed.
-- load_back -> one H2D TierCopy: device slots allocated (evicting L1 if needed), chain
-  locked; the nodes count as in L1 at once, so call `complete(t)` before reading them.
-
-Keys are whole pages per node, spelled as `page_keys` says (hicache_ref.core.page_keys): the
-token ids as uint32 little-endian bytes (the hashing byte order), or for trace requests
-only each page's first id; children are keyed by their first page's key and prefixes
-compared with bytes.startswith (memcmp): no per-token Python work. Indices are kept per page (page p =
-slots [p*ps, (p+1)*ps)) and expanded only in results (a TierCopy's slots on first use);
-`match_pages` / `insert_pages` are match_prefix / insert in page numbers, for a caller
-that works in pages (hicache_ref.core.cache) and so never expands them. Page hashes are
-computed lazily, for the ghost list and `node_hashes` (storage keys). Given allocators (`device`, `host`:
-PageAllocator or pool), the tree allocates and frees slots itself; without `host` there
-is no L2, without `device` freed slots are only reported and load_back is unavailable.
-
-Invariants: every non-root node is in L1, L2 or both; a node in L1 has its parent in L1,
-so a match is a device part then a host-only part; locked nodes are evicted from neither
-tier. Eviction is LRU over leaves (policy.LeafHeap, O(log n) per node). Time is a logical
-clock (an op counter by default) and LRU ties break by node creation number, so every
-rank decides alike. Not thread-safe: one scheduler thread calls it (as upstream).
-
-This module holds the tree (match, insert, split, lock, hashes); the tier moves (backup,
-evict, evict_host, write-back, load_back, complete) and the tiers' counters and eviction
-order are hicache_ref.core.tiers.TierMoves, which the tree owns and callers use directly
-(`tree.tiers.evict(...)`); nodes and results are hicache_ref.core.node.
-
-Differences from upstream HiRadixCache (each a switch; hicache_ref/README.md has the table
-and the switch that selects upstream's behaviour):
-- Hit counting (`hit_count`, hicache_ref.core.policy): per_request by default, upstream's
-  per_insert on request.
-- Backups on insert (`backup_scope`, BACKUP_SCOPES): "node" by default, as upstream's
-  write_backup: a node whose hit count reaches the threshold is backed up only if its
-  parent is (or is the root), else skipped until a later insert finds the parent backed
-  up, so L2 always holds whole prefixes. "path" (the seed's): back up the node's
-  ancestors without a host copy along with it.
-- Eviction size when a tier is short (`evict_size`, hicache_ref.core.tiers): upstream evicts
-  the whole allocation; the reference can evict only the shortfall.
-- load_back's minimum and memory quota are the caller's (`min_tokens`, `quota`);
-  upstream's are 10 tokens and the scheduler's (today: none).
-- Locked nodes are protected from host eviction too (upstream has a separate host ref).
-- A write-back that cannot get host slots drops the node and its host-only subtree (the
-  subtree's write-backs queued by the same eviction are then not copied); upstream
-  asserts there.
-- Optional ghost list (off by default): pages evicted from L1 are remembered by hash; on
-  insert the longest request prefix ending in a remembered page past what the write
-  policy backs up is backed up too, ancestors included (it only adds to the policy's choice).
+It decides as SGLang's HiRadixCache does (mem_cache/hiradix_cache.py) and never moves bytes.
+A decision that needs a copy comes back as a `TierCopy` for the controller to perform.
+This module holds the tree: match, insert, split, lock and page hashes.
+The tier moves and eviction order are hicache_ref.core.tiers.TierMoves (`tree.tiers`).
+Keys, invariants and the differences from upstream: hicache_ref/README.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Moves of prefix KV between the radix tree's tiers, L1 (device) and L2 (host).
 
-Every copy the tree asks of its caller is built here as a `TierCopy`: a backup on insert
-(which nodes: radix.insert, by write policy and ghost list) and a write-back on eviction
-(D2H), a load_back (H2D). Here too are the evictions that free slots: `evict` (L1,
-writing back or dropping what has no host copy) and `evict_host` (L2, host-only leaves,
-which leave the tree).
-
-`TierMoves` owns what the moves work on, handed to it explicitly by
-hicache_ref.core.radix.RadixTree: the root, page size, write policy, ghost list, the
-`device`/`host` allocators, on_write_back and how much to evict when short
-(`evict_size`, EVICT_SIZES); and it keeps the tiers' occupancy (page and
-node counters) and eviction order (one leaf heap per tier), which the tree updates
-through `note` and the counters as it matches, inserts and splits. The behaviour and
-its differences from upstream are described in radix.py.
+Every copy the tree asks of its caller is built here as a `TierCopy`: backups, write-backs, load-backs.
+Here too are the evictions that free slots: `evict` (L1) and `evict_host` (L2).
+`TierMoves` keeps the tiers' counters and eviction order; the tree hands it what it works on.
+The behaviour is described in hicache_ref/README.md ("Design notes", the radix tree).
 """
 
 from __future__ import annotations

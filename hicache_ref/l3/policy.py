@@ -1,20 +1,9 @@
 """Prefetch policies of the L3 tier on the modeled clock: how many L3 pages a request gets.
 
-Upstream (SGLang's cache controller) lets a prefetch run from the moment a request is
-queued until it is scheduled, and then decides by policy whether to stop it there:
-`best_effort` stops at once, `wait_complete` waits for the whole prefetch, `timeout`
-waits until the prefetch is done or `base + per_ki_token * tokens / 1024` seconds have
-passed since it was issued (upstream defaults: 1 s and 0.25 s per 1024 tokens). What
-was fetched when it stops is used; the rest is dropped.
-
-Here the same decision is made on the modeled clock, so the figures are the same on
-every run whatever the threads' timing: a prefetch of n pages lands its pages in order,
-page i (0-based) at `L3Link.read_seconds(i + 1)` after issue, and a request has
-`slack_seconds` of queue time before it is scheduled (0 in a serial replay: nothing is
-queued behind the running request). A policy turns (pages L3 holds, tokens, slack)
-into the pages the request uses and the modeled seconds it waits past its slack. The
-wall clock never enters: the cache then waits for exactly the pages the model said
-landed (see hicache_ref.l3.tier).
+They are upstream's `best_effort`, `wait_complete` and `timeout` (SGLang's cache controller).
+Here they decide on the modeled clock, so the figures are the same whatever the threads' timing.
+A policy turns (pages L3 holds, tokens, slack) into the pages used and the seconds waited past the slack.
+The model: hicache_ref/README.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,39 +1,10 @@
 """The L3 tier of a HiCache: prefetch on match, write-back after backup, faults.
 
-Prefetch (scheduler thread, `prefetch`, called between match and load-back): when at
-least `threshold` tokens of the request's whole pages miss L1 and L2, and the policy
-could use that many, the tier asks the store (on its read thread) how many of the
-missing pages it holds (`exists`, the leading run), lets the policy decide on the
-modeled clock how many pages the request uses (hicache_ref.l3.policy), takes host pages
-for them (evicting L2, the matched path locked), reads them (`get`) and inserts the
-pages that arrived intact as a host-resident node (hicache_ref.l3.host_nodes), so the
-cache's own load-back takes them to L1. The store's integrity check makes a corrupt
-object a miss: only the leading run of pages read intact is used, the rest of the
-host pages go back. A TP group would take the minimum of its ranks' counts here
-(`group_min`, upstream's all-reduce), so every rank inserts the same pages.
-
-Rate limit (upstream's prefetch capacity): tokens of prefetches still in flight,
-i.e. reads abandoned at their deadline whose host pages are not back yet, plus the new
-one, stay under `limit_tokens`; a prefetch over it is cut to fit or, with no room, not
-issued (`l3_rate_limited`).
-
-Write-back (`backed_up`, after a backup's D2H landed; `written_back`, after an eviction
-write-back of the write_back policy landed): the pages are copied out of L2 on the
-scheduler thread (hicache_ref.l3.staging: L2 keeps no page for L3, so eviction never
-depends on the store's speed) and written on the write thread (`exists`, then `set` of
-the pages the store lacks). For MLA only TP rank 0 writes (every rank holds the same
-latent KV: upstream's backup skip). `settle` accounts for finished writes; with `wait`
-(the cache's sync mode, i.e. whenever capacity is finite) it first waits for all of
-them, so the writes queued up to request i have landed before request i+1 is matched.
-
-Determinism: every figure comes from the store's answers and the modeled clock. The
-scheduler thread waits only for answers its decision needs (exists, the pages the
-policy uses, writes at settle), each bounded by `deadline_s` wall seconds. Faults
-(hicache_ref.l3.guard): an exception, a malformed answer or a missed deadline is an
-error; L3 is skipped with backoff, the request goes on with L1 and L2, a missed read's
-host pages are returned once its call comes back; a call past its deadline keeps its
-thread, later calls go to a fresh one, and with MAX_HUNG_CALLS such calls outstanding in one
-direction L3 is not asked in it until they return.
+`prefetch` reads pages that miss L1 and L2 from the store into L2, between match and load-back.
+`backed_up` / `written_back` copy pages out of L2 and write them to the store on its own thread.
+Every figure comes from the store's answers and the modeled clock, so runs repeat.
+A failing or slow store costs counted errors; the request goes on with L1 and L2.
+The steps, rate limit and fault rules: hicache_ref/README.md, "Design notes".
 """
 
 from __future__ import annotations

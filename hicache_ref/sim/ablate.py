@@ -1,29 +1,9 @@
 """The seed's fix ladder over one trace: one rung per fix, each on top of the previous.
 
-Rungs (`STEPS`), from the seed's starting point (page_first_direct host layout, backups
-submitted inline on the scheduler thread, 4 KB host pages, host pools on a remote NUMA node,
-write_through_selective counting hits per insert, a private host pool per TP rank, the given
-L2):
-1. `layer_first`: host layout page_first_direct -> layer_first (a replay: segments change);
-2. `daemon_threads`: inline submission -> daemon threads (not priced: no profile figure);
-3. `thp`: 4 KB pages -> transparent huge pages (not priced: no profile figure);
-4. `numa`: remote NUMA -> local; where cards share an uplink (topology.devices_per_switch > 1)
-   also IDO on, so backups stop paying the shared-uplink D2H factor. The seed's alternative
-   there, interleaving, has no penalty figure in any profile, so local is what is priced;
-5. `per_request_hits`: hits counted per request instead of per insert, plus the ghost list;
-   every rung runs PD-disaggregated prefill, as the seed did (serving.pd_disagg: each
-   request inserted unfinished then finished, which per-insert counting counts twice);
-6. `tp_shared`: a private host pool per rank -> one shared by the TP group (hicache_ref.tp:
-   effective L2 = ranks x per-rank L2, one writer);
-7. `plateau_capacity`: L2 set to the plateau of a capacity sweep of the configuration so far
-   (hicache_ref.sim.sweep, tiers 1/8 .. 8/8 of its L2; serial replays).
-
-Besides ROW_KEYS a row has `notes` (e.g. a registered-size penalty held at the nearest end of the GB
-the seed measured), `l2_tokens` (the pool one replay holds: per rank when private, the group's
-when shared), `d2h_bytes_all_ranks` and `host_pool_bytes_all_ranks` (over the TP group).
-Each rung's figures come from its own replay (hicache_ref.sim.replay, or serving.replay_served
-with `concurrency`), priced by ablate_price. Deterministic: the same trace and arguments give
-the same rows, bit for bit (no wall times are kept).
+It shows what each of the seed's fixes is worth on a trace (`hicache ablate`).
+Each rung's figures come from its own replay, priced by ablate_price.
+The same trace and arguments give the same rows, bit for bit.
+The rungs (`STEPS`) and row fields: hicache_ref/README.md, "Fix ladder" and "Design notes".
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Pricing one rung of `hicache ablate`: a replay's figures plus the host-side switches, in seconds.
 
-A rung is a replay (hit rate, segments, bytes, modeled link seconds) plus the switches a
-replay does not see: how backups are submitted, the host pool's page size, NUMA placement and
-PCIe ordering. hicache_ref.sim.cost prices what the profile holds figures for:
-- the registered-size penalty (the host pool's bytes) and the NUMA penalty (remote or local),
-  each a percent of the workload's baseline prefill seconds;
-- per-card D2H bandwidth on a shared uplink: with IDO off or unknown, the profile's
-  `ido_shared_d2h_factor` slows every backup byte (cost.d2h_gbps_shared).
-What it holds no figure for (the cost of an inline submission on the scheduler thread, 4 KB
-pages against THP) is never priced: the rung whose change is only that reports its TTFT and
-net benefit as not_measured with the reason, and the other rungs leave that effect out alike.
-
-TTFT change: (transfer + penalties - compute saved) / requests, the mean per-request change in
-modeled time to first token against HiCache off, every modeled transfer second on the request
-path (the link model has no overlap).
+A replay does not see backup submission, host page size, NUMA placement or PCIe ordering.
+This prices the ones the profile holds figures for, through hicache_ref.sim.cost.
+What no profile figure covers is never priced: the rung reports not_measured with the reason.
+The formulas: hicache_ref/README.md, "Fix ladder" and "Design notes".
 """
 
 from __future__ import annotations

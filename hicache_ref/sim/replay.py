@@ -1,19 +1,10 @@
 """Trace replay: Mooncake requests, in trace order, through the reference HiCache; hit and transfer figures.
 
-Each request is matched, its L2 part loaded back, and all its full pages inserted (see
-hicache_ref.core.cache). Capacities are token counts (rounded down to whole pages) that include
-the live request; None means unlimited, i.e. sized to the whole trace so nothing is ever
-evicted. Without `materialize` no KV memory exists: indices, plans, byte and segment
-counts and the modeled clock all run, bytes do not. With it, pools of the given geometry
-hold real bytes and every hit is checked bit for bit (`kv_mismatch_tokens`).
-
-Completions are applied before each request whenever eviction is possible (finite
-capacity, or real bytes), so the figures do not depend on thread timing; with unlimited
-capacity nothing is evicted, locks decide nothing, and completions are applied as they
-arrive, which keeps the scheduler thread from waiting on the transfer threads.
-
-What to replay on (geometry, capacities, policies, layout, profile, backend) is a
-hicache_ref.spec.CacheSpec; its default geometry is the P800 seed configuration.
+Each request goes through hicache_ref.core.cache: match, load back, insert.
+Without `materialize` no KV memory exists and bytes do not move; with it every hit is checked bit for bit.
+Figures do not depend on thread timing.
+What to replay on is a hicache_ref.spec.CacheSpec.
+Capacities and completion rules: hicache_ref/README.md, "Design notes".
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """Replay as a server sees it: up to N requests in flight, each holding its KV in L1 until it finishes.
 
-A scheduling step admits waiting requests while fewer than `concurrency` are in flight
-(with `timestamps`, only those that have arrived by then), prefills each through the
-reference cache in admission order (hicache_ref.core.cache.HiCache.request: match, load back,
-insert), then locks its cached path in L1. Locks protect from eviction on both tiers
-(hicache_ref.core.node.lock_path), so a later prefill can evict nothing an in-flight request
-still uses: it evicts around them or is cut to fit (`truncated_requests`). A request is
-released after `output_length` decode steps (one token per step for every request in
-flight), or at once with `pd_disagg` (PD disaggregation: the prefill node hands the KV to a decode
-node and releases it after the transfer). Time only moves in steps of `step_seconds`;
-between events nothing changes, so the loop jumps from event to event.
-
-A step is one batch, as upstream schedules it: completions are applied once at the step's
-start (not before each prefill), every prefill's prefix stays locked until the step ends,
-and the loads of all its prefills are held and submitted as one merged job when the step
-ends (CacheController.merged_loads: one launch per layer, runs merged across requests where
-they continue each other). With materialized pools the step then waits for its loads and
-checks each prefill's hit KV bit for bit. With pd a step still admits at most
-`concurrency` prefills (the batch), released when the step ends.
-
-With concurrency 1 every request is released before the next one is matched, and the
-figures equal hicache_ref.sim.replay.replay's.
+Each scheduling step admits, prefills and locks requests, and releases them after their decode steps.
+A step is one batch, as upstream schedules it: one completion pass, one merged load job.
+With concurrency 1 the figures equal hicache_ref.sim.replay.replay's.
+The rules: hicache_ref/README.md, "Served replay" and "Design notes".
 """
 
 from __future__ import annotations

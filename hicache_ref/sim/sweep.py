@@ -1,21 +1,9 @@
 """The L2 capacity sweep: one trace, one L1, L2 tier by tier; hit rate, transfers, plateau.
 
-Two ways to get the per-tier figures, the same keys either way (`method` says which):
-- `one_pass` (LRU with write_through, unmaterialized, every tier at least L1, no request cut
-  to fit L1): the union of L1 and L2 is then the LRU stack of pages cut at the L2 capacity
-  (hicache_ref.sim.stack_distance), so one stack pass gives every tier's hit rate, and
-  one replay with L1 alone gives the L1 hits (L1 holds the same pages whatever L2 is). D2H
-  is then every missed full page (write_through backs each new page up) and H2D every hit
-  beyond L1. Segments and modeled seconds depend on where slots land: they are null, with
-  `segments_reason`.
-- `replay`: one hicache_ref.sim.replay per tier (and one with L1 alone), in parallel processes
-  (a pool of os.cpu_count()); every figure, for any policy.
-
-Per tier: `l2_tokens`, `hit_rate`, `marginal_gain` (over the previous tier; the first over L1
-alone), L1/L2 hit tokens, D2H/H2D tokens, bytes and segments, `registered_bytes` (the host
-pool registered for DMA), `net_benefit_seconds` (hicache_ref.sim.cost, from each tier's own replay;
-null with `net_benefit_reason` where the profile has no compute model or the one-pass method ran:
-never an invented number). `plateau_l2_tokens` / `on_plateau`: hicache_ref.sim.plateau.
+It finds the L2 capacity worth deploying (`hicache sweep`).
+`one_pass` gets every tier from one LRU stack pass; `replay` replays each tier in parallel processes.
+Both give the same keys, and `method` says which ran.
+When each applies and the per-tier keys: hicache_ref/README.md, "Capacity sweep" and "Design notes".
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Mooncake-format request traces: read the JSONL, turn a request into token ids.
 
-One request per line: {"timestamp": ms, "input_length": n, "output_length": m,
-"hash_ids": [...]}, where each hash id names a 512-token block of a prefix chain
-(len(hash_ids) == ceil(input_length / 512); the last block may be partial). A hash id h
-expands to the 512 distinct tokens h*512 .. h*512+511, cut to input_length, so equal ids
-at equal positions give equal tokens and nothing else does.
-
-Token arrays are built with numpy (no per-token Python) as uint32, the byte order the
-radix tree and page hashes read; a trace whose ids do not fit in 32 bits is refused.
-
-Timestamps are milliseconds and must be finite and non-negative. They should not decrease
-from line to line: read_trace(..., ordered=True) (what a replay at the trace's arrival times
-asks for) refuses a line whose timestamp is earlier than the line before; otherwise requests
-keep file order and one TraceOrderWarning says how many lines go back in time.
-
-Traces may be gzip-compressed (a name ending in .gz). The two Mooncake traces ship as
-package data (hicache_ref/sim/traces/, Apache-2.0, see its README and LICENSE) and are found
-by name through importlib.resources (`find_trace`), so nothing here knows a machine path.
+Each hash id names a 512-token block of a prefix chain and expands to distinct uint32 tokens.
+Equal ids at equal positions give equal tokens, and nothing else does.
+The two Mooncake traces ship as package data, found by name (`find_trace`).
+The format and the checks: hicache_ref/README.md, "Traces" and "Design notes".
 """
 
 from __future__ import annotations

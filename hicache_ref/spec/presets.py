@@ -1,19 +1,8 @@
 """Request-path semantics presets, looked up by name: SGLang's (upstream) decisions, or the reference's.
 
-A preset gives every switch a value; a switch given explicitly overrides it (the root spec
-records which). A later preset (a versioned SGLang release) is one more `register_preset` call,
-not a new field. What each switch changes is the differences table in hicache_ref/README.md.
-
-- hit_count: per_insert (upstream HiRadixCache.inc_hit_count) / per_request (the fix).
-- backup_scope: node (upstream write_backup) / path (the seed: ancestors too); both presets: node.
-- evict_size: whole (upstream evicts what the allocation asks) / shortfall (only what is missing).
-- load_back_threshold: 10 tokens (HiRadixCache.load_back_threshold) / 0.
-- free_list / host_free_list: upstream's device and host allocator orders
-  (hicache_ref.core.allocator.UPSTREAM_ORDERS) / fifo for both (host None: the device order).
-- io_backend: kernel (upstream's server default) / direct (the reference's pricing).
-
-Not in the presets: the write policy and PD disaggregation (deployment choices) and
-load_back_quota (upstream's scheduler passes none today).
+A preset gives every switch a value; a switch given explicitly overrides it.
+A later preset (a versioned SGLang release) is one more `register_preset` call, not a new field.
+The switches and each preset's values: hicache_ref/README.md, "Design notes".
 """
 
 from __future__ import annotations

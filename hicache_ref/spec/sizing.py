@@ -1,21 +1,8 @@
 """Host (L2) pool size from `--hicache-ratio` / `--hicache-size`, computed as upstream does.
 
-SGLang sizes each rank's host KV pool in HostKVCache.__init__ (mem_cache/memory_pool_host.py;
-mem_cache/pool_host/base.py in newer trees), from the server flags --hicache-ratio (default
-2.0) and --hicache-size (GB, default 0: unset):
-
-1. bytes per token: the device pool's, per rank (MHA: 2 x heads x head_dim x layers x
-   dtype size; MLA: latent width x layers x dtype size), here KVGeometry.token_bytes;
-2. tokens: with a size, int(size * 1e9 // bytes per token) (GB in powers of 1000; the size
-   overrides the ratio), else int(device tokens * ratio);
-3. aligned up to whole pages: pages = tokens // page_size + 1 (one page more even when
-   already aligned), tokens = pages * page_size;
-4. the host pool must be larger than the device pool (an assertion in the 0.5 releases,
-   "host memory should be larger than the device memory"; newer trees only warn);
-5. the pool's bytes must fit in the host's available memory less a 10 GiB reserve
-   (psutil's `available`, which on Linux is /proc/meminfo MemAvailable).
-
-Figures are per rank: a TP group of N ranks holds N such pools (one with a shared host pool).
+Upstream sizes each rank's host pool in HostKVCache.__init__ (mem_cache/memory_pool_host.py).
+The rule (bytes per token, tokens, page alignment, the two checks): hicache_ref/README.md, "Design notes".
+Figures are per rank.
 """
 
 from __future__ import annotations

@@ -1,45 +1,11 @@
 """`mooncake`: pages in a Mooncake distributed store (`MooncakeDistributedStore`, protocol tcp).
 
-Spec `mooncake:METADATA_URL,MASTER_ADDR[,segment=SIZE][,buffer=SIZE][,host=IP][,digest=NAME]`, e.g.
-`mooncake:http://127.0.0.1:8080/metadata,127.0.0.1:50051`; or `mooncake:auto[,...]`, a client of a
-loopback cluster of its own (started by `hicache_ref.storage.mooncake_cluster`, stopped by `close()`). The wheel is the `[mooncake]` extra (`mooncake-transfer-engine-non-cuda`), which needs
-apt `libibverbs1 libnuma1`; without them opening the spec raises one line naming it.
-
-Each client mounts a `segment` of its own DRAM into the store (default 256 MiB; objects live in
-the clients' segments, the master keeps metadata only, so objects go when the master restarts or
-their client closes) and a transfer `buffer` (default 64 MiB) that Mooncake stages unregistered
-memory through.
-
-Copies: `register_host_pool(pool)` registers the pool's memory with the transfer engine; a page
-that is runs of the pool (page_first_direct: one per part; layer_first: one per layer) then moves
-straight between the pool and the store, each run one slice of a multi-buffer put/get. The base's
-gather staging is registered too; anything else unregistered (the 48-byte trailers, the pages of
-a pool not registered) is copied once into this client's registered staging arena, as large as
-`buffer`, and moved from there.
-
-Semantics: a set of a key already present keeps the stored object (keys name content); a corrupt
-object is removed (force) so a later set stores it again; exists and get use the batch calls.
-
-Exposure: the client library (0.3.13) opens two listeners on all interfaces whatever it is told,
-and the data port serves the memory this client registered, host KV included. In Mooncake's source
-(no v0.3.13 tag in the stored mirror: main at 3b5a594, same code as v0.3.12.post1 6041a60):
-the transfer-engine RPC/handshake port is bound to INADDR_ANY by findAvailableTcpPort
-(mooncake-transfer-engine/src/transfer_metadata_plugin.cpp:1371, called at
-transfer_engine_impl.cpp:175) and listened on by SocketHandShakePlugin::startDaemon (:723); the TCP
-data acceptor is asio's [::] dual stack, v6_only off (tcp_transport_session_impl.h:772-776, from
-TcpTransport::install, tcp_transport.cpp:316-345). No variable or argument reaches either bind:
-MC_TCP_BIND_ADDRESS sets only the address advertised to peers (transfer_engine_impl.cpp:159),
-MC_LEGACY_RPC_PORT_BINDING binds INADDR_ANY too (transfer_metadata_plugin.cpp:711; with this
-wheel it fails setup), MC_USE_IPV6 turns the RPC port into [::], MC_HANDSHAKE_PORT is a port only,
-and `local_hostname` (`host`) names the segment only; a TransferEngine passed to setup (`engine=`)
-binds through the same code. Not opened here: the port in that name is only reserved by a bound,
-unlistened socket (AutoPortBinder, mooncake-store/src/utils.cpp:74), the store's coro_rpc offload
-server (0.0.0.0, real_client.cpp:1110) starts only with SSD offload, and the client HTTP server
-only when asked (enable_client_http_server). So the client finds those listeners after
-setup (`exposed_listeners`) and says so on stderr once per process: on a shared host, firewall them.
-What can be narrowed is where peers connect: without MC_TCP_BIND_ADDRESS the engine advertises the
-host's first non-loopback address (handshakes and TCP data to this client go there); setup runs
-with it set to `host` (unless the user set it), so a loopback cluster's clients talk over loopback.
+Spec `mooncake:METADATA_URL,MASTER_ADDR[,segment=SIZE][,buffer=SIZE][,host=IP][,digest=NAME]`.
+`mooncake:auto[,...]` is a client of a loopback cluster of its own (hicache_ref.storage.mooncake_cluster).
+The wheel is the `[mooncake]` extra, which needs apt `libibverbs1 libnuma1`.
+Pages of a registered host pool move straight between the pool and the store.
+The client library listens on all interfaces; it warns once per process (`exposed_listeners`).
+Segments, copies, semantics and the listeners' sources: hicache_ref/README.md, "Design notes".
 """
 
 from __future__ import annotations

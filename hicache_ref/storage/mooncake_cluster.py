@@ -1,24 +1,9 @@
 """The loopback Mooncake cluster: the one place `mooncake:auto`, the tests, conformance and benchmarks start one.
 
-`start_loopback` starts a cluster; `client_with_own_cluster` is what `mooncake:auto` opens (a
-client that owns a fresh cluster and stops it at close); `resolve_auto` turns `mooncake:auto[,opts]`
-into the spec of a client of a fresh cluster, for callers that open several clients of it.
-
-Two processes, each in its own process group (stopped as a group: no orphans):
-- `mooncake_http_metadata_server --host 127.0.0.1 --port Q` (the transfer-engine metadata store);
-- `mooncake_master -rpc_port P -rpc_address 127.0.0.1 -metrics_host 127.0.0.1 -metrics_port R`.
-The master's built-in HTTP metadata server is not used: it binds every interface. Ports are free
-ports of 127.0.0.1 picked at start (a start that loses a port race is retried on new ports).
-Readiness is a TCP connect to each listening port. Logs go to `log_dir` (files 0600). A failed
-start raises RuntimeError with the tail of the logs and keeps them; a `log_dir` the cluster made
-itself (a temporary folder) is otherwise removed by `stop`, so runs leave nothing behind.
-
-Stores hold their objects in the clients' own mounted segments: the cluster keeps metadata only, so
-restarting the master (`restart_master`, for fault tests) forgets every object; clients reconnect
-and remount by themselves within a second or two.
-
-`listeners(pid)` reads /proc/net/tcp{,6} for the sockets a process listens on, so a test can check
-that nothing listens beyond loopback.
+`start_loopback` starts a cluster; `client_with_own_cluster` is what `mooncake:auto` opens.
+`resolve_auto` turns `mooncake:auto[,opts]` into the spec of a client of a fresh cluster.
+Its metadata server and master listen on 127.0.0.1 only; `listeners(pid)` lets a test check that.
+Processes, ports, logs and restarts: hicache_ref/README.md, "Design notes".
 """
 
 from __future__ import annotations
