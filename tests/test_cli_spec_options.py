@@ -8,7 +8,7 @@ import importlib
 
 import pytest
 
-from conformance.common.spec_options import spec_fields
+from conformance.common.spec_options import shown_default, spec_fields
 from hicache_ref.spec import CacheSpec
 
 COMMANDS = ("replay", "sweep", "ablate")
@@ -47,7 +47,12 @@ def test_a_spec_option_has_one_spelling_and_default_everywhere():
             # None in the parser: the spec's default applies, the same object in every command
             assert a.default is None, f"{command} {f.metadata['option']}: a default outside the spec"
             key = (node, f.name)
-            said = (a.dest, a.help, tuple(a.choices or ()))
+            # the help up to its "(default: ...)": that part a command may state its own way, where
+            # the field's per_command says so (ablate's fractions of the trace, sweep's required L1)
+            text = a.help.rsplit(" (", 1)[0]
+            said = (a.dest, text, tuple(a.choices or ()))
+            if not f.metadata["per_command"].get(command):
+                assert a.help.endswith(f"(default: {shown_default(f)})"), f"{command} {f.metadata['option']}"
             assert seen.setdefault(key, said) == said, f"{f.metadata['option']}: differs between commands"
 
 

@@ -23,7 +23,7 @@ REUSE_TOLERANCE = 0.02  # synth warns when the trace it wrote misses --reuse by 
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="trace_command", required=True)
     s = sub.add_parser("stats", help="requests, lengths, prefix reuse rate, unlimited hit rate, reuse distances",
-                       description="Figures of a Mooncake JSONL trace (definitions: README \"Traces\").")
+                       description="Figures of a Mooncake JSONL trace (definitions: hicache_ref/README.md, \"Traces\").")
     s.add_argument("path", help="Mooncake JSONL trace (.jsonl or .jsonl.gz)")
     add_spec_options(s, "trace stats", filled=True)  # --page-size as every command spells it
     s.add_argument("--json", action="store_true", help="print the figures as one JSON object")

@@ -49,9 +49,12 @@ def _argparse_type(parse):
     return convert
 
 
-def shown_default(f: dataclasses.Field) -> str:
-    """The default as the help states it."""
+def shown_default(f: dataclasses.Field, command: str | None = None) -> str:
+    """The default as the help states it (in `command`, where it differs there)."""
     meta = f.metadata
+    here = meta.get("per_command", {}).get(command, {})
+    if here.get("shown_default") is not None:
+        return here["shown_default"]
     if meta.get("shown_default") is not None:
         return meta["shown_default"]
     return "off" if meta.get("flag") else "none" if f.default is None else str(f.default)
@@ -63,7 +66,9 @@ def add_spec_options(p, command: str, filled: bool = False) -> None:
     for tools that read the values rather than build a spec."""
     for _, f in spec_fields(command):
         meta = f.metadata
-        kw: dict = dict(dest=_dest(meta["option"]), help=f"{meta['help']} (default: {shown_default(f)})")
+        here = meta.get("per_command", {}).get(command, {})
+        shown = "required" if here.get("required") else f"default: {shown_default(f, command)}"
+        kw: dict = dict(dest=_dest(meta["option"]), help=f"{meta['help']} ({shown})", required=bool(here.get("required")))
         default = (False if meta["flag"] else f.default) if filled else None
         if meta["flag"]:
             kw.update(action="store_true", default=default)

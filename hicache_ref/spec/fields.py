@@ -25,11 +25,13 @@ class SpecError(ValueError):
 
 
 def param(default, option: str, help: str, parse=None, choices=None, metavar: str | None = None,
-          commands=ALL_COMMANDS, flag: bool = False, shown_default=None):
+          commands=ALL_COMMANDS, flag: bool = False, shown_default=None, per_command=None):
     """A spec field with its option: `parse(text) -> value` (ValueError on bad text), `choices`,
-    `commands` it applies to, `flag` (a store_true switch), `shown_default` (help text for a None default)."""
+    `commands` it applies to, `flag` (a store_true switch), `shown_default` (help text for a None default);
+    `per_command`: {command: {"shown_default": text, "required": True}} where a command differs (said in its help)."""
     meta = dict(option=option, help=help, parse=parse, choices=tuple(choices) if choices else None,
-                metavar=metavar, commands=frozenset(commands), flag=flag, shown_default=shown_default)
+                metavar=metavar, commands=frozenset(commands), flag=flag, shown_default=shown_default,
+                per_command=per_command or {})
     return dataclasses.field(default=default, metadata=meta)
 
 

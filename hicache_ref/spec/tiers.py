@@ -38,9 +38,13 @@ class TiersSpec:
 
     PATH = "tiers"
     l1_tokens: int | None = param(None, "--l1-tokens", f"device (L1) capacity in tokens ({SIZE_HELP})",
-                                  parse=parse_tokens, shown_default="unlimited")
+                                  parse=parse_tokens, shown_default="unlimited",
+                                  per_command={"sweep": {"required": True},  # a sweep needs a finite L1
+                                               "ablate": {"shown_default": "1/16 of the trace's tokens, per rank"}})
     l2_tokens: int | None = param(None, "--l2-tokens", f"host (L2) capacity in tokens ({SIZE_HELP}); 0: no L2",
-                                  parse=parse_tokens, shown_default="unlimited", commands={"replay", "ablate"})
+                                  parse=parse_tokens, shown_default="unlimited", commands={"replay", "ablate"},
+                                  per_command={"ablate": {"shown_default": "1/4 of the trace's tokens, per rank; "
+                                                          "at least the sweep's 8 tiers of whole pages per rank"}})
     hicache_ratio: float | None = param(None, "--hicache-ratio", "L2 = this x L1 tokens, aligned up to pages "
                                         "plus one, as upstream (needs --l1-tokens)", parse=parse_real(),
                                         metavar="R", commands={"replay"})
