@@ -68,3 +68,11 @@ def test_cli_replay_tp(capsys):
     assert capsys.readouterr().err.startswith("hicache: --tp: applies to a serial replay")
     assert main.main(args + ["--tp", "0"]) == 2
     assert capsys.readouterr().err.startswith("hicache: --tp: must be positive")
+
+
+def test_a_tp_replay_echoes_the_group_spec_as_given_not_the_rank_replayed():
+    """Fed back, the echoed spec must give the same run: L2 per rank, the group's size and sharing."""
+    spec = CacheSpec.of(l1_tokens=64_000, l2_tokens=256_000, tp=8, shared_host=True, profile="emu")
+    fig = tp_replay(spec, find_trace("conversation_trace.jsonl"), 20)
+    assert fig["spec"]["tiers"]["l2_tokens"] == 256_000 and fig["effective_l2_tokens"] == 8 * 256_000
+    assert fig["spec"]["tp"] == {"ranks": 8, "shared_host": True}

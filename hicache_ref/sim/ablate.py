@@ -152,7 +152,7 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
     if progress is not None:
         progress(total, total)
     return dict(steps=rows, configuration=_configuration(spec, requests, profile, concurrency, tp, plateau_gain,
-                                                         tiers, swept, baseline_s))
+                                                         tiers, swept, baseline_s), spec=spec.to_dict())
 
 
 def _describe_start(rung: Rung, shared: bool, tp: int) -> str:

@@ -27,6 +27,7 @@ def tp_replay(spec: CacheSpec, trace, limit: int | None = None) -> dict:
         host_kv_copies=copies, d2h_writer_ranks=writers,
         d2h_bytes_all_ranks=fig["d2h_bytes"] * writers, h2d_bytes_all_ranks=fig["h2d_bytes"] * tp,
         host_pool_bytes_all_ranks=fig["l2_tokens"] * token_bytes * copies,
+        spec=spec.to_dict(),  # the group as given (L2 per rank), not the one rank replayed for it
     )
     return fig
 

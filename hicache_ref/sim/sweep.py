@@ -142,7 +142,7 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
                 l1_alone_hit_rate=alone["hit_rate"], requests=alone["requests"], input_tokens=alone["input_tokens"],
                 page_size=ps, write_policy=spec.tiers.write_policy, host_layout=spec.tiers.host_layout,
                 profile=alone["profile"], geometry=spec.geometry.config(), token_bytes=token_bytes,
-                wall_seconds=time.perf_counter() - t0)
+                spec=spec.to_dict(), wall_seconds=time.perf_counter() - t0)
 
 
 def _one_pass_rows(spec: CacheSpec, requests, tiers: list[int], alone: dict, token_bytes: int) -> list[dict]:
