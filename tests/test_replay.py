@@ -335,8 +335,16 @@ def test_replay_and_bench_replay_work_from_a_wheel_install_with_no_checkout(tmp_
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"),
         str(src))
     shutil.rmtree(src)  # no checkout beside the install
-    venv.create(tmp_path / "venv", system_site_packages=True, with_pip=False)
+    venv.create(tmp_path / "venv", with_pip=False)
     py = str(tmp_path / "venv" / "bin" / "python")
+    # torch and the other dependencies from where this interpreter has them (a user's venv, or the system
+    # Python in CI): a .pth adds those folders without running their .pth files, so an editable
+    # install of the checkout there stays out of the new venv.
+    import sysconfig
+
+    site = run(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    deps = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    Path(site, "_host_deps.pth").write_text("".join(f"{d}\n" for d in sorted(deps)))
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     run(sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", "--no-index", "-q", str(wheel))
     elsewhere = tmp_path / "elsewhere"
