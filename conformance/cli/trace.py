@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
-from conformance.common.inputs import text_file
+from conformance.common.inputs import new_file, text_file
 from conformance.common.spec_options import add_spec_options
 from hal.units import HELP as UNITS
 from hal.units import parse_size
@@ -50,7 +50,7 @@ def run(a) -> int:
 def _stats(a) -> int:
     path = text_file("path", a.path, "a Mooncake JSONL trace")
     if a.plot is not None:
-        _writable("--plot", a.plot)
+        new_file("--plot", a.plot)
         if Path(a.plot).suffix.lower() != ".png":  # checked before the work, not by matplotlib after it
             raise CliError("--plot", f"{clip_path(Path(a.plot))}: the plot is a PNG: name it *.png")
     requests = read_trace(path)
@@ -78,17 +78,8 @@ def stats_lines(s: dict) -> list[str]:
             f"reuse distance (tokens) over {s['reused_pages']:,} reused pages: {fmt(rd) or 'none'}"]
 
 
-def _writable(option: str, path: str) -> Path:
-    p = Path(path)
-    if p.is_dir():
-        raise CliError(option, f"{clip_path(p)}: is a directory, not a file")
-    if not p.parent.is_dir():
-        raise CliError(option, f"{clip_path(p.parent)}: no such directory")
-    return p
-
-
 def _synth(a) -> int:
-    out = _writable("--out", a.out)
+    out = new_file("--out", a.out)
     lo = parse_size(a.min_tokens, name="--min-tokens", minimum=1)
     hi = parse_size(a.max_tokens, name="--max-tokens", minimum=1)
     if hi < lo:

@@ -63,11 +63,11 @@ def text_file(option: str, path: str | os.PathLike, what: str = "JSONL text") ->
     return p
 
 
-def new_file(option: str, path: str | os.PathLike, suffixes: tuple[str, ...]) -> Path:
-    """`path` as a Path a command may write: a name ending in one of `suffixes`, not a directory,
-    in a folder that exists."""
+def new_file(option: str, path: str | os.PathLike, suffixes: tuple[str, ...] = ()) -> Path:
+    """`path` as a Path a command may write: a name ending in one of `suffixes` (none given: any),
+    not a directory, in a folder that exists."""
     out = Path(path)
-    if out.suffix not in suffixes:
+    if suffixes and out.suffix not in suffixes:
         raise CliError(option, f"{clip_path(out)}: expected a {suffixes[0]} file name")
     if out.is_dir():
         raise CliError(option, f"{clip_path(out)}: is a directory")

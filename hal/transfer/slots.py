@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hal.transfer.geometry import KVGeometry, parse_dtype
+from hal.transfer.geometry import KVGeometry
 from hal.transfer.layout_registry import get_layout
 
 # Bytes per planned item, measured on 4M-token plans (peak RSS over the interpreter's):
@@ -38,10 +38,3 @@ def planned_bytes(layout: str, geom: KVGeometry, tokens: int, page_size: int) ->
     units = pages if lay.page_runs else pages * page_size  # one run per page, else one per token
     return 2 * pages * page_size * INDEX_BYTES_PER_TOKEN + units * geom.layers * per_layer * SEGMENT_BYTES
 
-
-def option_geometry(attention: str, layers: int, kv_dim: int, heads: int, dtype: str, page_size: int) -> KVGeometry:
-    """The KVGeometry the command-line options describe (`kv_dim`: MLA's latent width, MHA's head
-    dim); ValueError naming --heads where MLA is given more than its one latent head."""
-    if attention == "mla" and heads != 1:  # replay refuses the same: MLA keeps one latent row per token
-        raise ValueError(f"--heads: MLA keeps one latent KV head, got {heads}; --heads is for --attention mha")
-    return KVGeometry(attention, layers, heads, kv_dim, parse_dtype(dtype), page_size)
