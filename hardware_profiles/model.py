@@ -115,18 +115,19 @@ COMPUTE_BOUNDS = {
     # an upper bound of 1 s/token catches a value written in ms or us
     "prefill_per_token_s": Bound("seconds per token", 0, 1),
 }
-# Optional compute keys: the all-hit request (every prefix page loaded from L2) as the seed fitted it.
-ALLHIT_BOUNDS = {
-    "allhit_fixed_s": Bound("seconds", 0, 3600),
-    "allhit_per_token_s": Bound("seconds per token", 0, 1),
+# Optional compute keys: the attention term of prefill (each uncached token attends to every token
+# before it) and the fixed cost of a request's L2 load path (hicache_ref.sim.mechanisms).
+COMPUTE_OPTIONAL_BOUNDS = {
+    "prefill_per_token_pair_s": Bound("seconds per token pair", 0, 1e-3),
+    "l2_path_fixed_s": Bound("seconds", 0, 3600),
 }
-# Optional `penalties` section: slowdowns of the seed workload (percent of its time) and the
-# IDO factor on D2H bandwidth. Percent bounds are wide; a fraction written as percent still loads.
-PENALTY_BOUNDS = {
-    "registered_base_pct": Bound("percent", -100, 1000),
-    "registered_pct_per_gb": Bound("percent per GB registered", 0, 100),
-    "numa_remote_pct": Bound("percent", -100, 1000),
-    "numa_local_pct": Bound("percent", -100, 1000),
+# Optional `host_costs` section: the host-side mechanisms the link model alone does not show
+# (hicache_ref.sim.mechanisms prices them; docs/model.md says what each is).
+HOST_COST_BOUNDS = {
+    "submit_contention": Bound("fraction of submission time", 0, 1),
+    "d2h_interference": Bound("fraction of D2H device time", 0, 1),
+    "translation_slowdown_per_mentry": Bound("DMA slowdown per million translation entries", 0, 10),
+    "numa_remote_bw_factor": Bound("fraction of DMA bandwidth", 0, 1, lo_open=True),
     "ido_shared_d2h_factor": Bound("fraction of D2H bandwidth", 0, 1, lo_open=True),
 }
 
@@ -203,69 +204,62 @@ class LinkModel:
 
 @dataclass(frozen=True)
 class ComputeModel:
-    """Prefill time: a measured curve when given, else fixed + per_token * tokens; and the
-    all-hit request time allhit_fixed + allhit_per_token * tokens when the profile gives it
-    (hicache_ref.sim.cost fits, splits and compares the two)."""
+    """Prefill time of n prompt tokens of which c are cached: a measured curve when given (curve(n) -
+    curve(c) + its fixed part), else fixed + per_token * (n - c) + per_token_pair * (n^2 - c^2) (each
+    new token attends to all before it). l2_path_fixed: what a request that loads from L2 pays once."""
 
     prefill_fixed_s: float | None
     prefill_per_token_s: float | None
     prefill_curve: tuple[tuple[int, float], ...] | None = None  # (tokens, seconds), tokens ascending
-    allhit_fixed_s: float | None = None
-    allhit_per_token_s: float | None = None
+    prefill_per_token_pair_s: float | None = None  # absent: 0 (a linear prefill)
+    l2_path_fixed_s: float | None = None
 
     def __post_init__(self):
         _check_bounded(self, COMPUTE_BOUNDS)
-        _check_bounded(self, ALLHIT_BOUNDS)
+        _check_bounded(self, COMPUTE_OPTIONAL_BOUNDS)
 
     @property
     def known(self) -> bool:
         """True when prefill time can be computed for any token count."""
         return bool(self.prefill_curve) or (self.prefill_fixed_s is not None and self.prefill_per_token_s is not None)
 
-    def allhit_seconds(self, tokens: int) -> float | None:
-        """Modeled time of a request whose whole prompt hits L2, or None when not given."""
+    def prefill_seconds(self, tokens: int, cached: int = 0) -> float | None:
+        """Seconds to prefill a prompt of `tokens` whose first `cached` tokens' KV is on the device
+        already (None when unknown; 0 for an empty prompt). The fixed part is paid by every prompt."""
         tokens = non_negative_int("tokens", tokens)
-        if self.allhit_fixed_s is None or self.allhit_per_token_s is None:
-            return None
-        return self.allhit_fixed_s + self.allhit_per_token_s * int(tokens)
-
-    def prefill_seconds(self, tokens: int) -> float | None:
-        tokens = non_negative_int("tokens", tokens)
+        cached = non_negative_int("cached", cached)
+        if cached > tokens:
+            raise ValueError(f"cached: {cached} exceeds tokens {tokens}")
         if tokens == 0:
             return 0.0
         if self.prefill_curve:
-            return _interpolate(self.prefill_curve, int(tokens))
+            fixed = _interpolate(self.prefill_curve, 0)
+            if not cached:
+                return _interpolate(self.prefill_curve, tokens)
+            return fixed + max(0.0, _interpolate(self.prefill_curve, tokens) - _interpolate(self.prefill_curve, cached))
         if self.prefill_fixed_s is None or self.prefill_per_token_s is None:
             return None
-        return self.prefill_fixed_s + self.prefill_per_token_s * int(tokens)
+        pair = self.prefill_per_token_pair_s or 0.0
+        new = tokens - cached
+        return self.prefill_fixed_s + self.prefill_per_token_s * new + pair * (tokens * tokens - cached * cached)
 
 
 @dataclass(frozen=True)
-class Penalties:
-    """Slowdowns the link model alone does not show, each as the profile states it (percent of
-    the seed workload's time): registered size (linear in GB registered), NUMA placement, and
-    the factor on per-card D2H bandwidth when cards share an uplink with strict (non-IDO) ordering."""
+class HostCosts:
+    """Host-side mechanisms (hicache_ref.sim.mechanisms): the share of a daemon thread's submission
+    time the scheduler still waits (contention), the share of D2H device time that delays prefill
+    (interference), DMA slowdown per million translation entries of registered memory, the DMA
+    bandwidth factor of remote NUMA memory, and the D2H factor when two cards behind one uplink
+    write with strict (non-IDO) ordering. None: unknown."""
 
-    registered_base_pct: float | None = None
-    registered_pct_per_gb: float | None = None
-    numa_remote_pct: float | None = None
-    numa_local_pct: float | None = None
+    submit_contention: float | None = None
+    d2h_interference: float | None = None
+    translation_slowdown_per_mentry: float | None = None
+    numa_remote_bw_factor: float | None = None
     ido_shared_d2h_factor: float | None = None
 
     def __post_init__(self):
-        _check_bounded(self, PENALTY_BOUNDS)
-
-    def registered_pct(self, registered_gb: float) -> float | None:
-        """Slowdown (%) with `registered_gb` decimal GB of host memory registered, or None."""
-        if not is_number(registered_gb) or registered_gb < 0:
-            raise ValueError(f"registered_gb: expected a non-negative number, got {registered_gb!r}")
-        if self.registered_base_pct is None or self.registered_pct_per_gb is None:
-            return None
-        return self.registered_base_pct + self.registered_pct_per_gb * float(registered_gb)
-
-    def numa_pct(self, local: bool) -> float | None:
-        """Slowdown (%) with host pools NUMA-local (True) or remote (False), or None."""
-        return self.numa_local_pct if local else self.numa_remote_pct
+        _check_bounded(self, HOST_COST_BOUNDS)
 
 
 def _interpolate(points: tuple[tuple[int, float], ...], x: int) -> float:
@@ -361,7 +355,8 @@ class Profile:
     link: LinkModel
     compute: ComputeModel
     targets: tuple[Target, ...]
-    penalties: Penalties = field(default_factory=Penalties)
+    host_costs: HostCosts = field(default_factory=HostCosts)
+    readings: str | None = None  # file name of the profile's measured readings (hardware_profiles/readings/)
     # key path -> where its value comes from, for every value written with a source
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
 

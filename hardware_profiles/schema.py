@@ -9,23 +9,23 @@ from typing import Any, NoReturn
 import yaml
 
 from hardware_profiles.model import (
-    ALLHIT_BOUNDS,
     COMPARATORS,
     COMPUTE_BOUNDS,
+    COMPUTE_OPTIONAL_BOUNDS,
+    HOST_COST_BOUNDS,
     IDO_STATES,
     KERNEL_BOUNDS,
     LINK_BOUNDS,
     METRICS,
-    PENALTY_BOUNDS,
     SCHEMA_VERSION,
     UNKNOWN,
     Bound,
     ComputeModel,
     DeviceSpec,
     FieldError,
+    HostCosts,
     HostSpec,
     LinkModel,
-    Penalties,
     Profile,
     ProfileError,
     Target,
@@ -161,7 +161,7 @@ class _Reader:
 
     def profile(self, data: Any, path: Path) -> Profile:
         top = self.section(data, "", ("schema", "description", "device", "host", "topology",
-                                      "link", "compute", "penalties", "targets"))
+                                      "link", "compute", "host_costs", "readings", "targets"))
         for key in ("schema", "description", "device", "host", "link", "compute", "targets"):
             if key not in top:
                 self.fail(key, f"a '{key}' entry (see hardware_profiles/README.md)", _MISSING)
@@ -174,7 +174,8 @@ class _Reader:
             name=path.stem, path=path, description=self.text(top, "description", "", may_be_unknown=False),
             device=device, host=host, topology=topology, link=self.link(top["link"]),
             compute=self.compute(top["compute"]), targets=self.targets(top["targets"]),
-            penalties=self.penalties(top["penalties"]) if "penalties" in top else Penalties(),
+            host_costs=self.host_costs(top["host_costs"]) if "host_costs" in top else HostCosts(),
+            readings=self.text(top, "readings", "", may_be_unknown=False) if "readings" in top else None,
             sources=dict(self.sources),
         )
 
@@ -240,7 +241,7 @@ class _Reader:
 
     def compute(self, data) -> ComputeModel:
         c = self.section(data, "compute", ("prefill_fixed_s", "prefill_per_token_s", "prefill_curve",
-                                           *ALLHIT_BOUNDS))
+                                           *COMPUTE_OPTIONAL_BOUNDS))
         curve = None
         if "prefill_curve" in c:
             expected = "a list of at least 2 [tokens, seconds] pairs, tokens ascending"
@@ -258,16 +259,16 @@ class _Reader:
                                   "seconds in [0, 86400]", repr(pt))
                     points.append((pt[0], float(pt[1])))
                 curve = tuple(points)
-        allhit = {name: self.bounded(c, name, "compute", bound, sourced=True)
-                  for name, bound in ALLHIT_BOUNDS.items() if name in c}
+        optional = {name: self.bounded(c, name, "compute", bound, sourced=True)
+                    for name, bound in COMPUTE_OPTIONAL_BOUNDS.items() if name in c}
         return ComputeModel(**{name: self.bounded(c, name, "compute", bound, sourced=True)
-                               for name, bound in COMPUTE_BOUNDS.items()}, prefill_curve=curve, **allhit)
+                               for name, bound in COMPUTE_BOUNDS.items()}, prefill_curve=curve, **optional)
 
-    def penalties(self, data) -> Penalties:
+    def host_costs(self, data) -> HostCosts:
         """Optional section; each key optional too (absent = unknown), each known value sourced."""
-        p = self.section(data, "penalties", tuple(PENALTY_BOUNDS))
-        return Penalties(**{name: self.bounded(p, name, "penalties", bound, sourced=True)
-                            for name, bound in PENALTY_BOUNDS.items() if name in p})
+        p = self.section(data, "host_costs", tuple(HOST_COST_BOUNDS))
+        return HostCosts(**{name: self.bounded(p, name, "host_costs", bound, sourced=True)
+                            for name, bound in HOST_COST_BOUNDS.items() if name in p})
 
     def targets(self, data) -> tuple[Target, ...]:
         if not isinstance(data, dict):

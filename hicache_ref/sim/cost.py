@@ -1,19 +1,20 @@
-"""The cost model: is tiered caching a net benefit on this machine, and by how much.
+"""Net benefit: is tiered caching a gain on this machine, and by how much.
 
-Pure arithmetic over the profile: prefill compute, the all-hit fit and break-even, the penalties
-the link model does not show, and net benefit over an L1-only cache with its assumed inputs named.
-No device, no bytes, deterministic. The model in words: docs/model.md.
+Arithmetic over a replay's figures and the profile's mechanisms (hicache_ref.sim.mechanisms): the
+all-hit request and its fit, break-even, and net benefit over an L1-only cache with its assumed
+inputs named. No device, no bytes, deterministic. The model in words: docs/model.md.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-GB = 1e9  # the seed's registered sizes are decimal GB
-SEED_REGISTERED_GB = (15, 80)  # the registered sizes the seed's penalty figures come from
+from hicache_ref.sim import mechanisms as mech
+from hicache_ref.sim.figures import prefill_from_moments
+
 
 
 @dataclass(frozen=True)
@@ -65,197 +66,117 @@ def fit_line(xs, ys) -> LineFit:
 ALLHIT_TOKENS = (1024, 2048, 4096, 8192, 16384, 32768)
 
 
-def allhit_points(compute, tokens=ALLHIT_TOKENS) -> list[tuple[int, float]] | None:
-    """(tokens, seconds) of the modeled all-hit request, or None when the profile has no all-hit model."""
-    pts = [(int(n), compute.allhit_seconds(int(n))) for n in tokens]
-    return None if any(s is None for _, s in pts) else pts
+def allhit_seconds(profile, tokens: int, layers: int, token_bytes: int,
+                   state: mech.HostState = mech.HostState()) -> float:
+    """Modeled time of a request whose whole prompt of `tokens` is loaded from L2: prefill's fixed
+    part, the L2 path, and the H2D of its KV as layer_first kernel loads (one launch per layer,
+    one item per token and layer). Unpriced when the profile lacks a parameter."""
+    c = profile.compute
+    fixed = mech.need(c.prefill_fixed_s, "compute.prefill_fixed_s", profile)
+    path = mech.need(c.l2_path_fixed_s, "compute.l2_path_fixed_s", profile)
+    h2d = mech.Traffic(bytes=tokens * token_bytes, launches=layers, items=tokens * layers, kernel=True)
+    return fixed + path + mech.submission_seconds(profile, h2d) + mech.device_seconds(profile, "h2d", h2d, state)
 
 
-def allhit_fit(compute, tokens=ALLHIT_TOKENS) -> LineFit | None:
-    pts = allhit_points(compute, tokens)
-    return None if pts is None else fit_line([n for n, _ in pts], [s for _, s in pts])
+def allhit_points(profile, layers: int, token_bytes: int, tokens=ALLHIT_TOKENS) -> list[tuple[int, float]]:
+    return [(int(n), allhit_seconds(profile, int(n), layers, token_bytes)) for n in tokens]
 
 
-@dataclass(frozen=True)
-class AllhitSplit:
-    """The all-hit intercept as the floor every request pays plus the L2 path's fixed cost."""
-
-    floor_s: float
-    l2_path_s: float
+def allhit_fit(profile, layers: int, token_bytes: int, tokens=ALLHIT_TOKENS) -> LineFit:
+    pts = allhit_points(profile, layers, token_bytes, tokens)
+    return fit_line([n for n, _ in pts], [s for _, s in pts])
 
 
-def split_allhit(fit_a: float, compute) -> AllhitSplit | None:
-    """a = prefill's fixed cost (the shared deployment floor) + the L2 path; None when unknown."""
-    if compute.prefill_fixed_s is None:
-        return None
-    return AllhitSplit(compute.prefill_fixed_s, fit_a - compute.prefill_fixed_s)
-
-
-def break_even_tokens(fit_a: float, fit_b: float, compute, max_tokens: int = 10_000_000) -> float | None:
-    """Prompt length above which loading the prompt's KV (a + b*n) beats recomputing it
-    (prefill(n)); None when the compute model is unknown or loading never wins below max_tokens."""
-    if not compute.known:
-        return None
-    if not compute.prefill_curve:
-        slope = compute.prefill_per_token_s - fit_b
-        if slope <= 0:
-            return None
-        n = (fit_a - compute.prefill_fixed_s) / slope
-        return max(0.0, n) if n <= max_tokens else None
+def break_even_tokens(profile, layers: int, token_bytes: int, max_tokens: int = 10_000_000) -> float | None:
+    """Prompt length above which loading the prompt's KV from L2 beats recomputing it, to half a
+    token; None when loading never wins below max_tokens. Unpriced without a compute model."""
+    c = profile.compute
+    if not c.known:
+        raise mech.Unpriced(f"profile {profile.name} has no compute model (compute.prefill_*)")
 
     def gap(n: float) -> float:  # > 0 while loading still costs more
-        return fit_a + fit_b * n - compute.prefill_seconds(int(round(n)))
+        k = int(round(n))
+        return allhit_seconds(profile, k, layers, token_bytes) - c.prefill_seconds(k)
 
-    lo, hi = 0.0, float(max_tokens)
+    lo, hi = 1.0, float(max_tokens)
     if gap(hi) > 0:
         return None
-    if gap(1.0) <= 0:
+    if gap(lo) <= 0:
         return 0.0
-    lo = 1.0
-    while hi - lo > 0.5:  # prefill_seconds takes whole tokens: half a token is the resolution
+    while hi - lo > 0.5:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if gap(mid) > 0 else (lo, mid)
     return hi
 
 
-def registered_penalty_gb(registered_bytes: int) -> float:
-    """The registered size (decimal GB) the penalty is read at: `registered_bytes` held inside
-    the seed's measured SEED_REGISTERED_GB. Outside it the line is not extrapolated: below 15 GB
-    the 15 GB figure stands (an upper bound: the slowdown grows with the size registered), above
-    80 GB the 80 GB figure (a lower bound). registered_penalty_held says when this happened."""
-    lo, hi = SEED_REGISTERED_GB
-    return min(max(registered_bytes / GB, float(lo)), float(hi))
+# The profile keys each mechanism reads (for naming the assumed ones).
+COMPUTE_KEYS = ("compute.prefill_fixed_s", "compute.prefill_per_token_s", "compute.prefill_per_token_pair_s",
+                "compute.prefill_curve", "compute.l2_path_fixed_s")
+TRANSFER_KEYS = ("link.h2d_gbps", "link.d2h_gbps", "link.per_segment_us", "link.per_launch_us",
+                 "link.kernel_per_item_us")
+HOST_KEYS = tuple(f"host_costs.{k}" for k in ("submit_contention", "d2h_interference",
+                                              "translation_slowdown_per_mentry", "numa_remote_bw_factor",
+                                              "ido_shared_d2h_factor"))
 
 
-def registered_penalty_held(registered_bytes: int) -> str | None:
-    """None inside the measured range (or with nothing registered), else why the penalty is held."""
-    lo, hi = SEED_REGISTERED_GB
-    gb = registered_bytes / GB
-    if registered_bytes == 0 or lo <= gb <= hi:
-        return None
-    end, bound = (lo, "the penalty at most this, the net benefit at least") if gb < lo else \
-        (hi, "the penalty at least this, the net benefit at most")
-    return (f"{gb:.1f} GB registered lies outside the {lo}-{hi} GB the registered-size penalty was measured "
-            f"over: the {end} GB figure is held ({bound}), not extrapolated")
-
-
-def registered_penalty_pct(penalties, registered_bytes: int) -> float | None:
-    """Seed-workload slowdown (%) with `registered_bytes` of host memory registered, read at
-    registered_penalty_gb (held inside the measured range); 0 with nothing registered."""
-    if isinstance(registered_bytes, bool) or not isinstance(registered_bytes, int) or registered_bytes < 0:
-        raise ValueError(f"registered_bytes: expected a non-negative integer, got {registered_bytes!r}")
-    if registered_bytes == 0:  # no host pool registered (no L2): the seed's line does not apply
-        return 0.0
-    return penalties.registered_pct(registered_penalty_gb(registered_bytes))
-
-
-def numa_penalty_pct(penalties, local: bool) -> float | None:
-    return penalties.numa_pct(bool(local))
-
-
-def d2h_gbps_shared(link, penalties, devices_per_switch: int | None, ido: str) -> float | None:
-    """Per-card D2H bandwidth while the cards of one uplink back up at once: the link's figure,
-    times the IDO factor when cards share the uplink and ordering is not known to be relaxed."""
-    if link.d2h_gbps is None:
-        return None
-    if not devices_per_switch or devices_per_switch <= 1 or ido == "on":
-        return link.d2h_gbps
-    if penalties.ido_shared_d2h_factor is None:
-        return None
-    return link.d2h_gbps * penalties.ido_shared_d2h_factor
-
-
-@dataclass(frozen=True)
-class NetBenefit:
-    """Seconds HiCache gains (positive) or loses over a workload against an L1-only prefix
-    cache, and what the figure rests on. compute_saved_s: what the L2 hits save (see the module
-    docstring)."""
-
-    compute_saved_s: float
-    transfer_s: float
-    penalty_s: float
-    penalty_pct: float
-    assumed_inputs: tuple[str, ...] = field(default=())
-
-    @property
-    def net_s(self) -> float:
-        return self.compute_saved_s - self.transfer_s - self.penalty_s
-
-    def to_json(self) -> dict:
-        return {"net_benefit_seconds": self.net_s, "compute_saved_seconds": self.compute_saved_s,
-                "transfer_seconds": self.transfer_s, "penalty_seconds": self.penalty_s,
-                "penalty_pct": self.penalty_pct, "assumed_inputs": list(self.assumed_inputs)}
-
-
-# The profile keys each part of the net benefit reads (for naming the assumed ones).
-COMPUTE_KEYS = ("compute.prefill_fixed_s", "compute.prefill_per_token_s", "compute.prefill_curve")
-TRANSFER_KEYS = ("link.h2d_gbps", "link.d2h_gbps", "link.per_segment_us", "link.per_launch_us")
-REGISTERED_KEYS = ("penalties.registered_base_pct", "penalties.registered_pct_per_gb")
-NUMA_KEYS = ("penalties.numa_local_pct", "penalties.numa_remote_pct")
-# Named among the assumed inputs when the registered size lies outside the seed's measured range.
-REGISTERED_HELD_INPUT = (f"penalties.registered_pct_per_gb (held outside the measured "
-                         f"{SEED_REGISTERED_GB[0]}-{SEED_REGISTERED_GB[1]} GB)")
-
-
-def assumed_inputs(profile, keys) -> tuple[str, ...]:
+def assumed_inputs(profile, keys=(*COMPUTE_KEYS, *TRANSFER_KEYS, *HOST_KEYS)) -> tuple[str, ...]:
     """Those of `keys` whose value the profile marks `assumed:` (sorted, each once)."""
     assumed = profile.assumptions()
     return tuple(sorted(k for k in set(keys) if k in assumed))
 
 
-def net_benefit(profile, compute_saved_s: float, transfer_s: float, baseline_s: float,
-                registered_bytes: int | None = None, numa_local: bool | None = None) -> NetBenefit:
-    """compute saved - transfer seconds - (registered + NUMA slowdown) x the workload's baseline
-    prefill seconds. A penalty whose input is not given (None) or not known is left out."""
-    for name, v in (("compute_saved_s", compute_saved_s), ("transfer_s", transfer_s), ("baseline_s", baseline_s)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{name}: expected a finite non-negative number of seconds, got {v!r}")
-    keys = [*COMPUTE_KEYS, *TRANSFER_KEYS]
-    pct = 0.0
-    held = []
-    if registered_bytes is not None:
-        reg = registered_penalty_pct(profile.penalties, registered_bytes)
-        if reg is not None:
-            pct += reg
-            keys += REGISTERED_KEYS
-            if registered_penalty_held(registered_bytes):  # outside the measured range: an assumption
-                held = [REGISTERED_HELD_INPUT]
-    if numa_local is not None:
-        numa = numa_penalty_pct(profile.penalties, numa_local)
-        if numa is not None:
-            pct += numa
-            keys += NUMA_KEYS
-    return NetBenefit(float(compute_saved_s), float(transfer_s), baseline_s * pct / 100.0, pct,
-                      assumed_inputs(profile, keys) + tuple(held))
+def traffic(fig: dict, direction: str) -> mech.Traffic:
+    """One direction's traffic as a replay's figures count it."""
+    layers = fig["geometry"]["layers"]
+    return mech.Traffic(bytes=fig[f"{direction}_bytes"], segments=fig[f"{direction}_segments"],
+                        launches=fig[f"{direction}_launches"], items=fig[f"{direction}_tokens"] * layers,
+                        kernel=fig.get("io_backend") == "kernel")
 
 
-def replay_figures(profile, compute_saved_s: float | None, transfer_s: float | None, baseline_s: float | None,
-                   registered_bytes: int, requests: int | None = None) -> dict:
-    """The net-benefit keys of `hicache replay --json`: net_benefit_seconds (None with
-    net_benefit_reason when the profile cannot say, or when `requests` is 0: a replay of no
-    request has no figure), its parts, and the assumed inputs. compute_saved_s is what the L2
-    hits save (see the module docstring). The registered-size penalty is taken at the host
-    pool's bytes (all of it is registered; held inside the measured range); NUMA placement is
-    not known to a replay, so its penalty is left out (and said so)."""
-    if requests == 0:
+def prefill_seconds(profile, fig: dict, which: str = "compute") -> float:
+    """A replay's prefill seconds under `profile`'s compute model: as cached ("compute"), with L1
+    hits only ("l1_only") or with no cache ("no_cache"). Unpriced without a compute model."""
+    c = profile.compute
+    if not c.known:
+        raise mech.Unpriced(f"profile {profile.name} has no compute model (compute.prefill_*)")
+    if c.prefill_curve:  # not linear in the prompt moments: the replay's own tally
+        return fig[{"compute": "modeled_prefill_compute_seconds", "l1_only": "modeled_prefill_l1_only_seconds",
+                    "no_cache": "baseline_prefill_seconds"}[which]]
+    return prefill_from_moments(c, fig["prefill_moments"][which])
+
+
+def run_service(profile, fig: dict, state: mech.HostState) -> mech.Service:
+    """The prefill server's busy seconds for a replay's figures under `state` (Unpriced if unknown)."""
+    return mech.service(profile, prefill_seconds(profile, fig), fig["l2_hit_requests"],
+                        traffic(fig, "h2d"), traffic(fig, "d2h"), state)
+
+
+REPLAY_STATE_NOTE = ("priced with every host fix on (daemon-thread submission, THP, NUMA-local memory, IDO): "
+                     "hicache ablate prices the states before them")
+
+
+def replay_figures(profile, fig: dict) -> dict:
+    """The net-benefit keys of a replay's JSON: busy seconds of an L1-only cache with the same L1
+    contents minus this run's (compute saved - transfer costs), the mean TTFT of both under the
+    run's concurrency, and the assumed inputs; net_benefit_seconds None with net_benefit_reason
+    when the profile cannot say or nothing was replayed."""
+    if not fig["requests"]:
         return {"net_benefit_seconds": None,
                 "net_benefit_reason": "no request replayed: no prefill to save and nothing moved"}
-    compute_known = profile is not None and profile.compute.known
-    missing = [name for name, v in (("compute model (compute.prefill_*)", compute_saved_s if compute_known else None),
-                                    ("complete link model (link.*)", transfer_s),
-                                    ("compute model (compute.prefill_*)", baseline_s)) if v is None]
-    if profile is None or missing:
-        why = "no profile" if profile is None else f"profile {profile.name} has no {missing[0]}"
-        return {"net_benefit_seconds": None, "net_benefit_reason": why}
-    nb = net_benefit(profile, compute_saved_s, transfer_s, baseline_s, registered_bytes=registered_bytes)
-    out = nb.to_json()
-    reason = ("prefill compute the L2 hits save over an L1-only cache - modeled transfer seconds - registered-size "
-              "penalty x baseline prefill seconds; NUMA penalty not applied (a replay places no memory)")
-    held = registered_penalty_held(registered_bytes) if profile.penalties.registered_pct_per_gb is not None else None
-    if held:
-        reason += f"; {held} (bound L2 with --l2-tokens)"
-    out["net_benefit_reason"] = reason
-    out["baseline_prefill_seconds"] = baseline_s
-    out["registered_bytes"] = registered_bytes
-    out["registered_penalty_gb"] = registered_penalty_gb(registered_bytes) if registered_bytes else 0.0
-    return {k if k.startswith("net_benefit") else f"net_benefit_{k}": v for k, v in out.items()}
+    if profile is None:
+        return {"net_benefit_seconds": None, "net_benefit_reason": "no profile"}
+    state = mech.HostState(registered_bytes=fig.get("registered_bytes", 0))
+    try:
+        svc = run_service(profile, fig, state)
+    except mech.Unpriced as e:
+        return {"net_benefit_seconds": None, "net_benefit_reason": str(e)}
+    l1_only = prefill_seconds(profile, fig, "l1_only")
+    conc = fig.get("concurrency")
+    ttft, ttft_l1 = (mech.mean_ttft_seconds(b, fig["requests"], conc) for b in (svc.total, l1_only))
+    return {"net_benefit_seconds": l1_only - svc.total, "net_benefit_compute_saved_seconds": l1_only - svc.compute,
+            "net_benefit_transfer_seconds": svc.total - svc.compute, "net_benefit_service": svc.to_json(),
+            "net_benefit_host_state": state.to_json(), "net_benefit_assumed_inputs": list(assumed_inputs(profile)),
+            "net_benefit_reason": "busy seconds of an L1-only cache - this run's (compute saved - L2 path, loads, "
+                                  "backup hold and interference); " + REPLAY_STATE_NOTE,
+            "modeled_ttft_seconds": ttft, "modeled_ttft_l1_only_seconds": ttft_l1,
+            "modeled_ttft_change_pct": (ttft / ttft_l1 - 1) * 100 if ttft_l1 else None}

@@ -19,24 +19,61 @@ def run_config(spec, backend, l1: int, l2: int) -> dict:
                 geometry=spec.geometry.config(), spec=spec.to_dict())
 
 
-def add_saved(saved: float | None, compute, res, over_l1: bool = True) -> float | None:
-    """Modeled prefill seconds the request's hits save, added to `saved`; None once the profile
-    cannot say. over_l1 (HiCache's gain, what net benefit counts): what its L2 and L3 hits save
-    beyond an L1-only cache, prefill(n - l1_hit) - prefill(n - l1_hit - l2_hit - l3_hit), taking
-    L1's contents with and without the lower tiers as equal (hicache_ref.sim.cost). Else every hit:
-    prefill(n) - prefill(n - hit)."""
-    if saved is None:
-        return None
-    lower = res.l2_hit_tokens + res.l3_hit_tokens
-    before = res.input_tokens - res.l1_hit_tokens if over_l1 else res.input_tokens
-    hit = lower if over_l1 else res.l1_hit_tokens + lower
-    if not hit:
-        return saved
-    full, rest = compute.prefill_seconds(before), compute.prefill_seconds(before - hit)
-    return None if full is None or rest is None else saved + full - rest
+class ComputeTally:
+    """Modeled prefill seconds of the requests replayed, three ways: as cached (`compute`: each
+    request's uncached tokens, its L1, L2 and L3 hits on the device), with L1 hits only
+    (`l1_only`: an L1-only cache with the same L1 contents, what HiCache's gain is counted over)
+    and with no cache (`no_cache`); `l2_hit_requests`: requests that loaded from L2 or L3. All
+    None once the profile cannot say (no compute model)."""
+
+    def __init__(self, compute_model):
+        self.model = compute_model
+        known = compute_model is not None and compute_model.known
+        self.compute = self.l1_only = self.no_cache = 0.0 if known else None
+        self.l2_hit_requests = 0
+        # prompts, new tokens, n^2 - c^2: prefill of a linear + pair model is linear in these, so
+        # a run can be priced again under other compute parameters (hicache_ref.sim.derive)
+        self.moments = {k: [0, 0, 0] for k in ("compute", "l1_only", "no_cache")}
+
+    def add(self, res) -> None:
+        """Count one request's result (hicache_ref.core.cache.RequestResult)."""
+        lower = res.l2_hit_tokens + res.l3_hit_tokens
+        self.l2_hit_requests += bool(lower)
+        n = res.input_tokens
+        for key, c in (("compute", min(n, res.l1_hit_tokens + lower)), ("l1_only", min(n, res.l1_hit_tokens)),
+                       ("no_cache", 0)):
+            m = self.moments[key]
+            m[0] += n > 0
+            m[1] += n - c
+            m[2] += n * n - c * c
+        if self.compute is None:
+            return
+        m, n = self.model, res.input_tokens
+        self.compute += m.prefill_seconds(n, min(n, res.l1_hit_tokens + lower))
+        self.l1_only += m.prefill_seconds(n, min(n, res.l1_hit_tokens))
+        self.no_cache += m.prefill_seconds(n)
+
+    @property
+    def saved_over_l1(self) -> float | None:
+        """What the L2 and L3 hits save over an L1-only cache (the compute side of net benefit)."""
+        return None if self.compute is None else self.l1_only - self.compute
+
+    def to_json(self) -> dict:
+        saved_all = None if self.compute is None else self.no_cache - self.compute
+        return {"modeled_prefill_seconds_saved": self.saved_over_l1, "modeled_prefill_compute_seconds": self.compute,
+                "modeled_prefill_l1_only_seconds": self.l1_only, "baseline_prefill_seconds": self.no_cache,
+                "prefix_cache_compute_saved_seconds": saved_all, "l2_hit_requests": self.l2_hit_requests,
+                "prefill_moments": {k: list(v) for k, v in self.moments.items()}}
 
 
-def figures(t: dict, cache, wall: float, read_seconds: float, saved, ghost_list, config: dict) -> dict:
+def prefill_from_moments(compute_model, moments) -> float:
+    """Prefill seconds of a run's prompts (its `prefill_moments` entry) under a linear + pair model."""
+    count, new, pairs = moments
+    return (count * compute_model.prefill_fixed_s + new * compute_model.prefill_per_token_s
+            + pairs * (compute_model.prefill_per_token_pair_s or 0.0))
+
+
+def figures(t: dict, cache, wall: float, read_seconds: float, tally: ComputeTally, ghost_list, config: dict) -> dict:
     """The figures every replay reports: totals, hit rate, per-direction transfers, timings, config."""
     out = dict(t)
     hits = t["l1_hit_tokens"] + t["l2_hit_tokens"] + t.get("l3_hit_tokens", 0)
@@ -52,7 +89,7 @@ def figures(t: dict, cache, wall: float, read_seconds: float, saved, ghost_list,
         out[f"modeled_{d}_seconds"] = s.modeled_seconds if s else 0.0
         out[f"max_{d}_enqueue_seconds"] = s.max_enqueue_seconds if s else 0.0
     out["modeled_transfer_seconds"] = ctl.modeled_seconds if ctl is not None else 0.0
-    out["modeled_prefill_seconds_saved"] = saved
+    out.update(tally.to_json())
     out["wall_seconds"] = wall
     out["read_seconds"] = read_seconds
     out["tokens_per_second"] = t["input_tokens"] / wall if wall > 0 else None

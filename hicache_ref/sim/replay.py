@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hicache_ref.core.cache import HiCache
 from hicache_ref.sim import cost
-from hicache_ref.sim.figures import add_saved, figures, run_config
+from hicache_ref.sim.figures import ComputeTally, figures, run_config
 from hicache_ref.sim.trace import BLOCK_TOKENS, TraceRequest, read_trace, trace_tokens
 from hicache_ref.spec import CacheSpec
 
@@ -43,10 +43,7 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
     backend, own_backend = spec.open_backend()
     totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
                   truncated_requests=0, kv_mismatch_tokens=0, l3_hit_tokens=0)
-    compute = getattr(getattr(backend, "profile", None), "compute", None)
-    saved = 0.0 if compute is not None else None
-    prefix_saved = saved  # what every hit saves over no cache (saved: what the L2 hits save over L1 alone)
-    baseline = 0.0 if compute is not None else None  # prefill seconds of every request without a cache
+    tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
     t0 = time.perf_counter()
     with frozen_heap():  # a full collection would walk every object made before the replay
         try:
@@ -64,28 +61,17 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
                     totals["truncated_requests"] += res.truncated
                     totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
                     totals["l3_hit_tokens"] += res.l3_hit_tokens
-                    if saved is not None:
-                        saved = add_saved(saved, compute, res)
-                    if prefix_saved is not None:
-                        prefix_saved = add_saved(prefix_saved, compute, res, over_l1=False)
-                    if baseline is not None:
-                        full = compute.prefill_seconds(res.input_tokens)
-                        baseline = None if full is None else baseline + full
+                    tally.add(res)
             finally:
                 cache.close()
         finally:
             if own_backend:
                 backend.close()
     wall = time.perf_counter() - t0
-    fig = figures(totals, cache, wall, read_seconds, saved, cache.tree.ghost, run_config(spec, backend, l1, l2))
+    fig = figures(totals, cache, wall, read_seconds, tally, cache.tree.ghost, run_config(spec, backend, l1, l2))
     fig.update(_l3_figures(cache, spec))
-    registered = cache.host.nbytes if cache.host is not None else 0
-    fig["prefix_cache_compute_saved_seconds"] = prefix_saved
-    transfer = fig["modeled_transfer_seconds"]
-    if transfer is not None and cache.l3 is not None:  # requests also waited for L3 reads
-        transfer += fig["l3_modeled_stall_seconds"]
-    fig.update(cost.replay_figures(getattr(backend, "profile", None), saved, transfer, baseline, registered,
-                                   requests=totals["requests"]))
+    fig["registered_bytes"] = cache.host.nbytes if cache.host is not None else 0
+    fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
     return fig
 
 

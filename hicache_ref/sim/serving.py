@@ -15,7 +15,8 @@ from contextlib import nullcontext
 import numpy as np
 
 from hicache_ref.core.allocator import pages_to_slots
-from hicache_ref.sim.figures import add_saved, figures, run_config
+from hicache_ref.sim import cost
+from hicache_ref.sim.figures import ComputeTally, figures, run_config
 from hicache_ref.sim.trace import TraceRequest, request_tokens
 from hicache_ref.spec import CacheSpec
 
@@ -47,8 +48,7 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None) -
     backend, own_backend = spec.open_backend()
     totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
                   truncated_requests=0, kv_mismatch_tokens=0)
-    compute = getattr(getattr(backend, "profile", None), "compute", None)
-    saved = 0.0 if compute is not None else None
+    tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
     start = min((r.timestamp for r in requests), default=0.0)
     arrival_step = [int((r.timestamp - start) / 1000 / step_seconds) if timestamps else 0 for r in requests]
     t0 = time.perf_counter()
@@ -74,8 +74,7 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None) -
                         for k in totals:
                             totals[k] += {"requests": 1, "truncated_requests": res.truncated}.get(
                                 k, getattr(res, k, 0))
-                        if saved is not None:
-                            saved = add_saved(saved, compute, res)
+                        tally.add(res)
                         # The batch's prefixes stay locked through the step (upstream locks a
                         # request's prefix from scheduling until it is cached); requests that
                         # decode stay locked until their last decode step.
@@ -109,8 +108,9 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None) -
     finally:
         if own_backend:
             backend.close()
-    fig = figures(totals, cache, time.perf_counter() - t0, 0.0, saved, cache.tree.ghost,
+    fig = figures(totals, cache, time.perf_counter() - t0, 0.0, tally, cache.tree.ghost,
                   run_config(spec, backend, l1, l2))
     fig.update(concurrency=concurrency, timestamps=timestamps, pd=pd, step_seconds=step_seconds, steps=step,
-               max_in_flight=max_in_flight)
+               max_in_flight=max_in_flight, registered_bytes=cache.host.nbytes if cache.host is not None else 0)
+    fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
     return fig

@@ -1,0 +1,175 @@
+"""The cost of moving KV across tiers, cause by cause: what keeps the prefill server busy.
+
+Every cost is a mechanism with parameters from the profile (link, compute, host_costs):
+prefill compute of the uncached tokens; the L2 load path; DMA submission per segment and per
+launch (direct copies) or per launch and item (kernel copies); bandwidth divided by the
+translation entries of registered memory (bytes / host page size, so THP changes it) and cut
+by remote NUMA memory or by two cards of one uplink writing without IDO; inline submission
+holding the scheduler; a daemon thread's submission contending with it; D2H device time
+interfering with prefill. The derivations of the parameters: hicache_ref/sim/derive.py.
+The model in words: docs/model.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+PAGE_4K, PAGE_THP = 4096, 2 << 20  # host page sizes: base pages, transparent huge pages
+SUBMISSIONS = ("inline", "daemon")
+NUMA_PLACEMENTS = ("local", "remote", "interleave")
+
+
+@dataclass(frozen=True)
+class HostState:
+    """What a replay does not see: who submits, the host page size, where host memory sits,
+    PCIe ordering, how many cards behind one uplink write at once, what each card registers."""
+
+    submission: str = "daemon"  # inline: on the scheduler thread; daemon: a backup thread
+    host_page_bytes: int = PAGE_THP
+    numa: str = "local"  # local | remote | interleave (over numa_nodes)
+    ido: bool = True  # PCIe ID-based ordering on the shared uplink
+    writers_per_uplink: int = 1  # cards behind one uplink that write D2H at the same time
+    registered_bytes: int = 0  # host memory registered by each card
+    numa_nodes: int = 1
+
+    def __post_init__(self):
+        if self.submission not in SUBMISSIONS:
+            raise ValueError(f"submission: expected one of {', '.join(SUBMISSIONS)}, got {self.submission!r}")
+        if self.numa not in NUMA_PLACEMENTS:
+            raise ValueError(f"numa: expected one of {', '.join(NUMA_PLACEMENTS)}, got {self.numa!r}")
+        for name in ("host_page_bytes", "writers_per_uplink", "numa_nodes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        if isinstance(self.registered_bytes, bool) or not isinstance(self.registered_bytes, int) \
+                or self.registered_bytes < 0:
+            raise ValueError(f"registered_bytes: expected a non-negative integer, got {self.registered_bytes!r}")
+
+    @property
+    def translation_entries(self) -> int:
+        """Page-table entries the registered memory takes (what DMA translation walks)."""
+        return -(-self.registered_bytes // self.host_page_bytes)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What one direction moved: bytes, merged segments, launches, and whether by kernel copies
+    (then `items`, one per token and layer, are priced instead of segments)."""
+
+    bytes: int = 0
+    segments: int = 0
+    launches: int = 0
+    items: int = 0
+    kernel: bool = False
+
+
+class Unpriced(ValueError):
+    """A mechanism needs a profile value that is unknown; the message names the key."""
+
+
+def need(value, key: str, profile):
+    """`value`, or Unpriced naming the profile `key` when it is unknown."""
+    if value is None:
+        raise Unpriced(f"profile {profile.name} has no {key}")
+    return value
+
+
+def numa_factor(profile, state: HostState) -> float:
+    """DMA bandwidth factor of where host memory sits: 1 local, the remote factor remote, and
+    interleaved over N nodes the harmonic mix of 1/N local and (N-1)/N remote."""
+    if state.numa == "local" or (state.numa == "interleave" and state.numa_nodes == 1):
+        return 1.0
+    nu = need(profile.host_costs.numa_remote_bw_factor, "host_costs.numa_remote_bw_factor", profile)
+    if state.numa == "remote":
+        return nu
+    n = state.numa_nodes
+    return 1.0 / (1.0 / n + (n - 1) / n / nu)
+
+
+def dma_gbps(profile, direction: str, state: HostState) -> float:
+    """Effective DMA bandwidth (decimal GB/s) of `direction` ("h2d" or "d2h") under `state`."""
+    link, hc = profile.link, profile.host_costs
+    bw = need(link.h2d_gbps if direction == "h2d" else link.d2h_gbps, f"link.{direction}_gbps", profile)
+    bw *= numa_factor(profile, state)
+    if state.translation_entries:
+        rho = need(hc.translation_slowdown_per_mentry, "host_costs.translation_slowdown_per_mentry", profile)
+        bw /= 1.0 + rho * state.translation_entries / 1e6
+    if direction == "d2h" and state.writers_per_uplink > 1 and not state.ido:
+        bw *= need(hc.ido_shared_d2h_factor, "host_costs.ido_shared_d2h_factor", profile)
+    return bw
+
+
+def submission_seconds(profile, t: Traffic) -> float:
+    """CPU time to submit the copies: per launch, plus per merged segment for direct copies."""
+    link = profile.link
+    s = t.launches * need(link.per_launch_us, "link.per_launch_us", profile) * 1e-6 if t.launches else 0.0
+    if not t.kernel and t.segments:
+        s += t.segments * need(link.per_segment_us, "link.per_segment_us", profile) * 1e-6
+    return s
+
+
+def device_seconds(profile, direction: str, t: Traffic, state: HostState) -> float:
+    """Time the copy occupies the link: bytes at the effective bandwidth, plus per item for kernels."""
+    s = t.bytes / (dma_gbps(profile, direction, state) * 1e9) if t.bytes else 0.0
+    if t.kernel and t.items:
+        s += t.items * need(profile.link.kernel_per_item_us, "link.kernel_per_item_us", profile) * 1e-6
+    return s
+
+
+@dataclass(frozen=True)
+class Service:
+    """Seconds the prefill server is busy, by cause (each term is one mechanism)."""
+
+    compute: float  # prefill of the uncached tokens
+    l2_path: float  # the fixed cost of each request that loads from L2
+    load: float  # H2D of the hits: submitted and waited for before prefill
+    hold: float  # the scheduler held by D2H submission (inline) or contending with it (daemon)
+    interference: float  # D2H device time that overlaps prefill and slows it
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.l2_path + self.load + self.hold + self.interference
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "total": self.total}
+
+
+def backup_seconds(profile, d2h: Traffic, state: HostState) -> tuple[float, float]:
+    """(hold, interference) of D2H backups. Inline: the scheduler waits for the submission and
+    the copy runs while it waits, so only device time beyond the submission interferes. Daemon: the
+    scheduler loses the contention share of the submission, and all device time may interfere."""
+    if not (d2h.bytes or d2h.launches):
+        return 0.0, 0.0
+    sub = submission_seconds(profile, d2h)
+    dev = device_seconds(profile, "d2h", d2h, state)
+    hc = profile.host_costs
+    phi = need(hc.d2h_interference, "host_costs.d2h_interference", profile)
+    if state.submission == "inline":
+        return sub, phi * max(0.0, dev - sub)
+    kappa = need(hc.submit_contention, "host_costs.submit_contention", profile)
+    return kappa * sub, phi * dev
+
+
+def service(profile, compute_s: float, l2_hit_requests: int, h2d: Traffic, d2h: Traffic,
+            state: HostState) -> Service:
+    """The server's busy seconds for a run with `compute_s` of prefill and the traffic given.
+    Unpriced (naming the profile key) when a mechanism with work to price has no parameter."""
+    l2_path = 0.0
+    if l2_hit_requests:
+        l2_path = l2_hit_requests * need(profile.compute.l2_path_fixed_s, "compute.l2_path_fixed_s", profile)
+    load = submission_seconds(profile, h2d) + device_seconds(profile, "h2d", h2d, state) if h2d.bytes else 0.0
+    hold, interference = backup_seconds(profile, d2h, state)
+    return Service(float(compute_s), l2_path, load, hold, interference)
+
+
+def mean_ttft_seconds(busy_s: float, requests: int, concurrency: int | None) -> float:
+    """Mean time to first token of `requests` served by one prefill server kept busy by a closed
+    loop of `concurrency` clients (each sends its next request when its last one is prefilled, as
+    a PD prefill node releases it): by Little's law concurrency x busy / requests. Serial (None): each
+    request alone, busy / requests. Every second the scheduler is held is waited by all in flight."""
+    if not requests:
+        return 0.0
+    return (concurrency or 1) * busy_s / requests

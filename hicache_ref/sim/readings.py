@@ -1,0 +1,161 @@
+"""The seed's readings as the model computes them: reading by reading, the seed's value, the
+model's, the tolerance and whether it is within.
+
+Each quantity is computed from the profile's mechanisms in the reading's state: the cold first
+request analytically (chunked backups of one prompt), the workload ones from the scenario's
+replays (hicache_ref.sim.scenario). Tolerances: times within 15%, percentages and hit rates
+within 3 points, counts exactly, and every sign right (a loss stays a loss).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hal.transfer.direction import Direction
+from hal.transfer.plan import plan_pool_transfer
+from hal.transfer.seed import SEED_GEOMETRY, seed_plan
+from hicache_ref.sim import cost
+from hicache_ref.sim import mechanisms as mech
+from hicache_ref.sim.plateau import find_plateau
+from hicache_ref.sim.scenario import IO_BACKEND, host_state
+
+RELATIVE_TOLERANCE = 0.15  # time readings
+POINTS_TOLERANCE = 3.0  # percentages and hit rates
+ROW_KEYS = ("reading", "seed", "model", "unit", "tolerance", "within", "state", "interpretation")
+PLATEAU_TIERS = 8
+
+
+def chunk_traffic(layout: str, chunk: int) -> mech.Traffic:
+    """One chunk's D2H backup of fresh contiguous pages in `layout`, as the seed's copy ops move it."""
+    g = SEED_GEOMETRY
+    if IO_BACKEND[layout] == "kernel":  # one all-layer kernel launch; an item per token and layer
+        return mech.Traffic(bytes=chunk * g.token_bytes, launches=1, items=chunk * g.layers, kernel=True)
+    idx = np.arange(chunk, dtype=np.int64)
+    plan = plan_pool_transfer(layout, g, chunk, idx, idx, Direction.D2H)
+    return mech.Traffic(bytes=plan.nbytes, segments=plan.num_segments, launches=1)
+
+
+def first_request(profile, state: dict, scenario: dict, tokens: int | None = None) -> float:
+    """TTFT of a cold prompt alone on the server: its prefill, plus each chunk's backup."""
+    n = tokens or scenario["first_request_tokens"]
+    compute = profile.compute.prefill_seconds(n)
+    if compute is None:
+        raise mech.Unpriced(f"profile {profile.name} has no compute model (compute.prefill_*)")
+    if not state["hicache"]:
+        return compute
+    chunk = scenario["chunk_tokens"]
+    chunks = -(-n // chunk)
+    one = chunk_traffic(state["host_layout"], chunk)
+    d2h = mech.Traffic(one.bytes * chunks, one.segments * chunks, one.launches * chunks, one.items * chunks, one.kernel)
+    hs = host_state(state, scenario, scenario["l2_gb_per_card"], profile)
+    return mech.service(profile, compute, 0, mech.Traffic(), d2h, hs).total
+
+
+def workload_ttft(profile, runs, state: dict, l2_gb: float) -> tuple[float, dict]:
+    """(mean TTFT of the scenario's trace in `state`, its replay figures)."""
+    fig = runs.figures(state, l2_gb)
+    svc = cost.run_service(profile, fig, host_state(state, runs.scenario, l2_gb, profile))
+    return mech.mean_ttft_seconds(svc.total, fig["requests"], runs.scenario["concurrency"]), fig
+
+
+def workload_change_pct(profile, runs, state: dict, l2_gb: float, states: dict) -> float:
+    on, _ = workload_ttft(profile, runs, state, l2_gb)
+    off, _ = workload_ttft(profile, runs, states["hicache_off"], l2_gb)
+    return (on / off - 1) * 100
+
+
+def plateau_change(profile, runs, state: dict, l2_gb: float, states: dict) -> tuple[float, float]:
+    """(TTFT change % at the plateau's capacity against the full L2, hit-rate change in points):
+    L2 swept in PLATEAU_TIERS tiers up to `l2_gb` per card, the plateau as the sweep finds it."""
+    tiers = [l2_gb * i / PLATEAU_TIERS for i in range(1, PLATEAU_TIERS + 1)]
+    figs = [runs.figures(state, gb) for gb in tiers]
+    rates = [f["hit_rate"] for f in figs]
+    l1_alone = runs.figures(states["hicache_off"], l2_gb)["hit_rate"]
+    p = find_plateau([f["l2_tokens"] for f in figs], rates, l1_alone)
+    i = max(0, [f["l2_tokens"] for f in figs].index(p.plateau_l2_tokens)) if p.plateau_l2_tokens else 0
+    at, full = workload_ttft(profile, runs, state, tiers[i])[0], workload_ttft(profile, runs, state, tiers[-1])[0]
+    return (at / full - 1) * 100, (rates[i] - rates[-1]) * 100
+
+
+def model_value(profile, reading, readings, runs) -> float:
+    """The model's figure for `reading` (hardware_profiles.readings.Reading) on `profile`."""
+    q, sc = reading.quantity, readings.scenario
+    st = readings.states.get(reading.state) if reading.state else None
+    gb = reading.l2_gb_per_card or sc["l2_gb_per_card"]
+    g = SEED_GEOMETRY
+    if q == "first_request_ttft":
+        return first_request(profile, st, sc)
+    if q == "d2h_submission":
+        return mech.submission_seconds(profile, chunk_traffic(st["host_layout"], sc["chunk_tokens"]))
+    if q == "nonhit_ttft_change":
+        return (first_request(profile, st, sc) / first_request(profile, readings.states["hicache_off"], sc) - 1) * 100
+    if q == "workload_ttft_change":
+        return workload_change_pct(profile, runs, st, gb, readings.states)
+    if q == "workload_hit_rate":
+        return runs.figures(st, gb)["hit_rate"] * 100
+    if q == "plateau_ttft_change":
+        change, rate_change = plateau_change(profile, runs, st, gb, readings.states)
+        return float(np.sign(change)) if abs(rate_change) <= 1.0 else float("nan")
+    hs = host_state(st, sc, gb, profile) if st else mech.HostState()
+    if q in ("allhit_intercept", "allhit_slope"):
+        pts = [(n, cost.allhit_seconds(profile, n, g.layers, g.token_bytes, hs)) for n in cost.ALLHIT_TOKENS]
+        fit = cost.fit_line([n for n, _ in pts], [s for _, s in pts])
+        return fit.a * 1e3 if q == "allhit_intercept" else fit.b * 1e6
+    if q == "deployment_floor":
+        return mech.need(profile.compute.prefill_fixed_s, "compute.prefill_fixed_s", profile) * 1e3
+    if q == "h2d_gbps":
+        return mech.dma_gbps(profile, "h2d", hs)
+    if q == "break_even_tokens":
+        n = cost.break_even_tokens(profile, g.layers, g.token_bytes)
+        return float("nan") if n is None else n
+    if q == "seed_segments":
+        return float(seed_plan(reading.host_layout).num_segments)
+    if q == "ghost_entry_bytes":
+        from hicache_ref.core.ghost import measure_bytes_per_entry
+
+        return float(measure_bytes_per_entry(20_000))
+    raise ValueError(f"reading {reading.name}: no model for quantity {q!r}")
+
+
+def tolerance(reading) -> tuple[str, float]:
+    """(kind, size): relative for times, points for percentages, exact for counts, sign for signs."""
+    if reading.unit == "sign":
+        return "sign", 0.0
+    if reading.unit in ("%",):
+        return "points", POINTS_TOLERANCE
+    if reading.unit in ("segments",):
+        return "exact", 0.0
+    return "relative", RELATIVE_TOLERANCE
+
+
+def within(reading, model: float) -> bool:
+    if model is None or not np.isfinite(model):
+        return False
+    kind, tol = tolerance(reading)
+    seed = reading.value
+    if kind == "sign":
+        return np.sign(model) == np.sign(seed)
+    if np.sign(model) != np.sign(seed) and seed != 0 and kind != "exact":
+        return False  # a loss stays a loss, a gain a gain
+    if kind == "points":
+        return abs(model - seed) <= tol
+    if kind == "exact":
+        return model == seed
+    return abs(model - seed) <= tol * abs(seed)
+
+
+def evaluate(profile, readings, runs) -> list[dict]:
+    """One row per reading (ROW_KEYS and `derives`, `quantity`, `measured`, `not_measured`)."""
+    rows = []
+    for r in readings.readings:
+        kind, tol = tolerance(r)
+        row = dict(reading=r.name, seed=r.value, unit=r.unit, tolerance={"kind": kind, "size": tol}, state=r.state,
+                   interpretation=r.interpretation, measured=r.measured, quantity=r.quantity,
+                   derives=list(r.derives), l2_gb_per_card=r.l2_gb_per_card)
+        try:
+            m = model_value(profile, r, readings, runs)
+            row.update(model=m if np.isfinite(m) else None, within=bool(within(r, m)), not_measured=None)
+        except mech.Unpriced as e:
+            row.update(model=None, within=None, not_measured=str(e))
+        rows.append(row)
+    return rows
