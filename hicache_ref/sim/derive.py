@@ -16,8 +16,7 @@ import numpy as np
 from hal.transfer.seed import SEED_GEOMETRY
 from hicache_ref.sim import cost
 from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.readings import chunk_traffic, first_request, workload_change_pct
-from hicache_ref.sim.scenario import host_state
+from hicache_ref.sim.readings import chunk_traffic, first_request, seed_host_state, workload_change_pct
 
 ITERATIONS = 60
 
@@ -64,7 +63,7 @@ def derive(profile, readings, runs) -> tuple[object, dict[str, str]]:
         before = _values(p)
         # floor and bandwidth: the all-hit state's effective H2D is the measured one
         floor = R("deployment_floor").value / 1e3
-        hs = host_state(st[R("h2d_bandwidth").state], sc, sc["l2_gb_per_card"], p)
+        hs = seed_host_state(st[R("h2d_bandwidth").state], sc, sc["l2_gb_per_card"], p)
         slow = mech.dma_gbps(with_values(p, **{"link.h2d_gbps": 1.0}), "h2d", hs)  # factors alone
         h2d = R("h2d_bandwidth").value / slow
         p = with_values(p, **{"compute.prefill_fixed_s": floor, "link.h2d_gbps": h2d})
@@ -84,7 +83,7 @@ def derive(profile, readings, runs) -> tuple[object, dict[str, str]]:
                                             f"{g.layers} layers = {item_us:.6f} us per token-layer item")
         # prefill: break-even (prefill = all-hit there) and the cold first request fix a and b
         be = R("break_even").value
-        allhit_be = cost.allhit_seconds(p, int(be), g.layers, g.token_bytes, host_state(
+        allhit_be = cost.allhit_seconds(p, int(be), g.layers, g.token_bytes, seed_host_state(
             st[R("break_even").state], sc, sc["l2_gb_per_card"], p))
         t1 = R("first_request_off").value
         a, b = np.linalg.solve([[be, be * be], [n1, n1 * n1]], [allhit_be - floor, t1 - floor])
@@ -113,7 +112,7 @@ def derive(profile, readings, runs) -> tuple[object, dict[str, str]]:
         rows, rhs = [], []
         for name in ("first_request_daemon", "first_request_layer_first_daemon"):
             state = st[R(name).state]
-            hs = host_state(state, sc, sc["l2_gb_per_card"], p)
+            hs = seed_host_state(state, sc, sc["l2_gb_per_card"], p)
             one = chunk_traffic(state["host_layout"], chunk)
             d2h = mech.Traffic(one.bytes * chunks, one.segments * chunks, one.launches * chunks, one.items * chunks,
                                one.kernel)

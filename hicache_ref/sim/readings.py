@@ -17,7 +17,8 @@ from hal.transfer.seed import SEED_GEOMETRY, seed_plan
 from hicache_ref.sim import cost
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.plateau import find_plateau
-from hicache_ref.sim.scenario import IO_BACKEND, host_state
+from hicache_ref.sim.scenario import IO_BACKEND, Runs, host_state, tokens_in
+from hicache_ref.spec import CacheSpec
 
 RELATIVE_TOLERANCE = 0.15  # time readings
 POINTS_TOLERANCE = 3.0  # percentages and hit rates
@@ -35,6 +36,26 @@ def chunk_traffic(layout: str, chunk: int) -> mech.Traffic:
     return mech.Traffic(bytes=plan.nbytes, segments=plan.num_segments, launches=1)
 
 
+def seed_base(readings, profile) -> CacheSpec:
+    """The spec the scenario's states replay from: its L1 and serving, the seed geometry."""
+    sc = readings.scenario
+    profile = profile if isinstance(profile, str) else str(profile.path)
+    return CacheSpec.of(profile=profile, l1_tokens=sc["l1_tokens"], pd_disagg=sc["pd_disagg"],
+                        concurrency=sc["concurrency"], page_size=SEED_GEOMETRY.page_size)
+
+
+def seed_runs(readings, requests, profile, progress=None) -> Runs:
+    return Runs(seed_base(readings, profile), requests, readings.scenario["tp"], progress)
+
+
+def l2_tokens(gb: float) -> int:
+    return tokens_in(gb, SEED_GEOMETRY.token_bytes, SEED_GEOMETRY.page_size)
+
+
+def seed_host_state(state: dict, scenario: dict, gb: float, profile) -> mech.HostState:
+    return host_state(state, profile, l2_tokens(gb), SEED_GEOMETRY.token_bytes, scenario["tp"])
+
+
 def first_request(profile, state: dict, scenario: dict, tokens: int | None = None) -> float:
     """TTFT of a cold prompt alone on the server: its prefill, plus each chunk's backup."""
     n = tokens or scenario["first_request_tokens"]
@@ -47,15 +68,16 @@ def first_request(profile, state: dict, scenario: dict, tokens: int | None = Non
     chunks = -(-n // chunk)
     one = chunk_traffic(state["host_layout"], chunk)
     d2h = mech.Traffic(one.bytes * chunks, one.segments * chunks, one.launches * chunks, one.items * chunks, one.kernel)
-    hs = host_state(state, scenario, scenario["l2_gb_per_card"], profile)
+    hs = seed_host_state(state, scenario, scenario["l2_gb_per_card"], profile)
     return mech.service(profile, compute, 0, mech.Traffic(), d2h, hs).total
 
 
 def workload_ttft(profile, runs, state: dict, l2_gb: float) -> tuple[float, dict]:
     """(mean TTFT of the scenario's trace in `state`, its replay figures)."""
-    fig = runs.figures(state, l2_gb)
-    svc = cost.run_service(profile, fig, host_state(state, runs.scenario, l2_gb, profile))
-    return mech.mean_ttft_seconds(svc.total, fig["requests"], runs.scenario["concurrency"]), fig
+    fig = runs.figures(state, l2_tokens(l2_gb))
+    hs = host_state(state, profile, l2_tokens(l2_gb), SEED_GEOMETRY.token_bytes, runs.tp)
+    svc = cost.run_service(profile, fig, hs)
+    return mech.mean_ttft_seconds(svc.total, fig["requests"], runs.base.serving.concurrency), fig
 
 
 def workload_change_pct(profile, runs, state: dict, l2_gb: float, states: dict) -> float:
@@ -68,9 +90,9 @@ def plateau_change(profile, runs, state: dict, l2_gb: float, states: dict) -> tu
     """(TTFT change % at the plateau's capacity against the full L2, hit-rate change in points):
     L2 swept in PLATEAU_TIERS tiers up to `l2_gb` per card, the plateau as the sweep finds it."""
     tiers = [l2_gb * i / PLATEAU_TIERS for i in range(1, PLATEAU_TIERS + 1)]
-    figs = [runs.figures(state, gb) for gb in tiers]
+    figs = [runs.figures(state, l2_tokens(gb)) for gb in tiers]
     rates = [f["hit_rate"] for f in figs]
-    l1_alone = runs.figures(states["hicache_off"], l2_gb)["hit_rate"]
+    l1_alone = runs.figures(states["hicache_off"], 0)["hit_rate"]
     p = find_plateau([f["l2_tokens"] for f in figs], rates, l1_alone)
     i = max(0, [f["l2_tokens"] for f in figs].index(p.plateau_l2_tokens)) if p.plateau_l2_tokens else 0
     at, full = workload_ttft(profile, runs, state, tiers[i])[0], workload_ttft(profile, runs, state, tiers[-1])[0]
@@ -92,11 +114,11 @@ def model_value(profile, reading, readings, runs) -> float:
     if q == "workload_ttft_change":
         return workload_change_pct(profile, runs, st, gb, readings.states)
     if q == "workload_hit_rate":
-        return runs.figures(st, gb)["hit_rate"] * 100
+        return runs.figures(st, l2_tokens(gb))["hit_rate"] * 100
     if q == "plateau_ttft_change":
         change, rate_change = plateau_change(profile, runs, st, gb, readings.states)
         return float(np.sign(change)) if abs(rate_change) <= 1.0 else float("nan")
-    hs = host_state(st, sc, gb, profile) if st else mech.HostState()
+    hs = seed_host_state(st, sc, gb, profile) if st else mech.HostState()
     if q in ("allhit_intercept", "allhit_slope"):
         pts = [(n, cost.allhit_seconds(profile, n, g.layers, g.token_bytes, hs)) for n in cost.ALLHIT_TOKENS]
         fit = cost.fit_line([n for n, _ in pts], [s for _, s in pts])
@@ -159,3 +181,21 @@ def evaluate(profile, readings, runs) -> list[dict]:
             row.update(model=None, within=None, not_measured=str(e))
         rows.append(row)
     return rows
+
+
+def seed_requests():
+    """The seed scenario's trace (hicache_ref.sim.trace_synth)."""
+    from hicache_ref.sim.trace_synth import synthesize
+
+    return synthesize(600, 24_000, 64_000, 0.82, sessions=40, rate=2.0)
+
+
+def seed_rows(profile, progress=None) -> list[dict]:
+    """Every reading of `profile`'s readings file on the seed scenario (see `evaluate`); [] when the
+    profile names no readings."""
+    from hardware_profiles.readings import load_readings
+
+    readings = load_readings(profile)
+    if readings is None:
+        return []
+    return evaluate(profile, readings, seed_runs(readings, seed_requests(), profile, progress))

@@ -1,69 +1,83 @@
-"""A readings file's scenario as runs: each named state as a cache spec plus a host state.
+"""A ladder state as runs: the cache side as a spec to replay, the host side as a HostState to price.
 
-A state (hardware_profiles/readings/<profile>.yaml, `states`) says which of the seed's fixes are on.
-The cache side (layout, hit counting, ghost list, TP-shared capacity) is replayed; the host side
-(submission thread, page size, NUMA, IDO, registered bytes) is priced (hicache_ref.sim.mechanisms).
-Replays depend only on the cache side, so each is run once and priced under any parameters.
+A state (the switches of hardware_profiles/readings/<profile>.yaml `states`, also the rungs of
+`hicache ablate`) says which of the seed's fixes are on. The cache side (layout, hit counting,
+ghost list, TP-shared capacity) is replayed; the host side (submission thread, page size, NUMA,
+IDO, registered bytes) is priced (hicache_ref.sim.mechanisms). A replay depends only on the cache
+side, so each is run once and priced under any parameters.
 """
 
 from __future__ import annotations
 
-from hal.transfer.seed import SEED_GEOMETRY
+from hardware_profiles.readings import SWITCHES
 from hicache_ref.sim.mechanisms import PAGE_4K, PAGE_THP, HostState
+from hicache_ref.sim.replay import replay
 from hicache_ref.sim.serving import replay_served
 from hicache_ref.spec import CacheSpec
 
 IO_BACKEND = {"page_first_direct": "direct", "layer_first": "kernel"}  # the seed's copy ops per layout
+FIRST_BUILD = {k: v[0] for k, v in SWITCHES.items()}  # every switch as first built (HiCache on)
 
 
-def l2_tokens_per_card(gb: float, page_size: int = 64) -> int:
-    """Whole pages of seed-geometry KV in `gb` decimal GB."""
-    return int(gb * 1e9) // SEED_GEOMETRY.token_bytes // page_size * page_size
+def state(**switches) -> dict:
+    """The first build with `switches` changed (names and values as SWITCHES)."""
+    for k, v in switches.items():
+        if k not in SWITCHES or v not in SWITCHES[k]:
+            raise ValueError(f"{k}: not a state switch ({', '.join(SWITCHES)}) or not one of its values")
+    return {**FIRST_BUILD, "hicache": True, **switches}
 
 
-def cache_key(state: dict, l2_gb: float) -> tuple:
-    """What a replay of `state` depends on (its host-side switches are priced, not replayed)."""
-    if not state["hicache"]:
+def tokens_in(gb: float, token_bytes: int, page_size: int) -> int:
+    """Whole pages of KV in `gb` decimal GB."""
+    return int(gb * 1e9) // token_bytes // page_size * page_size
+
+
+def cache_key(st: dict, l2_per_card: int) -> tuple:
+    """What a replay of `st` depends on (its host-side switches are priced, not replayed)."""
+    if not st["hicache"]:
         return ("off",)
-    return (state["host_layout"], state["hit_count"], state["ghost"], state["tp_shared"], float(l2_gb))
+    return (st["host_layout"], st["hit_count"], st["ghost"], st["tp_shared"], int(l2_per_card))
 
 
-def cache_spec(state: dict, scenario: dict, l2_gb: float, profile: str) -> CacheSpec:
-    """The spec one rank replays in `state`: the scenario's L1, L2 of `l2_gb` per card (the TP
-    group's whole pool when shared; none when HiCache is off), PD prefill at its concurrency."""
-    tp = scenario["tp"]
-    per_card = l2_tokens_per_card(l2_gb)
-    l2 = 0 if not state["hicache"] else per_card * (tp if state["tp_shared"] else 1)
-    layout = state["host_layout"]
-    return CacheSpec.of(profile=profile, l1_tokens=scenario["l1_tokens"], l2_tokens=l2,
-                        host_layout=layout, io_backend=IO_BACKEND[layout], write_policy="write_through_selective",
-                        hit_count=state["hit_count"], ghost=state["ghost"], pd_disagg=scenario["pd_disagg"],
-                        concurrency=scenario["concurrency"])
+def cache_spec(st: dict, base: CacheSpec, l2_per_card: int, tp: int) -> CacheSpec:
+    """The spec one rank replays in `st`: `base` (L1, geometry, serving, profile) with L2 of
+    `l2_per_card` tokens (the TP group's whole pool when shared; none when HiCache is off)."""
+    l2 = 0 if not st["hicache"] else l2_per_card * (tp if st["tp_shared"] else 1)
+    layout = st["host_layout"]
+    return base.replace(l2_tokens=l2, host_layout=layout, io_backend=IO_BACKEND[layout],
+                        write_policy="write_through_selective", hit_count=st["hit_count"], ghost=st["ghost"],
+                        tp=None, shared_host=False)
 
 
-def host_state(state: dict, scenario: dict, l2_gb: float, profile) -> HostState:
-    """The host side of `state`: each card registers its own pool, or the whole shared one."""
-    tp, per_switch = scenario["tp"], (profile.topology.devices_per_switch if profile.topology else None) or 1
-    registered = 0
-    if state["hicache"]:
-        registered = l2_tokens_per_card(l2_gb) * SEED_GEOMETRY.token_bytes * (tp if state["tp_shared"] else 1)
-    return HostState(submission=state["submission"], host_page_bytes=PAGE_THP if state["host_pages"] == "thp" else PAGE_4K,
-                     numa=state["numa"], ido=state["ido"], writers_per_uplink=1 if state["tp_shared"] else per_switch,
+def host_state(st: dict, profile, l2_per_card: int, token_bytes: int, tp: int) -> HostState:
+    """The host side of `st`: each card registers its own pool, or the whole shared one; with
+    private pools every card behind an uplink writes at once, with a shared one only rank 0."""
+    per_switch = (profile.topology.devices_per_switch if profile.topology else None) or 1
+    registered = l2_per_card * token_bytes * (tp if st["tp_shared"] else 1) if st["hicache"] else 0
+    return HostState(submission=st["submission"], host_page_bytes=PAGE_THP if st["host_pages"] == "thp" else PAGE_4K,
+                     numa=st["numa"], ido=st["ido"], writers_per_uplink=1 if st["tp_shared"] else min(per_switch, tp),
                      registered_bytes=registered, numa_nodes=profile.host.numa_nodes or 1)
 
 
-class ScenarioRuns:
-    """Replays of a scenario's states over one trace, each run once (figures by cache_key)."""
+class Runs:
+    """Replays of states over one trace from one base spec, each run once (figures by cache_key);
+    served when the base spec has a concurrency."""
 
-    def __init__(self, scenario: dict, requests, profile_name: str, progress=None):
-        self.scenario, self.requests, self.profile_name = scenario, list(requests), profile_name
+    def __init__(self, base: CacheSpec, requests, tp: int, progress=None):
+        self.base, self.requests, self.tp = base, list(requests), tp
         self._figs: dict[tuple, dict] = {}
         self.progress = progress
 
-    def figures(self, state: dict, l2_gb: float) -> dict:
-        key = cache_key(state, l2_gb)
+    def figures(self, st: dict, l2_per_card: int) -> dict:
+        key = cache_key(st, l2_per_card)
         if key not in self._figs:
-            self._figs[key] = replay_served(cache_spec(state, self.scenario, l2_gb, self.profile_name), self.requests)
+            spec = cache_spec(st, self.base, l2_per_card, self.tp)
+            run = replay_served if spec.serving.concurrency is not None else replay
+            self._figs[key] = run(spec, self.requests)
             if self.progress is not None:
                 self.progress(len(self._figs))
         return self._figs[key]
+
+    def put(self, st: dict, l2_per_card: int, fig: dict) -> None:
+        """Figures of a replay run elsewhere (a sweep's workers)."""
+        self._figs.setdefault(cache_key(st, l2_per_card), fig)
