@@ -20,12 +20,16 @@ from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.trace import read_trace
 
 HELP = "the seed's fix ladder over a trace: hit rate, transfers, modeled TTFT change and net benefit per fix"
-LOCAL_OPTIONS = ("--trace", "--plateau-gain", "--limit", "--out", "--json", "--quiet")
+LOCAL_OPTIONS = ("--scenario", "--trace", "--plateau-gain", "--limit", "--out", "--json", "--quiet")
+SCENARIOS = ("seed",)
 
 
 def add_arguments(p) -> None:
     """Options: the spec fields that apply to the ladder (--l1-tokens / --l2-tokens default to 1/16 and
     1/4 of the trace's tokens here, --tp to the profile's devices per node) and the local ones."""
+    p.add_argument("--scenario", choices=SCENARIOS,
+                   help="seed: the seed's scenario (its trace, TP 8, PD, concurrency 10, tiers per "
+                        "hardware_profiles/readings/<profile>.yaml) and its readings, seed vs model")
     add_local(p, "--trace")
     add_local(p, "--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
               help=f"the capacity step's plateau threshold (default {DEFAULT_PLATEAU_GAIN})")
@@ -37,19 +41,65 @@ def add_arguments(p) -> None:
 
 
 def run(a) -> int:
-    trace = trace_arg(a.trace)
     spec = spec_from_args(a, "ablate")
-    load_profile_arg("--profile", spec.profile)
+    profile = load_profile_arg("--profile", spec.profile)
     out = Path(a.out) if a.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
+    from conformance.cli.plots import ablate_plot
+
+    if a.scenario == "seed":
+        return _seed(a, spec, profile, out, ablate_plot)
+    trace = trace_arg(a.trace)
     result = ablate(spec, read_trace(trace, a.limit), plateau_gain=a.plateau_gain,
                     progress=bar("hicache ablate", a.quiet, " replays"))
     result["configuration"]["trace"] = str(trace)
-    from conformance.cli.plots import ablate_plot
-
     emit_result(result, out, "ablate", ablate_plot, a.json, table_lines(result))
     return 0
+
+
+SCENARIO_FIXED = ("--trace", "--limit", "--l1-tokens", "--l2-tokens", "--tp", "--concurrency", "--pd-disagg")
+
+
+def _seed(a, spec, profile, out, ablate_plot) -> int:
+    """The seed scenario: the ladder on the scenario's trace and tiers, and every reading."""
+    from hardware_profiles.readings import load_readings
+    from hicache_ref.sim.readings import seed_scenario
+
+    readings = load_readings(profile)
+    if readings is None:
+        raise CliError("--scenario", f"profile {profile.name} names no readings file (`readings:`): the seed "
+                       "scenario is built from one")
+    given = [o for o in SCENARIO_FIXED if getattr(a, o.lstrip("-").replace("-", "_"), None) not in (None, False)]
+    if given:
+        raise CliError(given[0], "the seed scenario sets it (hardware_profiles/readings/"
+                       f"{profile.readings}, `scenario`); drop it or leave out --scenario")
+    result = seed_scenario(profile, readings, plateau_gain=a.plateau_gain,
+                           progress=bar("hicache ablate", a.quiet, " replays"))
+    from conformance.cli.plots import readings_plot
+
+    emit_result(result, out, "ablate", lambda path, r: (ablate_plot(path, r), readings_plot(
+        Path(path).with_name("readings.png"), r)), a.json, table_lines(result) + [""] + readings_lines(result))
+    return 0
+
+
+def readings_lines(r: dict) -> list[str]:
+    """The readings table: seed vs model, tolerance, within."""
+    rows = r["readings"]
+    lines = [f"{'reading':<34} {'seed':>10} {'model':>10} {'unit':<9} {'tolerance':<12} within"]
+    for x in rows:
+        t = x["tolerance"]
+        tol = {"relative": f"+-{t['size'] * 100:g}%", "points": f"+-{t['size']:g} pt"}.get(t["kind"], t["kind"])
+        model = "n/m" if x["model"] is None else f"{x['model']:.4g}"
+        verdict = "n/m" if x["within"] is None else ("yes" if x["within"] else "NO")
+        lines.append(f"{x['reading']:<34} {x['seed']:>10.4g} {model:>10} {x['unit']:<9} {tol:<12} {verdict}")
+    ok = sum(1 for x in rows if x["within"])
+    lines.append(f"{ok} of {len(rows)} readings within tolerance")
+    ans = r["answer"]
+    if ans["ttft_change_pct"] is not None:
+        lines.append(f"answer: with every fix, HiCache changes TTFT by {ans['ttft_change_pct']:+.1f}% against HiCache "
+                     f"off ({'a gain' if ans['gain'] else 'a loss'}; the seed measured {ans['seed_ttft_change_pct']:+.2f}%)")
+    return lines
 
 
 def _num(v, fmt: str) -> str:

@@ -98,3 +98,37 @@ def ablate_plot(path: str | Path, result: dict) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata=_METADATA)
     plt.close(fig)
+
+
+def readings_plot(path: str | Path, result: dict) -> None:
+    """Seed vs model per reading: how far the model lies from the seed's value, in tolerances
+    (the shaded band is within), each row labelled with both values and the unit."""
+    plt = _pyplot()
+    rows = result["readings"]
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.2))
+    for i, r in enumerate(rows):
+        t, seed, model = r["tolerance"], r["seed"], r["model"]
+        size = {"relative": t["size"] * abs(seed), "points": t["size"]}.get(t["kind"], 0.0)
+        if model is None:
+            ax.annotate("not measured", (0, i), ha="center", va="center", fontsize=7, color="grey")
+            continue
+        if size:
+            x = (model - seed) / size
+        else:  # exact counts and signs: on the line when within, else at the edge
+            x = 0.0 if r["within"] else 3.0 * (1 if model > seed else -1)
+        x = max(-3.0, min(3.0, x))
+        ax.plot([x], [i], "o", color="#4477aa" if r["within"] else "#cc6677")
+    ax.axvspan(-1, 1, color="#dddddd", zorder=0)
+    ax.axvline(0, color="black", linewidth=0.6)
+    labels = [f"{r['reading']}  {r['seed']:.4g} -> {'n/m' if r['model'] is None else format(r['model'], '.4g')} "
+              f"{r['unit']}" for r in rows]
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(-3.2, 3.2)
+    ax.set_xlabel("model - seed, in tolerances (shaded: within; clipped at 3)")
+    ans = result.get("answer", {})
+    ax.set_title(f"seed readings vs model, profile {result['configuration']['profile']}: "
+                 f"{ans.get('readings_within', 0)} of {ans.get('readings_total', len(rows))} within", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata=_METADATA)
+    plt.close(fig)

@@ -1,22 +1,21 @@
 """The seed's fix ladder over one trace: one rung per fix, each on top of the previous.
 
-It shows what each of the seed's fixes is worth on a trace (`hicache ablate`).
-Each rung's figures come from its own replay, priced by ablate_price.
-The same trace and arguments give the same rows, bit for bit.
-The rungs (`STEPS`) and row fields: hicache_ref/README.md, "Fix ladder" and "Design notes".
+It shows what each of the seed's fixes is worth on a trace (`hicache ablate`). A rung is a state
+(hicache_ref.sim.scenario): its cache side replayed, its host side priced by the mechanisms
+(hicache_ref.sim.mechanisms) against HiCache off, the same trace on L1 alone. The same trace and
+arguments give the same rows, bit for bit. The rungs (`STEPS`) and row fields: hicache_ref/README.md,
+"Fix ladder".
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from hardware_profiles import load_profile
-from hicache_ref.sim.ablate_price import HostSwitches, baseline_prefill_seconds, price, shared_uplink
-from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.serving import replay_served
-from hicache_ref.sim.sweep import sweep
+from hicache_ref.sim import cost
+from hicache_ref.sim import mechanisms as mech
+from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
+from hicache_ref.sim.scenario import Runs, host_state, state
 from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec, SpecError
 from hicache_ref.spec.memory import check_capacity
@@ -24,13 +23,11 @@ from hicache_ref.spec.memory import check_capacity
 STEPS = ("baseline", "layer_first", "daemon_threads", "thp", "numa", "per_request_hits", "tp_shared",
          "plateau_capacity")
 ROW_KEYS = ("step", "change", "hit_rate", "d2h_segments", "h2d_segments", "d2h_bytes", "h2d_bytes",
-            "modeled_transfer_seconds", "ttft_change_seconds", "net_benefit_seconds", "assumed_inputs", "not_measured")
-EXTRA_KEYS = ("notes", "l2_tokens", "host_layout", "d2h_bytes_all_ranks", "host_pool_bytes_all_ranks", "truncated_requests")
+            "modeled_transfer_seconds", "ttft_change_seconds", "ttft_change_pct", "net_benefit_seconds",
+            "assumed_inputs", "not_measured")
+EXTRA_KEYS = ("notes", "l2_tokens", "host_layout", "state", "host_state", "service", "modeled_ttft_seconds",
+              "d2h_bytes_all_ranks", "host_pool_bytes_all_ranks", "truncated_requests")
 SWEEP_TIERS = 8
-NO_INLINE_FIGURE = ("the profile has no cost of an inline submission on the scheduler thread (targets."
-                    "d2h_submit_block_s is a bound from one seed run, not a per-submission figure)")
-NO_THP_FIGURE = ("the profile has no figure for 4 KB pages against THP (targets.host_pool_page_bytes "
-                 "names the page size to use, not what 4 KB pages cost)")
 # Without --l1-tokens/--l2-tokens: L1 and L2 as these fractions of the trace's page-rounded tokens.
 DEFAULT_L1_FRACTION, DEFAULT_L2_FRACTION = 16, 4
 
@@ -69,15 +66,6 @@ def _sized(spec: CacheSpec, requests, profile) -> tuple[CacheSpec, int]:
     return spec, tp
 
 
-@dataclasses.dataclass(frozen=True)
-class Rung:
-    """One configuration of the ladder."""
-
-    spec: CacheSpec  # what one rank replays (L2 per rank)
-    switches: HostSwitches
-    shared_host: bool = False
-
-
 def sweep_tiers(effective_l2: int, tp: int, page_size: int) -> list[int]:
     """SWEEP_TIERS capacities i/8 of `effective_l2` (i = 1..8), each a whole number of pages per rank."""
     unit = tp * page_size
@@ -85,114 +73,105 @@ def sweep_tiers(effective_l2: int, tp: int, page_size: int) -> list[int]:
     return sorted({t for t in tiers if t > 0})
 
 
+def rungs(shared_uplink: bool) -> list[tuple[str, str, dict]]:
+    """(step, change, state) of the ladder before the capacity step, each on top of the previous."""
+    first = state()
+    out = [("baseline", "HiCache on as first built", first)]
+    steps = (("layer_first", "host layout page_first_direct -> layer_first (kernel copies)", dict(host_layout="layer_first")),
+             ("daemon_threads", "backups submitted inline on the scheduler thread -> daemon threads",
+              dict(submission="daemon")),
+             ("thp", "host pool on 4 KB pages -> transparent huge pages", dict(host_pages="thp")),
+             ("numa", "host pools on a remote NUMA node -> local" + (", IDO on (cards share an uplink)"
+                                                                     if shared_uplink else ""),
+              dict(numa="local", ido=True)),
+             ("per_request_hits", "write_through_selective hits counted per insert -> per request, + ghost list",
+              dict(hit_count="per_request", ghost=True)),
+             ("tp_shared", "a private host pool per rank -> one shared by the TP group (interleaved over NUMA nodes)",
+              dict(tp_shared=True, numa="interleave")))
+    cur = first
+    for step, change, switches in steps:
+        cur = {**cur, **switches}
+        out.append((step, change, cur))
+    return out
+
+
 def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = DEFAULT_PLATEAU_GAIN,
-           workers: int | None = None, progress: Callable[[int, int], None] | None = None) -> dict:
+           workers: int | None = None, progress: Callable[[int, int], None] | None = None,
+           profile=None, runs: Runs | None = None) -> dict:
     """The ladder over `requests` from `spec` (its capacities, geometry, page size, profile, TP ranks
     and concurrency; its layout, write policy and request counting are the ladder's own; L1/L2 left
-    unlimited are sized as fractions of the trace). `workers`: processes for the plateau sweep.
+    unlimited are sized as fractions of the trace). `profile`: a loaded profile to price with
+    instead of the spec's; `runs`: replays to share (hicache_ref.sim.scenario.Runs over the same sized
+    spec and trace). `workers` is accepted for the command's sake (each replay runs here).
     `progress(done, total)` after each replay."""
     _check(spec, requests, plateau_gain)
-    profile = load_profile(spec.profile)
+    profile = profile if profile is not None else load_profile(spec.profile)
     spec, tp = _sized(spec, requests, profile)
-    concurrency = spec.serving.concurrency
-    baseline_s = baseline_prefill_seconds(profile, requests)
-    per_rank_l2 = spec.tiers.l2_tokens // spec.page_size * spec.page_size
-    # replays: baseline, layer_first, per_request_hits, tp_shared, the sweep's tiers + L1 alone, the plateau
-    total = 2 + 1 + 1 + len(sweep_tiers(per_rank_l2 * tp, tp, spec.page_size)) + 1 + 1
+    shared = bool(profile.topology and (profile.topology.devices_per_switch or 1) > 1)
+    per_rank = spec.tiers.l2_tokens // spec.page_size * spec.page_size
+    tiers = sweep_tiers(per_rank * tp, tp, spec.page_size)
+    ladder = rungs(shared)
+    total = 1 + 3 + len(tiers)  # off, pfd, lf, per_request, the shared pool's tiers
     done = [0]
 
-    def tick(*_) -> None:
-        done[0] += 1
+    def tick(n) -> None:
+        done[0] = n
         if progress is not None:
-            progress(min(done[0], total), total)
+            progress(min(n, total), total)
 
-    figures: dict[Rung, dict] = {}
-
-    def run(rung: Rung) -> dict:
-        key = dataclasses.replace(rung, switches=HostSwitches())
-        if key not in figures:
-            figures[key] = _replay(rung, requests, concurrency, tp)
-            tick()
-        return figures[key]
-
-    shared = shared_uplink(profile)
-    start = Rung(spec.replace(host_layout="page_first_direct", write_policy="write_through_selective", ghost=False,
-                              hit_count="per_insert", pd_disagg=True), HostSwitches())  # the seed's PD prefill
-    rows, rung = [], start
-    rows.append(_row("baseline", _describe_start(start, shared, tp), run(rung), rung, profile, baseline_s))
-    rung = dataclasses.replace(rung, spec=rung.spec.replace(host_layout="layer_first"))
-    rows.append(_row("layer_first", "host layout page_first_direct -> layer_first", run(rung), rung, profile,
-                     baseline_s))
-    rung = dataclasses.replace(rung, switches=dataclasses.replace(rung.switches, daemon_threads=True))
-    rows.append(_row("daemon_threads", "backups submitted inline on the scheduler thread -> daemon threads",
-                     run(rung), rung, profile, baseline_s, NO_INLINE_FIGURE))
-    rung = dataclasses.replace(rung, switches=dataclasses.replace(rung.switches, thp=True))
-    rows.append(_row("thp", "host pool on 4 KB pages -> transparent huge pages", run(rung), rung, profile,
-                     baseline_s, NO_THP_FIGURE))
-    rung = dataclasses.replace(rung, switches=dataclasses.replace(rung.switches, numa_local=True, ido_on=shared))
-    rows.append(_row("numa", "host pools on a remote NUMA node -> local" + (
-        f", IDO on ({profile.topology.devices_per_switch} cards per uplink; interleaving has no profile "
-        "figure, local is priced)" if shared else ""), run(rung), rung, profile, baseline_s))
-    rung = dataclasses.replace(rung, spec=rung.spec.replace(hit_count="per_request", ghost=True))
-    rows.append(_row("per_request_hits", "write_through_selective hits counted per insert -> per request, "
-                     "+ ghost list (PD-disaggregated prefill)", run(rung), rung, profile, baseline_s))
-    rung = dataclasses.replace(rung, shared_host=True)
-    rows.append(_row("tp_shared", f"a private host pool per rank -> one shared by the TP group of {tp}",
-                     run(rung), rung, profile, baseline_s))
-    effective = shared_l2(rung.spec, tp)
-    tiers = sweep_tiers(effective.tiers.l2_tokens, tp, spec.page_size)
-    swept = sweep(effective, requests, tiers, plateau_gain, method="replay", workers=workers,
-                  progress=lambda d, t: tick())
-    plateau = swept["plateau_l2_tokens"]
-    per_rank = max(plateau // tp // spec.page_size * spec.page_size, 0)
-    rung = dataclasses.replace(rung, spec=rung.spec.replace(l2_tokens=per_rank))
-    where = "plateau" if swept["on_plateau"] else "largest tier, not yet on the plateau"
-    rows.append(_row("plateau_capacity", f"L2 {effective.tiers.l2_tokens:,} -> {plateau:,} tokens (sweep {where}, "
-                     f"gain < {plateau_gain})", run(rung), rung, profile, baseline_s))
+    if runs is None:
+        runs = Runs(spec, requests, tp)
+    runs.progress = tick
+    off = runs.figures(state(hicache=False), 0)
+    off_svc = cost.run_service(profile, off, mech.HostState()) if off["requests"] else None
+    rows = [_row(step, change, st, per_rank, runs, profile, tp, off, off_svc) for step, change, st in ladder]
+    last = ladder[-1][2]
+    figs = [runs.figures(last, t // tp) for t in tiers]
+    plateau = find_plateau(tiers, [f["hit_rate"] for f in figs], off["hit_rate"], plateau_gain)
+    plateau_per_rank = max(plateau.plateau_l2_tokens // tp // spec.page_size * spec.page_size, spec.page_size)
+    where = "plateau" if plateau.on_plateau else "largest tier, not yet on the plateau"
+    rows.append(_row("plateau_capacity", f"L2 {per_rank * tp:,} -> {plateau_per_rank * tp:,} tokens (sweep {where}, "
+                     f"gain < {plateau_gain})", last, plateau_per_rank, runs, profile, tp, off, off_svc))
     if progress is not None:
         progress(total, total)
-    return dict(steps=rows, configuration=_configuration(spec, requests, profile, concurrency, tp, plateau_gain,
-                                                         tiers, swept, baseline_s), spec=spec.to_dict())
+    config = dict(requests=len(requests), input_tokens=sum(r.input_length for r in requests),
+                  page_size=spec.page_size, l1_tokens=spec.tiers.l1_tokens, l2_tokens=spec.tiers.l2_tokens,
+                  concurrency=spec.serving.concurrency, tp=tp, profile=profile.name, geometry=spec.geometry.config(),
+                  token_bytes=spec.geometry.token_bytes, shared_uplink=shared, plateau_gain=plateau_gain,
+                  sweep_l2_tokens=tiers, sweep_hit_rates=[f["hit_rate"] for f in figs],
+                  plateau_l2_tokens=plateau.plateau_l2_tokens, on_plateau=plateau.on_plateau,
+                  hit_rate_l1_only=off["hit_rate"], modeled_ttft_l1_only_seconds=_ttft(off_svc, off),
+                  request_counting=True, unpriced=[])
+    return dict(steps=rows, configuration=config, spec=spec.to_dict())
 
 
-def _describe_start(rung: Rung, shared: bool, tp: int) -> str:
-    s = rung.spec
-    pd = " under PD disaggregation" if s.serving.pd_disagg else ""
-    return (f"page_first_direct, inline submission, 4 KB pages, remote NUMA{', IDO off' if shared else ''}, "
-            f"write_through_selective per insert{pd}, private host pools (TP {tp}), L1 {s.tiers.l1_tokens:,} / "
-            f"L2 {s.tiers.l2_tokens:,} tokens per rank")
+def _ttft(svc, fig) -> float | None:
+    return None if svc is None else mech.mean_ttft_seconds(svc.total, fig["requests"], fig.get("concurrency"))
 
 
-def _replay(rung: Rung, requests, concurrency, tp: int) -> dict:
-    run = shared_l2(rung.spec, tp) if rung.shared_host else rung.spec
-    # served: PD disaggregation (every rung's) releases each prefill right after its transfer
-    fig = replay(run, requests) if concurrency is None else replay_served(run, requests)
-    fig["token_bytes"] = run.geometry.token_bytes
-    writers = 1 if rung.shared_host else tp
-    fig["d2h_bytes_all_ranks"] = fig["d2h_bytes"] * writers
-    fig["host_pool_bytes_all_ranks"] = fig["l2_tokens"] * fig["token_bytes"] * (1 if rung.shared_host else tp)
-    return fig
-
-
-def _row(step, change, fig, rung: Rung, profile, baseline_s, unpriced: str | None = None) -> dict:
-    p = price(profile, fig, rung.switches, baseline_s, unpriced)
-    return dict(step=step, change=change, hit_rate=fig["hit_rate"], d2h_segments=fig["d2h_segments"],
-                h2d_segments=fig["h2d_segments"], d2h_bytes=fig["d2h_bytes"], h2d_bytes=fig["h2d_bytes"],
-                modeled_transfer_seconds=p.transfer_s, ttft_change_seconds=p.ttft_change_s,
-                net_benefit_seconds=p.net_benefit_s, assumed_inputs=list(p.assumed_inputs),
-                not_measured=p.not_measured, notes=list(p.notes), l2_tokens=fig["l2_tokens"], host_layout=fig["host_layout"],
-                d2h_bytes_all_ranks=fig["d2h_bytes_all_ranks"],
-                host_pool_bytes_all_ranks=fig["host_pool_bytes_all_ranks"],
-                truncated_requests=fig["truncated_requests"])
-
-
-def _configuration(spec, requests, profile, concurrency, tp, plateau_gain, tiers, swept, baseline_s) -> dict:
-    return dict(requests=len(requests), input_tokens=sum(r.input_length for r in requests),
-                page_size=spec.page_size, l1_tokens=spec.tiers.l1_tokens, l2_tokens=spec.tiers.l2_tokens,
-                concurrency=concurrency, tp=tp, profile=profile.name, geometry=spec.geometry.config(),
-                token_bytes=spec.geometry.token_bytes, baseline_prefill_seconds=baseline_s,
-                shared_uplink=shared_uplink(profile), plateau_gain=plateau_gain, sweep_l2_tokens=tiers,
-                sweep_hit_rates=[t["hit_rate"] for t in swept["tiers"]],
-                plateau_l2_tokens=swept["plateau_l2_tokens"], on_plateau=swept["on_plateau"],
-                request_counting=True,
-                unpriced=["daemon_threads: " + NO_INLINE_FIGURE, "thp: " + NO_THP_FIGURE])
+def _row(step, change, st, per_rank, runs, profile, tp, off, off_svc) -> dict:
+    fig = runs.figures(st, per_rank)
+    hs = host_state(st, profile, per_rank, runs.base.geometry.token_bytes, tp)
+    writers = 1 if st["tp_shared"] else tp
+    row = dict(step=step, change=change, hit_rate=fig["hit_rate"], d2h_segments=fig["d2h_segments"],
+               h2d_segments=fig["h2d_segments"], d2h_bytes=fig["d2h_bytes"], h2d_bytes=fig["h2d_bytes"],
+               l2_tokens=fig["l2_tokens"], host_layout=fig["host_layout"], state=dict(st), host_state=hs.to_json(),
+               d2h_bytes_all_ranks=fig["d2h_bytes"] * writers,
+               host_pool_bytes_all_ranks=fig["l2_tokens"] * runs.base.geometry.token_bytes * (1 if st["tp_shared"] else tp),
+               truncated_requests=fig["truncated_requests"], notes=[],
+               assumed_inputs=list(cost.assumed_inputs(profile)))
+    try:
+        if off_svc is None:
+            raise mech.Unpriced("no request replayed")
+        svc = cost.run_service(profile, fig, hs)
+    except mech.Unpriced as e:
+        why = str(e)
+        return dict(row, modeled_transfer_seconds=None, ttft_change_seconds=None, ttft_change_pct=None,
+                    net_benefit_seconds=None, service=None, modeled_ttft_seconds=None,
+                    not_measured={k: why for k in ("modeled_transfer_seconds", "ttft_change_seconds",
+                                                    "net_benefit_seconds")})
+    ttft, ttft_off = _ttft(svc, fig), _ttft(off_svc, off)
+    return dict(row, modeled_transfer_seconds=svc.total - svc.compute, ttft_change_seconds=ttft - ttft_off,
+                ttft_change_pct=(ttft / ttft_off - 1) * 100 if ttft_off else None,
+                net_benefit_seconds=off_svc.total - svc.total, service=svc.to_json(), modeled_ttft_seconds=ttft,
+                not_measured={})
