@@ -1,12 +1,13 @@
 """Who speaks when, and how long: the conversation structure `hicache trace synth` fills with blocks.
 
 `sessions` conversation slots are open at once. Each arrival (Poisson at `rate`, or all at time 0)
-goes to a slot drawn at random among those not thinking; after a turn a slot thinks for an
-exponential time of mean `think_time` seconds (when every slot thinks, the arrival goes to the one
-that would speak soonest). A conversation ends after `turns` turns or when its next turn would pass
-`max_tokens`; its slot then opens a new one. The turns of the other slots in between are what a
-conversation's history must survive in a cache: more slots and longer think times, longer reuse
-distances. Lengths do not depend on the blocks reused, so this is drawn before them.
+goes to a slot drawn at random among those not thinking; after a turn a slot thinks for a time of
+mean `think_time` seconds (gamma, about +-50%). When every slot thinks, the next request waits for
+the first to be done, so arrivals then come at most `sessions / think_time` a second. A
+conversation ends after `turns` turns or when its next turn would pass `max_tokens`; its slot then
+opens a new one. The turns of other slots in between are what a conversation's history must
+survive in a cache: more slots and longer think times, longer reuse distances. Lengths do not
+depend on the blocks reused, so this is drawn before them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 OUTPUT_MEAN = 256  # median output tokens of a turn (lognormal)
+THINK_SHAPE = 4  # think times: gamma of this shape (spread +-50%), so a longer mean spaces turns out
 
 
 class Turn(NamedTuple):
@@ -53,8 +55,9 @@ def schedule(rng: np.random.Generator, requests: int, min_tokens: int, max_token
             s = ready[k]
             ready[k] = ready[-1]
             ready.pop()
-        else:
-            s = heapq.heappop(thinking)[1]
+        else:  # every slot thinks: the arrival waits for the first to be done (time moves on to it)
+            at, s = heapq.heappop(thinking)
+            clock_ms = max(clock_ms, at)
         user = int(np.clip(rng.lognormal(math.log(user_mean), 1.0), 1, max(1, max_tokens // 4)))
         grown = length[s] + last_output[s] + user
         first = conversation[s] < 0 or grown > max_tokens or (turns is not None and spoken[s] >= turns)
@@ -69,7 +72,7 @@ def schedule(rng: np.random.Generator, requests: int, min_tokens: int, max_token
         length[s], last_output[s] = n, output
         spoken[s] += 1
         if think_time:
-            heapq.heappush(thinking, (clock_ms + rng.exponential(think_time * 1000.0), s))
+            heapq.heappush(thinking, (clock_ms + rng.gamma(THINK_SHAPE, think_time * 1000.0 / THINK_SHAPE), s))
         else:
             ready.append(s)
     return out
