@@ -31,7 +31,8 @@ def add_arguments(p) -> None:
     s.add_argument("--plot", help="also write a PNG: length histogram and hit rate vs LRU capacity")
     s.set_defaults(_trace_run=_stats)
     y = sub.add_parser("synth", help="write a synthetic Mooncake trace with a given prefix reuse rate",
-                       description="Multi-turn sessions, arrival times, deterministic for a seed.")
+                       description="Multi-turn conversations opening with one global prefix, interleaved, with arrival "
+                                   "times; deterministic for a seed (rules: hicache_ref/README.md, \"Traces\").")
     y.add_argument("--out", required=True, help="JSONL file to write")
     y.add_argument("--requests", type=types.count(1, 10_000_000), required=True, help="requests to write")
     y.add_argument("--min-tokens", required=True, help=f"shortest request, tokens ({UNITS})")
