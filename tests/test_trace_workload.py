@@ -1,4 +1,5 @@
-"""hicache trace stats / synth: the reuse-rate definition, synth determinism and its reuse target."""
+"""hicache trace stats / synth: the reuse-rate definition, synth determinism and its reuse target.
+(Where synth puts the reuse, and the seed workload: test_trace_structure.py.)"""
 
 from __future__ import annotations
 
@@ -24,11 +25,22 @@ def test_reuse_counts_the_leading_run_of_blocks_seen_with_the_same_prefix():
     assert s["requests"] == 5 and s["input_length"]["p0"] == 700 and s["input_length"]["p100"] == 1300
 
 
-@pytest.mark.parametrize("reuse", [0.0, 0.25, 0.5, 0.82, 0.9])
-@pytest.mark.parametrize(("n", "lo", "hi", "sessions"), [(300, 24_000, 64_000, 10), (400, 1000, 8000, 40)])
-def test_synth_hits_the_reuse_rate_it_is_asked_for(tmp_path, reuse, n, lo, hi, sessions):
+# (requests, shortest, longest, sessions, the new structure options) and the reuse rates asked of each;
+# the short requests' set stops at 0.82: 1K-8K turns cannot carry 0.9 (each adds ~600 fresh tokens)
+REUSE_SETS = [
+    ((300, 24_000, 64_000, 10, {}), (0.0, 0.25, 0.5, 0.82, 0.9)),
+    ((400, 1000, 8000, 40, {}), (0.0, 0.25, 0.5, 0.82)),
+    ((600, 24_000, 64_000, 100, dict(global_prefix_share=0.5, turns=6)), (0.25, 0.5, 0.82)),
+    ((500, 4000, 32_000, 50, dict(global_prefix_share=0.3, think_time=20.0)), (0.25, 0.5, 0.82)),
+    ((400, 2000, 16_000, 20, dict(global_prefix_share=0.8, turns=3)), (0.25, 0.5, 0.7)),
+]
+
+
+@pytest.mark.parametrize(("shape", "reuse"), [(shape, r) for shape, rates in REUSE_SETS for r in rates])
+def test_synth_hits_the_reuse_rate_it_is_asked_for(tmp_path, shape, reuse):
+    n, lo, hi, sessions, extra = shape
     path = tmp_path / "s.jsonl"
-    write_trace(path, synthesize(n, lo, hi, reuse, sessions=sessions, rate=3.0, seed=11))
+    write_trace(path, synthesize(n, lo, hi, reuse, sessions=sessions, rate=3.0, seed=11, **extra))
     reqs = read_trace(path)  # through the Mooncake reader: hash_ids match input_length
     stats = trace_stats(reqs, page_size=64)
     assert abs(stats["prefix_reuse_rate"] - reuse) <= 0.02
@@ -62,7 +74,10 @@ def test_synth_sessions_are_multi_turn():
     (dict(requests=0), "requests"), (dict(min_tokens=0), "min_tokens"), (dict(max_tokens=10), "max_tokens"),
     (dict(reuse=1.0), "reuse"), (dict(reuse=-0.1), "reuse"), (dict(sessions=0), "sessions"),
     (dict(rate=0), "rate"), (dict(rate=float("inf")), "rate"), (dict(seed=-1), "seed"),
-    (dict(requests=10**6, max_tokens=10**7), "requests")])
+    (dict(requests=10**6, max_tokens=10**7), "requests"), (dict(global_prefix_share=1.5), "global_prefix_share"),
+    (dict(global_prefix_share=-0.1), "global_prefix_share"), (dict(turns=0), "turns"), (dict(turns=2.5), "turns"),
+    (dict(think_time=0, rate=1.0), "think_time"), (dict(think_time=float("nan"), rate=1.0), "think_time"),
+    (dict(think_time=5.0), "think_time")])  # think time without a rate: nothing to think between
 def test_synth_refuses_bad_arguments(kw, word):
     args = dict(requests=10, min_tokens=100, max_tokens=1000, reuse=0.5) | kw
     with pytest.raises(ValueError, match=word):
@@ -103,12 +118,22 @@ def test_trace_cli_synth_then_stats(tmp_path, capsys):
       "--reuse", "1.5"], "--reuse"),
     (["trace", "synth", "--out", "x.jsonl", "--requests", "5", "--min-tokens", "1K", "--max-tokens", "2K",
       "--reuse", "0.5", "--rate", "-1"], "--rate"),
+    (["trace", "synth", "--out", "x.jsonl", "--requests", "5", "--min-tokens", "1K", "--max-tokens", "2K",
+      "--reuse", "0.5", "--global-prefix-share", "1.5"], "--global-prefix-share"),
+    (["trace", "synth", "--out", "x.jsonl", "--requests", "5", "--min-tokens", "1K", "--max-tokens", "2K",
+      "--reuse", "0.5", "--turns", "0"], "--turns"),
+    (["trace", "synth", "--out", "x.jsonl", "--requests", "5", "--min-tokens", "1K", "--max-tokens", "2K",
+      "--reuse", "0.5", "--rate", "2", "--think-time", "-3"], "--think-time"),
+    (["trace", "synth", "--out", "x.jsonl", "--requests", "5", "--min-tokens", "1K", "--max-tokens", "2K",
+      "--reuse", "0.5", "--think-time", "3"], "--think-time"),
+    (["trace", "stats", "t.jsonl", "--l1-tokens", "lots"], "--l1-tokens"),
 ])
 def test_trace_cli_refusals_are_one_line(tmp_path, monkeypatch, capsys, argv, where):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"hicache: {where}"), err
+    assert not (tmp_path / "x.jsonl").exists()  # refused before anything is written
 
 
 def test_reuse_distance_histogram_counts_every_reused_page_once():

@@ -14,7 +14,7 @@ from hal.units import HELP as UNITS
 from hal.units import parse_size
 from hicache_ref.sim.trace import read_trace
 from hicache_ref.sim.trace_stats import prefix_reuse_tokens, trace_stats
-from hicache_ref.sim.trace_synth import synthesize, write_trace
+from hicache_ref.sim.trace_synth import global_share, synthesize_trace, write_trace
 
 HELP = "trace statistics (reuse rate, reuse distances) and synthetic Mooncake traces"
 REUSE_TOLERANCE = 0.02  # synth warns when the trace it wrote misses --reuse by more
@@ -23,20 +23,34 @@ REUSE_TOLERANCE = 0.02  # synth warns when the trace it wrote misses --reuse by 
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="trace_command", required=True)
     s = sub.add_parser("stats", help="requests, lengths, prefix reuse rate, unlimited hit rate, reuse distances",
-                       description="Figures of a Mooncake JSONL trace (definitions: hicache_ref/README.md, \"Traces\").")
+                       description="Figures of a Mooncake JSONL trace (definitions: hicache_ref/README.md, \"Traces\"); "
+                                   "with --l1-tokens, the hit rate an L1 of that many tokens alone gets (LRU, one pass).")
     s.add_argument("path", help="Mooncake JSONL trace (.jsonl or .jsonl.gz)")
-    add_spec_options(s, "trace stats", filled=True)  # --page-size as every command spells it
+    add_spec_options(s, "trace stats", filled=True)  # --page-size and --l1-tokens as every command spells them
     s.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     s.add_argument("--plot", help="also write a PNG: length histogram and hit rate vs LRU capacity")
     s.set_defaults(_trace_run=_stats)
     y = sub.add_parser("synth", help="write a synthetic Mooncake trace with a given prefix reuse rate",
-                       description="Multi-turn sessions, arrival times, deterministic for a seed.")
+                       description="Multi-turn conversations opening with one global prefix, interleaved, with arrival "
+                                   "times; deterministic for a seed (rules: hicache_ref/README.md, \"Traces\").")
     y.add_argument("--out", required=True, help="JSONL file to write")
     y.add_argument("--requests", type=types.count(1, 10_000_000), required=True, help="requests to write")
     y.add_argument("--min-tokens", required=True, help=f"shortest request, tokens ({UNITS})")
     y.add_argument("--max-tokens", required=True, help=f"longest request, tokens ({UNITS})")
     y.add_argument("--reuse", type=types.unit_interval("a fraction", top_open=True), required=True, help="prefix reuse rate in [0, 1)")
-    y.add_argument("--sessions", type=types.count(1, 1_000_000), default=16, help="concurrent conversations")
+    y.add_argument("--sessions", type=types.count(1, 1_000_000), default=16,
+                   help="conversations open at once; their turns interleave, so more of them put a "
+                        "conversation's turns further apart in a cache")
+    y.add_argument("--global-prefix-share", type=types.unit_interval("a fraction"), metavar="F",
+                   help="of the reused tokens, the fraction in one global prefix every conversation opens "
+                        "with (a system prompt and tools), the rest from each conversation's own history "
+                        "(default: only as long as --reuse needs)")
+    y.add_argument("--turns", type=types.count(1, 1_000_000), metavar="N",
+                   help="a conversation ends after N turns and a new one opens (default: when its next turn "
+                        "would pass --max-tokens)")
+    y.add_argument("--think-time", type=types.positive_real("seconds"), metavar="SECONDS",
+                   help="mean seconds (about +-50%%) a conversation waits before its next turn, while the "
+                        "others speak; needs --rate (default: none, it may speak again at once)")
     y.add_argument("--rate", type=types.positive_real("requests per second"), help="arrivals per second (Poisson); omitted: all at time 0")
     y.add_argument("--seed", type=types.count(0), default=0, help="the same seed writes the same trace")
     y.add_argument("--json", action="store_true", help="print what was written as one JSON object")
@@ -54,7 +68,7 @@ def _stats(a) -> int:
         if Path(a.plot).suffix.lower() != ".png":  # checked before the work, not by matplotlib after it
             raise CliError("--plot", f"{clip_path(Path(a.plot))}: the plot is a PNG: name it *.png")
     requests = read_trace(path)
-    stats = trace_stats(requests, a.page_size)
+    stats = trace_stats(requests, a.page_size, l1_tokens=a.l1_tokens)
     stats["trace"] = str(path)
     if a.plot is not None:
         from conformance.cli.plots import trace_stats_plot
@@ -75,7 +89,9 @@ def stats_lines(s: dict) -> list[str]:
             f"input length: {fmt(il) or 'none'}",
             f"prefix reuse rate {s['prefix_reuse_rate']:.4f} (512-token blocks); unlimited hit rate "
             f"{s['unlimited_hit_rate']:.4f} (page {s['page_size']})",
-            f"reuse distance (tokens) over {s['reused_pages']:,} reused pages: {fmt(rd) or 'none'}"]
+            f"reuse distance (tokens) over {s['reused_pages']:,} reused pages: {fmt(rd) or 'none'}"] + (
+        [] if s.get("l1_tokens") is None else
+        [f"L1 alone of {s['l1_tokens']:,} tokens (LRU, whole pages): hit rate {s['l1_hit_rate']:.4f}"])
 
 
 def _synth(a) -> int:
@@ -84,17 +100,27 @@ def _synth(a) -> int:
     hi = parse_size(a.max_tokens, name="--max-tokens", minimum=1)
     if hi < lo:
         raise CliError("--max-tokens", f"{hi:,} is below --min-tokens {lo:,}")
-    requests = synthesize(a.requests, lo, hi, a.reuse, sessions=a.sessions, rate=a.rate, seed=a.seed)
+    if a.think_time is not None and a.rate is None:
+        raise CliError("--think-time", "needs --rate: think time is between arrivals in time")
+    trace = synthesize_trace(a.requests, lo, hi, a.reuse, sessions=a.sessions, rate=a.rate, seed=a.seed,
+                             global_prefix_share=a.global_prefix_share, turns=a.turns, think_time=a.think_time)
+    requests = trace.requests
     write_trace(out, requests)
     total = sum(r.input_length for r in requests)
-    achieved = sum(prefix_reuse_tokens(requests)) / total
+    reused = prefix_reuse_tokens(requests)
+    achieved = sum(reused) / total
+    share = global_share(trace, reused)
     fig = dict(out=str(out), requests=len(requests), input_tokens=total, reuse_asked=a.reuse,
-               prefix_reuse_rate=achieved, seed=a.seed, sessions=a.sessions, rate=a.rate)
+               prefix_reuse_rate=achieved, global_prefix_tokens=trace.global_prefix_tokens,
+               global_prefix_share=share, global_prefix_share_asked=a.global_prefix_share, seed=a.seed,
+               sessions=a.sessions, turns=a.turns, think_time=a.think_time, rate=a.rate)
     print(json.dumps(fig, indent=2) if a.json else
           f"wrote {len(requests):,} requests, {total:,} input tokens to {out}: prefix reuse rate {achieved:.4f} "
-          f"(asked {a.reuse})")
+          f"(asked {a.reuse}); global prefix {trace.global_prefix_tokens:,} tokens, {share:.4f} of the reused")
     if abs(achieved - a.reuse) > REUSE_TOLERANCE:
         print(f"hicache: warning: --reuse {a.reuse}: reached {achieved:.4f}; requests of {lo:,}-{hi:,} tokens "
               "cannot carry that much of an earlier prefix (each turn adds new tokens and drops a partial "
-              "block); give longer requests or more of them", file=sys.stderr)
+              "block, a conversation's first turn reuses only the global prefix); give more turns per "
+              "conversation (more --requests, fewer --sessions, no --turns), longer requests or a larger "
+              "--global-prefix-share", file=sys.stderr)
     return 0

@@ -1,7 +1,8 @@
 """What a Mooncake trace asks of a cache: `hicache trace stats`.
 
 Prefix reuse rate, the unlimited-capacity hit rate, and reuse distances (LRU stack distances in
-tokens), which give the hit-rate curve over every capacity. Definitions: hicache_ref/README.md,
+tokens), which give the hit-rate curve over every capacity (and the hit rate of one L1 size alone).
+Definitions: hicache_ref/README.md,
 "Traces".
 """
 
@@ -58,8 +59,11 @@ def capacity_points(whole_tokens: int, page_size: int) -> list[int]:
     return points + [max(whole_tokens, page_size)]
 
 
-def trace_stats(requests: list[TraceRequest], page_size: int = 64) -> dict:
-    """The figures of the module docstring for `requests` (in trace order) at `page_size`."""
+def trace_stats(requests: list[TraceRequest], page_size: int = 64, l1_tokens: int | None = None) -> dict:
+    """The figures of the module docstring for `requests` (in trace order) at `page_size`; with
+    `l1_tokens`, also `l1_hit_rate`: the hit rate of an LRU cache of that many tokens alone."""
+    if l1_tokens is not None and (isinstance(l1_tokens, bool) or not isinstance(l1_tokens, int) or l1_tokens < 0):
+        raise ValueError(f"l1_tokens: expected a whole number of tokens >= 0, got {l1_tokens!r}")
     profile = stack_profile(requests, page_size)
     lengths = [r.input_length for r in requests]
     total = sum(lengths)
@@ -79,4 +83,5 @@ def trace_stats(requests: list[TraceRequest], page_size: int = 64) -> dict:
         reuse_distance_histogram=_histogram(distances, caps),
         hit_rate_by_capacity=[dict(capacity_tokens=c, hit_rate=float(h))
                               for c, h in zip(caps, profile.hit_rate(caps), strict=True)],
-        duration_seconds=span, requests_per_second=(len(requests) - 1) / span if span > 0 else None)
+        duration_seconds=span, requests_per_second=(len(requests) - 1) / span if span > 0 else None,
+        **({} if l1_tokens is None else dict(l1_tokens=l1_tokens, l1_hit_rate=float(profile.hit_rate([l1_tokens])[0]))))

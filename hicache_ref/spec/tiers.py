@@ -17,6 +17,7 @@ from hal.units import HELP as UNITS
 from hicache_ref.core.allocator import ORDERS
 from hicache_ref.core.policy import POLICIES
 from hicache_ref.spec.fields import (
+    ALL_COMMANDS,
     fail,
     flag,
     one_of,
@@ -38,8 +39,9 @@ class TiersSpec:
 
     PATH = "tiers"
     l1_tokens: int | None = param(None, "--l1-tokens", f"device (L1) capacity in tokens ({SIZE_HELP})",
-                                  parse=parse_tokens, shown_default="unlimited",
+                                  parse=parse_tokens, shown_default="unlimited", commands=ALL_COMMANDS | {"trace stats"},
                                   per_command={"sweep": {"required": True},  # a sweep needs a finite L1
+                                               "trace stats": {"shown_default": "none: no L1 figure"},
                                                "ablate": {"shown_default": "1/16 of the trace's tokens, per rank"}})
     l2_tokens: int | None = param(None, "--l2-tokens", f"host (L2) capacity in tokens ({SIZE_HELP}); 0: no L2",
                                   parse=parse_tokens, shown_default="unlimited", commands={"replay", "ablate"},
