@@ -160,3 +160,34 @@ def value(profile, key: str) -> float:
 
 def _values(profile) -> tuple[float, ...]:
     return tuple(float(value(profile, k) or 0.0) for k in DERIVED_KEYS)
+
+
+SIGNIFICANT = 6  # digits the profile keeps of a derived value (tests/test_derive.py compares at this)
+
+
+def profile_entries(profile, notes: dict[str, str]) -> dict[str, tuple[float, str]]:
+    """{key: (value rounded to SIGNIFICANT digits, source line)} of every derived parameter, as
+    the profile YAML writes them (`source: "derived: ..."`)."""
+    out = {}
+    for key in DERIVED_KEYS:
+        v = float(f"{value(profile, key):.{SIGNIFICANT}g}")
+        out[key] = (v, f"derived: {notes[key]} (seed work (P800 acceptance runs), hardware_profiles/readings/)")
+    return out
+
+
+def main() -> None:  # python -m hicache_ref.sim.derive [PROFILE]: the derived values as YAML lines
+    import sys
+
+    from hardware_profiles import load_profile
+    from hardware_profiles.readings import load_readings
+    from hicache_ref.sim.readings import seed_requests, seed_runs
+
+    profile = load_profile(sys.argv[1] if len(sys.argv) > 1 else "p800")
+    readings = load_readings(profile)
+    derived, notes = derive(profile, readings, seed_runs(readings, seed_requests(), profile))
+    for key, (v, src) in profile_entries(derived, notes).items():
+        print(f"{key}: {v!r}\n  source: {src!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -184,10 +184,10 @@ def evaluate(profile, readings, runs) -> list[dict]:
 
 
 def seed_requests():
-    """The seed scenario's trace (hicache_ref.sim.trace_synth)."""
-    from hicache_ref.sim.trace_synth import synthesize
+    """The seed scenario's trace (hicache_ref.sim.trace_synth.SEED_WORKLOAD)."""
+    from hicache_ref.sim.trace_synth import seed_trace
 
-    return synthesize(600, 24_000, 64_000, 0.82, sessions=40, rate=2.0)
+    return seed_trace()
 
 
 def seed_rows(profile, progress=None) -> list[dict]:
