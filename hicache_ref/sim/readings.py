@@ -16,7 +16,6 @@ from hal.transfer.plan import plan_pool_transfer
 from hal.transfer.seed import SEED_GEOMETRY, seed_plan
 from hicache_ref.sim import cost
 from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.plateau import find_plateau
 from hicache_ref.sim.scenario import IO_BACKEND, Runs, host_state, tokens_in
 from hicache_ref.spec import CacheSpec
 
@@ -57,7 +56,7 @@ def seed_host_state(state: dict, scenario: dict, gb: float, profile) -> mech.Hos
 
 
 def first_request(profile, state: dict, scenario: dict, tokens: int | None = None) -> float:
-    """TTFT of a cold prompt alone on the server: its prefill, plus each chunk's backup."""
+    """TTFT of the first prompt a fresh server sees: its prefill and each chunk's backup."""
     n = tokens or scenario["first_request_tokens"]
     compute = profile.compute.prefill_seconds(n)
     if compute is None:
@@ -86,17 +85,16 @@ def workload_change_pct(profile, runs, state: dict, l2_gb: float, states: dict) 
     return (on / off - 1) * 100
 
 
-def plateau_change(profile, runs, state: dict, l2_gb: float, states: dict) -> tuple[float, float]:
-    """(TTFT change % at the plateau's capacity against the full L2, hit-rate change in points):
-    L2 swept in PLATEAU_TIERS tiers up to `l2_gb` per card, the plateau as the sweep finds it."""
+def plateau_change(profile, runs, state: dict, l2_gb: float, states: dict) -> float:
+    """TTFT change (%) of the smallest L2 whose hit rate is within 1 point of the full L2's, against
+    the full L2 (L2 swept in PLATEAU_TIERS tiers up to `l2_gb` per card); NaN when only the full L2 is."""
     tiers = [l2_gb * i / PLATEAU_TIERS for i in range(1, PLATEAU_TIERS + 1)]
-    figs = [runs.figures(state, l2_tokens(gb)) for gb in tiers]
-    rates = [f["hit_rate"] for f in figs]
-    l1_alone = runs.figures(states["hicache_off"], 0)["hit_rate"]
-    p = find_plateau([f["l2_tokens"] for f in figs], rates, l1_alone)
-    i = max(0, [f["l2_tokens"] for f in figs].index(p.plateau_l2_tokens)) if p.plateau_l2_tokens else 0
+    rates = [runs.figures(state, l2_tokens(gb))["hit_rate"] for gb in tiers]
+    i = next(i for i, r in enumerate(rates) if rates[-1] - r <= 0.01)
+    if i == len(tiers) - 1:
+        return float("nan")
     at, full = workload_ttft(profile, runs, state, tiers[i])[0], workload_ttft(profile, runs, state, tiers[-1])[0]
-    return (at / full - 1) * 100, (rates[i] - rates[-1]) * 100
+    return (at / full - 1) * 100
 
 
 def model_value(profile, reading, readings, runs) -> float:
@@ -116,8 +114,7 @@ def model_value(profile, reading, readings, runs) -> float:
     if q == "workload_hit_rate":
         return runs.figures(st, l2_tokens(gb))["hit_rate"] * 100
     if q == "plateau_ttft_change":
-        change, rate_change = plateau_change(profile, runs, st, gb, readings.states)
-        return float(np.sign(change)) if abs(rate_change) <= 1.0 else float("nan")
+        return float(np.sign(plateau_change(profile, runs, st, gb, readings.states)))
     hs = seed_host_state(st, sc, gb, profile) if st else mech.HostState()
     if q in ("allhit_intercept", "allhit_slope"):
         pts = [(n, cost.allhit_seconds(profile, n, g.layers, g.token_bytes, hs)) for n in cost.ALLHIT_TOKENS]
@@ -166,8 +163,31 @@ def within(reading, model: float) -> bool:
     return abs(model - seed) <= tol * abs(seed)
 
 
+NO_VALUE = {"plateau_ttft_change": "no L2 tier below the full one comes within 1 point of its hit rate: on this "
+                                   "trace the hit rate still rises up to the full L2",
+            "break_even_tokens": "loading the cached KV never beats recomputing it under this profile"}
+
+
+def detail(reading, model: float) -> str:
+    """Why a row is within or not, in words: the model's value against the seed's and the tolerance."""
+    if model is None or not np.isfinite(model):
+        return NO_VALUE.get(reading.quantity, "the model gives no value")
+    kind, tol = tolerance(reading)
+    seed, unit = reading.value, reading.unit
+    if kind == "sign":
+        return f"model sign {model:+.0f}, seed sign {seed:+.0f}"
+    if np.sign(model) != np.sign(seed) and seed != 0 and kind != "exact":
+        return f"model {model:.4g} {unit} has the opposite sign of the seed's {seed:.4g} {unit}"
+    off = model - seed
+    if kind == "points":
+        return f"model {model:.4g} {unit} vs seed {seed:.4g} {unit}: {off:+.2f} points (tolerance {tol:g})"
+    if kind == "exact":
+        return f"model {model:.6g} vs seed {seed:.6g} {unit}" + ("" if off == 0 else f": {off:+.6g}")
+    return f"model {model:.4g} {unit} vs seed {seed:.4g} {unit}: {off / seed * 100:+.1f}% (tolerance {tol * 100:g}%)"
+
+
 def evaluate(profile, readings, runs) -> list[dict]:
-    """One row per reading (ROW_KEYS and `derives`, `quantity`, `measured`, `not_measured`)."""
+    """One row per reading (ROW_KEYS and `derives`, `quantity`, `measured`, `detail`, `not_measured`)."""
     rows = []
     for r in readings.readings:
         kind, tol = tolerance(r)
@@ -176,9 +196,10 @@ def evaluate(profile, readings, runs) -> list[dict]:
                    derives=list(r.derives), l2_gb_per_card=r.l2_gb_per_card)
         try:
             m = model_value(profile, r, readings, runs)
-            row.update(model=m if np.isfinite(m) else None, within=bool(within(r, m)), not_measured=None)
+            row.update(model=m if np.isfinite(m) else None, within=bool(within(r, m)), not_measured=None,
+                       detail=detail(r, m))
         except mech.Unpriced as e:
-            row.update(model=None, within=None, not_measured=str(e))
+            row.update(model=None, within=None, not_measured=str(e), detail=f"not measured: {e}")
         rows.append(row)
     return rows
 
