@@ -16,7 +16,6 @@ from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.figures import prefill_from_moments
 
 
-
 @dataclass(frozen=True)
 class LineFit:
     """y = a + b*x by least squares over the points, with what is left over."""

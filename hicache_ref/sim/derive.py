@@ -105,7 +105,7 @@ def derive(profile, readings, runs) -> tuple[object, dict[str, str]]:
     res = residuals(x, p)
     table = "; ".join(f"{r.name} {v:+.2f}" for r, v in zip(rows, res, strict=True))
     first = JOINT[0][0]
-    for (k, *_), v in zip(JOINT, x, strict=True):
+    for k, *_ in JOINT:
         notes[k] = (f"least squares with {', '.join(j for j, *_ in JOINT[1:])} over {len(rows)} readings, residuals "
                     f"in tolerances: {table}" if k == first else f"the least squares of {first}")
     return p, notes

@@ -152,20 +152,14 @@ def _semantics_lines(fig: dict) -> list[str]:
 
 
 def _net_benefit_lines(fig: dict) -> list[str]:
-    """Net benefit: HiCache's gain over an L1-only cache (compute its L2 hits save - transfer - penalties)."""
+    """Net benefit: HiCache's gain over an L1-only cache (hicache_ref.sim.cost.replay_figures)."""
     net = fig.get("net_benefit_seconds")
     if net is None:
-        # a figure set without the net-benefit keys came from a replay that does not price it (served)
-        why = fig.get("net_benefit_reason") or ("not computed by a served replay (--concurrency); the serial "
-                                                "replay gives it" if "concurrency" in fig else "no profile")
-        return [f"net benefit: not modeled ({why})"]
-    assumed = fig.get("net_benefit_assumed_inputs") or []
-    held = "is held" in fig.get("net_benefit_reason", "")
-    lo, hi = cost.SEED_REGISTERED_GB
-    return [f"net benefit over an L1-only cache {net:+.3f} s = compute saved by L2 hits "
-            f"{fig['net_benefit_compute_saved_seconds']:.3f} s - transfer "
-            f"{fig['net_benefit_transfer_seconds']:.3f} s - penalties {fig['net_benefit_penalty_seconds']:.3f} s "
-            f"({fig['net_benefit_penalty_pct']:+.1f}% of {fig['net_benefit_baseline_prefill_seconds']:.1f} s prefill"
-            + (f"; registered-size penalty held at its {fig['net_benefit_registered_penalty_gb']:.0f} GB figure: "
-               f"the seed measured {lo}-{hi} GB" if held else "")
-            + ")" + (f"; assumed inputs: {', '.join(assumed)}" if assumed else "")]
+        return [f"net benefit: not modeled ({fig.get('net_benefit_reason') or 'no profile'})"]
+    svc, assumed = fig["net_benefit_service"], fig.get("net_benefit_assumed_inputs") or []
+    change = fig.get("modeled_ttft_change_pct")
+    return [f"net benefit over an L1-only cache {net:+.3f} s = compute saved {fig['net_benefit_compute_saved_seconds']:.3f} s"
+            f" - L2 path {svc['l2_path']:.3f} s - loads {svc['load']:.3f} s - backup hold {svc['hold']:.3f} s - "
+            f"interference {svc['interference']:.3f} s (every host fix on)"
+            + ("" if change is None else f"; modeled TTFT {change:+.1f}% against L1 alone")
+            + (f"; assumed inputs: {', '.join(assumed)}" if assumed else "")]
