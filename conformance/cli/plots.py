@@ -91,6 +91,7 @@ def ablate_plot(path: str | Path, result: dict) -> None:
         ax.annotate(f"{level:.0f} s", (len(steps), max(level, 0)), ha="center", va="bottom", fontsize=7)
         labels.append("total")
     ax.axhline(0, color="black", linewidth=0.6)
+    ax.margins(y=0.12)  # room for the labels above the highest bar
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("modeled net benefit, s")
     c = result["configuration"]
@@ -109,8 +110,10 @@ def readings_plot(path: str | Path, result: dict) -> None:
     for i, r in enumerate(rows):
         t, seed, model = r["tolerance"], r["seed"], r["model"]
         size = {"relative": t["size"] * abs(seed), "points": t["size"]}.get(t["kind"], 0.0)
-        if model is None:
-            ax.annotate("not measured", (0, i), ha="center", va="center", fontsize=7, color="grey")
+        if model is None:  # not measured (within None), or the model gives no value (a fail)
+            failed = r["within"] is False
+            ax.annotate("no model value" if failed else "not measured", (0, i), ha="center", va="center", fontsize=7,
+                        color="#cc6677" if failed else "grey")
             continue
         if size:
             x = (model - seed) / size
