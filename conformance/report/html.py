@@ -70,7 +70,8 @@ def _images(report: dict) -> str:
     for title, png, note, missing in (
         ("All-hit fit and break-even", plots.allhit(f.get("allhit")),
          "modeled points from the profile's compute model, fitted by least squares (hicache_ref.sim.cost)",
-         f"profile {env.get('profile')} has no all-hit compute model (compute.allhit_fixed_s, allhit_per_token_s)"),
+         f"profile {env.get('profile')} cannot price an all-hit request "
+         "(compute.prefill_fixed_s, compute.l2_path_fixed_s, the link)"),
         ("Bandwidth vs size, per direction", plots.bandwidth(f.get("bandwidth")),
          f"measured on backend {env['backend']} in this run (median of 5; one segment per transfer), with a plain "
          "memcpy of the same bytes as the peer",
