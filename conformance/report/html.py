@@ -7,6 +7,7 @@ from __future__ import annotations
 from html import escape
 
 from conformance.report import plots
+from conformance.report.targets import split_counts
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1300px}
@@ -16,6 +17,9 @@ th,td{border:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top}
 th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .badge{display:inline-block;padding:3px 10px;border-radius:4px;color:#fff;font-weight:600}
 .PASS,.pass{background:#2e7d32} .FAIL,.fail{background:#c62828} .NOT_RUN,.not_measured{background:#757575} .PARTIAL{background:#ef6c00}
+.pass-modeled{background:#fff;color:#1565c0;border:2px dashed #1565c0} .fail-modeled{background:#fff;color:#c62828;border:2px dashed #c62828}
+.answer{border:2px solid #1565c0;border-radius:6px;padding:8px 14px;margin:12px 0;background:#f5f9ff}
+.answer .gain{color:#2e7d32;font-weight:700} .answer .loss{color:#c62828;font-weight:700}
 .ok{color:#2e7d32;font-weight:600} .warn{color:#ef6c00;font-weight:600} .bad{color:#c62828;font-weight:600}
 .muted{color:#666} .small{font-size:12px} img{max-width:100%;border:1px solid #eee;margin:6px 0}
 .grid{display:flex;flex-wrap:wrap;gap:12px} .grid img{max-width:640px}
@@ -38,6 +42,15 @@ def _badge(text: str) -> str:
     return f'<span class="badge {escape(text.replace(" ", "_"))}">{escape(text)}</span>'
 
 
+def _verdict_badge(row: dict) -> str:
+    """A row's verdict with its basis on the badge: "PASS (measured)" solid, "PASS (modeled)" dashed
+    in another colour, so a figure the profile's model gives never reads as one measured here."""
+    if row["verdict"] == "not_measured":
+        return '<span class="badge not_measured">NOT MEASURED</span>'
+    cls = row["verdict"] if row["basis"] == "measured" else f"{row['verdict']}-modeled"
+    return f'<span class="badge {escape(cls)}">{escape(row["verdict"].upper())} ({escape(row["basis"])})</span>'
+
+
 def _table(head: list[str], rows: list[list[str]], num_cols=()) -> str:
     out = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"]
     for r in rows:
@@ -50,6 +63,8 @@ def _table(head: list[str], rows: list[list[str]], num_cols=()) -> str:
 def _targets(report: dict) -> str:
     rows = []
     for r in report["targets"]:
+        if r.get("kind") == "reading":
+            continue
         tol = f" ± {r['tolerance']:g}" if r.get("tolerance") else ""
         # key names only (the source is the tooltip); assumed ones are flagged, they are what to replace
         inputs = "<br>".join(
@@ -57,11 +72,62 @@ def _targets(report: dict) -> str:
             + (' <span class="warn">assumed</span>' if v.lower().startswith("assumed") else "")
             for k, v in (r.get("inputs") or {}).items())
         rows.append([f'<span id="target-{escape(r["name"])}">{escape(r["name"])}</span>', _fmt(r["value"]),
-                     f"{escape(r['comparator'])} {_fmt(r['target'])}{tol}", escape(r["unit"]), _badge(r["verdict"]),
+                     f"{escape(r['comparator'])} {_fmt(r['target'])}{tol}", escape(r["unit"]), _verdict_badge(r),
                      escape(r["basis"]), escape(r["reason"]), escape(r["source"]),
                      f'<span class="small">{inputs}</span>'])
     return _table(["target", "value", "target", "unit", "verdict", "basis", "reason / what it rests on",
                    "source", "model inputs"], rows, num_cols=(1,))
+
+
+def _tolerance(reading: dict) -> str:
+    kind, size = reading["tolerance"]["kind"], reading["tolerance"]["size"]
+    return {"relative": f"± {size:.0%}", "points": f"± {size:g} points", "exact": "exact",
+            "sign": "same sign"}.get(kind, escape(kind))
+
+
+def _read_as(reading: dict, reason: str) -> str:
+    """How the project reads the reading, unless the reason says it already (a fail does)."""
+    how = reading.get("interpretation") or ""
+    return "" if not how or how in reason else f'<br><span class="small muted">read as: {escape(how)}</span>'
+
+
+def readings_table(report: dict) -> str:
+    """The readings of the profile's readings file, each a modeled target: seed vs model."""
+    rows = []
+    for r in report["targets"]:
+        if r.get("kind") != "reading":
+            continue
+        d = r.get("reading") or {}
+        derives = "<br>".join(f"<code>{escape(k)}</code>" for k in d.get("derives") or ())
+        rows.append([f'<span id="reading-{escape(r["name"])}">{escape(r["name"])}</span>'
+                     f'<br><span class="small muted">{escape(d.get("measured", ""))}</span>',
+                     escape(str(d.get("state") or "-")), _fmt(r["target"]), _fmt(r["value"]), escape(r["unit"]),
+                     _tolerance(d) if d.get("tolerance") else "-", _verdict_badge(r),
+                     escape(r["reason"]) + _read_as(d, r["reason"]), f'<span class="small">{derives}</span>'])
+    if not rows:
+        env = report["environment"]
+        return f"<p class='muted'>profile {escape(str(env.get('profile')))} has no readings file: no modeled targets</p>"
+    return _table(["reading", "state", "seed", "model", "unit", "tolerance", "verdict", "why",
+                   "derives"], rows, num_cols=(2, 3))
+
+
+def answer_block(report: dict) -> str:
+    """The report's opening: does HiCache pay off on the profile's scenario (conformance.report.answer)."""
+    a = report.get("answer")
+    if not a:
+        return ""
+    if a["ttft_change_pct"] is None:
+        head = "<p class='muted'>no answer: " + escape(a["text"]) + "</p>"
+    else:
+        word = "gain" if a["gain"] else "loss"
+        head = (f"<p><span class='{word}'>{'HiCache pays off' if a['gain'] else 'HiCache does not pay off'}"
+                f"</span>: TTFT <b>{a['ttft_change_pct']:+.2f}%</b> vs HiCache off with every fix on (a {word}, "
+                f"modeled; the seed measured {a['seed_ttft_change_pct']:+.2f}%)</p>")
+    counts = (f"<p>readings: <b>{a['readings_within']}</b> within tolerance, <b>{a['readings_outside']}</b> "
+              f"outside, {a['readings_not_measured']} not measured, of {a['readings_total']}</p>"
+              if a["readings_total"] else "")
+    scenario = f"<p class='small muted'>scenario: {escape(a['scenario'])}</p>" if a.get("scenario") else ""
+    return f"<div class='answer' id='answer'><h2>Does HiCache pay off here?</h2>{head}{counts}{scenario}</div>"
 
 
 def _images(report: dict) -> str:
@@ -143,7 +209,8 @@ def _tests(report: dict) -> str:
 
 
 def render(report: dict) -> str:
-    env, c = report["environment"], report["target_counts"]
+    env = report["environment"]
+    t, r = split_counts(report)
     why = f"<p class='bad'>NOT RUN: {escape(report['not_run_reason'])}</p>" if report.get("not_run_reason") else ""
     if report.get("partial_reason"):
         why = (f"<p class='bad'>PARTIAL: the deciding suites did not run in full ({escape(report['partial_reason'])}): "
@@ -158,19 +225,26 @@ def render(report: dict) -> str:
 <title>hicache conform: {escape(env['backend'])} / {escape(str(env.get('profile')))}: {escape(report['verdict'])}</title>
 <style>{STYLE}</style></head><body>
 <h1>HiCache conformance report {_badge(report['verdict'])}</h1>
+{answer_block(report)}
 <p>backend <b>{escape(env['backend'])}</b>, profile <b>{escape(str(env.get('profile')))}</b>, host
 <b>{escape(env['host'])}</b> ({escape(env['cpu'])}), generated {escape(report.get('generated_at', ''))}</p>
 {why}
-<table><tr><th>tests</th><th>targets</th><th>failed targets</th><th>not measured</th><th>assumed inputs</th></tr>
+<table><tr><th>tests</th><th>targets</th><th>readings (modeled)</th><th>failed targets and readings</th><th>not measured</th><th>assumed inputs</th></tr>
 <tr><td>{_fmt(report['summary']['totals']['passed'])} passed, {_fmt(report['summary']['totals']['failed']
  + report['summary']['totals']['errors'])} failed, {_fmt(report['summary']['totals']['skipped'])} skipped</td>
-<td>{c.get('measured_pass', 0)} measured pass, {c.get('modeled_pass', 0)} modeled pass, {c['fail']} fail,
-{c['not_measured']} not measured of {len(report['targets'])}</td>
+<td>{t['measured_pass']} PASS (measured), {t['modeled_pass']} PASS (modeled), {t['fail']} fail,
+{t['not_measured']} not measured of {t['total']}</td>
+<td>{r['modeled_pass']} PASS (modeled), {r['fail']} FAIL (modeled), {r['not_measured']} not measured of {r['total']}</td>
 <td>{failed}</td><td>{unchecked}</td><td>{len(report['assumptions'])}</td></tr></table>
 <h2>Targets</h2>
 <p class="muted small">measured: on backend {escape(env['backend'])} in this run; modeled: from the profile's model,
 with the inputs named. A target that cannot be measured here is <i>not_measured</i>, never a pass.</p>
 {_targets(report)}
+<h2>Readings: the seed's measurements as modeled targets</h2>
+<p class="muted small">each reading of the profile's readings file, computed by the profile's model on its scenario
+(hicache_ref.sim.readings) and checked against the seed's value: a modeled pass says the model reproduces the
+reading, not that this backend was measured.</p>
+{readings_table(report)}
 <h2>Assumptions the verdict rests on</h2>
 {assumptions}
 <h2>Plots</h2>
