@@ -127,7 +127,7 @@ def answer_block(report: dict) -> str:
               f"outside, {a['readings_not_measured']} not measured, of {a['readings_total']}</p>"
               if a["readings_total"] else "")
     scenario = f"<p class='small muted'>scenario: {escape(a['scenario'])}</p>" if a.get("scenario") else ""
-    return f"<div class='answer' id='answer'><h2>Does HiCache pay off here?</h2>{head}{counts}{scenario}</div>"
+    return f'<div class="answer" id="answer"><h2>Does HiCache pay off here?</h2>{head}{counts}{scenario}</div>'
 
 
 def _images(report: dict) -> str:
