@@ -7,6 +7,8 @@ from __future__ import annotations
 from html import escape
 
 from conformance.report import plots
+from conformance.report.html_parts import badge, fmt, table, verdict_badge
+from conformance.report.html_readings import answer_block, readings_table
 from conformance.report.targets import split_counts
 
 STYLE = """
@@ -26,40 +28,6 @@ th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums
 """
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 1):
-        return f"{int(v):,}"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return escape(str(v))
-
-
-def _badge(text: str) -> str:
-    return f'<span class="badge {escape(text.replace(" ", "_"))}">{escape(text)}</span>'
-
-
-def _verdict_badge(row: dict) -> str:
-    """A row's verdict with its basis on the badge: "PASS (measured)" solid, "PASS (modeled)" dashed
-    in another colour, so a figure the profile's model gives never reads as one measured here."""
-    if row["verdict"] == "not_measured":
-        return '<span class="badge not_measured">NOT MEASURED</span>'
-    cls = row["verdict"] if row["basis"] == "measured" else f"{row['verdict']}-modeled"
-    return f'<span class="badge {escape(cls)}">{escape(row["verdict"].upper())} ({escape(row["basis"])})</span>'
-
-
-def _table(head: list[str], rows: list[list[str]], num_cols=()) -> str:
-    out = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"]
-    for r in rows:
-        cells = "".join(f'<td class="num">{c}</td>' if i in num_cols else f"<td>{c}</td>" for i, c in enumerate(r))
-        out.append(f"<tr>{cells}</tr>")
-    out.append("</table>")
-    return "\n".join(out)
-
-
 def _targets(report: dict) -> str:
     rows = []
     for r in report["targets"]:
@@ -71,63 +39,12 @@ def _targets(report: dict) -> str:
             f'<code title="{escape(v)}">{escape(k)}</code>'
             + (' <span class="warn">assumed</span>' if v.lower().startswith("assumed") else "")
             for k, v in (r.get("inputs") or {}).items())
-        rows.append([f'<span id="target-{escape(r["name"])}">{escape(r["name"])}</span>', _fmt(r["value"]),
-                     f"{escape(r['comparator'])} {_fmt(r['target'])}{tol}", escape(r["unit"]), _verdict_badge(r),
+        rows.append([f'<span id="target-{escape(r["name"])}">{escape(r["name"])}</span>', fmt(r["value"]),
+                     f"{escape(r['comparator'])} {fmt(r['target'])}{tol}", escape(r["unit"]), verdict_badge(r),
                      escape(r["basis"]), escape(r["reason"]), escape(r["source"]),
                      f'<span class="small">{inputs}</span>'])
-    return _table(["target", "value", "target", "unit", "verdict", "basis", "reason / what it rests on",
+    return table(["target", "value", "target", "unit", "verdict", "basis", "reason / what it rests on",
                    "source", "model inputs"], rows, num_cols=(1,))
-
-
-def _tolerance(reading: dict) -> str:
-    kind, size = reading["tolerance"]["kind"], reading["tolerance"]["size"]
-    return {"relative": f"± {size:.0%}", "points": f"± {size:g} points", "exact": "exact",
-            "sign": "same sign"}.get(kind, escape(kind))
-
-
-def _read_as(reading: dict, reason: str) -> str:
-    """How the project reads the reading, unless the reason says it already (a fail does)."""
-    how = reading.get("interpretation") or ""
-    return "" if not how or how in reason else f'<br><span class="small muted">read as: {escape(how)}</span>'
-
-
-def readings_table(report: dict) -> str:
-    """The readings of the profile's readings file, each a modeled target: seed vs model."""
-    rows = []
-    for r in report["targets"]:
-        if r.get("kind") != "reading":
-            continue
-        d = r.get("reading") or {}
-        derives = "<br>".join(f"<code>{escape(k)}</code>" for k in d.get("derives") or ())
-        rows.append([f'<span id="reading-{escape(r["name"])}">{escape(r["name"])}</span>'
-                     f'<br><span class="small muted">{escape(d.get("measured", ""))}</span>',
-                     escape(str(d.get("state") or "-")), _fmt(r["target"]), _fmt(r["value"]), escape(r["unit"]),
-                     _tolerance(d) if d.get("tolerance") else "-", _verdict_badge(r),
-                     escape(r["reason"]) + _read_as(d, r["reason"]), f'<span class="small">{derives}</span>'])
-    if not rows:
-        env = report["environment"]
-        return f"<p class='muted'>profile {escape(str(env.get('profile')))} has no readings file: no modeled targets</p>"
-    return _table(["reading", "state", "seed", "model", "unit", "tolerance", "verdict", "why",
-                   "derives"], rows, num_cols=(2, 3))
-
-
-def answer_block(report: dict) -> str:
-    """The report's opening: does HiCache pay off on the profile's scenario (conformance.report.answer)."""
-    a = report.get("answer")
-    if not a:
-        return ""
-    if a["ttft_change_pct"] is None:
-        head = "<p class='muted'>no answer: " + escape(a["text"]) + "</p>"
-    else:
-        word = "gain" if a["gain"] else "loss"
-        head = (f"<p><span class='{word}'>{'HiCache pays off' if a['gain'] else 'HiCache does not pay off'}"
-                f"</span>: TTFT <b>{a['ttft_change_pct']:+.2f}%</b> vs HiCache off with every fix on (a {word}, "
-                f"modeled; the seed measured {a['seed_ttft_change_pct']:+.2f}%)</p>")
-    counts = (f"<p>readings: <b>{a['readings_within']}</b> within tolerance, <b>{a['readings_outside']}</b> "
-              f"outside, {a['readings_not_measured']} not measured, of {a['readings_total']}</p>"
-              if a["readings_total"] else "")
-    scenario = f"<p class='small muted'>scenario: {escape(a['scenario'])}</p>" if a.get("scenario") else ""
-    return f'<div class="answer" id="answer"><h2>Does HiCache pay off here?</h2>{head}{counts}{scenario}</div>'
 
 
 def _images(report: dict) -> str:
@@ -152,11 +69,11 @@ def _images(report: dict) -> str:
             parts.append(f"<h3>{escape(title)}</h3><p class='muted'>not available: {escape(missing)}</p>")
     up = f.get("uplink")
     if up and up.get("devices_per_switch") and up["devices_per_switch"] > 1:
-        parts.append("<h3>Shared uplinks and PCIe ordering (IDO)</h3>" + _table(
+        parts.append("<h3>Shared uplinks and PCIe ordering (IDO)</h3>" + table(
             ["devices per uplink", "IDO", "D2H per card alone", "D2H per card, uplink shared, this IDO",
              "same with IDO on", "factor source"],
-            [[_fmt(up["devices_per_switch"]), escape(up["ido"]), _fmt(up["d2h_gbps"]) + " GB/s",
-              _fmt(up["shared_d2h_gbps"]) + " GB/s", _fmt(up["ido_on_d2h_gbps"]) + " GB/s",
+            [[fmt(up["devices_per_switch"]), escape(up["ido"]), fmt(up["d2h_gbps"]) + " GB/s",
+              fmt(up["shared_d2h_gbps"]) + " GB/s", fmt(up["ido_on_d2h_gbps"]) + " GB/s",
               escape(up.get("factor_source") or "not given")]]))
     cal = plots.calibration(f.get("calibration"))
     if cal:
@@ -173,16 +90,16 @@ def _images(report: dict) -> str:
 def _environment(env: dict) -> str:
     keys = ("backend", "backend_available", "backend_reason", "profile", "profile_path", "host", "cpu", "cores",
             "kernel", "os", "python", "torch")
-    rows = [[escape(k), _fmt(env.get(k))] for k in keys]
+    rows = [[escape(k), fmt(env.get(k))] for k in keys]
     topo = env.get("topology") or {}
     rows.append(["topology", escape(f"{topo.get('source', '?')} ({topo.get('origin', '?')}): "
                                     f"{topo.get('devices', '?')} device(s), {topo.get('numa_nodes', '?')} NUMA node(s)")
                  + "<br><span class='small muted'>" + "<br>".join(escape(n) for n in topo.get("notes", [])) + "</span>"])
-    out = _table(["item", "value"], rows)
+    out = table(["item", "value"], rows)
     doctor = env.get("doctor") or {}
     if doctor.get("checks"):
         cls = {"ok": "ok", "warn": "warn", "fail": "bad"}
-        out += "<h3>Doctor checks</h3>" + _table(
+        out += "<h3>Doctor checks</h3>" + table(
             ["check", "status", "what was found", "fix"],
             [[escape(c["name"]), f"<span class='{cls.get(c['status'], 'muted')}'>{escape(c['status'])}</span>",
               escape(c.get("value", "")), escape(c.get("fix", "") or "")] for c in doctor["checks"]])
@@ -193,17 +110,17 @@ def _environment(env: dict) -> str:
 
 def _tests(report: dict) -> str:
     s = report["summary"]
-    rows = [[escape(m["module"]), *(_fmt(m[k]) for k in ("tests", "passed", "failed", "errors", "skipped", "xfailed"))]
+    rows = [[escape(m["module"]), *(fmt(m[k]) for k in ("tests", "passed", "failed", "errors", "skipped", "xfailed"))]
             for m in s["modules"]]
     t = s["totals"]
-    rows.append(["<b>total</b>", *(f"<b>{_fmt(t[k])}</b>" for k in ("tests", "passed", "failed", "errors",
+    rows.append(["<b>total</b>", *(f"<b>{fmt(t[k])}</b>" for k in ("tests", "passed", "failed", "errors",
                                                                        "skipped", "xfailed"))])
-    out = _table(["module", "tests", "passed", "failed", "errors", "skipped", "xfailed"], rows, range(1, 7))
+    out = table(["module", "tests", "passed", "failed", "errors", "skipped", "xfailed"], rows, range(1, 7))
     if s["failures"]:
-        out += "<h3>Failures</h3>" + _table(["test", "message"], [[escape(f["test"]), escape(f["message"][:500])]
+        out += "<h3>Failures</h3>" + table(["test", "message"], [[escape(f["test"]), escape(f["message"][:500])]
                                                                  for f in s["failures"][:200]])
     if s["skip_reasons"]:
-        out += "<h3>Skip reasons</h3>" + _table(["tests", "reason"], [[_fmt(n), escape(r)]
+        out += "<h3>Skip reasons</h3>" + table(["tests", "reason"], [[fmt(n), escape(r)]
                                                                     for r, n in s["skip_reasons"].items()], (0,))
     return out
 
@@ -215,7 +132,7 @@ def render(report: dict) -> str:
     if report.get("partial_reason"):
         why = (f"<p class='bad'>PARTIAL: the deciding suites did not run in full ({escape(report['partial_reason'])}): "
                "nothing failed, but this run signs nothing off</p>")
-    assumptions = _table(["profile key", "source"], [[f"<code>{escape(k)}</code>", escape(v)]
+    assumptions = table(["profile key", "source"], [[f"<code>{escape(k)}</code>", escape(v)]
                                                      for k, v in report["assumptions"].items()]) \
         if report["assumptions"] else "<p>none: every figure is measured, derived or from the seed work</p>"
     unchecked = ", ".join(escape(n) for n in report["unchecked_targets"]) or "none"
@@ -224,14 +141,14 @@ def render(report: dict) -> str:
 <html lang="en"><head><meta charset="utf-8">
 <title>hicache conform: {escape(env['backend'])} / {escape(str(env.get('profile')))}: {escape(report['verdict'])}</title>
 <style>{STYLE}</style></head><body>
-<h1>HiCache conformance report {_badge(report['verdict'])}</h1>
+<h1>HiCache conformance report {badge(report['verdict'])}</h1>
 {answer_block(report)}
 <p>backend <b>{escape(env['backend'])}</b>, profile <b>{escape(str(env.get('profile')))}</b>, host
 <b>{escape(env['host'])}</b> ({escape(env['cpu'])}), generated {escape(report.get('generated_at', ''))}</p>
 {why}
 <table><tr><th>tests</th><th>targets</th><th>readings (modeled)</th><th>failed targets and readings</th><th>not measured</th><th>assumed inputs</th></tr>
-<tr><td>{_fmt(report['summary']['totals']['passed'])} passed, {_fmt(report['summary']['totals']['failed']
- + report['summary']['totals']['errors'])} failed, {_fmt(report['summary']['totals']['skipped'])} skipped</td>
+<tr><td>{fmt(report['summary']['totals']['passed'])} passed, {fmt(report['summary']['totals']['failed']
+ + report['summary']['totals']['errors'])} failed, {fmt(report['summary']['totals']['skipped'])} skipped</td>
 <td>{t['measured_pass']} PASS (measured), {t['modeled_pass']} PASS (modeled), {t['fail']} fail,
 {t['not_measured']} not measured of {t['total']}</td>
 <td>{r['modeled_pass']} PASS (modeled), {r['fail']} FAIL (modeled), {r['not_measured']} not measured of {r['total']}</td>
