@@ -115,9 +115,12 @@ def test_the_answer_is_the_ttft_change_with_every_fix_on():
     assert gain["scenario"] == " ".join(load_readings(p800).scenario["description"].split())
     loss = answer(p800, [_reading(ANSWER_READING, "fail", 4.0)])
     assert loss["gain"] is False and loss["text"].startswith("HiCache does not pay off")
+    assert loss["net_seconds"] is None
+    net = answer(p800, [{**_reading(ANSWER_READING, "pass", -30.0), "reading": {"net_seconds": 812.5}}])
+    assert net["net_seconds"] == 812.5 and ", net +812.5 s of prefill-server time;" in net["text"]
     none = answer(p800, [_reading("x", "pass", 1.0)])
     assert none["ttft_change_pct"] is None and none["text"].startswith("no scenario")
-    for a in (gain, loss, none):
+    for a in (gain, loss, net, none):
         jsonschema.validate(a, schema.ANSWER)
 
 

@@ -27,7 +27,8 @@ def answer(profile, rows: list[dict]) -> dict:
     outside = sum(r["verdict"] == "fail" for r in readings)
     out = {"scenario": _scenario(profile) if readings else None, "ttft_change_pct": None,
            "seed_ttft_change_pct": None, "gain": None, "readings_within": within, "readings_outside": outside,
-           "readings_not_measured": len(readings) - within - outside, "readings_total": len(readings)}
+           "readings_not_measured": len(readings) - within - outside, "readings_total": len(readings),
+           "net_seconds": None}
     key = next((r for r in readings if r["name"] == ANSWER_READING), None)
     name = "no profile" if profile is None else f"profile {profile.name}"
     if key is None:
@@ -36,6 +37,8 @@ def answer(profile, rows: list[dict]) -> dict:
                        if not readings else f"no scenario: {name}'s readings have no {ANSWER_READING} reading")
         return out
     out["seed_ttft_change_pct"] = key["target"]
+    # busy seconds saved against HiCache off, when the reading's row gives them (`net_seconds`)
+    out["net_seconds"] = (key.get("reading") or {}).get("net_seconds")
     change = key["value"] if key["verdict"] != "not_measured" else None
     if change is None:
         out["text"] = (f"on {name}'s scenario the model gives no TTFT change ({key['reason']}); "
@@ -45,13 +48,11 @@ def answer(profile, rows: list[dict]) -> dict:
         verdict = "HiCache pays off" if change < 0 else "HiCache does not pay off"
         out["text"] = (f"{verdict} on {name}'s scenario: TTFT {change:+.2f}% vs HiCache off with every fix on "
                        f"({'a gain' if change < 0 else 'a loss'}, modeled; the seed measured {key['target']:+.2f}%)")
+        if out["net_seconds"] is not None:
+            out["text"] += f", net {out['net_seconds']:+.1f} s of prefill-server time"
     out["text"] += f"; readings: {within} within tolerance, {outside} outside"
     if out["readings_not_measured"]:
         out["text"] += f", {out['readings_not_measured']} not measured"
     out["text"] += f" of {len(readings)}"
     return out
 
-
-def answer_line(a: dict | None) -> str | None:
-    """The console line: 'answer: ...'; None without an answer."""
-    return None if not a else f"answer: {a['text']}"

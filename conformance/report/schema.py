@@ -61,6 +61,7 @@ ANSWER = {
     "properties": {
         "scenario": _STR_OR_NULL, "ttft_change_pct": _NUMBER_OR_NULL, "seed_ttft_change_pct": _NUMBER_OR_NULL,
         "gain": {"type": ["boolean", "null"]}, "text": {"type": "string", "minLength": 1},
+        "net_seconds": _NUMBER_OR_NULL,  # busy seconds saved vs HiCache off, where the reading's row gives them
         **{k: {"type": "integer", "minimum": 0}
            for k in ("readings_within", "readings_outside", "readings_not_measured", "readings_total")},
     },

@@ -52,7 +52,7 @@ def collect(profile, results_dir: str | Path, cases: list[dict]) -> list[dict]:
 
 def reading_rows(profile, results_dir: Path, by_test: dict) -> list[dict]:
     """The kept row of each reading of the profile, or a not_measured one saying why there is none."""
-    from conformance.targets import readings as modeled
+    from conformance.targets import readings as reading_targets
     from hardware_profiles.readings import load_readings
     from hicache_ref.sim.readings import tolerance
 
@@ -62,11 +62,11 @@ def reading_rows(profile, results_dir: Path, by_test: dict) -> list[dict]:
         return []  # the suite's test_reading[readings_unreadable] failed with the file's error
     rows = []
     for r in readings.readings if readings is not None else ():
-        row = _kept(results_dir / f"{modeled.FILE_PREFIX}{r.name}.json")
+        row = _kept(results_dir / f"{reading_targets.FILE_PREFIX}{r.name}.json")
         if row is None:
             kind, size = tolerance(r)
-            row = {"name": r.name, "kind": modeled.KIND, "metric": f"reading.{r.quantity}", "value": None,
-                   "target": r.value, "tolerance": modeled.absolute_tolerance(r.value, {"kind": kind, "size": size}),
+            row = {"name": r.name, "kind": reading_targets.KIND, "metric": f"reading.{r.quantity}", "value": None,
+                   "target": r.value, "tolerance": reading_targets.absolute_tolerance(r.value, {"kind": kind, "size": size}),
                    "comparator": "==", "unit": r.unit, "verdict": "not_measured", "basis": "modeled",
                    "reason": _why_missing(by_test.get(f"{READING_TEST}[{r.name}]")),
                    "source": f"{readings.source}: {r.measured}", "inputs": {}, "details": {},

@@ -1,4 +1,5 @@
-"""Seed-config transfer plans meet the hardware profile's segment-count targets (what `hicache plan` checks)."""
+"""Seed-config transfer plans meet the hardware profile's segment-count targets (what `hicache plan` checks);
+every target of the profile gets a verdict; every reading of its readings file is a modeled target."""
 
 from __future__ import annotations
 
