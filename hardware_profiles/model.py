@@ -33,13 +33,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "h2d_gbps": ("GB/s", "host-to-device bandwidth of large registered transfers"),
     "d2h_gbps": ("GB/s", "device-to-host bandwidth of large registered transfers"),
     "transfer_ratio_vs_memcpy": ("ratio", "backend transfer throughput / plain memcpy throughput, same run"),
-    "allhit_fixed_ms": ("ms", "intercept of the all-hit request time fit T(n) = a + b*n"),
-    "allhit_per_token_us": ("us/token", "slope of the all-hit request time fit T(n) = a + b*n"),
-    "break_even_tokens": ("tokens", "prompt length above which loading cached KV beats recomputing it"),
     "per_card_host_gib_local": ("GiB", "host memory one card can use with strictly NUMA-local binding"),
     "host_pool_page_bytes": ("B", "page size backing the host KV pool"),
-    "slowdown_pct_registered_15gb": ("%", "seed workload slowdown with 15 GB of host memory registered"),
-    "slowdown_pct_numa_local": ("%", "seed workload slowdown with NUMA-local host pools"),
     "d2h_submit_block_s": ("s", "longest time the scheduler thread blocks submitting a D2H backup"),
     "ghost_entry_bytes": ("B", "host memory per ghost-list entry"),
 }

@@ -13,10 +13,13 @@ import pytest
 
 from conformance.cli.main import main
 from conformance.report import schema
+from conformance.targets.readings import reading_names
 from hardware_profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBSET = "test_target or (backup and mla-ps16-bf16-128)"
+# the targets and one backup case; the readings (test_reading, the seed scenario's model) apart:
+# tests/test_reading_targets.py runs them
+SUBSET = "(test_target and not test_reading) or (backup and mla-ps16-bf16-128)"
 
 
 @pytest.fixture
@@ -47,11 +50,17 @@ def test_report_json_matches_its_schema_and_lists_every_target(p800_run):
     report = json.loads((out / "report.json").read_text())
     schema.validate(report)
     names = [t.name for t in load_profile("p800").targets]
-    assert [r["name"] for r in report["targets"]] == names
-    assert all(r["verdict"] == "pass" for r in report["targets"]), report["targets"]
+    targets = [r for r in report["targets"] if r["kind"] == "target"]
+    assert [r["name"] for r in targets] == names
+    assert all(r["verdict"] == "pass" for r in targets), targets
+    # every reading is listed, deselected: not measured, with why
+    readings = [r for r in report["targets"] if r["kind"] == "reading"]
+    assert [r["name"] for r in readings] == reading_names(load_profile("p800")) and readings
+    assert all(r["verdict"] == "not_measured" and "did not run" in r["reason"] for r in readings)
+    assert report["answer"]["ttft_change_pct"] is None and report["answer"]["readings_not_measured"] == len(readings)
     assert report["verdict"] == "PARTIAL" and report["failed_targets"] == [] and not report["ok"]
     assert "deselected" in report["partial_reason"] and report["not_run_reason"] is None
-    assert {r["basis"] for r in report["targets"]} == {"measured", "modeled"}
+    assert {r["basis"] for r in targets} == {"measured", "modeled"}
     assert set(report["assumptions"]) == set(load_profile("p800").assumptions())
     env = report["environment"]
     assert env["backend"] == "emu" and env["profile"] == "p800" and env["kernel"] and env["torch"]
@@ -67,6 +76,9 @@ def test_report_html_is_self_contained_with_plots_and_every_target(p800_run):
     assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched: opens offline
     for t in load_profile("p800").targets:
         assert f'id="target-{t.name}"' in page
+    for name in reading_names(load_profile("p800")):
+        assert f'id="reading-{name}"' in page
+    assert page.index('id="answer"') < page.index("<h2>Targets</h2>")  # the page opens with the answer
 
 
 def test_a_schema_violation_is_caught():
@@ -79,7 +91,8 @@ def test_a_schema_violation_is_caught():
 
 
 def test_deselected_targets_are_listed_not_measured(tmp_path, child_sees_this_checkout, capsys):
-    rc = main(["conform", "--out", str(tmp_path), "-n", "0", "--profile", "p800", "-k", "test_target and ghost"])
+    rc = main(["conform", "--out", str(tmp_path), "-n", "0", "--profile", "p800", "-k",
+               "test_target and ghost and not test_reading"])
     assert rc == 4  # -k left every test of the deciding suites out: PARTIAL, whatever the targets say
     report = json.loads((tmp_path / "report.json").read_text())
     schema.validate(report)
@@ -94,7 +107,7 @@ def test_deselected_targets_are_listed_not_measured(tmp_path, child_sees_this_ch
 
 def test_an_unavailable_backend_reports_measured_targets_not_measured(tmp_path, child_sees_this_checkout):
     rc = main(["conform", "--out", str(tmp_path), "-n", "0", "--backend", "xpu", "--profile", "p800",
-               "-k", "test_target"])
+               "-k", "test_target and not test_reading"])
     assert rc == 3  # NOT RUN, whatever the modeled targets say
     report = json.loads((tmp_path / "report.json").read_text())
     schema.validate(report)
@@ -118,6 +131,11 @@ def test_a_failed_target_fails_the_run_and_is_named(tmp_path, child_sees_this_ch
     schema.validate(report)
     assert report["verdict"] == "FAIL" and report["failed_targets"] == ["ghost_entry_bytes"]
     assert "FAIL ghost_entry_bytes" in capsys.readouterr().out
+    # a profile without readings: no reading rows, and the answer says there is no scenario
+    assert [r["kind"] for r in report["targets"]] == ["target"] * len(report["targets"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["answer"]["scenario"] is None and summary["answer"]["readings_total"] == 0
+    assert summary["answer"]["text"].startswith("no scenario: profile tight has no readings")
 
 
 def _row(name, verdict, basis, reason="r"):

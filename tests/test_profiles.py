@@ -89,9 +89,6 @@ def test_p800_records_the_seed_figures():
         "plan_segments_layer_first_seed": 78,
         "plan_segments_page_first_direct_seed": 39936,
         "h2d_gbps": 7.40,
-        "allhit_fixed_ms": 779.1,
-        "allhit_per_token_us": 13.539,
-        "break_even_tokens": 3000,
         "per_card_host_gib_local": 75,
     }
     for name, value in expect.items():

@@ -91,7 +91,7 @@ def pytest_command(a, profile: str | None, out: Path, work: Path | None = None) 
 
 def write_reports(summary, out: Path, backend_name: str, profile: str | None, unavailable: str | None,
                   rows_dir: Path | None = None) -> dict:
-    """report.json and report.html (conformance.report.document); prints the target lines of the summary."""
+    """report.json and report.html (conformance.report.document); sets the summary's answer."""
     from conformance.report import document
 
     loaded = None
@@ -110,8 +110,6 @@ def write_reports(summary, out: Path, backend_name: str, profile: str | None, un
         if backend is not None:
             backend.close()
     document.write(doc, out)
-    for line in document.summary_lines(doc):
-        print(line)
     return doc
 
 
@@ -148,10 +146,17 @@ def run(a) -> int:
             print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
             return 1 if rc in (0, EXIT_NOT_RUN) else pytest_exit(rc)
         summary = report.summarize_junit(junit, a.backend, profile, None if ok else str(why), selection.read(counts))
-        report.write_json(summary, out / "summary.json")
-        print()
-        print(report.format_table(summary))
-        signed = write_reports(summary, out, a.backend, profile, None if ok else str(why), work / TARGET_ROWS)
+        report.write_json(summary, out / "summary.json")  # the junit record, kept if the report fails
+        try:
+            signed = write_reports(summary, out, a.backend, profile, None if ok else str(why), work / TARGET_ROWS)
+        finally:
+            report.write_json(summary, out / "summary.json")  # now with the answer and the target counts
+            print()
+            print(report.format_table(summary))  # opens with the answer
+        from conformance.report import document
+
+        for line in document.summary_lines(signed):
+            print(line)
         print(f"reports: {junit}, {out / 'summary.json'}, {out / 'report.json'}, {out / 'report.html'}")
     finally:
         release_out(out, lock)

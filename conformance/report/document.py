@@ -11,9 +11,10 @@ from pathlib import Path
 
 from conformance.report import environment as env_mod
 from conformance.report import figures, html
+from conformance.report.answer import answer
 from conformance.report.cases import read_cases
 from conformance.report.schema import SCHEMA_ID
-from conformance.report.targets import collect, counts
+from conformance.report.targets import collect, counts, split_counts
 
 TARGETS_DIR = "targets"  # OUT/targets/<target>.json, written by conformance/suites/test_targets.py
 
@@ -24,6 +25,7 @@ def build(summary, out: Path, profile, backend=None, backend_reason: str | None 
     unavailable here; the sweep is left out); `rows_dir`: where the target rows are (default OUT/targets)."""
     cases = read_cases(summary.junit)
     rows = collect(profile, out / TARGETS_DIR if rows_dir is None else rows_dir, cases)
+    summary.answer, summary.target_counts = answer(profile, rows), counts(rows)
     failed = [r["name"] for r in rows if r["verdict"] == "fail"]
     verdict = summary.verdict
     if failed and verdict != "FAIL":
@@ -34,10 +36,11 @@ def build(summary, out: Path, profile, backend=None, backend_reason: str | None 
         "ok": verdict == "PASS",
         "not_run_reason": summary.not_run_reason if verdict == "NOT RUN" else None,
         "partial_reason": summary.partial_reason if verdict == "PARTIAL" else None,
+        "answer": summary.answer,
         "summary": summary.to_json(),
         "tests": cases,
         "targets": rows,
-        "target_counts": counts(rows),
+        "target_counts": summary.target_counts,
         "unchecked_targets": [r["name"] for r in rows if r["verdict"] == "not_measured"],
         "failed_targets": failed,
         "assumptions": {} if profile is None else dict(profile.assumptions()),
@@ -73,19 +76,40 @@ def _wrapped(text: str, indent: str) -> list[str]:
 
 
 def target_counts_line(report: dict) -> str:
-    """Target counts with measured and modeled passes apart: a modeled pass checks the profile's
-    model, not this backend."""
-    c = report["target_counts"]
-    return (f"targets: {c.get('measured_pass', 0)} measured pass, {c.get('modeled_pass', 0)} modeled pass, "
-            f"{c['fail']} fail, {c['not_measured']} not measured of {len(report['targets'])}")
+    """Target counts (the readings apart, reading_counts_line) with measured and modeled passes
+    apart: a modeled pass checks the profile's model, not this backend."""
+    t, _ = split_counts(report)
+    return (f"targets: {t['measured_pass']} measured pass, {t['modeled_pass']} modeled pass, {t['fail']} fail, "
+            f"{t['not_measured']} not measured of {t['total']}")
+
+
+def reading_counts_line(report: dict) -> str | None:
+    """The readings (modeled targets) on their own line; None when the profile has none."""
+    _, r = split_counts(report)
+    if not r["total"]:
+        return None
+    return (f"readings (modeled on the seed scenario, not measured here): {r['modeled_pass']} PASS (modeled), "
+            f"{r['fail']} FAIL (modeled), {r['not_measured']} not measured of {r['total']}")
+
+
+def _value(row: dict) -> str:
+    return "no figure" if row["value"] is None else f"{row['value']:.6g} {row['unit']}"
 
 
 def summary_lines(report: dict) -> list[str]:
-    """What the console summary adds: target counts, failed and unchecked targets, assumed inputs."""
+    """What the console summary adds: target and reading counts, failed and unchecked ones (a failed
+    reading with its reason), assumed inputs."""
     lines = [target_counts_line(report)]
+    readings = reading_counts_line(report)
+    if readings:
+        lines.append(readings)
     for row in report["targets"]:
-        if row["verdict"] == "fail":
-            lines.append(f"  FAIL {row['name']}: {row['value']:.6g} {row['unit']}, target {row['comparator']} "
+        if row["verdict"] != "fail":
+            continue
+        if row.get("kind") == "reading":
+            lines.extend(_wrapped(f"FAIL (modeled) reading {row['name']}: {row['reason']}", "  "))
+        else:
+            lines.append(f"  FAIL {row['name']}: {_value(row)}, target {row['comparator']} "
                          f"{row['target']:g} ({row['basis']})")
     if report["unchecked_targets"]:
         lines.append("unchecked targets (not measured):")
@@ -96,7 +120,8 @@ def summary_lines(report: dict) -> list[str]:
         lines.append("assumed inputs (replace with measured values; `hicache calibrate` measures the link):")
         for key, source in report["assumptions"].items():
             lines.extend(_wrapped(f"{key}: {source}", "  "))
-    modeled = [r["name"] for r in report["targets"] if r["basis"] == "modeled" and r["verdict"] != "not_measured"]
+    modeled = [r["name"] for r in report["targets"] if r["basis"] == "modeled" and r["verdict"] != "not_measured"
+               and r.get("kind") != "reading"]
     if modeled:
         lines.append(f"modeled, not measured on this backend: {', '.join(modeled)}")
     return lines

@@ -9,24 +9,29 @@ import json
 from pathlib import Path
 
 from hicache_ref.sim import cost
+from hicache_ref.sim import mechanisms as mech
 
 SWEEP_BYTES = (1 << 20, 4 << 20, 16 << 20, 64 << 20)
 SWEEP_REPEAT = 5
 
 
 def allhit_curve(profile) -> dict | None:
+    """The modeled all-hit points of the seed geometry, their fit, prefill(n) and break-even;
+    None when the profile cannot price them (hicache_ref.sim.cost)."""
     if profile is None:
         return None
-    fit = cost.allhit_fit(profile.compute)
-    if fit is None:
-        return None
+    from hal.transfer.seed import SEED_GEOMETRY as g
+
     compute = profile.compute
-    be = cost.break_even_tokens(fit.a, fit.b, compute)
+    try:
+        fit = cost.allhit_fit(profile, g.layers, g.token_bytes)
+        be = cost.break_even_tokens(profile, g.layers, g.token_bytes)
+    except mech.Unpriced:
+        return None
     grid = [256, 1024, 2048, 3000, 4096, 8192, 16384, 32768]
     prefill = [[n, compute.prefill_seconds(n)] for n in grid] if compute.known else None
-    split = cost.split_allhit(fit.a, compute)
     return {"fit": fit.to_json(), "break_even_tokens": be, "prefill": prefill,
-            "floor_s": None if split is None else split.floor_s, "l2_path_s": None if split is None else split.l2_path_s}
+            "floor_s": compute.prefill_fixed_s, "l2_path_s": compute.l2_path_fixed_s}
 
 
 def bandwidth_sweep(backend) -> dict | None:
@@ -80,14 +85,21 @@ def calibration(profile) -> dict | None:
 
 
 def uplink_sharing(profile) -> dict | None:
-    """Per-card D2H bandwidth while the cards of one uplink back up at once (the IDO effect)."""
+    """Per-card D2H bandwidth while the cards of one uplink back up at once (the IDO effect,
+    hicache_ref.sim.mechanisms.dma_gbps); None without a topology or the figures it needs."""
     if profile is None or profile.topology is None:
         return None
     topo = profile.topology
+    writers = topo.devices_per_switch or 1
+    try:
+        shared, ido_on = (mech.dma_gbps(profile, "d2h", mech.HostState(writers_per_uplink=writers, ido=ido))
+                          for ido in (topo.ido == "on", True))
+        shared, ido_on = float(shared), float(ido_on)
+    except mech.Unpriced:
+        return None
     return {"devices_per_switch": topo.devices_per_switch, "ido": topo.ido, "d2h_gbps": profile.link.d2h_gbps,
-            "shared_d2h_gbps": cost.d2h_gbps_shared(profile.link, profile.penalties, topo.devices_per_switch, topo.ido),
-            "ido_on_d2h_gbps": cost.d2h_gbps_shared(profile.link, profile.penalties, topo.devices_per_switch, "on"),
-            "factor_source": profile.sources.get("penalties.ido_shared_d2h_factor")}
+            "shared_d2h_gbps": shared, "ido_on_d2h_gbps": ido_on,
+            "factor_source": profile.sources.get("host_costs.ido_shared_d2h_factor")}
 
 
 def gather(profile, backend) -> dict:

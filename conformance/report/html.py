@@ -7,6 +7,9 @@ from __future__ import annotations
 from html import escape
 
 from conformance.report import plots
+from conformance.report.html_parts import badge, fmt, table, verdict_badge
+from conformance.report.html_readings import answer_block, readings_table
+from conformance.report.targets import split_counts
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1300px}
@@ -16,51 +19,31 @@ th,td{border:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top}
 th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .badge{display:inline-block;padding:3px 10px;border-radius:4px;color:#fff;font-weight:600}
 .PASS,.pass{background:#2e7d32} .FAIL,.fail{background:#c62828} .NOT_RUN,.not_measured{background:#757575} .PARTIAL{background:#ef6c00}
+.pass-modeled{background:#fff;color:#1565c0;border:2px dashed #1565c0} .fail-modeled{background:#fff;color:#c62828;border:2px dashed #c62828}
+.answer{border:2px solid #1565c0;border-radius:6px;padding:8px 14px;margin:12px 0;background:#f5f9ff}
+.answer .gain{color:#2e7d32;font-weight:700} .answer .loss{color:#c62828;font-weight:700}
 .ok{color:#2e7d32;font-weight:600} .warn{color:#ef6c00;font-weight:600} .bad{color:#c62828;font-weight:600}
 .muted{color:#666} .small{font-size:12px} img{max-width:100%;border:1px solid #eee;margin:6px 0}
 .grid{display:flex;flex-wrap:wrap;gap:12px} .grid img{max-width:640px}
 """
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 1):
-        return f"{int(v):,}"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return escape(str(v))
-
-
-def _badge(text: str) -> str:
-    return f'<span class="badge {escape(text.replace(" ", "_"))}">{escape(text)}</span>'
-
-
-def _table(head: list[str], rows: list[list[str]], num_cols=()) -> str:
-    out = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"]
-    for r in rows:
-        cells = "".join(f'<td class="num">{c}</td>' if i in num_cols else f"<td>{c}</td>" for i, c in enumerate(r))
-        out.append(f"<tr>{cells}</tr>")
-    out.append("</table>")
-    return "\n".join(out)
-
-
 def _targets(report: dict) -> str:
     rows = []
     for r in report["targets"]:
+        if r.get("kind") == "reading":
+            continue
         tol = f" ± {r['tolerance']:g}" if r.get("tolerance") else ""
         # key names only (the source is the tooltip); assumed ones are flagged, they are what to replace
         inputs = "<br>".join(
             f'<code title="{escape(v)}">{escape(k)}</code>'
             + (' <span class="warn">assumed</span>' if v.lower().startswith("assumed") else "")
             for k, v in (r.get("inputs") or {}).items())
-        rows.append([f'<span id="target-{escape(r["name"])}">{escape(r["name"])}</span>', _fmt(r["value"]),
-                     f"{escape(r['comparator'])} {_fmt(r['target'])}{tol}", escape(r["unit"]), _badge(r["verdict"]),
+        rows.append([f'<span id="target-{escape(r["name"])}">{escape(r["name"])}</span>', fmt(r["value"]),
+                     f"{escape(r['comparator'])} {fmt(r['target'])}{tol}", escape(r["unit"]), verdict_badge(r),
                      escape(r["basis"]), escape(r["reason"]), escape(r["source"]),
                      f'<span class="small">{inputs}</span>'])
-    return _table(["target", "value", "target", "unit", "verdict", "basis", "reason / what it rests on",
+    return table(["target", "value", "target", "unit", "verdict", "basis", "reason / what it rests on",
                    "source", "model inputs"], rows, num_cols=(1,))
 
 
@@ -70,7 +53,8 @@ def _images(report: dict) -> str:
     for title, png, note, missing in (
         ("All-hit fit and break-even", plots.allhit(f.get("allhit")),
          "modeled points from the profile's compute model, fitted by least squares (hicache_ref.sim.cost)",
-         f"profile {env.get('profile')} has no all-hit compute model (compute.allhit_fixed_s, allhit_per_token_s)"),
+         f"profile {env.get('profile')} cannot price an all-hit request "
+         "(compute.prefill_fixed_s, compute.l2_path_fixed_s, the link)"),
         ("Bandwidth vs size, per direction", plots.bandwidth(f.get("bandwidth")),
          f"measured on backend {env['backend']} in this run (median of 5; one segment per transfer), with a plain "
          "memcpy of the same bytes as the peer",
@@ -85,11 +69,11 @@ def _images(report: dict) -> str:
             parts.append(f"<h3>{escape(title)}</h3><p class='muted'>not available: {escape(missing)}</p>")
     up = f.get("uplink")
     if up and up.get("devices_per_switch") and up["devices_per_switch"] > 1:
-        parts.append("<h3>Shared uplinks and PCIe ordering (IDO)</h3>" + _table(
+        parts.append("<h3>Shared uplinks and PCIe ordering (IDO)</h3>" + table(
             ["devices per uplink", "IDO", "D2H per card alone", "D2H per card, uplink shared, this IDO",
              "same with IDO on", "factor source"],
-            [[_fmt(up["devices_per_switch"]), escape(up["ido"]), _fmt(up["d2h_gbps"]) + " GB/s",
-              _fmt(up["shared_d2h_gbps"]) + " GB/s", _fmt(up["ido_on_d2h_gbps"]) + " GB/s",
+            [[fmt(up["devices_per_switch"]), escape(up["ido"]), fmt(up["d2h_gbps"]) + " GB/s",
+              fmt(up["shared_d2h_gbps"]) + " GB/s", fmt(up["ido_on_d2h_gbps"]) + " GB/s",
               escape(up.get("factor_source") or "not given")]]))
     cal = plots.calibration(f.get("calibration"))
     if cal:
@@ -106,16 +90,16 @@ def _images(report: dict) -> str:
 def _environment(env: dict) -> str:
     keys = ("backend", "backend_available", "backend_reason", "profile", "profile_path", "host", "cpu", "cores",
             "kernel", "os", "python", "torch")
-    rows = [[escape(k), _fmt(env.get(k))] for k in keys]
+    rows = [[escape(k), fmt(env.get(k))] for k in keys]
     topo = env.get("topology") or {}
     rows.append(["topology", escape(f"{topo.get('source', '?')} ({topo.get('origin', '?')}): "
                                     f"{topo.get('devices', '?')} device(s), {topo.get('numa_nodes', '?')} NUMA node(s)")
                  + "<br><span class='small muted'>" + "<br>".join(escape(n) for n in topo.get("notes", [])) + "</span>"])
-    out = _table(["item", "value"], rows)
+    out = table(["item", "value"], rows)
     doctor = env.get("doctor") or {}
     if doctor.get("checks"):
         cls = {"ok": "ok", "warn": "warn", "fail": "bad"}
-        out += "<h3>Doctor checks</h3>" + _table(
+        out += "<h3>Doctor checks</h3>" + table(
             ["check", "status", "what was found", "fix"],
             [[escape(c["name"]), f"<span class='{cls.get(c['status'], 'muted')}'>{escape(c['status'])}</span>",
               escape(c.get("value", "")), escape(c.get("fix", "") or "")] for c in doctor["checks"]])
@@ -126,28 +110,29 @@ def _environment(env: dict) -> str:
 
 def _tests(report: dict) -> str:
     s = report["summary"]
-    rows = [[escape(m["module"]), *(_fmt(m[k]) for k in ("tests", "passed", "failed", "errors", "skipped", "xfailed"))]
+    rows = [[escape(m["module"]), *(fmt(m[k]) for k in ("tests", "passed", "failed", "errors", "skipped", "xfailed"))]
             for m in s["modules"]]
     t = s["totals"]
-    rows.append(["<b>total</b>", *(f"<b>{_fmt(t[k])}</b>" for k in ("tests", "passed", "failed", "errors",
+    rows.append(["<b>total</b>", *(f"<b>{fmt(t[k])}</b>" for k in ("tests", "passed", "failed", "errors",
                                                                        "skipped", "xfailed"))])
-    out = _table(["module", "tests", "passed", "failed", "errors", "skipped", "xfailed"], rows, range(1, 7))
+    out = table(["module", "tests", "passed", "failed", "errors", "skipped", "xfailed"], rows, range(1, 7))
     if s["failures"]:
-        out += "<h3>Failures</h3>" + _table(["test", "message"], [[escape(f["test"]), escape(f["message"][:500])]
+        out += "<h3>Failures</h3>" + table(["test", "message"], [[escape(f["test"]), escape(f["message"][:500])]
                                                                  for f in s["failures"][:200]])
     if s["skip_reasons"]:
-        out += "<h3>Skip reasons</h3>" + _table(["tests", "reason"], [[_fmt(n), escape(r)]
+        out += "<h3>Skip reasons</h3>" + table(["tests", "reason"], [[fmt(n), escape(r)]
                                                                     for r, n in s["skip_reasons"].items()], (0,))
     return out
 
 
 def render(report: dict) -> str:
-    env, c = report["environment"], report["target_counts"]
+    env = report["environment"]
+    t, r = split_counts(report)
     why = f"<p class='bad'>NOT RUN: {escape(report['not_run_reason'])}</p>" if report.get("not_run_reason") else ""
     if report.get("partial_reason"):
         why = (f"<p class='bad'>PARTIAL: the deciding suites did not run in full ({escape(report['partial_reason'])}): "
                "nothing failed, but this run signs nothing off</p>")
-    assumptions = _table(["profile key", "source"], [[f"<code>{escape(k)}</code>", escape(v)]
+    assumptions = table(["profile key", "source"], [[f"<code>{escape(k)}</code>", escape(v)]
                                                      for k, v in report["assumptions"].items()]) \
         if report["assumptions"] else "<p>none: every figure is measured, derived or from the seed work</p>"
     unchecked = ", ".join(escape(n) for n in report["unchecked_targets"]) or "none"
@@ -156,20 +141,27 @@ def render(report: dict) -> str:
 <html lang="en"><head><meta charset="utf-8">
 <title>hicache conform: {escape(env['backend'])} / {escape(str(env.get('profile')))}: {escape(report['verdict'])}</title>
 <style>{STYLE}</style></head><body>
-<h1>HiCache conformance report {_badge(report['verdict'])}</h1>
+<h1>HiCache conformance report {badge(report['verdict'])}</h1>
+{answer_block(report)}
 <p>backend <b>{escape(env['backend'])}</b>, profile <b>{escape(str(env.get('profile')))}</b>, host
 <b>{escape(env['host'])}</b> ({escape(env['cpu'])}), generated {escape(report.get('generated_at', ''))}</p>
 {why}
-<table><tr><th>tests</th><th>targets</th><th>failed targets</th><th>not measured</th><th>assumed inputs</th></tr>
-<tr><td>{_fmt(report['summary']['totals']['passed'])} passed, {_fmt(report['summary']['totals']['failed']
- + report['summary']['totals']['errors'])} failed, {_fmt(report['summary']['totals']['skipped'])} skipped</td>
-<td>{c.get('measured_pass', 0)} measured pass, {c.get('modeled_pass', 0)} modeled pass, {c['fail']} fail,
-{c['not_measured']} not measured of {len(report['targets'])}</td>
+<table><tr><th>tests</th><th>targets</th><th>readings (modeled)</th><th>failed targets and readings</th><th>not measured</th><th>assumed inputs</th></tr>
+<tr><td>{fmt(report['summary']['totals']['passed'])} passed, {fmt(report['summary']['totals']['failed']
+ + report['summary']['totals']['errors'])} failed, {fmt(report['summary']['totals']['skipped'])} skipped</td>
+<td>{t['measured_pass']} PASS (measured), {t['modeled_pass']} PASS (modeled), {t['fail']} fail,
+{t['not_measured']} not measured of {t['total']}</td>
+<td>{r['modeled_pass']} PASS (modeled), {r['fail']} FAIL (modeled), {r['not_measured']} not measured of {r['total']}</td>
 <td>{failed}</td><td>{unchecked}</td><td>{len(report['assumptions'])}</td></tr></table>
 <h2>Targets</h2>
 <p class="muted small">measured: on backend {escape(env['backend'])} in this run; modeled: from the profile's model,
 with the inputs named. A target that cannot be measured here is <i>not_measured</i>, never a pass.</p>
 {_targets(report)}
+<h2>Readings: the seed's measurements as modeled targets</h2>
+<p class="muted small">each reading of the profile's readings file, computed by the profile's model on its scenario
+(hicache_ref.sim.readings) and checked against the seed's value: a modeled pass says the model reproduces the
+reading, not that this backend was measured.</p>
+{readings_table(report)}
 <h2>Assumptions the verdict rests on</h2>
 {assumptions}
 <h2>Plots</h2>

@@ -7,11 +7,26 @@ SCHEMA_ID = "hicache-conform-report/1"
 _NUMBER_OR_NULL = {"type": ["number", "null"]}
 _STR_OR_NULL = {"type": ["string", "null"]}
 
+# A reading's own row (hicache_ref.sim.readings.evaluate), kept under a reading row's `reading`
+READING = {
+    "type": "object",
+    "required": ["reading", "seed", "model", "unit", "tolerance", "within", "state", "interpretation"],
+    "properties": {
+        "reading": {"type": "string"}, "seed": {"type": "number"}, "model": _NUMBER_OR_NULL,
+        "unit": {"type": "string"}, "within": {"type": ["boolean", "null"]}, "state": _STR_OR_NULL,
+        "interpretation": {"type": "string"},
+        "tolerance": {"type": "object", "required": ["kind", "size"],
+                      "properties": {"kind": {"enum": ["relative", "points", "exact", "sign"]},
+                                     "size": {"type": "number", "minimum": 0}}},
+    },
+}
+
 TARGET_ROW = {
     "type": "object",
     "required": ["name", "value", "target", "comparator", "unit", "verdict", "basis", "reason", "source"],
     "properties": {
         "name": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
+        "kind": {"enum": ["target", "reading"]},  # a profile target, or a reading of its readings file
         "metric": {"type": "string"},
         "value": _NUMBER_OR_NULL,
         "target": {"type": "number"},
@@ -24,13 +39,32 @@ TARGET_ROW = {
         "source": {"type": "string", "minLength": 1},
         "inputs": {"type": "object", "additionalProperties": {"type": "string"}},
         "details": {"type": "object"},
+        "reading": READING,
     },
-    # a value-less row must say why; a pass or fail has a value
+    # a value-less row must say why; a pass or fail has a value, but for a reading the model may
+    # give none (its premise unmet): a fail that says why
     "allOf": [
         {"if": {"properties": {"verdict": {"const": "not_measured"}}},
          "then": {"properties": {"value": {"type": "null"}, "reason": {"minLength": 1}}},
-         "else": {"properties": {"value": {"type": "number"}}}},
+         "else": {"if": {"required": ["kind"], "properties": {"kind": {"const": "reading"},
+                                                               "verdict": {"const": "fail"}}},
+                  "then": {"properties": {"value": _NUMBER_OR_NULL, "reason": {"minLength": 1}}},
+                  "else": {"properties": {"value": {"type": "number"}}}}},
     ],
+}
+
+# The answer report.json and summary.json open with (conformance.report.answer)
+ANSWER = {
+    "type": "object",
+    "required": ["scenario", "ttft_change_pct", "seed_ttft_change_pct", "gain", "readings_within",
+                 "readings_outside", "readings_not_measured", "readings_total", "text"],
+    "properties": {
+        "scenario": _STR_OR_NULL, "ttft_change_pct": _NUMBER_OR_NULL, "seed_ttft_change_pct": _NUMBER_OR_NULL,
+        "gain": {"type": ["boolean", "null"]}, "text": {"type": "string", "minLength": 1},
+        "net_seconds": _NUMBER_OR_NULL,  # busy seconds saved vs HiCache off, where the reading's row gives them
+        **{k: {"type": "integer", "minimum": 0}
+           for k in ("readings_within", "readings_outside", "readings_not_measured", "readings_total")},
+    },
 }
 
 TEST_CASE = {
@@ -47,7 +81,7 @@ REPORT = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": SCHEMA_ID,
     "type": "object",
-    "required": ["schema", "verdict", "ok", "not_run_reason", "summary", "tests", "targets", "target_counts",
+    "required": ["schema", "verdict", "ok", "not_run_reason", "answer", "summary", "tests", "targets", "target_counts",
                  "unchecked_targets", "failed_targets", "assumptions", "environment", "figures"],
     "properties": {
         "schema": {"const": SCHEMA_ID},
@@ -55,7 +89,9 @@ REPORT = {
         "ok": {"type": "boolean"},
         "not_run_reason": _STR_OR_NULL,
         "partial_reason": _STR_OR_NULL,
-        "summary": {"type": "object", "required": ["backend", "profile", "verdict", "totals", "modules"]},
+        "answer": ANSWER,
+        "summary": {"type": "object", "required": ["backend", "profile", "verdict", "totals", "modules"],
+                    "properties": {"answer": {"anyOf": [ANSWER, {"type": "null"}]}}},
         "tests": {"type": "array", "items": TEST_CASE},
         "targets": {"type": "array", "items": TARGET_ROW},
         "target_counts": {"type": "object", "required": ["pass", "fail", "not_measured"],

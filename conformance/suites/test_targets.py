@@ -1,4 +1,5 @@
-"""Seed-config transfer plans meet the hardware profile's segment-count targets (what `hicache plan` checks)."""
+"""Seed-config transfer plans meet the hardware profile's segment-count targets (what `hicache plan` checks);
+every target of the profile gets a verdict; every reading of its readings file is a modeled target."""
 
 from __future__ import annotations
 
@@ -31,24 +32,43 @@ def test_seed_plan_segments_meet_targets(profile, layout, direction):
 # -- every target of the profile: a verdict (pass | fail | not_measured) on a basis (measured | modeled) --
 
 
-
-def _profile_targets(config) -> list[str]:
+def _profile(config):
     from conformance.plugin import default_profile_name
     from hardware_profiles import load_profile
 
     name = config.getoption("profile") or default_profile_name(config.getoption("backend"))
     if name is None:
-        return []
+        return None
     try:
-        return [t.name for t in load_profile(name).targets]
+        return load_profile(name)
     except (ValueError, OSError):  # the plugin reports a bad --profile as a usage error
-        return []
+        return None
+
+
+def _profile_targets(config) -> list[str]:
+    profile = _profile(config)
+    return [] if profile is None else [t.name for t in profile.targets]
+
+
+def _profile_readings(config) -> list[str | None]:
+    """The profile's reading names; [None] when its readings file cannot be read (the test then
+    raises the file's error)."""
+    from conformance.targets.readings import reading_names
+
+    try:
+        return reading_names(_profile(config))
+    except (ValueError, OSError):
+        return [None]
 
 
 def pytest_generate_tests(metafunc):
     if "target_name" in metafunc.fixturenames:
         names = _profile_targets(metafunc.config)
         metafunc.parametrize("target_name", names or [None], ids=names or ["no_targets"])
+    if "reading_name" in metafunc.fixturenames:
+        names = _profile_readings(metafunc.config)
+        ids = ["readings_unreadable"] if names == [None] else names or ["no_readings"]
+        metafunc.parametrize("reading_name", names or [""], ids=ids)
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +82,7 @@ def target_context(request, profile, backend_name):
     return TargetContext(backend, profile)
 
 
-def _keep(row: dict) -> None:
+def _keep(row: dict, prefix: str = "") -> None:
     import json
     import os
     from pathlib import Path
@@ -70,7 +90,7 @@ def _keep(row: dict) -> None:
     folder = os.environ.get(RESULTS_ENV)
     if not folder:
         return
-    path = Path(folder) / f"{row['name']}.json"
+    path = Path(folder) / f"{prefix}{row['name']}.json"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(row, indent=1, default=str), encoding="utf-8")
     os.replace(tmp, path)
@@ -88,3 +108,26 @@ def test_target(target_name, profile, target_context):
     if row["verdict"] == "not_measured":
         pytest.skip(f"not measured: {target_name}: {row['reason']}")
     assert row["verdict"] == "pass", f"{describe(row)} (source: {row['source']})"
+
+
+# -- every reading of the profile's readings file: a modeled target, the model's value vs the seed's --
+
+
+def test_reading(reading_name, profile, target_context):
+    """Each reading is within its tolerance on the profile's model (the seed scenario), or fails
+    with the model's value, the seed's and how the reading is read; not_measured skips with why."""
+    from conformance.targets.readings import FILE_PREFIX, reading_rows
+    from conformance.targets.verdict import describe
+    from hardware_profiles.readings import load_readings
+
+    if profile is None:
+        pytest.skip("no profile readings: pass --profile")
+    if reading_name is None:
+        load_readings(profile)  # raises the readings file's error
+    if not reading_name:
+        pytest.skip(f"profile {profile.name} has no readings")
+    row = reading_rows(target_context)[reading_name]
+    _keep(row, FILE_PREFIX)
+    if row["verdict"] == "not_measured":
+        pytest.skip(f"not measured: reading {reading_name}: {row['reason']}")
+    assert row["verdict"] == "pass", f"reading {describe(row)} (source: {row['source']})"

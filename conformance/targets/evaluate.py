@@ -6,7 +6,7 @@ of any profile is silently left out; `evaluate(target, ctx)` returns the target'
 
 from __future__ import annotations
 
-from conformance.targets import host, link, modeled
+from conformance.targets import host, link
 from conformance.targets.verdict import judge, not_measured
 
 MEASURERS = {
@@ -16,13 +16,8 @@ MEASURERS = {
     "h2d_gbps": link.gbps("h2d"),
     "d2h_gbps": link.gbps("d2h"),
     "transfer_ratio_vs_memcpy": link.ratio_vs_memcpy,
-    "allhit_fixed_ms": modeled.allhit_fixed_ms,
-    "allhit_per_token_us": modeled.allhit_per_token_us,
-    "break_even_tokens": modeled.break_even_tokens,
     "per_card_host_gib_local": host.per_card_host_gib_local,
     "host_pool_page_bytes": host.host_pool_page_bytes,
-    "slowdown_pct_registered_15gb": modeled.slowdown_pct_registered,
-    "slowdown_pct_numa_local": host.slowdown_pct_numa_local,
     "d2h_submit_block_s": host.d2h_submit_block_s,
     "ghost_entry_bytes": host.ghost_entry_bytes,
 }

@@ -1,7 +1,7 @@
 """Measurers of the host-side targets, each on something real in this run: the page size and
-THP coverage of a host KV pool the reference cache allocates, the NUMA placement of a bound
-allocation, per-card local host memory from the backend's topology, ghost-list bytes per entry
-on a real GhostList, and how long the controller's `write` holds the scheduler thread."""
+THP coverage of a host KV pool the reference cache allocates, per-card local host memory from the
+backend's topology, ghost-list bytes per entry on a real GhostList, and how long the controller's
+`write` holds the scheduler thread."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from conformance.targets.verdict import Outcome, model_inputs, not_measured
 from hal.memory import host as memory
-from hal.memory import numa, vm
+from hal.memory import vm
 from hal.topology.binding import plan_binding
 from hal.transfer.seed import seed_geometry
 from hicache_ref.core import ghost
@@ -56,45 +56,6 @@ def per_card_host_gib_local(ctx, target) -> Outcome:
                        model_inputs(ctx.profile, "host.memory_per_node_gib"), details)
     return Outcome(gib, "measured", f"local binding planned on this machine's {topology.source} topology",
                    details=details)
-
-
-def _bound_allocation(ctx) -> dict | str:
-    """Bind a small buffer to the NUMA node of device 0 (or this host's first node) and ask the
-    kernel where its pages are (move_pages); cached per run."""
-    def run():
-        online = numa.online_nodes()
-        topology = ctx.backend.topology()
-        wanted = topology.devices[0].numa_node if topology.devices else None
-        node = wanted if wanted in online else online[0]
-        try:
-            with memory.allocate_host(8 << 20, numa=("bind", [node])) as buf:
-                placed = buf.report()["numa_pages"]
-        except (numa.NumaUnsupported, OSError) as e:
-            return f"NUMA binding unavailable here: {e}"
-        total = sum(placed.values())
-        return {"node": node, "device_node": wanted, "online": online, "pages": placed,
-                "local_fraction": placed.get(node, 0) / total if total else 0.0}
-    return ctx.memo("bound_allocation", run)
-
-
-def slowdown_pct_numa_local(ctx, target) -> Outcome:
-    pen = ctx.profile.penalties
-    if pen.numa_local_pct is None or pen.numa_remote_pct is None:
-        return not_measured("modeled", "profile gives no NUMA penalties (penalties.numa_local_pct, numa_remote_pct)")
-    if ctx.backend is None:
-        return not_measured("modeled", ctx.backend_reason)
-    got = _bound_allocation(ctx)
-    if isinstance(got, str):
-        return not_measured("modeled", got)
-    local = got["local_fraction"] >= 0.99
-    value = pen.numa_pct(local)
-    where = ("" if got["device_node"] == got["node"] else
-             f" (device 0's node {got['device_node']} is not online here: bound to node {got['node']})")
-    return Outcome(value, "modeled", f"measured: a host buffer bound to node {got['node']}{where} has "
-                   f"{got['local_fraction']:.1%} of its pages there, so the profile's "
-                   f"{'local' if local else 'remote'} penalty applies",
-                   model_inputs(ctx.profile, "penalties.numa_local_pct" if local else "penalties.numa_remote_pct"),
-                   {"bound_allocation": {**got, "pages": {str(k): v for k, v in got["pages"].items()}}})
 
 
 def ghost_entry_bytes(ctx, target) -> Outcome:

@@ -57,7 +57,7 @@ def judge(target, outcome: Outcome) -> dict:
     else:
         verdict = "pass" if target.check(value) else "fail"
     return {
-        "name": target.name, "metric": target.metric, "value": value, "target": target.value,
+        "name": target.name, "kind": "target", "metric": target.metric, "value": value, "target": target.value,
         "tolerance": target.tolerance, "comparator": target.comparator, "unit": target.unit,
         "verdict": verdict, "basis": outcome.basis, "reason": outcome.reason, "source": target.source,
         "inputs": dict(outcome.inputs), "details": dict(outcome.details),

@@ -1,0 +1,58 @@
+"""The answer a conformance report opens with: on this profile's scenario, does HiCache pay off?
+
+Taken from the reading rows (conformance.targets.readings): the model's TTFT change with every fix
+on against HiCache off (the `ttft_all_fixes` reading), gain or loss, the seed's figure beside it,
+and how many readings the model meets. A profile without readings has no scenario to answer on.
+"""
+
+from __future__ import annotations
+
+ANSWER_READING = "ttft_all_fixes"  # TTFT change, every fix on, vs HiCache off, on the seed scenario
+
+
+def _scenario(profile) -> str | None:
+    from hardware_profiles.readings import load_readings
+
+    try:
+        readings = None if profile is None else load_readings(profile)
+    except (ValueError, OSError):
+        return None
+    return None if readings is None else " ".join(str(readings.scenario["description"]).split())
+
+
+def answer(profile, rows: list[dict]) -> dict:
+    """The `answer` of report.json and summary.json (conformance.report.schema.ANSWER)."""
+    readings = [r for r in rows if r.get("kind") == "reading"]
+    within = sum(r["verdict"] == "pass" for r in readings)
+    outside = sum(r["verdict"] == "fail" for r in readings)
+    out = {"scenario": _scenario(profile) if readings else None, "ttft_change_pct": None,
+           "seed_ttft_change_pct": None, "gain": None, "readings_within": within, "readings_outside": outside,
+           "readings_not_measured": len(readings) - within - outside, "readings_total": len(readings),
+           "net_seconds": None}
+    key = next((r for r in readings if r["name"] == ANSWER_READING), None)
+    name = "no profile" if profile is None else f"profile {profile.name}"
+    if key is None:
+        out["scenario"] = None
+        out["text"] = (f"no scenario: {name} has no readings, so this report cannot say whether HiCache pays off"
+                       if not readings else f"no scenario: {name}'s readings have no {ANSWER_READING} reading")
+        return out
+    out["seed_ttft_change_pct"] = key["target"]
+    # busy seconds saved against HiCache off, when the reading's row gives them (`net_seconds`)
+    out["net_seconds"] = (key.get("reading") or {}).get("net_seconds")
+    change = key["value"] if key["verdict"] != "not_measured" else None
+    if change is None:
+        out["text"] = (f"on {name}'s scenario the model gives no TTFT change ({key['reason']}); "
+                       f"the seed measured {key['target']:+.2f}%")
+    else:
+        out.update(ttft_change_pct=change, gain=change < 0)
+        verdict = "HiCache pays off" if change < 0 else "HiCache does not pay off"
+        out["text"] = (f"{verdict} on {name}'s scenario: TTFT {change:+.2f}% vs HiCache off with every fix on "
+                       f"({'a gain' if change < 0 else 'a loss'}, modeled; the seed measured {key['target']:+.2f}%)")
+        if out["net_seconds"] is not None:
+            out["text"] += f", net {out['net_seconds']:+.1f} s of prefill-server time"
+    out["text"] += f"; readings: {within} within tolerance, {outside} outside"
+    if out["readings_not_measured"]:
+        out["text"] += f", {out['readings_not_measured']} not measured"
+    out["text"] += f" of {len(readings)}"
+    return out
+
