@@ -20,7 +20,7 @@ from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec, SpecError
 from hicache_ref.spec.memory import check_capacity
 
-STEPS = ("baseline", "layer_first", "daemon_threads", "thp", "numa", "per_request_hits", "tp_shared",
+STEPS = ("baseline", "layer_first", "daemon_threads", "thp", "numa", "tp_shared", "per_request_hits",
          "plateau_capacity")
 ROW_KEYS = ("step", "change", "hit_rate", "d2h_segments", "h2d_segments", "d2h_bytes", "h2d_bytes",
             "modeled_transfer_seconds", "ttft_change_seconds", "ttft_change_pct", "net_benefit_seconds",
