@@ -215,3 +215,17 @@ def test_a_profile_missing_a_parameter_the_run_needs_names_it_in_the_replay(tmp_
     assert fig["net_benefit_seconds"] is None and "compute.l2_path_fixed_s" in fig["net_benefit_reason"]
     unhit = replay(CacheSpec.of(profile=str(path), l2_tokens=8192), _small_trace(), None)
     assert unhit["net_benefit_seconds"] is not None  # no request loaded from L2: nothing needs that key
+
+
+def test_a_curve_profile_prices_a_replay_from_its_own_tally(tmp_path):
+    doc = yaml.safe_load((Path(hardware_profiles.__file__).parent / "p800.yaml").read_text())
+    doc["compute"]["prefill_curve"] = {"value": [[0, 0.735], [10_000, 1.035]], "source": "assumed: test"}
+    path = tmp_path / "curve.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    fig = replay(CacheSpec.of(profile=str(path), l1_tokens=4096, l2_tokens=16384, write_policy="write_through"),
+                 _doc_trace(), None)
+    # the curve, not the linear + pair terms: the L2 hit saves curve(4096) - curve(0) = 30 us x 4096
+    assert fig["net_benefit_compute_saved_seconds"] == pytest.approx(30e-6 * 4096)
+    assert fig["net_benefit_service"]["compute"] == pytest.approx(fig["modeled_prefill_compute_seconds"])
+    assert fig["net_benefit_seconds"] == pytest.approx(fig["modeled_prefill_l1_only_seconds"]
+                                                       - fig["net_benefit_service"]["total"])
