@@ -1,4 +1,5 @@
-"""hicache ablate: the ladder's rows, their pricing, not_measured where the profile has no figure, the CLI."""
+"""hicache ablate: the ladder's rows in order, each rung priced by the mechanisms against HiCache off,
+unpriced rungs naming the profile key, the CLI."""
 
 from __future__ import annotations
 
@@ -10,16 +11,25 @@ import yaml
 
 import hardware_profiles
 from conformance.cli.main import main
-from hicache_ref.sim.ablate import ROW_KEYS, STEPS, ablate, sweep_tiers
-from hicache_ref.sim.trace_synth import synthesize, write_trace
+from hardware_profiles import load_profile
+from hicache_ref.sim import mechanisms as mech
+from hicache_ref.sim.ablate import EXTRA_KEYS, ROW_KEYS, STEPS, ablate, sweep_tiers
+from hicache_ref.sim.trace_synth import Workload, synthesize, write_trace
 from hicache_ref.spec import CacheSpec
 
 P800 = Path(hardware_profiles.__file__).parent / "p800.yaml"
-REQUESTS = synthesize(80, 300, 3000, 0.7, sessions=6, seed=11)
+REQUESTS = synthesize(80, 300, 3000, 0.7, sessions=6, seed=11)  # small: the CLI and the refusals
+# Shaped like the seed's workload (24K-64K tokens, reuse 0.82, a global prefix), 300 requests and the
+# tiers scaled down with it: a few seconds for the whole ladder.
+SEED_LIKE = Workload(requests=300, min_tokens=24_000, max_tokens=64_000, reuse=0.82, sessions=60, rate=2.0,
+                     seed=0, global_prefix_share=0.535).synthesize().requests
+CONCURRENCY, TP = 10, 8
+LADDER = ["baseline", "layer_first", "daemon_threads", "thp", "numa", "tp_shared", "per_request_hits",
+          "plateau_capacity"]
 
 
 def profile_yaml(tmp_path, name="custom", **changes) -> str:
-    """p800.yaml with `section__key=value` replaced (e.g. penalties__numa_local_pct="unknown")."""
+    """p800.yaml with `section__key=value` replaced (e.g. host_costs__numa_remote_bw_factor="unknown")."""
     doc = yaml.safe_load(P800.read_text())
     for dotted, value in changes.items():
         section, key = dotted.split("__")
@@ -35,108 +45,162 @@ def run_ladder(profile: str, tp: int = 2, concurrency=None, **kw) -> dict:
     return ablate(spec, REQUESTS, workers=1, **kw)
 
 
+def seed_like_ladder(profile="p800") -> dict:
+    spec = CacheSpec.of(page_size=64, l1_tokens=100_000, l2_tokens=200_000, profile=profile, tp=TP,
+                        concurrency=CONCURRENCY, pd_disagg=True)
+    return ablate(spec, SEED_LIKE)
+
+
 @pytest.fixture(scope="module")
-def p800_rows():
-    return run_ladder("p800")
+def seed_rows():
+    return seed_like_ladder()
 
 
 def by_step(result: dict) -> dict:
     return {s["step"]: s for s in result["steps"]}
 
 
-def test_one_row_per_step_in_ladder_order_with_the_json_keys(p800_rows):
-    assert [s["step"] for s in p800_rows["steps"]] == list(STEPS)
-    for s in p800_rows["steps"]:
-        assert set(ROW_KEYS) <= set(s)
-    assert p800_rows["configuration"]["tp"] == 2 and p800_rows["configuration"]["profile"] == "p800"
+def test_one_row_per_step_in_ladder_order_with_the_json_keys(seed_rows):
+    assert list(STEPS) == LADDER
+    assert [s["step"] for s in seed_rows["steps"]] == LADDER
+    c = seed_rows["configuration"]
+    assert (c["tp"], c["profile"], c["concurrency"], c["requests"]) == (TP, "p800", CONCURRENCY, 300)
+    for s in seed_rows["steps"]:
+        assert set(ROW_KEYS) | set(EXTRA_KEYS) <= set(s)
+        # p800 prices every rung: nothing is left not measured
+        assert s["not_measured"] == {} and None not in (s["net_benefit_seconds"], s["ttft_change_seconds"],
+                                                         s["ttft_change_pct"], s["modeled_transfer_seconds"])
 
 
-def test_layer_first_cuts_segments_and_moves_the_same_bytes(p800_rows):
-    rows = by_step(p800_rows)
+def test_first_build_is_a_loss_and_the_tp_shared_pool_a_gain(seed_rows):
+    rows = by_step(seed_rows)
+    base, shared = rows["baseline"], rows["tp_shared"]
+    assert base["net_benefit_seconds"] < 0 and base["ttft_change_seconds"] > 0 and base["ttft_change_pct"] > 0
+    assert shared["net_benefit_seconds"] > 0 and shared["ttft_change_seconds"] < 0 and shared["ttft_change_pct"] < 0
+    assert shared["hit_rate"] > seed_rows["configuration"]["hit_rate_l1_only"]
+
+
+def test_ttft_change_is_the_busy_seconds_saved_waited_by_every_client(seed_rows):
+    c = seed_rows["configuration"]
+    off = c["modeled_ttft_l1_only_seconds"]
+    for s in seed_rows["steps"]:
+        assert s["ttft_change_seconds"] == pytest.approx(-CONCURRENCY * s["net_benefit_seconds"] / c["requests"])
+        assert s["ttft_change_pct"] == pytest.approx(s["ttft_change_seconds"] / off * 100)
+        assert s["modeled_ttft_seconds"] == pytest.approx(CONCURRENCY * s["service"]["total"] / c["requests"])
+        assert s["modeled_transfer_seconds"] == pytest.approx(s["service"]["total"] - s["service"]["compute"])
+
+
+def test_layer_first_cuts_segments_and_the_inline_hold_and_moves_the_same_bytes(seed_rows):
+    rows = by_step(seed_rows)
     base, lf = rows["baseline"], rows["layer_first"]
     assert base["d2h_bytes"] > 0 and base["h2d_bytes"] > 0  # the case exercises both directions
     assert (lf["hit_rate"], lf["d2h_bytes"], lf["h2d_bytes"]) == (base["hit_rate"], base["d2h_bytes"], base["h2d_bytes"])
-    assert lf["d2h_segments"] <= base["d2h_segments"] and lf["h2d_segments"] <= base["h2d_segments"]
     # page_first_direct: one segment per (page, layer); 78 layers, 89,856 bytes a token, 64-token pages
     for d in ("d2h", "h2d"):
-        assert base[f"{d}_segments"] == base[f"{d}_bytes"] // (89_856 * 64) * 78
-    assert lf["modeled_transfer_seconds"] < base["modeled_transfer_seconds"]
+        assert base[f"{d}_segments"] == base[f"{d}_bytes"] // (89_856 * 64) * 78 > 5 * lf[f"{d}_segments"]
+    assert base["service"]["hold"] > 100 * lf["service"]["hold"]  # the per-segment submission is gone
+    assert base["service"]["compute"] == lf["service"]["compute"]
+    assert lf["net_benefit_seconds"] > base["net_benefit_seconds"]
 
 
-def test_unpriced_steps_say_why_and_keep_the_replay_columns(p800_rows):
-    rows = by_step(p800_rows)
-    for step, word in (("daemon_threads", "inline submission"), ("thp", "4 KB pages")):
-        r = rows[step]
-        assert r["net_benefit_seconds"] is None and r["ttft_change_seconds"] is None
-        assert word in r["not_measured"]["net_benefit_seconds"]
-        assert r["d2h_segments"] == rows["layer_first"]["d2h_segments"]  # the same replay: filled, not guessed
-    r = rows["per_request_hits"]
-    # under PD every request is inserted twice: per-insert counting backs up after one request
-    assert r["d2h_bytes"] < rows["numa"]["d2h_bytes"] and not r["not_measured"]
+def test_daemon_threads_keep_the_contention_share_and_stop_hiding_device_time(seed_rows):
+    rows = by_step(seed_rows)
+    lf, dt = rows["layer_first"]["service"], rows["daemon_threads"]["service"]
+    hc = load_profile("p800").host_costs
+    assert rows["daemon_threads"]["d2h_segments"] == rows["layer_first"]["d2h_segments"]  # the same replay
+    assert dt["compute"] == lf["compute"] and dt["load"] == lf["load"]
+    assert dt["hold"] == pytest.approx(hc.submit_contention * lf["hold"])
+    # inline, the copy runs while the scheduler waits, so the submission's share of device time was hidden
+    assert dt["interference"] - lf["interference"] == pytest.approx(hc.d2h_interference * lf["hold"])
+    assert rows["daemon_threads"]["host_state"]["submission"] == "daemon"
 
 
-def test_numa_step_on_shared_uplink_prices_ido_and_the_penalty_by_hand(p800_rows):
-    rows = by_step(p800_rows)
-    lf, numa = rows["layer_first"], rows["numa"]
-    baseline_s = p800_rows["configuration"]["baseline_prefill_seconds"]
-    assert baseline_s == pytest.approx(sum(0.735 + 28.239e-6 * r.input_length for r in REQUESTS))
-    # p800: 2 cards per uplink, IDO unknown -> D2H at 0.5 x 7.4 GB/s before; full bandwidth after
-    d2h = lf["d2h_bytes"]
-    assert lf["modeled_transfer_seconds"] - numa["modeled_transfer_seconds"] == pytest.approx(
-        d2h / 3.7e9 - d2h / 7.4e9)
-    # remote +11.5% -> local -2.1% of the baseline prefill seconds
-    gain = numa["net_benefit_seconds"] - lf["net_benefit_seconds"]
-    assert gain == pytest.approx(0.136 * baseline_s + d2h / 3.7e9 - d2h / 7.4e9)
-    assert "penalties.ido_shared_d2h_factor" in lf["assumed_inputs"]
-    assert "penalties.ido_shared_d2h_factor" not in numa["assumed_inputs"]
+def _load_gap(a: dict, b: dict, profile) -> float:
+    """What row a's H2D loads cost beyond row b's, both rows moving the same bytes, from their host states."""
+    return a["h2d_bytes"] / 1e9 * sum(s / mech.dma_gbps(profile, "h2d", mech.HostState(**r["host_state"]))
+                                      for s, r in ((1, a), (-1, b)))
 
 
-def test_numa_step_without_shared_uplink_is_the_penalty_alone(tmp_path):
-    rows = by_step(run_ladder(profile_yaml(tmp_path, topology__devices_per_switch=1)))
-    lf, numa = rows["layer_first"], rows["numa"]
-    assert numa["modeled_transfer_seconds"] == lf["modeled_transfer_seconds"]
-    assert "IDO" not in numa["change"]
-    n = len(REQUESTS)
-    assert numa["ttft_change_seconds"] - lf["ttft_change_seconds"] == pytest.approx(
-        (numa["net_benefit_seconds"] - lf["net_benefit_seconds"]) / -n)
+def test_thp_and_local_numa_price_the_same_loads_faster_by_their_bandwidth(seed_rows):
+    rows = by_step(seed_rows)
+    p = load_profile("p800")
+    for before, after in (("daemon_threads", "thp"), ("thp", "numa")):
+        a, b = rows[before], rows[after]
+        assert a["h2d_bytes"] == b["h2d_bytes"] and a["service"]["compute"] == b["service"]["compute"]
+        assert a["service"]["load"] - b["service"]["load"] == pytest.approx(_load_gap(a, b, p))
+        assert b["service"]["interference"] < a["service"]["interference"]
+        assert b["net_benefit_seconds"] > a["net_benefit_seconds"]
+    hs = {k: rows[k]["host_state"] for k in ("daemon_threads", "thp", "numa")}
+    assert (hs["daemon_threads"]["host_page_bytes"], hs["thp"]["host_page_bytes"]) == (4096, 2 << 20)
+    assert (hs["thp"]["numa"], hs["thp"]["ido"], hs["numa"]["numa"], hs["numa"]["ido"]) == ("remote", False,
+                                                                                            "local", True)
+    assert "IDO" in rows["numa"]["change"]  # p800: 2 cards per uplink
 
 
-def test_tp_shared_writes_no_more_host_bytes_than_private(p800_rows):
-    rows = by_step(p800_rows)
-    private = rows["numa"] if rows["per_request_hits"]["hit_rate"] is None else rows["per_request_hits"]
-    shared = rows["tp_shared"]
+def test_tp_shared_writes_one_copy_from_one_writer(seed_rows):
+    rows = by_step(seed_rows)
+    private, shared = rows["numa"], rows["tp_shared"]
     assert shared["d2h_bytes_all_ranks"] <= private["d2h_bytes_all_ranks"]
     assert shared["host_pool_bytes_all_ranks"] == private["host_pool_bytes_all_ranks"]  # same memory, one copy
-    assert shared["hit_rate"] >= private["hit_rate"]  # 2 x the L2 for one copy
-    assert shared["l2_tokens"] == 2 * private["l2_tokens"]
+    assert shared["hit_rate"] >= private["hit_rate"]  # TP x the L2 for one copy
+    assert shared["l2_tokens"] == TP * private["l2_tokens"]
+    assert shared["host_state"]["writers_per_uplink"] == 1 and private["host_state"]["writers_per_uplink"] == 2
+    assert shared["host_state"]["registered_bytes"] == TP * private["host_state"]["registered_bytes"]
+    assert shared["host_state"]["numa"] == "interleave"
 
 
-def test_registered_penalty_held_outside_the_measured_range_is_noted(p800_rows):
-    rows = by_step(p800_rows)  # 16,384 tokens x 89,856 B = 1.5 GB registered: below the seed's 15-80 GB
-    assert "held at its 15 GB value: 1 GB registered" in rows["layer_first"]["notes"][0]
-    assert rows["daemon_threads"]["notes"] == []  # not priced: nothing held
+def test_per_request_counting_backs_up_less(seed_rows):
+    rows = by_step(seed_rows)
+    # under PD every request is inserted twice: per-insert counting backs up after one request
+    assert rows["per_request_hits"]["d2h_bytes"] < rows["tp_shared"]["d2h_bytes"]
+    assert rows["per_request_hits"]["state"]["ghost"] and rows["per_request_hits"]["state"]["tp_shared"]
 
 
-def test_plateau_step_takes_the_sweeps_capacity(p800_rows):
-    c = p800_rows["configuration"]
+def test_plateau_step_takes_the_sweeps_capacity_on_top_of_the_better_last_rung(seed_rows):
+    c, rows = seed_rows["configuration"], by_step(seed_rows)
+    assert c["sweep_l2_tokens"] == sweep_tiers(TP * 200_000, TP, 64)
+    plateau = rows["plateau_capacity"]
+    assert plateau["l2_tokens"] == c["plateau_l2_tokens"]
+    better = min(("tp_shared", "per_request_hits"), key=lambda k: rows[k]["modeled_ttft_seconds"])
+    assert plateau["change"].endswith(f"on top of {better}")
+    assert plateau["state"] == rows[better]["state"]
+
+
+def test_small_ladder_plateau_tiers():
+    c = run_ladder("p800")["configuration"]
     assert c["sweep_l2_tokens"] == sweep_tiers(2 * 16384, 2, 64) == [4096 * i for i in range(1, 9)]
-    assert by_step(p800_rows)["plateau_capacity"]["l2_tokens"] == c["plateau_l2_tokens"]
 
 
-def test_same_input_same_json_bit_for_bit(p800_rows):
-    assert json.dumps(run_ladder("p800")) == json.dumps(p800_rows)
+def test_same_input_same_json_bit_for_bit(seed_rows):
+    assert json.dumps(seed_like_ladder()) == json.dumps(seed_rows)
 
 
-def test_a_figure_the_profile_marks_unknown_is_not_measured(tmp_path):
-    rows = by_step(run_ladder(profile_yaml(tmp_path, penalties__numa_local_pct="unknown")))
-    assert rows["layer_first"]["net_benefit_seconds"] is not None  # remote placement still priced
-    for step in ("numa", "tp_shared", "plateau_capacity"):
-        assert rows[step]["net_benefit_seconds"] is None
-        assert "penalties.numa_local_pct" in rows[step]["not_measured"]["net_benefit_seconds"]
+def test_a_parameter_the_profile_marks_unknown_leaves_the_rungs_that_need_it_not_measured(tmp_path):
+    rows = by_step(run_ladder(profile_yaml(tmp_path, host_costs__numa_remote_bw_factor="unknown")))
+    assert rows["numa"]["net_benefit_seconds"] is not None and rows["numa"]["not_measured"] == {}  # local memory
+    for step in ("baseline", "layer_first", "daemon_threads", "thp", "tp_shared", "per_request_hits",
+                 "plateau_capacity"):  # remote, then interleaved over the 8 NUMA nodes
+        assert rows[step]["net_benefit_seconds"] is None and rows[step]["ttft_change_seconds"] is None
+        assert rows[step]["not_measured"]["net_benefit_seconds"] == \
+            "profile custom has no host_costs.numa_remote_bw_factor"
         assert rows[step]["hit_rate"] is not None  # the replay ran: its columns are filled
     rows = by_step(run_ladder(profile_yaml(tmp_path, "nocompute", compute__prefill_per_token_s="unknown")))
     assert all(r["net_benefit_seconds"] is None for r in rows.values())
     assert "compute model" in rows["baseline"]["not_measured"]["net_benefit_seconds"]
+
+
+def test_the_ido_factor_is_needed_only_where_two_cards_write_through_one_uplink(tmp_path):
+    rows = by_step(run_ladder(profile_yaml(tmp_path, host_costs__ido_shared_d2h_factor="unknown")))
+    for step in ("baseline", "layer_first", "daemon_threads", "thp"):  # IDO off, both cards of an uplink write
+        assert "host_costs.ido_shared_d2h_factor" in rows[step]["not_measured"]["net_benefit_seconds"]
+    assert all(rows[k]["not_measured"] == {} for k in ("numa", "tp_shared", "per_request_hits"))
+    alone = profile_yaml(tmp_path, "alone", host_costs__ido_shared_d2h_factor="unknown")
+    doc = yaml.safe_load(Path(alone).read_text())
+    doc["topology"]["devices_per_switch"] = 1
+    Path(alone).write_text(yaml.safe_dump(doc))
+    rows = by_step(run_ladder(alone))  # one card per uplink: no shared writes to order
+    assert all(r["not_measured"] == {} for r in rows.values())
+    assert "IDO" not in rows["numa"]["change"]
 
 
 @pytest.mark.parametrize(("kw", "word"), [
@@ -156,9 +220,10 @@ def test_cli_writes_table_json_and_png(tmp_path, capsys):
     captured = capsys.readouterr()
     table = captured.out
     assert captured.err == ""  # progress only on a terminal
-    assert "layer_first" in table and "n/m" in table
+    assert all(any(line.startswith(step) for line in table.splitlines()) for step in LADDER)
     written = json.loads((out / "ablate.json").read_text())
-    assert [s["step"] for s in written["steps"]] == list(STEPS)
+    assert [s["step"] for s in written["steps"]] == LADDER
+    assert all(s["not_measured"] == {} for s in written["steps"])
     assert (out / "ablate.png").read_bytes()[:4] == b"\x89PNG"
     assert main(args + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out) == written
@@ -191,18 +256,3 @@ def test_cli_refuses_capacities_the_machine_cannot_hold(tmp_path, capsys, monkey
                  "--l2-tokens", "100M", "--tp", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hicache: --l2-tokens") and "MiB" in err[0]
-
-
-def test_a_rung_without_l2_gets_no_numa_term():
-    """HiCache off (L2 0, e.g. a plateau at L1 alone) places no host memory: no NUMA credit or penalty."""
-    from hardware_profiles.loader import load_profile
-    from hicache_ref.sim.ablate_price import HostSwitches, price
-
-    prof = load_profile("p800")
-    assert prof.penalties.numa_local_pct  # the profile does have a NUMA figure (it must not apply here)
-    fig = dict(modeled_transfer_seconds=0.0, d2h_bytes=0, modeled_prefill_seconds_saved=0.0, l2_tokens=0,
-               token_bytes=89856, requests=300)
-    p = price(prof, fig, HostSwitches(daemon_threads=True, thp=True, numa_local=True), baseline_s=341.0)
-    assert p.net_benefit_s == 0.0 and p.ttft_change_s == 0.0
-    with_host = price(prof, dict(fig, l2_tokens=64 * 1000), HostSwitches(numa_local=True), baseline_s=341.0)
-    assert with_host.net_benefit_s != 0.0  # the same rung with a host pool is priced with its penalties

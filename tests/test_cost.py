@@ -1,15 +1,27 @@
-"""The cost model: least-squares fit, p800's compute model against the seed, penalties, net benefit."""
+"""Net benefit: the least-squares fit, prefill with its pair term, the all-hit request and break-even on
+p800 against the seed, re-pricing a run from its moments, and the replay JSON's net-benefit keys."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import yaml
 
+import hardware_profiles
 from hardware_profiles import load_profile
-from hardware_profiles.model import ComputeModel, Penalties
+from hardware_profiles.model import ComputeModel
 from hicache_ref.sim import cost
+from hicache_ref.sim import mechanisms as mech
+from hicache_ref.sim.derive import with_values
+from hicache_ref.sim.figures import ComputeTally, prefill_from_moments
+from hicache_ref.sim.replay import replay, summary_lines
+from hicache_ref.sim.trace import TraceRequest
+from hicache_ref.spec import CacheSpec
 
 SEED_A, SEED_B, SEED_BREAK_EVEN = 0.7791, 13.539e-6, 3000
+LAYERS, TOKEN_BYTES = 78, 89_856  # the seed geometry: MLA latent, kv_dim 576, bf16
 
 
 def test_fit_recovers_a_and_b_within_1pct_from_noisy_points():
@@ -37,152 +49,183 @@ def test_fit_refuses_bad_points_naming_the_argument(xs, ys, arg):
         cost.fit_line(xs, ys)
 
 
-def test_p800_model_reproduces_the_seed_fit_and_break_even_within_1pct():
+# prefill: fixed + a (n - c) + b (n^2 - c^2)
+
+def test_caching_c_tokens_saves_a_c_plus_b_c_squared_whatever_the_prompt():
+    a, b = 2e-5, 3e-9
+    m = ComputeModel(0.5, a, prefill_per_token_pair_s=b)
+    for n in (4096, 40_960):
+        assert m.prefill_seconds(n) == pytest.approx(0.5 + a * n + b * n * n)
+        for c in (0, 1024, n // 2):
+            assert m.prefill_seconds(n) - m.prefill_seconds(n, c) == pytest.approx(a * c + b * c * c)
+        assert m.prefill_seconds(n, n) == 0.5  # every prompt pays the fixed part, even all cached
+    # the pair term makes prefill superlinear: twice the prompt costs more than twice the tokens' work
+    assert m.prefill_seconds(8192) - 0.5 > 2 * (m.prefill_seconds(4096) - 0.5)
+    assert ComputeModel(0.5, a).prefill_seconds(8192) - 0.5 == pytest.approx(2 * (ComputeModel(0.5, a)
+                                                                                 .prefill_seconds(4096) - 0.5))
+    assert m.prefill_seconds(0) == 0.0
+    with pytest.raises(ValueError, match="^cached: "):
+        m.prefill_seconds(10, 11)
+
+
+def test_a_curve_compute_model_prices_the_uncached_part_of_its_curve():
+    m = ComputeModel(None, None, ((0, 0.7), (10_000, 1.0)))  # 30 us/token above a 0.7 s floor
+    assert m.known
+    assert m.prefill_seconds(5000) == pytest.approx(0.85)
+    assert m.prefill_seconds(5000, 2000) == pytest.approx(0.7 + 0.15 - 0.06)
+    assert ComputeModel(None, None).prefill_seconds(100) is None and not ComputeModel(None, None).known
+
+
+def test_moments_reprice_a_run_under_other_compute_parameters():
+    from hicache_ref.core.cache import RequestResult
+
+    results = [RequestResult(n, l1, l2, 0, n, False, 0, l3) for n, l1, l2, l3 in
+               ((4096, 1024, 2048, 0), (8192, 0, 0, 0), (3000, 3000, 0, 0), (5000, 512, 512, 1024))]
+    first, other = ComputeModel(0.5, 1e-4, prefill_per_token_pair_s=1e-9), ComputeModel(0.8, 2e-5,
+                                                                                       prefill_per_token_pair_s=4e-9)
+    tally = ComputeTally(first)
+    for r in results:
+        tally.add(r)
+    assert prefill_from_moments(first, tally.moments["compute"]) == pytest.approx(tally.compute)
+    assert prefill_from_moments(first, tally.moments["l1_only"]) == pytest.approx(tally.l1_only)
+    assert prefill_from_moments(first, tally.moments["no_cache"]) == pytest.approx(tally.no_cache)
+    # the same run under other parameters, without replaying it; L3 hits count as lower-tier hits
+    cached = [min(r.input_tokens, r.l1_hit_tokens + r.l2_hit_tokens + r.l3_hit_tokens) for r in results]
+    assert prefill_from_moments(other, tally.moments["compute"]) == pytest.approx(
+        sum(other.prefill_seconds(r.input_tokens, c) for r, c in zip(results, cached, strict=True)))
+    assert tally.l2_hit_requests == 2  # the requests that loaded from L2 or L3
+
+
+# the all-hit request and break-even on p800, against the seed
+
+def test_p800_all_hit_fit_and_break_even_reproduce_the_seed_within_1pct():
     p = load_profile("p800")
-    fit = cost.allhit_fit(p.compute)
+    fit = cost.allhit_fit(p, LAYERS, TOKEN_BYTES)
     assert fit.a == pytest.approx(SEED_A, rel=0.01) and fit.b == pytest.approx(SEED_B, rel=0.01)
-    split = cost.split_allhit(fit.a, p.compute)
-    assert split.floor_s == pytest.approx(0.735, abs=0.001) and split.l2_path_s == pytest.approx(0.044, abs=0.001)
-    assert cost.break_even_tokens(fit.a, fit.b, p.compute) == pytest.approx(SEED_BREAK_EVEN, rel=0.01)
-    assert "derived:" in p.sources["compute.prefill_per_token_s"]  # the arithmetic is in the profile
+    assert cost.break_even_tokens(p, LAYERS, TOKEN_BYTES) == pytest.approx(SEED_BREAK_EVEN, rel=0.01)
+    n = cost.break_even_tokens(p, LAYERS, TOKEN_BYTES)
+    # there, loading the prompt's KV and recomputing it cost the same
+    assert cost.allhit_seconds(p, round(n), LAYERS, TOKEN_BYTES) == pytest.approx(p.compute.prefill_seconds(round(n)),
+                                                                               abs=1e-4)
 
 
-def test_break_even_unknown_or_never():
-    assert cost.break_even_tokens(0.78, 1e-5, ComputeModel(None, None)) is None
-    assert cost.break_even_tokens(0.78, 1e-5, ComputeModel(0.7, 5e-6)) is None  # loading never wins
-    curve = ComputeModel(None, None, ((0, 0.7), (10_000, 1.0)))  # 30 us/token
-    n = cost.break_even_tokens(0.75, 20e-6, curve)
-    assert n == pytest.approx(0.05 / 10e-6, rel=0.001)
-
-
-def test_p800_penalties_reproduce_the_seed():
-    pen = load_profile("p800").penalties
-    assert cost.registered_penalty_pct(pen, 80 * 10**9) == pytest.approx(20.6, abs=0.01)
-    assert cost.registered_penalty_pct(pen, 15 * 10**9) == pytest.approx(8.8, abs=0.01)
-    assert cost.registered_penalty_pct(pen, 0) == 0.0  # no host pool registered: no registration slowdown
-    assert (cost.numa_penalty_pct(pen, False), cost.numa_penalty_pct(pen, True)) == (11.5, -2.1)
-    with pytest.raises(ValueError, match="^registered_bytes:"):
-        cost.registered_penalty_pct(pen, -1)
-
-
-def test_ido_halves_shared_uplink_d2h_unless_ordering_is_relaxed():
+def test_all_hit_time_is_the_fixed_part_l2_path_and_a_layer_first_load():
     p = load_profile("p800")
-    assert cost.d2h_gbps_shared(p.link, p.penalties, 2, "off") == pytest.approx(3.70)
-    assert cost.d2h_gbps_shared(p.link, p.penalties, 2, "unknown") == pytest.approx(3.70)
-    assert cost.d2h_gbps_shared(p.link, p.penalties, 2, "on") == pytest.approx(7.40)
-    assert cost.d2h_gbps_shared(p.link, p.penalties, 1, "off") == pytest.approx(7.40)
-    assert cost.d2h_gbps_shared(p.link, Penalties(), 2, "off") is None
+    n = 16_384
+    load = mech.Traffic(bytes=n * TOKEN_BYTES, launches=LAYERS, items=n * LAYERS, kernel=True)
+    expect = (p.compute.prefill_fixed_s + p.compute.l2_path_fixed_s + mech.submission_seconds(p, load)
+              + n * TOKEN_BYTES / (p.link.h2d_gbps * 1e9) + n * LAYERS * p.link.kernel_per_item_us * 1e-6)
+    assert cost.allhit_seconds(p, n, LAYERS, TOKEN_BYTES) == pytest.approx(expect)
+    # remote NUMA memory slows the load by its bandwidth factor
+    remote = cost.allhit_seconds(p, n, LAYERS, TOKEN_BYTES, mech.HostState(numa="remote"))
+    assert remote - expect == pytest.approx(n * TOKEN_BYTES / (p.link.h2d_gbps * 1e9)
+                                            * (1 / p.host_costs.numa_remote_bw_factor - 1))
 
 
-def test_net_benefit_subtracts_transfer_and_penalties_and_names_assumptions():
+def test_break_even_unknown_never_or_from_a_curve():
     p = load_profile("p800")
-    nb = cost.net_benefit(p, compute_saved_s=10.0, transfer_s=2.0, baseline_s=100.0,
-                          registered_bytes=15 * 10**9, numa_local=True)
-    assert nb.penalty_pct == pytest.approx(8.8 - 2.1, abs=0.01)
-    assert nb.net_s == pytest.approx(10.0 - 2.0 - 6.7, abs=0.01)
-    assert "link.per_segment_us" in nb.assumed_inputs and "penalties.numa_local_pct" not in nb.assumed_inputs
-    assert cost.net_benefit(p, 1.0, 0.5, 10.0).penalty_s == 0.0
-    with pytest.raises(ValueError, match="^transfer_s:"):
-        cost.net_benefit(p, 1.0, -0.5, 10.0)
+    with pytest.raises(mech.Unpriced, match="compute model"):
+        cost.break_even_tokens(load_profile("emu"), LAYERS, TOKEN_BYTES)
+    cheap = with_values(p, **{"compute.prefill_per_token_s": 1e-6, "compute.prefill_per_token_pair_s": 0.0})
+    assert cost.break_even_tokens(cheap, LAYERS, TOKEN_BYTES) is None  # loading never wins
+    curve = with_values(p, **{"compute.prefill_curve": ((0, 0.735), (10_000, 1.035))})  # 30 us/token
+    fit = cost.allhit_fit(p, LAYERS, TOKEN_BYTES)  # the all-hit time is linear in n
+    assert cost.break_even_tokens(curve, LAYERS, TOKEN_BYTES) == pytest.approx((fit.a - 0.735) / (30e-6 - fit.b),
+                                                                              abs=1.0)
 
 
-def test_replay_reports_net_benefit_with_assumed_inputs_when_the_profile_has_a_compute_model():
-    from hicache_ref.sim.replay import replay
-    from hicache_ref.spec import CacheSpec
+# the replay JSON
 
-    fig = replay(CacheSpec.of(profile="p800", l2_tokens=8192), _small_trace(), None)
-    parts = fig["net_benefit_compute_saved_seconds"] - fig["net_benefit_transfer_seconds"] \
-        - fig["net_benefit_penalty_seconds"]
-    assert fig["net_benefit_seconds"] == pytest.approx(parts)
-    # unlimited L1: every hit is an L1 hit, which an L1-only cache gets too: HiCache saves no compute
-    assert fig["net_benefit_compute_saved_seconds"] == fig["modeled_prefill_seconds_saved"] == 0.0
-    assert fig["prefix_cache_compute_saved_seconds"] > 0
-    assert "link.per_segment_us" in fig["net_benefit_assumed_inputs"]
-    assert fig["net_benefit_registered_bytes"] > 0 and "is held" in fig["net_benefit_reason"]
-    none = replay(CacheSpec.of(profile="h200"), _small_trace(), None)
-    assert none["net_benefit_seconds"] is None and "compute model" in none["net_benefit_reason"]
+def _doc_trace():
+    a, b = tuple(range(8)), tuple(range(100, 108))  # two 4096-token documents (8 blocks of 512)
+    return [TraceRequest(timestamp=i, input_length=4096, output_length=1, hash_ids=h)
+            for i, h in enumerate([a, a, b, a])]
 
 
 def _small_trace():
-    from hicache_ref.sim.trace import TraceRequest
-
     return [TraceRequest(timestamp=i, input_length=4096, output_length=1, hash_ids=tuple(range(64)))
             for i in range(3)]
 
 
-def _result(n, l1, l2, l3=0):
-    from hicache_ref.core.cache import RequestResult
-
-    return RequestResult(n, l1, l2, 0, n, False, 0, l3)
-
-
-def test_compute_saved_counts_only_what_l2_hits_save_beyond_an_l1_only_cache():
-    from hicache_ref.sim.figures import add_saved as _add_saved
-
-    compute = ComputeModel(0.5, 1e-4)  # prefill(n) = 0.5 + 1e-4 n
-    res = _result(4096, 1024, 2048)
-    # beyond L1: prefill(4096 - 1024) - prefill(4096 - 1024 - 2048) = 0.3072 + 0.5 - (0.1024 + 0.5)
-    assert _add_saved(0.0, compute, res) == pytest.approx(0.2048)
-    # every hit, over no cache: prefill(4096) - prefill(1024) = 0.4096 - 0.1024
-    assert _add_saved(0.0, compute, res, over_l1=False) == pytest.approx(0.3072)
-    only_l1 = _result(4096, 4096, 0)
-    assert _add_saved(1.0, compute, only_l1) == 1.0
-    # L3 hits are a lower tier too: 1024 L2 + 1024 L3 tokens save what 2048 L2 tokens do
-    assert _add_saved(0.0, compute, _result(4096, 1024, 1024, 1024)) == pytest.approx(0.2048)
-
-
-def test_replay_net_benefit_counts_the_l2_hit_and_not_the_l1_hit():
-    from hicache_ref.sim.replay import replay
-    from hicache_ref.sim.trace import TraceRequest
-    from hicache_ref.spec import CacheSpec
-
-    a, b = tuple(range(8)), tuple(range(100, 108))  # two 4096-token documents (8 blocks of 512)
-    reqs = [TraceRequest(timestamp=i, input_length=4096, output_length=1, hash_ids=h) for i, h in enumerate([a, a, b, a])]
-    fig = replay(CacheSpec.of(profile="p800", l1_tokens=4096, l2_tokens=16384, write_policy="write_through"), reqs, None)
-    # the second a hits L1 (4096 tokens), b evicts a from L1, the last a loads all 4096 back from L2
-    assert (fig["l1_hit_tokens"], fig["l2_hit_tokens"]) == (4096, 4096)
-    whole = 0.735 + 2.8239e-05 * 4096  # p800's prefill(4096); prefill(0) = 0
-    assert fig["net_benefit_compute_saved_seconds"] == pytest.approx(whole)  # the L2 hit only
-    assert fig["prefix_cache_compute_saved_seconds"] == pytest.approx(2 * whole)  # both hits, over no cache
-    assert fig["net_benefit_seconds"] == pytest.approx(
-        whole - fig["net_benefit_transfer_seconds"] - fig["net_benefit_penalty_seconds"])
+def test_replay_net_benefit_is_l1_only_busy_minus_this_runs_busy():
+    fig = replay(CacheSpec.of(profile="p800", l1_tokens=4096, l2_tokens=16384, write_policy="write_through"),
+                 _doc_trace(), None)
+    # the second a hits L1, b evicts a from L1, the last a loads all 4096 tokens back from L2
+    assert (fig["l1_hit_tokens"], fig["l2_hit_tokens"], fig["l2_hit_requests"]) == (4096, 4096, 1)
+    c = load_profile("p800").compute
+    saved = c.prefill_per_token_s * 4096 + c.prefill_per_token_pair_s * 4096 ** 2  # prefill(4096) - prefill(4096, 4096)
+    assert fig["net_benefit_compute_saved_seconds"] == pytest.approx(saved)
+    svc = fig["net_benefit_service"]
+    assert fig["modeled_prefill_l1_only_seconds"] - svc["total"] == pytest.approx(fig["net_benefit_seconds"])
+    assert fig["net_benefit_seconds"] == pytest.approx(saved - fig["net_benefit_transfer_seconds"])
+    assert fig["net_benefit_transfer_seconds"] == pytest.approx(
+        svc["l2_path"] + svc["load"] + svc["hold"] + svc["interference"]) and svc["load"] > 0
+    assert svc["l2_path"] == pytest.approx(c.l2_path_fixed_s)  # one request loaded from L2
+    # 4096 tokens is above break-even: loading them costs less than recomputing them (the backups
+    # of both documents are what the run pays on top)
+    assert svc["l2_path"] + svc["load"] < saved and svc["hold"] + svc["interference"] > 0
+    assert fig["net_benefit_host_state"]["submission"] == "daemon"  # the replay prices every host fix on
+    assert fig["modeled_ttft_seconds"] == pytest.approx(svc["total"] / 4)  # serial: busy / requests
+    assert fig["modeled_ttft_change_pct"] == pytest.approx(
+        (svc["total"] / fig["modeled_prefill_l1_only_seconds"] - 1) * 100)
+    assert set(fig["net_benefit_assumed_inputs"]) == {"host_costs.ido_shared_d2h_factor", "link.d2h_gbps",
+                                                      "link.per_launch_us"}
+    line = [x for x in summary_lines(fig) if x.startswith("net benefit")]
+    assert len(line) == 1 and f"{fig['net_benefit_seconds']:+.3f} s" in line[0]
 
 
-def test_registered_penalty_is_held_at_the_nearest_measured_size_not_extrapolated():
-    p = load_profile("p800")
-    pen = p.penalties
-    # inside 15-80 GB the line: 6.0769 + 0.181538 * 40
-    assert cost.registered_penalty_pct(pen, 40 * 10**9) == pytest.approx(6.0769 + 0.181538 * 40, abs=0.01)
-    assert cost.registered_penalty_held(40 * 10**9) is None
-    assert cost.registered_penalty_pct(pen, 5 * 10**9) == pytest.approx(8.8, abs=0.01)  # held at 15 GB
-    assert cost.registered_penalty_pct(pen, 200 * 10**9) == pytest.approx(20.6, abs=0.01)  # held at 80 GB
-    assert "15 GB figure is held" in cost.registered_penalty_held(5 * 10**9)
-    assert "80 GB figure is held" in cost.registered_penalty_held(200 * 10**9)
-    held = cost.net_benefit(p, 1.0, 0.5, 10.0, registered_bytes=200 * 10**9)
-    inside = cost.net_benefit(p, 1.0, 0.5, 10.0, registered_bytes=40 * 10**9)
-    assert cost.REGISTERED_HELD_INPUT in held.assumed_inputs
-    assert cost.REGISTERED_HELD_INPUT not in inside.assumed_inputs
+def test_with_only_l1_hits_hicache_saves_no_compute_and_pays_for_its_backups():
+    fig = replay(CacheSpec.of(profile="p800", l2_tokens=8192), _small_trace(), None)  # unlimited L1
+    assert fig["net_benefit_compute_saved_seconds"] == fig["modeled_prefill_seconds_saved"] == 0.0
+    assert fig["prefix_cache_compute_saved_seconds"] > 0  # the L1 hits save over no cache, not over L1 alone
+    assert fig["d2h_bytes"] > 0 and fig["net_benefit_seconds"] < 0
 
 
-def test_an_empty_replay_has_no_net_benefit_figure():
-    from hicache_ref.sim.replay import replay, summary_lines
-    from hicache_ref.spec import CacheSpec
+def test_a_served_replay_prices_its_busy_seconds_under_its_concurrency():
+    from hicache_ref.sim.serving import replay_served
 
-    for profile in ("p800", "emu"):
-        fig = replay(CacheSpec.of(profile=profile), [], None)
-        assert fig["net_benefit_seconds"] is None and "no request replayed" in fig["net_benefit_reason"]
-        assert any(line.startswith("net benefit: not modeled (no request") for line in summary_lines(fig))
-    # emu has no compute model: a non-empty replay says so, as before
+    fig = replay_served(CacheSpec.of(profile="p800", l1_tokens=4096, l2_tokens=16384, write_policy="write_through",
+                                     concurrency=2), _doc_trace())
+    assert fig["net_benefit_seconds"] is not None
+    assert fig["modeled_ttft_seconds"] == pytest.approx(2 * fig["net_benefit_service"]["total"] / fig["requests"])
+    assert fig["modeled_ttft_l1_only_seconds"] == pytest.approx(2 * fig["modeled_prefill_l1_only_seconds"]
+                                                                / fig["requests"])
+
+
+def test_no_profile_no_compute_model_or_no_request_gives_no_net_benefit_and_says_why():
+    fig = replay(CacheSpec.of(profile="p800", l2_tokens=8192), _small_trace(), None)
+    none = cost.replay_figures(None, fig)
+    assert none == {"net_benefit_seconds": None, "net_benefit_reason": "no profile"}
     emu = replay(CacheSpec.of(profile="emu"), _small_trace(), None)
     assert emu["net_benefit_seconds"] is None and "compute model" in emu["net_benefit_reason"]
+    assert [x for x in summary_lines(emu) if x.startswith("net benefit")][0].startswith("net benefit: not modeled")
+    for profile in ("p800", "emu"):
+        empty = replay(CacheSpec.of(profile=profile), [], None)
+        assert empty["net_benefit_seconds"] is None and "no request replayed" in empty["net_benefit_reason"]
+        assert any(x.startswith("net benefit: not modeled (no request") for x in summary_lines(empty))
 
 
-def test_a_served_replay_does_not_claim_the_profile_is_missing():
-    from hicache_ref.sim.replay import summary_lines
-    from hicache_ref.sim.serving import replay_served
-    from hicache_ref.spec import CacheSpec
+def test_a_profile_missing_a_parameter_the_run_needs_names_it_in_the_replay(tmp_path):
+    doc = yaml.safe_load((Path(hardware_profiles.__file__).parent / "p800.yaml").read_text())
+    doc["compute"]["l2_path_fixed_s"] = "unknown"
+    path = tmp_path / "nopath.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    fig = replay(CacheSpec.of(profile=str(path), l1_tokens=4096, l2_tokens=16384, write_policy="write_through"),
+                 _doc_trace(), None)
+    assert fig["net_benefit_seconds"] is None and "compute.l2_path_fixed_s" in fig["net_benefit_reason"]
+    unhit = replay(CacheSpec.of(profile=str(path), l2_tokens=8192), _small_trace(), None)
+    assert unhit["net_benefit_seconds"] is not None  # no request loaded from L2: nothing needs that key
 
-    fig = replay_served(CacheSpec.of(profile="p800", l2_tokens=8192, concurrency=2), _small_trace())
-    line = [x for x in summary_lines(fig) if x.startswith("net benefit")]
-    assert line == ["net benefit: not modeled (not computed by a served replay (--concurrency); the serial "
-                    "replay gives it)"]
+
+def test_a_curve_profile_prices_a_replay_from_its_own_tally(tmp_path):
+    doc = yaml.safe_load((Path(hardware_profiles.__file__).parent / "p800.yaml").read_text())
+    doc["compute"]["prefill_curve"] = {"value": [[0, 0.735], [10_000, 1.035]], "source": "assumed: test"}
+    path = tmp_path / "curve.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    fig = replay(CacheSpec.of(profile=str(path), l1_tokens=4096, l2_tokens=16384, write_policy="write_through"),
+                 _doc_trace(), None)
+    # the curve, not the linear + pair terms: the L2 hit saves curve(4096) - curve(0) = 30 us x 4096
+    assert fig["net_benefit_compute_saved_seconds"] == pytest.approx(30e-6 * 4096)
+    assert fig["net_benefit_service"]["compute"] == pytest.approx(fig["modeled_prefill_compute_seconds"])
+    assert fig["net_benefit_seconds"] == pytest.approx(fig["modeled_prefill_l1_only_seconds"]
+                                                       - fig["net_benefit_service"]["total"])

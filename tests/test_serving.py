@@ -75,13 +75,21 @@ def test_replay_cli_concurrency(tmp_path, trace, capsys):
     one = json.loads(capsys.readouterr().out)
     assert {k: one[k] for k in KEYS} == {k: serial[k] for k in KEYS} and one["concurrency"] == 1
     assert main(base + ["--concurrency", "4", "--timestamps"]) == 0
-    assert json.loads(capsys.readouterr().out)["max_in_flight"] <= 4
+    four = json.loads(capsys.readouterr().out)
+    assert four["max_in_flight"] <= 4
+    # priced on the default profile (p800): the served clock's mean TTFT is 4 clients x busy / requests
+    for fig, clients in ((serial, 1), (one, 1), (four, 4)):
+        assert fig["profile"] == "p800" and fig["net_benefit_seconds"] is not None
+        assert fig["modeled_ttft_seconds"] == pytest.approx(
+            clients * fig["net_benefit_service"]["total"] / fig["requests"])
     assert main(base + ["--timestamps"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hicache: --timestamps:")
     text = [x for x in base if x != "--json"]
     assert main(text + ["--concurrency", "3", "--pd-disagg"]) == 0  # the summary says the replay was served, and how
-    served = [x for x in capsys.readouterr().out.splitlines() if x.startswith("served:")]
+    out = capsys.readouterr().out.splitlines()
+    served = [x for x in out if x.startswith("served:")]
     assert len(served) == 1 and "up to 3 requests in flight" in served[0] and "(--pd-disagg)" in served[0]
+    assert any(x.startswith("net benefit over an L1-only cache") for x in out)
     assert main(text) == 0
     assert "served:" not in capsys.readouterr().out

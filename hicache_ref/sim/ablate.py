@@ -20,7 +20,7 @@ from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec, SpecError
 from hicache_ref.spec.memory import check_capacity
 
-STEPS = ("baseline", "layer_first", "daemon_threads", "thp", "numa", "per_request_hits", "tp_shared",
+STEPS = ("baseline", "layer_first", "daemon_threads", "thp", "numa", "tp_shared", "per_request_hits",
          "plateau_capacity")
 ROW_KEYS = ("step", "change", "hit_rate", "d2h_segments", "h2d_segments", "d2h_bytes", "h2d_bytes",
             "modeled_transfer_seconds", "ttft_change_seconds", "ttft_change_pct", "net_benefit_seconds",
@@ -123,8 +123,13 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
         runs = Runs(spec, requests, tp)
     runs.progress = tick
     off = runs.figures(state(hicache=False), 0)
-    off_svc = cost.run_service(profile, off, mech.HostState()) if off["requests"] else None
-    rows = [_row(step, change, st, per_rank, runs, profile, tp, off, off_svc) for step, change, st in ladder]
+    try:  # HiCache off priced, or why not (then no rung is)
+        off_svc, off_why = (cost.run_service(profile, off, mech.HostState()), None) if off["requests"] \
+            else (None, "no request replayed")
+    except mech.Unpriced as e:
+        off_svc, off_why = None, str(e)
+    priced_off = (off_svc, off_why)
+    rows = [_row(step, change, st, per_rank, runs, profile, tp, off, priced_off) for step, change, st in ladder]
     # the capacity step goes on top of the better of the last two: the write-policy fix is conditional
     pick = min((-1, -2), key=lambda i: (rows[i]["modeled_ttft_seconds"] is None, rows[i]["modeled_ttft_seconds"] or 0))
     last = ladder[pick][2]
@@ -134,7 +139,7 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
     where = "plateau" if plateau.on_plateau else "largest tier, not yet on the plateau"
     rows.append(_row("plateau_capacity", f"L2 {per_rank * tp:,} -> {plateau_per_rank * tp:,} tokens (sweep {where}, "
                      f"gain < {plateau_gain}), on top of {ladder[pick][0]}", last, plateau_per_rank, runs, profile, tp,
-                     off, off_svc))
+                     off, priced_off))
     if progress is not None:
         progress(total, total)
     config = dict(requests=len(requests), input_tokens=sum(r.input_length for r in requests),
@@ -152,7 +157,8 @@ def _ttft(svc, fig) -> float | None:
     return None if svc is None else mech.mean_ttft_seconds(svc.total, fig["requests"], fig.get("concurrency"))
 
 
-def _row(step, change, st, per_rank, runs, profile, tp, off, off_svc) -> dict:
+def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict:
+    off_svc, off_why = priced_off
     fig = runs.figures(st, per_rank)
     hs = host_state(st, profile, per_rank, runs.base.geometry.token_bytes, tp)
     writers = 1 if st["tp_shared"] else tp
@@ -165,7 +171,7 @@ def _row(step, change, st, per_rank, runs, profile, tp, off, off_svc) -> dict:
                assumed_inputs=list(cost.assumed_inputs(profile)))
     try:
         if off_svc is None:
-            raise mech.Unpriced("no request replayed")
+            raise mech.Unpriced(off_why)
         svc = cost.run_service(profile, fig, hs)
     except mech.Unpriced as e:
         why = str(e)
