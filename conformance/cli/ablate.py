@@ -121,10 +121,10 @@ def table_lines(r: dict) -> list[str]:
                      f"{_num(None if s['h2d_bytes'] is None else s['h2d_bytes'] / gib, '.2f'):>8} "
                      f"{_num(s['modeled_transfer_seconds'], '.3f'):>9} {_num(s['ttft_change_seconds'], '+.4f'):>11} "
                      f"{_num(s['net_benefit_seconds'], '+.2f'):>11}")
-    lines.append("n/m: not measured:")
-    for s in r["steps"]:
-        reasons = sorted(set(s["not_measured"].values()))
-        lines += [f"  {s['step']}: {why}" for why in reasons]
+    unmeasured = [(s["step"], why) for s in r["steps"] for why in sorted(set(s["not_measured"].values()))]
+    if unmeasured:
+        lines.append("n/m: not measured:")
+        lines += [f"  {step}: {why}" for step, why in unmeasured]
     lines += [f"note, {s['step']}: {n}" for s in r["steps"] for n in s["notes"]]
     assumed = sorted({k for s in r["steps"] for k in s["assumed_inputs"]})
     if assumed:

@@ -65,8 +65,10 @@ def fit_line(xs, ys) -> LineFit:
 ALLHIT_TOKENS = (1024, 2048, 4096, 8192, 16384, 32768)
 
 
-def allhit_seconds(profile, tokens: int, layers: int, token_bytes: int,
-                   state: mech.HostState = mech.HostState()) -> float:
+ALL_FIXED = mech.HostState()  # every host fix on: daemon threads, THP, NUMA-local memory, IDO
+
+
+def allhit_seconds(profile, tokens: int, layers: int, token_bytes: int, state: mech.HostState = ALL_FIXED) -> float:
     """Modeled time of a request whose whole prompt of `tokens` is loaded from L2: prefill's fixed
     part, the L2 path, and the H2D of its KV as layer_first kernel loads (one launch per layer,
     one item per token and layer). Unpriced when the profile lacks a parameter."""
