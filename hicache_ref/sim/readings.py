@@ -79,6 +79,13 @@ def workload_ttft(profile, runs, state: dict, l2_gb: float) -> tuple[float, dict
     return mech.mean_ttft_seconds(svc.total, fig["requests"], runs.base.serving.concurrency), fig
 
 
+def workload_busy(profile, runs, state: dict, l2_gb: float) -> float:
+    """Busy seconds of the prefill server over the scenario's trace in `state`."""
+    fig = runs.figures(state, l2_tokens(l2_gb))
+    hs = host_state(state, profile, l2_tokens(l2_gb), SEED_GEOMETRY.token_bytes, runs.tp)
+    return cost.run_service(profile, fig, hs).total
+
+
 def workload_change_pct(profile, runs, state: dict, l2_gb: float, states: dict) -> float:
     on, _ = workload_ttft(profile, runs, state, l2_gb)
     off, _ = workload_ttft(profile, runs, states["hicache_off"], l2_gb)
@@ -198,6 +205,10 @@ def evaluate(profile, readings, runs) -> list[dict]:
             m = model_value(profile, r, readings, runs)
             row.update(model=m if np.isfinite(m) else None, within=bool(within(r, m)), not_measured=None,
                        detail=detail(r, m))
+            if r.quantity == "workload_ttft_change":  # what the fixes net over HiCache off, in server seconds
+                gb = r.l2_gb_per_card or readings.scenario["l2_gb_per_card"]
+                row["net_seconds"] = (workload_busy(profile, runs, readings.states["hicache_off"], gb)
+                                      - workload_busy(profile, runs, readings.states[r.state], gb))
         except mech.Unpriced as e:
             row.update(model=None, within=None, not_measured=str(e), detail=f"not measured: {e}")
         rows.append(row)
