@@ -102,7 +102,8 @@ def poor_fits(cal: dict, r2_min: float = R2_MIN) -> list[tuple[str, str, float]]
 
 def calibrate(backend, *, sizes=SIZES, repeat: int = 5, translation_sizes=None, progress=None) -> dict:
     """Every measurement above on `backend`, and the host costs (conformance.calibrate.host_costs);
-    the figures for the profile under 'link' and 'host_costs' (None: not measured or refused)."""
+    the figures for the profile under 'link' and 'host_costs' (each: value, measured, written, why:
+    a value is None where it was not measured or its fit was refused)."""
 
     say = progress or (lambda _msg: None)
     say("bandwidth over sizes")
@@ -132,6 +133,12 @@ def calibrate(backend, *, sizes=SIZES, repeat: int = 5, translation_sizes=None, 
         "memcpy_gbps": largest["h2d"]["memcpy_gbps"], "segments": seg, "launches": launch,
         "registration": reg, "link": link, "repeat": repeat, "sizes": list(sizes),
         "translation": trans, "numa": numa,
-        "host_costs": {"translation_slowdown_per_mentry": trans.get("value"),
-                       "numa_remote_bw_factor": numa.get("factor") if numa["measured"] else None},
+        "host_costs": {
+            "translation_slowdown_per_mentry": {
+                "value": trans.get("value"), "measured": "error" not in trans,
+                "written": bool(trans.get("accepted")), "why": trans.get("error") or trans.get("why", "")},
+            "numa_remote_bw_factor": {
+                "value": numa.get("factor"), "measured": numa["measured"], "written": numa["measured"],
+                "why": numa.get("why", "")},
+        },
     }

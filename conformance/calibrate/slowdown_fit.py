@@ -74,7 +74,7 @@ def slowdown_fit(mentries, seconds_per_byte, groups=None) -> dict:
     se = math.sqrt(max(0.0, var))
     resolution = RESOLUTION / max(x_max, 1e-12)
     out.update(rho=rho, se=se, resolution=resolution)
-    if se > max(abs(rho), resolution):
+    if se > max(rho, resolution):  # a negative estimate resolves no slowdown: only the resolution counts
         return {**out, "accepted": False, "value": None,
                 "why": f"rho {rho:.4g} +/- {se:.2g} per million entries: the standard error exceeds the estimate "
                        f"and the resolution {resolution:.2g} (a {RESOLUTION:.0%} slowdown at {x_max:.3g} M entries); "

@@ -104,19 +104,26 @@ def _numa_source(n: dict) -> str:
 
 
 def host_costs_section(base: dict, cal: dict, who: str) -> dict:
-    """The base profile's host_costs (values and sources kept) with what calibrate measured:
-    the translation slowdown always (unknown with the reason where the fit was refused), the
-    NUMA factor only where it was measured; keys in the schema's order."""
+    """The base profile's host_costs (values and sources kept) with what calibrate measured.
+    A refused translation fit leaves a known base value in place, its source saying why it was
+    not replaced, else writes unknown with the reason; the NUMA factor is written only where it
+    was measured. Keys in the schema's order."""
     from hardware_profiles.model import HOST_COST_BOUNDS
 
     section = dict(base)
-    t = cal["translation"]
-    value = cal["host_costs"]["translation_slowdown_per_mentry"]
-    section["translation_slowdown_per_mentry"] = {
-        "value": "unknown" if value is None else round(float(value), 6), "source": f"{who}: {_translation_source(t)}"}
+    key = "translation_slowdown_per_mentry"
+    t, value = cal["translation"], cal["host_costs"][key]["value"]
+    held = section.get(key)
+    if value is not None:
+        section[key] = {"value": round(float(value), 6), "source": f"{who}: {_translation_source(t)}"}
+    elif isinstance(held, dict) and held.get("value") not in (None, "unknown"):
+        section[key] = {"value": held["value"], "source": f"{held['source'].rstrip()}; kept: {who}: "
+                        f"{_translation_source(t)}"}
+    else:
+        section[key] = {"value": "unknown", "source": f"{who}: {_translation_source(t)}"}
     n = cal["numa"]
     if n["measured"]:
-        section["numa_remote_bw_factor"] = {"value": round(float(cal["host_costs"]["numa_remote_bw_factor"]), 6),
+        section["numa_remote_bw_factor"] = {"value": round(float(n["factor"]), 6),
                                             "source": f"{who}: {_numa_source(n)}"}
     return {k: section[k] for k in HOST_COST_BOUNDS if k in section}
 
