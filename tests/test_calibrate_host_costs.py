@@ -141,3 +141,37 @@ def test_numa_on_one_node_is_not_measured_and_says_why(emu):
     if len(sysfs_numa_nodes()) > 1:
         pytest.skip("this machine has several NUMA nodes")
     assert numa(emu) == {"measured": False, "nodes": [sysfs_numa_nodes()[0].id], "why": "one NUMA node"}
+
+
+def test_the_node_comparison_runs_on_real_bound_memory_and_writes_a_loadable_factor(emu, tmp_path):
+    """The measurement a several-node host runs, here between node 0 and itself (this machine may
+    have one node): memory really bound by mbind, the factor ~1, its source written and loaded."""
+    import yaml
+
+    from conformance.calibrate.host_costs import compare_nodes
+    from conformance.calibrate.write import host_costs_section
+    from hal.topology import sysfs_numa_nodes
+    from hardware_profiles import load_profile
+
+    node = sysfs_numa_nodes()[0].id
+    n = compare_nodes(emu, node, [node], rounds=5, nbytes=16 << 20)
+    assert n["measured"] and set(n["remote"]) == {str(node)} and n["local_gbps"] > 0
+    assert 0.5 < n["factor"] <= 1.0  # the same node: only noise parts the two
+    n.update(nodes=[node, node], local_how="node 0 against itself, for this test")
+    translation = {"error": "not measured in this test"}
+    cal = {"translation": translation, "numa": n,
+           "host_costs": {"translation_slowdown_per_mentry": {"value": None}, "numa_remote_bw_factor": {}}}
+    section = host_costs_section({"submit_contention": {"value": 0.3, "source": "assumed: a test"}}, cal,
+                                 "measured: a test")
+    assert list(section) == ["submit_contention", "translation_slowdown_per_mentry", "numa_remote_bw_factor"]
+    assert section["translation_slowdown_per_mentry"] == {"value": "unknown",
+                                                          "source": "measured: a test: not measured: not measured "
+                                                                    "in this test"}
+    data = yaml.safe_load(load_profile("emu").path.read_text())
+    data["host_costs"] = section
+    path = tmp_path / "numa.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    profile = load_profile(path)
+    assert profile.host_costs.numa_remote_bw_factor == round(n["factor"], 6)
+    assert profile.sources["host_costs.numa_remote_bw_factor"].startswith("measured: a test: remote / local bandwidth")
+    assert profile.host_costs.submit_contention == 0.3

@@ -155,23 +155,30 @@ def numa(backend, rounds: int = 9, nbytes: int = NUMA_BYTES) -> dict:
     local, how = _local_node(backend)
     if local not in nodes:
         return {"measured": False, "nodes": nodes, "why": f"the local node is unknown: {how}"}
-    remotes = [n for n in nodes if n != local]
+    return {**compare_nodes(backend, local, [n for n in nodes if n != local], rounds, nbytes), "nodes": nodes,
+            "local_how": how}
+
+
+def compare_nodes(backend, local: int, remotes: list[int], rounds: int = 9, nbytes: int = NUMA_BYTES) -> dict:
+    """The NUMA measurement between `local` and each of `remotes` (see numa); {'measured': False,
+    'why'} when memory cannot be bound to a node here."""
     device = backend.alloc_device((nbytes,), torch.uint8)
     one = Segments(np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, nbytes, np.int64))
-    buffers = {}
+    buffers, walls = {}, {}
     try:
-        for node in (local, *remotes):
-            buffers[node] = allocate_host(nbytes, huge_pages=True, numa=("bind", [node]), backend=backend)
-        plans = {n: [TransferPlan("numa", [CopyGroup(b.tensor, device, one)])] for n, b in buffers.items()}
+        for i, node in enumerate((local, *remotes)):  # by position: a node may be compared with itself
+            buffers[i] = allocate_host(nbytes, huge_pages=True, numa=("bind", [node]), backend=backend)
+        plans = {i: [TransferPlan("numa", [CopyGroup(b.tensor, device, one)])] for i, b in buffers.items()}
         walls = _alternate(backend, plans, rounds)
     except (OSError, ValueError) as e:
-        return {"measured": False, "nodes": nodes, "why": f"binding {nbytes >> 20} MiB to a node failed: {e}"}
+        return {"measured": False, "why": f"binding {nbytes >> 20} MiB to a node failed: {e}"}
     finally:
         for b in buffers.values():
             b.close()
-    ratios = {n: statistics.median(lt / rt for lt, rt in zip(walls[local], walls[n], strict=True)) for n in remotes}
-    return {"measured": True, "nodes": nodes, "local": local, "local_how": how, "bytes": nbytes, "rounds": rounds,
-            "local_gbps": nbytes / statistics.median(walls[local]) / 1e9,
-            "remote": {str(n): {"gbps": nbytes / statistics.median(walls[n]) / 1e9, "factor": ratios[n]}
-                       for n in remotes},
-            "factor": min(1.0, statistics.fmean(ratios.values()))}
+    ratios = [statistics.median(lt / rt for lt, rt in zip(walls[0], walls[i], strict=True))
+              for i in range(1, len(remotes) + 1)]
+    return {"measured": True, "local": local, "bytes": nbytes, "rounds": rounds,
+            "local_gbps": nbytes / statistics.median(walls[0]) / 1e9,
+            "remote": {str(n): {"gbps": nbytes / statistics.median(walls[i + 1]) / 1e9, "factor": ratios[i]}
+                       for i, n in enumerate(remotes)},
+            "factor": min(1.0, statistics.fmean(ratios))}
