@@ -11,6 +11,7 @@ to the device's node and to each other node; the factor is remote / local bandwi
 
 from __future__ import annotations
 
+import ctypes
 import os
 import statistics
 
@@ -22,6 +23,7 @@ from conformance.calibrate.slowdown_fit import slowdown_fit
 from hal.memory.budget import refuse_over
 from hal.memory.host import allocate_host
 from hal.memory.vm import HUGE_PAGE, PAGE
+from hal.topology import sysfs_numa_nodes
 from hal.transfer.plan import CopyGroup, Segments, TransferPlan
 
 MIB = 1 << 20
@@ -32,6 +34,7 @@ NUMA_BYTES = 256 * MIB
 SEED = 20  # the random offsets are the same on every run: the structure of a calibration is fixed
 OUTLIER_MADS = 4.0
 PAGE_KINDS = (("4k", False), ("thp", True))
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def budget_check(option: str, sizes) -> None:
@@ -110,7 +113,7 @@ def translation(backend, sizes=TRANSLATION_SIZES, rounds: int = 9, progress=None
                     samples["mentries"].append(e / 1e6)
                     samples["seconds_per_byte"].append(walls[kind][i] / MOVED)
                     samples["groups"].append(f"{size}:{i}")
-        except (OSError, ValueError) as e:
+        except (OSError, RuntimeError, ValueError) as e:  # what allocation and registration raise
             return {"error": f"{size >> 20} MiB regions: {e}", "points": points}
         finally:
             for b in buffers.values():
@@ -120,26 +123,33 @@ def translation(backend, sizes=TRANSLATION_SIZES, rounds: int = 9, progress=None
             "dropped_rounds": dropped, "sizes": sorted(sizes), **fit}
 
 
-def _memory_nodes() -> list[int]:
-    from hal.topology import sysfs_numa_nodes
-
+def _memory_nodes() -> tuple[list[int], str]:
+    """(nodes with memory, why there is nothing to compare: '' when there is)."""
     nodes = sysfs_numa_nodes()
+    if len(nodes) == 1:
+        return [nodes[0].id], "one NUMA node"
     with_memory = [n.id for n in nodes if n.memory_bytes > 0]
-    return with_memory if len(nodes) > 1 else [nodes[0].id]
+    return with_memory, "" if len(with_memory) > 1 else f"one NUMA node with memory (of {len(nodes)})"
+
+
+def _this_cpu() -> int | None:
+    try:
+        cpu = _libc.sched_getcpu()
+    except AttributeError:  # a libc without it
+        return None
+    return cpu if cpu >= 0 else None
 
 
 def _local_node(backend) -> tuple[int | None, str]:
     """(node, how it was chosen): the device's node where the backend's topology is the real
     machine's; else the node of the CPU this thread runs on."""
-    from hal.topology import sysfs_numa_nodes
-
     try:
         topo = backend.topology()
         if topo.source != "profile" and topo.devices and topo.devices[0].numa_node is not None:
             return topo.devices[0].numa_node, f"device 0's node ({topo.source})"
     except Exception:  # no topology from this backend: fall back to where this thread runs
         pass
-    cpu = os.sched_getcpu() if hasattr(os, "sched_getcpu") else None
+    cpu = _this_cpu()
     for node in sysfs_numa_nodes():
         if cpu in node.cpus:
             return node.id, f"the node of CPU {cpu}, where calibrate runs"
@@ -149,9 +159,9 @@ def _local_node(backend) -> tuple[int | None, str]:
 def numa(backend, rounds: int = 9, nbytes: int = NUMA_BYTES) -> dict:
     """{'measured': False, 'why'} on one node; else per remote node the bandwidth ratio remote /
     local (median of per-round ratios of one contiguous H2D of `nbytes`), and their mean."""
-    nodes = _memory_nodes()
-    if len(nodes) < 2:
-        return {"measured": False, "nodes": nodes, "why": "one NUMA node"}
+    nodes, why = _memory_nodes()
+    if why:
+        return {"measured": False, "nodes": nodes, "why": why}
     local, how = _local_node(backend)
     if local not in nodes:
         return {"measured": False, "nodes": nodes, "why": f"the local node is unknown: {how}"}
@@ -160,8 +170,20 @@ def numa(backend, rounds: int = 9, nbytes: int = NUMA_BYTES) -> dict:
 
 
 def compare_nodes(backend, local: int, remotes: list[int], rounds: int = 9, nbytes: int = NUMA_BYTES) -> dict:
-    """The NUMA measurement between `local` and each of `remotes` (see numa); {'measured': False,
-    'why'} when memory cannot be bound to a node here."""
+    """The NUMA measurement between `local` and each of `remotes` (see numa), submitted from this
+    thread pinned to `local`'s CPUs (the stream's thread, started here, inherits it); {'measured':
+    False, 'why'} when memory cannot be bound to a node here."""
+    cpus = set(next((n.cpus for n in sysfs_numa_nodes() if n.id == local), ())) & os.sched_getaffinity(0)
+    before = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    try:
+        return _compare(backend, local, remotes, rounds, nbytes)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _compare(backend, local: int, remotes: list[int], rounds: int, nbytes: int) -> dict:
     device = backend.alloc_device((nbytes,), torch.uint8)
     one = Segments(np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, nbytes, np.int64))
     buffers, walls = {}, {}
@@ -170,7 +192,7 @@ def compare_nodes(backend, local: int, remotes: list[int], rounds: int = 9, nbyt
             buffers[i] = allocate_host(nbytes, huge_pages=True, numa=("bind", [node]), backend=backend)
         plans = {i: [TransferPlan("numa", [CopyGroup(b.tensor, device, one)])] for i, b in buffers.items()}
         walls = _alternate(backend, plans, rounds)
-    except (OSError, ValueError) as e:
+    except (OSError, RuntimeError, ValueError) as e:
         return {"measured": False, "why": f"binding {nbytes >> 20} MiB to a node failed: {e}"}
     finally:
         for b in buffers.values():
