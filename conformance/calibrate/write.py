@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from hardware_profiles import load_profile
+from hardware_profiles.model import HOST_COST_BOUNDS
 
 
 def cpu_model() -> str:
@@ -48,7 +49,7 @@ HOW = {
 
 
 def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
-    """YAML text of `base` (a loaded Profile) with the calibrated link section."""
+    """YAML text of `base` (a loaded Profile) with the calibrated link section and host costs."""
     data = yaml.safe_load(Path(str(base.path)).read_text(encoding="utf-8"))
     m, when = cal["machine"], cal["date"]
     who = f"measured: `{command}` (backend {backend}) on {m['host']} ({m['cpu']}, {m['cores']} cores), {when}"
@@ -108,8 +109,6 @@ def host_costs_section(base: dict, cal: dict, who: str) -> dict:
     A refused translation fit leaves a known base value in place, its source saying why it was
     not replaced, else writes unknown with the reason; the NUMA factor is written only where it
     was measured. Keys in the schema's order."""
-    from hardware_profiles.model import HOST_COST_BOUNDS
-
     section = dict(base)
     key = "translation_slowdown_per_mentry"
     t, value = cal["translation"], cal["host_costs"][key]["value"]
