@@ -1,5 +1,6 @@
 """A calibrated profile: the base profile's YAML with its link section replaced by what was
-measured and its host_costs updated with what was (the other host costs kept with their sources), each figure sourced `measured: <command> on <host> (<cpu>), <date>: <how>`, and the
+measured and its host_costs updated with what was (the base's other host costs kept with their
+sources), each figure sourced `measured: <command> on <host> (<cpu>), <date>: <how>`, and the
 samples kept beside it as <stem>.calibration.json (report.html draws them). The result loads
 with `--profile FILE.yaml`; writing refuses to leave a file that would not."""
 
