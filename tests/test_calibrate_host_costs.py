@@ -134,6 +134,13 @@ def test_translation_measures_both_page_kinds_on_real_buffers(emu):
         assert math.isfinite(t["value"]) and t["value"] >= 0
 
 
+def test_translation_refuses_regions_this_machine_cannot_hold(emu):
+    from conformance.calibrate.host_costs import translation
+
+    with pytest.raises(ValueError, match=r"^translation_sizes: needs ~"):
+        translation(emu, sizes=(64 << 40,))
+
+
 def test_numa_on_one_node_is_not_measured_and_says_why(emu):
     from conformance.calibrate.host_costs import numa
     from hal.topology import sysfs_numa_nodes

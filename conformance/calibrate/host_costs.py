@@ -83,7 +83,9 @@ def _alternate(backend, plans: dict, rounds: int) -> dict[str, list[float]]:
 
 def translation(backend, sizes=TRANSLATION_SIZES, rounds: int = 9, progress=None) -> dict:
     """Points (size, page kind, entries, seconds per byte) and the fit; {'error'} when the
-    buffers cannot be made or registered here."""
+    buffers cannot be made or registered here; ValueError naming translation_sizes when two
+    regions of the largest size would not fit this machine."""
+    budget_check("translation_sizes", sizes)  # before anything is allocated, as the command line does
     say = progress or (lambda _msg: None)
     rng = np.random.default_rng(SEED)
     device = backend.alloc_device((MOVED,), torch.uint8)
