@@ -1,9 +1,11 @@
 """`hicache calibrate` on emu: writes a profile that loads, with measured sources, and bandwidth near a
-memcpy of the same run; its samples and fits (with residuals) are kept beside it."""
+memcpy of the same run; its samples and fits (with residuals) are kept beside it; the host costs
+(translation slowdown, NUMA factor) are measured or say why not, the base's others kept."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -35,6 +37,60 @@ def test_calibrate_writes_a_loadable_measured_profile(calibrated):
     assert profile.targets == load_profile("emu").targets  # everything but the link kept from the base
 
 
+def test_calibrated_profile_has_the_measured_translation_slowdown_or_says_why_not(calibrated):
+    _, out = calibrated
+    profile = load_profile(out)
+    cal = json.loads(out.with_name("thisbox.calibration.json").read_text())
+    source = profile.sources["host_costs.translation_slowdown_per_mentry"]
+    assert source.startswith("measured: `hicache calibrate") and "4 KB pages and on THP" in source
+    rho = profile.host_costs.translation_slowdown_per_mentry
+    entry = cal["host_costs"]["translation_slowdown_per_mentry"]
+    assert entry["measured"] and entry["written"] == (rho is not None)
+    if rho is None:  # refused: the profile says unknown, and why
+        assert "not written: " in source and entry["why"] in source
+    else:
+        assert math.isfinite(rho) and rho >= 0 and rho == round(entry["value"], 6)
+        assert f"+/- {cal['translation']['se']:.2g}" in source
+    t = cal["translation"]
+    assert [p["pages"] for p in t["points"]] == ["4k", "thp"] * 3 and t["fit"]["residuals"]
+    assert t["sizes"] == [64 << 20, 256 << 20, 1 << 30]  # the defaults: fit a 2-core 24 GiB box
+
+
+def test_numa_on_one_node_is_not_invented(calibrated):
+    from hal.topology import sysfs_numa_nodes
+
+    if len(sysfs_numa_nodes()) > 1:
+        pytest.skip("this machine has several NUMA nodes")
+    _, out = calibrated
+    cal = json.loads(out.with_name("thisbox.calibration.json").read_text())
+    assert cal["host_costs"]["numa_remote_bw_factor"] == {"value": None, "measured": False, "written": False,
+                                                          "why": "one NUMA node"}
+    profile = load_profile(out)
+    assert profile.host_costs.numa_remote_bw_factor is None  # emu's profile has none: none is made up
+    assert "host_costs.numa_remote_bw_factor" not in profile.sources
+
+
+def test_a_calibration_on_p800_keeps_its_other_host_costs_with_their_sources(tmp_path, capsys):
+    import yaml
+
+    out = tmp_path / "p800here.yaml"
+    assert main([*SMALL, "--profile", "p800", "--out", str(out), "--accept-poor-fit", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed["host_costs"]) == {"translation_slowdown_per_mentry", "numa_remote_bw_factor"}
+    base, mine = load_profile("p800"), load_profile(out)
+    written = yaml.safe_load(out.read_text())["host_costs"]
+    assert list(written) == list(yaml.safe_load(base.path.read_text())["host_costs"])  # same keys, same order
+    for key in ("submit_contention", "d2h_interference", "ido_shared_d2h_factor", "numa_remote_bw_factor"):
+        assert getattr(mine.host_costs, key) == getattr(base.host_costs, key)
+        assert mine.sources[f"host_costs.{key}"] == base.sources[f"host_costs.{key}"]
+    source = mine.sources["host_costs.translation_slowdown_per_mentry"]
+    if printed["host_costs"]["translation_slowdown_per_mentry"]["written"]:
+        assert source.startswith("measured: ")
+    else:  # refused: the derived value stays, and its source says calibrate did not replace it and why
+        assert mine.host_costs.translation_slowdown_per_mentry == base.host_costs.translation_slowdown_per_mentry
+        assert source.startswith("derived: ") and "; kept: measured: " in source and "not written: " in source
+
+
 def _ratios(cal: dict) -> dict[str, float]:
     return {d: cal["bandwidth"][d][-1]["ratio_vs_memcpy"] for d in ("h2d", "d2h")}
 
@@ -53,7 +109,7 @@ def test_calibrated_bandwidth_is_within_20pct_of_memcpy_in_the_same_run(calibrat
     while not within(attempts[-1]) and len(attempts) < 3 and os.getloadavg()[0] > (os.cpu_count() or 1):
         again = tmp_path / f"again{len(attempts)}.yaml"
         assert main(["calibrate", "--out", str(again), "--sizes", "16MiB,64MiB,256MiB", "--repeat", "9",
-                     "--quiet", "--accept-poor-fit"]) == 0
+                     "--translation-sizes", "2MiB,4MiB", "--quiet", "--accept-poor-fit"]) == 0
         attempts.append(json.loads(again.with_name(again.stem + ".calibration.json").read_text()))
     assert within(attempts[-1]), [_ratios(c) for c in attempts]
     cal = attempts[-1]
@@ -98,7 +154,7 @@ def test_poor_fits_are_those_below_the_threshold():
                       "registration": {"error": "no"}}, 0.5) == [("per_segment_us", "per-segment fit", 0.1)]
 
 
-SMALL = ["calibrate", "--sizes", "1MiB,2MiB", "--repeat", "3", "--quiet"]
+SMALL = ["calibrate", "--sizes", "1MiB,2MiB", "--repeat", "3", "--translation-sizes", "2MiB,4MiB", "--quiet"]
 
 
 def test_a_fit_below_min_r2_is_not_written_without_accept_poor_fit(tmp_path, capsys):
@@ -126,6 +182,9 @@ def test_a_fit_below_min_r2_is_not_written_without_accept_poor_fit(tmp_path, cap
     (["--out", "x.txt"], "--out"),
     (["--backend", "xpu"], "--backend"),
     (["--repeat", "1"], "--repeat"),
+    (["--translation-sizes", "1MiB"], "--translation-sizes"),  # below one huge page
+    (["--translation-sizes", "64MiB,nope"], "--translation-sizes"),
+    (["--translation-sizes", "64TiB"], "--translation-sizes"),  # two of them do not fit this machine
 ])
 def test_bad_input_is_one_line_exit_2(argv, where, capsys):
     assert main(["calibrate", *argv]) == 2

@@ -1,6 +1,7 @@
 """What `hicache calibrate` measures on the machine it runs on, and the least-squares fits.
 
-It measures bandwidth, per-segment and per-launch cost, and registration seconds.
+It measures bandwidth, per-segment and per-launch cost, registration seconds, and the host costs
+of translation entries and remote NUMA memory (conformance.calibrate.host_costs).
 The link figures are the medians at the largest size and the fitted slopes.
 `poor_fits` names the fits behind link figures whose R^2 is below R2_MIN (0.9).
 Each measurement and fit: docs/architecture.md, "Design notes".
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 
+from conformance.calibrate import host_costs
 from conformance.calibrate.probe import Buffers, paired, paired_ratio, probe
 from hicache_ref.sim.cost import LineFit, fit_line
 
@@ -98,8 +100,11 @@ def poor_fits(cal: dict, r2_min: float = R2_MIN) -> list[tuple[str, str, float]]
     return [(key, what[key], r2) for key, r2 in fit_r2(cal).items() if r2 is not None and r2 < r2_min]
 
 
-def calibrate(backend, *, sizes=SIZES, repeat: int = 5, progress=None) -> dict:
-    """Every measurement above on `backend`; the figures for the profile under 'link'."""
+def calibrate(backend, *, sizes=SIZES, repeat: int = 5, translation_sizes=None, progress=None) -> dict:
+    """Every measurement above on `backend`, and the host costs (conformance.calibrate.host_costs);
+    the figures for the profile under 'link' and 'host_costs' (each: value, measured, written, why:
+    a value is None where it was not measured or its fit was refused)."""
+
     say = progress or (lambda _msg: None)
     say("bandwidth over sizes")
     rows, fits = bandwidth(backend, sizes, repeat)
@@ -109,6 +114,11 @@ def calibrate(backend, *, sizes=SIZES, repeat: int = 5, progress=None) -> dict:
     launch = counts(backend, "h2d", what="launches", counts_=LAUNCH_COUNTS, repeat=repeat)
     say("registration")
     reg = registration(backend, REGISTER_SIZES, max(1, repeat // 2))
+    say("translation entries")
+    trans = host_costs.translation(backend, translation_sizes or host_costs.TRANSLATION_SIZES,
+                                   rounds=max(9, 5 * repeat), progress=say)
+    say("NUMA placement")
+    numa = host_costs.numa(backend, rounds=max(9, 2 * repeat))
     largest = {d: rs[-1] for d, rs in rows.items()}
     link = {
         "h2d_gbps": largest["h2d"]["gbps"],
@@ -122,4 +132,13 @@ def calibrate(backend, *, sizes=SIZES, repeat: int = 5, progress=None) -> dict:
         "bandwidth": rows, "bandwidth_fits": {d: _fit_json(f) for d, f in fits.items()},
         "memcpy_gbps": largest["h2d"]["memcpy_gbps"], "segments": seg, "launches": launch,
         "registration": reg, "link": link, "repeat": repeat, "sizes": list(sizes),
+        "translation": trans, "numa": numa,
+        "host_costs": {
+            "translation_slowdown_per_mentry": {
+                "value": trans.get("value"), "measured": "error" not in trans,
+                "written": bool(trans.get("accepted")), "why": trans.get("error") or trans.get("why", "")},
+            "numa_remote_bw_factor": {
+                "value": numa.get("factor"), "measured": numa["measured"], "written": numa["measured"],
+                "why": numa.get("why", "")},
+        },
     }

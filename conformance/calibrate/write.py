@@ -1,5 +1,6 @@
 """A calibrated profile: the base profile's YAML with its link section replaced by what was
-measured, each figure sourced `measured: <command> on <host> (<cpu>), <date>: <how>`, and the
+measured and its host_costs updated with what was (the base's other host costs kept with their
+sources), each figure sourced `measured: <command> on <host> (<cpu>), <date>: <how>`, and the
 samples kept beside it as <stem>.calibration.json (report.html draws them). The result loads
 with `--profile FILE.yaml`; writing refuses to leave a file that would not."""
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from hardware_profiles import load_profile
+from hardware_profiles.model import HOST_COST_BOUNDS
 
 
 def cpu_model() -> str:
@@ -48,7 +50,7 @@ HOW = {
 
 
 def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
-    """YAML text of `base` (a loaded Profile) with the calibrated link section."""
+    """YAML text of `base` (a loaded Profile) with the calibrated link section and host costs."""
     data = yaml.safe_load(Path(str(base.path)).read_text(encoding="utf-8"))
     m, when = cal["machine"], cal["date"]
     who = f"measured: `{command}` (backend {backend}) on {m['host']} ({m['cpu']}, {m['cores']} cores), {when}"
@@ -72,11 +74,58 @@ def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
             source += f"; poor fit accepted with --accept-poor-fit (R^2 {accepted[key]:.3f} < {r2_min})"
         link[key] = {"value": round(float(value), 6), "source": source}
     data["link"] = link
-    data["description"] = (f"{base.description} Link calibrated by hicache calibrate on {m['host']}, {when}; "
-                           f"the rest as in profile {base.name}.")
+    data["host_costs"] = host_costs_section(data.get("host_costs") or {}, cal, who)
+    data["description"] = (f"{base.description} Link and host costs calibrated by hicache calibrate on "
+                           f"{m['host']}, {when}; the rest as in profile {base.name}.")
     header = (f"# Calibrated from profile {base.name} by `{command}` on {m['host']}, {when}.\n"
               f"# Samples and fits: the .calibration.json beside this file.\n")
     return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+
+
+def _translation_source(t: dict) -> str:
+    if "error" in t:
+        return f"not measured: {t['error']}"
+    f = t["fit"]
+    how = (f"least squares of H2D seconds per byte on million translation entries (bytes / page size, from smaps) "
+           f"of regions of {'/'.join(str(s >> 20) for s in t['sizes'])} MiB registered on 4 KB pages and on THP, "
+           f"{t['rounds']} rounds of {t['moved_bytes'] >> 20} MiB in {t['piece_bytes'] >> 10} KiB pieces at random "
+           f"offsets over the region, one intercept per round and size ({t['dropped_rounds']} rounds dropped as "
+           f"outliers); slope {f['b']:.4g} +/- {f['se_b']:.2g} s/B per M entries, intercept {f['a']:.4g} s/B, "
+           f"{f['dof']} dof, rmse {f['rmse']:.3g} s/B")
+    if not t["accepted"]:
+        return f"not written: {t['why']} ({how})"
+    return (f"{how}: rho = slope / intercept = {t['rho']:.4g} +/- {t['se']:.2g}"
+            + (" (negative within its error: written 0)" if t["rho"] < 0 else ""))
+
+
+def _numa_source(n: dict) -> str:
+    per = ", ".join(f"node {k} {v['factor']:.3f} ({v['gbps']:.2f} GB/s)" for k, v in n["remote"].items())
+    return (f"remote / local bandwidth of one {n['bytes'] >> 20} MiB H2D from THP memory bound to each node, "
+            f"median over {n['rounds']} alternating rounds of the per-round ratio; local node {n['local']} "
+            f"({n['local_how']}, {n['local_gbps']:.2f} GB/s); {per}; the mean of the nodes' factors, at most 1")
+
+
+def host_costs_section(base: dict, cal: dict, who: str) -> dict:
+    """The base profile's host_costs (values and sources kept) with what calibrate measured.
+    A refused translation fit leaves a known base value in place, its source saying why it was
+    not replaced, else writes unknown with the reason; the NUMA factor is written only where it
+    was measured. Keys in the schema's order."""
+    section = dict(base)
+    key = "translation_slowdown_per_mentry"
+    t, value = cal["translation"], cal["host_costs"][key]["value"]
+    held = section.get(key)
+    if value is not None:
+        section[key] = {"value": round(float(value), 6), "source": f"{who}: {_translation_source(t)}"}
+    elif isinstance(held, dict) and held.get("value") not in (None, "unknown"):
+        section[key] = {"value": held["value"], "source": f"{held['source'].rstrip()}; kept: {who}: "
+                        f"{_translation_source(t)}"}
+    else:
+        section[key] = {"value": "unknown", "source": f"{who}: {_translation_source(t)}"}
+    n = cal["numa"]
+    if n["measured"]:
+        section["numa_remote_bw_factor"] = {"value": round(float(n["factor"]), 6),
+                                            "source": f"{who}: {_numa_source(n)}"}
+    return {k: section[k] for k in HOST_COST_BOUNDS if k in section}
 
 
 def write(out: Path, base, cal: dict, command: str, backend: str) -> Path:

@@ -2,7 +2,8 @@
 
 It measures nvbandwidth-style (warm-up, repeats, medians, spread) with least-squares fits (conformance/calibrate).
 `--out FILE.yaml` writes the profile and FILE.calibration.json; `hicache conform --profile FILE.yaml` uses it.
-A fit below --min-r2 is not written unless --accept-poor-fit.
+A fit below --min-r2 is not written unless --accept-poor-fit. The host costs (translation-entry
+slowdown, remote NUMA factor) are written where measured well, else unknown or kept, with the reason.
 What is measured and the exit rules: docs/architecture.md, "Design notes".
 """
 
@@ -20,7 +21,8 @@ from conformance.common.inputs import load_profile_arg, new_file
 from conformance.common.progress import ticker
 from hal.units import HELP as UNITS
 
-HELP = "measure H2D/D2H bandwidth, per-segment, per-launch and registration costs; write a measured profile"
+HELP = ("measure H2D/D2H bandwidth, per-segment, per-launch and registration costs, the translation-entry "
+        "slowdown and the remote NUMA factor; write a measured profile")
 
 
 def add_arguments(p) -> None:
@@ -31,6 +33,9 @@ def add_arguments(p) -> None:
                    "FILE.calibration.json beside it")
     p.add_argument("--sizes", default="1MiB,4MiB,16MiB,64MiB,256MiB", help="transfer sizes, comma separated "
                    f"({UNITS}; at most 1 GiB each; the largest gives the profile's bandwidth)")
+    p.add_argument("--translation-sizes", default="64MiB,256MiB,1GiB", help="host regions registered on 4 KB "
+                   f"pages and on THP for the translation-entry fit, comma separated ({UNITS}; two of the largest "
+                   "are held at once, within this machine's memory; go larger on a real node)")
     p.add_argument("--repeat", type=arg_types.count(3, 1000), default=5, help="timed repeats per point (>= 3)")
     p.add_argument("--min-r2", type=arg_types.unit_interval("a number"), default=None,
                    help="least R^2 a fitted figure needs to be written to --out (default 0.9)")
@@ -42,11 +47,12 @@ def add_arguments(p) -> None:
 
 def run(a) -> int:
     from conformance.calibrate import measure, write
-    from conformance.calibrate.sizes import transfer_sizes
+    from conformance.calibrate.sizes import region_sizes, transfer_sizes
     from conformance.plugin import backend_status, default_profile_name
     from hal.backend import get_backend
 
     sizes = transfer_sizes(a.sizes)
+    regions = region_sizes(a.translation_sizes)
     out = None if a.out is None else new_file("--out", a.out, (".yaml", ".yml"))
     check_backend(a.backend)
     name = a.profile or default_profile_name(a.backend)
@@ -59,7 +65,7 @@ def run(a) -> int:
     command = "hicache calibrate " + " ".join(shlex.quote(x) for x in sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] \
         else f"hicache calibrate --backend {a.backend}"
     with get_backend(a.backend, base) as backend, ticker("hicache calibrate", a.quiet):
-        cal = measure.calibrate(backend, sizes=sizes, repeat=a.repeat)
+        cal = measure.calibrate(backend, sizes=sizes, repeat=a.repeat, translation_sizes=regions)
     cal.update({"machine": write.machine(), "date": write.stamp(), "command": command, "backend": a.backend,
                 "base_profile": base.name})
     r2_min = measure.R2_MIN if a.min_r2 is None else a.min_r2
@@ -102,5 +108,17 @@ def _print(a, cal: dict, out: Path | None) -> None:
     else:
         print(f"registration: {reg['4k_s_per_gib']:.4f} s/GiB on 4 KB pages (R^2 {reg['fit_4k']['r2']:.3f}), "
               f"{reg['thp_s_per_gib']:.4f} s/GiB on THP (R^2 {reg['fit_thp']['r2']:.3f})")
+    t, n = cal["translation"], cal["numa"]
+    if "error" in t:
+        print(f"translation entries: not measured: {t['error']}")
+    elif t["accepted"]:
+        print(f"translation entries: rho {t['rho']:.4g} +/- {t['se']:.2g} per million entries "
+              f"(written {t['value']:.4g}; {t['fit']['points']} timings, {t['dropped_rounds']} rounds dropped)")
+    else:
+        print(f"translation entries: written unknown: {t['why']}")
+    if n["measured"]:
+        print(f"remote NUMA: bandwidth factor {n['factor']:.3f} (local node {n['local']})")
+    else:
+        print(f"remote NUMA: not measured: {n['why']} (numa_remote_bw_factor kept from the base profile)")
     if out is not None:
         print(f"profile: {out} (load it with --profile {out}); samples: {cal['written']['calibration']}")
