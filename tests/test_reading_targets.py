@@ -146,12 +146,17 @@ def wrong_run(tmp_path_factory):
     return rc, out, printed.getvalue().splitlines()
 
 
-def test_conform_fails_the_wrong_profile_naming_the_readings(wrong_run):
+def test_the_wrong_profile_fails_the_model_naming_the_readings_not_the_node(wrong_run):
+    """A reading the model misses is the model's verdict (model_verdict FAIL, named), not the node's:
+    the subset run is PARTIAL (-k) whatever the readings say."""
     rc, out, _ = wrong_run
-    assert rc == 1
     report = json.loads((out / "report.json").read_text())
     schema.validate(report)
-    assert report["verdict"] == "FAIL" and set(SEGMENT_READINGS) <= set(report["failed_targets"])
+    assert report["model_verdict"] == "FAIL" and set(SEGMENT_READINGS) <= set(report["failed_readings"])
+    assert not set(SEGMENT_READINGS) & set(report["failed_targets"])
+    assert report["verdict"] != "FAIL" and rc != 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model_verdict"] == "FAIL"
     rows = {r["name"]: r for r in report["targets"]}
     for name in SEGMENT_READINGS:
         assert rows[name]["verdict"] == "fail" and rows[name]["kind"] == "reading"

@@ -146,6 +146,8 @@ def run(a) -> int:
             print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
             return 1 if rc in (0, EXIT_NOT_RUN) else pytest_exit(rc)
         summary = report.summarize_junit(junit, a.backend, profile, None if ok else str(why), selection.read(counts))
+        if rc not in (0, 1, 5, EXIT_NOT_RUN) or (rc == 1 and not summary.failures):
+            summary.stopped = f"pytest stopped before its session ended (exit {rc}): only what ran before is reported"
         report.write_json(summary, out / "summary.json")  # the junit record, kept if the report fails
         try:
             signed = write_reports(summary, out, a.backend, profile, None if ok else str(why), work / TARGET_ROWS)

@@ -26,7 +26,7 @@ def build(summary, out: Path, profile, backend=None, backend_reason: str | None 
     cases = read_cases(summary.junit)
     rows = collect(profile, out / TARGETS_DIR if rows_dir is None else rows_dir, cases)
     summary.answer, summary.target_counts = answer(profile, rows), counts(rows)
-    failed = [r["name"] for r in rows if r["verdict"] == "fail"]
+    failed = [r["name"] for r in rows if r["verdict"] == "fail" and r.get("kind") != "reading"]
     verdict = summary.verdict
     if failed and verdict != "FAIL":
         verdict = "FAIL"
@@ -37,6 +37,8 @@ def build(summary, out: Path, profile, backend=None, backend_reason: str | None 
         "not_run_reason": summary.not_run_reason if verdict == "NOT RUN" else None,
         "partial_reason": summary.partial_reason if verdict == "PARTIAL" else None,
         "answer": summary.answer,
+        "model_verdict": summary.model_verdict,
+        "failed_readings": [r["name"] for r in rows if r["verdict"] == "fail" and r.get("kind") == "reading"],
         "summary": summary.to_json(),
         "tests": cases,
         "targets": rows,

@@ -52,8 +52,10 @@ def answer_block(report: dict) -> str:
         head = (f"<p><span class='{word}'>{'HiCache pays off' if a['gain'] else 'HiCache does not pay off'}"
                 f"</span>: TTFT <b>{a['ttft_change_pct']:+.2f}%</b> vs HiCache off with every fix on (a {word}, "
                 f"modeled; the seed measured {a['seed_ttft_change_pct']:+.2f}%)</p>")
-    counts = (f"<p>readings: <b>{a['readings_within']}</b> within tolerance, <b>{a['readings_outside']}</b> "
-              f"outside, {a['readings_not_measured']} not measured, of {a['readings_total']}</p>"
+    mv = report.get("model_verdict")
+    counts = (f"<p>model {escape(str(mv))}: <b>{a['readings_within']}</b> seed readings within tolerance, "
+              f"<b>{a['readings_outside']}</b> outside, {a['readings_not_measured']} not measured, of "
+              f"{a['readings_total']} (the model's verdict; the node's is the badge above)</p>"
               if a["readings_total"] else "")
     scenario = f"<p class='small muted'>scenario: {escape(a['scenario'])}</p>" if a.get("scenario") else ""
     return f'<div class="answer" id="answer"><h2>Does HiCache pay off here?</h2>{head}{counts}{scenario}</div>'

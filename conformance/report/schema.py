@@ -82,7 +82,8 @@ REPORT = {
     "$id": SCHEMA_ID,
     "type": "object",
     "required": ["schema", "verdict", "ok", "not_run_reason", "answer", "summary", "tests", "targets", "target_counts",
-                 "unchecked_targets", "failed_targets", "assumptions", "environment", "figures"],
+                 "unchecked_targets", "failed_targets", "model_verdict", "failed_readings", "assumptions", "environment",
+                 "figures"],
     "properties": {
         "schema": {"const": SCHEMA_ID},
         "verdict": {"enum": ["PASS", "FAIL", "NOT RUN", "PARTIAL"]},
@@ -90,6 +91,9 @@ REPORT = {
         "not_run_reason": _STR_OR_NULL,
         "partial_reason": _STR_OR_NULL,
         "answer": ANSWER,
+        # the model's verdict on the profile's seed readings (None: the profile has none); not the node's
+        "model_verdict": {"anyOf": [{"enum": ["PASS", "FAIL", "NOT RUN"]}, {"type": "null"}]},
+        "failed_readings": {"type": "array", "items": {"type": "string"}},
         "summary": {"type": "object", "required": ["backend", "profile", "verdict", "totals", "modules"],
                     "properties": {"answer": {"anyOf": [ANSWER, {"type": "null"}]}}},
         "tests": {"type": "array", "items": TEST_CASE},

@@ -54,6 +54,9 @@ class Summary:
     # profile's scenario (conformance.report.answer), and the target counts, modeled apart from measured
     answer: dict | None = None
     target_counts: dict | None = None
+    # why pytest ended before its session did (killed, interrupted, its output cut): then the
+    # report holds only what ran before, and the verdict cannot be PASS
+    stopped: str | None = None
 
     def total(self, outcome: str) -> int:
         return sum(getattr(m, outcome) for m in self.modules)
@@ -91,13 +94,33 @@ class Summary:
         cut = {m: n for m, n in (self.deselected or {}).items() if m in self.deciding and n}
         parts = [f"{n} test{'s' if n != 1 else ''} of {m} deselected" for m, n in sorted(cut.items())]
         parts += [f"{m} did not run" for m in self.deciding if m not in ran and m not in cut]
+        if self.stopped:
+            parts.append(self.stopped)
         return "; ".join(parts) or None
 
     @property
+    def reading_failures(self) -> list[dict[str, str]]:
+        """Failed seed readings: the model's verdict (model_verdict), not the node's."""
+        return [f for f in self.failures if is_reading_test(f["test"])]
+
+    @property
+    def model_verdict(self) -> str | None:
+        """Does the model meet the profile's seed readings: FAIL when one is outside tolerance, PASS
+        when all ran within it, NOT RUN when some did not run; None without readings (target_counts)."""
+        c = self.target_counts or {}
+        total = c.get("reading_pass", 0) + c.get("reading_fail", 0) + c.get("reading_not_measured", 0)
+        if not total and not self.reading_failures:
+            return None
+        if c.get("reading_fail") or self.reading_failures:
+            return "FAIL"
+        return "NOT RUN" if c.get("reading_not_measured") else "PASS"
+
+    @property
     def verdict(self) -> str:
-        """FAIL on any failure or error; else NOT RUN when the defining suites did not run; else
-        PARTIAL when they ran only in part (a selection left tests out); else PASS."""
-        if self.total("failed") or self.total("errors"):
+        """The node's verdict: FAIL on any failure or error (a seed reading the model misses is the
+        model's, model_verdict); else NOT RUN when the defining suites did not run; else PARTIAL
+        when they ran only in part (a selection left tests out); else PASS."""
+        if self.total("failed") + self.total("errors") > len(self.reading_failures):
             return "FAIL"
         if self.not_run_reason:
             return "NOT RUN"
@@ -124,7 +147,13 @@ class Summary:
             "failures": self.failures,
             "answer": self.answer,
             "target_counts": self.target_counts,
+            "model_verdict": self.model_verdict,
         }
+
+
+def is_reading_test(test: str) -> bool:
+    """A conform test that checks one seed reading against the model (conformance/suites/test_targets.py)."""
+    return test.split("::")[-1].startswith("test_reading[")
 
 
 def module_of(classname: str) -> str:
@@ -198,8 +227,10 @@ def format_table(s: Summary, max_failures: int = 20) -> str:
         lines.extend(f"  {f['test']}: {f['message'][:300]}" for f in s.failures[:max_failures])
         if len(s.failures) > max_failures:
             lines.append(f"  ... and {len(s.failures) - max_failures} more in {s.junit}")
-    counts = (f"{s.total('passed')} passed, {s.total('failed') + s.total('errors')} failed, "
-              f"{s.total('skipped')} skipped of {s.tests}")
+    missed = len(s.reading_failures)
+    counts = (f"{s.total('passed')} passed, {s.total('failed') + s.total('errors') - missed} failed, "
+              + (f"{missed} seed readings outside tolerance, " if missed else "")
+              + f"{s.total('skipped')} skipped of {s.tests}")
     if s.verdict == "NOT RUN":
         lines.append(f"NOT RUN: {s.not_run_reason} ({counts})")
     elif s.verdict == "PARTIAL":
@@ -207,6 +238,12 @@ def format_table(s: Summary, max_failures: int = 20) -> str:
                      f"but nothing is signed off ({counts})")
     else:
         lines.append(f"{s.verdict}: {counts}")
+    mv = s.model_verdict
+    if mv is not None:  # the model's own verdict: it decides nothing about this node
+        c = s.target_counts or {}
+        lines.append(f"model {mv}: {c.get('reading_pass', 0)} of the profile's seed readings within tolerance, "
+                     f"{c.get('reading_fail', len(s.reading_failures))} outside, {c.get('reading_not_measured', 0)} "
+                     "not measured (modeled on the seed scenario; the verdict above is the node's)")
     return "\n".join(lines)
 
 
