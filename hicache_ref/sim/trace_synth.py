@@ -198,11 +198,11 @@ class Workload:
 # The seed's P800 acceptance workload: 24K-64K tokens, prefix reuse 0.82. Parameters found by a search
 # over sessions, think time, global prefix share and long pauses on the one-pass LRU curve (page size
 # 64). A global prefix carrying 0.55 of the reuse is what L1 alone keeps; 100 conversations thinking
-# ~35 s between turns put history reuse at ~1M-4M tokens (past L1 and a private L2 of 835K, within
+# ~33 s between turns put history reuse at ~1M-4M tokens (past L1 and a private L2 of 835K, within
 # 400K + 5 x 835K); 0.44 of the turns followed by a ~450 s pause put about a tenth of the reuse beyond
 # L1 + the TP-8-shared L2 (400K + 8 x 835K), so the curve is flat near its top.
 SEED_WORKLOAD = Workload(requests=1700, min_tokens=24_000, max_tokens=64_000, reuse=0.82, sessions=100,
-                         rate=2.0, seed=0, global_prefix_share=0.55, think_time=35.0, long_pause_share=0.44,
+                         rate=2.0, seed=0, global_prefix_share=0.55, think_time=33.0, long_pause_share=0.44,
                          long_pause=450.0)
 
 
