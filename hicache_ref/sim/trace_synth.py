@@ -7,8 +7,9 @@ sized to carry `global_prefix_share` of the reused tokens; the rest comes from a
 history, which must stay cached across the turns of the other sessions in between: how many
 sessions interleave and how long they think set those reuse distances, and a share of turns
 followed by a long pause puts some of them beyond what holds the open conversations. The
-structure (who speaks when, how long) is drawn first; then a feedback step cuts each request's reused prefix so the
-running rate stays on the target. One seeded generator: the same arguments give the same bytes.
+structure (who speaks when, how long) is drawn first; then a feedback step cuts each request's
+reused prefix so the running rate stays on the target. One seeded generator: the same arguments
+give the same bytes.
 The rules: hicache_ref/README.md, "Traces".
 """
 
