@@ -77,7 +77,11 @@ def test_synth_sessions_are_multi_turn():
     (dict(requests=10**6, max_tokens=10**7), "requests"), (dict(global_prefix_share=1.5), "global_prefix_share"),
     (dict(global_prefix_share=-0.1), "global_prefix_share"), (dict(turns=0), "turns"), (dict(turns=2.5), "turns"),
     (dict(think_time=0, rate=1.0), "think_time"), (dict(think_time=float("nan"), rate=1.0), "think_time"),
-    (dict(think_time=5.0), "think_time")])  # think time without a rate: nothing to think between
+    (dict(think_time=5.0), "think_time"),  # think time without a rate: nothing to think between
+    (dict(long_pause_share=1.0, long_pause=60.0, rate=1.0), "long_pause_share"),
+    (dict(long_pause_share=0.2, rate=1.0), "long_pause_share"),  # a share with no pause length
+    (dict(long_pause=60.0, rate=1.0), "long_pause"), (dict(long_pause=-1.0, long_pause_share=0.2, rate=1.0), "long_pause"),
+    (dict(long_pause=60.0, long_pause_share=0.2), "long_pause")])  # a pause in time needs arrival times
 def test_synth_refuses_bad_arguments(kw, word):
     args = dict(requests=10, min_tokens=100, max_tokens=1000, reuse=0.5) | kw
     with pytest.raises(ValueError, match=word):
@@ -126,6 +130,14 @@ def test_trace_cli_synth_then_stats(tmp_path, capsys):
       "--reuse", "0.5", "--rate", "2", "--think-time", "-3"], "--think-time"),
     (["trace", "synth", "--out", "x.jsonl", "--requests", "5", "--min-tokens", "1K", "--max-tokens", "2K",
       "--reuse", "0.5", "--think-time", "3"], "--think-time"),
+    (["trace", "synth", "--out", "x.jsonl", "--requests", "5", "--min-tokens", "1K", "--max-tokens", "2K",
+      "--reuse", "0.5", "--rate", "2", "--long-pause-share", "1"], "--long-pause-share"),
+    (["trace", "synth", "--out", "x.jsonl", "--requests", "5", "--min-tokens", "1K", "--max-tokens", "2K",
+      "--reuse", "0.5", "--rate", "2", "--long-pause-share", "0.3"], "--long-pause-share"),
+    (["trace", "synth", "--out", "x.jsonl", "--requests", "5", "--min-tokens", "1K", "--max-tokens", "2K",
+      "--reuse", "0.5", "--rate", "2", "--long-pause", "100"], "--long-pause"),
+    (["trace", "synth", "--out", "x.jsonl", "--requests", "5", "--min-tokens", "1K", "--max-tokens", "2K",
+      "--reuse", "0.5", "--long-pause-share", "0.3", "--long-pause", "100"], "--long-pause"),
     (["trace", "stats", "t.jsonl", "--l1-tokens", "lots"], "--l1-tokens"),
 ])
 def test_trace_cli_refusals_are_one_line(tmp_path, monkeypatch, capsys, argv, where):

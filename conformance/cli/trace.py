@@ -51,6 +51,13 @@ def add_arguments(p) -> None:
     y.add_argument("--think-time", type=types.positive_real("seconds"), metavar="SECONDS",
                    help="mean seconds (about +-50%%) a conversation waits before its next turn, while the "
                         "others speak; needs --rate (default: none, it may speak again at once)")
+    y.add_argument("--long-pause-share", type=types.unit_interval("a fraction", top_open=True), metavar="F",
+                   help="of the turns, the fraction after which a conversation pauses for --long-pause seconds "
+                        "(a user back much later, an agent resuming a parked task): its slot opens another "
+                        "conversation meanwhile, and its next turn reuses its history from far back, past an "
+                        "L2 (default: none)")
+    y.add_argument("--long-pause", type=types.positive_real("seconds"), metavar="SECONDS",
+                   help="mean seconds (about +-25%%) of a long pause; with --long-pause-share, needs --rate")
     y.add_argument("--rate", type=types.positive_real("requests per second"), help="arrivals per second (Poisson); omitted: all at time 0")
     y.add_argument("--seed", type=types.count(0), default=0, help="the same seed writes the same trace")
     y.add_argument("--json", action="store_true", help="print what was written as one JSON object")
@@ -102,8 +109,15 @@ def _synth(a) -> int:
         raise CliError("--max-tokens", f"{hi:,} is below --min-tokens {lo:,}")
     if a.think_time is not None and a.rate is None:
         raise CliError("--think-time", "needs --rate: think time is between arrivals in time")
+    if a.long_pause_share and a.long_pause is None:
+        raise CliError("--long-pause-share", "needs --long-pause (the pause's mean seconds)")
+    if a.long_pause is not None and not a.long_pause_share:
+        raise CliError("--long-pause", "needs --long-pause-share > 0 (the share of turns a long pause follows)")
+    if a.long_pause is not None and a.rate is None:
+        raise CliError("--long-pause", "needs --rate: a pause is between arrivals in time")
     trace = synthesize_trace(a.requests, lo, hi, a.reuse, sessions=a.sessions, rate=a.rate, seed=a.seed,
-                             global_prefix_share=a.global_prefix_share, turns=a.turns, think_time=a.think_time)
+                             global_prefix_share=a.global_prefix_share, turns=a.turns, think_time=a.think_time,
+                             long_pause_share=a.long_pause_share, long_pause=a.long_pause)
     requests = trace.requests
     write_trace(out, requests)
     total = sum(r.input_length for r in requests)
@@ -113,7 +127,8 @@ def _synth(a) -> int:
     fig = dict(out=str(out), requests=len(requests), input_tokens=total, reuse_asked=a.reuse,
                prefix_reuse_rate=achieved, global_prefix_tokens=trace.global_prefix_tokens,
                global_prefix_share=share, global_prefix_share_asked=a.global_prefix_share, seed=a.seed,
-               sessions=a.sessions, turns=a.turns, think_time=a.think_time, rate=a.rate)
+               sessions=a.sessions, turns=a.turns, think_time=a.think_time, rate=a.rate,
+               long_pause_share=a.long_pause_share, long_pause=a.long_pause)
     print(json.dumps(fig, indent=2) if a.json else
           f"wrote {len(requests):,} requests, {total:,} input tokens to {out}: prefix reuse rate {achieved:.4f} "
           f"(asked {a.reuse}); global prefix {trace.global_prefix_tokens:,} tokens, {share:.4f} of the reused")

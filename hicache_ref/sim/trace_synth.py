@@ -5,9 +5,11 @@ Conversations (sessions) take turns; a turn re-sends the previous prompt, its ou
 message. Every conversation opens with one global prefix (a system prompt and tool block all share),
 sized to carry `global_prefix_share` of the reused tokens; the rest comes from a conversation's own
 history, which must stay cached across the turns of the other sessions in between: how many
-sessions interleave and how long they think set those reuse distances. The structure (who speaks
-when, how long) is drawn first; then a feedback step cuts each request's reused prefix so the
-running rate stays on the target. One seeded generator: the same arguments give the same bytes.
+sessions interleave and how long they think set those reuse distances, and a share of turns
+followed by a long pause puts some of them beyond what holds the open conversations. The
+structure (who speaks when, how long) is drawn first; then a feedback step cuts each request's
+reused prefix so the running rate stays on the target. One seeded generator: the same arguments
+give the same bytes.
 The rules: hicache_ref/README.md, "Traces".
 """
 
@@ -39,7 +41,7 @@ def _positive(name: str, value, what: str) -> None:
 
 
 def _check(requests, min_tokens, max_tokens, reuse, sessions, rate, seed, global_prefix_share, turns,
-           think_time) -> None:
+           think_time, long_pause_share, long_pause) -> None:
     _positive_int("requests", requests)
     _positive_int("min_tokens", min_tokens)
     _positive_int("max_tokens", max_tokens)
@@ -60,6 +62,17 @@ def _check(requests, min_tokens, max_tokens, reuse, sessions, rate, seed, global
         _positive("think_time", think_time, "seconds")
         if rate is None:
             raise ValueError("think_time: needs a rate (arrivals in time to think between)")
+    lps = long_pause_share
+    if lps is not None and (isinstance(lps, bool) or not isinstance(lps, (int, float)) or not 0 <= lps < 1):
+        raise ValueError(f"long_pause_share: expected a fraction in [0, 1), got {lps!r}")
+    if long_pause is not None:
+        _positive("long_pause", long_pause, "seconds")
+        if rate is None:
+            raise ValueError("long_pause: needs a rate (arrivals in time to pause between)")
+    if bool(lps) != (long_pause is not None):
+        raise ValueError("long_pause_share: comes with long_pause (the share of turns followed by a pause "
+                         "of that many seconds)" if lps else
+                         "long_pause: needs long_pause_share > 0 (the share of turns it follows)")
     worst = requests * -(-max_tokens // BLOCK_TOKENS)  # every block fresh
     if worst > MAX_BLOCK_ID + 1:
         raise ValueError(f"requests: {requests:,} requests of up to {max_tokens:,} tokens may need {worst:,} distinct "
@@ -103,15 +116,19 @@ def _global_blocks(plan, reuse: float, share: float | None, max_tokens: int) -> 
 
 def synthesize_trace(requests: int, min_tokens: int, max_tokens: int, reuse: float, sessions: int = 16,
                      rate: float | None = None, seed: int = 0, global_prefix_share: float | None = None,
-                     turns: int | None = None, think_time: float | None = None) -> Synthesized:
+                     turns: int | None = None, think_time: float | None = None,
+                     long_pause_share: float | None = None, long_pause: float | None = None) -> Synthesized:
     """`requests` Mooncake requests (see the module docstring) and the global prefix's length.
     `sessions`: conversations open at once; `turns`: a conversation's last turn (None: until it would
     pass `max_tokens`); `think_time`: mean seconds before a conversation speaks again (needs `rate`);
     `global_prefix_share`: of the reused tokens, the part from the global prefix (None: only as much
-    as `reuse` needs). ValueError naming a bad argument."""
-    _check(requests, min_tokens, max_tokens, reuse, sessions, rate, seed, global_prefix_share, turns, think_time)
+    as `reuse` needs); `long_pause_share`: of the turns, those a conversation follows with a pause of
+    mean `long_pause` seconds (both or neither; needs `rate`), which puts its next turn's reuse far
+    out, past an L2. ValueError naming a bad argument."""
+    _check(requests, min_tokens, max_tokens, reuse, sessions, rate, seed, global_prefix_share, turns, think_time,
+           long_pause_share, long_pause)
     plan = schedule(np.random.default_rng(seed), requests, min_tokens, max_tokens, sessions, turns,
-                    think_time, rate)
+                    think_time, rate, long_pause_share or 0.0, long_pause)
     g = _global_blocks(plan, reuse, global_prefix_share, max_tokens)
     prompts: dict[int, tuple[int, ...]] = {}  # conversation -> its last prompt's whole blocks
     next_id, global_seen = g, 0
@@ -140,10 +157,11 @@ def synthesize_trace(requests: int, min_tokens: int, max_tokens: int, reuse: flo
 
 def synthesize(requests: int, min_tokens: int, max_tokens: int, reuse: float, sessions: int = 16,
                rate: float | None = None, seed: int = 0, global_prefix_share: float | None = None,
-               turns: int | None = None, think_time: float | None = None) -> list[TraceRequest]:
+               turns: int | None = None, think_time: float | None = None,
+               long_pause_share: float | None = None, long_pause: float | None = None) -> list[TraceRequest]:
     """The requests of synthesize_trace (the same arguments)."""
     return synthesize_trace(requests, min_tokens, max_tokens, reuse, sessions, rate, seed,
-                            global_prefix_share, turns, think_time).requests
+                            global_prefix_share, turns, think_time, long_pause_share, long_pause).requests
 
 
 def global_share(trace: Synthesized, reused_tokens: list[int]) -> float:
@@ -171,6 +189,8 @@ class Workload:
     global_prefix_share: float | None = None
     turns: int | None = None
     think_time: float | None = None
+    long_pause_share: float | None = None
+    long_pause: float | None = None
 
     def synthesize(self) -> Synthesized:
         """The trace these arguments make."""
@@ -178,13 +198,14 @@ class Workload:
 
 
 # The seed's P800 acceptance workload: 24K-64K tokens, prefix reuse 0.82. Parameters found by a search
-# over requests, sessions and global prefix share on the one-pass LRU curve (page size 64); they give
-# reuse 0.819, hit rate 0.460 for an L1 of 400K tokens alone and 0.718 at 400K + 8 x 835K tokens
-# (L1 and a TP-8-shared L2), where the seed measured 46.28% and ~72%. So many interleaved
-# conversations (490) put most history reuse beyond L1; the global prefix (18,432 tokens) is what
-# L1 alone keeps.
-SEED_WORKLOAD = Workload(requests=1700, min_tokens=24_000, max_tokens=64_000, reuse=0.82, sessions=490,
-                         rate=2.0, seed=0, global_prefix_share=0.535)
+# over sessions, think time, global prefix share and long pauses on the one-pass LRU curve (page size
+# 64). A global prefix carrying 0.55 of the reuse is what L1 alone keeps; 100 conversations thinking
+# ~33 s between turns put history reuse at ~1M-4M tokens (past L1 and a private L2 of 835K, within
+# 400K + 5 x 835K); 0.44 of the turns followed by a ~450 s pause put about a tenth of the reuse beyond
+# L1 + the TP-8-shared L2 (400K + 8 x 835K), so the curve is flat near its top.
+SEED_WORKLOAD = Workload(requests=1700, min_tokens=24_000, max_tokens=64_000, reuse=0.82, sessions=100,
+                         rate=2.0, seed=0, global_prefix_share=0.55, think_time=33.0, long_pause_share=0.44,
+                         long_pause=450.0)
 
 
 def seed_trace() -> list[TraceRequest]:
