@@ -11,7 +11,8 @@ import pytest
 from hardware_profiles import ProfileError, load_profile
 from hardware_profiles.readings import build_readings, load_readings
 from hicache_ref.sim import derive as d
-from hicache_ref.sim.readings import evaluate, seed_requests, seed_runs
+from hicache_ref.sim.readings import evaluate
+from hicache_ref.sim.seed_scenario import seed_requests, seed_runs
 
 
 @pytest.fixture(scope="module")

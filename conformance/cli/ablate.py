@@ -64,7 +64,7 @@ SCENARIO_FIXED = ("--trace", "--limit", "--l1-tokens", "--l2-tokens", "--tp", "-
 def _seed(a, spec, profile, out, ablate_plot) -> int:
     """The seed scenario: the ladder on the scenario's trace and tiers, and every reading."""
     from hardware_profiles.readings import load_readings
-    from hicache_ref.sim.readings import seed_scenario
+    from hicache_ref.sim.seed_report import seed_ladder
 
     readings = load_readings(profile)
     if readings is None:
@@ -74,7 +74,7 @@ def _seed(a, spec, profile, out, ablate_plot) -> int:
     if given:
         raise CliError(given[0], "the seed scenario sets it (hardware_profiles/readings/"
                        f"{profile.readings}, `scenario`); drop it or leave out --scenario")
-    result = seed_scenario(profile, readings, plateau_gain=a.plateau_gain,
+    result = seed_ladder(profile, readings, plateau_gain=a.plateau_gain,
                            progress=bar("hicache ablate", a.quiet, " replays"))
     from conformance.cli.plots import readings_plot
 

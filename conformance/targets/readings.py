@@ -2,7 +2,7 @@
 reading, the model's value against the seed's with the reading's tolerance, `pass` or `fail` by
 whether it is within, `not_measured` when the profile cannot price it.
 
-The rows come from hicache_ref.sim.readings.seed_rows, which replays the seed scenario's trace
+The rows come from hicache_ref.sim.seed_report.seed_rows, which replays the seed scenario's trace
 (seconds): they are taken once per conform run, shared through the results folder by every
 pytest worker of the run (a file lock), and once per process otherwise.
 """
@@ -30,7 +30,7 @@ def reading_names(profile) -> list[str]:
 
 
 def _computed(profile) -> list[dict]:
-    from hicache_ref.sim.readings import seed_rows
+    from hicache_ref.sim.seed_report import seed_rows
 
     return seed_rows(profile)
 
@@ -55,7 +55,7 @@ def _shared(profile, folder: Path) -> list[dict]:
 
 
 def seed_rows_once(ctx) -> list[dict]:
-    """hicache_ref.sim.readings.seed_rows of the context's profile, taken once per run."""
+    """hicache_ref.sim.seed_report.seed_rows of the context's profile, taken once per run."""
     def take():
         folder = os.environ.get(RESULTS_ENV)
         if folder and Path(folder).is_dir():

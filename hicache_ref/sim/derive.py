@@ -16,7 +16,8 @@ import numpy as np
 from hal.transfer.seed import SEED_GEOMETRY
 from hicache_ref.sim import cost
 from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.readings import seed_host_state
+from hicache_ref.sim.readings import model_value, tolerance
+from hicache_ref.sim.seed_scenario import seed_host_state
 
 # The parameters fitted together, their bounds and starting scale, and the readings that constrain
 # them: each reading depends on several (a workload's TTFT on the prefill curve, the D2H
@@ -78,8 +79,6 @@ def _exact(p, readings, notes):
 def derive(profile, readings, runs) -> tuple[object, dict[str, str]]:
     """(profile with every derived parameter set, {key: arithmetic}) from `readings` on `runs`."""
     from scipy.optimize import least_squares
-
-    from hicache_ref.sim.readings import model_value, tolerance
 
     notes: dict[str, str] = {}
     rows = [readings.reading(n) for n in JOINT_READINGS]
@@ -144,7 +143,7 @@ def main() -> None:  # python -m hicache_ref.sim.derive [PROFILE]: the derived v
 
     from hardware_profiles import load_profile
     from hardware_profiles.readings import load_readings
-    from hicache_ref.sim.readings import seed_requests, seed_runs
+    from hicache_ref.sim.seed_scenario import seed_requests, seed_runs
 
     profile = load_profile(sys.argv[1] if len(sys.argv) > 1 else "p800")
     readings = load_readings(profile)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from hal.transfer.direction import Direction
+from hal.transfer.layout_registry import get_layout
 from hal.transfer.plan import plan_pool_transfer
 from hal.transfer.seed import SEED_GEOMETRY, seed_plan
 from hicache_ref.sim import cost
 from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.scenario import IO_BACKEND, Runs, host_state, tokens_in
-from hicache_ref.spec import CacheSpec
+from hicache_ref.sim.scenario import host_state
+from hicache_ref.sim.seed_scenario import l2_tokens, seed_host_state
 
 RELATIVE_TOLERANCE = 0.15  # time readings
 POINTS_TOLERANCE = 3.0  # percentages and hit rates
@@ -28,31 +29,11 @@ PLATEAU_TIERS = 8
 def chunk_traffic(layout: str, chunk: int) -> mech.Traffic:
     """One chunk's D2H backup of fresh contiguous pages in `layout`, as the seed's copy ops move it."""
     g = SEED_GEOMETRY
-    if IO_BACKEND[layout] == "kernel":  # one all-layer kernel launch; an item per token and layer
+    if get_layout(layout).native_io_backend == "kernel":  # one all-layer kernel launch; an item per token and layer
         return mech.Traffic(bytes=chunk * g.token_bytes, launches=1, items=chunk * g.layers, kernel=True)
     idx = np.arange(chunk, dtype=np.int64)
     plan = plan_pool_transfer(layout, g, chunk, idx, idx, Direction.D2H)
     return mech.Traffic(bytes=plan.nbytes, segments=plan.num_segments, launches=1)
-
-
-def seed_base(readings, profile) -> CacheSpec:
-    """The spec the scenario's states replay from: its L1 and serving, the seed geometry."""
-    sc = readings.scenario
-    profile = profile if isinstance(profile, str) else str(profile.path)
-    return CacheSpec.of(profile=profile, l1_tokens=sc["l1_tokens"], pd_disagg=sc["pd_disagg"],
-                        concurrency=sc["concurrency"], page_size=SEED_GEOMETRY.page_size)
-
-
-def seed_runs(readings, requests, profile, progress=None) -> Runs:
-    return Runs(seed_base(readings, profile), requests, readings.scenario["tp"], progress)
-
-
-def l2_tokens(gb: float) -> int:
-    return tokens_in(gb, SEED_GEOMETRY.token_bytes, SEED_GEOMETRY.page_size)
-
-
-def seed_host_state(state: dict, scenario: dict, gb: float, profile) -> mech.HostState:
-    return host_state(state, profile, l2_tokens(gb), SEED_GEOMETRY.token_bytes, scenario["tp"])
 
 
 def first_request(profile, state: dict, scenario: dict, tokens: int | None = None) -> float:
@@ -213,44 +194,3 @@ def evaluate(profile, readings, runs) -> list[dict]:
             row.update(model=None, within=None, not_measured=str(e), detail=f"not measured: {e}")
         rows.append(row)
     return rows
-
-
-def seed_requests():
-    """The seed scenario's trace (hicache_ref.sim.trace_synth.SEED_WORKLOAD)."""
-    from hicache_ref.sim.trace_synth import seed_trace
-
-    return seed_trace()
-
-
-def seed_rows(profile, progress=None) -> list[dict]:
-    """Every reading of `profile`'s readings file on the seed scenario (see `evaluate`); [] when the
-    profile names no readings."""
-    from hardware_profiles.readings import load_readings
-
-    readings = load_readings(profile)
-    if readings is None:
-        return []
-    return evaluate(profile, readings, seed_runs(readings, seed_requests(), profile, progress))
-
-
-def seed_scenario(profile, readings, plateau_gain: float | None = None, progress=None) -> dict:
-    """`hicache ablate --scenario seed`: the fix ladder on the scenario (hicache_ref.sim.ablate) and
-    every reading (`evaluate`) over the same replays, with the answer: does HiCache pay off."""
-    from hicache_ref.sim.ablate import ablate
-    from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
-
-    requests = seed_requests()
-    sc = readings.scenario
-    spec = seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"]), tp=sc["tp"])
-    runs = Runs(seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"])), requests, sc["tp"])
-    result = ablate(spec, requests, plateau_gain if plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
-                    progress=progress, profile=profile, runs=runs)
-    rows = evaluate(profile, readings, runs)
-    by = {r["reading"]: r for r in rows}
-    final = by.get("ttft_all_fixes")
-    change = None if final is None else final["model"]
-    result.update(readings=rows, scenario=dict(sc, readings_file=str(readings.path), trace="seed_requests()"),
-                  answer=dict(ttft_change_pct=change, gain=None if change is None else change < 0,
-                              seed_ttft_change_pct=None if final is None else final["seed"],
-                              readings_within=sum(1 for r in rows if r["within"]), readings_total=len(rows)))
-    return result

@@ -9,13 +9,13 @@ side, so each is run once and priced under any parameters.
 
 from __future__ import annotations
 
+from hal.transfer.layout_registry import get_layout
 from hardware_profiles.readings import SWITCHES
 from hicache_ref.sim.mechanisms import PAGE_4K, PAGE_THP, HostState
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.serving import replay_served
 from hicache_ref.spec import CacheSpec
 
-IO_BACKEND = {"page_first_direct": "direct", "layer_first": "kernel"}  # the seed's copy ops per layout
 FIRST_BUILD = {k: v[0] for k, v in SWITCHES.items()}  # every switch as first built (HiCache on)
 
 
@@ -44,7 +44,7 @@ def cache_spec(st: dict, base: CacheSpec, l2_per_card: int, tp: int) -> CacheSpe
     `l2_per_card` tokens (the TP group's whole pool when shared; none when HiCache is off)."""
     l2 = 0 if not st["hicache"] else l2_per_card * (tp if st["tp_shared"] else 1)
     layout = st["host_layout"]
-    return base.replace(l2_tokens=l2, host_layout=layout, io_backend=IO_BACKEND[layout],
+    return base.replace(l2_tokens=l2, host_layout=layout, io_backend=get_layout(layout).native_io_backend,
                         write_policy="write_through_selective", hit_count=st["hit_count"], ghost=st["ghost"],
                         tp=None, shared_host=False)
 

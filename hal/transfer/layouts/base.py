@@ -23,6 +23,9 @@ class HostLayout:
     page_runs: bool = False
     # With the direct io backend, submit (host, device) pairs sorted by host index.
     direct_sorted: bool = False
+    # The io backend upstream's copy ops for this layout use (the seed's fix ladder prices each
+    # layout with its own: page_first_direct's direct copies, layer_first's transfer kernels).
+    native_io_backend: str = "kernel"
 
     def shape(self, geom, size: int) -> tuple[int, ...]:
         """Upstream host pool shape for `size` token slots: (2, ...) for MHA (K then V), the

@@ -15,6 +15,7 @@ from hal.transfer.layouts.base import HostLayout
 
 class PageFirstDirect(HostLayout):
     name = "page_first_direct"
+    native_io_backend = "direct"  # one copy per (page, layer) run: what the layout is for
     page_runs = True
 
     def shape(self, geom, size):

@@ -1,0 +1,46 @@
+"""`hicache ablate --scenario seed` and conform's reading rows: the seed scenario's ladder and readings.
+
+The ladder is hicache_ref.sim.ablate on the scenario's trace and tiers; the readings are
+hicache_ref.sim.readings.evaluate over the same replays; the answer is the model's TTFT change
+with every fix against HiCache off.
+"""
+
+from __future__ import annotations
+
+from hicache_ref.sim.readings import evaluate
+from hicache_ref.sim.scenario import Runs
+from hicache_ref.sim.seed_scenario import l2_tokens, seed_base, seed_requests, seed_runs
+
+
+def seed_rows(profile, progress=None) -> list[dict]:
+    """Every reading of `profile`'s readings file on the seed scenario (see `evaluate`); [] when the
+    profile names no readings."""
+    from hardware_profiles.readings import load_readings
+
+    readings = load_readings(profile)
+    if readings is None:
+        return []
+    return evaluate(profile, readings, seed_runs(readings, seed_requests(), profile, progress))
+
+
+def seed_ladder(profile, readings, plateau_gain: float | None = None, progress=None) -> dict:
+    """`hicache ablate --scenario seed`: the fix ladder on the scenario (hicache_ref.sim.ablate) and
+    every reading (`evaluate`) over the same replays, with the answer: does HiCache pay off."""
+    from hicache_ref.sim.ablate import ablate
+    from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
+
+    requests = seed_requests()
+    sc = readings.scenario
+    spec = seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"]), tp=sc["tp"])
+    runs = Runs(seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"])), requests, sc["tp"])
+    result = ablate(spec, requests, plateau_gain if plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
+                    progress=progress, profile=profile, runs=runs)
+    rows = evaluate(profile, readings, runs)
+    by = {r["reading"]: r for r in rows}
+    final = by.get("ttft_all_fixes")
+    change = None if final is None else final["model"]
+    result.update(readings=rows, scenario=dict(sc, readings_file=str(readings.path), trace="seed_requests()"),
+                  answer=dict(ttft_change_pct=change, gain=None if change is None else change < 0,
+                              seed_ttft_change_pct=None if final is None else final["seed"],
+                              readings_within=sum(1 for r in rows if r["within"]), readings_total=len(rows)))
+    return result
