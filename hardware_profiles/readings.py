@@ -8,11 +8,19 @@ computes each reading: hicache_ref/sim/readings.py. The schema: hardware_profile
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from hardware_profiles.model import ProfileError
+from hardware_profiles.model import (
+    COMPUTE_BOUNDS,
+    COMPUTE_OPTIONAL_BOUNDS,
+    HOST_COST_BOUNDS,
+    KERNEL_BOUNDS,
+    LINK_BOUNDS,
+    ProfileError,
+)
 from hardware_profiles.schema import _parse
 from hardware_profiles.values import is_int, is_number
 
@@ -33,6 +41,10 @@ SWITCHES = {
 }
 SCENARIO_KEYS = {"description": str, "tp": int, "concurrency": int, "pd_disagg": bool, "l1_tokens": int,
                  "l2_gb_per_card": float, "first_request_tokens": int, "chunk_tokens": int, "interpretation": str}
+# the profile parameters a reading may derive
+PROFILE_KEYS = frozenset([*(f"compute.{k}" for k in (*COMPUTE_BOUNDS, *COMPUTE_OPTIONAL_BOUNDS)),
+                          *(f"link.{k}" for k in (*LINK_BOUNDS, *KERNEL_BOUNDS)),
+                          *(f"host_costs.{k}" for k in HOST_COST_BOUNDS)])
 READING_KEYS = ("measured", "quantity", "state", "value", "unit", "interpretation", "derives", "l2_gb_per_card",
                 "host_layout")
 
@@ -82,7 +94,7 @@ def _mapping(file, key, v, allowed=None) -> dict:
 
 
 def _state(file, name, raw) -> dict:
-    raw = _mapping(file, f"states.{name}", raw if raw is not None else {}, SWITCHES)
+    raw = _mapping(file, f"states.{name}", raw, SWITCHES)  # {} is the first build; a bare key is a mistake
     out = {}
     for k, allowed in SWITCHES.items():
         v = raw.get(k, allowed[0])
@@ -94,6 +106,8 @@ def _state(file, name, raw) -> dict:
 
 def _reading(file, name, raw, states) -> Reading:
     key = f"readings.{name}"
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        _fail(file, key, "a snake_case reading name", name)
     raw = _mapping(file, key, raw, READING_KEYS)
     for k in ("measured", "quantity", "value", "unit", "interpretation"):
         if k not in raw:
@@ -113,8 +127,11 @@ def _reading(file, name, raw, states) -> Reading:
     if state is not None and state not in states:
         _fail(file, f"{key}.state", f"a state of `states` ({', '.join(states)})", state)
     derives = raw.get("derives", [])
-    if not isinstance(derives, list) or not all(isinstance(d, str) and "." in d for d in derives):
-        _fail(file, f"{key}.derives", "a list of profile keys (section.key)", derives)
+    if not isinstance(derives, list) or not all(isinstance(d, str) and d in PROFILE_KEYS for d in derives):
+        bad = next((d for d in derives if d not in PROFILE_KEYS), derives) if isinstance(derives, list) else derives
+        _fail(file, f"{key}.derives", "a list of profile keys (section.key of compute, link or host_costs)", bad)
+    if raw["unit"] == "sign" and v not in (-1, 1):
+        _fail(file, f"{key}.value", "-1 or 1 (a sign reading)", v)
     gb = raw.get("l2_gb_per_card")
     if gb is not None and (not is_number(gb) or gb <= 0):
         _fail(file, f"{key}.l2_gb_per_card", "a positive number of GB", gb)
@@ -150,8 +167,14 @@ def load_readings(profile) -> Readings | None:
         return None
     local = Path(profile.path).parent / "readings" / profile.readings
     if local.is_file():
-        return build_readings(local.read_text(encoding="utf-8"), local)
-    entry = resources.files("hardware_profiles") / "readings" / profile.readings
-    if not entry.is_file():
-        raise ProfileError(str(profile.path), "readings", "a file in hardware_profiles/readings/", profile.readings)
-    return build_readings(entry.read_text(encoding="utf-8"), Path(str(entry)))
+        out = build_readings(local.read_text(encoding="utf-8"), local)
+    else:
+        entry = resources.files("hardware_profiles") / "readings" / profile.readings
+        if not entry.is_file():
+            raise ProfileError(str(profile.path), "readings", "a file in readings/ beside the profile or in "
+                               "hardware_profiles/readings/", profile.readings)
+        out = build_readings(entry.read_text(encoding="utf-8"), Path(str(entry)))
+    # a copy of a packaged profile keeps its readings; a readings file written for another machine does not fit
+    if out.profile not in (profile.name, Path(profile.readings).stem):
+        raise ProfileError(str(out.path), "profile", f"{profile.name!r} (the profile that names this file)", out.profile)
+    return out

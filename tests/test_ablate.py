@@ -256,3 +256,15 @@ def test_cli_refuses_capacities_the_machine_cannot_hold(tmp_path, capsys, monkey
                  "--l2-tokens", "100M", "--tp", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hicache: --l2-tokens") and "MiB" in err[0]
+
+
+@pytest.mark.parametrize(("args", "where"), [
+    (["--layers", "61"], "--layers"), (["--page-size", "32"], "--page-size"), (["--dtype", "fp8"], "--dtype"),
+    (["--trace", "x.jsonl"], "--trace"), (["--l1-tokens", "1M"], "--l1-tokens"), (["--concurrency", "4"], "--concurrency"),
+    (["--profile", "emu"], "--scenario"),  # no readings file: no scenario to build
+])
+def test_scenario_seed_refuses_what_the_scenario_sets(tmp_path, capsys, args, where):
+    assert main(["ablate", "--scenario", "seed", *args, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"hicache: {where}: ")
+    assert not (tmp_path / "o").exists()

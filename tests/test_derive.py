@@ -89,6 +89,10 @@ def _readings_text(**patch) -> str:
     ("    state: hicache_off\n", "    state: nowhere\n", "readings.first_request_off.state"),
     ("  hicache_off: {hicache: false}", "  hicache_off: {hicache: false, numa: far}", "states.hicache_off.numa"),
     ("  tp: 8\n", "  tp: eight\n", "scenario.tp"),
+    ("  hicache_off: {hicache: false}", "  hicache_off:", "states.hicache_off"),  # null is not the first build
+    ("      - link.per_segment_us\n", "      - link.per_segment_usec\n", "readings.first_request_off.derives"),
+    ("    value: -1\n", "    value: 0.5\n", "readings.plateau_smaller_l2_faster.value"),
+    ("  first_request_off:\n", "  First-Request:\n", "readings.First-Request"),
 ])
 def test_a_bad_readings_file_names_the_key(tmp_path, old, new, key):
     path = tmp_path / "r.yaml"
@@ -117,3 +121,15 @@ def test_within_the_tolerance_and_the_sign(unit, seed, model, ok):
     from hicache_ref.sim.readings import within
 
     assert bool(within(_reading(unit, seed), model)) is ok
+
+
+def test_a_readings_file_for_another_profile_is_refused(tmp_path):
+    profile = load_profile("p800")
+    folder = tmp_path / "readings"
+    folder.mkdir()
+    (folder / "p800.yaml").write_text(_readings_text(**{"profile: p800\n": "profile: p900\n"}), encoding="utf-8")
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(profile.path.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(ProfileError) as e:
+        load_readings(load_profile(str(copy)))
+    assert e.value.key_path == "profile"

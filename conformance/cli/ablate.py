@@ -58,7 +58,23 @@ def run(a) -> int:
     return 0
 
 
-SCENARIO_FIXED = ("--trace", "--limit", "--l1-tokens", "--l2-tokens", "--tp", "--concurrency", "--pd-disagg")
+SCENARIO_OWN = ("scenario", "profile", "plateau_gain", "out", "json", "quiet")  # what --scenario seed leaves to the user
+
+
+def _fixed_by_scenario(a) -> str | None:
+    """The first option given that the seed scenario sets itself (its trace, tiers, geometry,
+    serving, policies), spelled as on the command line; None when there is none."""
+    import argparse
+
+    p = argparse.ArgumentParser(allow_abbrev=False)
+    add_arguments(p)
+    for action in p._actions:
+        dest = action.dest
+        if dest in SCENARIO_OWN or dest == "help" or not action.option_strings:
+            continue
+        if getattr(a, dest, None) != action.default:
+            return action.option_strings[-1]
+    return None
 
 
 def _seed(a, spec, profile, out, ablate_plot) -> int:
@@ -70,10 +86,10 @@ def _seed(a, spec, profile, out, ablate_plot) -> int:
     if readings is None:
         raise CliError("--scenario", f"profile {profile.name} names no readings file (`readings:`): the seed "
                        "scenario is built from one")
-    given = [o for o in SCENARIO_FIXED if getattr(a, o.lstrip("-").replace("-", "_"), None) not in (None, False)]
+    given = _fixed_by_scenario(a)
     if given:
-        raise CliError(given[0], "the seed scenario sets it (hardware_profiles/readings/"
-                       f"{profile.readings}, `scenario`); drop it or leave out --scenario")
+        raise CliError(given, "the seed scenario sets it (its trace, tiers, geometry and serving: hardware_profiles/"
+                       f"readings/{profile.readings}, `scenario`); drop it or leave out --scenario")
     result = seed_ladder(profile, readings, plateau_gain=a.plateau_gain,
                            progress=bar("hicache ablate", a.quiet, " replays"))
     from conformance.cli.plots import readings_plot
@@ -113,14 +129,14 @@ def table_lines(r: dict) -> list[str]:
     lines = [f"{c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}, L1 {c['l1_tokens']:,} / L2 "
              f"{c['l2_tokens']:,} tokens per rank, {served}",
              f"{'step':<17} {'hit rate':>8} {'D2H seg':>9} {'H2D seg':>9} {'D2H GiB':>8} {'H2D GiB':>8} "
-             f"{'xfer s':>9} {'TTFT chg s':>11} {'net s':>11}"]
+             f"{'xfer s':>9} {'TTFT chg s':>11} {'TTFT %':>8} {'net s':>11}"]
     for s in r["steps"]:
         lines.append(f"{s['step']:<17} {_num(s['hit_rate'], '.4f'):>8} {_num(s['d2h_segments'], ','):>9} "
                      f"{_num(s['h2d_segments'], ','):>9} "
                      f"{_num(None if s['d2h_bytes'] is None else s['d2h_bytes'] / gib, '.2f'):>8} "
                      f"{_num(None if s['h2d_bytes'] is None else s['h2d_bytes'] / gib, '.2f'):>8} "
                      f"{_num(s['modeled_transfer_seconds'], '.3f'):>9} {_num(s['ttft_change_seconds'], '+.4f'):>11} "
-                     f"{_num(s['net_benefit_seconds'], '+.2f'):>11}")
+                     f"{_num(s.get('ttft_change_pct'), '+.2f'):>8} {_num(s['net_benefit_seconds'], '+.2f'):>11}")
     unmeasured = [(s["step"], why) for s in r["steps"] for why in sorted(set(s["not_measured"].values()))]
     if unmeasured:
         lines.append("n/m: not measured:")
