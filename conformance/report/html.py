@@ -131,7 +131,8 @@ def render(report: dict) -> str:
     why = f"<p class='bad'>NOT RUN: {escape(report['not_run_reason'])}</p>" if report.get("not_run_reason") else ""
     if report.get("partial_reason"):
         why = (f"<p class='bad'>PARTIAL: the deciding suites did not run in full ({escape(report['partial_reason'])}): "
-               "nothing failed, but this run signs nothing off</p>")
+               "no check of the node failed (seed readings the model misses are the model's verdict), but this run "
+               "signs nothing off</p>")
     assumptions = table(["profile key", "source"], [[f"<code>{escape(k)}</code>", escape(v)]
                                                      for k, v in report["assumptions"].items()]) \
         if report["assumptions"] else "<p>none: every figure is measured, derived or from the seed work</p>"

@@ -234,8 +234,8 @@ def format_table(s: Summary, max_failures: int = 20) -> str:
     if s.verdict == "NOT RUN":
         lines.append(f"NOT RUN: {s.not_run_reason} ({counts})")
     elif s.verdict == "PARTIAL":
-        lines.append(f"PARTIAL: the deciding suites did not run in full ({s.partial_reason}); nothing failed, "
-                     f"but nothing is signed off ({counts})")
+        lines.append(f"PARTIAL: the deciding suites did not run in full ({s.partial_reason}); no check of the node "
+                     f"failed, but nothing is signed off ({counts})")
     else:
         lines.append(f"{s.verdict}: {counts}")
     mv = s.model_verdict
