@@ -7,7 +7,7 @@ and how many readings the model meets. A profile without readings has no scenari
 
 from __future__ import annotations
 
-ANSWER_READING = "ttft_all_fixes"  # TTFT change, every fix on, vs HiCache off, on the seed scenario
+from hicache_ref.sim.readings import ANSWER_READING
 
 
 def _scenario(profile) -> str | None:

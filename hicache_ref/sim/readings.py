@@ -22,6 +22,7 @@ from hicache_ref.sim.seed_scenario import l2_tokens, seed_host_state
 
 RELATIVE_TOLERANCE = 0.15  # time readings
 POINTS_TOLERANCE = 3.0  # percentages and hit rates
+ANSWER_READING = "ttft_all_fixes"  # the reading that answers "does HiCache pay off": every fix vs HiCache off
 ROW_KEYS = ("reading", "seed", "model", "unit", "tolerance", "within", "state", "interpretation")
 PLATEAU_TIERS = 8
 
@@ -52,19 +53,17 @@ def first_request(profile, state: dict, scenario: dict, tokens: int | None = Non
     return mech.service(profile, compute, 0, mech.Traffic(), d2h, hs).total
 
 
+def workload_busy(profile, runs, state: dict, l2_gb: float) -> tuple[float, dict]:
+    """(busy seconds of the prefill server over the scenario's trace in `state`, its replay figures)."""
+    fig = runs.figures(state, l2_tokens(l2_gb))
+    hs = host_state(state, profile, l2_tokens(l2_gb), SEED_GEOMETRY.token_bytes, runs.tp)
+    return cost.run_service(profile, fig, hs).total, fig
+
+
 def workload_ttft(profile, runs, state: dict, l2_gb: float) -> tuple[float, dict]:
     """(mean TTFT of the scenario's trace in `state`, its replay figures)."""
-    fig = runs.figures(state, l2_tokens(l2_gb))
-    hs = host_state(state, profile, l2_tokens(l2_gb), SEED_GEOMETRY.token_bytes, runs.tp)
-    svc = cost.run_service(profile, fig, hs)
-    return mech.mean_ttft_seconds(svc.total, fig["requests"], runs.base.serving.concurrency), fig
-
-
-def workload_busy(profile, runs, state: dict, l2_gb: float) -> float:
-    """Busy seconds of the prefill server over the scenario's trace in `state`."""
-    fig = runs.figures(state, l2_tokens(l2_gb))
-    hs = host_state(state, profile, l2_tokens(l2_gb), SEED_GEOMETRY.token_bytes, runs.tp)
-    return cost.run_service(profile, fig, hs).total
+    busy, fig = workload_busy(profile, runs, state, l2_gb)
+    return mech.mean_ttft_seconds(busy, fig["requests"], runs.base.serving.concurrency), fig
 
 
 def workload_change_pct(profile, runs, state: dict, l2_gb: float, states: dict) -> float:
@@ -188,8 +187,8 @@ def evaluate(profile, readings, runs) -> list[dict]:
                        detail=detail(r, m))
             if r.quantity == "workload_ttft_change":  # what the fixes net over HiCache off, in server seconds
                 gb = r.l2_gb_per_card or readings.scenario["l2_gb_per_card"]
-                row["net_seconds"] = (workload_busy(profile, runs, readings.states["hicache_off"], gb)
-                                      - workload_busy(profile, runs, readings.states[r.state], gb))
+                row["net_seconds"] = (workload_busy(profile, runs, readings.states["hicache_off"], gb)[0]
+                                      - workload_busy(profile, runs, readings.states[r.state], gb)[0])
         except mech.Unpriced as e:
             row.update(model=None, within=None, not_measured=str(e), detail=f"not measured: {e}")
         rows.append(row)

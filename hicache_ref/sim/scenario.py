@@ -77,7 +77,3 @@ class Runs:
             if self.progress is not None:
                 self.progress(len(self._figs))
         return self._figs[key]
-
-    def put(self, st: dict, l2_per_card: int, fig: dict) -> None:
-        """Figures of a replay run elsewhere (a sweep's workers)."""
-        self._figs.setdefault(cache_key(st, l2_per_card), fig)

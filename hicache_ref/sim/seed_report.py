@@ -7,7 +7,10 @@ with every fix against HiCache off.
 
 from __future__ import annotations
 
-from hicache_ref.sim.readings import evaluate
+from hardware_profiles.readings import load_readings
+from hicache_ref.sim.ablate import ablate
+from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
+from hicache_ref.sim.readings import ANSWER_READING, evaluate
 from hicache_ref.sim.scenario import Runs
 from hicache_ref.sim.seed_scenario import l2_tokens, seed_base, seed_requests, seed_runs
 
@@ -15,8 +18,6 @@ from hicache_ref.sim.seed_scenario import l2_tokens, seed_base, seed_requests, s
 def seed_rows(profile, progress=None) -> list[dict]:
     """Every reading of `profile`'s readings file on the seed scenario (see `evaluate`); [] when the
     profile names no readings."""
-    from hardware_profiles.readings import load_readings
-
     readings = load_readings(profile)
     if readings is None:
         return []
@@ -26,21 +27,19 @@ def seed_rows(profile, progress=None) -> list[dict]:
 def seed_ladder(profile, readings, plateau_gain: float | None = None, progress=None) -> dict:
     """`hicache ablate --scenario seed`: the fix ladder on the scenario (hicache_ref.sim.ablate) and
     every reading (`evaluate`) over the same replays, with the answer: does HiCache pay off."""
-    from hicache_ref.sim.ablate import ablate
-    from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
-
     requests = seed_requests()
     sc = readings.scenario
-    spec = seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"]), tp=sc["tp"])
-    runs = Runs(seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"])), requests, sc["tp"])
-    result = ablate(spec, requests, plateau_gain if plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
+    base = seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"]))
+    runs = Runs(base, requests, sc["tp"])
+    result = ablate(base.replace(tp=sc["tp"]), requests, plateau_gain if plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
                     progress=progress, profile=profile, runs=runs)
     rows = evaluate(profile, readings, runs)
     by = {r["reading"]: r for r in rows}
-    final = by.get("ttft_all_fixes")
+    final = by.get(ANSWER_READING)
     change = None if final is None else final["model"]
     result.update(readings=rows, scenario=dict(sc, readings_file=str(readings.path), trace="seed_requests()"),
                   answer=dict(ttft_change_pct=change, gain=None if change is None else change < 0,
                               seed_ttft_change_pct=None if final is None else final["seed"],
+                              net_seconds=None if final is None else final.get("net_seconds"),
                               readings_within=sum(1 for r in rows if r["within"]), readings_total=len(rows)))
     return result
