@@ -68,7 +68,7 @@ def count_backend(name: str) -> None:
     except ImportError:
         return
     if getattr(cls, "name", None) == "count":
-        raise CliError("--backend", "count prices plans on the modeled clock and moves no bytes, and every "
+        raise CliError("--backend", "count moves no bytes (it prices plans on the modeled clock), and every "
                                     "conformance suite checks the bytes that moved; pass emu or a device backend")
 
 
