@@ -10,15 +10,14 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from mounts import mounted_tmpfs
 
 from conformance.cli.main import main
 from conformance.cli.out_folder import LOCK_NAME, MANIFEST_NAME, RESULTS, WORK_NAME, claim_out, release_out
 from conformance.common import safe_write
 from conformance.common.errors import CliError
-from tests.mounts import mounted_tmpfs
 
 
 def line(i: int) -> str:
@@ -275,7 +274,7 @@ def test_a_line_past_the_bound_is_refused_naming_the_file_and_line(tmp_path, cap
     assert str(path) in err and "line 2: longer than" in err
 
 
-@pytest.mark.parametrize("command", [["trace", "stats", "{t}"], ["sweep", "--trace", "{t}", "--l2-tokens", "64K"],
+@pytest.mark.parametrize("command", [["trace", "stats", "{t}"], ["sweep", "--trace", "{t}", "--l1-tokens", "32K", "--l2-tokens", "64K"],
                                      ["ablate", "--trace", "{t}"]])
 def test_an_empty_trace_is_named_as_such(tmp_path, capsys, command):
     empty = tmp_path / "empty.jsonl"
@@ -315,7 +314,7 @@ def test_sweep_out_on_a_full_disk_names_the_file_and_leaves_nothing_half_written
     trace.write_text(TRACE)
     with mounted_tmpfs(tmp_path / "small", "size=16K") as disk:
         (disk / "filler").write_bytes(b"x" * (12 << 10))
-        rc = main(["sweep", "--trace", str(trace), "--l2-tokens", "64K,128K", "--out", str(disk), "--quiet"])
+        rc = main(["sweep", "--trace", str(trace), "--l1-tokens", "32K", "--l2-tokens", "64K,128K", "--out", str(disk), "--quiet"])
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert rc == 2 and "cannot be written: no space left" in err and str(disk) in err
         assert sorted(os.listdir(disk)) in (["filler"], ["filler", "sweep.json"])  # the JSON whole, or nothing
