@@ -392,3 +392,21 @@ def test_doctor_names_an_unavailable_backend_and_why(capsys):
     assert main(["doctor", "--backend", "xpu"]) == 2
     err = one_line_err(capsys)
     assert err.startswith("hicache: --backend: xpu is not available here: ") and why[:40] in err
+
+
+def test_trace_synth_refuses_an_out_that_is_a_link_before_the_work(tmp_path, capsys):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "t.jsonl").symlink_to(victim)
+    assert main(["trace", "synth", "--out", str(tmp_path / "t.jsonl"), "--requests", "10", "--min-tokens", "1K",
+                 "--max-tokens", "4K", "--reuse", "0.5"]) == 2
+    assert "symbolic link" in one_line_err(capsys) and victim.read_text() == "precious"
+
+
+def test_a_plot_on_a_full_disk_leaves_no_partial_png(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(TRACE)
+    with mounted_tmpfs(tmp_path / "small", "size=4K") as disk:
+        rc = main(["trace", "stats", str(trace), "--plot", str(disk / "t.png")])
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert rc == 2 and f"{disk / 't.png'}: cannot be written: no space left" in err and os.listdir(disk) == []

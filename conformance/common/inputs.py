@@ -96,10 +96,12 @@ def requests_of(option: str, trace, requests: list) -> list:
 
 def new_file(option: str, path: str | os.PathLike, suffixes: tuple[str, ...] = ()) -> Path:
     """`path` as a Path a command may write: a name ending in one of `suffixes` (none given: any),
-    not a directory, in a folder that exists."""
+    not a directory or a symbolic link, in a folder that exists."""
     out = Path(path)
     if suffixes and out.suffix not in suffixes:
         raise CliError(option, f"{clip_path(out)}: expected a {suffixes[0]} file name")
+    if out.is_symlink():  # refused before the work, as safe_write refuses it after
+        raise CliError(option, f"{clip_path(out)}: is a symbolic link; refusing to write through it")
     if out.is_dir():
         raise CliError(option, f"{clip_path(out)}: is a directory")
     if not out.parent.is_dir():
