@@ -82,7 +82,7 @@ def take_junit(made: Path, out: Path) -> Path | None:
     try:
         ET.fromstring(data)
     except ET.ParseError as e:
-        raise CliError(clip_path(made), f"pytest's report is cut short or not XML ({clip(e, 80)}; a full "
+        raise CliError(clip_path(out), f"pytest's report is cut short or not XML ({clip(e, 80)}; a full "
                                         "disk?): the run has no verdict") from None
     write_bytes(out, data)
     return out
