@@ -132,13 +132,13 @@ def run(a) -> int:
 
     check_keyword(a.keyword)
     check_child_args(a.pytest_args)
-    a.workers = bound_workers(a.workers)  # a bad --workers is refused before OUT is touched
+    a.workers = bound_workers(a.workers)  # -n past the cores: the cores
     if a.storage is not None:
         return run_storage(a)
     check_backend(a.backend, a.backend_module)
     count_backend(a.backend)
     profile = _profile_name(a.backend, a.profile)
-    workers_args(a.workers)
+    workers_args(a.workers)  # a bad --workers is refused before OUT is touched
     out = Path(a.out or default_out(a.backend, profile)).resolve()
     lock = claim_out(out, a.out is not None)
     work = out / WORK_NAME
