@@ -21,7 +21,7 @@ from hardware_profiles.model import (
     LINK_BOUNDS,
     ProfileError,
 )
-from hardware_profiles.schema import _parse
+from hardware_profiles.schema import _parse, fail, mapping
 from hardware_profiles.values import is_int, is_number
 
 SCHEMA_VERSION = 1
@@ -79,18 +79,8 @@ class Readings:
         raise KeyError(f"{self.path}: no reading {name!r}; readings: {', '.join(r.name for r in self.readings)}")
 
 
-def _fail(file, key, expected, got):
-    raise ProfileError(str(file), key, expected, repr(got))
-
-
-def _mapping(file, key, v, allowed=None) -> dict:
-    if not isinstance(v, dict):
-        _fail(file, key, "a mapping", v)
-    if allowed is not None:
-        for k in v:
-            if k not in allowed:
-                _fail(file, f"{key}.{k}" if key else k, f"one of the keys {', '.join(allowed)}", k)
-    return v
+# The profile reader's own checks (hardware_profiles.schema): one YAML reader, one way to echo a value.
+_fail, _mapping = fail, mapping
 
 
 def _state(file, name, raw) -> dict:

@@ -1,8 +1,15 @@
-"""Strict reading of a profile's YAML: every key checked, every error naming file, key path and expectation."""
+"""Strict reading of a profile's YAML: every key checked, every error naming file, key path and expectation.
+
+One YAML reader for profiles and their readings files (hardware_profiles.readings): aliases are
+refused on the node graph, before anything is built from it (an alias bomb of a few KB would
+expand to gigabytes), and a bad value is echoed through `shown`, which formats at most a few
+dozen characters of it however large it is.
+"""
 
 from __future__ import annotations
 
 import re
+import reprlib
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -45,7 +52,39 @@ _StrictSafeLoader.add_implicit_resolver(
 )
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxlist, _REPR.maxtuple, _REPR.maxset = 2, 4, 4, 4, 4
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 80
+_SHOWN_CHARS = 80
+
+
+def shown(value: Any) -> str:
+    """`value` as an error echoes it: a repr bounded while it is made (never the whole of a huge
+    value), on one line, at most _SHOWN_CHARS characters."""
+    if isinstance(value, str) and len(value) > _SHOWN_CHARS // 2:  # its head, and how long it was
+        return f"{' '.join(repr(value[: _SHOWN_CHARS // 2]).split())[:-1]}...' ({len(value):,} characters)"
+    text = " ".join(_REPR.repr(value).split())
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def fail(file, key_path: str, expected: str, got: Any) -> NoReturn:
+    """Raise the ProfileError for `got` at `key_path` of `file` (echoed through `shown`)."""
+    raise ProfileError(str(file), key_path, expected, shown(got))
+
+
+def mapping(file, key_path: str, value: Any, allowed=None) -> dict:
+    """`value` when it is a mapping whose keys are all in `allowed` (None: any); ProfileError otherwise."""
+    if not isinstance(value, dict):
+        fail(file, key_path or "(document)", "a mapping", value)
+    if allowed is not None:
+        for k in value:
+            if k not in allowed:
+                fail(file, _join(key_path, k), f"one of the keys {', '.join(allowed)}", k)
+    return value
+
+
 def _parse(text: str, file: str) -> Any:
+    """The one YAML document of `text`, checked for duplicate keys and aliases before it is built."""
     loader = _StrictSafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -56,16 +95,18 @@ def _parse(text: str, file: str) -> Any:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"(yaml, line {mark.line + 1})" if mark else "(yaml)"
-        raise ProfileError(file, where, "valid YAML", repr(getattr(e, "problem", None) or str(e))) from None
+        raise ProfileError(file, where, "valid YAML", shown(getattr(e, "problem", None) or str(e))) from None
     finally:
         loader.dispose()
 
 
 def _reject_duplicate_keys(node: yaml.Node, path: str, file: str, walked: set[int] | None = None) -> None:
     # safe_load keeps the last of two equal keys silently; in a profile that hides a typo'd edit.
+    # A node reached twice is an alias (*name) of an anchor: refused, so nothing is ever expanded.
     walked = set() if walked is None else walked
-    if id(node) in walked:  # an alias seen before (anchors may even refer to themselves)
-        return
+    if id(node) in walked:
+        raise ProfileError(file, path or "(document)", "a value written out (YAML aliases are not read)",
+                           f"an alias of the anchor at line {node.start_mark.line + 1}")
     walked.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
@@ -106,7 +147,7 @@ class _Reader:
     def section(self, data: Any, path: str, keys: tuple[str, ...]) -> dict:
         """A mapping whose keys are all among `keys` (presence is checked as each is read)."""
         if not isinstance(data, dict):
-            self.fail(path or "(document)", f"a mapping with keys {', '.join(keys)}", repr(data))
+            self.fail(path or "(document)", f"a mapping with keys {', '.join(keys)}", shown(data))
         for key in data:
             if key not in keys:
                 self.fail(_join(path, key), f"one of the keys {', '.join(keys)}", f"unknown key {key!r}")
@@ -128,11 +169,11 @@ class _Reader:
             source = raw.get("source")
             if not isinstance(source, str) or not source.strip():
                 self.fail(f"{p}.source", "a non-empty string saying where the value comes from",
-                          _MISSING if "source" not in raw else repr(source))
+                          _MISSING if "source" not in raw else shown(source))
             self.sources[p] = source.strip()
             return raw["value"], f"{p}.value"
         if sourced and raw != UNKNOWN:
-            self.fail(p, f"{{value: <{expected}>, source: <where it comes from>}} or 'unknown'", repr(raw))
+            self.fail(p, f"{{value: <{expected}>, source: <where it comes from>}} or 'unknown'", shown(raw))
         return raw, p
 
     def number(self, parent, key, path, unit, lo, hi, *, integer=False, lo_open=False, sourced=False):
@@ -154,7 +195,7 @@ class _Reader:
         if may_be_unknown and raw == UNKNOWN:
             return None
         if not isinstance(raw, str) or not raw.strip():
-            self.fail(p, expected, repr(raw))
+            self.fail(p, expected, shown(raw))
         return raw.strip()
 
     # -- sections ----------------------------------------------------------------------------
@@ -166,7 +207,7 @@ class _Reader:
             if key not in top:
                 self.fail(key, f"a '{key}' entry (see hardware_profiles/README.md)", _MISSING)
         if not is_int(top["schema"]) or top["schema"] != SCHEMA_VERSION:
-            self.fail("schema", f"{SCHEMA_VERSION} (the schema version this loader reads)", repr(top["schema"]))
+            self.fail("schema", f"{SCHEMA_VERSION} (the schema version this loader reads)", shown(top["schema"]))
         device = self.device(top["device"])
         host = self.host(top["host"])
         topology = self.topology(top["topology"], device, host) if "topology" in top else None
@@ -204,27 +245,27 @@ class _Reader:
         device_numa = None
         if raw != UNKNOWN:
             if not isinstance(raw, list) or not raw:
-                self.fail(p, expected, repr(raw))
+                self.fail(p, expected, shown(raw))
             if device.devices_per_node is not None and len(raw) != device.devices_per_node:
                 self.fail(p, f"{device.devices_per_node} entries (device.devices_per_node)", f"{len(raw)}: {raw!r}")
             top_node = (host.numa_nodes or 65) - 1
             for i, n in enumerate(raw):
                 if not is_int(n) or not 0 <= n <= top_node:
-                    self.fail(f"{p}[{i}]", f"a NUMA node number in [0, {top_node}] (host.numa_nodes)", repr(n))
+                    self.fail(f"{p}[{i}]", f"a NUMA node number in [0, {top_node}] (host.numa_nodes)", shown(n))
             device_numa = tuple(raw)
         per_switch = self.number(t, "devices_per_switch", "topology", "devices", 1, 64, integer=True)
         # Switches split a node's devices into equal groups: a count that leaves a remainder
         # (3 per switch, 8 devices) describes no real machine and would skew per-switch sums.
         if per_switch and device.devices_per_node and device.devices_per_node % per_switch:
             self.fail("topology.devices_per_switch",
-                      f"a divisor of device.devices_per_node ({device.devices_per_node})", repr(per_switch))
+                      f"a divisor of device.devices_per_node ({device.devices_per_node})", shown(per_switch))
         lanes = self.number(t, "uplink_lanes", "topology", "PCIe lanes", 1, 32, integer=True)
         if lanes is not None and lanes not in (1, 2, 4, 8, 16, 32):
-            self.fail("topology.uplink_lanes", "a PCIe link width: 1, 2, 4, 8, 16 or 32, or 'unknown'", repr(lanes))
+            self.fail("topology.uplink_lanes", "a PCIe link width: 1, 2, 4, 8, 16 or 32, or 'unknown'", shown(lanes))
         raw, p = self.leaf(t, "ido", "topology", "'on', 'off' or 'unknown'", False)
         ido = ("on" if raw else "off") if isinstance(raw, bool) else raw  # YAML 1.1 reads bare on/off as booleans
         if ido not in IDO_STATES:
-            self.fail(p, "'on', 'off' or 'unknown'", repr(raw))
+            self.fail(p, "'on', 'off' or 'unknown'", shown(raw))
         return TopologySpec(
             device_numa=device_numa, devices_per_switch=per_switch,
             uplink_generation=self.number(t, "uplink_generation", "topology", "PCIe generation", 1, 7, integer=True),
@@ -248,7 +289,7 @@ class _Reader:
             raw, p = self.leaf(c, "prefill_curve", "compute", expected, True)
             if raw != UNKNOWN:
                 if not isinstance(raw, list) or len(raw) < 2:
-                    self.fail(p, expected, repr(raw))
+                    self.fail(p, expected, shown(raw))
                 points = []
                 for i, pt in enumerate(raw):
                     ok = (isinstance(pt, list) and len(pt) == 2 and is_int(pt[0]) and pt[0] >= 0
@@ -256,7 +297,7 @@ class _Reader:
                           and (not points or pt[0] > points[-1][0]))
                     if not ok:
                         self.fail(f"{p}[{i}]", "[tokens, seconds]: integer tokens above the previous point's, "
-                                  "seconds in [0, 86400]", repr(pt))
+                                  "seconds in [0, 86400]", shown(pt))
                     points.append((pt[0], float(pt[1])))
                 curve = tuple(points)
         optional = {name: self.bounded(c, name, "compute", bound, sourced=True)
@@ -272,12 +313,12 @@ class _Reader:
 
     def targets(self, data) -> tuple[Target, ...]:
         if not isinstance(data, dict):
-            self.fail("targets", "a mapping of target name -> {comparator, value, ...}, or {} for none", repr(data))
+            self.fail("targets", "a mapping of target name -> {comparator, value, ...}, or {} for none", shown(data))
         out = []
         for name, raw in data.items():
             p = f"targets.{name}"
             if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-                self.fail(p, "a snake_case target name", repr(name))
+                self.fail(p, "a snake_case target name", shown(name))
             t = self.section(raw, p, ("metric", "comparator", "value", "tolerance", "unit", "source", "note"))
             metric = t.get("metric", name)
             unit = METRICS[metric][0] if metric in METRICS else "the metric's unit"
@@ -289,10 +330,10 @@ class _Reader:
                     self.fail(f"{p}.{key}", expected, _MISSING)
             source = t.get("source")
             if not isinstance(source, str) or not source.strip():
-                self.fail(f"{p}.source", "a non-empty string", _MISSING if "source" not in t else repr(source))
+                self.fail(f"{p}.source", "a non-empty string", _MISSING if "source" not in t else shown(source))
             note = t.get("note", "")
             if "note" in t and (not isinstance(note, str) or not note.strip()):
-                self.fail(f"{p}.note", "a non-empty string", repr(note))
+                self.fail(f"{p}.note", "a non-empty string", shown(note))
             try:  # Target checks every field: the same check, and words, as for a Target built directly
                 out.append(Target(name, metric, t.get("comparator"), t.get("value"), t.get("tolerance"),
                                   t.get("unit"), source.strip(), note.strip()))

@@ -13,7 +13,7 @@ import pytest
 
 from conformance.cli.conform import default_out
 from conformance.cli.main import main
-from conformance.cli.out_folder import LOCK_NAME
+from conformance.cli.out_folder import LOCK_NAME, MANIFEST_NAME, RESULTS, WORK_NAME
 from conformance.common.errors import EXIT_PARTIAL
 from conformance.report.summary import ModuleResult, Summary
 
@@ -67,6 +67,14 @@ def summary(out) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+def previous_report(out, **files) -> None:
+    """OUT as a previous run left it: `files` (name -> text) and the manifest naming what it wrote."""
+    out.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (out / name).write_text(text)
+    (out / MANIFEST_NAME).write_text(json.dumps({"written": sorted(RESULTS + (WORK_NAME,))}))
+
+
 def test_emu_subset_is_partial_not_pass_and_writes_reports(tmp_path, capfd):
     out = tmp_path / "report"
     # -k leaves most of the deciding suites out: nothing failed, but that is no sign-off
@@ -91,7 +99,8 @@ def test_a_full_run_passes_and_leaves_only_the_reports(tmp_path, capfd):
     s = summary(out)
     assert s["verdict"] == "PASS" and s["ok"] and s["partial_reason"] is None
     assert s["deselected"] == {"test_spmd": s["deselected"]["test_spmd"]} and s["deselected"]["test_spmd"] > 0
-    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "report.html", "report.json", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST_NAME, "junit.xml", "report.html", "report.json",
+                                                     "summary.json"]
     assert "PASS:" in capfd.readouterr().out
 
 
@@ -161,8 +170,7 @@ def test_deciding_suites_run_in_part_are_partial_never_pass():
 
 def test_a_second_run_on_a_locked_out_is_refused_and_old_results_stay(tmp_path, capfd):
     out = tmp_path / "report"
-    out.mkdir()
-    (out / "summary.json").write_text('{"ok": true}')
+    previous_report(out, **{"summary.json": '{"ok": true}'})
     fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT)
     os.write(fd, b"4242\n")
     fcntl.flock(fd, fcntl.LOCK_EX)  # another run holds it
@@ -177,9 +185,7 @@ def test_a_second_run_on_a_locked_out_is_refused_and_old_results_stay(tmp_path, 
 
 def test_a_failed_start_leaves_no_stale_verdict(tmp_path, capfd):
     out = tmp_path / "report"
-    out.mkdir()
-    (out / "summary.json").write_text('{"ok": true}')
-    (out / "junit.xml").write_text("<testsuites/>")
+    previous_report(out, **{"summary.json": '{"ok": true}', "junit.xml": "<testsuites/>"})
     # pytest stops at once (a usage error in its own arguments): no report from this run.
     assert conform(out, "--", "--no-such-pytest-option") != 0
     assert not (out / "summary.json").exists() and not (out / "junit.xml").exists()
@@ -216,16 +222,16 @@ def test_bad_arguments_exit_2_with_a_message(tmp_path, capfd, args, named):
 def test_a_reused_out_says_the_report_is_replaced_and_keeps_only_the_reports(tmp_path, capfd):
     out = tmp_path / "report"
     out.mkdir()
-    # what a previous run (of an earlier version too) left: reports, its lock, ini and target rows
-    for name in ("summary.json", "report.json", "report.html", "junit.xml", LOCK_NAME, "pytest.ini"):
-        (out / name).write_text("old")
-    (out / "targets").mkdir()
-    (out / "targets" / "h2d_gbps.json").write_text("{}")
+    # what a previous run left: reports, its lock, its work folder (killed before it went)
+    previous_report(out, **{name: "old" for name in RESULTS + (LOCK_NAME,)})
+    (out / WORK_NAME).mkdir()
+    (out / WORK_NAME / "pytest.ini").write_text("[pytest]\n")
     assert conform(out, "--backend", "emu", "--profile", "emu", "-k", SUBSET) == EXIT_PARTIAL
     err = capfd.readouterr().err.strip().splitlines()
     assert err == [f"hicache: warning: --out {out}: replacing the previous report "
                    "(summary.json, report.json, report.html, junit.xml)"]
-    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "report.html", "report.json", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST_NAME, "junit.xml", "report.html", "report.json",
+                                                     "summary.json"]
     assert summary(out)["verdict"] == "PARTIAL"
     # a fresh folder: no warning
     assert conform(tmp_path / "new", "--backend", "emu", "--profile", "emu", "-k", SUBSET) == EXIT_PARTIAL
@@ -234,11 +240,11 @@ def test_a_reused_out_says_the_report_is_replaced_and_keeps_only_the_reports(tmp
 
 def test_an_out_holding_other_files_is_refused_and_left_alone(tmp_path, capfd):
     out = tmp_path / "mine"
-    out.mkdir()
+    previous_report(out, **{"summary.json": '{"ok": true}'})
     (out / "notes.txt").write_text("keep")
-    (out / "summary.json").write_text('{"ok": true}')
     assert conform(out, "-k", SUBSET) == 2
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"hicache: --out: {out}: holds 'notes.txt', which no hicache conform")
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "summary.json"]  # nothing touched, no lock
+    # nothing touched, no lock
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST_NAME, "notes.txt", "summary.json"]
     assert (out / "summary.json").read_text() == '{"ok": true}'

@@ -126,4 +126,4 @@ def test_subset_of_the_deciding_storage_suites_is_partial_and_out_holds_only_rep
     s = _summary(out)
     assert s["verdict"] == "PARTIAL" and not s["ok"]
     assert "test_exists" in s["partial_reason"] and "test_integrity" in s["partial_reason"]
-    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".hicache-manifest.json", "junit.xml", "summary.json"]

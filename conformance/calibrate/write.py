@@ -133,9 +133,9 @@ def write(out: Path, base, cal: dict, command: str, backend: str) -> Path:
     out = Path(out)
     text = profile_yaml(base, cal, command, backend)
     side = out.with_name(out.stem + ".calibration.json")
+    from conformance.common.safe_write import write_text
+
     for path, body in ((side, json.dumps(cal, indent=1) + "\n"), (out, text)):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(body, encoding="utf-8")
-        os.replace(tmp, path)
+        write_text(path, body)
     load_profile(out)  # a file --profile cannot load is a bug here, not the user's problem later
     return side

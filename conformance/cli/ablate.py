@@ -11,7 +11,7 @@ from conformance.cli.replay import trace_arg
 from conformance.cli.sweep import PLATEAU_GAIN
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
-from conformance.common.inputs import load_profile_arg
+from conformance.common.inputs import load_profile_arg, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
 from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
@@ -51,7 +51,7 @@ def run(a) -> int:
     if a.scenario == "seed":
         return _seed(a, spec, profile, out, ablate_plot)
     trace = trace_arg(a.trace)
-    result = ablate(spec, read_trace(trace, a.limit), plateau_gain=a.plateau_gain,
+    result = ablate(spec, requests_of("--trace", trace, read_trace(trace, a.limit)), plateau_gain=a.plateau_gain,
                     progress=bar("hicache ablate", a.quiet, " replays"))
     result["configuration"]["trace"] = str(trace)
     emit_result(result, out, "ablate", ablate_plot, a.json, table_lines(result))

@@ -14,12 +14,20 @@ import os
 import sys
 from pathlib import Path
 
+from conformance.cli.conform_args import (
+    bound_workers,
+    check_child_args,
+    check_keyword,
+    count_backend,
+    take_junit,
+)
 from conformance.cli.conform_storage import run_storage
 from conformance.cli.out_folder import TARGET_ROWS, WORK_NAME, claim_out, release_out
 from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
 from conformance.common.backends import check_backend
 from conformance.common.errors import EXIT_NOT_RUN, EXIT_PARTIAL
 from conformance.common.inputs import is_path, load_profile_arg
+from conformance.common.safe_write import write_text
 
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
 
@@ -35,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failure")
     p.add_argument("-n", "--workers", default="auto",
                    help="pytest-xdist workers: 'auto' (one per core, when there is more than one core "
-                        "and xdist is installed), a number, or 0 for one process")
+                        "and xdist is installed), a number (at most the cores here: more is cut to that, "
+                        "with a warning), or 0 for one process")
     p.add_argument("--backend-module", action="append", default=[],
                    help="import this module first: it registers an out-of-tree backend (repeatable)")
     # --- L3 storage conformance (conformance/suites/storage/): one block, see conformance.cli.conform_storage ---
@@ -69,14 +78,15 @@ def default_out(backend: str, profile: str | None) -> Path:
 
 
 def pytest_command(a, profile: str | None, out: Path, work: Path | None = None) -> list[str]:
-    """The child's command line; `work`: the private folder holding its empty ini (default OUT)."""
+    """The child's command line; `work`: the private folder holding its empty ini and the junit
+    pytest writes (default OUT); conform moves the junit into OUT itself (safe_write)."""
     ini = (work or out) / "pytest.ini"
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suites", "-p", "conformance.plugin",
            "-p", "conformance.report.selection",  # counts what -k / -m deselect (the PARTIAL verdict)
            # An empty ini of our own: the caller's pytest config (addopts, testpaths) stays out.
            "-c", str(ini), "--rootdir", str(out), "-p", "no:cacheprovider",
            "-p", "no:benchmark",  # pytest-benchmark, where installed, only warns under xdist
-           "--backend", a.backend, "--junitxml", str(out / "junit.xml"), "-q", "--tb=short",
+           "--backend", a.backend, "--junitxml", str((work or out) / "junit.xml"), "-q", "--tb=short",
            "--ignore-glob", "*/conformance/suites/storage/*"]  # the storage suite runs under --storage only
     if profile:
         cmd += ["--profile", profile]
@@ -120,9 +130,13 @@ def run(a) -> int:
     from conformance.report import selection
     from conformance.report import summary as report
 
+    check_keyword(a.keyword)
+    check_child_args(a.pytest_args)
+    a.workers = bound_workers(a.workers)  # -n past the cores: the cores
     if a.storage is not None:
         return run_storage(a)
     check_backend(a.backend, a.backend_module)
+    count_backend(a.backend)
     profile = _profile_name(a.backend, a.profile)
     workers_args(a.workers)  # a bad --workers is refused before OUT is touched
     out = Path(a.out or default_out(a.backend, profile)).resolve()
@@ -130,9 +144,8 @@ def run(a) -> int:
     work = out / WORK_NAME
     try:
         work.mkdir(mode=0o700)
-        (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+        write_text(work / "pytest.ini", "[pytest]\n")
         (work / TARGET_ROWS).mkdir()
-        junit = out / "junit.xml"
         ok, why = backend_status(a.backend)
         if not ok:
             print(f"hicache conform: backend {a.backend!r} is not available here: {why}\n"
@@ -142,8 +155,9 @@ def run(a) -> int:
         counts = work / "selection.json"
         env = {**os.environ, RESULTS_ENV: str(work / TARGET_ROWS), selection.SELECTION_ENV: str(counts)}
         rc = run_child(pytest_command(a, profile, out, work), out, env)
-        if not junit.exists():
-            print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
+        junit = take_junit(work / "junit.xml", out / "junit.xml")
+        if junit is None:
+            print(f"hicache: {out / 'junit.xml'}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
             return 1 if rc in (0, EXIT_NOT_RUN) else pytest_exit(rc)
         summary = report.summarize_junit(junit, a.backend, profile, None if ok else str(why), selection.read(counts))
         if rc not in (0, 1, 5, EXIT_NOT_RUN) or (rc == 1 and not summary.failures):

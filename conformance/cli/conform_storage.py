@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import importlib
 import os
+import secrets
 import sys
 from pathlib import Path
 
+from conformance.cli.conform_args import take_junit
 from conformance.cli.out_folder import WORK_NAME, claim_out, release_out
 from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
-from conformance.common.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip
+from conformance.common.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip, clip_path
+from conformance.common.safe_write import write_text
 
 
 def _storage_status(spec: str) -> str | None:
@@ -29,12 +32,36 @@ def _storage_status(spec: str) -> str | None:
             return mooncake_cluster.unavailable_reason()
         store = open_storage(spec)
         store.close()
+        _check_room(store)
         _say_bound(spec, store)
     except ValueError as e:
         raise CliError("--storage", clip(e, 300)) from None
     except (RuntimeError, ImportError, OSError) as e:
         return clip(e, 300)
     return None
+
+
+def _check_room(store) -> None:
+    """CliError naming --storage for a store that cannot hold one page of the suite: a bound below a
+    page, or a folder that cannot be written. Every test would fail on it, saying nothing about the
+    backend."""
+    from conformance.suites.storage.cases import PAGE_BYTES
+
+    page = max(PAGE_BYTES.values())
+    bound = getattr(store, "max_bytes", None)
+    if bound is not None and bound < page:
+        raise CliError("--storage", f"max_bytes={bound:,} cannot hold one page of the storage suite ({page} "
+                                    "bytes); give a larger bound")
+    folder = getattr(store, "directory", None)
+    if folder is None:
+        return
+    probe = os.path.join(folder, f".hicache-probe-{secrets.token_hex(8)}")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        os.unlink(probe)
+    except OSError as e:
+        raise CliError("--storage", f"{clip_path(folder)}: cannot be written ({e.strerror or e}); the store "
+                                    "could not hold one page") from None
 
 
 def _say_bound(spec: str, store) -> None:
@@ -55,7 +82,7 @@ def run_storage(a) -> int:
     from conformance.report import summary as report
     from conformance.suites.storage.cases import SPEC_ENV
 
-    workers_args(a.workers)
+    workers_args(a.workers)  # already bounded by conform.run
     for mod in a.backend_module:  # an out-of-tree storage backend registers itself at import
         try:
             importlib.import_module(mod)
@@ -68,21 +95,22 @@ def run_storage(a) -> int:
     work = out / WORK_NAME
     try:
         work.mkdir(mode=0o700)
-        (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+        write_text(work / "pytest.ini", "[pytest]\n")
         if why:
             print(f"hicache conform: storage {a.storage!r} is not available here: {why}\n"
                   f"  every test is skipped with that reason; the verdict will be NOT RUN", flush=True)
         cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suites.storage", "-p", "conformance.plugin",
                "-p", "conformance.report.selection", "-c", str(work / "pytest.ini"), "--rootdir", str(out),
-               "-p", "no:cacheprovider", "-p", "no:benchmark", "--junitxml", str(out / "junit.xml"), "-q", "--tb=short"]
+               "-p", "no:cacheprovider", "-p", "no:benchmark", "--junitxml", str(work / "junit.xml"), "-q",
+               "--tb=short"]
         cmd += [arg for mod in a.backend_module for arg in ("--backend-module", mod)]
         cmd += (["-k", a.keyword] if a.keyword else []) + (["-x"] if a.exitfirst else [])
         counts = work / "selection.json"
         env = {**os.environ, SPEC_ENV: a.storage, selection.SELECTION_ENV: str(counts)}
         rc = run_child(cmd + workers_args(a.workers) + list(a.pytest_args), out, env)
-        junit = out / "junit.xml"
-        if not junit.exists():
-            print(f"hicache: {junit}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
+        junit = take_junit(work / "junit.xml", out / "junit.xml")
+        if junit is None:
+            print(f"hicache: {out / 'junit.xml'}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
             return 1 if rc in (0, EXIT_NOT_RUN) else pytest_exit(rc)
         summary = report.summarize_junit(junit, label, None, why, selection.read(counts), deciding=STORAGE_DECIDING)
         report.write_json(summary, out / "summary.json")

@@ -10,6 +10,15 @@ from pathlib import Path
 _METADATA = {"Software": None}
 
 
+def _save(fig, path: str | Path) -> None:
+    """The figure as a PNG at `path`, written safely (conformance.common.safe_write): a full disk
+    leaves no partial PNG, a link at `path` is not followed."""
+    from conformance.common.safe_write import atomic_file
+
+    with atomic_file(path, binary=True) as f:
+        fig.savefig(f, format="png", dpi=100, metadata=_METADATA)
+
+
 def _pyplot():
     import matplotlib
 
@@ -35,7 +44,7 @@ def trace_stats_plot(path: str | Path, stats: dict, lengths: list[int]) -> None:
     right.set_ylabel("token hit rate")
     right.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata=_METADATA)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -61,7 +70,7 @@ def sweep_plot(path: str | Path, result: dict) -> None:
     ax.axvline(plateau, linestyle="--", color="#228833", label=label)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata=_METADATA)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -97,7 +106,7 @@ def ablate_plot(path: str | Path, result: dict) -> None:
     c = result["configuration"]
     ax.set_title(f"ablate: {c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata=_METADATA)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -133,5 +142,5 @@ def readings_plot(path: str | Path, result: dict) -> None:
     ax.set_title(f"seed readings vs model, profile {result['configuration']['profile']}: "
                  f"{ans.get('readings_within', 0)} of {ans.get('readings_total', len(rows))} within", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata=_METADATA)
+    _save(fig, path)
     plt.close(fig)

@@ -11,7 +11,7 @@ import sys
 
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
-from conformance.common.inputs import load_profile_arg, text_file
+from conformance.common.inputs import load_profile_arg, trace_file
 from conformance.common.progress import ticker
 from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
 from hicache_ref.sim.replay import summary_lines
@@ -37,7 +37,7 @@ def trace_arg(text: str | None):
     if trace is None:
         raise CliError("--trace", "not given and no conversation_trace.jsonl found (neither in $HICACHE_TRACES "
                                   "nor packaged: reinstall the package or pass --trace PATH)")
-    return text_file("--trace", trace, "a Mooncake JSONL trace")
+    return trace_file("--trace", trace)
 
 
 def warn(message: str) -> None:

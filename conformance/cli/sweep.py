@@ -12,7 +12,7 @@ from pathlib import Path
 from conformance.cli.replay import trace_arg
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip, clip_path
-from conformance.common.inputs import load_profile_arg, page_tokens
+from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
 from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
@@ -67,7 +67,7 @@ def run(a) -> int:
         print(f"hicache: warning: --l2-tokens {', '.join(f'{t:,}' for t in at_or_below)}: not above --l1-tokens "
               f"{l1:,}; an L2 that backs L1 up holds nothing more at that size (upstream refuses host <= device), "
               "so the first tiers gain nothing and the plateau rule may stop there", file=sys.stderr, flush=True)
-    result = sweep(spec, read_trace(trace, a.limit), tiers, a.plateau_gain, method=a.method,
+    result = sweep(spec, requests_of("--trace", trace, read_trace(trace, a.limit)), tiers, a.plateau_gain, method=a.method,
                    progress=bar("hicache sweep", a.quiet))
     result.pop("wall_seconds")  # the JSON is reproducible: timings are printed, not stored
     result["trace"] = str(trace)

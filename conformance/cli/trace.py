@@ -8,7 +8,8 @@ from pathlib import Path
 
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
-from conformance.common.inputs import new_file, text_file
+from conformance.common.inputs import new_file, requests_of, trace_file
+from conformance.common.safe_write import atomic_file
 from conformance.common.spec_options import add_spec_options
 from hal.units import HELP as UNITS
 from hal.units import parse_size
@@ -69,12 +70,12 @@ def run(a) -> int:
 
 
 def _stats(a) -> int:
-    path = text_file("path", a.path, "a Mooncake JSONL trace")
+    path = trace_file("path", a.path)
     if a.plot is not None:
         new_file("--plot", a.plot)
         if Path(a.plot).suffix.lower() != ".png":  # checked before the work, not by matplotlib after it
             raise CliError("--plot", f"{clip_path(Path(a.plot))}: the plot is a PNG: name it *.png")
-    requests = read_trace(path)
+    requests = requests_of("path", path, read_trace(path))
     stats = trace_stats(requests, a.page_size, l1_tokens=a.l1_tokens)
     stats["trace"] = str(path)
     if a.plot is not None:
@@ -119,7 +120,8 @@ def _synth(a) -> int:
                              global_prefix_share=a.global_prefix_share, turns=a.turns, think_time=a.think_time,
                              long_pause_share=a.long_pause_share, long_pause=a.long_pause)
     requests = trace.requests
-    write_trace(out, requests)
+    with atomic_file(out, binary=True) as f:  # Ctrl-C or a full disk: no partial trace, any old one kept
+        write_trace(f, requests, gz=out.name.endswith(".gz"))
     total = sum(r.input_length for r in requests)
     reused = prefix_reuse_tokens(requests)
     achieved = sum(reused) / total

@@ -2,7 +2,9 @@
 
 A path that is a directory, unreadable, compressed or binary is refused with the option and the
 file named (never the codec or the Python exception); a profile error echoes at most
-errors.ECHO_CHARS of what the file holds.
+errors.ECHO_CHARS of what the file holds. A trace that is not a regular file (a pipe, a FIFO,
+`-` for stdin) is opened once and read once (streamed.StreamedInput); the sniff looks at what
+was read, so every later read gives the same figures as the file would.
 """
 
 from __future__ import annotations
@@ -10,24 +12,38 @@ from __future__ import annotations
 import codecs
 import gzip
 import os
+import stat
 import zlib
 from pathlib import Path
 
 from conformance.common.errors import CliError, clip, clip_path
+from conformance.common.streamed import STDIN, StreamedInput, read_stream
 from hal.units import parse_size
 
 SNIFF_BYTES = 64 << 10
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
 
 
-def readable_file(option: str, path: str | os.PathLike) -> Path:
-    """`path` as a Path once it is an existing regular file this process can open."""
+def readable_file(option: str, path: str | os.PathLike, streams: bool = False) -> Path | StreamedInput:
+    """`path` as a Path once it is an existing regular file this process can open. With `streams`,
+    a pipe, FIFO or `-` (stdin) is read whole, once, and returned as a StreamedInput; without, it
+    is refused (a second open would find it drained or block)."""
+    if streams and str(path) == STDIN:
+        return read_stream(option, None, STDIN)
     p = Path(path)
     shown = clip_path(p)
-    if not p.exists():
-        raise CliError(option, f"{shown}: no such file")
-    if p.is_dir():
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise CliError(option, f"{shown}: no such file") from None
+    except OSError as e:
+        raise CliError(option, f"{shown}: cannot be read ({e.strerror or e})") from None
+    if stat.S_ISDIR(st.st_mode):
         raise CliError(option, f"{shown}: is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        if streams and (stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
+            return read_stream(option, p, str(p))
+        raise CliError(option, f"{shown}: is not a regular file (a pipe, a FIFO or a device); give a file")
     try:
         with p.open("rb"):
             pass
@@ -36,23 +52,25 @@ def readable_file(option: str, path: str | os.PathLike) -> Path:
     return p
 
 
-def text_file(option: str, path: str | os.PathLike, what: str = "JSONL text") -> Path:
+def text_file(option: str, path: str | os.PathLike, what: str = "JSONL text",
+              streams: bool = False) -> Path | StreamedInput:
     """readable_file, and its first bytes are UTF-8 text, not a compressed or binary file.
 
     A name ending in .gz is read through gzip (as hicache_ref.sim.trace reads it): its
-    decompressed head must be text."""
-    p = readable_file(option, path)
+    decompressed head must be text. `streams`: as readable_file (traces pass it)."""
+    p = readable_file(option, path, streams)
     with p.open("rb") as f:
         head = f.read(SNIFF_BYTES)
     if p.name.endswith(".gz") and head.startswith(b"\x1f\x8b"):
         try:
-            with gzip.open(p, "rb") as f:
+            with p.open("rb") as raw, gzip.GzipFile(fileobj=raw) as f:
                 head = f.read(SNIFF_BYTES)
         except (OSError, EOFError, zlib.error):
             raise CliError(option, f"{clip_path(p)}: is not a readable gzip file (expected {what})") from None
     for magic, kind in _MAGIC.items():
         if head.startswith(magic):
             raise CliError(option, f"{clip_path(p)}: is {kind}-compressed; decompress it first (expected {what})")
+    head = head.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM (some editors write one) is text
     try:
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
         binary = b"\x00" in head
@@ -63,12 +81,27 @@ def text_file(option: str, path: str | os.PathLike, what: str = "JSONL text") ->
     return p
 
 
+def trace_file(option: str, path: str | os.PathLike) -> Path | StreamedInput:
+    """A Mooncake JSONL trace to read: a regular file, or a pipe, FIFO or `-` read once (text_file)."""
+    return text_file(option, path, "a Mooncake JSONL trace", streams=True)
+
+
+def requests_of(option: str, trace, requests: list) -> list:
+    """`requests`, read from `trace`; CliError naming the option and the file when it holds none:
+    no figure of an empty trace means anything, and no other option is to blame."""
+    if not requests:
+        raise CliError(option, f"{clip_path(trace)}: holds no request (an empty trace, or only blank lines)")
+    return requests
+
+
 def new_file(option: str, path: str | os.PathLike, suffixes: tuple[str, ...] = ()) -> Path:
     """`path` as a Path a command may write: a name ending in one of `suffixes` (none given: any),
-    not a directory, in a folder that exists."""
+    not a directory or a symbolic link, in a folder that exists."""
     out = Path(path)
     if suffixes and out.suffix not in suffixes:
         raise CliError(option, f"{clip_path(out)}: expected a {suffixes[0]} file name")
+    if out.is_symlink():  # refused before the work, as safe_write refuses it after
+        raise CliError(option, f"{clip_path(out)}: is a symbolic link; refusing to write through it")
     if out.is_dir():
         raise CliError(option, f"{clip_path(out)}: is a directory")
     if not out.parent.is_dir():

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conformance.common.safe_write import write_text
+
 
 def emit_result(result: dict, out: Path | None, name: str, plot, as_json: bool, lines: list[str]) -> None:
     """With `out`: OUT/<name>.json (indented, newline-terminated) and `plot(OUT/<name>.png, result)`;
     then `result` as JSON when `as_json`, else `lines`."""
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_text(out / f"{name}.json", json.dumps(result, indent=2) + "\n")
         plot(out / f"{name}.png", result)
     print(json.dumps(result, indent=2) if as_json else "\n".join(lines))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import textwrap
 from pathlib import Path
 
@@ -53,9 +52,9 @@ def build(summary, out: Path, profile, backend=None, backend_reason: str | None 
 
 
 def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    from conformance.common.safe_write import write_text
+
+    write_text(path, text)
 
 
 def write(report: dict, out: Path) -> tuple[Path, Path]:

@@ -33,10 +33,9 @@ def pytest_collection_finish(session) -> None:
     target = os.environ.get(SELECTION_ENV)
     if not target:
         return
-    path = Path(target)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"deselected": dict(_DESELECTED)}), encoding="utf-8")
-    os.replace(tmp, path)
+    from conformance.common.safe_write import write_text
+
+    write_text(Path(target), json.dumps({"deselected": dict(_DESELECTED)}))
 
 
 def read(path: str | Path) -> dict[str, int] | None:

@@ -8,7 +8,6 @@ aggregated by reason, because an unavailable backend skips hundreds of tests for
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -249,7 +248,6 @@ def format_table(s: Summary, max_failures: int = 20) -> str:
 
 def write_json(s: Summary, path: str | Path) -> None:
     """summary.json, replaced atomically: a reader sees the old file or the new one, never half."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(s.to_json(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    from conformance.common.safe_write import write_text
+
+    write_text(Path(path), json.dumps(s.to_json(), indent=2) + "\n")

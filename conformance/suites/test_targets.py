@@ -91,9 +91,9 @@ def _keep(row: dict, prefix: str = "") -> None:
     if not folder:
         return
     path = Path(folder) / f"{prefix}{row['name']}.json"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(row, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    from conformance.common.safe_write import write_text
+
+    write_text(path, json.dumps(row, indent=1, default=str))
 
 
 def test_target(target_name, profile, target_context):

@@ -46,9 +46,9 @@ def _shared(profile, folder: Path) -> list[dict]:
                 if kept.get("profile") == str(profile.path):
                     return kept["rows"]
             rows = _computed(profile)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"profile": str(profile.path), "rows": rows}, default=str), encoding="utf-8")
-            os.replace(tmp, path)
+            from conformance.common.safe_write import write_text
+
+            write_text(path, json.dumps({"profile": str(profile.path), "rows": rows}, default=str))
             return rows
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

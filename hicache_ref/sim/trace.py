@@ -36,6 +36,10 @@ class TraceRequest(NamedTuple):
 
 
 _ECHO_CHARS = 80  # what a message echoes of a bad value (a trace line may hold 100k ids)
+# The longest line read: a request of 100M tokens is 200K ids, about 2 MB of JSON. A longer line is
+# refused as it is read, before it is held whole (a 1 GB line would take gigabytes to parse).
+MAX_LINE_BYTES = 16 << 20
+_BOM = b"\xef\xbb\xbf"
 
 
 class TraceOrderWarning(UserWarning):
@@ -59,7 +63,8 @@ def _int(obj: dict, key: str, path, line_no: int, minimum: int = 0) -> int:
 @contextlib.contextmanager
 def _open_bytes(path: Path | Traversable):
     """`path` as a binary stream, gunzipped when its name ends in .gz; the file is closed on
-    exit (a GzipFile leaves the file it was given open)."""
+    exit (a GzipFile leaves the file it was given open). `path` may be anything with `name` and
+    `open("rb")`: a Path, a package resource, an input already read from a pipe."""
     with path.open("rb") as raw:
         if path.name.endswith(".gz"):
             with gzip.GzipFile(fileobj=raw) as unzipped:
@@ -93,9 +98,11 @@ def read_trace(path: str | Path | Traversable, limit: int | None = None, ordered
     last_ts, last_line, back, first_back = -math.inf, 0, 0, None
     try:
         with _open_bytes(path) as f:
-            for line_no, raw in enumerate(f, 1):
+            for line_no, raw in enumerate(_lines(path, f), 1):
                 if limit is not None and len(out) >= limit:
                     break
+                if line_no == 1:
+                    raw = raw.removeprefix(_BOM)  # a UTF-8 byte order mark, as some editors write
                 n = len(out)
                 _parse_line(path, line_no, _text(path, line_no, raw), max_id, out)
                 if len(out) == n:  # a blank line
@@ -116,6 +123,18 @@ def read_trace(path: str | Path | Traversable, limit: int | None = None, ordered
             f"{path}: {back:,} request(s) with a timestamp earlier than the line before (first: line {line_no} at {ts:g} ms, "
             f"after line {prev_line} at {prev_ts:g} ms); requests are replayed in file order"), stacklevel=2)
     return out
+
+
+def _lines(path, f):
+    """The lines of binary stream `f`, each read up to MAX_LINE_BYTES: ValueError naming the file
+    and line for a longer one."""
+    line_no = 0
+    while raw := f.readline(MAX_LINE_BYTES + 1):
+        line_no += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise ValueError(f"{path}: line {line_no}: longer than {MAX_LINE_BYTES >> 20} MiB (the longest line "
+                             "a trace may hold); is it a trace?")
+        yield raw
 
 
 def _parse_line(path, line_no: int, line: str, max_id: int, out: list[TraceRequest]) -> None:

@@ -213,13 +213,27 @@ def seed_trace() -> list[TraceRequest]:
     return SEED_WORKLOAD.synthesize().requests
 
 
-def write_trace(path, requests: list[TraceRequest]) -> None:
+def write_trace(path, requests: list[TraceRequest], gz: bool | None = None) -> None:
     """Write requests as Mooncake JSONL (timestamp ms as an integer), one per line; a name ending
-    in .gz is written gzip-compressed, as hicache_ref.sim.trace reads it."""
+    in .gz is written gzip-compressed, as hicache_ref.sim.trace reads it. `path` may instead be a
+    binary file object (what a caller writing through a temporary file gives); `gz` then says
+    whether to compress (default: no)."""
     import gzip
 
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "wt", encoding="utf-8") as f:
+    if hasattr(path, "write"):
+        _write_lines(gzip.GzipFile(fileobj=path, mode="wb", mtime=0) if gz else path, requests, close=gz)
+        return
+    with open(path, "wb") as f:
+        _write_lines(gzip.GzipFile(fileobj=f, mode="wb", mtime=0) if str(path).endswith(".gz") else f, requests,
+                     close=str(path).endswith(".gz"))
+
+
+def _write_lines(f, requests: list[TraceRequest], close: bool) -> None:
+    """The requests' JSONL lines on binary stream `f` (closed after when it is a gzip layer)."""
+    try:
         for r in requests:
-            f.write(json.dumps(dict(timestamp=int(r.timestamp), input_length=r.input_length,
-                                    output_length=r.output_length, hash_ids=list(r.hash_ids))) + "\n")
+            f.write((json.dumps(dict(timestamp=int(r.timestamp), input_length=r.input_length,
+                                     output_length=r.output_length, hash_ids=list(r.hash_ids))) + "\n").encode())
+    finally:
+        if close:
+            f.close()
