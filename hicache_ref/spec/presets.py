@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hicache_ref.core.allocator import UPSTREAM_ORDERS
+from hicache_ref.l3.policy import DEFAULT_PREFETCH_POLICY
 
 
 class Switch(NamedTuple):
@@ -47,7 +48,14 @@ SWITCH_TABLE = (
            "arg_groups/hicache_hook.py: resolve_layout_io_compatibility; pool_host/mha.py (page_head)"),
     Switch("host_sizing", "--host-sizing", "an L2 sized no larger than L1",
            f"{_MC}memory_pool_host.py: HostKVCache.__init__ (host larger than device)"),
+    Switch("prefetch_policy", "--prefetch-policy", "with --l3: when a request stops waiting for its prefetch",
+           "arg_groups/fields/memory.py: hicache_storage_prefetch_policy"),
+    Switch("prefetch_timeout_start", "--prefetch-timeout-start", "with --l3: where the timeout's budget starts",
+           f"{_MC}unified_radix_cache.py: _start_storage_prefetch_wait, _prefetch_deadline_expired"),
+    Switch("prefetch_limit_rule", "--prefetch-limit-rule", "with --l3: the prefetch rate limit",
+           "managers/cache_controller.py: prefetch_rate_limited (prefetch_capacity_limit)"),
 )
+STORAGE_SWITCHES = ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule")  # apply with an L3 only
 SWITCHES = tuple(s.name for s in SWITCH_TABLE)
 PRESETS: dict[str, dict] = {}
 PD_PRESETS: dict[str, dict] = {}  # switches a preset sets differently under PD disaggregation
@@ -68,17 +76,20 @@ def register_preset(name: str, pd: dict | None = None, **switches) -> None:
 register_preset("reference", hit_count="per_request", backup_scope="node", backup_alloc="whole_chain",
                 evict_size="shortfall", host_reclaim="leaves", load_back_threshold=0, free_list="fifo",
                 host_free_list=None, host_layout="layer_first", io_backend="direct", io_resolution="as_given",
-                host_sizing="refuse")
+                host_sizing="refuse", prefetch_policy=DEFAULT_PREFETCH_POLICY, prefetch_timeout_start="issue",
+                prefetch_limit_rule="cut")
 # The HiRadixCache the seed tuned (mem_cache/hiradix_cache.py): every insert counts, so the double
 # insert under PD disaggregation degrades write_through_selective into write_through.
 register_preset("seed", hit_count="per_insert", backup_scope="node", backup_alloc="whole_chain", evict_size="whole",
                 host_reclaim="leaves", load_back_threshold=10, free_list=UPSTREAM_ORDERS["device"],
                 host_free_list=UPSTREAM_ORDERS["host"], host_layout="layer_first", io_backend="kernel",
-                io_resolution="as_given", host_sizing="refuse")
+                io_resolution="as_given", host_sizing="refuse", prefetch_policy=DEFAULT_PREFETCH_POLICY,
+                prefetch_timeout_start="issue", prefetch_limit_rule="cut")
 register_preset("sglang-0.5.23", pd=dict(free_list="upstream_l1_sorted"), hit_count="per_request_insert",
                 backup_scope="path", backup_alloc="per_node", evict_size="shortfall", host_reclaim="duplicates_first",
                 load_back_threshold=10, free_list="lifo", host_free_list=UPSTREAM_ORDERS["host"],
-                host_layout="page_first", io_backend="kernel", io_resolution="sglang", host_sizing="warn")
+                host_layout="page_first", io_backend="kernel", io_resolution="sglang", host_sizing="warn",
+                prefetch_policy="timeout", prefetch_timeout_start="first_blocked_poll", prefetch_limit_rule="decline")
 
 
 def preset_names() -> tuple[str, ...]:

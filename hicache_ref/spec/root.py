@@ -20,12 +20,13 @@ from hal.transfer.layouts import MLA_LAYOUTS
 from hicache_ref.spec import sizing
 from hicache_ref.spec.fields import ALL_COMMANDS, SpecError, fail, param
 from hicache_ref.spec.geometry import GeometrySpec
-from hicache_ref.spec.presets import SWITCHES, preset
+from hicache_ref.spec.presets import STORAGE_SWITCHES, SWITCHES, preset
 from hicache_ref.spec.semantics import SemanticsSpec
 from hicache_ref.spec.serving import ServingSpec
 from hicache_ref.spec.storage import StorageSpec
 from hicache_ref.spec.tiers import MIN_GHOST_ENTRIES, TiersSpec
 from hicache_ref.spec.tp import TPSpec
+
 
 class SizingWarning(UserWarning):
     """An L2 sized no larger than L1, accepted because host_sizing is warn."""
@@ -153,9 +154,12 @@ class CacheSpec:
                                                               hicache_size=None))
         object.__setattr__(self, "host_sizing", report)
 
+    def _node_of_switch(self, name: str):
+        return self.tiers if name in _TIER_SWITCHES else self.storage if name in STORAGE_SWITCHES else self.semantics
+
     def _switch(self, name: str):
         """One switch's value before resolution: as given, else the preset's."""
-        given = getattr(self.tiers if name in _TIER_SWITCHES else self.semantics, name)
+        given = getattr(self._node_of_switch(name), name)
         return preset(self.semantics.preset, self.serving.pd_disagg)[name] if given is None else given
 
     def _resolve_io(self) -> None:
@@ -172,18 +176,21 @@ class CacheSpec:
 
     def _resolve_semantics(self) -> None:
         """Switches left None take the preset's values; `overrides` lists those given that differ."""
-        s, t = self.semantics, self.tiers
+        s, t, st = self.semantics, self.tiers, self.storage
         base = preset(s.preset, self.serving.pd_disagg)
-        given = {k: getattr(t if k in _TIER_SWITCHES else s, k) for k in SWITCHES}
-        resolved = {k: base[k] if given[k] is None else given[k] for k in SWITCHES}
+        switches = [k for k in SWITCHES if k not in STORAGE_SWITCHES or st.l3 is not None]  # those apply with an L3
+        given = {k: getattr(self._node_of_switch(k), k) for k in switches}
+        resolved = {k: base[k] if given[k] is None else given[k] for k in switches}
         if resolved["host_free_list"] is None:  # None: the device order
             resolved["host_free_list"] = resolved["free_list"]
         base_host = base["host_free_list"] or resolved["free_list"]
-        overrides = tuple(k for k in SWITCHES if given[k] is not None
+        overrides = tuple(k for k in switches if given[k] is not None
                           and given[k] != (base_host if k == "host_free_list" else base[k]))
-        object.__setattr__(self, "semantics", dataclasses.replace(
-            s, overrides=overrides, **{k: resolved[k] for k in SWITCHES if k not in _TIER_SWITCHES}))
+        on = {k: resolved[k] for k in switches if k not in _TIER_SWITCHES and k not in STORAGE_SWITCHES}
+        object.__setattr__(self, "semantics", dataclasses.replace(s, overrides=overrides, **on))
         object.__setattr__(self, "tiers", dataclasses.replace(t, **{k: resolved[k] for k in _TIER_SWITCHES}))
+        if st.l3 is not None:
+            object.__setattr__(self, "storage", dataclasses.replace(st, **{k: resolved[k] for k in STORAGE_SWITCHES}))
 
     # -- making specs -----------------------------------------------------------------------
     @classmethod
