@@ -130,12 +130,31 @@ def test_write_back_reclaims_host_duplicates_before_host_leaves(reclaim, a_host,
     assert na.dev is not None  # the reclaimed node stays in L1
 
 
+def _last_hit(size, last):
+    # Page 64, L1 2,048 tokens (32 pages), no L2: r0 [1] 8 pages, r1 [2] 8 pages, r2 [3] 448
+    # tokens = 7 pages: 23 used, 9 free. r3 [4, 5] 576 tokens = 9 pages fits exactly: shortfall
+    # evicts nothing; 0.5.23 asks for its 576 tokens plus a page, 64 more than free: r0's node
+    # (least recently used) goes; the seed's whole asks for all 640: r0's and r1's go.
+    from hicache_ref.sim.replay import replay
+    from hicache_ref.sim.trace import TraceRequest
+
+    trace = [TraceRequest(0.0, n, 1, ids) for ids, n in (((1,), 512), ((2,), 512), ((3,), 448), ((4, 5), 576),
+                                                          ((last,), 512))]
+    spec = CacheSpec.of(layers=2, kv_dim=8, l1_tokens=2048, l2_tokens=0, evict_size=size)
+    return replay(spec, trace)["l1_hit_tokens"]
+
+
+@pytest.mark.parametrize("size, r0, r1", [("shortfall", 512, 512), ("demand_shortfall", 0, 512), ("whole", 0, 0)])
+def test_an_extend_evicts_what_its_tokens_plus_a_page_lack_under_0_5_23(size, r0, r1):
+    assert (_last_hit(size, 1), _last_hit(size, 2)) == (r0, r1)
+
+
 # -- the presets and the spec's resolution --------------------------------------------------
 
 def test_preset_values():
     assert set(PRESETS) == {"reference", "seed", "sglang-0.5.23"}
     assert preset("sglang-0.5.23") == dict(
-        hit_count="per_request_insert", backup_scope="path", backup_alloc="per_node", evict_size="shortfall",
+        hit_count="per_request_insert", backup_scope="path", backup_alloc="per_node", evict_size="demand_shortfall",
         host_reclaim="duplicates_first", load_back_threshold=10, free_list="lifo", host_free_list="upstream_host",
         host_layout="page_first", io_backend="kernel", io_resolution="sglang", host_sizing="warn",
         prefetch_policy="timeout", prefetch_timeout_start="first_blocked_poll", prefetch_limit_rule="decline")

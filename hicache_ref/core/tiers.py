@@ -34,8 +34,11 @@ from hicache_ref.core.policy import LeafHeap, WritePolicy
 # - whole (upstream): the allocation's whole size, as HiRadixCache.load_back
 #   (evict(len(host_indices))), write_backup (evict_host(len(node.value))) and the
 #   scheduler's token allocation (evict(num_tokens) once available < num_tokens) do;
-# - shortfall (the reference's): only what is missing, so no more is evicted than needed.
-EVICT_SIZES = ("whole", "shortfall")
+# - shortfall (the reference's): only what is missing, so no more is evicted than needed;
+# - demand_shortfall (SGLang 0.5.23): what the allocation's demand (for an extend: its tokens
+#   plus one page, allocation.py alloc_paged_token_slots_extend) exceeds the free tokens by
+#   (allocator/base.py evict_to_free_tokens); elsewhere (load_back, backups) the shortfall.
+EVICT_SIZES = ("whole", "shortfall", "demand_shortfall")
 # How a backup of several nodes takes host slots: all at once or none (the seed's SGLang), or node
 # by node top-down, stopping at the first that finds no room (SGLang 0.5.23,
 # unified_radix_cache.py _execute_and_commit_kv_backup).
@@ -105,11 +108,17 @@ class TierMoves:
         """`need` pages from `allocator` (a tier's: self.device or self.host), evicting that tier
         (`evict`: self.evict or self.evict_host, LRU) once if it is short: by the shortfall, or
         with evict_size 'whole' by the whole allocation (`evict_tokens`, default need pages,
-        as upstream: once fewer than that many tokens are free).
+        as the seed's SGLang: once fewer than that many tokens are free), or with
+        'demand_shortfall' by what `evict_tokens` exceeds the free tokens by (0.5.23).
 
         Still short after that (locked nodes): None, or with `partial` the pages that are free.
         """
         ps = self.page_size
+        if self.evict_size == "demand_shortfall" and evict_tokens is not None:
+            short = evict_tokens - allocator.available_pages * ps
+            if need and short > 0:
+                evict(short)
+            return allocator.alloc_pages(min(need, allocator.available_pages) if partial else need)
         if self.evict_size == "whole":
             want = need * ps if evict_tokens is None else evict_tokens
             if need and allocator.available_pages * ps < want:

@@ -33,7 +33,7 @@ SWITCH_TABLE = (
     Switch("backup_alloc", "--backup-alloc", "how a backup of several nodes takes host slots",
            f"{_MC}unified_radix_cache.py: _execute_and_commit_kv_backup, _execute_kv_backup"),
     Switch("evict_size", "--evict-size", "how much a short tier evicts",
-           f"{_MC}unified_radix_cache.py: evict_for_alloc; _execute_kv_backup (evict_host(needed))"),
+           f"{_MC}allocator/base.py: evict_to_free_tokens; allocation.py: alloc_paged_token_slots_extend"),
     Switch("host_reclaim", "--host-reclaim", "what L2 eviction frees first under write_back",
            f"{_MC}unified_cache/unified_tree_core.py: drive_host_eviction, _reclaim_full_host_duplicates"),
     Switch("load_back_threshold", "--load-back-threshold", "shortest host prefix loaded back (tokens)",
@@ -42,8 +42,8 @@ SWITCH_TABLE = (
            f"{_MC}allocator/paged.py: _release_page_ids; kv_cache_configurator.py (need_sort under PD)"),
     Switch("host_free_list", "--host-free-list", "host free-list order",
            f"{_MC}memory_pool_host.py: HostKVCache.free / alloc"),
-    Switch("host_layout", "--host-layout", "host KV layout", "arg_groups/fields/memory.py: hicache_mem_layout"),
     Switch("io_backend", "--io-backend", "how host KV moves", "arg_groups/fields/memory.py: hicache_io_backend"),
+    Switch("host_layout", "--host-layout", "host KV layout", "arg_groups/fields/memory.py: hicache_mem_layout"),
     Switch("io_resolution", "--io-resolution", "how a layout and io backend that do not fit are resolved",
            "arg_groups/hicache_hook.py: resolve_layout_io_compatibility; pool_host/mha.py (page_head)"),
     Switch("host_sizing", "--host-sizing", "an L2 sized no larger than L1",
@@ -86,7 +86,7 @@ register_preset("seed", hit_count="per_insert", backup_scope="node", backup_allo
                 io_resolution="as_given", host_sizing="refuse", prefetch_policy=DEFAULT_PREFETCH_POLICY,
                 prefetch_timeout_start="issue", prefetch_limit_rule="cut")
 register_preset("sglang-0.5.23", pd=dict(free_list="upstream_l1_sorted"), hit_count="per_request_insert",
-                backup_scope="path", backup_alloc="per_node", evict_size="shortfall", host_reclaim="duplicates_first",
+                backup_scope="path", backup_alloc="per_node", evict_size="demand_shortfall", host_reclaim="duplicates_first",
                 load_back_threshold=10, free_list="lifo", host_free_list=UPSTREAM_ORDERS["host"],
                 host_layout="page_first", io_backend="kernel", io_resolution="sglang", host_sizing="warn",
                 prefetch_policy="timeout", prefetch_timeout_start="first_blocked_poll", prefetch_limit_rule="decline")

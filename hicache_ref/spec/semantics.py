@@ -42,7 +42,8 @@ class SemanticsSpec:
                                      "(sglang-0.5.23)", choices=BACKUP_ALLOCS, shown_default="the preset's",
                                      commands=COMMANDS)
     evict_size: str | None = param(None, "--evict-size", "whole: a short tier evicts as much as the allocation "
-                                   "asks (seed); shortfall: only what is missing (reference, sglang-0.5.23)",
+                                   "asks (seed); shortfall: only what is missing (reference); demand_shortfall: "
+                                   "what an extend's tokens plus a page exceed the free tokens by (sglang-0.5.23)",
                                    choices=EVICT_SIZES, shown_default="the preset's", commands=COMMANDS)
     host_reclaim: str | None = param(None, "--host-reclaim", "under write_back, what L2 eviction frees first: "
                                      "leaves (host-only leaves) or duplicates_first (L2 copies of nodes also "
