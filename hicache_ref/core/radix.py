@@ -254,7 +254,7 @@ class RadixTree:
         last = path[-1] if path else self.root
         self.tiers.note(last)  # the whole path is in L1 now: only its end can be a leaf
         self.policy.record(request_id, n // P, finished)
-        # Upstream backs up only from inc_hit_count: an insert that counts no hit queues none.
+        # SGLang backs up only from its hit increment: an insert that counts no hit queues none.
         backups = self._backups_after_insert(path, counted if count_adopted else None) if counting else []
         new_nodes = [] if new is None else [new] if new.parent is parent else [new.parent, new]  # ghost may split it
         ps = self.page_size
