@@ -41,7 +41,8 @@ class _Cache:
         if not isinstance(options.get("policy", ""), str):  # a policy object with its own parameters
             options["policy_object"] = options.pop("policy")
         names = dict(policy="prefetch_policy", threshold_tokens="prefetch_threshold",
-                     limit_tokens="prefetch_limit_tokens", slack_seconds="prefetch_slack_seconds")
+                     limit_tokens="prefetch_limit_tokens", slack_seconds="prefetch_slack_seconds",
+                     limit_rule="prefetch_limit_rule")
         storage = StorageSpec(l3="memory:", **{names[k]: options.pop(k) for k in list(options) if k in names})
         self.l3 = attach_l3(self.cache, storage, storage=store, policy=options.pop("policy_object", None), **options)
 
@@ -73,6 +74,9 @@ def seeded(tmp_path):
     ("best_effort", 0.0, 0, 0.0),  # no queue time, nothing lands
     ("best_effort", 5.5e-3, 16, 0.0),  # (5.5 - 1) ms -> 4 pages, all within the slack
     (Timeout(base_s=2.5e-3, per_ki_token_s=0.1024), 0.0, 20, 6e-3),  # 2.5 + 4 ms -> 5 pages
+    (Timeout(base_s=2.5e-3, per_ki_token_s=0.1024), 2e-3, 20, 4e-3),  # from issue: max(2, 6.5) ms -> 5 pages
+    # 0.5.23: the budget starts at the first blocked poll, after the 2 ms slack: 8.5 ms -> 7 pages
+    (Timeout(base_s=2.5e-3, per_ki_token_s=0.1024, start="first_blocked_poll"), 2e-3, 28, 6e-3),
 ])
 def test_each_policy_uses_the_pages_the_modeled_clock_gives_it(seeded, policy, slack, l3_tokens, stall):
     with _Cache(seeded, policy=policy, slack_seconds=slack) as c:
@@ -93,6 +97,14 @@ def test_threshold_and_rate_limit(seeded):
     with _Cache(seeded, limit_tokens=24) as c:  # cut to 6 pages
         assert c.request(A).l3_hit_tokens == 24
         assert c.l3.figures()["l3_rate_limited"] == 1
+
+
+def test_the_decline_rule_never_cuts_a_prefetch(seeded):
+    # 0.5.23 (prefetch_rate_limited): nothing in flight is under the limit, so the whole prefetch
+    # runs, where the cut rule cuts it to the 24 tokens of room.
+    with _Cache(seeded, limit_tokens=24, limit_rule="decline") as c:
+        assert c.request(A).l3_hit_tokens == 40
+        assert c.l3.figures()["l3_rate_limited"] == 0 and c.l3.figures()["l3_limit_rule"] == "decline"
 
 
 def test_a_second_request_finds_prefetched_pages_in_l2_or_l1(seeded):

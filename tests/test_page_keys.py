@@ -73,7 +73,7 @@ def _cache_run(page_keys: str, reqs, **kw):
 
 @pytest.mark.parametrize("kw", [dict(l1_tokens=4096, l2_tokens=16384),
                                 dict(l1_tokens=4096, l2_tokens=16384, write_policy="write_back", ghost=True),
-                                dict(l1_tokens=2048, l2_tokens=8192, semantics="upstream")])
+                                dict(l1_tokens=2048, l2_tokens=8192, semantics="sglang-0.5.23")])
 def test_runs_and_tokens_make_the_same_decisions_and_the_same_page_hashes(kw):
     reqs = synthesize(120, 100, 1500, 0.7, sessions=5, seed=3)
     a, b = _cache_run("tokens", reqs, **kw), _cache_run("runs", reqs, **kw)

@@ -1,4 +1,4 @@
-"""Request-path semantics, upstream vs the reference: hit counting per insert or per request,
+"""Request-path semantics, SGLang's (the seed's, 0.5.23's) vs the reference: hit counting per insert or per request,
 PD-disaggregated double inserts, on workloads small enough to work out by hand."""
 
 import contextlib
@@ -250,41 +250,41 @@ def test_tiers_refuse_an_unknown_evict_size():
 # -- the semantics preset ---------------------------------------------------------------
 
 def test_presets_and_explicit_overrides():
-    up = CacheSpec.preset("upstream", **SMALL)
+    up = CacheSpec.preset("seed", **SMALL)
     assert (up.semantics.hit_count, up.semantics.backup_scope, up.semantics.evict_size,
             up.semantics.load_back_threshold) == ("per_insert", "node", "whole", 10)
     # upstream's device allocator and host pool orders, and its server's default io_backend
     assert (up.tiers.free_list, up.tiers.host_free_list, up.tiers.io_backend) == ("upstream_l1", "upstream_host", "kernel")
     assert up.semantics_config()["semantics_overrides"] == []
-    assert CacheSpec.preset("upstream", free_list="fifo").semantics_config()["semantics_overrides"] == ["free_list"]
+    assert CacheSpec.preset("seed", free_list="fifo").semantics_config()["semantics_overrides"] == ["free_list"]
     ref = CacheSpec.preset("reference")
     assert ref == CacheSpec.of()  # the spec's defaults are the reference preset
-    mixed = CacheSpec.preset("upstream", hit_count="per_request")
+    mixed = CacheSpec.preset("seed", hit_count="per_request")
     assert mixed.semantics_config()["semantics_overrides"] == ["hit_count"]
-    with pytest.raises(ValueError, match="^--semantics: 'sglang' is not one of reference, upstream"):
+    with pytest.raises(ValueError, match="^--semantics: 'sglang' is not one of reference, seed, sglang-0.5.23"):
         CacheSpec.preset("sglang")
     with pytest.raises(ValueError, match="^--semantics: 'sglang'"):
         CacheSpec.of(semantics="sglang")
 
 
-def test_upstream_preset_with_pd_disagg_degrades_selective_on_the_hand_trace():
+def test_seed_preset_with_pd_disagg_degrades_selective_on_the_hand_trace():
     # As test_pd_disagg_per_insert...: each request's own second insert backs it up.
-    fig = replay(CacheSpec.preset("upstream", **SMALL, pd_disagg=True), TRACE)
-    assert fig["d2h_tokens"] == 2048 and fig["semantics"] == "upstream" and fig["semantics_overrides"] == []
+    fig = replay(CacheSpec.preset("seed", **SMALL, pd_disagg=True), TRACE)
+    assert fig["d2h_tokens"] == 2048 and fig["semantics"] == "seed" and fig["semantics_overrides"] == []
     assert {k: fig[k] for k in ("hit_count", "backup_scope", "evict_size", "load_back_threshold")} == dict(
         hit_count="per_insert", backup_scope="node", evict_size="whole", load_back_threshold=10)
 
 
 def test_cli_semantics_preset_and_override(tmp_path):
     geo = ["--layers", "2", "--kv-dim", "8", "--json", "--quiet", "--trace", _trace_file(tmp_path)]
-    rc, out = _cli(*geo, "--semantics", "upstream", "--pd-disagg")
+    rc, out = _cli(*geo, "--semantics", "seed", "--pd-disagg")
     fig = json.loads(out)
     assert rc == 0 and fig["d2h_tokens"] == 2048 and fig["semantics_overrides"] == []
-    rc, out = _cli(*geo, "--semantics", "upstream", "--pd-disagg", "--hit-count", "per_request")
+    rc, out = _cli(*geo, "--semantics", "seed", "--pd-disagg", "--hit-count", "per_request")
     fig = json.loads(out)
     assert fig["d2h_tokens"] == 512 and fig["hit_count"] == "per_request" and fig["semantics_overrides"] == ["hit_count"]
     assert (fig["free_list"], fig["host_free_list"], fig["io_backend"]) == ("upstream_l1", "upstream_host", "kernel")
-    rc, out = _cli(*geo, "--semantics", "upstream", "--io-backend", "direct")
+    rc, out = _cli(*geo, "--semantics", "seed", "--io-backend", "direct")
     assert json.loads(out)["semantics_overrides"] == ["io_backend"]
     rc, out = _cli(*geo, "--backup-scope", "path", "--load-back-threshold", "1K")
     fig = json.loads(out)

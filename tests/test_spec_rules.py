@@ -46,7 +46,7 @@ def test_a_tp_replay_with_concurrency_is_refused_before_the_trace_is_read(tmp_pa
 
 
 def test_presets_resolve_and_overrides_are_listed():
-    up = CacheSpec.preset("upstream", evict_size="shortfall")
+    up = CacheSpec.preset("seed", evict_size="shortfall")
     assert (up.semantics.hit_count, up.tiers.io_backend, up.tiers.free_list) == ("per_insert", "kernel", "upstream_l1")
     assert up.semantics.overrides == ("evict_size",)
     ref = CacheSpec()
@@ -57,7 +57,7 @@ def test_presets_resolve_and_overrides_are_listed():
 
 
 def test_a_registered_preset_is_a_new_name_not_a_new_field():
-    register_preset("test-only", **{**PRESETS["upstream"], "evict_size": "shortfall"})
+    register_preset("test-only", **{**PRESETS["seed"], "evict_size": "shortfall"})
     try:
         spec = CacheSpec.preset("test-only")
         assert spec.semantics.evict_size == "shortfall" and spec.semantics.overrides == ()
@@ -80,6 +80,6 @@ def test_nodes_check_their_own_fields():
 
 
 def test_the_spec_echoes_as_a_nested_dict():
-    d = CacheSpec.of(l1_tokens=4096, semantics="upstream").to_dict()
-    assert d["tiers"]["l1_tokens"] == 4096 and d["semantics"]["preset"] == "upstream"
+    d = CacheSpec.of(l1_tokens=4096, semantics="sglang-0.5.23").to_dict()
+    assert d["tiers"]["l1_tokens"] == 4096 and d["semantics"]["preset"] == "sglang-0.5.23"
     assert set(d) >= {"geometry", "tiers", "semantics", "storage", "serving", "tp", "profile"}

@@ -1,9 +1,10 @@
 """Write policies (when L1 pages are backed up to L2), hit counting, and eviction order.
 
 write_back backs up on eviction only, write_through on insert, write_through_selective once a
-node's hit count reaches the threshold (2, as upstream). Hits count per insert (upstream) or per
-request (the default: what "selective" means when one request is inserted twice). Eviction is
-LRU over leaves (`LeafHeap`). Details: hicache_ref/README.md, "Hit counting".
+node's hit count reaches the threshold (2, as upstream). Hits count per insert (the seed's SGLang),
+per request (the default: what "selective" means when one request is inserted twice), or per
+request past what that request already inserted (SGLang 0.5.23's inserted_len). Eviction is LRU
+over leaves (`LeafHeap`). Details: hicache_ref/README.md, "Hit counting".
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import heapq
 
 POLICIES = ("write_back", "write_through", "write_through_selective")
-HIT_COUNTS = ("per_insert", "per_request")  # upstream's, the reference's (see the module docstring)
+# The seed's SGLang, the reference's, SGLang 0.5.23's (see the module docstring).
+HIT_COUNTS = ("per_insert", "per_request", "per_request_insert")
 
 
 class WritePolicy:
@@ -37,11 +39,21 @@ class WritePolicy:
         return self.threshold is not None and hit_count >= self.threshold
 
     def counts_insert(self, chunked: bool) -> bool:
-        """Whether an insert accumulates hits (and so may queue backups) at all: per_insert,
-        as upstream, skips chunked inserts and write_back; per_request counts every insert."""
+        """Whether an insert accumulates hits (and so may queue backups) at all: per_insert
+        (the seed's SGLang) skips chunked inserts and write_back; per_request_insert (0.5.23,
+        unified_tree_core.py _inc_hit_count_and_check) skips write_back only, a chunk counting
+        past what the request already inserted; per_request counts every insert."""
         if self.hit_count == "per_request":
             return True
+        if self.hit_count == "per_request_insert":
+            return self.name != "write_back"
         return not chunked and self.name != "write_back"
+
+    @property
+    def backs_up_counted_only(self) -> bool:
+        """Whether only the nodes this insert counted can queue a backup (0.5.23: a backup is
+        fired from the hit increment, _finish_insert_walk_node / _should_backup_after_insert)."""
+        return self.hit_count == "per_request_insert"
 
     # -- once-per-request hit counting ---------------------------------------------
     def counted_pages(self, request_id) -> int:

@@ -1,6 +1,7 @@
 """Radix tree of the reference HiCache: which prefix KV lives in L1 (device) and/or L2 (host).
 
-It decides as SGLang's HiRadixCache does (mem_cache/hiradix_cache.py) and never moves bytes.
+It decides as SGLang's radix cache does, each difference between releases a switch (the presets:
+hicache_ref.spec.presets), and never moves bytes.
 A decision that needs a copy comes back as a `TierCopy` for the controller to perform.
 This module holds the tree: match, insert, split, lock and page hashes.
 The tier moves and eviction order are hicache_ref.core.tiers.TierMoves (`tree.tiers`).
@@ -34,7 +35,9 @@ from hicache_ref.core.page_keys import make_page_keys
 from hicache_ref.core.policy import make_policy
 from hicache_ref.core.tiers import TierMoves
 
-BACKUP_SCOPES = ("node", "path")  # upstream's write_backup, the seed's (see the module docstring)
+# The seed's SGLang write_backup (a node once its parent is backed up); every unbacked ancestor with
+# it (SGLang 0.5.23, unified_tree_core.py _build_backup_kv_action).
+BACKUP_SCOPES = ("node", "path")
 
 __all__ = ["EvictHostResult", "EvictResult", "InsertResult", "MatchResult", "Node", "PageMatch", "RadixTree",
            "TierCopy"]
@@ -91,7 +94,8 @@ class RadixTree:
         self.root = Node(0, None, b"", NO_PAGES, NO_PAGES)
         self.root.hashes = []
         self.tiers = TierMoves(self.root, page_size, self.policy, ghost, self.device, self.host, on_write_back,
-                               sem.evict_size, self.keys)
+                               sem.evict_size, self.keys, backup_alloc=sem.backup_alloc,
+                               host_reclaim=sem.host_reclaim)
 
     # -- match -------------------------------------------------------------------
     def _tokens(self, tokens) -> tuple[bytes, int]:
@@ -168,7 +172,7 @@ class RadixTree:
         Bad input (too few slots, not whole pages, a page given twice, pages not allocated,
         an unhashable request_id) raises ValueError before the tree changes. `finished`: the
         request's last insert (cache_finished_req); `chunked`: one chunk of a chunked prefill,
-        which upstream's hit counting skips (policy: per_insert).
+        which the seed's SGLang hit counting skips (policy: per_insert).
         """
         _check_request_id(request_id)
         _check_flag("chunked", chunked)
@@ -214,8 +218,11 @@ class RadixTree:
         now = self.clock()
         path, off = self._walk(data, n, now)
         counting = self.policy.counts_insert(chunked)
-        # A request counts each node once (per_request); per_insert skips nothing.
+        # A request counts each node once (per_request, per_request_insert); per_insert skips nothing.
         skip = self.policy.counted_pages(request_id) if counting else n // P
+        # per_request_insert (0.5.23) also counts a host-only node the insert re-adopts, and only
+        # nodes counted here may queue a backup (`counted`: their ids).
+        count_adopted, counted = self.policy.backs_up_counted_only, set()
         prefix_pages = adopted = page = 0
         for node in path:
             end = page + len(node.key) // P
@@ -223,16 +230,23 @@ class RadixTree:
                 prefix_pages = end
                 if end > skip:
                     node.hit_count += 1
+                    counted.add(node.id)
             else:  # host-only: take the request's recomputed KV instead of loading it
                 node.dev = pages_in[page:end].copy()
                 self.tiers.device_pages += end - page
                 adopted += end - page
+                self.tiers.note_duplicate(node)
+                if count_adopted and end > skip:
+                    node.hit_count += 1
+                    counted.add(node.id)
             page = end
         new = None
         if off < n:
             parent = path[-1] if path else self.root
             new = Node(next(self._ids), parent, data[off:n], pages_in[off // P :].copy())
             new.hit_count, new.last_access = int(counting), now
+            if counting:
+                counted.add(new.id)
             parent.children[data[off : off + P]] = new
             self.tiers.device_pages += len(new.dev)
             self.tiers.num_nodes += 1
@@ -240,28 +254,33 @@ class RadixTree:
         last = path[-1] if path else self.root
         self.tiers.note(last)  # the whole path is in L1 now: only its end can be a leaf
         self.policy.record(request_id, n // P, finished)
-        # Upstream backs up only from inc_hit_count: an insert that counts no hit queues none.
-        backups = self._backups_after_insert(path) if counting else []
+        # SGLang backs up only from its hit increment: an insert that counts no hit queues none.
+        backups = self._backups_after_insert(path, counted if count_adopted else None) if counting else []
         new_nodes = [] if new is None else [new] if new.parent is parent else [new.parent, new]  # ghost may split it
         ps = self.page_size
         return InsertResult(prefix_pages * ps, adopted * ps, (n - off) // P, new_nodes, backups, last)
 
-    def _backups_after_insert(self, path: list[Node]) -> list[TierCopy]:
+    def _backups_after_insert(self, path: list[Node], counted: set | None = None) -> list[TierCopy]:
         """One TierCopy for the nodes of `path` (root-first) the policy and ghost list back up:
-        upstream submits a write per node and its controller merges those of one batch."""
+        upstream submits a write per node and its controller merges those of one batch.
+        `counted`: when given, only these nodes (counted by this insert) can be due."""
         if self.host is None or not path:
             return []
         picked, deepest = set(), -1
-        if self.backup_scope == "path":  # the seed's: the deepest node due, with its ancestors
+
+        def due(node: Node) -> bool:
+            return self.policy.should_back_up(node.hit_count) and (counted is None or node.id in counted)
+
+        if self.backup_scope == "path":  # the deepest node due, with its ancestors (0.5.23's chain)
             for i, node in enumerate(path):
-                if node.host is None and self.policy.should_back_up(node.hit_count):
+                if node.host is None and due(node):
                     deepest = i
             picked = {x.id for x in path[: deepest + 1] if x.host is None}
         else:  # upstream's write_backup: a node due whose parent is backed up (or the root)
             parent_backed = True
             for i, node in enumerate(path):
                 if node.host is None:
-                    if not (parent_backed and self.policy.should_back_up(node.hit_count)):
+                    if not (parent_backed and due(node)):
                         parent_backed = False
                         continue
                     picked.add(node.id)

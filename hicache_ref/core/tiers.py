@@ -34,8 +34,19 @@ from hicache_ref.core.policy import LeafHeap, WritePolicy
 # - whole (upstream): the allocation's whole size, as HiRadixCache.load_back
 #   (evict(len(host_indices))), write_backup (evict_host(len(node.value))) and the
 #   scheduler's token allocation (evict(num_tokens) once available < num_tokens) do;
-# - shortfall (the reference's): only what is missing, so no more is evicted than needed.
-EVICT_SIZES = ("whole", "shortfall")
+# - shortfall (the reference's): only what is missing, so no more is evicted than needed;
+# - demand_shortfall (SGLang 0.5.23): what the allocation's demand (for an extend: its tokens
+#   plus one page, allocation.py alloc_paged_token_slots_extend) exceeds the free tokens by
+#   (allocator/base.py evict_to_free_tokens); elsewhere (load_back, backups) the shortfall.
+EVICT_SIZES = ("whole", "shortfall", "demand_shortfall")
+# How a backup of several nodes takes host slots: all at once or none (the seed's SGLang), or node
+# by node top-down, stopping at the first that finds no room (SGLang 0.5.23,
+# unified_radix_cache.py _execute_and_commit_kv_backup).
+BACKUP_ALLOCS = ("whole_chain", "per_node")
+# What L2 eviction frees first under write_back: host-only leaves (the seed's SGLang), or first the
+# host copies of nodes also in L1 (SGLang 0.5.23, unified_tree_core.py drive_host_eviction,
+# _reclaim_full_host_duplicates), sparing L1 leaves on a first pass.
+HOST_RECLAIMS = ("leaves", "duplicates_first")
 
 
 def _device_leaf(x: Node) -> bool:
@@ -53,10 +64,16 @@ class TierMoves:
 
     def __init__(self, root: Node, page_size: int, policy: WritePolicy, ghost=None, device=None, host=None,
                  on_write_back: Callable[[list[TierCopy]], None] | None = None, evict_size: str = "shortfall",
-                 keys=None):
-        if evict_size not in EVICT_SIZES:
-            raise ValueError(f"evict_size: {evict_size!r} is not one of {', '.join(EVICT_SIZES)}")
-        self.evict_size = evict_size
+                 keys=None, backup_alloc: str = "whole_chain", host_reclaim: str = "leaves"):
+        for name, value, choices in (("evict_size", evict_size, EVICT_SIZES),
+                                     ("backup_alloc", backup_alloc, BACKUP_ALLOCS),
+                                     ("host_reclaim", host_reclaim, HOST_RECLAIMS)):
+            if value not in choices:
+                raise ValueError(f"{name}: {value!r} is not one of {', '.join(choices)}")
+        self.evict_size, self.backup_alloc, self.host_reclaim = evict_size, backup_alloc, host_reclaim
+        # Nodes that became resident on both tiers (load_back, an insert re-adopting a host-only node),
+        # oldest first: what duplicates_first reclaims. Entries go stale lazily.
+        self._duplicates: dict[int, Node] = {}
         self.root, self.page_size = root, page_size
         self.keys = keys or make_page_keys("tokens", page_size)  # the tree's page spelling
         self.page_bytes = self.keys.page_bytes  # key bytes per page
@@ -91,11 +108,17 @@ class TierMoves:
         """`need` pages from `allocator` (a tier's: self.device or self.host), evicting that tier
         (`evict`: self.evict or self.evict_host, LRU) once if it is short: by the shortfall, or
         with evict_size 'whole' by the whole allocation (`evict_tokens`, default need pages,
-        as upstream: once fewer than that many tokens are free).
+        as the seed's SGLang: once fewer than that many tokens are free), or with
+        'demand_shortfall' by what `evict_tokens` exceeds the free tokens by (0.5.23).
 
         Still short after that (locked nodes): None, or with `partial` the pages that are free.
         """
         ps = self.page_size
+        if self.evict_size == "demand_shortfall" and evict_tokens is not None:
+            short = evict_tokens - allocator.available_pages * ps
+            if need and short > 0:
+                evict(short)
+            return allocator.alloc_pages(min(need, allocator.available_pages) if partial else need)
         if self.evict_size == "whole":
             want = need * ps if evict_tokens is None else evict_tokens
             if need and allocator.available_pages * ps < want:
@@ -110,6 +133,8 @@ class TierMoves:
     # -- backup (insert) ----------------------------------------------------------
     def back_up(self, nodes: list[Node]) -> TierCopy | None:
         """Give `nodes` (root-first, on device, no host copy) host slots; lock them until complete()."""
+        if self.backup_alloc == "per_node":
+            return self._back_up_per_node(nodes)
         need = sum(len(x.dev) for x in nodes)
         self.lock(nodes[-1])  # keep them in L1 while host eviction runs and the copy is in flight
         pages = self.take_pages(self.host, need, self.evict_host)
@@ -122,6 +147,52 @@ class TierMoves:
         self.host_pages += need
         dev = np.concatenate([x.dev for x in nodes])
         return TierCopy("backup", nodes, dev, pages, self.page_size, nodes[-1])
+
+    def _back_up_per_node(self, nodes: list[Node]) -> TierCopy | None:
+        """back_up node by node, each evicting L2 for its own shortfall; the nodes before the first
+        that finds no room stay backed up (one copy, locked at the last of them)."""
+        self.lock(nodes[-1])
+        done, parts = [], []
+        for x in nodes:
+            pages = self.take_pages(self.host, len(x.dev), self.evict_host)
+            if pages is None:
+                break
+            x.host = pages
+            self.host_pages += len(pages)
+            done.append(x)
+            parts.append(pages)
+        if done:
+            self.lock(done[-1])
+        self.unlock(nodes[-1])
+        if not done:
+            return None
+        dev = np.concatenate([x.dev for x in done])
+        return TierCopy("backup", done, dev, np.concatenate(parts), self.page_size, done[-1])
+
+    def note_duplicate(self, node: Node) -> None:
+        """`node` is now in L1 and in L2 (duplicates_first reclaims such copies first)."""
+        if self.host_reclaim == "duplicates_first":
+            self._duplicates[node.id] = node
+
+    def _reclaim_duplicates(self, n_tokens: int) -> tuple[int, list]:
+        """Free L2 copies of nodes also in L1, oldest first: unlocked ones that are not L1 leaves on a
+        first pass, then L1 leaves too, until `n_tokens` are freed. (tokens freed, host page arrays)."""
+        freed, evicted = [], 0
+        for spare_leaves in (True, False):
+            for nid, x in list(self._duplicates.items()):
+                if evicted >= n_tokens:
+                    return evicted, freed
+                if x.parent is None or x.dev is None or x.host is None:
+                    del self._duplicates[nid]  # stale: no longer on both tiers
+                    continue
+                if x.lock_ref > 0 or (spare_leaves and _device_leaf(x)):
+                    continue
+                evicted += len(x.host) * self.page_size
+                self.host_pages -= len(x.host)
+                freed.append(x.host)
+                x.host = None
+                del self._duplicates[nid]
+        return evicted, freed
 
     def complete(self, copy: TierCopy) -> None:
         """The caller's copy for a backup or load has landed: release its lock."""
@@ -229,6 +300,10 @@ class TierMoves:
         if not isinstance(n_tokens, (int, np.integer)) or n_tokens < 0:
             raise ValueError(f"n_tokens: must be a non-negative integer, got {n_tokens!r}")
         freed, locked, evicted = [], {}, 0
+        if self.host_reclaim == "duplicates_first" and self.policy.writes_back_on_evict and self._duplicates:
+            evicted, freed = self._reclaim_duplicates(n_tokens)
+            if freed and self.host is not None:  # (a dropped leaf's slots are freed by _drop)
+                self.host.free_pages(np.concatenate(freed))
         while evicted < n_tokens and (node := self._host_leaves.pop()) is not None:
             if node.lock_ref > 0 or node.id in self._uncopied:
                 locked[node.id] = node
@@ -288,5 +363,7 @@ class TierMoves:
             x.dev, at = pages[at : at + len(x.host)], at + len(x.host)
         self.device_pages += need
         self.note(chain[-1])
+        for x in chain:
+            self.note_duplicate(x)
         host = np.concatenate([x.host for x in chain])
         return TierCopy("load", chain, pages, host, self.page_size, chain[-1])

@@ -17,6 +17,7 @@ ASSUMED_L3_READ_GBPS = 10.0
 ASSUMED_L3_WRITE_GBPS = 10.0
 ASSUMED_L3_LATENCY_S = 50e-6
 
+DEFAULT_PREFETCH_POLICY = "wait_complete"  # the reference preset's (hicache_ref.spec.presets)
 TIMEOUT_BASE_S = 1.0  # upstream's prefetch_timeout_base default
 TIMEOUT_PER_KI_TOKEN_S = 0.25  # upstream's prefetch_timeout_per_ki_token default
 
@@ -92,26 +93,39 @@ class WaitComplete(PrefetchPolicy):
         return math.inf
 
 
+# Where the timeout's budget starts: at issue, or at the first admission poll that finds the
+# prefetch not done, i.e. after the queue time (SGLang 0.5.23, unified_radix_cache.py
+# _start_storage_prefetch_wait).
+TIMEOUT_STARTS = ("issue", "first_blocked_poll")
+
+
 class Timeout(PrefetchPolicy):
-    """Wait until done or `base + per_ki_token * tokens / 1024` seconds after issue."""
+    """Wait until done or `base + per_ki_token * tokens / 1024` seconds after issue (or after the
+    first blocked poll, at the end of the slack: `start`)."""
 
     name = "timeout"
 
-    def __init__(self, base_s: float = TIMEOUT_BASE_S, per_ki_token_s: float = TIMEOUT_PER_KI_TOKEN_S):
-        self.base_s, self.per_ki_token_s = base_s, per_ki_token_s
+    def __init__(self, base_s: float = TIMEOUT_BASE_S, per_ki_token_s: float = TIMEOUT_PER_KI_TOKEN_S,
+                 start: str = "issue"):
+        if start not in TIMEOUT_STARTS:
+            raise ValueError(f"prefetch_timeout_start: {start!r} is not one of {', '.join(TIMEOUT_STARTS)}")
+        self.base_s, self.per_ki_token_s, self.start = base_s, per_ki_token_s, start
 
     def limit_seconds(self, tokens: int) -> float:
         return self.base_s + self.per_ki_token_s * tokens / 1024
 
     def window_seconds(self, tokens, slack_seconds):
+        if self.start == "first_blocked_poll":
+            return slack_seconds + self.limit_seconds(tokens)
         return max(slack_seconds, self.limit_seconds(tokens))
 
 
 PREFETCH_POLICIES = {p.name: p for p in (BestEffort, WaitComplete, Timeout)}
 
 
-def make_prefetch_policy(name: str) -> PrefetchPolicy:
-    """The policy called `name` (ValueError naming prefetch_policy otherwise)."""
+def make_prefetch_policy(name: str, timeout_start: str = "issue") -> PrefetchPolicy:
+    """The policy called `name` (ValueError naming prefetch_policy otherwise); a timeout's budget
+    starts at `timeout_start` (TIMEOUT_STARTS)."""
     if name not in PREFETCH_POLICIES:
         raise ValueError(f"prefetch_policy: {name!r} is not one of {', '.join(PREFETCH_POLICIES)}")
-    return PREFETCH_POLICIES[name]()
+    return Timeout(start=timeout_start) if name == "timeout" else PREFETCH_POLICIES[name]()

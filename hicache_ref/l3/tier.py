@@ -16,7 +16,7 @@ import numpy as np
 from hicache_ref.core.node import lock_path, node_hashes, unlock_path
 from hicache_ref.l3.guard import FaultGuard
 from hicache_ref.l3.host_nodes import insert_host_pages, missing_hashes
-from hicache_ref.l3.policy import L3Link, PrefetchPolicy, make_prefetch_policy
+from hicache_ref.l3.policy import DEFAULT_PREFETCH_POLICY, L3Link, PrefetchPolicy, make_prefetch_policy
 from hicache_ref.l3.staging import StagedPages
 from hicache_ref.l3.worker import L3Worker
 
@@ -24,6 +24,10 @@ DEFAULT_THRESHOLD_TOKENS = 256  # upstream's prefetch_threshold default
 DEFAULT_DEADLINE_S = 5.0
 MAX_HUNG_CALLS = 4  # store calls past their deadline, per direction, before L3 is no longer asked
 LIMIT_SHARE_OF_L2 = 0.8  # default rate limit, tokens in flight: this share of L2 (upstream: 0.8 x (L2 - L1), later 0.5 x L2)
+# The rate limit's rule: `cut` keeps in-flight tokens plus the new prefetch under 0.8 x L2, cutting
+# it to fit; `decline` refuses a prefetch once in-flight tokens reach 0.5 x L2 and never cuts one
+# (SGLang 0.5.23, managers/cache_controller.py prefetch_rate_limited).
+LIMIT_RULES = {"cut": LIMIT_SHARE_OF_L2, "decline": 0.5}
 
 
 def _leading_true(flags, n: int) -> int | None:
@@ -50,14 +54,17 @@ class L3Tier:
             raise ValueError(f"tp_rank: expected a non-negative integer, got {tp_rank!r}")
         if not deadline_s > 0:
             raise ValueError(f"deadline_s: expected positive seconds, got {deadline_s!r}")
-        self.policy = policy if policy is not None else make_prefetch_policy(spec.prefetch_policy)
+        # A StorageSpec made outside a root spec leaves the preset's switches None: the reference's.
+        self.policy = policy if policy is not None else make_prefetch_policy(
+            spec.prefetch_policy or DEFAULT_PREFETCH_POLICY, spec.prefetch_timeout_start or "issue")
+        self.limit_rule = spec.prefetch_limit_rule or "cut"
         self.storage, self.tree, self.host, self.geom, self.key_fn = storage, tree, host_pool, geom, key_fn
         self.ps = geom.page_size
         self.page_bytes = geom.token_bytes * geom.page_size
         self.link = link or L3Link(self.page_bytes)
         self.threshold = spec.prefetch_threshold
         limit = spec.prefetch_limit_tokens
-        self.limit = limit if limit is not None else int(host_pool.num_tokens * LIMIT_SHARE_OF_L2)
+        self.limit = limit if limit is not None else int(host_pool.num_tokens * LIMIT_RULES[self.limit_rule])
         self.slack = float(spec.prefetch_slack_seconds)
         self.writes = not (geom.attention == "mla" and tp_rank != 0)
         self.deadline = deadline_s
@@ -146,8 +153,9 @@ class L3Tier:
         if not self.guard.available or self._hung(self._hung_reads) >= MAX_HUNG_CALLS:
             self.counters["l3_skipped_down"] += 1
             return match, 0
-        room = (self.limit - self._in_flight_tokens()) // ps
-        if room * ps < max(self.threshold, 1):
+        in_flight = self._in_flight_tokens()
+        room = (self.limit - in_flight) // ps
+        if (in_flight >= self.limit) if self.limit_rule == "decline" else room * ps < max(self.threshold, 1):
             self.counters["l3_rate_limited"] += 1
             return match, 0
         data = tree.keys.encode(tokens)  # the tree's spelling of the request's whole pages
@@ -166,7 +174,7 @@ class L3Tier:
             self.counters["l3_miss_pages"] += missing
             return match, 0
         used, _ = self.policy.decide(self.link, held, ps, self.slack)
-        if used > room:
+        if used > room and self.limit_rule == "cut":
             used = room
             self.counters["l3_rate_limited"] += 1
         if used * ps < max(self.threshold, 1):
@@ -275,7 +283,8 @@ class L3Tier:
                    l3_modeled_stall_seconds=self.stall_seconds, l3_modeled_write_seconds=self.write_seconds,
                    l3_wait_wall_seconds=self.wait_wall_seconds, l3_last_error=self.guard.last_error,
                    l3_prefetch_policy=self.policy.name, l3_threshold_tokens=self.threshold,
-                   l3_limit_tokens=self.limit, l3_slack_seconds=self.slack, l3_link=self.link.report(),
+                   l3_limit_tokens=self.limit, l3_limit_rule=self.limit_rule, l3_slack_seconds=self.slack,
+                   l3_link=self.link.report(),
                    l3_writes=self.writes)
         out.update({k: v for k, v in c.items() if k != "l3_hit_pages"})
         stats = getattr(self.storage, "stats", None)

@@ -10,6 +10,7 @@ to their nodes; `build` makes the HiCache.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,17 +20,22 @@ from hal.transfer.layouts import MLA_LAYOUTS
 from hicache_ref.spec import sizing
 from hicache_ref.spec.fields import ALL_COMMANDS, SpecError, fail, param
 from hicache_ref.spec.geometry import GeometrySpec
-from hicache_ref.spec.presets import SWITCHES, preset
+from hicache_ref.spec.presets import STORAGE_SWITCHES, SWITCHES, preset
 from hicache_ref.spec.semantics import SemanticsSpec
 from hicache_ref.spec.serving import ServingSpec
 from hicache_ref.spec.storage import StorageSpec
 from hicache_ref.spec.tiers import MIN_GHOST_ENTRIES, TiersSpec
 from hicache_ref.spec.tp import TPSpec
 
+
+class SizingWarning(UserWarning):
+    """An L2 sized no larger than L1, accepted because host_sizing is warn."""
+
+
 MATERIALIZE_LIMIT_BYTES = 16 << 30  # refuse pools larger than this: a typo should not eat the host
 NODES = dict(geometry=GeometrySpec, tiers=TiersSpec, semantics=SemanticsSpec, storage=StorageSpec,
              serving=ServingSpec, tp=TPSpec)
-_TIER_SWITCHES = ("free_list", "host_free_list", "io_backend")  # preset switches on the tiers node
+_TIER_SWITCHES = ("free_list", "host_free_list", "host_layout", "io_backend")  # preset switches on the tiers node
 _ALIASES = {"semantics": ("semantics", "preset"), "tp": ("tp", "ranks")}  # flat names that differ from the field
 
 
@@ -85,6 +91,8 @@ class CacheSpec:
         t = self.tiers
         if g.attention == "mla" and t.host_layout not in MLA_LAYOUTS:
             raise fail(t, "host_layout", f"{t.host_layout!r} is not an MLA host layout ({', '.join(MLA_LAYOUTS)})")
+        self._resolve_io()
+        t = self.tiers
         object.__setattr__(self, "effective_host_layout", effective_host_layout(t.host_layout, t.io_backend))
         if st.l3 is not None:
             if not t.materialize:
@@ -117,12 +125,18 @@ class CacheSpec:
         token_bytes = self.geometry.token_bytes
         device = t.l1_tokens // ps * ps
         host = sizing.host_tokens(device, ps, token_bytes, ratio=t.hicache_ratio, size_gb=t.hicache_size)
+        larger = "passed"
         try:
             sizing.check_host_larger(host, device)
         except ValueError as e:
-            raise fail(t, option, str(e)) from None
+            if self._switch("host_sizing") != "warn":
+                raise fail(t, option, str(e)) from None
+            # SGLang 0.5.23 (memory_pool_host.py HostKVCache.__init__) only warns and goes on.
+            warnings.warn(f"--{option.replace('_', '-')}: {e}", SizingWarning, stacklevel=3)
+            larger = f"warned: {e}"
         report = dict(hicache_ratio=t.hicache_ratio, hicache_size_gb=t.hicache_size, device_tokens=device,
-                      host_tokens=host, host_bytes=host * token_bytes, token_bytes=token_bytes)
+                      host_tokens=host, host_bytes=host * token_bytes, token_bytes=token_bytes,
+                      host_larger_check=larger)
         if t.materialize:  # only real pools take host memory
             available = sizing.mem_available()
             if available is None:
@@ -140,25 +154,48 @@ class CacheSpec:
                                                               hicache_size=None))
         object.__setattr__(self, "host_sizing", report)
 
+    def _node_of_switch(self, name: str):
+        return self.tiers if name in _TIER_SWITCHES else self.storage if name in STORAGE_SWITCHES else self.semantics
+
+    def _switch(self, name: str):
+        """One switch's value before resolution: as given, else the preset's."""
+        given = getattr(self._node_of_switch(name), name)
+        return preset(self.semantics.preset, self.serving.pd_disagg)[name] if given is None else given
+
+    def _resolve_io(self) -> None:
+        """io_resolution sglang: what SGLang 0.5.23's server makes of the layout and io backend
+        (arg_groups/hicache_hook.py resolve_layout_io_compatibility; page_head moves by kernel only)."""
+        t = self.tiers
+        if self.semantics.io_resolution != "sglang":
+            return
+        if t.host_layout == "page_head" and t.io_backend == "direct":
+            raise fail(t, "io_backend", "direct does not move the page_head host layout (kernel only, as "
+                       "SGLang 0.5.23); give --io-backend kernel or --io-resolution as_given")
+        if t.host_layout == "page_first_direct" and t.io_backend == "kernel":
+            object.__setattr__(self, "tiers", dataclasses.replace(t, io_backend="direct"))
+
     def _resolve_semantics(self) -> None:
         """Switches left None take the preset's values; `overrides` lists those given that differ."""
-        s, t = self.semantics, self.tiers
-        base = preset(s.preset)
-        given = {k: getattr(t if k in _TIER_SWITCHES else s, k) for k in SWITCHES}
-        resolved = {k: base[k] if given[k] is None else given[k] for k in SWITCHES}
+        s, t, st = self.semantics, self.tiers, self.storage
+        base = preset(s.preset, self.serving.pd_disagg)
+        switches = [k for k in SWITCHES if k not in STORAGE_SWITCHES or st.l3 is not None]  # those apply with an L3
+        given = {k: getattr(self._node_of_switch(k), k) for k in switches}
+        resolved = {k: base[k] if given[k] is None else given[k] for k in switches}
         if resolved["host_free_list"] is None:  # None: the device order
             resolved["host_free_list"] = resolved["free_list"]
         base_host = base["host_free_list"] or resolved["free_list"]
-        overrides = tuple(k for k in SWITCHES if given[k] is not None
+        overrides = tuple(k for k in switches if given[k] is not None
                           and given[k] != (base_host if k == "host_free_list" else base[k]))
-        object.__setattr__(self, "semantics", dataclasses.replace(
-            s, overrides=overrides, **{k: resolved[k] for k in SWITCHES if k not in _TIER_SWITCHES}))
+        on = {k: resolved[k] for k in switches if k not in _TIER_SWITCHES and k not in STORAGE_SWITCHES}
+        object.__setattr__(self, "semantics", dataclasses.replace(s, overrides=overrides, **on))
         object.__setattr__(self, "tiers", dataclasses.replace(t, **{k: resolved[k] for k in _TIER_SWITCHES}))
+        if st.l3 is not None:
+            object.__setattr__(self, "storage", dataclasses.replace(st, **{k: resolved[k] for k in STORAGE_SWITCHES}))
 
     # -- making specs -----------------------------------------------------------------------
     @classmethod
     def of(cls, **fields) -> CacheSpec:
-        """A spec from flat field names (page_size=16, l1_tokens=..., semantics="upstream", tp=4),
+        """A spec from flat field names (page_size=16, l1_tokens=..., semantics="sglang-0.5.23", tp=4),
         each routed to its node; `profile` and `backend` are the root's."""
         root, nodes = _route(fields)
         return cls(**{n: NODES[n](**kw) for n, kw in nodes.items()}, **root)
@@ -192,7 +229,8 @@ class CacheSpec:
         return dict(semantics=s.preset, hit_count=s.hit_count, backup_scope=s.backup_scope, evict_size=s.evict_size,
                     load_back_threshold=s.load_back_threshold, free_list=t.free_list,
                     host_free_list=t.host_free_list, io_backend=t.io_backend, load_back_quota=s.load_back_quota,
-                    semantics_overrides=list(s.overrides))
+                    backup_alloc=s.backup_alloc, host_reclaim=s.host_reclaim, io_resolution=s.io_resolution,
+                    host_sizing=s.host_sizing, semantics_overrides=list(s.overrides))
 
     @property
     def sync(self) -> bool:

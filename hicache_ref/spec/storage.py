@@ -2,18 +2,18 @@
 
 `l3` is NAME:ARGS for a store in hicache_ref.storage.registry (file:DIR, mooncake:..., memory:);
 a new kind of store is a registered name, not a field. The prefetch options apply only with an L3
-and are resolved to their defaults once one is given.
+and are resolved to their defaults once one is given (the policy, its timeout start and the rate
+limit's rule from the semantics preset, by the root spec).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hicache_ref.l3.policy import PREFETCH_POLICIES
-from hicache_ref.l3.tier import DEFAULT_THRESHOLD_TOKENS
+from hicache_ref.l3.policy import DEFAULT_PREFETCH_POLICY, PREFETCH_POLICIES, TIMEOUT_STARTS
+from hicache_ref.l3.tier import DEFAULT_THRESHOLD_TOKENS, LIMIT_RULES
 from hicache_ref.spec.fields import fail, one_of, param, parse_int, real, whole
 
-DEFAULT_PREFETCH_POLICY = "wait_complete"
 L3_ONLY = {"replay"}
 _SLACK_MS = parse_int(0, 3_600_000)
 
@@ -28,13 +28,25 @@ class StorageSpec:
                            "(needs --materialize and an L2); adds l3_* figures", metavar="SPEC", commands=L3_ONLY)
     prefetch_policy: str | None = param(None, "--prefetch-policy", "with --l3: when a request stops waiting for "
                                         "its prefetch (best_effort fetches only within --prefetch-slack-ms)",
-                                        choices=tuple(PREFETCH_POLICIES), shown_default=DEFAULT_PREFETCH_POLICY,
+                                        choices=tuple(PREFETCH_POLICIES),
+                                        shown_default=f"the preset's (reference: {DEFAULT_PREFETCH_POLICY})",
                                         commands=L3_ONLY)
+    prefetch_timeout_start: str | None = param(None, "--prefetch-timeout-start", "with --l3 and the timeout "
+                                               "policy: its budget counts from issue, or from the first blocked "
+                                               "admission poll, after the queue time (sglang-0.5.23)",
+                                               choices=TIMEOUT_STARTS, shown_default="the preset's",
+                                               commands=L3_ONLY)
+    prefetch_limit_rule: str | None = param(None, "--prefetch-limit-rule", "with --l3: cut (in-flight tokens plus "
+                                            "the new prefetch under 0.8 x L2, cut to fit) or decline (none once "
+                                            "0.5 x L2 is in flight, never cut: sglang-0.5.23)",
+                                            choices=tuple(LIMIT_RULES), shown_default="the preset's",
+                                            commands=L3_ONLY)
     prefetch_threshold: int | None = param(None, "--prefetch-threshold", "with --l3: fewer L3 tokens than this "
                                            "are not prefetched", parse=parse_int(0),
                                            shown_default=str(DEFAULT_THRESHOLD_TOKENS), commands=L3_ONLY)
     prefetch_limit_tokens: int | None = param(None, "--prefetch-limit", "with --l3: rate limit, tokens in flight",
-                                              parse=parse_int(0), shown_default="0.8 x L2", commands=L3_ONLY)
+                                              parse=parse_int(0), shown_default="the rule's share of L2",
+                                              commands=L3_ONLY)
     prefetch_slack_seconds: float | None = param(None, "--prefetch-slack-ms", "with --l3: modeled queue time, "
                                                  "whole ms, a request has before it is scheduled",
                                                  parse=lambda text: _SLACK_MS(text) / 1000,
@@ -42,7 +54,8 @@ class StorageSpec:
 
     def __post_init__(self):
         if self.l3 is None:
-            for name in ("prefetch_policy", "prefetch_threshold", "prefetch_limit_tokens", "prefetch_slack_seconds"):
+            for name in ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule", "prefetch_threshold",
+                         "prefetch_limit_tokens", "prefetch_slack_seconds"):
                 if getattr(self, name) is not None:
                     raise fail(self, name, "applies to an L3: give --l3 SPEC")
             return
@@ -52,12 +65,15 @@ class StorageSpec:
             storage_class(split_spec(self.l3)[0])
         except ValueError as e:
             raise fail(self, "l3", str(e)) from None
-        defaults = dict(prefetch_policy=DEFAULT_PREFETCH_POLICY, prefetch_threshold=DEFAULT_THRESHOLD_TOKENS,
-                        prefetch_slack_seconds=0.0)
-        for name, value in defaults.items():  # resolved once an L3 is given
+        # Resolved once an L3 is given; the policy, its timeout start and the limit rule are the
+        # preset's (the root spec's).
+        for name, value in dict(prefetch_threshold=DEFAULT_THRESHOLD_TOKENS, prefetch_slack_seconds=0.0).items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
-        one_of(self, "prefetch_policy", tuple(PREFETCH_POLICIES))
+        for name, choices in (("prefetch_policy", tuple(PREFETCH_POLICIES)),
+                              ("prefetch_timeout_start", TIMEOUT_STARTS), ("prefetch_limit_rule", tuple(LIMIT_RULES))):
+            if getattr(self, name) is not None:
+                one_of(self, name, choices)
         whole(self, "prefetch_threshold", 0)
         whole(self, "prefetch_limit_tokens", 0, none_ok=True)
         real(self, "prefetch_slack_seconds")

@@ -3,8 +3,8 @@ lists, host layout, io_backend and whether pools hold real bytes.
 
 Capacities are tokens; None is unlimited (sized to the whole trace), an L2 of 0 is no L2.
 `hicache_ratio` / `hicache_size` size L2 from L1 as upstream does (hicache_ref.spec.sizing); the
-root spec resolves them into `l2_tokens`. The free lists and io_backend left None take the
-semantics preset's values there too.
+root spec resolves them into `l2_tokens`. The free lists, host layout and io_backend left None
+take the semantics preset's values there too.
 """
 
 from __future__ import annotations
@@ -66,9 +66,10 @@ class TiersSpec:
                                   commands={"replay", "sweep"})
     host_free_list: str | None = param(None, "--host-free-list", "host (L2) free-list order", choices=ORDERS,
                                        shown_default="the preset's, else --free-list's", commands={"replay", "sweep"})
-    host_layout: str = param("layer_first", "--host-layout", "host KV layout (in a replay, page_first is used "
-                             "as page_first_direct with --io-backend direct, as upstream)", choices=HOST_LAYOUTS,
-                             commands={"replay", "sweep", "plan", "bench replay"})
+    host_layout: str | None = param(None, "--host-layout", "host KV layout (in a replay, page_first is used "
+                                    "as page_first_direct with --io-backend direct, as upstream)",
+                                    choices=HOST_LAYOUTS, shown_default="the preset's (reference: layer_first)",
+                                    commands={"replay", "sweep", "plan", "bench replay"})
     io_backend: str | None = param(None, "--io-backend", "how host KV moves: direct (one copy per merged run) or "
                                    "kernel (launches and per-item copies)", choices=IO_BACKENDS,
                                    shown_default="the preset's", commands={"replay", "sweep"})
@@ -94,7 +95,8 @@ class TiersSpec:
                 one_of(self, name, ORDERS)
         if self.io_backend is not None:
             one_of(self, "io_backend", IO_BACKENDS)
-        one_of(self, "host_layout", HOST_LAYOUTS)
+        if self.host_layout is not None:
+            one_of(self, "host_layout", HOST_LAYOUTS)
         flag(self, "materialize")
 
     def sizing_option(self) -> str | None:
