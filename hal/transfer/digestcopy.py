@@ -124,3 +124,22 @@ def _python(prefix: bytes, src, dst, lens) -> bytes:
             s = int(dst[i])
         h.update(memoryview((ctypes.c_char * n).from_address(s)).cast("B") if n else b"")
     return h.digest()
+
+
+def paired(src_addrs, src_lens, dst_addrs, dst_lens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sources, destinations, byte counts) copying the byte stream laid out as `src` segments
+    into the same stream laid out as `dst` segments: each segment is cut where the other side's
+    segment boundaries fall. ValueError when the two streams differ in length."""
+    src_lens, dst_lens = np.asarray(src_lens, np.uint64), np.asarray(dst_lens, np.uint64)
+    cs, cd = np.cumsum(src_lens, dtype=np.uint64), np.cumsum(dst_lens, dtype=np.uint64)
+    total = int(cs[-1]) if len(cs) else 0
+    if total != (int(cd[-1]) if len(cd) else 0):
+        raise ValueError(f"segments: {total} source bytes for {int(cd[-1]) if len(cd) else 0} destination bytes")
+    ends = np.union1d(cs, cd)
+    ends = ends[ends > 0]
+    starts = np.concatenate([np.zeros(1, np.uint64), ends[:-1]]).astype(np.uint64)
+    si = np.searchsorted(cs, starts, side="right")
+    di = np.searchsorted(cd, starts, side="right")
+    src = np.asarray(src_addrs, np.uint64)[si] + (starts - (cs[si] - src_lens[si]))
+    dst = np.asarray(dst_addrs, np.uint64)[di] + (starts - (cd[di] - dst_lens[di]))
+    return src, dst, (ends - starts).astype(np.uint64)
