@@ -114,3 +114,29 @@ def test_fused_seal_detects_a_corrupted_page_exactly_as_before(tmp_path, digest,
         assert s.set(["bad"], staged, [1]) == [True] and s.get(["bad"], dst, [1]) == [True]
     assert torch.equal(page_bits(dst, 0), page_bits(src, 0))
     assert torch.equal(page_bits(dst, 1), page_bits(src, 1))
+
+
+def _numpy_synthetic_kv(tokens, positions, part, layer, item_size):
+    """The numpy form of hicache_ref.core.synthetic_kv, as it was before the native writer."""
+    mix = tokens.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ positions.astype(np.uint64) * np.uint64(
+        0xC2B2AE3D27D4EB4F)
+    mix ^= np.uint64((layer * 2 + part + 1) * 0x165667B19E3779F9 & 0xFFFFFFFFFFFFFFFF)
+    col = np.arange(item_size, dtype=np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+    x = mix[:, None] ^ col[None, :]
+    x ^= x >> np.uint64(29)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    return (x >> np.uint64(56)).astype(np.uint8)
+
+
+@pytest.mark.parametrize("item", [1, 7, 128, 1152])
+def test_native_synthetic_kv_writes_the_numpy_bytes(item):
+    from hal.transfer import pattern
+    from hicache_ref.core.synthetic_kv import synthetic_kv
+
+    rng = np.random.default_rng(item)
+    tokens, positions = rng.integers(0, 2**31, 300), rng.integers(0, 2**20, 300)
+    out = np.zeros((300, item), dtype=np.uint8)
+    assert pattern.fill(out, tokens, positions, 12345)
+    for part, layer in ((0, 0), (1, 0), (0, 77)):
+        assert np.array_equal(synthetic_kv(tokens, positions, part, layer, item),
+                              _numpy_synthetic_kv(tokens, positions, part, layer, item))
