@@ -1,7 +1,8 @@
 """`hicache bench l3`: set/get throughput of 64-token MLA pages through each L3 backend, against a peer.
 
 The peer moves the same payload bytes without the harness, in the same run; the ratio is the figure.
-`digest GB/s` shows how much of the gap to the peer is integrity.
+`digest GB/s` shows how much of the gap to the peer is integrity; a line a row splits the harness's
+round into seal (page views + trailer digest) or verify, the backend call, and the Python between.
 The hit-rate gain of an L3 is conformance.bench.l3_hits (`hicache bench l3_hits`).
 The method: docs/architecture.md, "Design notes"; the figures: BENCHMARKS.md.
 """
@@ -141,6 +142,36 @@ def _harness_clean(store, keys: list[str]) -> None:
         store._store.batch_remove(keys, True)
 
 
+class _Parts:
+    """Wall seconds a round spends in the harness's own steps, timed on the store instance: seal
+    (page views or gather + trailer digest), verify (the digest check, scatter of staged pages),
+    and the backend call (`_write` / `_read`: the client library or syscalls, which move the bytes)."""
+
+    STEPS = {"seal": "_seal", "write": "_write", "read": "_read", "verify": "_verify"}
+
+    def __init__(self, store):
+        self.store, self.seconds = store, dict.fromkeys(self.STEPS, 0.0)
+        for step, attr in self.STEPS.items():
+            setattr(store, attr, self._timed(step, getattr(store, attr)))
+
+    def _timed(self, step, fn):
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[step] += time.perf_counter() - t0
+        return timed
+
+    def take(self) -> dict:
+        out, self.seconds = self.seconds, dict.fromkeys(self.STEPS, 0.0)
+        return out
+
+    def close(self) -> None:
+        for attr in self.STEPS.values():
+            self.store.__dict__.pop(attr, None)
+
+
 def _time(fn) -> float:
     t0 = time.perf_counter()
     fn()
@@ -162,15 +193,19 @@ def throughput(store, geom, layout: str, pages: int, batch: int, repeat: int) ->
     peer = _FilePeer(store, data, page_bytes) if store.name == "file" else \
         _MooncakePeer(store, data, page_bytes, batch) if store.name == "mooncake" else None
     times = {"set": [], "get": [], "peer_set": [], "peer_get": [], "digest": []}
+    parts = _Parts(store)
     ok = True
     try:
         for r in range(repeat + 1):  # round 0 warms up
             keys = [f"bench-l3-{os.getpid()}-{layout}-{r}-{i}" for i in range(pages)]
             calls = [(keys[lo : lo + batch], list(range(lo, min(lo + batch, pages)))) for lo in range(0, pages, batch)]
+            parts.take()
             t = {"set": _time(lambda c=calls: [ok_all(store.set(k, src, p)) for k, p in c])}
+            t.update({f"set_{k}": v for k, v in parts.take().items() if k in ("seal", "write")})
             if peer:
                 t["peer_set"] = _time(lambda rr=r: peer.set(f"peer-{os.getpid()}-{rr}"))
             t["get"] = _time(lambda c=calls: [ok_all(store.get(k, dst, p)) for k, p in c])
+            t.update({f"get_{k}": v for k, v in parts.take().items() if k in ("read", "verify")})
             if peer:
                 t["peer_get"] = _time(lambda rr=r: peer.get(f"peer-{os.getpid()}-{rr}"))
                 peer.clean(f"peer-{os.getpid()}-{r}")
@@ -182,8 +217,9 @@ def throughput(store, geom, layout: str, pages: int, batch: int, repeat: int) ->
             _harness_clean(store, keys)
             if r:
                 for k, v in t.items():
-                    times[k].append(v)
+                    times.setdefault(k, []).append(v)
     finally:
+        parts.close()
         if peer:
             peer.close()
         store.unregister_host_pool(src)
@@ -194,6 +230,9 @@ def throughput(store, geom, layout: str, pages: int, batch: int, repeat: int) ->
            **{f"{k}_gbps": nbytes / v / 1e9 for k, v in med.items()}}
     for op in ("set", "get"):
         row[f"{op}_ratio"] = med[f"peer_{op}"] / med[op] if f"peer_{op}" in med else None
+    # where a harness round goes (medians of the rounds): the rest is Python between the steps
+    row["set_python_seconds"] = max(0.0, med["set"] - med["set_seal"] - med["set_write"])
+    row["get_python_seconds"] = max(0.0, med["get"] - med["get_read"] - med["get_verify"])
     row["peer"] = None if peer is None else type(peer).__doc__.split(":")[0]
     return row
 
@@ -210,11 +249,14 @@ def run(a) -> int:
     geom = seed_geometry(layers=a.layers, kv_dim=a.kv_dim, page_size=a.page_size)
     page_bytes = page_order.page_bytes(geom)
     specs = a.storage or default_specs(page_bytes + TRAILER_BYTES, a.pages, a.batch)
-    result = {"machine": machine(), "config": {"pages": a.pages, "batch": a.batch, "layers": a.layers,
+    from hal.transfer import digestcopy
+
+    result = {"machine": machine(), "digest_engine": digestcopy.engine(), "config": {"pages": a.pages, "batch": a.batch, "layers": a.layers,
               "kv_dim": a.kv_dim, "page_size": a.page_size, "page_bytes": page_bytes, "digest": a.digest,
               "repeat": a.repeat}, "goal_ratio": GOAL, "backends": {}}
     lines = [f"{a.pages} pages of {a.page_size}-token MLA ({a.layers} layers x {a.kv_dim}, bf16: "
-             f"{page_bytes / 2**20:.2f} MiB a page) per round, {a.batch} a call, digest {a.digest}, "
+             f"{page_bytes / 2**20:.2f} MiB a page) per round, {a.batch} a call, digest {a.digest} "
+             f"({digestcopy.engine()}), "
              f"median of {a.repeat}",
              f"{'storage':<10}{'layout':<19}{'set GB/s':>9}{'peer':>7}{'ratio':>7}{'get GB/s':>10}{'peer':>7}"
              f"{'ratio':>7}{'digest GB/s':>13}  verified"]
@@ -235,6 +277,11 @@ def run(a) -> int:
                 lines.append(f"{store.name:<10}{layout:<19}{r['set_gbps']:>9.2f}{r.get('peer_set_gbps', 0):>7.2f}"
                              f"{ratio(r['set_ratio'])}{r['get_gbps']:>10.2f}{r.get('peer_get_gbps', 0):>7.2f}"
                              f"{ratio(r['get_ratio'])}{r['digest_gbps']:>13.2f}  {r['verified']}")
+                lines.append(f"{'':<10}{'  ms':<19}set: seal {r['set_seal_seconds'] * 1e3:.1f} + call "
+                             f"{r['set_write_seconds'] * 1e3:.1f} + python {r['set_python_seconds'] * 1e3:.1f}"
+                             f" (peer {r.get('peer_set_seconds', 0) * 1e3:.1f}); get: call "
+                             f"{r['get_read_seconds'] * 1e3:.1f} + verify {r['get_verify_seconds'] * 1e3:.1f}"
+                             f" + python {r['get_python_seconds'] * 1e3:.1f} (peer {r.get('peer_get_seconds', 0) * 1e3:.1f})")
         finally:
             store.close()
             if not a.storage and store.name == "file":  # the temporary directory default_specs made

@@ -42,6 +42,9 @@ def add_arguments(p) -> None:
                                          "RadixCache as the peer in the same run")
     p.add_argument("--peer-keys", default="array", help="token containers for the peer, comma-separated: "
                                                           "array (SGLang >= 0.5), list (older SGLang)")
+    p.add_argument("--overhead-requests", type=arg_types.count(0), default=0,
+                   help="also measure a materialized replay's per-page overhead beyond memcpy on the first N "
+                        "requests (conformance.bench.replay_overhead; 0: skip)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
@@ -264,6 +267,11 @@ def run(a) -> int:
                      f"peer time / ours: whole replay {pmed / med:.2f}x, tree only {pmed / tmed:.2f}x; "
                      f"cpu {pcpu:.2f} s, peer cpu / ours (whole replay, both threads) {pcpu / max(ocpu, 1e-9):.2f}x")
         rc = rc or (0 if agree else 1)
+    if a.overhead_requests:
+        from conformance.bench import replay_overhead
+
+        result["overhead"] = replay_overhead.measure(spec, requests[: a.overhead_requests])
+        lines.append(replay_overhead.line(result["overhead"]))
     if not theirs:
         lines.append("peer: not run (give --sglang-root DIR to time SGLang's RadixCache in this run; "
                      "BENCHMARKS.md 'hicache bench replay' records a same-run comparison with its command)")

@@ -36,10 +36,11 @@ def _cache_dir() -> Path:
     return Path(base) / "hicache-harness"
 
 
-def _build() -> ctypes.CDLL:
-    src = _SOURCE.read_bytes()
-    tag = hashlib.sha256(src).hexdigest()[:16]
-    out = _cache_dir() / f"segcopy-{tag}.so"
+def compile_shared(source: Path, stem: str, libs: tuple[str, ...] = ()) -> Path:
+    """`source` built once with the system C compiler into the per-user cache (keyed by its
+    content): the path of the shared library. OSError when there is no compiler."""
+    tag = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    out = _cache_dir() / f"{stem}-{tag}.so"
     if not out.exists():
         cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
         if not cc:
@@ -49,13 +50,17 @@ def _build() -> ctypes.CDLL:
         fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so")
         os.close(fd)
         try:
-            subprocess.run([cc, "-O2", "-shared", "-fPIC", "-pthread", "-o", tmp, str(_SOURCE)],
+            subprocess.run([cc, "-O2", "-shared", "-fPIC", "-pthread", "-o", tmp, str(source), *libs],
                            check=True, capture_output=True, timeout=120)
             os.replace(tmp, out)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    lib = ctypes.CDLL(str(out))
+    return out
+
+
+def _build() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(compile_shared(_SOURCE, "segcopy")))
     p = ctypes.c_void_p
     lib.hc_copy_segments.argtypes = [p, p, p, ctypes.c_int64, ctypes.c_int]
     lib.hc_copy_segments.restype = ctypes.c_int

@@ -10,14 +10,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hal.transfer import kvcacheio
+from hal.transfer import kvcacheio, pattern
 
 
 def synthetic_kv(tokens: np.ndarray, positions: np.ndarray, part: int, layer: int, item_size: int) -> np.ndarray:
     """Deterministic KV bytes (n, item_size) for tokens at positions: what 'compute' writes."""
+    salt = (layer * 2 + part + 1) * 0x165667B19E3779F9 & 0xFFFFFFFFFFFFFFFF
+    out = np.empty((len(tokens), item_size), dtype=np.uint8)
+    if pattern.fill(out, tokens, positions, salt):  # the same bytes in one pass (hal.transfer.pattern)
+        return out
     mix = tokens.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ positions.astype(np.uint64) * np.uint64(
         0xC2B2AE3D27D4EB4F)
-    mix ^= np.uint64((layer * 2 + part + 1) * 0x165667B19E3779F9 & 0xFFFFFFFFFFFFFFFF)
+    mix ^= np.uint64(salt)
     col = np.arange(item_size, dtype=np.uint64) * np.uint64(0xD6E8FEB86659FD93)
     x = mix[:, None] ^ col[None, :]
     x ^= x >> np.uint64(29)

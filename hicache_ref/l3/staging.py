@@ -6,27 +6,54 @@ would make L1 and L2 eviction depend on how fast the store writes. So the pages 
 out first, in canonical page order (hicache_ref.storage.pages), into a small pool in the
 page_first_direct layout, where each page is one run per part: the store then writes from
 views of it with no further copy. The cost is one host memcpy of the written pages on the
-scheduler thread; in exchange the tree never waits for L3 and never keeps a page for it.
+scheduler thread, all pages in one submission to the copy engine; given the keys and the
+store's digest, the objects' trailers are computed in that same pass (the store's set then
+only writes). In exchange the tree never waits for L3 and never keeps a page for it.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from hal.transfer import layouts
+from hal.transfer import digestcopy, layouts, segcopy
+from hicache_ref.storage import integrity
 from hicache_ref.storage import pages as page_order
 
 STAGING_LAYOUT = "page_first_direct"
 
 
 class StagedPages:
-    """Host-pool-shaped copy of some pages of `host_pool` (page i = the i-th page given)."""
+    """Host-pool-shaped copy of some pages of `host_pool` (page i = the i-th page given). With
+    `keys` (one per page) and `digest`, the trailer of each page's object is sealed while copying."""
 
-    def __init__(self, host_pool, host_pages):
+    def __init__(self, host_pool, host_pages, keys=None, digest: str | None = None):
         geom = host_pool.geom
         self.geom, self.layout = geom, STAGING_LAYOUT
         self.num_tokens = len(host_pages) * geom.page_size
         whole = torch.empty(layouts.host_shape(STAGING_LAYOUT, geom, self.num_tokens), dtype=geom.dtype)
         self.buffers = [whole[p] for p in range(geom.parts)] if geom.attention == "mha" else [whole]
-        for i, page in enumerate(host_pages):
-            page_order.write_page(self, i, torch.cat(page_order.page_segments(host_pool, int(page))))
+        self._trailers: dict[int, tuple[str, str, bytes]] = {}
+        if keys is not None and len(keys) != len(host_pages):
+            raise ValueError(f"keys: {len(keys)} keys for {len(host_pages)} pages")
+        source = page_order.run_pager(host_pool)
+        if source is None or segcopy.engine() != "native":  # pages gathered anyway: page by page
+            for i, page in enumerate(host_pages):
+                page_order.write_page(self, i, torch.cat(page_order.page_segments(host_pool, int(page))))
+            return
+        target = page_order.run_pager(self)
+        plans = [digestcopy.paired(*digestcopy.row_segments(source(int(page))),
+                                   *digestcopy.row_segments(target(i))) for i, page in enumerate(host_pages)]
+        sealed = None
+        if keys is not None and digest is not None and digestcopy.engine() == "native":
+            sealed = integrity.copy_trailers(digest, [(k, *plan) for k, plan in zip(keys, plans, strict=True)])
+        if sealed is None:
+            if plans:
+                segcopy.copy_segments(*(np.concatenate(parts) for parts in zip(*plans, strict=True)))
+            return
+        self._trailers = {i: (k, digest, t) for i, (k, t) in enumerate(zip(keys, sealed, strict=True))}
+
+    def trailer(self, key: str, page: int, digest: str) -> bytes | None:
+        """The trailer sealed while copying page `page` for `key` with `digest`, else None."""
+        found = self._trailers.get(page)
+        return found[2] if found is not None and found[:2] == (key, digest) else None

@@ -234,8 +234,9 @@ class L3Tier:
         keys = self.key_fn([h for x in nodes for h in node_hashes(x, self.tree.keys)])
         if len(keys) != len(host_pages):
             raise RuntimeError(f"l3: {len(keys)} page keys for {len(host_pages)} backed-up pages")
-        staged = StagedPages(self.host, host_pages)  # the live L2 slots are free to go right after
         store = self.storage
+        # the live L2 slots are free to go right after; the trailers are sealed in the same copy
+        staged = StagedPages(self.host, host_pages, keys, getattr(store, "digest", None))
 
         def write():
             present = store.exists(keys)

@@ -4,6 +4,8 @@ The digest covers the key and the payload, so damage and an object under the wro
 caught. The reader uses the digest the trailer names, so clients with different settings share a
 store. `xxh3` (the default) catches accidental damage at a fraction of SHA-256's cost; `sha256` is
 there for a deployment that wants a cryptographic digest (throughput: BENCHMARKS.md, bench l3).
+XXH3 runs in hal.transfer's copy engine where it is native: a page's runs in one call, and where the
+harness copies a page anyway (L3 write staging) the digest rides on that copy (`copy_trailers`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import struct
 
 import xxhash
 
+from hal.transfer import digestcopy
+
 TRAILER = struct.Struct("<4s4sQ32s")
 TRAILER_BYTES = TRAILER.size  # 48
 MAGIC = b"HCKV"
 DIGESTS = {"xxh3": (b"xx3\0", xxhash.xxh3_128), "sha256": (b"s256", hashlib.sha256)}
-_BY_ID = {ident: factory for ident, factory in DIGESTS.values()}
+_BY_ID = {ident: name for name, (ident, _) in DIGESTS.items()}
 DEFAULT_DIGEST = "xxh3"
 
 
@@ -32,8 +36,15 @@ def _arrays(segments):
     return [s.numpy() if hasattr(s, "numpy") else s for s in segments]
 
 
-def _digest(factory, key: str, arrays) -> bytes:
-    h = factory(key.encode())
+def _prefix(key: str) -> bytes:
+    return key.encode() + b"\0"
+
+
+def _digest(name: str, key: str, arrays) -> bytes:
+    if name == "xxh3" and digestcopy.engine() == "native":  # every run in one call, same digest
+        [d] = digestcopy.copy_digest([(_prefix(key), *_in_place(arrays))])
+        return d.ljust(32, b"\0")
+    h = DIGESTS[name][1](key.encode())
     h.update(b"\0")
     for a in arrays:
         if a.flags.c_contiguous:
@@ -44,12 +55,30 @@ def _digest(factory, key: str, arrays) -> bytes:
     return h.digest().ljust(32, b"\0")
 
 
+def _in_place(arrays):
+    addrs, lens = digestcopy.row_segments(arrays)
+    return addrs, None, lens
+
+
+def copy_trailers(name: str, objects) -> list[bytes] | None:
+    """Copy each object's payload and return its trailer, computed in the same pass over memory
+    (hal.transfer.digestcopy); objects: (key, source addresses, destination addresses, byte
+    counts), the payload being the segments in order. None (nothing copied) where the digest
+    cannot be fused (`name` is not xxh3): copy and seal separately then."""
+    if name != "xxh3":
+        return None
+    objects = list(objects)
+    digests = digestcopy.copy_digest([(_prefix(key), src, dst, lens) for key, src, dst, lens in objects])
+    ident = DIGESTS[name][0]
+    return [TRAILER.pack(MAGIC, ident, int(sum(int(n) for n in obj[3])), d.ljust(32, b"\0"))
+            for obj, d in zip(objects, digests, strict=True)]
+
+
 def trailer(name: str, key: str, segments) -> bytes:
     """The trailer for `segments` (the payload in order: 1-D uint8 tensors or arrays, or 2-D uint8
     arrays whose rows are contiguous runs) stored under `key`."""
-    ident, factory = DIGESTS[name]
     arrays = _arrays(segments)
-    return TRAILER.pack(MAGIC, ident, sum(a.nbytes for a in arrays), _digest(factory, key, arrays))
+    return TRAILER.pack(MAGIC, DIGESTS[name][0], sum(a.nbytes for a in arrays), _digest(name, key, arrays))
 
 
 def verified(key: str, payload_segments, tail: bytes, size: int, payload: int) -> bool:
@@ -57,6 +86,6 @@ def verified(key: str, payload_segments, tail: bytes, size: int, payload: int) -
     if size != payload + TRAILER_BYTES or len(tail) != TRAILER_BYTES:
         return False
     magic, ident, length, want = TRAILER.unpack(tail)
-    factory = _BY_ID.get(ident)
-    return magic == MAGIC and factory is not None and length == payload and \
-        _digest(factory, key, _arrays(payload_segments)) == want
+    name = _BY_ID.get(ident)
+    return magic == MAGIC and name is not None and length == payload and \
+        _digest(name, key, _arrays(payload_segments)) == want
