@@ -64,6 +64,33 @@ def test_private_pools_sync_nothing_and_wait_only_for_own_writes():
     assert g.calls == 0 and done == [1]
 
 
+def test_a_load_of_pages_from_two_writes_waits_for_the_later_write():
+    # private pool: write 1 covers page 0, write 2 page 1; only write 1 has completed
+    pending = [2]
+    gate = VisibilityGate(None, 4, shared=False, progress=lambda: bool(pending) and (gate.write_done(pending.pop()) or True))
+    gate.write_done(gate.before_write(np.array([0])))
+    gate.before_write(np.array([1]))
+    assert gate.writes_completed == 1
+    gate.before_load(np.array([0, 1]))  # needs write 2 as well: it waits for it
+    assert gate.writes_completed == 2 and not pending
+    # the same across ranks: rank 1 waits until rank 0's completed writes cover the later page too
+    reports = {1: [1, 0], 2: [2, 0]}
+    g = OneOfTwo(1, lambda n: reports[n])
+    gate = VisibilityGate(g, 4, shared=True)
+    gate.before_write(np.array([0]))
+    gate.before_write(np.array([1]))
+    gate.before_load(np.array([1, 0]))
+    assert g.calls == 2 and gate.visible_writes == 2
+    # and a write waits for the later of two loads of its pages
+    g = OneOfTwo(0, lambda n: [INT64_MAX, n - 1])  # rank 1 has completed n - 1 loads by round n
+    gate = VisibilityGate(g, 4, shared=True)
+    gate.write_done(gate.before_write(np.array([0, 1])))
+    gate.load_done(gate.before_load(np.array([0])))
+    gate.load_done(gate.before_load(np.array([1])))
+    gate.before_write(np.array([0, 1]))
+    assert gate.visible_reads == 2 and g.calls == 3
+
+
 def test_a_disabled_gate_never_waits():
     g = OneOfTwo(1, [0, 0])
     gate = VisibilityGate(g, 4, shared=True, enabled=False)
