@@ -168,6 +168,29 @@ def test_deciding_suites_run_in_part_are_partial_never_pass():
     assert s.verdict == "NOT RUN" and s.to_json()["ok"] is False and "no card" in s.to_json()["not_run_reason"]
 
 
+def test_an_error_fails_the_verdict_like_a_failure():
+    """A test that errored (a fixture raised) checked nothing and hid whatever it would have found."""
+    both = [ModuleResult("test_bad_input", passed=3), ModuleResult("test_layout_equivalence", passed=5)]
+    assert Summary("emu", "emu", "j", both).verdict == "PASS"
+    errored = [ModuleResult("test_bad_input", passed=3, errors=1), both[1]]
+    s = Summary("emu", "emu", "j", errored)
+    assert s.verdict == "FAIL" and not s.ok and s.to_json()["ok"] is False
+    # an error outside the deciding suites fails the run too
+    assert Summary("emu", "emu", "j", [*both, ModuleResult("test_spmd", errors=1)]).verdict == "FAIL"
+
+
+def test_one_deciding_suite_all_skipped_beside_one_that_passed_is_not_run():
+    # both deciding suites collected; every test of one was skipped: that suite checked nothing
+    s = Summary("emu", "emu", "j", [ModuleResult("test_bad_input", passed=3),
+                                    ModuleResult("test_layout_equivalence", skipped=30)])
+    assert s.verdict == "NOT RUN" and s.not_run_reason == "every test of test_layout_equivalence was skipped"
+    assert s.partial_reason is None and s.to_json()["ok"] is False
+    # one test of it passed: it ran
+    s = Summary("emu", "emu", "j", [ModuleResult("test_bad_input", passed=3),
+                                    ModuleResult("test_layout_equivalence", passed=1, skipped=29)])
+    assert s.verdict == "PASS"
+
+
 def test_a_second_run_on_a_locked_out_is_refused_and_old_results_stay(tmp_path, capfd):
     out = tmp_path / "report"
     previous_report(out, **{"summary.json": '{"ok": true}'})

@@ -42,6 +42,15 @@ def test_exact_points_fit_exactly():
     assert fit.at(10) == pytest.approx(21.0)
 
 
+def test_r2_is_one_minus_the_residual_share_of_the_variance():
+    xs, ys = [0, 1, 2, 3, 4], [1.0, 0.0, 3.0, 2.0, 5.0]  # a poor line: r2 25/37, pinned independently
+    fit = cost.fit_line(xs, ys)
+    assert fit.r2 == pytest.approx(float(np.corrcoef(xs, ys)[0, 1] ** 2), rel=1e-12)
+    assert fit.r2 == pytest.approx(25 / 37, rel=1e-12)
+    assert cost.fit_line([1, 2, 3], [4, 4, 4]).r2 == 1.0  # a flat line fitted exactly
+    assert cost.fit_line([1, 2, 3], [3, 1, 3]).r2 == 0.0  # the slope explains nothing
+
+
 @pytest.mark.parametrize("xs, ys, arg", [([1], [1], "xs"), ([2, 2], [1, 3], "xs"), ([1, 2], [1], "ys"),
                                          ([1, 2], [1, float("nan")], "xs, ys")])
 def test_fit_refuses_bad_points_naming_the_argument(xs, ys, arg):
@@ -128,6 +137,9 @@ def test_break_even_unknown_never_or_from_a_curve():
         cost.break_even_tokens(load_profile("emu"), LAYERS, TOKEN_BYTES)
     cheap = with_values(p, **{"compute.prefill_per_token_s": 1e-6, "compute.prefill_per_token_pair_s": 0.0})
     assert cost.break_even_tokens(cheap, LAYERS, TOKEN_BYTES) is None  # loading never wins
+    # a prefill dearer than loading from the first token: break-even 0 (never a negative prompt length)
+    slow = with_values(p, **{"compute.prefill_per_token_s": 1.0})
+    assert cost.break_even_tokens(slow, LAYERS, TOKEN_BYTES) == 0.0
     curve = with_values(p, **{"compute.prefill_curve": ((0, 0.735), (10_000, 1.035))})  # 30 us/token
     fit = cost.allhit_fit(p, LAYERS, TOKEN_BYTES)  # the all-hit time is linear in n
     assert cost.break_even_tokens(curve, LAYERS, TOKEN_BYTES) == pytest.approx((fit.a - 0.735) / (30e-6 - fit.b),

@@ -11,12 +11,14 @@ from test_topology import build_p800_box
 
 from conformance.cli.main import main
 from conformance.doctor.checks import (
+    REGISTERED_WARN_BYTES,
     STATUSES,
     Check,
     DoctorReport,
     HostPaths,
     check_memlock,
     check_page_table_entries,
+    check_registered_size,
     parse_bytes,
     run_doctor,
 )
@@ -369,3 +371,9 @@ def test_an_emulated_box_leaves_host_memory_to_binding_policy(capsys):
     checks = by_name(out)
     assert checks["host_memory"]["status"] == "unknown" and "binding_policy" in checks["host_memory"]["value"]
     assert checks["binding_policy"]["status"] == "fail"
+
+
+def test_registered_size_warns_only_above_the_bound():
+    assert check_registered_size(None, REGISTERED_WARN_BYTES).status == "ok"  # exactly the bound: ok
+    assert check_registered_size(None, REGISTERED_WARN_BYTES + 1).status == "warn"
+    assert check_registered_size(None, 15 * GIB).status == "ok"  # the seed's 15 GB (+8.8%)

@@ -311,6 +311,34 @@ def test_backend_failure_is_counted_not_raised(tmp_path):
     assert s.get(["a"], pool, [0]) == [False] and s.stats.misses == 1
 
 
+def test_exists_clamps_a_backends_count_to_the_keys_asked():
+    class Miscounting(MemoryStorage):  # an out-of-tree backend that gets its count wrong
+        name = "miscounting"
+        answer = 0
+
+        def _exists(self, keys):
+            return self.answer
+
+    s = Miscounting()
+    s.answer = 7
+    assert s.exists(["a", "b", "c"]) == 3  # never more than asked: the caller would load pages nobody has
+    s.answer = -2
+    assert s.exists(["a", "b"]) == 0
+
+
+def test_a_trailer_naming_another_payload_length_is_corrupt():
+    from hicache_ref.storage import integrity
+
+    payload = [torch.arange(64, dtype=torch.uint8), torch.arange(64, 128, dtype=torch.uint8)]
+    tail = integrity.trailer(integrity.DEFAULT_DIGEST, "k", payload)
+    assert integrity.verified("k", payload, tail, 128 + integrity.TRAILER_BYTES, 128)
+    magic, ident, length, want = integrity.TRAILER.unpack(tail)
+    for wrong in (length - 1, length + 1, 0):  # the digest still matches: only the length field lies
+        lying = integrity.TRAILER.pack(magic, ident, wrong, want)
+        assert not integrity.verified("k", payload, lying, 128 + integrity.TRAILER_BYTES, 128)
+    assert not integrity.verified("k", payload, tail[:-1], 128 + integrity.TRAILER_BYTES, 128)
+
+
 def test_out_of_tree_backend_registers_by_name():
     class Null(MemoryStorage):
         name = "nulltest"

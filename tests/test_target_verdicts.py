@@ -67,6 +67,27 @@ def test_without_a_backend_measured_targets_are_not_measured_never_pass():
         assert rows[metric]["verdict"] == "pass" and rows[metric]["basis"] == "measured"
 
 
+class SteadyProbe(TargetContext):
+    """A run whose bandwidth probe gives the same figures on every retake (a loaded host retakes a miss)."""
+
+    def forget(self, *keys):
+        pass
+
+
+def test_the_transfer_ratio_is_the_slower_directions():
+    """One direction at memcpy speed cannot hide the other one at a third of it."""
+    profile = load_profile("emu")
+    target = profile.target("transfer_ratio_vs_memcpy")  # >= 0.7
+    with get_backend("emu", profile) as backend:
+        ctx = SteadyProbe(backend, profile)
+        # the probe's figures as a run left them (TargetContext.memo is the per-run store they live in)
+        ctx.memo("bandwidth_h2d", lambda: {"ratio": 0.98})
+        ctx.memo("bandwidth_d2h", lambda: {"ratio": 0.31})
+        row = evaluate(target, ctx)
+    assert row["value"] == 0.31 and row["verdict"] == "fail", row
+    assert row["details"]["h2d_ratio"] == 0.98 and row["details"]["d2h_ratio"] == 0.31
+
+
 def test_judge_fails_a_missed_target_and_refuses_a_silent_gap():
     t = Target("ghost_entry_bytes", "ghost_entry_bytes", "<=", 120, 12, "B", "seed")
     assert judge(t, Outcome(200.0, "measured", "x"))["verdict"] == "fail"

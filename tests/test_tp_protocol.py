@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hal.backend import get_backend
 from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.tp.digest import DecisionLog, RecordingAllocator, SpmdCheck, SpmdDivergence, signed
 from hicache_ref.tp.group import INT64_MAX
+from hicache_ref.tp.rank_cache import RankCache
+from hicache_ref.tp.report import report
 from hicache_ref.tp.visibility import VisibilityGate
 from hicache_ref.tp.workload import KINDS, WorkloadConfig, make_ops
 
@@ -62,6 +65,33 @@ def test_private_pools_sync_nothing_and_wait_only_for_own_writes():
     gate.before_write(np.array([1]))
     gate.before_load(np.array([1]))
     assert g.calls == 0 and done == [1]
+
+
+def test_a_load_of_pages_from_two_writes_waits_for_the_later_write():
+    # private pool: write 1 covers page 0, write 2 page 1; only write 1 has completed
+    pending = [2]
+    gate = VisibilityGate(None, 4, shared=False, progress=lambda: bool(pending) and (gate.write_done(pending.pop()) or True))
+    gate.write_done(gate.before_write(np.array([0])))
+    gate.before_write(np.array([1]))
+    assert gate.writes_completed == 1
+    gate.before_load(np.array([0, 1]))  # needs write 2 as well: it waits for it
+    assert gate.writes_completed == 2 and not pending
+    # the same across ranks: rank 1 waits until rank 0's completed writes cover the later page too
+    reports = {1: [1, 0], 2: [2, 0]}
+    g = OneOfTwo(1, lambda n: reports[n])
+    gate = VisibilityGate(g, 4, shared=True)
+    gate.before_write(np.array([0]))
+    gate.before_write(np.array([1]))
+    gate.before_load(np.array([1, 0]))
+    assert g.calls == 2 and gate.visible_writes == 2
+    # and a write waits for the later of two loads of its pages
+    g = OneOfTwo(0, lambda n: [INT64_MAX, n - 1])  # rank 1 has completed n - 1 loads by round n
+    gate = VisibilityGate(g, 4, shared=True)
+    gate.write_done(gate.before_write(np.array([0, 1])))
+    gate.load_done(gate.before_load(np.array([0])))
+    gate.load_done(gate.before_load(np.array([1])))
+    gate.before_write(np.array([0, 1]))
+    assert gate.visible_reads == 2 and g.calls == 3
 
 
 def test_a_disabled_gate_never_waits():
@@ -126,3 +156,38 @@ def test_the_workload_depends_on_the_seed_alone():
 def test_a_bad_config_names_the_field(kw, name):
     with pytest.raises(ValueError, match=f"^{name}:"):
         WorkloadConfig(**kw)
+
+
+def _one_rank(cfg, corrupt_host: bool) -> dict:
+    """One rank's run in this process (no group); `corrupt_host`: zero the host pool after every op."""
+    with get_backend("emu") as backend:
+        cache = RankCache(cfg, None, backend, None, DecisionLog())
+        try:
+            for i, op in enumerate(make_ops(cfg)):
+                cache.run(i, op)
+                if corrupt_host:
+                    cache.settle()  # the op's D2H landed: now its bytes go wrong
+                    for buf in cache.host.buffers:
+                        buf.zero_()
+            cache.settle()
+            return cache.stats()
+        finally:
+            cache.close()
+
+
+def test_a_load_of_wrong_bytes_is_counted_as_a_mismatching_page():
+    cfg = WorkloadConfig(ops=60, seed=1)
+    clean = _one_rank(cfg, corrupt_host=False)
+    assert clean["h2d_transfers"] >= 1 and clean["pages_read"] > 0 and clean["read_mismatch_pages"] == 0
+    bad = _one_rank(cfg, corrupt_host=True)
+    assert bad["h2d_transfers"] >= 1 and 0 < bad["read_mismatch_pages"] <= bad["pages_read"]
+
+
+def test_the_report_counts_every_ranks_mismatches():
+    cfg = WorkloadConfig(ops=10, seed=1)
+    rank = {"digest": "00", "read_digest": "00", "host_pool_bytes": 8, "d2h_bytes": 0, "h2d_bytes": 0,
+            "pages_read": 4, "registered_bytes": 0, "checks": 1, "pool": {}}
+    results = [dict(rank, rank=0, read_mismatch_pages=0), dict(rank, rank=1, read_mismatch_pages=3),
+               dict(rank, rank=2, read_mismatch_pages=2)]
+    rep = report(cfg, results)
+    assert rep["read_mismatches"] == 5 and rep["consistent"] and rep["ranks"] == 3
