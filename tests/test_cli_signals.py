@@ -110,7 +110,8 @@ CONFORM = ["conform", "--backend", "emu", "--profile", "emu", "-n", "0", "-k", "
 def test_ctrl_c_mid_conform_stops_pytest_and_leaves_no_verdict(tmp_path):
     out = tmp_path / "report"
     out.mkdir()
-    (out / "summary.json").write_text('{"ok": true}')  # a previous run's
+    (out / "summary.json").write_text('{"ok": true}')  # a previous run's, named in its manifest
+    (out / ".hicache-manifest.json").write_text('{"written": ["summary.json"]}')
     proc = start([*CONFORM, "--out", str(out)], tmp_path)
     kids = wait_for_children(proc)
     time.sleep(1)
@@ -118,7 +119,7 @@ def test_ctrl_c_mid_conform_stops_pytest_and_leaves_no_verdict(tmp_path):
     assert_interrupted(proc, (f"hicache: warning: --out {out}: replacing the previous report",))
     assert not any(alive(k) for k in kids)
     assert not (out / "summary.json").exists() and not (out / "junit.xml").exists()
-    assert list(out.iterdir()) == []  # no lock, ini or work folder left behind
+    assert [p.name for p in out.iterdir()] == [".hicache-manifest.json"]  # no lock, ini or work folder left
 
 
 def test_sigkill_of_the_parent_takes_the_pytest_child_down(tmp_path):
