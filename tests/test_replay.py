@@ -271,6 +271,16 @@ def test_bench_replay_runs_and_reports(tmp_path):
     assert cli_main(["bench", "replay", "--trace", str(path), "--sglang-root", str(tmp_path)]) == 2
 
 
+def test_bench_replay_measures_the_per_page_overhead(tmp_path):
+    path = _write_trace(tmp_path / "t.jsonl", [A, B_SHARES_TWO, A_AGAIN])
+    rc, out = _cli(["bench", "replay", "--trace", str(path), "--repeat", "1", "--overhead-requests", "3",
+                    "--write-policy", "write_through", "--json"])
+    over = json.loads(out)["overhead"]
+    assert rc == 0 and over["requests"] == 3 and over["kv_mismatch_tokens"] == 0
+    assert over["pages_moved"] > 0 and over["bytes_moved"] == over["pages_moved"] * 64 * 2 * 64 * 2
+    assert over["overhead_us_per_page"] >= 0 and over["kv_fill_and_check_seconds"] > 0
+
+
 # -- the packaged traces -------------------------------------------------------------------------
 
 PACKAGED = ("conversation_trace.jsonl.gz", "synthetic_trace.jsonl.gz", "LICENSE-APACHE", "README.md")

@@ -28,6 +28,10 @@ def _check_rows(backend: dict, peer: bool) -> None:
         assert row["verified"] is True
         assert row["bytes"] == 4 * 2 * 16 * 64 * 2  # pages x layers x tokens x kv_dim x bf16
         assert row["set_gbps"] > 0 and row["get_gbps"] > 0 and row["digest_gbps"] > 0
+        # the breakdown of a round: the harness's steps and the Python between them
+        for part in ("set_seal", "set_write", "set_python", "get_read", "get_verify", "get_python"):
+            assert row[f"{part}_seconds"] >= 0
+        assert row["set_seal_seconds"] > 0 and row["get_verify_seconds"] > 0  # every page digested and checked
         if peer:
             assert row["set_ratio"] > 0 and row["get_ratio"] > 0
         else:

@@ -28,14 +28,14 @@ class StagedPages:
     `keys` (one per page) and `digest`, the trailer of each page's object is sealed while copying."""
 
     def __init__(self, host_pool, host_pages, keys=None, digest: str | None = None):
+        if keys is not None and len(keys) != len(host_pages):
+            raise ValueError(f"keys: {len(keys)} keys for {len(host_pages)} pages")
         geom = host_pool.geom
         self.geom, self.layout = geom, STAGING_LAYOUT
         self.num_tokens = len(host_pages) * geom.page_size
         whole = torch.empty(layouts.host_shape(STAGING_LAYOUT, geom, self.num_tokens), dtype=geom.dtype)
         self.buffers = [whole[p] for p in range(geom.parts)] if geom.attention == "mha" else [whole]
         self._trailers: dict[int, tuple[str, str, bytes]] = {}
-        if keys is not None and len(keys) != len(host_pages):
-            raise ValueError(f"keys: {len(keys)} keys for {len(host_pages)} pages")
         source = page_order.run_pager(host_pool)
         if source is None or segcopy.engine() != "native":  # pages gathered anyway: page by page
             for i, page in enumerate(host_pages):
