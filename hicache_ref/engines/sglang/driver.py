@@ -1,0 +1,106 @@
+"""One prefill through SGLang's cache, as its scheduler drives it: match, load back, allocate
+(evicting through upstream's allocator), insert, unlock.
+
+Timing is pinned: every HAL copy is complete when its op returns (kernel_shim), and the
+acks are taken (check_hicache_events) at the start of each request, the step the
+reference engine applies its completions at. Under PD disaggregation the prefill inserts the
+request twice (unfinished, then finished), as the reference's --pd-disagg models it.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import NamedTuple
+
+import numpy as np
+
+
+class UpstreamResult(NamedTuple):
+    input_tokens: int
+    l1_hit_tokens: int
+    l2_hit_tokens: int
+    l2_unloaded_tokens: int
+    truncated: bool
+    l3_hit_tokens: int = 0
+
+
+class RequestDriver:
+    """Runs requests on an UpstreamCache (hicache_ref.engines.sglang.build)."""
+
+    def __init__(self, upstream, pd_disagg: bool):
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        self.up, self.pd = upstream, pd_disagg
+        self.ps = upstream.kv_pool.page_size
+        self._req = lambda rid: Req(rid=str(rid), origin_input_text="", origin_input_ids=array("q"),
+                                    sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
+        self._rid = 0
+
+    def settle(self) -> None:
+        """A scheduler step's start: upstream's own per-step poll (check_hicache_events) takes
+        every ack (all copies are complete by then: see the module docstring)."""
+        self.up.cache.check_hicache_events()
+
+    def request(self, tokens) -> UpstreamResult:
+        """One prefill of `tokens` (a sequence of token ids)."""
+        from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams, InsertParams, MatchPrefixParams
+        from sglang.srt.mem_cache.common import evict_from_tree_cache
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        cache, alloc, ps = self.up.cache, self.up.allocator, self.ps
+        self.settle()
+        ids = np.asarray(tokens, dtype=np.int64)
+        n = len(ids)
+        full = n // ps * ps
+        key = RadixKey(array("q", ids[:full].tobytes()))
+        m = cache.match_prefix(MatchPrefixParams(key=key))
+        l1, node = m.device_prefix_len, m.last_device_node
+        l2 = unloaded = 0
+        if m.host_hit_length > 0:
+            self._rid += 1
+            req = self._req(self._rid)
+            req.last_node, req.prefix_len, req.host_hit_length = node, l1, m.host_hit_length
+            req.best_match_node, req.last_host_node = m.best_match_node, m.last_host_node
+            loaded, node = cache.init_load_back(InitLoadBackParams(
+                best_match_node=m.best_match_node, host_hit_length=m.host_hit_length, req=req))
+            l2 = loaded
+            unloaded = m.host_hit_length - loaded
+            if loaded:
+                cache.ready_to_load_host_cache()
+        lock = cache.lock(node)
+        try:
+            prefix = l1 + l2
+            need = -(-(n - prefix) // ps) * ps
+            new = None
+            if need > 0:
+                evict_from_tree_cache(cache, need)
+                new = alloc.alloc(need)
+            truncated = need > 0 and new is None
+            cached_len = prefix if truncated else full
+            if not truncated and cached_len > 0:
+                dev = self._path_indices(node, prefix)
+                kept = cached_len - prefix
+                value = dev if new is None else np.concatenate([dev, new[:kept].numpy()]) if kept else dev
+                import torch
+
+                vt = torch.as_tensor(value, dtype=torch.int64)
+                cache.insert(InsertParams(key=RadixKey(array("q", ids[:cached_len].tobytes())), value=vt))
+                if self.pd:
+                    cache.insert(InsertParams(key=RadixKey(array("q", ids[:cached_len].tobytes())), value=vt))
+                if new is not None and need > kept:
+                    alloc.free(new[kept:])
+            elif new is not None:
+                alloc.free(new)
+        finally:
+            cache.unlock(lock)
+        cache.flush_pending_backups()  # the scheduler's end of a batch: queued backups are submitted
+        return UpstreamResult(n, l1, l2, unloaded, truncated)
+
+    def _path_indices(self, node, prefix: int) -> np.ndarray:
+        """The device slots of the matched (and loaded) prefix ending at `node`."""
+        idx = self.up.cache.path_device_indices(node)
+        out = np.asarray(idx.cpu().numpy() if hasattr(idx, "cpu") else idx, dtype=np.int64)
+        if len(out) != prefix:
+            raise RuntimeError(f"sglang engine: the matched path holds {len(out)} slots, the match said {prefix}")
+        return out
