@@ -111,7 +111,6 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dic
     fig.update(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0)
     fig["registered_bytes"] = host_bytes
     fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
-    fig["engine"] = ENGINE
     return fig
 
 
