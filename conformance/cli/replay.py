@@ -16,9 +16,9 @@ from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path
 from conformance.common.inputs import load_profile_arg, text_file
 from conformance.common.progress import ticker
 from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
+from hicache_ref.engines import EngineNotRun, replay_with
 from hicache_ref.sim.replay import summary_lines
 from hicache_ref.sim.replay_tp import tp_summary_line
-from hicache_ref.engines import EngineNotRun, replay_with
 from hicache_ref.sim.trace import find_trace
 
 HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, L2 host) and report hits and transfers"

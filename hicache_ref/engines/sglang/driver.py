@@ -1,9 +1,11 @@
 """One prefill through SGLang's cache, as its scheduler drives it: match, load back, allocate
 (evicting through upstream's allocator), insert, unlock.
 
-Timing is pinned: every HAL copy is complete when its op returns (kernel_shim), and the
-acks are taken (check_hicache_events) at the start of each request, the step the
-reference engine applies its completions at. Under PD disaggregation the prefill inserts the
+Timing is pinned: every HAL copy is complete when its op returns (kernel_shim); the
+backups a request queued are submitted at its end (flush_pending_backups) and every ack is
+taken right after (check_hicache_events, upstream's per-step poll, which the next request's
+start would run with nothing new in between), so acks land at the step the reference
+engine applies its completions at. Under PD disaggregation the prefill inserts the
 request twice (unfinished, then finished), as the reference's --pd-disagg models it.
 """
 
@@ -13,6 +15,7 @@ from array import array
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 
 class UpstreamResult(NamedTuple):
@@ -74,28 +77,39 @@ class RequestDriver:
             need = -(-(n - prefix) // ps) * ps
             new = None
             if need > 0:
-                evict_from_tree_cache(cache, need)
-                new = alloc.alloc(need)
-            truncated = need > 0 and new is None
-            cached_len = prefix if truncated else full
-            if not truncated and cached_len > 0:
-                dev = self._path_indices(node, prefix)
+                evict_from_tree_cache(cache, self._demand(prefix, n))
+                # A prompt longer than what is free is cut to what fits (as the reference does).
+                take = min(need, alloc.available_size() // ps * ps)
+                new = alloc.alloc(take) if take else None
+            else:
+                take = 0
+            truncated = take < need
+            cached_len = min(full, prefix + take)
+            if cached_len > 0:
                 kept = cached_len - prefix
-                value = dev if new is None else np.concatenate([dev, new[:kept].numpy()]) if kept else dev
-                import torch
-
+                dev = self._path_indices(node, prefix)
+                value = np.concatenate([dev, new[:kept].numpy()]) if kept else dev
+                key = RadixKey(array("q", ids[:cached_len].tobytes()))
                 vt = torch.as_tensor(value, dtype=torch.int64)
-                cache.insert(InsertParams(key=RadixKey(array("q", ids[:cached_len].tobytes())), value=vt))
-                if self.pd:
-                    cache.insert(InsertParams(key=RadixKey(array("q", ids[:cached_len].tobytes())), value=vt))
-                if new is not None and need > kept:
+                for _ in range(2 if self.pd else 1):
+                    cache.insert(InsertParams(key=key, value=vt))
+                if new is not None and take > kept:
                     alloc.free(new[kept:])
             elif new is not None:
                 alloc.free(new)
         finally:
             cache.unlock(lock)
         cache.flush_pending_backups()  # the scheduler's end of a batch: queued backups are submitted
+        self.settle()  # what the next step's start would do, here, so a request's transfers count in its row
         return UpstreamResult(n, l1, l2, unloaded, truncated)
+
+    def _demand(self, prefix: int, n: int) -> int:
+        """Tokens upstream's allocation evicts for: the extend (page 1), else the extend plus a
+        page per request as its allocator reports it (alloc_token_slots, alloc_paged_token_slots_extend)."""
+        if self.ps == 1:
+            return n - prefix
+        return self.up.allocator.get_extend_allocation_demand(
+            torch.tensor([prefix]), torch.tensor([n]), conservative_num_tokens=n - prefix + self.ps, shard_size=1)
 
     def _path_indices(self, node, prefix: int) -> np.ndarray:
         """The device slots of the matched (and loaded) prefix ending at `node`."""
