@@ -26,7 +26,7 @@ from hicache_ref.engines.sglang import unavailable_reason
 _WHY = unavailable_reason()
 pytestmark = [pytest.mark.needs_sglang, pytest.mark.skipif(_WHY is not None, reason=f"sglang engine: {_WHY}")]
 
-SLICE = 20  # requests per trace slice
+SLICE = 12  # requests per trace slice (replayed twice: sglang_diff.slice_of)
 POLICIES = ("write_back", "write_through", "write_through_selective")
 PAGES = (1, 16, 64)
 CASES = [dict(trace=t, policy=p, tight=c, page=ps, pd=pd) for t, p, c, ps, pd in
