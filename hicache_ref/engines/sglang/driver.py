@@ -91,8 +91,11 @@ class RequestDriver:
                 value = np.concatenate([dev, new[:kept].numpy()]) if kept else dev
                 key = RadixKey(array("q", ids[:cached_len].tobytes()))
                 vt = torch.as_tensor(value, dtype=torch.int64)
-                for _ in range(2 if self.pd else 1):
-                    cache.insert(InsertParams(key=key, value=vt))
+                # prev_prefix_len: slots below it are the tree's already (the insert frees the
+                # request's duplicates only past it); inserted_len: what this request inserted before.
+                cache.insert(InsertParams(key=key, value=vt, prev_prefix_len=prefix))
+                if self.pd:
+                    cache.insert(InsertParams(key=key, value=vt, prev_prefix_len=cached_len, inserted_len=cached_len))
                 if new is not None and take > kept:
                     alloc.free(new[kept:])
             elif new is not None:
