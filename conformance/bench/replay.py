@@ -213,7 +213,10 @@ def run(a) -> int:
     if a.engine == "sglang":
         from hicache_ref.engines import not_run_reason
 
-        if (why := not_run_reason("sglang")) is not None:
+        t_import = time.perf_counter()  # the check imports SGLang: its import time, reported apart
+        why = not_run_reason("sglang")
+        import_seconds = time.perf_counter() - t_import
+        if why is not None:
             print(f"hicache bench replay: NOT RUN: engine sglang: {why}", flush=True)
             return EXIT_NOT_RUN
     peer = load_sglang_radix(a.sglang_root) if a.sglang_root else None
@@ -280,6 +283,7 @@ def run(a) -> int:
         from conformance.bench import replay_engine
 
         up = replay_engine.time_sglang(spec, requests, a.repeat)
+        up["import_seconds"] = import_seconds
         up["over_ours"] = up["median_wall_seconds"] / med
         up["hit_tokens_agree"] = up["hit_tokens"] == result["ours"]["hit_tokens"]
         result["sglang_engine"] = up
