@@ -119,7 +119,7 @@ def slices():
     return {t: sglang_diff.slice_of(t, SLICE) for t in ("conversation_trace.jsonl", "synthetic_trace.jsonl")}
 
 
-@pytest.mark.parametrize("case", _params())
+@pytest.mark.parametrize("case", list(_params()))
 def test_reference_matches_sglang_request_by_request(case, slices):
     from conformance.suites import sglang_diff
 
