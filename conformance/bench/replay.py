@@ -3,6 +3,8 @@
 Ours is `hicache_ref.sim.replay.replay` over the whole trace, timed end to end.
 The peer is SGLang's own RadixCache (`RadixCache.create_simulated`) from `--sglang-root`.
 Both must report the same hit tokens, which cross-checks the two trees.
+`--engine sglang` also times SGLang's whole HiCache stack (the sglang engine) on the same slice,
+with a profile of where its time goes (conformance.bench.replay_engine).
 The method: docs/architecture.md, "Design notes"; the figures: BENCHMARKS.md.
 """
 
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from conformance.bench.common import check_trace, emit, machine
 from conformance.common import args as arg_types
+from conformance.common.errors import EXIT_NOT_RUN
 from conformance.common.spec_options import add_spec_options, spec_from_args
 from hicache_ref.sim.replay import frozen_heap, replay
 from hicache_ref.sim.trace import find_trace, read_trace, request_tokens
@@ -45,6 +48,9 @@ def add_arguments(p) -> None:
     p.add_argument("--overhead-requests", type=arg_types.count(0), default=0,
                    help="also measure a materialized replay's per-page overhead beyond memcpy on the first N "
                         "requests (conformance.bench.replay_overhead; 0: skip)")
+    p.add_argument("--engine", choices=("reference", "sglang"), default="reference",
+                   help="sglang: also time SGLang's own HiCache (its cache, controller and host pools on the HAL) "
+                        "on the same slice, with a profile breakdown (needs the [sglang] extra)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
@@ -207,6 +213,15 @@ def run(a) -> int:
     if a.repeat < 1:
         raise ValueError(f"--repeat: must be at least 1, got {a.repeat}")
     requests = read_trace(trace, a.limit)
+    if a.engine == "sglang":
+        from hicache_ref.engines import not_run_reason
+
+        t_import = time.perf_counter()  # the check imports SGLang: its import time, reported apart
+        why = not_run_reason("sglang")
+        import_seconds = time.perf_counter() - t_import
+        if why is not None:
+            print(f"hicache bench replay: NOT RUN: engine sglang: {why}", flush=True)
+            return EXIT_NOT_RUN
     peer = load_sglang_radix(a.sglang_root) if a.sglang_root else None
     key_kinds = a.peer_keys.split(",")
     if not set(key_kinds) <= {"array", "list"}:
@@ -272,6 +287,15 @@ def run(a) -> int:
 
         result["overhead"] = replay_overhead.measure(spec, requests[: a.overhead_requests])
         lines.append(replay_overhead.line(result["overhead"]))
+    if a.engine == "sglang":
+        from conformance.bench import replay_engine
+
+        up = replay_engine.time_sglang(spec, requests, a.repeat)
+        up["import_seconds"] = import_seconds
+        up["over_ours"] = up["median_wall_seconds"] / med
+        up["hit_tokens_agree"] = up["hit_tokens"] == result["ours"]["hit_tokens"]
+        result["sglang_engine"] = up
+        lines += replay_engine.summary_lines(up, med, result["ours"]["hit_tokens"], tokens)
     if not theirs:
         lines.append("peer: not run (give --sglang-root DIR to time SGLang's RadixCache in this run; "
                      "BENCHMARKS.md 'hicache bench replay' records a same-run comparison with its command)")

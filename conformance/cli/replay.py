@@ -1,7 +1,9 @@
 """`hicache replay`: a Mooncake trace through the reference HiCache; hit rate and transfer figures.
 
 Parse, build the spec (its options come from the spec's fields: conformance.common.spec_options),
-run hicache_ref.sim.run.run_replay (serial, served or TP, as the spec says), print.
+run it on the engine --engine names (hicache_ref.engines: the reference's run_replay, serial,
+served or TP as the spec says, or SGLang's own HiCache), print. An engine that cannot run here
+prints NOT RUN with the reason and exits 3 (the project's not-run code).
 """
 
 from __future__ import annotations
@@ -10,22 +12,23 @@ import json
 import sys
 
 from conformance.common import args as types
-from conformance.common.errors import CliError, clip_path
+from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path
 from conformance.common.inputs import load_profile_arg, trace_file
 from conformance.common.progress import ticker
 from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
+from hicache_ref.engines import EngineNotRun, replay_with
 from hicache_ref.sim.replay import summary_lines
 from hicache_ref.sim.replay_tp import tp_summary_line
-from hicache_ref.sim.run import run_replay
 from hicache_ref.sim.trace import find_trace
 
 HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, L2 host) and report hits and transfers"
-LOCAL_OPTIONS = ("--trace", "--limit", "--json", "--quiet")  # the rest are spec fields
+LOCAL_OPTIONS = ("--trace", "--limit", "--engine", "--json", "--quiet")  # the rest are spec fields
 
 
 def add_arguments(p) -> None:
     add_local(p, "--trace")
     add_local(p, "--limit", type=types.count(0))
+    add_local(p, "--engine")
     add_spec_options(p, "replay")
     add_local(p, "--json")
     add_local(p, "--quiet")
@@ -54,7 +57,14 @@ def run(a) -> int:
              f"{t.io_backend} (as upstream does); --io-backend kernel keeps {t.host_layout}")
     try:
         with ticker("hicache replay", a.quiet):
-            fig = run_replay(spec, trace, a.limit)
+            fig = replay_with(a.engine, spec, trace, a.limit)
+    except EngineNotRun as e:
+        print(f"hicache replay: NOT RUN: {e}", flush=True)
+        return EXIT_NOT_RUN
+    except ValueError as e:
+        if a.engine == "reference":
+            raise
+        raise CliError("--engine", f"sglang: {e}") from None
     except UnicodeDecodeError as e:
         raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)

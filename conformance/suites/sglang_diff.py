@@ -1,0 +1,107 @@
+"""Request-by-request figures of one trace slice on both engines, for the differential suite.
+
+A row per request: L1 and L2 hit tokens, host-cached tokens not loaded, tokens backed up (D2H)
+and loaded back (H2D) while the request ran. The reference runs with the preset named by
+REFERENCE_PRESET (the one that claims SGLang's release), the sglang engine runs SGLang itself.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from hicache_ref.engines.sglang import SEMANTICS_PRESET
+from hicache_ref.sim.trace import BLOCK_TOKENS, find_trace, read_trace, trace_tokens
+from hicache_ref.spec import CacheSpec
+from hicache_ref.spec.presets import preset_names
+
+# The preset that models the pinned SGLang release; today's `upstream` until the versioned one lands.
+REFERENCE_PRESET = SEMANTICS_PRESET if SEMANTICS_PRESET in preset_names() else "upstream"
+TRACES = ("conversation_trace.jsonl", "synthetic_trace.jsonl")
+# Small KV rows (1 layer of a 128-wide latent: SGLang's MLA pool keeps a 64-wide rope part)
+# keep the copies cheap; hit and transfer tokens do not depend on the row width.
+GEOMETRY = dict(layers=1, kv_dim=128)
+
+
+class Row(NamedTuple):
+    l1_hit: int
+    l2_hit: int
+    l2_unloaded: int
+    backed_up: int
+    loaded_back: int
+
+
+def slice_of(trace: str, limit: int):
+    """The first `limit` requests of packaged trace `trace`, replayed twice: the traces reuse
+    little within a short window, so the second pass is where evicted prefixes come back
+    (L2 hits and loads) and where each tier's capacity decides."""
+    first = read_trace(find_trace(trace), limit)
+    return first + first
+
+
+def capacities(requests, page_size: int, tight: bool) -> tuple[int, int]:
+    """(L1, L2) tokens for the slice (a pass is half of it): tight 1/8 and 3/4 of a pass's
+    tokens (both tiers evict), loose 1/2 and twice a pass (the second pass loads from L2); pages."""
+    whole = sum(-(-r.input_length // page_size) * page_size for r in requests[: len(requests) // 2])
+    l1, l2 = (whole // 8, whole * 3 // 4) if tight else (whole // 2, 2 * whole)
+    return max(page_size, l1 // page_size * page_size), max(2 * page_size, l2 // page_size * page_size)
+
+
+def spec_for(requests, page_size: int, policy: str, tight: bool, pd: bool) -> CacheSpec:
+    l1, l2 = capacities(requests, page_size, tight)
+    return CacheSpec.preset(REFERENCE_PRESET, page_size=page_size, write_policy=policy, l1_tokens=l1,
+                            l2_tokens=l2, pd_disagg=pd, **GEOMETRY)
+
+
+def reference_rows(spec: CacheSpec, requests) -> list[Row]:
+    """The reference engine, one request at a time (the loop hicache_ref.sim.replay runs)."""
+    ps = spec.page_size
+    whole = sum(-(-r.input_length // ps) * ps for r in requests)
+    backend, own = spec.open_backend()
+    rows, d2h0, h2d0 = [], 0, 0
+    try:
+        cache = spec.build(backend, whole, page_keys="runs" if BLOCK_TOKENS % ps == 0 else "tokens")
+        try:
+            for tokens in trace_tokens(requests, ps):
+                res = cache.request(tokens)
+                # Counted at completion: settle now what the next request's start would (the same
+                # state), so a request's backups count in its own row, as the sglang engine's do.
+                cache.settle()
+                st = cache.controller.stats()
+                rows.append(Row(res.l1_hit_tokens, res.l2_hit_tokens, res.l2_unloaded_tokens,
+                                st.d2h.tokens - d2h0, st.h2d.tokens - h2d0))
+                d2h0, h2d0 = st.d2h.tokens, st.h2d.tokens
+        finally:
+            cache.close()
+    finally:
+        if own:
+            backend.close()
+    return rows
+
+
+def sglang_rows(spec: CacheSpec, requests) -> list[Row]:
+    """The sglang engine, one row per request from its per-request callback."""
+    from hicache_ref.engines.sglang.replay import replay_sglang
+
+    token_bytes = spec.geometry.layers * spec.geometry.kv_dim * 2
+    rows, last = [], [0, 0]
+
+    def on_request(i, res, tallies):
+        d2h, h2d = tallies["d2h"].bytes // token_bytes, tallies["h2d"].bytes // token_bytes
+        rows.append(Row(res.l1_hit_tokens, res.l2_hit_tokens, res.l2_unloaded_tokens, d2h - last[0], h2d - last[1]))
+        last[:] = d2h, h2d
+
+    replay_sglang(spec, list(requests), on_request=on_request)
+    return rows
+
+
+def diff_summary(ref: list[Row], up: list[Row], most: int = 4) -> str:
+    """Where the two engines part, request by request: the first few differing rows and totals."""
+    bad = [(i, r, u) for i, (r, u) in enumerate(zip(ref, up, strict=False)) if r != u]
+    if not bad and len(ref) == len(up):
+        return ""
+    fields = Row._fields
+    parts = []
+    for i, r, u in bad[:most]:
+        parts.append(f"req {i}: " + ", ".join(f"{f} ref {a} sglang {b}" for f, a, b in zip(fields, r, u, strict=True) if a != b))
+    tot = ", ".join(f"{f} {sum(getattr(x, f) for x in ref)}/{sum(getattr(x, f) for x in up)}" for f in fields)
+    return f"{len(bad)} of {len(ref)} requests differ; " + "; ".join(parts) + f"; totals ref/sglang: {tot}"

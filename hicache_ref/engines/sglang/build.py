@@ -1,0 +1,89 @@
+"""SGLang's UnifiedRadixCache with HiCache, built as its own CPU tests build it, on the HAL.
+
+Server arguments come from the spec (page size, write policy, io backend, host layout); the
+device pool is SGLang's MLA pool on the backend's device memory (memory.device_kv_pool_class),
+the host pool SGLang's own, sized by its ratio rule so that it holds exactly the spec's L2.
+"""
+
+from __future__ import annotations
+
+from hal.transfer.layouts import DTYPES
+from hicache_ref.engines.sglang import kernel_shim, memory
+
+ROPE_DIM = 64  # the MLA latent's rope part; the rest of --kv-dim is the lora rank
+
+
+class UpstreamCache:
+    """The built cache, its allocator and the device pool (what the request driver uses)."""
+
+    def __init__(self, cache, allocator, kv_pool, l1: int, l2: int):
+        self.cache, self.allocator, self.kv_pool, self.l1, self.l2 = cache, allocator, kv_pool, l1, l2
+
+    def close(self) -> None:
+        """Stop upstream's controller threads and release the host pool."""
+        import atexit
+
+        atexit.unregister(self.cache.shutdown)
+        self.cache.shutdown()
+        self.cache.release_host_resources()
+        kernel_shim.clear_buffers()
+
+
+def host_ratio(l1: int, l2: int, page_size: int) -> float:
+    """The hicache_ratio for which upstream's sizing (ratio x device tokens, floored to pages,
+    plus one padding page) gives exactly `l2` host tokens."""
+    return (l2 - page_size + 0.5) / l1
+
+
+def server_args(spec, l1: int, l2: int):
+    from sglang.srt.server_args import ServerArgs
+
+    t = spec.tiers
+    return ServerArgs(model_path="dummy", page_size=spec.page_size, hicache_io_backend=t.io_backend,
+                      hicache_mem_layout=t.host_layout, hicache_write_policy=t.write_policy,
+                      hicache_ratio=host_ratio(l1, l2, spec.page_size), hicache_size=0,
+                      hicache_storage_prefetch_policy="wait_complete")
+
+
+def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
+    """Upstream's cache of `l1` device and `l2` host tokens on `backend` (both page multiples;
+    a tally.CountingBackend stands for its inner backend's memory)."""
+    from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+    g, ps = spec.geometry, spec.page_size
+    if g.attention != "mla":
+        raise ValueError("--attention: the sglang engine runs MLA pools only (SGLang's MLA host pool)")
+    missing = kernel_shim.install()
+    if missing:
+        raise RuntimeError(f"hal.transfer.kvcacheio lacks ops SGLang imports: {', '.join(missing)}")
+    mem_backend = getattr(backend, "inner", backend)
+    memory.install_host_allocator(mem_backend)
+    args = server_args(spec, l1, l2)
+    set_global_server_args_for_scheduler(args)
+    dtype = DTYPES[g.dtype]
+    kv_pool = memory.device_kv_pool_class(mem_backend)(
+        size=l1, page_size=ps, dtype=dtype, kv_lora_rank=g.kv_dim - ROPE_DIM, qk_rope_head_dim=ROPE_DIM,
+        layer_num=g.layers, device="cpu", enable_memory_saver=False)
+    if ps == 1:
+        allocator = TokenToKVPoolAllocator(size=l1, dtype=dtype, device="cpu", kvcache=kv_pool, need_sort=False)
+    else:
+        allocator = PagedTokenToKVPoolAllocator(size=l1, page_size=ps, dtype=dtype, device="cpu", kvcache=kv_pool,
+                                                need_sort=False)
+    req_pool = ReqToTokenPool(size=4, max_context_len=8, device="cpu", enable_memory_saver=False)
+    params = CacheInitParams(req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator, page_size=ps,
+                             disable=False, tree_components=(ComponentType.FULL,), eviction_policy="lru")
+    cache = UnifiedRadixCache(params=params)
+    cache.init_hicache(args, params)
+    host = cache.cache_controller.mem_pool_host
+    kernel_shim.register_buffers(kv_pool.kv_buffer)
+    for entry in host.entries:  # SGLang groups its host pools; the KV one is the anchor
+        kernel_shim.register_buffers(entry.host_pool.data_refs)
+    if host.size != l2:
+        cache.shutdown()
+        raise RuntimeError(f"SGLang sized the host pool at {host.size} tokens, not the spec's {l2}")
+    return UpstreamCache(cache, allocator, kv_pool, l1, l2)

@@ -1,0 +1,123 @@
+"""One prefill through SGLang's cache, as its scheduler drives it: match, load back, allocate
+(evicting through upstream's allocator), insert, unlock.
+
+Timing is pinned: every HAL copy is complete when its op returns (kernel_shim); the
+backups a request queued are submitted at its end (flush_pending_backups) and every ack is
+taken right after (check_hicache_events, upstream's per-step poll, which the next request's
+start would run with nothing new in between), so acks land at the step the reference
+engine applies its completions at. Under PD disaggregation the prefill inserts the
+request twice (unfinished, then finished), as the reference's --pd-disagg models it.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+
+class UpstreamResult(NamedTuple):
+    input_tokens: int
+    l1_hit_tokens: int
+    l2_hit_tokens: int
+    l2_unloaded_tokens: int
+    truncated: bool
+    l3_hit_tokens: int = 0
+
+
+class RequestDriver:
+    """Runs requests on an UpstreamCache (hicache_ref.engines.sglang.build)."""
+
+    def __init__(self, upstream, pd_disagg: bool):
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        self.up, self.pd = upstream, pd_disagg
+        self.ps = upstream.kv_pool.page_size
+        self._req = lambda rid: Req(rid=str(rid), origin_input_text="", origin_input_ids=array("q"),
+                                    sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
+        self._rid = 0
+
+    def settle(self) -> None:
+        """A scheduler step's start: upstream's own per-step poll (check_hicache_events) takes
+        every ack (all copies are complete by then: see the module docstring)."""
+        self.up.cache.check_hicache_events()
+
+    def request(self, tokens) -> UpstreamResult:
+        """One prefill of `tokens` (a sequence of token ids)."""
+        from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams, InsertParams, MatchPrefixParams
+        from sglang.srt.mem_cache.common import evict_from_tree_cache
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        cache, alloc, ps = self.up.cache, self.up.allocator, self.ps
+        self.settle()
+        ids = np.asarray(tokens, dtype=np.int64)
+        n = len(ids)
+        full = n // ps * ps
+        key = RadixKey(array("q", ids[:full].tobytes()))
+        m = cache.match_prefix(MatchPrefixParams(key=key))
+        l1, node = m.device_prefix_len, m.last_device_node
+        l2 = unloaded = 0
+        if m.host_hit_length > 0:
+            self._rid += 1
+            req = self._req(self._rid)
+            req.last_node, req.prefix_len, req.host_hit_length = node, l1, m.host_hit_length
+            req.best_match_node, req.last_host_node = m.best_match_node, m.last_host_node
+            loaded, node = cache.init_load_back(InitLoadBackParams(
+                best_match_node=m.best_match_node, host_hit_length=m.host_hit_length, req=req))
+            l2 = loaded
+            unloaded = m.host_hit_length - loaded
+            if loaded:
+                cache.ready_to_load_host_cache()
+        lock = cache.lock(node)
+        try:
+            prefix = l1 + l2
+            need = -(-(n - prefix) // ps) * ps
+            new = None
+            if need > 0:
+                evict_from_tree_cache(cache, self._demand(prefix, n))
+                # A prompt longer than what is free is cut to what fits (as the reference does).
+                take = min(need, alloc.available_size() // ps * ps)
+                new = alloc.alloc(take) if take else None
+            else:
+                take = 0
+            truncated = take < need
+            cached_len = min(full, prefix + take)
+            if cached_len > 0:
+                kept = cached_len - prefix
+                dev = self._path_indices(node, prefix)
+                value = np.concatenate([dev, new[:kept].numpy()]) if kept else dev
+                key = RadixKey(array("q", ids[:cached_len].tobytes()))
+                vt = torch.as_tensor(value, dtype=torch.int64)
+                # prev_prefix_len: slots below it are the tree's already (the insert frees the
+                # request's duplicates only past it); inserted_len: what this request inserted before.
+                cache.insert(InsertParams(key=key, value=vt, prev_prefix_len=prefix))
+                if self.pd:
+                    cache.insert(InsertParams(key=key, value=vt, prev_prefix_len=cached_len, inserted_len=cached_len))
+                if new is not None and take > kept:
+                    alloc.free(new[kept:])
+            elif new is not None:
+                alloc.free(new)
+        finally:
+            cache.unlock(lock)
+        cache.flush_pending_backups()  # the scheduler's end of a batch: queued backups are submitted
+        self.settle()  # what the next step's start would do, here, so a request's transfers count in its row
+        return UpstreamResult(n, l1, l2, unloaded, truncated)
+
+    def _demand(self, prefix: int, n: int) -> int:
+        """Tokens upstream's allocation evicts for: the extend (page 1), else the extend plus a
+        page per request as its allocator reports it (alloc_token_slots, alloc_paged_token_slots_extend)."""
+        if self.ps == 1:
+            return n - prefix
+        return self.up.allocator.get_extend_allocation_demand(
+            torch.tensor([prefix]), torch.tensor([n]), conservative_num_tokens=n - prefix + self.ps, shard_size=1)
+
+    def _path_indices(self, node, prefix: int) -> np.ndarray:
+        """The device slots of the matched (and loaded) prefix ending at `node`."""
+        idx = self.up.cache.path_device_indices(node)
+        out = np.asarray(idx.cpu().numpy() if hasattr(idx, "cpu") else idx, dtype=np.int64)
+        if len(out) != prefix:
+            raise RuntimeError(f"sglang engine: the matched path holds {len(out)} slots, the match said {prefix}")
+        return out

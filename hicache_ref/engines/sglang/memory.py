@@ -1,0 +1,59 @@
+"""Device and host memory for SGLang's pools, from the HAL.
+
+Host: SGLang's host pools allocate through `ALLOC_MEMORY_FUNCS[device type]` (cudaHostRegister
+on a plain tensor by default); `install_host_allocator` sets the "cpu" entry to
+hal.memory.allocate_host registered with the backend, so the host pool is a HAL HostBuffer.
+Device: `device_kv_pool_class` is SGLang's MLA device pool with its per-layer buffers made by
+`backend.alloc_device`, so the backend sees D2H/H2D directions and prices them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from hal.memory.host import allocate_host
+
+# SGLang marks a buffer's registered ranges on it; an empty list: nothing for it to unregister.
+_REGISTERED_RANGES_ATTR = "_sglang_cuda_host_registered_ranges"
+
+
+def host_allocator(backend):
+    """An ALLOC_MEMORY_FUNCS entry: a HAL host buffer (registered with `backend`) as a tensor."""
+
+    def allocate(dims, dtype, device, pin_memory, allocator, registration_granularity_bytes=None):
+        nbytes = math.prod(dims) * torch.empty(0, dtype=dtype).element_size()
+        buf = allocate_host(max(nbytes, 1), huge_pages=False, backend=backend)
+        tensor = buf.tensor[:nbytes].view(dtype).view(dims)
+        # The HostBuffer unmaps on collection: the tensor SGLang keeps must keep it alive.
+        tensor._hal_host_buffer = buf
+        setattr(tensor, _REGISTERED_RANGES_ATTR, [])
+        return tensor
+
+    return allocate
+
+
+def install_host_allocator(backend) -> None:
+    """Route SGLang's CPU host-pool allocation to hal.memory for this process."""
+    from sglang.srt.mem_cache.pool_host import common
+
+    common.ALLOC_MEMORY_FUNCS["cpu"] = host_allocator(backend)
+
+
+def device_kv_pool_class(backend):
+    """SGLang's MLATokenToKVPool whose layer buffers are `backend` device memory."""
+    from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool
+
+    class HalMLATokenToKVPool(MLATokenToKVPool):
+        """MLATokenToKVPool on the HAL backend's device memory (buffers only; logic upstream's)."""
+
+        def _create_buffers(self):
+            shape = (self.size + self.page_size, 1, self.kv_cache_dim)
+            self.kv_buffer = []
+            for _ in range(self.layer_num):
+                t = backend.alloc_device(shape, self.store_dtype)
+                t.zero_()
+                self.kv_buffer.append(t)
+
+    return HalMLATokenToKVPool

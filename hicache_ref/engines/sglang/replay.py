@@ -1,0 +1,120 @@
+"""`hicache replay --engine sglang`: the trace through SGLang's own HiCache on the HAL.
+
+Same figures, same keys as the reference engine (hicache_ref.sim.replay): the totals come
+from the request driver, the transfer counters from the plans the HAL ran (tally), the
+configuration and the cost model from the reference's own figure builders.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hal.backend import get_backend
+from hal.transfer import kvcacheio as hal_kvcacheio
+from hal.transfer.direction import POOL_DIRECTIONS
+from hicache_ref.sim import cost
+from hicache_ref.sim.figures import ComputeTally, figures, run_config
+from hicache_ref.sim.trace import read_trace, trace_tokens
+
+ENGINE = "sglang"
+
+
+class _Stats:
+    """The reference controller's stats() shape, from the HAL tallies."""
+
+    def __init__(self, tallies, token_bytes: int):
+        for d in POOL_DIRECTIONS:
+            t = tallies[d]
+            t.tokens = t.bytes // token_bytes
+            t.max_enqueue_seconds = 0.0
+            setattr(self, str(d), t)
+        self.modeled_seconds = sum(tallies[d].modeled_seconds for d in POOL_DIRECTIONS)
+
+
+class _Figured:
+    """What figures() reads of a cache: its controller's stats."""
+
+    def __init__(self, stats):
+        self.controller = self
+        self._stats = stats
+
+    def stats(self):
+        return self._stats
+
+
+def refuse_unsupported(spec) -> None:
+    """ValueError naming the option the engine does not run (before anything is built)."""
+    if spec.tp.ranks is not None:
+        raise ValueError("--tp: the sglang engine replays one rank (drop --tp)")
+    if spec.serving.concurrency is not None:
+        raise ValueError("--concurrency: the sglang engine replays serially (drop --concurrency)")
+    if spec.storage.l3 is not None:
+        raise ValueError("--l3: the sglang engine runs L1 and L2 only")
+    if spec.tiers.ghost:
+        raise ValueError("--ghost: not an SGLang switch")
+
+
+def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dict:
+    """Replay the first `limit` requests of `trace` through SGLang's cache; the reference's figures.
+    `on_request(index, result, tallies)`, when given, sees every request's result and the running
+    per-direction tallies (the differential suite's per-request view)."""
+    from hicache_ref.engines.sglang.build import build
+    from hicache_ref.engines.sglang.driver import RequestDriver
+    from hicache_ref.engines.sglang.tally import CountingBackend
+
+    refuse_unsupported(spec)
+    ps = spec.page_size
+    t_read = time.perf_counter()
+    requests = list(trace)[:limit] if isinstance(trace, (list, tuple)) else read_trace(trace, limit)
+    read_seconds = time.perf_counter() - t_read
+    whole = sum(-(-r.input_length // ps) * ps for r in requests)
+    l1, l2 = spec.capacities(whole)
+    if l2 <= 0:
+        raise ValueError("--l2-tokens: the sglang engine needs an L2 (SGLang's HiCache has one)")
+    # Upstream's pools are real tensors: its copies move bytes, so the backend is one that does
+    # (emu on the spec's profile: the same modeled seconds as the reference's count backend).
+    backend, own_backend = (spec.backend, False) if spec.backend is not None else (get_backend("emu", spec.profile), True)
+    if not backend.capabilities().moves_bytes:
+        raise ValueError(f"--backend: {backend.name} moves no bytes; SGLang's pools need one that does (emu)")
+    counting = CountingBackend(backend)
+    hal_kvcacheio.set_backend(counting)
+    totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
+                  truncated_requests=0, kv_mismatch_tokens=0, l3_hit_tokens=0)
+    tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
+    g = spec.geometry
+    token_bytes = g.layers * g.kv_dim * build_elem_size(g.dtype)
+    t0 = time.perf_counter()
+    up = build(spec, counting, l1, l2)
+    try:
+        driver = RequestDriver(up, spec.serving.pd_disagg)
+        for i, tokens in enumerate(trace_tokens(requests, ps)):
+            res = driver.request(tokens)
+            totals["requests"] += 1
+            totals["input_tokens"] += res.input_tokens
+            totals["l1_hit_tokens"] += res.l1_hit_tokens
+            totals["l2_hit_tokens"] += res.l2_hit_tokens
+            totals["l2_unloaded_tokens"] += res.l2_unloaded_tokens
+            totals["truncated_requests"] += res.truncated
+            tally.add(res)
+            if on_request is not None:
+                on_request(i, res, counting.tallies)
+        driver.settle()
+        host_bytes = sum(e.host_pool.kv_buffer.nbytes for e in up.cache.cache_controller.mem_pool_host.entries)
+    finally:
+        up.close()
+        hal_kvcacheio.set_backend(None)
+        if own_backend:
+            backend.close()
+    wall = time.perf_counter() - t0
+    fig = figures(totals, _Figured(_Stats(counting.tallies, token_bytes)), wall, read_seconds, tally, None,
+                  run_config(spec, backend, l1, l2))
+    fig.update(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0)
+    fig["registered_bytes"] = host_bytes
+    fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
+    return fig
+
+
+def build_elem_size(dtype: str) -> int:
+    from hicache_ref.engines.sglang.build import DTYPES
+
+    return DTYPES[dtype].itemsize

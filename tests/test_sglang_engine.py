@@ -1,0 +1,53 @@
+"""The sglang engine (hicache_ref.engines.sglang): NOT RUN with the reason where SGLang is absent;
+where it is installed, the reference's figure keys from SGLang's own HiCache on the HAL."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.cli.main import main as cli_main
+from hicache_ref.engines import ENGINES, EngineNotRun, not_run_reason, replay_with
+from hicache_ref.engines.sglang import SGLANG_VERSION, unavailable_reason
+from hicache_ref.sim.trace import find_trace
+from hicache_ref.spec import CacheSpec
+
+_WHY = unavailable_reason()
+needs_sglang = pytest.mark.skipif(_WHY is not None, reason=f"sglang engine: {_WHY}")
+SMALL = dict(layers=1, kv_dim=128, l1_tokens=32768, l2_tokens=65536, page_size=64)
+
+
+def test_engines_are_named_and_bad_names_refused():
+    assert ENGINES == ("reference", "sglang")
+    assert not_run_reason("reference") is None
+    with pytest.raises(ValueError, match="engine"):
+        not_run_reason("vllm")
+
+
+@pytest.mark.skipif(_WHY is None, reason="sglang is installed here: the NOT RUN path cannot be seen")
+def test_absent_sglang_is_not_run_with_the_reason(capsys):
+    assert SGLANG_VERSION in _WHY or "sglang" in _WHY
+    with pytest.raises(EngineNotRun, match="engine sglang"):
+        replay_with("sglang", CacheSpec.of(**SMALL), find_trace("conversation_trace.jsonl"), 2)
+    assert cli_main(["replay", "--engine", "sglang", "--limit", "2"]) == 3
+    assert "NOT RUN" in capsys.readouterr().out
+
+
+@needs_sglang
+def test_sglang_engine_reports_the_reference_keys_and_agrees_on_a_small_slice():
+    spec = CacheSpec.preset("upstream", write_policy="write_through", **SMALL)
+    trace = find_trace("conversation_trace.jsonl")
+    ref = replay_with("reference", spec, trace, 20)
+    up = replay_with("sglang", spec, trace, 20)
+    assert set(up) == set(ref)
+    assert up["requests"] == ref["requests"] == 20
+    assert up["input_tokens"] == ref["input_tokens"]
+    # Both count the same L1 hits and back up the same tokens here (the differential suite
+    # compares every case request by request).
+    assert (up["l1_hit_tokens"], up["d2h_tokens"]) == (ref["l1_hit_tokens"], ref["d2h_tokens"])
+    assert up["d2h_bytes"] == up["d2h_tokens"] * 128 * 2  # the HAL moved them: 1 layer of 128 bf16
+
+
+@needs_sglang
+def test_sglang_engine_refuses_what_it_does_not_run():
+    with pytest.raises(ValueError, match="--concurrency"):
+        replay_with("sglang", CacheSpec.of(concurrency=4, **SMALL), find_trace("conversation_trace.jsonl"), 2)
