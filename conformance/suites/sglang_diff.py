@@ -12,10 +12,9 @@ from typing import NamedTuple
 from hicache_ref.engines.sglang import SEMANTICS_PRESET
 from hicache_ref.sim.trace import BLOCK_TOKENS, find_trace, read_trace, trace_tokens
 from hicache_ref.spec import CacheSpec
-from hicache_ref.spec.presets import preset_names
 
-# The preset that models the pinned SGLang release; today's `upstream` until the versioned one lands.
-REFERENCE_PRESET = SEMANTICS_PRESET if SEMANTICS_PRESET in preset_names() else "upstream"
+# The preset that models the pinned SGLang release.
+REFERENCE_PRESET = SEMANTICS_PRESET
 TRACES = ("conversation_trace.jsonl", "synthetic_trace.jsonl")
 # Small KV rows (1 layer of a 128-wide latent: SGLang's MLA pool keeps a 64-wide rope part)
 # keep the copies cheap; hit and transfer tokens do not depend on the row width.
