@@ -18,7 +18,7 @@ from hicache_ref.l3.guard import FaultGuard
 from hicache_ref.l3.host_nodes import insert_host_pages, missing_hashes
 from hicache_ref.l3.policy import L3Link, PrefetchPolicy, make_prefetch_policy
 from hicache_ref.l3.staging import StagedPages
-from hicache_ref.l3.worker import L3Worker
+from hicache_ref.l3.worker import L3Job, L3Worker
 
 DEFAULT_THRESHOLD_TOKENS = 256  # upstream's prefetch_threshold default
 DEFAULT_DEADLINE_S = 5.0
@@ -52,6 +52,7 @@ class L3Tier:
             raise ValueError(f"deadline_s: expected positive seconds, got {deadline_s!r}")
         self.policy = policy if policy is not None else make_prefetch_policy(spec.prefetch_policy)
         self.storage, self.tree, self.host, self.geom, self.key_fn = storage, tree, host_pool, geom, key_fn
+        self.moves_bytes = getattr(storage, "moves_bytes", True)
         self.ps = geom.page_size
         self.page_bytes = geom.token_bytes * geom.page_size
         self.link = link or L3Link(self.page_bytes)
@@ -91,7 +92,7 @@ class L3Tier:
     def _call(self, worker: L3Worker, fn, what: str):
         """Run fn on `worker`, waiting at most the deadline: (job, ok, value), errors counted."""
         t0 = time.perf_counter()
-        job = worker.submit(self._errors_of(fn))
+        job = self._submit(worker, self._errors_of(fn))
         finished, value, err = job.result(self.deadline)
         self.wait_wall_seconds += time.perf_counter() - t0
         if not finished:
@@ -107,6 +108,19 @@ class L3Tier:
             self.guard.failed(f"{what}: the store reported {store_errors} error(s)")
             return job, False, None
         return job, True, value
+
+    def _submit(self, worker: L3Worker, fn) -> L3Job:
+        """Queue fn on `worker`; a store that moves no bytes (hicache_ref.storage.model) answers at
+        once, so its calls run here, in order, and every lookup sees every write before it."""
+        if self.moves_bytes:
+            return worker.submit(fn)
+        job = L3Job(fn)
+        try:
+            job.value = fn()
+        except Exception as e:  # the store's failure is the job's outcome, as on the worker
+            job.error = e
+        job.done.set()
+        return job
 
     @staticmethod
     def _replace(worker: L3Worker, direction: str) -> L3Worker:
@@ -226,7 +240,8 @@ class L3Tier:
         keys = self.key_fn([h for x in nodes for h in node_hashes(x, self.tree.keys)])
         if len(keys) != len(host_pages):
             raise RuntimeError(f"l3: {len(keys)} page keys for {len(host_pages)} backed-up pages")
-        staged = StagedPages(self.host, host_pages)  # the live L2 slots are free to go right after
+        # the live L2 slots are free to go right after (a store that moves no bytes needs no copy)
+        staged = StagedPages(self.host, host_pages) if self.moves_bytes else None
         store = self.storage
 
         def write():
@@ -234,7 +249,7 @@ class L3Tier:
             rest = range(present, len(keys))
             return present, store.set(keys[present:], staged, rest) if len(rest) else []
 
-        self._writes.append([self.writer.submit(self._errors_of(write)), False])
+        self._writes.append([self._submit(self.writer, self._errors_of(write)), False])
 
     def settle(self, wait: bool) -> None:
         """Account for finished writes; with `wait`, first wait (up to the deadline) for all queued
@@ -283,6 +298,9 @@ class L3Tier:
         out["l3_store_errors"] = getattr(stats, "errors", 0)
         out["l3_storage"] = getattr(self.storage, "name", type(self.storage).__name__)
         out["l3_max_bytes"] = getattr(self.storage, "max_bytes", None)  # the store's bound; None: the store's own
+        if not self.moves_bytes:  # the model store: its bound in tokens and what it holds at the end
+            out["l3_max_tokens"] = getattr(self.storage, "max_tokens", None)
+            out["l3_stored_pages"] = getattr(self.storage, "stored_objects", None)
         return out
 
     def close(self, timeout: float = 30.0) -> bool:
