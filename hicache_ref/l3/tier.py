@@ -71,7 +71,7 @@ class L3Tier:
         self._hung_reads: list = []  # read jobs past their deadline, not returned yet
         self.counters = dict(l3_hit_pages=0, l3_prefetches=0, l3_lookups=0, l3_miss_pages=0, l3_pages_read=0,
                              l3_pages_written=0, l3_pages_present=0, l3_rate_limited=0, l3_skipped_down=0,
-                             l3_writes_skipped=0, l3_no_host_room=0)
+                             l3_writes_skipped=0, l3_no_host_room=0, l3_write_batches=0)
         self.stall_seconds = 0.0  # modeled seconds requests waited for prefetches past their slack
         self.write_seconds = 0.0  # modeled link seconds of the writes (off the request path)
         self.wait_wall_seconds = 0.0  # wall seconds the scheduler thread waited on the store
@@ -278,6 +278,7 @@ class L3Tier:
             stored = sum(1 for f in flags if f is True)
             self.counters["l3_pages_present"] += int(present)
             self.counters["l3_pages_written"] += stored
+            self.counters["l3_write_batches"] += 1 if stored else 0
             self.write_seconds += self.link.write_seconds(stored)
         self._writes = keep
 

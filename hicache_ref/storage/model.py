@@ -30,6 +30,7 @@ class ModelStorage(StorageBackend):
         self.page_size = self.page_bytes = None
         self._objects: OrderedDict[str, None] = OrderedDict()  # oldest first
         self._lock = threading.Lock()
+        self._held_at_close: int | None = None
         if max_tokens is not None:
             self.bound_tokens(max_tokens)
 
@@ -64,7 +65,8 @@ class ModelStorage(StorageBackend):
 
     @property
     def stored_objects(self) -> int:
-        return len(self._objects)
+        """Objects held (at close: what it held then, the store being gone)."""
+        return len(self._objects) if self._held_at_close is None else self._held_at_close
 
     # ---- the contract, without bytes ------------------------------------------------------
     def _contains(self, key: str) -> bool:
@@ -112,4 +114,5 @@ class ModelStorage(StorageBackend):
 
     def _close(self) -> None:
         with self._lock:
+            self._held_at_close = len(self._objects)
             self._objects.clear()
