@@ -15,7 +15,7 @@ from hicache_ref.spec.fields import fail, one_of, param, parse_int, parse_tokens
 
 DEFAULT_PREFETCH_POLICY = "wait_complete"
 L3_ONLY = {"replay"}
-L3_COMMANDS = {"replay", "sweep", "ablate"}  # --l3 model: runs in all of them (no bytes); others need --materialize
+L3_COMMANDS = {"replay", "sweep"}  # --l3 model: runs in both (no bytes); a real store needs --materialize
 MODEL_STORE = "model"
 
 
@@ -38,7 +38,7 @@ class StorageSpec:
                            "the profile's l3_link); adds l3_* figures", metavar="SPEC", commands=L3_COMMANDS)
     l3_tokens: int | None = param(None, "--l3-tokens", "with --l3 model:: the L3 store's capacity in tokens "
                                   "(least recently used pages go past it; 2M, 64K, ...)", parse=parse_tokens,
-                                  shown_default="unlimited", commands={"replay", "ablate"})
+                                  shown_default="unlimited", commands={"replay"})
     prefetch_policy: str | None = param(None, "--prefetch-policy", "with --l3: when a request stops waiting for "
                                         "its prefetch (best_effort fetches only within --prefetch-slack-ms)",
                                         choices=tuple(PREFETCH_POLICIES), shown_default=DEFAULT_PREFETCH_POLICY,
