@@ -107,14 +107,14 @@ def test_shared_uplink_raises_modeled_seconds_only_when_both_run():
     state = mech.HostState()
     gb = 10**9
     busy = mech.l3_seconds(p800, "read", 1000, 40 * gb, 10)
-    assert mech.shared_uplink_seconds(p800, 40 * gb, 0, 0.0, state) == 0.0
+    assert mech.shared_uplink_seconds(p800, 10 * gb, 0, 0.0, state) == 0.0
     assert mech.shared_uplink_seconds(p800, 0, 40 * gb, busy, state) == 0.0
-    both = mech.shared_uplink_seconds(p800, 40 * gb, 40 * gb, busy, state)
-    assert both > 0  # 80 GB over one 24 GB/s uplink takes longer than either alone
-    assert both == pytest.approx(80 / 24 - max(40 / 7.4, busy))
+    both = mech.shared_uplink_seconds(p800, 10 * gb, 40 * gb, busy, state)
+    assert both > 0  # 50 GB over one 24 GB/s uplink takes longer than either stream alone
+    assert both == pytest.approx(50 / 24 - max(10 / 7.4, busy))
     assert "l3_link.uplink_gbps" in p800.assumptions()
 
-    base = dict(l3="model:", d2h_bytes=40 * gb, l3_bytes_read=40 * gb, l3_bytes_written=0, l3_pages_read=1000,
+    base = dict(l3="model:", d2h_bytes=10 * gb, l3_bytes_read=40 * gb, l3_bytes_written=0, l3_pages_read=1000,
                 l3_pages_written=0, l3_prefetches=10, l3_modeled_stall_seconds=0.5)
     costs = {name: cost.l3_link_figures(p800, {**base, **change}, state)
              for name, change in (("both", {}), ("no_d2h", dict(d2h_bytes=0)),
