@@ -237,7 +237,10 @@ class L3Tier:
         if not self.guard.available or sum(late for _, late in self._writes) >= MAX_HUNG_CALLS:
             self.counters["l3_writes_skipped"] += 1
             return
-        keys = self.key_fn([h for x in nodes for h in node_hashes(x, self.tree.keys)])
+        hashes = [h for x in nodes for h in node_hashes(x, self.tree.keys)]
+        if len(hashes) < len(host_pages) and nodes:
+            hashes = self._path_hashes(nodes[-1], len(host_pages))
+        keys = self.key_fn(hashes)
         if len(keys) != len(host_pages):
             raise RuntimeError(f"l3: {len(keys)} page keys for {len(host_pages)} backed-up pages")
         # the live L2 slots are free to go right after (a store that moves no bytes needs no copy)
@@ -250,6 +253,19 @@ class L3Tier:
             return present, store.set(keys[present:], staged, rest) if len(rest) else []
 
         self._writes.append([self._submit(self.writer, self._errors_of(write)), False])
+
+    def _path_hashes(self, node, count: int) -> list[bytes]:
+        """The hashes of the last `count` pages of the path ending at `node`: a copy's pages when its
+        nodes were split after it was issued (a served replay splits while a backup is in flight;
+        the split's upper part is then an ancestor of the node the copy names)."""
+        parts: list[list[bytes]] = []
+        have = 0
+        while node is not None and node is not self.tree.root and have < count:
+            parts.append(node_hashes(node, self.tree.keys))
+            have += len(parts[-1])
+            node = node.parent
+        flat = [h for part in reversed(parts) for h in part]
+        return flat[len(flat) - count:] if len(flat) >= count else flat
 
     def settle(self, wait: bool) -> None:
         """Account for finished writes; with `wait`, first wait (up to the deadline) for all queued
