@@ -16,6 +16,7 @@ from hicache_ref.sim import cost
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
 from hicache_ref.sim.scenario import Runs, host_state, state
+from hicache_ref.sim.sweep_l3 import SELECTIVE, TIGHT_L2_SHARE
 from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec, SpecError
 from hicache_ref.spec.memory import check_capacity
@@ -163,6 +164,15 @@ def _ttft(svc, fig) -> float | None:
     return None if svc is None else mech.mean_ttft_seconds(svc.total, fig["requests"], fig.get("concurrency"))
 
 
+def _l3_notes(fig: dict) -> list[str]:
+    """Why the pooled L3 rung gains little, where the ladder's write policy keeps L3 from filling."""
+    l2 = fig.get("l2_tokens")
+    if not fig.get("l3") or fig["write_policy"] != SELECTIVE or l2 is None or l2 >= TIGHT_L2_SHARE * fig["input_tokens"]:
+        return []
+    return [f"L3 receives only pages backed up to L2 under {SELECTIVE} ({fig['l3_bytes_written']:,} bytes written): "
+            "with an L2 this small it stays nearly empty; replay with --write-policy write_through to see L3 fill"]
+
+
 def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict:
     off_svc, off_why = priced_off
     fig = runs.figures(st, per_rank)
@@ -173,7 +183,7 @@ def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict
                l2_tokens=fig["l2_tokens"], host_layout=fig["host_layout"], state=dict(st), host_state=hs.to_json(),
                d2h_bytes_all_ranks=fig["d2h_bytes"] * writers,
                host_pool_bytes_all_ranks=fig["l2_tokens"] * runs.base.geometry.token_bytes * (1 if st["tp_shared"] else tp),
-               truncated_requests=fig["truncated_requests"], notes=[],
+               truncated_requests=fig["truncated_requests"], notes=_l3_notes(fig),
                assumed_inputs=list(cost.assumed_inputs(profile)))
     try:
         if off_svc is None:
