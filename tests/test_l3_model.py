@@ -140,3 +140,23 @@ def test_replay_at_the_seed_geometry_takes_a_model_l3_in_seconds(synthetic):
     assert fig["l3_hit_tokens"] > 0 and fig["wall_seconds"] < 30
     assert fig["l3_link_read_seconds"] > 0 and fig["net_benefit_service"]["l3"] > 0
     assert "l3_link.read_gbps" in fig["net_benefit_assumed_inputs"]
+
+
+def test_sweep_cli_grows_l3_over_one_l2_and_plots(tmp_path, capsys):
+    from conformance.cli.main import main as cli_main
+
+    code = cli_main(["sweep", "--limit", "40", "--l1-tokens", "16K", "--l2-tokens", "32K", "--l3-tokens", "64K,1M",
+                     "--write-policy", "write_through", "--trace", str(find_trace("synthetic_trace.jsonl")),
+                     "--out", str(tmp_path), "--quiet"])
+    assert code == 0 and (tmp_path / "sweep.png").stat().st_size > 0
+    assert "L3 tokens" in capsys.readouterr().out
+    assert cli_main(["sweep", "--l1-tokens", "16K", "--l2-tokens", "32K,64K", "--l3-tokens", "64K", "--quiet"]) == 2
+    assert "hicache: --l2-tokens: with --l3-tokens: one L2 capacity" in capsys.readouterr().err
+
+
+def test_a_served_replay_takes_the_model_l3(synthetic):
+    from hicache_ref.sim.serving import replay_served
+
+    fig = replay_served(CacheSpec.of(l1_tokens=60_000, l2_tokens=120_000, write_policy="write_through",
+                                     concurrency=8, l3="model:", profile="p800"), read_trace(synthetic, 80))
+    assert fig["l3_pages_written"] > 0 and fig["l3_errors"] == 0
