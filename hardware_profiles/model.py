@@ -127,6 +127,17 @@ HOST_COST_BOUNDS = {
 }
 
 
+# Optional `l3_link` section: the L3 store's link (a pooled-DRAM store reached over the NIC, Mooncake's
+# transfer engine) and the one uplink L3 traffic shares with L2 write-back (hicache_ref.sim.mechanisms).
+L3_LINK_BOUNDS = {
+    "read_gbps": Bound("GB/s", 0, 10_000, lo_open=True),
+    "write_gbps": Bound("GB/s", 0, 10_000, lo_open=True),
+    "per_batch_us": Bound("microseconds", 0, 1_000_000),
+    "per_object_us": Bound("microseconds", 0, 100_000),
+    "uplink_gbps": Bound("GB/s", 0, 10_000, lo_open=True),
+}
+
+
 def _check_bounded(obj, bounds: dict[str, Bound]) -> None:
     for name, bound in bounds.items():
         value = getattr(obj, name)
@@ -257,6 +268,27 @@ class HostCosts:
         _check_bounded(self, HOST_COST_BOUNDS)
 
 
+@dataclass(frozen=True)
+class L3LinkModel:
+    """The L3 store's link: streaming rate per direction, one round trip per batch, a cost per object
+    (Mooncake's transfer engine posts one transfer per object), and the bandwidth of the host uplink
+    that L3 traffic (RDMA through the NIC) shares with D2H write-back to L2. None: unknown."""
+
+    read_gbps: float | None = None
+    write_gbps: float | None = None
+    per_batch_us: float | None = None
+    per_object_us: float | None = None
+    uplink_gbps: float | None = None
+
+    def __post_init__(self):
+        _check_bounded(self, L3_LINK_BOUNDS)
+
+    @property
+    def known(self) -> bool:
+        """Whether the store's transfers can be priced (rates and both latencies given)."""
+        return None not in (self.read_gbps, self.write_gbps, self.per_batch_us, self.per_object_us)
+
+
 def _interpolate(points: tuple[tuple[int, float], ...], x: int) -> float:
     """Piecewise linear through the points; outside them the nearest segment's line, floored at 0."""
     i = 1
@@ -351,6 +383,7 @@ class Profile:
     compute: ComputeModel
     targets: tuple[Target, ...]
     host_costs: HostCosts = field(default_factory=HostCosts)
+    l3_link: L3LinkModel = field(default_factory=L3LinkModel)
     readings: str | None = None  # file name of the profile's measured readings (hardware_profiles/readings/)
     # key path -> where its value comes from, for every value written with a source
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)

@@ -22,6 +22,7 @@ from hardware_profiles.model import (
     HOST_COST_BOUNDS,
     IDO_STATES,
     KERNEL_BOUNDS,
+    L3_LINK_BOUNDS,
     LINK_BOUNDS,
     METRICS,
     SCHEMA_VERSION,
@@ -32,6 +33,7 @@ from hardware_profiles.model import (
     FieldError,
     HostCosts,
     HostSpec,
+    L3LinkModel,
     LinkModel,
     Profile,
     ProfileError,
@@ -202,7 +204,8 @@ class _Reader:
 
     def profile(self, data: Any, path: Path) -> Profile:
         top = self.section(data, "", ("schema", "description", "device", "host", "topology",
-                                      "link", "compute", "host_costs", "readings", "targets"))
+                                      "link", "compute", "host_costs", "l3_link", "readings",
+                                      "targets"))
         for key in ("schema", "description", "device", "host", "link", "compute", "targets"):
             if key not in top:
                 self.fail(key, f"a '{key}' entry (see hardware_profiles/README.md)", _MISSING)
@@ -216,6 +219,7 @@ class _Reader:
             device=device, host=host, topology=topology, link=self.link(top["link"]),
             compute=self.compute(top["compute"]), targets=self.targets(top["targets"]),
             host_costs=self.host_costs(top["host_costs"]) if "host_costs" in top else HostCosts(),
+            l3_link=self.l3_link(top["l3_link"]) if "l3_link" in top else L3LinkModel(),
             readings=self.text(top, "readings", "", may_be_unknown=False) if "readings" in top else None,
             sources=dict(self.sources),
         )
@@ -310,6 +314,12 @@ class _Reader:
         p = self.section(data, "host_costs", tuple(HOST_COST_BOUNDS))
         return HostCosts(**{name: self.bounded(p, name, "host_costs", bound, sourced=True)
                             for name, bound in HOST_COST_BOUNDS.items() if name in p})
+
+    def l3_link(self, data) -> L3LinkModel:
+        """Optional section; each key optional (absent = unknown), each known value sourced."""
+        p = self.section(data, "l3_link", tuple(L3_LINK_BOUNDS))
+        return L3LinkModel(**{name: self.bounded(p, name, "l3_link", bound, sourced=True)
+                              for name, bound in L3_LINK_BOUNDS.items() if name in p})
 
     def targets(self, data) -> tuple[Target, ...]:
         if not isinstance(data, dict):

@@ -77,6 +77,8 @@ HAND_MADE = {
     ("bench transfer", "--host-layout"): "a comma list of layouts to time, not the one layout a cache uses",
     ("bench l3", "--host-layout"): "a comma list of layouts to time, not the one layout a cache uses",
     ("sweep", "--l2-tokens"): "a comma list of tiers (sweep grows L2 over them)",
+    ("sweep", "--l3-tokens"): "a comma list of tiers (sweep grows the model L3 over them)",
+    ("ablate", "--l3-tokens"): "the l3_pooled rung's capacity, not an L3 of every rung",
     ("spmd", "--tp"): "ranks of the SPMD self-check (real processes), not a replay's modeled TP group",
     ("spmd", "--shared-host"): "the self-check's real shared host segment",
     ("spmd", "--free-list"): "the self-check's allocator order (fifo or lifo)",

@@ -11,7 +11,7 @@ from conformance.cli.replay import trace_arg
 from conformance.cli.sweep import PLATEAU_GAIN
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
-from conformance.common.inputs import load_profile_arg, requests_of
+from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
 from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
@@ -20,7 +20,7 @@ from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.trace import read_trace
 
 HELP = "the seed's fix ladder over a trace: hit rate, transfers, modeled TTFT change and net benefit per fix"
-LOCAL_OPTIONS = ("--scenario", "--trace", "--plateau-gain", "--limit", "--out", "--json", "--quiet")
+LOCAL_OPTIONS = ("--scenario", "--trace", "--plateau-gain", "--l3-tokens", "--limit", "--out", "--json", "--quiet")
 SCENARIOS = ("seed",)
 
 
@@ -33,6 +33,8 @@ def add_arguments(p) -> None:
     add_local(p, "--trace")
     add_local(p, "--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
               help=f"the capacity step's plateau threshold (default {DEFAULT_PLATEAU_GAIN})")
+    add_local(p, "--l3-tokens", help="the l3_pooled rung's L3 capacity in tokens, pooled from decode nodes "
+              "(the model store; default: unlimited)")
     add_local(p, "--limit", type=types.count(1))
     add_spec_options(p, "ablate")
     add_local(p, "--out")
@@ -51,8 +53,9 @@ def run(a) -> int:
     if a.scenario == "seed":
         return _seed(a, spec, profile, out, ablate_plot)
     trace = trace_arg(a.trace)
+    l3 = page_tokens("--l3-tokens", a.l3_tokens, spec.page_size) if a.l3_tokens is not None else None
     result = ablate(spec, requests_of("--trace", trace, read_trace(trace, a.limit)), plateau_gain=a.plateau_gain,
-                    progress=bar("hicache ablate", a.quiet, " replays"))
+                    progress=bar("hicache ablate", a.quiet, " replays"), l3_tokens=l3)
     result["configuration"]["trace"] = str(trace)
     emit_result(result, out, "ablate", ablate_plot, a.json, table_lines(result))
     return 0

@@ -41,6 +41,9 @@ def add_arguments(p) -> None:
                    help="least R^2 a fitted figure needs to be written to --out (default 0.9)")
     p.add_argument("--accept-poor-fit", action="store_true",
                    help="write --out even with fits below --min-r2 (their sources say so)")
+    p.add_argument("--storage", default=None, metavar="SPEC", help="measure this L3 store's link instead "
+                   "(file:DIR, memory:, mooncake:...): put/get over object sizes, per-batch and per-object "
+                   "latency; --out writes the base profile with its l3_link measured")
     p.add_argument("--json", action="store_true", help="print the samples, fits and link figures as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress line")
 
@@ -51,6 +54,8 @@ def run(a) -> int:
     from conformance.plugin import backend_status, default_profile_name
     from hal.backend import get_backend
 
+    if a.storage is not None:
+        return _storage(a)
     sizes = transfer_sizes(a.sizes)
     regions = region_sizes(a.translation_sizes)
     out = None if a.out is None else new_file("--out", a.out, (".yaml", ".yml"))
@@ -122,3 +127,37 @@ def _print(a, cal: dict, out: Path | None) -> None:
         print(f"remote NUMA: not measured: {n['why']} (numa_remote_bw_factor kept from the base profile)")
     if out is not None:
         print(f"profile: {out} (load it with --profile {out}); samples: {cal['written']['calibration']}")
+
+
+def _storage(a) -> int:
+    """`--storage SPEC`: the L3 store's link (conformance/calibrate/l3_link.py) into the profile's l3_link."""
+    from conformance.calibrate import l3_link, write
+    from hicache_ref.storage.registry import open_storage
+
+    out = None if a.out is None else new_file("--out", a.out, (".yaml", ".yml"))
+    base = load_profile_arg("--profile", a.profile or "p800")
+    try:
+        store = open_storage(a.storage)
+    except (ValueError, RuntimeError, OSError) as e:
+        raise CliError("--storage", clip(str(e), 200)) from None
+    if not getattr(store, "moves_bytes", True):
+        store.close()
+        raise CliError("--storage", f"{a.storage}: moves no bytes; measure a real store (file:, memory:, mooncake:)")
+    with store, ticker("hicache calibrate", a.quiet):
+        cal = l3_link.measure(store, repeat=a.repeat)
+    m = write.machine()
+    cal.update(machine=m, date=write.stamp(), base_profile=base.name)
+    if out is not None:
+        l3_link.write(out, base, cal, f"measured: `hicache calibrate --storage {a.storage}` on {m['host']}, {cal['date']}")
+        cal["written"] = {"profile": str(out)}
+    if a.json:
+        print(json.dumps(cal, indent=1))
+        return 0
+    link = cal["l3_link"]
+    rate = lambda v: "unknown" if v is None else f"{v:.2f} GB/s"  # noqa: E731
+    print(f"L3 link of {a.storage}: read {rate(link['read_gbps'])}, write {rate(link['write_gbps'])}, "
+          f"per batch {link['per_batch_us']:.1f} us, per object {link['per_object_us']:.1f} us "
+          f"(R^2 read {cal['fits']['read']['r2']:.3f}, write {cal['fits']['write']['r2']:.3f})")
+    if out is not None:
+        print(f"profile: {out} (load it with --profile {out})")
+    return 0

@@ -74,6 +74,34 @@ def sweep_plot(path: str | Path, result: dict) -> None:
     plt.close(fig)
 
 
+def sweep_l3_plot(path: str | Path, result: dict) -> None:
+    """Hit rate, L3 bytes moved and net benefit vs L3 capacity over a fixed L1/L2, the plateau marked."""
+    plt = _pyplot()
+    tiers = result["tiers"]
+    xs = [t["l3_tokens"] for t in tiers]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(xs, [t["hit_rate"] for t in tiers], marker="o", color="#4477aa", label="hit rate")
+    ax.axhline(result["without_l3_hit_rate"], linestyle=":", color="grey", label="without L3")
+    ax.set_xlabel("L3 capacity, tokens")
+    ax.set_ylabel("token hit rate")
+    other = ax.twinx()
+    other.plot(xs, [t["l3_bytes_read"] / 2**30 for t in tiers], marker="^", color="#ddaa33", label="L3 read GiB")
+    other.plot(xs, [t["l3_bytes_written"] / 2**30 for t in tiers], marker="v", color="#aa3377", label="L3 written GiB")
+    other.set_ylabel("L3 GiB moved")
+    benefit = [t.get("net_benefit_seconds") for t in tiers]
+    title = "net benefit, s: " + ", ".join(f"{b:+.1f}" for b in benefit) if all(b is not None for b in benefit) \
+        else "net benefit not modeled: " + (tiers[0].get("net_benefit_reason") or "")
+    ax.set_title(title, fontsize=8)
+    if result["on_plateau"]:
+        ax.axvline(max(result["plateau_l3_tokens"], xs[0] if xs else 0), linestyle="--", color="#228833",
+                   label=f"plateau {result['plateau_l3_tokens']:,}")
+    ax.legend(loc="lower right")
+    other.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata=_METADATA)
+    plt.close(fig)
+
+
 def ablate_plot(path: str | Path, result: dict) -> None:
     """Waterfall of net benefit per ablate step: the first bar the baseline, then each step's
     change over the last step that was priced (a step that changes nothing is a thin line, labelled

@@ -77,4 +77,8 @@ def run(a) -> int:
     elif fig["truncated_requests"]:
         warn(f"{fig['truncated_requests']:,} of {fig['requests']:,} requests did not fit in L1 (--l1-tokens) "
              "and were cut to what fits; their hits and transfers are partial")
+    from hicache_ref.sim.sweep_l3 import starved_l3_warning
+
+    if fig["requests"] and (starved := starved_l3_warning(spec, fig["input_tokens"])):
+        warn(starved)
     return 1 if fig["kv_mismatch_tokens"] else 0

@@ -23,15 +23,18 @@ from hicache_ref.sim.trace import read_trace
 
 PLATEAU_GAIN = types.unit_interval("a hit-rate gain")  # --plateau-gain here and in ablate
 PLATEAU_HELP = "a tier gaining less hit rate than this is on the plateau"
-HELP = "sweep L2 capacity over a trace: hit rate and transfers per tier, and where the gain plateaus"
+HELP = "sweep L2 (or, with --l3-tokens, L3) capacity over a trace: hit rate and transfers per tier, and where the gain plateaus"
 MAX_TIERS = 64
 # --l2-tokens is a list of tiers here (one capacity in replay and ablate: the spec field).
-LOCAL_OPTIONS = ("--trace", "--l2-tokens", "--plateau-gain", "--method", "--limit", "--out", "--json", "--quiet")
+LOCAL_OPTIONS = ("--trace", "--l2-tokens", "--l3-tokens", "--plateau-gain", "--method", "--limit", "--out", "--json",
+                 "--quiet")
 
 
 def add_arguments(p) -> None:
     add_local(p, "--trace")
     add_local(p, "--l2-tokens", required=True, help=f"L2 tiers in tokens, comma-separated, increasing: 4M,8M,16M ({UNITS})")
+    add_local(p, "--l3-tokens", help="L3 tiers in tokens, comma-separated, increasing: grows the model L3 "
+              "(--l3 model:) over one fixed L1 and --l2-tokens (one capacity then) instead of L2")
     add_local(p, "--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
               help=f"{PLATEAU_HELP} (default {DEFAULT_PLATEAU_GAIN})")
     add_local(p, "--method", default="auto", choices=METHODS,
@@ -43,20 +46,69 @@ def add_arguments(p) -> None:
     add_local(p, "--quiet")
 
 
-def parse_tiers(text: str, page_size: int) -> list[int]:
+def parse_tiers(text: str, page_size: int, option: str = "--l2-tokens") -> list[int]:
     parts = [t.strip() for t in text.split(",")]
     if len(parts) > MAX_TIERS:
-        raise CliError("--l2-tokens", f"{len(parts)} tiers; at most {MAX_TIERS}")
-    tiers = [page_tokens("--l2-tokens", t, page_size) for t in parts]
+        raise CliError(option, f"{len(parts)} tiers; at most {MAX_TIERS}")
+    tiers = [page_tokens(option, t, page_size) for t in parts]
     if any(b <= a for a, b in zip(tiers, tiers[1:], strict=False)):
-        raise CliError("--l2-tokens", f"tiers must be strictly increasing, got {clip(text)}")
+        raise CliError(option, f"tiers must be strictly increasing, got {clip(text)}")
     return tiers
+
+
+def run_l3(a, spec, trace) -> int:
+    """`--l3-tokens`: the model L3 grown tier by tier over one L1 and one L2 (hicache_ref.sim.sweep_l3)."""
+    from hicache_ref.sim.sweep_l3 import sweep_l3
+
+    l2 = parse_tiers(a.l2_tokens, spec.page_size)
+    if len(l2) != 1:
+        raise CliError("--l2-tokens", "with --l3-tokens: one L2 capacity (L3 is what grows)")
+    if a.method != "auto":
+        raise CliError("--method", "with --l3-tokens: each L3 tier is a replay (leave --method out)")
+    tiers = parse_tiers(a.l3_tokens, spec.page_size, "--l3-tokens")
+    out = Path(a.out) if a.out else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
+    try:
+        result = sweep_l3(spec.replace(l2_tokens=l2[0]), read_trace(trace, a.limit), tiers, a.plateau_gain,
+                          progress=bar("hicache sweep", a.quiet))
+    except ValueError as e:
+        option, _, why = str(e).partition(": ")
+        raise CliError(option if option.startswith("--") else "--l3-tokens", why if option.startswith("--") else str(e)) from None
+    result.pop("wall_seconds")
+    result["trace"] = str(trace)
+    if result["warning"]:
+        print(f"hicache: warning: {result['warning']}", file=sys.stderr, flush=True)
+    from conformance.cli.plots import sweep_l3_plot
+
+    emit_result(result, out, "sweep", sweep_l3_plot, a.json, summary_l3_lines(result))
+    return 0
+
+
+def summary_l3_lines(r: dict) -> list[str]:
+    gib = 2**30
+    lines = [f"{r['requests']:,} requests, L1 {r['l1_tokens']:,}, L2 {r['l2_tokens']:,} tokens ({r['write_policy']}), "
+             f"without L3: hit rate {r['without_l3_hit_rate']:.4f}",
+             f"{'L3 tokens':>14} {'hit rate':>9} {'gain':>8} {'L3 read GiB':>12} {'L3 written GiB':>15} {'net s':>10}"]
+    for t in r["tiers"]:
+        net = t.get("net_benefit_seconds")
+        lines.append(f"{t['l3_tokens']:>14,} {t['hit_rate']:>9.4f} {t['marginal_gain']:>+8.4f} "
+                     f"{t['l3_bytes_read'] / gib:>12.2f} {t['l3_bytes_written'] / gib:>15.2f} "
+                     + (f"{net:>+10.2f}" if net is not None else f"{'n/m':>10}"))
+    where = (f"plateau at L3 {r['plateau_l3_tokens']:,} tokens (next tier gains < {r['plateau_gain']})"
+             if r["on_plateau"] else f"not on the plateau yet: every tier gains >= {r['plateau_gain']}")
+    how = r["tiers"][0].get("net_benefit_reason", "") if r["tiers"] else ""
+    return lines + [where, "net s: net benefit over an L1-only cache, n/m: not measured; first tier: " + how]
 
 
 def run(a) -> int:
     trace = trace_arg(a.trace)
     spec = spec_from_args(a, "sweep")
     load_profile_arg("--profile", spec.profile)
+    if a.l3_tokens is not None:
+        return run_l3(a, spec, trace)
+    if spec.storage.l3 is not None:
+        raise CliError("--l3", "sweep L3 with --l3-tokens a,b,... (an L2 sweep runs without L3)")
     tiers = parse_tiers(a.l2_tokens, spec.page_size)
     out = Path(a.out) if a.out else None
     if out is not None and out.exists() and not out.is_dir():

@@ -10,6 +10,7 @@ and only rank 0 writes.
 
 from __future__ import annotations
 
+from hicache_ref.l3.policy import L3Link
 from hicache_ref.l3.tier import L3Tier
 from hicache_ref.storage.keys import StorageIdentity
 from hicache_ref.storage.registry import open_storage
@@ -35,6 +36,11 @@ def attach_l3(cache, spec, *, storage=None, tp_rank: int = 0, tp_size: int = 1, 
         except (ValueError, RuntimeError, OSError) as e:  # named for the caller: the option and spec, then why
             why = str(e)  # open_storage's messages already start with the spec: not twice
             raise StoreOpenError(why if spec.l3 in why else f"{spec.l3}: {why}") from e
+    if hasattr(storage, "size_pages"):  # the model store: objects are this cache's pages, within --l3-tokens
+        storage.size_pages(geom.page_size, geom.token_bytes * geom.page_size)
+        storage.bound_tokens(getattr(spec, "l3_tokens", None))
+    if link is None:  # the profile's l3_link where it has one (hardware_profiles), else the assumed link
+        link = L3Link.from_profile(getattr(cache.backend, "profile", None), geom.token_bytes * geom.page_size)
     try:
         extra = {} if deadline_s is None else dict(deadline_s=deadline_s)
         if policy is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# Assumed link of the L3 store (no profile holds one yet): a pooled-DRAM store over RDMA,
+# Assumed link of the L3 store where the profile has no l3_link section: a pooled-DRAM store over RDMA,
 # one round trip per batch and a streaming rate per direction. Reported with the figures.
 ASSUMED_L3_READ_GBPS = 10.0
 ASSUMED_L3_WRITE_GBPS = 10.0
@@ -29,22 +29,40 @@ class L3Link:
     page_bytes: int
     read_gbps: float = ASSUMED_L3_READ_GBPS
     write_gbps: float = ASSUMED_L3_WRITE_GBPS
-    latency_s: float = ASSUMED_L3_LATENCY_S
+    latency_s: float = ASSUMED_L3_LATENCY_S  # one round trip per batch
+    per_object_s: float = 0.0  # what each object adds beyond its bytes (a transfer posted per object)
+    basis: str = "assumed"  # where the values come from: "assumed" or "profile NAME" (with its assumed keys)
+
+    @classmethod
+    def from_profile(cls, profile, page_bytes: int) -> L3Link:
+        """The link of `profile`'s l3_link section (hardware_profiles), or the assumed link above when
+        the profile does not price the L3 store."""
+        m = getattr(profile, "l3_link", None)
+        if m is None or not m.known:
+            return cls(page_bytes)
+        assumed = sorted(k for k in profile.assumptions() if k.startswith("l3_link."))
+        basis = f"profile {profile.name}" + (f" (assumed: {', '.join(assumed)})" if assumed else "")
+        return cls(page_bytes, m.read_gbps, m.write_gbps, m.per_batch_us * 1e-6, m.per_object_us * 1e-6, basis)
 
     def __post_init__(self):
         for name in ("read_gbps", "write_gbps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"{name}: expected a positive rate in GB/s, got {v!r}")
-        if isinstance(self.latency_s, bool) or not isinstance(self.latency_s, (int, float)) or self.latency_s < 0:
-            raise ValueError(f"latency_s: expected a non-negative number of seconds, got {self.latency_s!r}")
+        for name in ("latency_s", "per_object_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"{name}: expected a non-negative number of seconds, got {v!r}")
 
     def read_seconds(self, pages: int) -> float:
         """Modeled seconds from issue until `pages` pages have landed (0 for none)."""
-        return self.latency_s + pages * self.page_bytes / (self.read_gbps * 1e9) if pages else 0.0
+        return self._seconds(pages, self.read_gbps)
 
     def write_seconds(self, pages: int) -> float:
-        return self.latency_s + pages * self.page_bytes / (self.write_gbps * 1e9) if pages else 0.0
+        return self._seconds(pages, self.write_gbps)
+
+    def _seconds(self, pages: int, gbps: float) -> float:
+        return self.latency_s + pages * self.page_bytes / (gbps * 1e9) + pages * self.per_object_s if pages else 0.0
 
     def pages_within(self, seconds: float) -> float:
         """Pages landed `seconds` after issue (a float; inf for an unbounded wait)."""
@@ -52,11 +70,15 @@ class L3Link:
             return math.inf
         if seconds < self.latency_s:
             return 0
-        return math.floor((seconds - self.latency_s) * self.read_gbps * 1e9 / self.page_bytes)
+        if not self.per_object_s:  # the bytes alone: rate x time (the same floor as before per-object costs)
+            return math.floor((seconds - self.latency_s) * self.read_gbps * 1e9 / self.page_bytes)
+        return math.floor((seconds - self.latency_s) / (self.page_bytes / (self.read_gbps * 1e9) + self.per_object_s))
 
     def report(self) -> dict:
-        return dict(read_gbps=self.read_gbps, write_gbps=self.write_gbps, latency_s=self.latency_s,
-                    basis="assumed")
+        out = dict(read_gbps=self.read_gbps, write_gbps=self.write_gbps, latency_s=self.latency_s, basis=self.basis)
+        if self.per_object_s:
+            out["per_object_s"] = self.per_object_s
+        return out
 
 
 class PrefetchPolicy:

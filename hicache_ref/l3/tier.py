@@ -18,7 +18,7 @@ from hicache_ref.l3.guard import FaultGuard
 from hicache_ref.l3.host_nodes import insert_host_pages, missing_hashes
 from hicache_ref.l3.policy import DEFAULT_PREFETCH_POLICY, L3Link, PrefetchPolicy, make_prefetch_policy
 from hicache_ref.l3.staging import StagedPages
-from hicache_ref.l3.worker import L3Worker
+from hicache_ref.l3.worker import L3Job, L3Worker
 
 DEFAULT_THRESHOLD_TOKENS = 256  # upstream's prefetch_threshold default
 DEFAULT_DEADLINE_S = 5.0
@@ -59,6 +59,7 @@ class L3Tier:
             spec.prefetch_policy or DEFAULT_PREFETCH_POLICY, spec.prefetch_timeout_start or "issue")
         self.limit_rule = spec.prefetch_limit_rule or "cut"
         self.storage, self.tree, self.host, self.geom, self.key_fn = storage, tree, host_pool, geom, key_fn
+        self.moves_bytes = getattr(storage, "moves_bytes", True)
         self.ps = geom.page_size
         self.page_bytes = geom.token_bytes * geom.page_size
         self.link = link or L3Link(self.page_bytes)
@@ -77,7 +78,7 @@ class L3Tier:
         self._hung_reads: list = []  # read jobs past their deadline, not returned yet
         self.counters = dict(l3_hit_pages=0, l3_prefetches=0, l3_lookups=0, l3_miss_pages=0, l3_pages_read=0,
                              l3_pages_written=0, l3_pages_present=0, l3_rate_limited=0, l3_skipped_down=0,
-                             l3_writes_skipped=0, l3_no_host_room=0)
+                             l3_writes_skipped=0, l3_no_host_room=0, l3_write_batches=0)
         self.stall_seconds = 0.0  # modeled seconds requests waited for prefetches past their slack
         self.write_seconds = 0.0  # modeled link seconds of the writes (off the request path)
         self.wait_wall_seconds = 0.0  # wall seconds the scheduler thread waited on the store
@@ -98,7 +99,7 @@ class L3Tier:
     def _call(self, worker: L3Worker, fn, what: str):
         """Run fn on `worker`, waiting at most the deadline: (job, ok, value), errors counted."""
         t0 = time.perf_counter()
-        job = worker.submit(self._errors_of(fn))
+        job = self._submit(worker, self._errors_of(fn))
         finished, value, err = job.result(self.deadline)
         self.wait_wall_seconds += time.perf_counter() - t0
         if not finished:
@@ -114,6 +115,19 @@ class L3Tier:
             self.guard.failed(f"{what}: the store reported {store_errors} error(s)")
             return job, False, None
         return job, True, value
+
+    def _submit(self, worker: L3Worker, fn) -> L3Job:
+        """Queue fn on `worker`; a store that moves no bytes (hicache_ref.storage.model) answers at
+        once, so its calls run here, in order, and every lookup sees every write before it."""
+        if self.moves_bytes:
+            return worker.submit(fn)
+        job = L3Job(fn)
+        try:
+            job.value = fn()
+        except Exception as e:  # the store's failure is the job's outcome, as on the worker
+            job.error = e
+        job.done.set()
+        return job
 
     @staticmethod
     def _replace(worker: L3Worker, direction: str) -> L3Worker:
@@ -231,19 +245,36 @@ class L3Tier:
         if not self.guard.available or sum(late for _, late in self._writes) >= MAX_HUNG_CALLS:
             self.counters["l3_writes_skipped"] += 1
             return
-        keys = self.key_fn([h for x in nodes for h in node_hashes(x, self.tree.keys)])
+        hashes = [h for x in nodes for h in node_hashes(x, self.tree.keys)]
+        if len(hashes) < len(host_pages) and nodes:
+            hashes = self._path_hashes(nodes[-1], len(host_pages))
+        keys = self.key_fn(hashes)
         if len(keys) != len(host_pages):
             raise RuntimeError(f"l3: {len(keys)} page keys for {len(host_pages)} backed-up pages")
         store = self.storage
-        # the live L2 slots are free to go right after; the trailers are sealed in the same copy
-        staged = StagedPages(self.host, host_pages, keys, getattr(store, "digest", None))
+        # the live L2 slots are free to go right after; the trailers are sealed in the same copy (a
+        # store that moves no bytes needs no copy)
+        staged = StagedPages(self.host, host_pages, keys, getattr(store, "digest", None)) if self.moves_bytes else None
 
         def write():
             present = store.exists(keys)
             rest = range(present, len(keys))
             return present, store.set(keys[present:], staged, rest) if len(rest) else []
 
-        self._writes.append([self.writer.submit(self._errors_of(write)), False])
+        self._writes.append([self._submit(self.writer, self._errors_of(write)), False])
+
+    def _path_hashes(self, node, count: int) -> list[bytes]:
+        """The hashes of the last `count` pages of the path ending at `node`: a copy's pages when its
+        nodes were split after it was issued (a served replay splits while a backup is in flight;
+        the split's upper part is then an ancestor of the node the copy names)."""
+        parts: list[list[bytes]] = []
+        have = 0
+        while node is not None and node is not self.tree.root and have < count:
+            parts.append(node_hashes(node, self.tree.keys))
+            have += len(parts[-1])
+            node = node.parent
+        flat = [h for part in reversed(parts) for h in part]
+        return flat[len(flat) - count:] if len(flat) >= count else flat
 
     def settle(self, wait: bool) -> None:
         """Account for finished writes; with `wait`, first wait (up to the deadline) for all queued
@@ -272,6 +303,7 @@ class L3Tier:
             stored = sum(1 for f in flags if f is True)
             self.counters["l3_pages_present"] += int(present)
             self.counters["l3_pages_written"] += stored
+            self.counters["l3_write_batches"] += 1 if stored else 0
             self.write_seconds += self.link.write_seconds(stored)
         self._writes = keep
 
@@ -293,6 +325,9 @@ class L3Tier:
         out["l3_store_errors"] = getattr(stats, "errors", 0)
         out["l3_storage"] = getattr(self.storage, "name", type(self.storage).__name__)
         out["l3_max_bytes"] = getattr(self.storage, "max_bytes", None)  # the store's bound; None: the store's own
+        if not self.moves_bytes:  # the model store: its bound in tokens and what it holds at the end
+            out["l3_max_tokens"] = getattr(self.storage, "max_tokens", None)
+            out["l3_stored_pages"] = getattr(self.storage, "stored_objects", None)
         return out
 
     def close(self, timeout: float = 30.0) -> bool:

@@ -16,12 +16,14 @@ from hicache_ref.sim import cost
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
 from hicache_ref.sim.scenario import Runs, host_state, state
+from hicache_ref.sim.sweep_l3 import SELECTIVE, TIGHT_L2_SHARE
 from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec, SpecError
 from hicache_ref.spec.memory import check_capacity
 
-STEPS = ("baseline", "layer_first", "daemon_threads", "thp", "numa", "tp_shared", "per_request_hits",
+STEPS = ("baseline", "layer_first", "daemon_threads", "thp", "numa", "tp_shared", "l3_pooled", "per_request_hits",
          "plateau_capacity")
+L3_CHANGE = "no L3 -> L3 pooled from decode nodes' host DRAM (Mooncake; the model store, priced by l3_link)"
 ROW_KEYS = ("step", "change", "hit_rate", "d2h_segments", "h2d_segments", "d2h_bytes", "h2d_bytes",
             "modeled_transfer_seconds", "ttft_change_seconds", "ttft_change_pct", "net_benefit_seconds",
             "assumed_inputs", "not_measured")
@@ -73,8 +75,9 @@ def sweep_tiers(effective_l2: int, tp: int, page_size: int) -> list[int]:
     return sorted({t for t in tiers if t > 0})
 
 
-def rungs(shared_uplink: bool) -> list[tuple[str, str, dict]]:
-    """(step, change, state) of the ladder before the capacity step, each on top of the previous."""
+def rungs(shared_uplink: bool, l3_tokens: int | None = None) -> list[tuple[str, str, dict]]:
+    """(step, change, state) of the ladder before the capacity step, each on top of the previous;
+    the L3 rung pools `l3_tokens` (None: unlimited) from the decode nodes."""
     first = state()
     out = [("baseline", "HiCache on as first built", first)]
     steps = (("layer_first", "host layout page_first_direct -> layer_first (kernel copies)", dict(host_layout="layer_first")),
@@ -86,6 +89,8 @@ def rungs(shared_uplink: bool) -> list[tuple[str, str, dict]]:
               dict(numa="local", ido=True)),
              ("tp_shared", "a private host pool per rank -> one shared by the TP group (interleaved over NUMA nodes)",
               dict(tp_shared=True, numa="interleave")),
+             ("l3_pooled", L3_CHANGE + ("" if l3_tokens is None else f", {l3_tokens:,} tokens"),
+              dict(l3="unlimited" if l3_tokens is None else l3_tokens)),
              ("per_request_hits", "write_through_selective hits counted per insert -> per request, + ghost list",
               dict(hit_count="per_request", ghost=True)))
     cur = first
@@ -97,21 +102,23 @@ def rungs(shared_uplink: bool) -> list[tuple[str, str, dict]]:
 
 def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = DEFAULT_PLATEAU_GAIN,
            workers: int | None = None, progress: Callable[[int, int], None] | None = None,
-           profile=None, runs: Runs | None = None) -> dict:
+           profile=None, runs: Runs | None = None, l3_tokens: int | None = None) -> dict:
     """The ladder over `requests` from `spec` (its capacities, geometry, page size, profile, TP ranks
     and concurrency; its layout, write policy and request counting are the ladder's own; L1/L2 left
     unlimited are sized as fractions of the trace). `profile`: a loaded profile to price with
     instead of the spec's; `runs`: replays to share (hicache_ref.sim.scenario.Runs over the same sized
-    spec and trace). `workers` is accepted for the command's sake (each replay runs here).
+    spec and trace); `l3_tokens`: the pooled L3 rung's capacity (None: unlimited). `workers` is accepted for the command's sake (each replay runs here).
     `progress(done, total)` after each replay."""
     _check(spec, requests, plateau_gain)
+    if l3_tokens is not None and (isinstance(l3_tokens, bool) or not isinstance(l3_tokens, int) or l3_tokens <= 0):
+        raise ValueError(f"--l3-tokens: expected a positive number of tokens, got {l3_tokens!r}")
     profile = profile if profile is not None else load_profile(spec.profile)
     spec, tp = _sized(spec, requests, profile)
     shared = bool(profile.topology and (profile.topology.devices_per_switch or 1) > 1)
     per_rank = spec.tiers.l2_tokens // spec.page_size * spec.page_size
     tiers = sweep_tiers(per_rank * tp, tp, spec.page_size)
-    ladder = rungs(shared)
-    total = 1 + 3 + len(tiers)  # off, pfd, lf, per_request, the shared pool's tiers
+    ladder = rungs(shared, l3_tokens)
+    total = 1 + 4 + len(tiers)  # off, pfd, lf, L3, per_request, the shared pool's tiers
     done = [0]
 
     def tick(n) -> None:
@@ -149,12 +156,21 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
                   sweep_l2_tokens=tiers, sweep_hit_rates=[f["hit_rate"] for f in figs],
                   plateau_l2_tokens=plateau.plateau_l2_tokens, on_plateau=plateau.on_plateau,
                   hit_rate_l1_only=off["hit_rate"], modeled_ttft_l1_only_seconds=_ttft(off_svc, off),
-                  request_counting=True, unpriced=[])
+                  request_counting=True, unpriced=[], l3_tokens=l3_tokens)
     return dict(steps=rows, configuration=config, spec=spec.to_dict())
 
 
 def _ttft(svc, fig) -> float | None:
     return None if svc is None else mech.mean_ttft_seconds(svc.total, fig["requests"], fig.get("concurrency"))
+
+
+def _l3_notes(fig: dict) -> list[str]:
+    """Why the pooled L3 rung gains little, where the ladder's write policy keeps L3 from filling."""
+    l2 = fig.get("l2_tokens")
+    if not fig.get("l3") or fig["write_policy"] != SELECTIVE or l2 is None or l2 >= TIGHT_L2_SHARE * fig["input_tokens"]:
+        return []
+    return [f"L3 receives only pages backed up to L2 under {SELECTIVE} ({fig['l3_bytes_written']:,} bytes written): "
+            "with an L2 this small it stays nearly empty; replay with --write-policy write_through to see L3 fill"]
 
 
 def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict:
@@ -167,7 +183,7 @@ def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict
                l2_tokens=fig["l2_tokens"], host_layout=fig["host_layout"], state=dict(st), host_state=hs.to_json(),
                d2h_bytes_all_ranks=fig["d2h_bytes"] * writers,
                host_pool_bytes_all_ranks=fig["l2_tokens"] * runs.base.geometry.token_bytes * (1 if st["tp_shared"] else tp),
-               truncated_requests=fig["truncated_requests"], notes=[],
+               truncated_requests=fig["truncated_requests"], notes=_l3_notes(fig),
                assumed_inputs=list(cost.assumed_inputs(profile)))
     try:
         if off_svc is None:

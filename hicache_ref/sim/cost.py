@@ -146,10 +146,28 @@ def prefill_seconds(profile, fig: dict, which: str = "compute") -> float:
     return prefill_from_moments(c, fig["prefill_moments"][which])
 
 
+L3_KEYS = tuple(f"l3_link.{k}" for k in ("read_gbps", "write_gbps", "per_batch_us", "per_object_us", "uplink_gbps"))
+
+
+def l3_link_figures(profile, fig: dict, state: mech.HostState) -> dict:
+    """An L3 run's link seconds by the profile's l3_link (reads, writes, the uplink shared with D2H
+    write-back) and what they cost the server; {} without an L3. Unpriced when a key is unknown."""
+    if not fig.get("l3"):
+        return {}
+    read = mech.l3_seconds(profile, "read", fig["l3_pages_read"], fig["l3_bytes_read"], fig["l3_prefetches"])
+    write = mech.l3_seconds(profile, "write", fig["l3_pages_written"], fig["l3_bytes_written"],
+                            fig.get("l3_write_batches", 0))
+    shared = mech.shared_uplink_seconds(profile, fig["d2h_bytes"], fig["l3_bytes_read"] + fig["l3_bytes_written"],
+                                        read + write, state)
+    return dict(l3_link_read_seconds=read, l3_link_write_seconds=write, l3_shared_uplink_seconds=shared,
+                l3_service_seconds=mech.l3_service(profile, fig["l3_modeled_stall_seconds"], shared))
+
+
 def run_service(profile, fig: dict, state: mech.HostState) -> mech.Service:
     """The prefill server's busy seconds for a replay's figures under `state` (Unpriced if unknown)."""
+    l3 = l3_link_figures(profile, fig, state).get("l3_service_seconds", 0.0)
     return mech.service(profile, prefill_seconds(profile, fig), fig["l2_hit_requests"],
-                        traffic(fig, "h2d"), traffic(fig, "d2h"), state)
+                        traffic(fig, "h2d"), traffic(fig, "d2h"), state, l3_s=l3)
 
 
 REPLAY_STATE_NOTE = ("priced with every host fix on (daemon-thread submission, THP, NUMA-local memory, IDO): "
@@ -172,11 +190,13 @@ def replay_figures(profile, fig: dict) -> dict:
     except mech.Unpriced as e:
         return {"net_benefit_seconds": None, "net_benefit_reason": str(e)}
     l1_only = prefill_seconds(profile, fig, "l1_only")
+    l3 = l3_link_figures(profile, fig, state)
     conc = fig.get("concurrency")
     ttft, ttft_l1 = (mech.mean_ttft_seconds(b, fig["requests"], conc) for b in (svc.total, l1_only))
-    return {"net_benefit_seconds": l1_only - svc.total, "net_benefit_compute_saved_seconds": l1_only - svc.compute,
+    keys = (*COMPUTE_KEYS, *TRANSFER_KEYS, *HOST_KEYS, *(L3_KEYS if l3 else ()))
+    return {**l3, "net_benefit_seconds": l1_only - svc.total, "net_benefit_compute_saved_seconds": l1_only - svc.compute,
             "net_benefit_transfer_seconds": svc.total - svc.compute, "net_benefit_service": svc.to_json(),
-            "net_benefit_host_state": state.to_json(), "net_benefit_assumed_inputs": list(assumed_inputs(profile)),
+            "net_benefit_host_state": state.to_json(), "net_benefit_assumed_inputs": list(assumed_inputs(profile, keys)),
             "net_benefit_reason": "busy seconds of an L1-only cache - this run's (compute saved - L2 path, loads, "
                                   "backup hold and interference); " + REPLAY_STATE_NOTE,
             "modeled_ttft_seconds": ttft, "modeled_ttft_l1_only_seconds": ttft_l1,

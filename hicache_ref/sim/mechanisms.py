@@ -128,10 +128,11 @@ class Service:
     load: float  # H2D of the hits: submitted and waited for before prefill
     hold: float  # the scheduler held by D2H submission (inline) or contending with it (daemon)
     interference: float  # D2H device time that overlaps prefill and slows it
+    l3: float = 0.0  # L3 prefetches waited past their slack, and the uplink L3 shares with D2H (l3_service)
 
     @property
     def total(self) -> float:
-        return self.compute + self.l2_path + self.load + self.hold + self.interference
+        return self.compute + self.l2_path + self.load + self.hold + self.interference + self.l3
 
     def to_json(self) -> dict:
         return {**asdict(self), "total": self.total}
@@ -153,8 +154,41 @@ def backup_seconds(profile, d2h: Traffic, state: HostState) -> tuple[float, floa
     return kappa * sub, phi * dev
 
 
+def l3_seconds(profile, direction: str, objects: int, nbytes: int, batches: int) -> float:
+    """Seconds the L3 store's link (profile l3_link: Mooncake's transfer engine over the NIC) is busy
+    moving `objects` objects of `nbytes` in all, in `batches` batches, `direction` "read" or "write":
+    a round trip per batch, a cost per object, the bytes at the direction's rate. Unpriced naming the
+    key when the profile lacks one."""
+    if not (objects or nbytes or batches):
+        return 0.0
+    m = profile.l3_link
+    gbps = need(m.read_gbps if direction == "read" else m.write_gbps, f"l3_link.{direction}_gbps", profile)
+    return (batches * need(m.per_batch_us, "l3_link.per_batch_us", profile) * 1e-6
+            + objects * need(m.per_object_us, "l3_link.per_object_us", profile) * 1e-6 + nbytes / (gbps * 1e9))
+
+
+def shared_uplink_seconds(profile, d2h_bytes: int, l3_bytes: int, l3_busy_s: float, state: HostState) -> float:
+    """Seconds added when L2 write-back (D2H over PCIe) and L3 traffic (RDMA through the NIC behind the
+    same uplink) run at once: their bytes together need (d2h + l3) / uplink_gbps, against the longer
+    of the two alone (`l3_busy_s`: the L3 link's own seconds). Worst case: the two overlap for the
+    whole run. Zero unless both move bytes; Unpriced naming l3_link.uplink_gbps when it is unknown."""
+    if not (d2h_bytes and l3_bytes):
+        return 0.0
+    up = need(profile.l3_link.uplink_gbps, "l3_link.uplink_gbps", profile)
+    alone = max(d2h_bytes / (dma_gbps(profile, "d2h", state) * 1e9), l3_busy_s)
+    return max(0.0, (d2h_bytes + l3_bytes) / (up * 1e9) - alone)
+
+
+def l3_service(profile, stall_s: float, shared_s: float) -> float:
+    """What L3 costs the prefill server: the prefetch stalls past their slack (on the request path),
+    and the uplink contention's share that slows D2H into prefill (as D2H interference does)."""
+    if not shared_s:
+        return float(stall_s)
+    return float(stall_s) + need(profile.host_costs.d2h_interference, "host_costs.d2h_interference", profile) * shared_s
+
+
 def service(profile, compute_s: float, l2_hit_requests: int, h2d: Traffic, d2h: Traffic,
-            state: HostState) -> Service:
+            state: HostState, l3_s: float = 0.0) -> Service:
     """The server's busy seconds for a run with `compute_s` of prefill and the traffic given.
     Unpriced (naming the profile key) when a mechanism with work to price has no parameter."""
     l2_path = 0.0
@@ -162,7 +196,7 @@ def service(profile, compute_s: float, l2_hit_requests: int, h2d: Traffic, d2h: 
         l2_path = l2_hit_requests * need(profile.compute.l2_path_fixed_s, "compute.l2_path_fixed_s", profile)
     load = submission_seconds(profile, h2d) + device_seconds(profile, "h2d", h2d, state) if h2d.bytes else 0.0
     hold, interference = backup_seconds(profile, d2h, state)
-    return Service(float(compute_s), l2_path, load, hold, interference)
+    return Service(float(compute_s), l2_path, load, hold, interference, float(l3_s))
 
 
 def mean_ttft_seconds(busy_s: float, requests: int, concurrency: int | None) -> float:

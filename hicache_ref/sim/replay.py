@@ -137,7 +137,7 @@ def _l3_lines(fig: dict) -> list[str]:
     return [f"L3 {fig['l3_storage']} ({fig['l3_prefetch_policy']}): {fig['l3_hit_tokens']:,} hit tokens, read "
             f"{fig['l3_bytes_read'] / mib:.1f} MiB, written {fig['l3_bytes_written'] / mib:.1f} MiB, "
             f"{fig['l3_errors']} errors, {fig['l3_corrupt_pages']} corrupt pages; modeled stall "
-            f"{fig['l3_modeled_stall_seconds']:.3f} s (assumed link)"
+            f"{fig['l3_modeled_stall_seconds']:.3f} s (link: {fig['l3_link']['basis']})"
             + (f"; store bound {fig['l3_max_bytes'] / mib:,.1f} MiB" if fig.get("l3_max_bytes") else "")]
 
 
@@ -160,6 +160,7 @@ def _net_benefit_lines(fig: dict) -> list[str]:
     change = fig.get("modeled_ttft_change_pct")
     return [f"net benefit over an L1-only cache {net:+.3f} s = compute saved {fig['net_benefit_compute_saved_seconds']:.3f} s"
             f" - L2 path {svc['l2_path']:.3f} s - loads {svc['load']:.3f} s - backup hold {svc['hold']:.3f} s - "
-            f"interference {svc['interference']:.3f} s (every host fix on)"
+            f"interference {svc['interference']:.3f} s" + (f" - L3 {svc['l3']:.3f} s" if svc.get("l3") else "")
+            + " (every host fix on)"
             + ("" if change is None else f"; modeled TTFT {change:+.1f}% against L1 alone")
             + (f"; assumed inputs: {', '.join(assumed)}" if assumed else "")]

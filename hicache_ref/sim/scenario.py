@@ -36,7 +36,8 @@ def cache_key(st: dict, l2_per_card: int) -> tuple:
     """What a replay of `st` depends on (its host-side switches are priced, not replayed)."""
     if not st["hicache"]:
         return ("off",)
-    return (st["host_layout"], st["hit_count"], st["ghost"], st["tp_shared"], int(l2_per_card))
+    key = (st["host_layout"], st["hit_count"], st["ghost"], st["tp_shared"], int(l2_per_card))
+    return key + (("l3", st["l3"]),) if st.get("l3") else key  # the ablate rung's model L3 (hicache_ref.sim.ablate)
 
 
 def cache_spec(st: dict, base: CacheSpec, l2_per_card: int, tp: int) -> CacheSpec:
@@ -46,7 +47,14 @@ def cache_spec(st: dict, base: CacheSpec, l2_per_card: int, tp: int) -> CacheSpe
     layout = st["host_layout"]
     return base.replace(l2_tokens=l2, host_layout=layout, io_backend=get_layout(layout).native_io_backend,
                         write_policy="write_through_selective", hit_count=st["hit_count"], ghost=st["ghost"],
-                        tp=None, shared_host=False)
+                        tp=None, shared_host=False, **l3_of(st))
+
+
+def l3_of(st: dict) -> dict:
+    """The model L3 a state pools from decode nodes (`l3`: its tokens, or "unlimited"), as spec fields."""
+    if not st.get("l3") or not st["hicache"]:
+        return {}
+    return dict(l3="model:", l3_tokens=None if st["l3"] == "unlimited" else int(st["l3"]))
 
 
 def host_state(st: dict, profile, l2_per_card: int, token_bytes: int, tp: int) -> HostState:

@@ -48,6 +48,8 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None) -
     backend, own_backend = spec.open_backend()
     totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
                   truncated_requests=0, kv_mismatch_tokens=0)
+    if spec.storage.l3 is not None:  # the model L3 (hicache_ref.storage.model) serves served replays too
+        totals["l3_hit_tokens"] = 0
     tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
     start = min((r.timestamp for r in requests), default=0.0)
     arrival_step = [int((r.timestamp - start) / 1000 / step_seconds) if timestamps else 0 for r in requests]
@@ -112,5 +114,9 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None) -
                   run_config(spec, backend, l1, l2))
     fig.update(concurrency=concurrency, timestamps=timestamps, pd=pd, step_seconds=step_seconds, steps=step,
                max_in_flight=max_in_flight, registered_bytes=cache.host.nbytes if cache.host is not None else 0)
+    if cache.l3 is not None:
+        from hicache_ref.sim.replay import _l3_figures
+
+        fig.update(_l3_figures(cache, spec))
     fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
     return fig

@@ -23,7 +23,7 @@ from hicache_ref.spec.geometry import GeometrySpec
 from hicache_ref.spec.presets import STORAGE_SWITCHES, SWITCHES, preset
 from hicache_ref.spec.semantics import SemanticsSpec
 from hicache_ref.spec.serving import ServingSpec
-from hicache_ref.spec.storage import StorageSpec
+from hicache_ref.spec.storage import StorageSpec, is_model_store
 from hicache_ref.spec.tiers import MIN_GHOST_ENTRIES, TiersSpec
 from hicache_ref.spec.tp import TPSpec
 
@@ -95,11 +95,14 @@ class CacheSpec:
         t = self.tiers
         object.__setattr__(self, "effective_host_layout", effective_host_layout(t.host_layout, t.io_backend))
         if st.l3 is not None:
-            if not t.materialize:
-                raise fail(st, "l3", "needs --materialize (L3 stores and returns real KV bytes)")
+            model = is_model_store(st.l3)  # keys and sizes only: no bytes, served replays too
+            if not t.materialize and not model:
+                raise fail(st, "l3", "needs --materialize (L3 stores and returns real KV bytes), or --l3 model:")
+            if model and t.materialize:
+                raise fail(st, "l3", "model: moves no bytes; drop --materialize or give a real store")
             if t.l2_tokens == 0:
                 raise fail(st, "l3", "needs an L2 to prefetch into; --l2-tokens is 0")
-            if self.tp.ranks is not None or self.serving.concurrency is not None:
+            if self.tp.ranks is not None or (self.serving.concurrency is not None and not model):
                 raise fail(st, "l3", "applies to a serial single-rank replay; drop "
                            + ("--tp" if self.tp.ranks is not None else "--concurrency"))
         if self.backend is not None and self.backend.capabilities().moves_bytes != t.materialize:

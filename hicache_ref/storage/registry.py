@@ -19,6 +19,7 @@ ENTRY_POINT_GROUP = "hicache.storage"
 _STORES = Registry("storage", ENTRY_POINT_GROUP, {
     "file": "hicache_ref.storage.file:FileStorage",
     "memory": "hicache_ref.storage.memory:MemoryStorage",
+    "model": "hicache_ref.storage.model:ModelStorage",
     "mooncake": "hicache_ref.storage.mooncake:MooncakeStorage",
 })
 
