@@ -122,3 +122,38 @@ def test_a_killed_spmd_leaves_no_rank_no_forkserver_and_no_shared_file(tmp_path,
     assert_nothing_left(proc, mark, sig, tmp_path, before)
     if sig == signal.SIGTERM:  # the launcher's cleanup ran; after a SIGKILL the next launch reaps them
         assert list(shared.iterdir()) == []
+
+
+def test_ctrl_c_on_a_replay_sweep_is_one_line_without_worker_tracebacks(tmp_path):
+    # the workers are in their own process group: a terminal's Ctrl-C reaches the parent, which stops them
+    before = sems()
+    mark = uuid.uuid4().hex
+    env = {**os.environ, "PYTHONPATH": str(REPO), MARK: mark}
+    proc = subprocess.Popen([sys.executable, "-m", "conformance.cli.main", *SWEEP], cwd=tmp_path, env=env,
+                            stdout=(tmp_path / "out.txt").open("w"), stderr=(tmp_path / "err.txt").open("w"),
+                            start_new_session=True,  # its own group, as a terminal's foreground job
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    wait_for(mark, proc, min(2, os.cpu_count() or 1), tmp_path)
+    time.sleep(3)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
+    proc.wait(60)
+    time.sleep(1)
+    err = (tmp_path / "err.txt").read_text()
+    assert proc.returncode == 130 and err == "hicache: interrupted\n", (proc.returncode, err)
+    assert not marked(mark)
+    assert not (sems() - before) - mapped_shm()
+
+
+def test_conform_on_mooncake_auto_says_the_clients_listen_on_every_interface(tmp_path):
+    from hicache_ref.storage import mooncake_cluster
+
+    if (why := mooncake_cluster.unavailable_reason()) is not None:
+        pytest.skip(f"mooncake: {why}")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "conformance.cli.main", "conform", "--storage", "mooncake:auto",
+                          "-k", "no_test_has_this_name", "--out", str(tmp_path / "report")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 5, out.stderr  # -k matched no test
+    warning = [line for line in out.stderr.splitlines() if "listen on every interface" in line]
+    assert len(warning) == 1 and warning[0].startswith("hicache: warning: --storage mooncake:auto: "), out.stderr
+    assert "0.0.0.0" in warning[0] and "[::]" in warning[0] and "firewall" in warning[0]
