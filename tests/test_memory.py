@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import checked_run
 import pytest
 import torch
 from mounts import mounted_tmpfs
@@ -312,7 +313,7 @@ def test_interpreter_exit_removes_kept_files(plain_tmpfs):
         "v = b.tensor[:10]\n"
         "print(b.shared_path)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = checked_run.run([sys.executable, "-c", code])
     assert out.stdout.strip().startswith(str(plain_tmpfs))
     assert os.listdir(plain_tmpfs) == []
 

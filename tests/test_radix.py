@@ -1,5 +1,6 @@
 """Radix tree: page-granular match and split, insert ownership, LRU eviction on both tiers, load back, locks."""
 
+import checked_run
 import numpy as np
 import pytest
 
@@ -301,12 +302,11 @@ def test_same_operations_give_same_indices_on_every_rank(policy, order):
 def test_indices_do_not_depend_on_hash_seed_or_process():
     import json
     import os
-    import subprocess
     import sys
 
     code = ("import json, sys; sys.path.insert(0, 'tests'); from test_radix import transcript; "
             "print(json.dumps(transcript('write_through_selective', 'lifo')))")
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+    runs = [checked_run.run([sys.executable, "-c", code],
                            cwd=os.path.dirname(os.path.dirname(__file__)),
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
     assert runs[0] == runs[1] == json.dumps(transcript("write_through_selective", "lifo")) + "\n"

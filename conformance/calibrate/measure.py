@@ -3,7 +3,7 @@
 It measures bandwidth, per-segment and per-launch cost, registration seconds, and the host costs
 of translation entries and remote NUMA memory (conformance.calibrate.host_costs).
 The link figures are the medians at the largest size and the fitted slopes.
-`poor_fits` names the fits behind link figures whose R^2 is below R2_MIN (0.9).
+`poor_fits` names the fits behind link figures whose slope is not known well enough (fit_quality).
 Each measurement and fit: docs/architecture.md, "Design notes".
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from conformance.calibrate import host_costs
+from conformance.calibrate import fit_quality, host_costs
 from conformance.calibrate.probe import Buffers, paired, paired_ratio, probe
 from hicache_ref.sim.cost import LineFit, fit_line
 
@@ -22,7 +22,6 @@ SEGMENT_BYTES = 16 * MIB
 SEGMENT_COUNTS = (1, 256, 1024, 4096, 16384)  # down to 1 KiB segments, where a fixed cost shows
 LAUNCH_COUNTS = (1, 4, 16, 64, 256)
 REGISTER_SIZES = (32 * MIB, 64 * MIB, 128 * MIB)
-R2_MIN = 0.9  # below it a fitted slope is not written to a profile without --accept-poor-fit
 # The link figures that are fitted slopes, and where their fit is in calibrate()'s result.
 FITTED = (("per_segment_us", "per-segment fit", ("segments", "fit")),
           ("per_launch_us", "per-launch fit", ("launches", "fit")),
@@ -85,19 +84,19 @@ def registration(backend, sizes, repeat: int) -> dict:
     return out
 
 
-def fit_r2(cal: dict) -> dict[str, float | None]:
-    """R^2 of the fit behind each fitted link figure (None where it was not measured)."""
+def fit_judgements(cal: dict) -> dict[str, dict | None]:
+    """fit_quality.judge of the fit behind each fitted link figure (None where it was not measured)."""
     out = {}
     for key, _, (block, name) in FITTED:
         fit = cal.get(block, {}).get(name)
-        out[key] = None if not isinstance(fit, dict) else float(fit["r2"])
+        out[key] = None if not isinstance(fit, dict) else fit_quality.judge(fit["xs"], fit["ys"])
     return out
 
 
-def poor_fits(cal: dict, r2_min: float = R2_MIN) -> list[tuple[str, str, float]]:
-    """(link key, what, R^2) of each fitted figure whose R^2 is below `r2_min`, in FITTED order."""
+def poor_fits(cal: dict) -> list[tuple[str, str, str]]:
+    """(link key, what, why) of each fitted figure whose slope is not known well enough, in FITTED order."""
     what = {key: label for key, label, _ in FITTED}
-    return [(key, what[key], r2) for key, r2 in fit_r2(cal).items() if r2 is not None and r2 < r2_min]
+    return [(key, what[key], j["why"]) for key, j in fit_judgements(cal).items() if j is not None and not j["accepted"]]
 
 
 def calibrate(backend, *, sizes=SIZES, repeat: int = 5, translation_sizes=None, progress=None) -> dict:

@@ -42,11 +42,20 @@ def stamp() -> str:
 HOW = {
     "h2d_gbps": "median of {repeat} transfers of {size} MiB in {segs} segment(s) (warm-up 1)",
     "d2h_gbps": "median of {repeat} transfers of {size} MiB in {segs} segment(s) (warm-up 1)",
-    "per_segment_us": "least-squares slope over {seg_counts} segments of 16 MiB, one submission (R^2 {seg_r2:.3f})",
-    "per_launch_us": "least-squares slope over {launch_counts} submissions of 16 MiB (R^2 {launch_r2:.3f})",
+    "per_segment_us": "least-squares slope over {seg_counts} segments of 16 MiB, one submission ({seg_se})",
+    "per_launch_us": "least-squares slope over {launch_counts} submissions of 16 MiB ({launch_se})",
     "registration_s_per_gib": "least-squares slope over registrations of {reg_sizes} MiB on THP "
-                              "(R^2 {reg_r2:.3f}; 4 KB pages: {reg_4k:.4f} s/GiB)",
+                              "({reg_se}; 4 KB pages: {reg_4k:.4f} s/GiB)",
 }
+
+
+def _uncertainty(cal: dict, key: str, scale: float, unit: str) -> str:
+    """'slope S +/- E UNIT' of a fitted link figure, from calibrate's fit judgement."""
+    j = (cal.get("fit_quality", {}).get("fits") or {}).get(key)
+    if not j:
+        return "not measured"
+    return (f"slope {j['b'] * scale:.4g} +/- {j['se_b'] * scale:.2g} {unit}, resolution {j['resolution'] * scale:.2g}, "
+            f"rms residual {j['rel_rmse']:.1%} of the mean")
 
 
 def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
@@ -58,12 +67,12 @@ def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
 
     reg = cal["registration"]
     fields = {"repeat": cal["repeat"], "size": cal["sizes"][-1] >> 20, "segs": SIZE_SEGMENTS,
-              "seg_counts": "/".join(map(str, SEGMENT_COUNTS)), "seg_r2": cal["segments"]["fit"]["r2"],
-              "launch_counts": "/".join(map(str, LAUNCH_COUNTS)), "launch_r2": cal["launches"]["fit"]["r2"],
+              "seg_counts": "/".join(map(str, SEGMENT_COUNTS)), "seg_se": _uncertainty(cal, "per_segment_us", 1e6, "us"),
+              "launch_counts": "/".join(map(str, LAUNCH_COUNTS)),
+              "launch_se": _uncertainty(cal, "per_launch_us", 1e6, "us"),
               "reg_sizes": "/".join(str(s >> 20) for s in REGISTER_SIZES), "reg_4k": reg.get("4k_s_per_gib") or 0.0,
-              "reg_r2": (reg.get("fit_thp") or {}).get("r2", float("nan"))}
-    accepted = {key: r2 for key, _, r2 in cal.get("fit_quality", {}).get("poor", [])}
-    r2_min = cal.get("fit_quality", {}).get("r2_min")
+              "reg_se": _uncertainty(cal, "registration_s_per_gib", 1.0, "s/GiB")}
+    accepted = {key: why for key, _, why in cal.get("fit_quality", {}).get("poor", [])}
     link = {}
     for key, value in cal["link"].items():
         if value is None:
@@ -71,7 +80,7 @@ def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
             continue
         source = f"{who}: {HOW[key].format(**fields)}"
         if key in accepted:  # written only because --accept-poor-fit said so: the source says it
-            source += f"; poor fit accepted with --accept-poor-fit (R^2 {accepted[key]:.3f} < {r2_min})"
+            source += f"; poor fit accepted with --accept-poor-fit ({accepted[key]})"
         link[key] = {"value": round(float(value), 6), "source": source}
     data["link"] = link
     data["host_costs"] = host_costs_section(data.get("host_costs") or {}, cal, who)

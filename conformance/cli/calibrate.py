@@ -2,7 +2,8 @@
 
 It measures nvbandwidth-style (warm-up, repeats, medians, spread) with least-squares fits (conformance/calibrate).
 `--out FILE.yaml` writes the profile and FILE.calibration.json; `hicache conform --profile FILE.yaml` uses it.
-A fit below --min-r2 is not written unless --accept-poor-fit. The host costs (translation-entry
+A fitted slope not known well enough (its standard error; conformance/calibrate/fit_quality.py)
+is not written unless --accept-poor-fit. The host costs (translation-entry
 slowdown, remote NUMA factor) are written where measured well, else unknown or kept, with the reason.
 What is measured and the exit rules: docs/architecture.md, "Design notes".
 """
@@ -37,10 +38,8 @@ def add_arguments(p) -> None:
                    f"pages and on THP for the translation-entry fit, comma separated ({UNITS}; two of the largest "
                    "are held at once, within this machine's memory; go larger on a real node)")
     p.add_argument("--repeat", type=arg_types.count(3, 1000), default=5, help="timed repeats per point (>= 3)")
-    p.add_argument("--min-r2", type=arg_types.unit_interval("a number"), default=None,
-                   help="least R^2 a fitted figure needs to be written to --out (default 0.9)")
     p.add_argument("--accept-poor-fit", action="store_true",
-                   help="write --out even with fits below --min-r2 (their sources say so)")
+                   help="write --out even with a fitted slope not known well enough (its source says so)")
     p.add_argument("--storage", default=None, metavar="SPEC", help="measure this L3 store's link instead "
                    "(file:DIR, memory:, mooncake:...): put/get over object sizes, per-batch and per-object "
                    "latency; --out writes the base profile with its l3_link measured")
@@ -73,10 +72,11 @@ def run(a) -> int:
         cal = measure.calibrate(backend, sizes=sizes, repeat=a.repeat, translation_sizes=regions)
     cal.update({"machine": write.machine(), "date": write.stamp(), "command": command, "backend": a.backend,
                 "base_profile": base.name})
-    r2_min = measure.R2_MIN if a.min_r2 is None else a.min_r2
-    poor = measure.poor_fits(cal, r2_min)
-    cal["fit_quality"] = {"r2_min": r2_min, "r2": measure.fit_r2(cal), "poor": [list(p) for p in poor],
-                          "accepted": bool(poor) and a.accept_poor_fit}
+    from conformance.calibrate import fit_quality
+
+    poor = measure.poor_fits(cal)
+    cal["fit_quality"] = {"rules": fit_quality.RULES, "fits": measure.fit_judgements(cal),
+                          "poor": [list(p) for p in poor], "accepted": bool(poor) and a.accept_poor_fit}
     refused = out is not None and bool(poor) and not a.accept_poor_fit
     if out is not None and not refused:
         side = write.write(out, base, cal, command, a.backend)
@@ -86,27 +86,27 @@ def run(a) -> int:
     else:
         _print(a, cal, out if not refused else None)
     if poor:
-        fits = ", ".join(f"{what} R^2 {r2:.3f}" for _, what, r2 in poor)
+        fits = "; ".join(f"{what}: {why}" for _, what, why in poor)
         if refused:
-            print(f"hicache: --out: {clip_path(out)} not written: {fits} below --min-r2 {r2_min:g} (the line does "
-                  "not describe the points; retake with more --repeat, or pass --accept-poor-fit)", file=sys.stderr)
+            print(f"hicache: --out: {clip_path(out)} not written: {fits} (retake with more --repeat on a quieter "
+                  "host, or pass --accept-poor-fit)", file=sys.stderr)
             return 1
-        print(f"hicache: warning: {fits} below --min-r2 {r2_min:g}"
-              + ("; written anyway (--accept-poor-fit)" if out is not None else ""), file=sys.stderr)
+        print(f"hicache: warning: {fits}" + ("; written anyway (--accept-poor-fit)" if out is not None else ""),
+              file=sys.stderr)
     return 0
 
 
 def _print(a, cal: dict, out: Path | None) -> None:
-    """The human summary: bandwidth per size, the fitted costs with their R^2, registration."""
+    """The human summary: bandwidth per size, the fitted costs with their standard errors, registration."""
     link = cal["link"]
     print(f"calibrated {a.backend} on {cal['machine']['host']} ({cal['machine']['cpu']}), {cal['date']}")
     print(f"{'size':>10}  {'h2d GB/s':>9}  {'d2h GB/s':>9}  {'memcpy GB/s':>11}  spread h2d/d2h")
     for h, d in zip(cal["bandwidth"]["h2d"], cal["bandwidth"]["d2h"], strict=True):
         print(f"{h['bytes'] >> 20:>7} MiB  {h['gbps']:>9.2f}  {d['gbps']:>9.2f}  {h['memcpy_gbps']:>11.2f}  "
               f"{h['spread']:.0%}/{d['spread']:.0%}")
-    seg, lau = cal["segments"]["fit"], cal["launches"]["fit"]
-    print(f"per segment {link['per_segment_us']:.3f} us (R^2 {seg['r2']:.3f}), per launch "
-          f"{link['per_launch_us']:.3f} us (R^2 {lau['r2']:.3f})")
+    j = cal["fit_quality"]["fits"]
+    print(f"per segment {link['per_segment_us']:.3f} us (+/- {j['per_segment_us']['se_b'] * 1e6:.2g}), per launch "
+          f"{link['per_launch_us']:.3f} us (+/- {j['per_launch_us']['se_b'] * 1e6:.2g})")
     reg = cal["registration"]
     if "error" in reg:
         print(f"registration: not measured: {reg['error']}")

@@ -29,7 +29,10 @@ def _storage_status(spec: str) -> str | None:
         name, args = split_spec(spec)
         storage_class(name)
         if name == "mooncake" and args.split(",")[0].strip() == "auto":
-            return mooncake_cluster.unavailable_reason()
+            why = mooncake_cluster.unavailable_reason()
+            if why is None:  # the test run's clients say so in the pytest child, which captures it
+                print(f"hicache: warning: --storage {clip(spec)}: {LISTENER_WARNING}", file=sys.stderr, flush=True)
+            return why
         store = open_storage(spec)
         store.close()
         _check_room(store)
@@ -62,6 +65,11 @@ def _check_room(store) -> None:
     except OSError as e:
         raise CliError("--storage", f"{clip_path(folder)}: cannot be written ({e.strerror or e}); the store "
                                     "could not hold one page") from None
+
+
+LISTENER_WARNING = ("the Mooncake clients of this run listen on every interface (0.0.0.0 and [::]: the "
+                    "client library binds them all; its data port serves the memory the client registered, "
+                    "host KV included): firewall their ports on a shared host")
 
 
 def _say_bound(spec: str, store) -> None:

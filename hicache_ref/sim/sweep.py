@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.stack_distance import stack_profile
+from hicache_ref.sim.sweep_pool import replay_in_workers
 from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec
 from hicache_ref.spec.memory import check_capacity
@@ -64,11 +63,6 @@ def _check(spec: CacheSpec, tiers, plateau_gain, method: str) -> list[int]:
     return tiers
 
 
-def _replay_one(args) -> dict:
-    spec, requests = args
-    return replay(spec, requests)
-
-
 def _replays(specs: list[CacheSpec], requests: list[TraceRequest], workers: int | None,
              tick: Callable[[], None]) -> list[dict]:
     workers = max(1, min(workers or os.cpu_count() or 1, len(specs)))
@@ -78,14 +72,8 @@ def _replays(specs: list[CacheSpec], requests: list[TraceRequest], workers: int 
             out.append(replay(s, requests))
             tick()
         return out
-    # spawn: the parent may hold transfer threads (a fork would copy their locks mid-use)
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(_replay_one, (s, requests)) for s in specs]
-        out = []
-        for f in futures:
-            out.append(f.result())
-            tick()
-        return out
+    # fresh interpreters, not forks: the parent may hold transfer threads (a fork would copy their locks mid-use)
+    return replay_in_workers(specs, requests, workers, tick)
 
 
 def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain: float = DEFAULT_PLATEAU_GAIN,

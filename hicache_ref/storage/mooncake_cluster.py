@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from hal import children
+
 LOOPBACK = "127.0.0.1"
 START_ATTEMPTS = 3
 AUTO = "auto"  # `mooncake:auto[,opts]`: a loopback cluster of the client's own
@@ -193,8 +195,9 @@ class MooncakeCluster:
         with self._log(log) as out:
             out.write(f"--- {time.strftime('%H:%M:%S')} {' '.join(argv)}\n".encode())
             out.flush()
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=_killed_with(os.getpid()))
+            # its own group, SIGKILLed by the kernel when the thread that started it dies: a killed or
+            # interrupted owner leaves no cluster (start clusters from a thread that outlives them)
+            proc = children.start(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.ready_timeout
         while not _accepting(port):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -292,23 +295,6 @@ def resolve_auto(spec: str) -> tuple[str, MooncakeCluster | None]:
         return spec, None
     cluster = start_loopback()
     return ",".join([cluster.spec, *opts]), cluster
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _killed_with(parent: int):
-    """preexec for a server: the kernel SIGKILLs it when the thread that started it dies, so a
-    killed or interrupted owner (a pytest child stopped by Ctrl-C, a SIGKILL) leaves no cluster
-    behind. Start clusters from a thread that outlives them (the main thread does)."""
-    def preexec() -> None:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the owner died before prctl took effect
-            os._exit(1)
-
-    return preexec
 
 
 def _stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM) -> None:

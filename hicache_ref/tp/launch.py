@@ -1,6 +1,7 @@
 """A local TP group for CI and `hicache spmd`: N rank processes meeting over env://, as under torchrun.
 
-Ranks fork from a forkserver that imported torch once, so a group starts fast. The run is bounded:
+Ranks fork from a forkserver that imported torch once, so a group starts fast; the forkserver
+dies with the launcher and each rank with the forkserver (parent-death signals), even on SIGKILL. The run is bounded:
 once a rank fails, the others get the collective timeout to fail with their reason, and the rest is
 killed. Files left by a rank killed mid-setup are reaped afterwards.
 """
@@ -11,14 +12,14 @@ import multiprocessing as mp
 import os
 import signal
 import socket
-import threading
 import time
 from typing import NamedTuple
 
+from hal import children
 from hal.memory import shm
 from hicache_ref.tp.workload import WorkloadConfig
 
-PRELOAD = ["torch", "torch.distributed", "hicache_ref.tp.worker"]
+PRELOAD = ["hicache_ref.tp.forkserver_guard", "torch", "torch.distributed", "hicache_ref.tp.worker"]
 MARGIN_SECONDS = 10.0
 
 
@@ -35,31 +36,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-WATCH_SECONDS = 0.5
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[19]
-    except OSError:
-        return None
-
-
-def _die_with(launcher: int, started: str | None) -> None:
-    """SIGKILL this rank once the launcher is gone (the same pid with another start time is
-    another process). A rank's parent is the forkserver, which outlives a killed launcher
-    while ranks run, so PR_SET_PDEATHSIG would not fire: the rank watches the launcher itself."""
-    def watch():
-        while _start_time(launcher) == started:
-            time.sleep(WATCH_SECONDS)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="hicache-rank-watchdog", daemon=True).start()
-
-
-def _rank_main(rank: int, world: int, port: int, cfg: WorkloadConfig, conn, launcher: tuple) -> None:
-    _die_with(*launcher)
+def _rank_main(rank: int, world: int, port: int, cfg: WorkloadConfig, conn, forkserver: int) -> None:
+    # The forkserver (this rank's parent) dies with the launcher (PRELOAD's first module), and
+    # this rank dies with the forkserver: a SIGKILLed launcher leaves no rank behind.
+    children.die_with_parent(forkserver)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     import torch
@@ -81,6 +61,14 @@ def _rank_main(rank: int, world: int, port: int, cfg: WorkloadConfig, conn, laun
         conn.close()
 
 
+def forkserver_pid() -> int:
+    """The pid of this process's forkserver (started on first use): the ranks' parent."""
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+    return forkserver._forkserver._forkserver_pid
+
+
 def _context():
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
@@ -92,12 +80,12 @@ def launch(cfg: WorkloadConfig, ranks: int, deadline_seconds: float | None = Non
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks: expected a positive number of ranks, got {ranks!r}")
     ctx, port = _context(), free_port()
-    launcher = (os.getpid(), _start_time(os.getpid()))
     pipes, procs = [], []
     try:
         for r in range(ranks):
             recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_rank_main, args=(r, ranks, port, cfg, send, launcher), name=f"hicache-rank-{r}", daemon=True)
+            p = ctx.Process(target=_rank_main, args=(r, ranks, port, cfg, send, forkserver_pid()),
+                            name=f"hicache-rank-{r}", daemon=True)
             p.start()
             send.close()
             pipes.append(recv)
