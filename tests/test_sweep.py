@@ -38,6 +38,10 @@ def test_plateau_gain_threshold_is_strict_and_configurable():
     assert find_plateau(TIERS[:3], rates, 0.1, 0.02).plateau_l2_tokens == 300  # 0.02 is not below 0.02
     assert find_plateau(TIERS[:3], rates, 0.1, 0.03).plateau_l2_tokens == 200
     assert find_plateau(TIERS[:3], rates, 0.1, 0.0).on_plateau is False
+    # a gain exactly at the threshold (binary fractions: 0.27 - 0.25 is not 0.02 in floats) is not below it
+    exact = find_plateau(TIERS[:3], [0.25, 0.5, 0.625], 0.0, 0.125)
+    assert exact.marginal_gains == [0.25, 0.25, 0.125] and (exact.plateau_l2_tokens, exact.on_plateau) == (300, False)
+    assert find_plateau(TIERS[:3], [0.25, 0.5, 0.625], 0.0, 0.25).plateau_l2_tokens == 200
 
 
 @pytest.mark.parametrize(("tiers", "rates", "gain", "word"), [
