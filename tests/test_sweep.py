@@ -74,6 +74,16 @@ def test_one_pass_curve_equals_per_tier_replays_exactly():
     assert one["plateau_l2_tokens"] == per["plateau_l2_tokens"] and one["on_plateau"] == per["on_plateau"]
 
 
+def test_one_pass_refuses_a_tier_below_l1():
+    """Below L1, L2 cannot hold all of L1: the stack pass's curve (L2 a superset of L1) would be wrong."""
+    reqs = _documents_trace(n=20)
+    spec = CacheSpec.of(page_size=64, l1_tokens=8 * 64, write_policy="write_through")
+    for tiers in ([4 * 64, 12 * 64], [8 * 64 - 1, 12 * 64]):  # a page short of L1, once pages are whole
+        with pytest.raises(ValueError, match=r"^--method: one_pass does not apply: tier [\d,]+ below L1 512"):
+            sweep(spec, reqs, tiers, method="one_pass")
+    assert sweep(spec, reqs, [8 * 64 + 63, 12 * 64], method="one_pass")["method"] == "one_pass"
+
+
 def test_one_pass_is_an_upper_bound_close_to_replays_on_a_session_trace():
     reqs = synthesize(150, 600, 4000, 0.7, sessions=12, seed=5)
     whole = sum(r.input_length for r in reqs)
