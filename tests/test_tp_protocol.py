@@ -191,3 +191,9 @@ def test_the_report_counts_every_ranks_mismatches():
                dict(rank, rank=2, read_mismatch_pages=2)]
     rep = report(cfg, results)
     assert rep["read_mismatches"] == 5 and rep["consistent"] and rep["ranks"] == 3
+
+
+def test_signed_maps_a_64_bit_digest_to_int64_and_back():
+    assert signed(5) == 5 and signed((1 << 63) - 1) == (1 << 63) - 1  # below 2^63: unchanged
+    assert signed(1 << 63) == -(1 << 63) and signed((1 << 64) - 1) == -1
+    assert all(signed(u) % (1 << 64) == u for u in (0, 1, 1 << 62, 1 << 63, (1 << 64) - 1))
