@@ -71,7 +71,7 @@ k=s['killed']+s['timeout']+s['segfault']; print(k, s['total']-s['no_tests']-s['s
   rows+=("$(printf '%-13s %-34s %4d/%-4d %6s%%  unreached %4d  %4ds' "$name" "$module" "$killed" "$reached" "$pct" \
             "$unreached" "$secs")")
   echo "${rows[-1]}"
-  grep -v ': no tests$' "$work/survivors.txt" | sed 's/^/    /' || true
+  grep -E ': (survived|suspicious)$' "$work/survivors.txt" | sed 's/^/    /' || true  # mutmut show NAME: the diff
   total_killed=$((total_killed + killed)) total_all=$((total_all + reached))
 done
 echo "--"
