@@ -191,6 +191,34 @@ def test_one_deciding_suite_all_skipped_beside_one_that_passed_is_not_run():
     assert s.verdict == "PASS"
 
 
+SWALLOWING_PLUGIN = textwrap.dedent('''
+    import pytest
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):  # a plugin that turns failed targets into passes
+        report = (yield).get_result()
+        if "test_target[" in item.nodeid and report.failed:
+            report.outcome, report.longrepr = "passed", None
+''')
+
+
+def test_a_failed_target_whose_test_passed_still_fails_the_run(tmp_path, capfd, backends_module):
+    """The target rows decide: a plugin that hides the failed test cannot turn the verdict."""
+    (tmp_path / "swallow_failures.py").write_text(SWALLOWING_PLUGIN)  # on the child's PYTHONPATH (fixture)
+    text = (Path(__file__).resolve().parents[1] / "hardware_profiles" / "emu.yaml").read_text()
+    text += ('  ghost_entry_bytes:\n    comparator: "<="\n    value: 1\n    tolerance: 0\n    unit: B\n'
+             '    source: "test: no ghost list entry fits in one byte"\n')
+    (tmp_path / "tight.yaml").write_text(text)
+    out = tmp_path / "report"
+    rc = conform(out, "--profile", str(tmp_path / "tight.yaml"), "-k", "test_target and ghost",
+                 "--", "-p", "swallow_failures")
+    s = summary(out)
+    assert s["totals"]["failed"] == 0 and s["verdict"] == "PARTIAL"  # the junit record saw no failure
+    report = json.loads((out / "report.json").read_text())
+    assert report["verdict"] == "FAIL" and report["failed_targets"] == ["ghost_entry_bytes"]
+    assert rc == 1
+
+
 def test_a_second_run_on_a_locked_out_is_refused_and_old_results_stay(tmp_path, capfd):
     out = tmp_path / "report"
     previous_report(out, **{"summary.json": '{"ok": true}'})

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hal.transfer.layouts import HOST_LAYOUTS, MLA_LAYOUTS, KVGeometry, host_layer_shift, host_piece_offsets
-from hal.transfer.plan import merge_runs, plan_pool_transfer
+from hal.transfer.plan import CopyGroup, Segments, check_group, merge_runs, plan_pool_transfer
 from hal.transfer.seed import SEED_GEOMETRY, SEED_TOKENS, seed_geometry, seed_plan
 
 
@@ -102,3 +102,14 @@ def test_bad_direction_and_layout_named():
         plan_pool_transfer("layer_first", g, 4, np.arange(2), np.arange(2), "sideways")
     with pytest.raises(ValueError, match="layout"):
         plan_pool_transfer("page_head", g, 4, np.arange(2), np.arange(2), "d2h")
+
+
+@pytest.mark.parametrize("lengths, bad", [([8, 0, 8], "0 bytes"), ([8, -4], "-4 bytes")])
+def test_a_segment_of_no_bytes_or_fewer_is_refused_naming_the_group(lengths, bad):
+    """A copy engine trusts the plan: a 0-byte or negative segment must never reach it."""
+    src, dst = torch.zeros(64, dtype=torch.uint8), torch.zeros(64, dtype=torch.uint8)
+    n = len(lengths)
+    offs = np.arange(n, dtype=np.int64) * 16
+    check_group("load", 0, CopyGroup(src, dst, Segments(offs, offs, np.full(n, 8, dtype=np.int64))))  # fine
+    with pytest.raises(ValueError, match=f"^plan load: groups\\[3\\] has a segment of {bad}"):
+        check_group("load", 3, CopyGroup(src, dst, Segments(offs, offs, np.array(lengths, dtype=np.int64))))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hicache_ref.core.allocator import PageAllocator
-from hicache_ref.core.policy import make_policy
+from hicache_ref.core.policy import WritePolicy, make_policy
 from hicache_ref.core.radix import RadixTree
 from hicache_ref.spec import CacheSpec
 
@@ -157,3 +157,19 @@ def test_backup_of_a_node_whose_ancestor_has_no_host_copy(scope):
         return
     (t,) = r.backups  # the seed's: the parent goes along with the child
     assert t.nodes == [parent, child] and t.num_tokens == 16
+
+
+def test_a_requests_counted_pages_never_shrink_until_it_finishes():
+    """A shorter insert of the same request (a chunk re-sent, a prefix) must not un-count pages
+    already counted: they would count a second hit when the longer insert comes again."""
+    p = WritePolicy("write_through_selective")
+    p.record("r", 5, finished=False)
+    p.record("r", 3, finished=False)
+    assert p.counted_pages("r") == 5 and p.requests_in_flight == 1
+    p.record("r", 7, finished=False)
+    assert p.counted_pages("r") == 7
+    p.record("r", 2, finished=True)
+    assert p.counted_pages("r") == 0 and p.requests_in_flight == 0
+    upstream = WritePolicy("write_through_selective", hit_count="per_insert")
+    upstream.record("r", 5, finished=False)
+    assert upstream.counted_pages("r") == 0 and upstream.requests_in_flight == 0

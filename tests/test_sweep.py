@@ -38,6 +38,10 @@ def test_plateau_gain_threshold_is_strict_and_configurable():
     assert find_plateau(TIERS[:3], rates, 0.1, 0.02).plateau_l2_tokens == 300  # 0.02 is not below 0.02
     assert find_plateau(TIERS[:3], rates, 0.1, 0.03).plateau_l2_tokens == 200
     assert find_plateau(TIERS[:3], rates, 0.1, 0.0).on_plateau is False
+    # a gain exactly at the threshold (binary fractions: 0.27 - 0.25 is not 0.02 in floats) is not below it
+    exact = find_plateau(TIERS[:3], [0.25, 0.5, 0.625], 0.0, 0.125)
+    assert exact.marginal_gains == [0.25, 0.25, 0.125] and (exact.plateau_l2_tokens, exact.on_plateau) == (300, False)
+    assert find_plateau(TIERS[:3], [0.25, 0.5, 0.625], 0.0, 0.25).plateau_l2_tokens == 200
 
 
 @pytest.mark.parametrize(("tiers", "rates", "gain", "word"), [
@@ -68,6 +72,16 @@ def test_one_pass_curve_equals_per_tier_replays_exactly():
         assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
     assert len({t["hit_rate"] for t in one["tiers"]}) > 2  # the curve really moves over these tiers
     assert one["plateau_l2_tokens"] == per["plateau_l2_tokens"] and one["on_plateau"] == per["on_plateau"]
+
+
+def test_one_pass_refuses_a_tier_below_l1():
+    """Below L1, L2 cannot hold all of L1: the stack pass's curve (L2 a superset of L1) would be wrong."""
+    reqs = _documents_trace(n=20)
+    spec = CacheSpec.of(page_size=64, l1_tokens=8 * 64, write_policy="write_through")
+    for tiers in ([4 * 64, 12 * 64], [8 * 64 - 1, 12 * 64]):  # a page short of L1, once pages are whole
+        with pytest.raises(ValueError, match=r"^--method: one_pass does not apply: tier [\d,]+ below L1 512"):
+            sweep(spec, reqs, tiers, method="one_pass")
+    assert sweep(spec, reqs, [8 * 64 + 63, 12 * 64], method="one_pass")["method"] == "one_pass"
 
 
 def test_one_pass_is_an_upper_bound_close_to_replays_on_a_session_trace():

@@ -10,7 +10,7 @@ from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.tp.digest import DecisionLog, RecordingAllocator, SpmdCheck, SpmdDivergence, signed
 from hicache_ref.tp.group import INT64_MAX
 from hicache_ref.tp.rank_cache import RankCache
-from hicache_ref.tp.report import report
+from hicache_ref.tp.report import KEYS, ok, report
 from hicache_ref.tp.visibility import VisibilityGate
 from hicache_ref.tp.workload import KINDS, WorkloadConfig, make_ops
 
@@ -191,3 +191,30 @@ def test_the_report_counts_every_ranks_mismatches():
                dict(rank, rank=2, read_mismatch_pages=2)]
     rep = report(cfg, results)
     assert rep["read_mismatches"] == 5 and rep["consistent"] and rep["ranks"] == 3
+    assert not ok(rep) and ok(report(cfg, [dict(r, read_mismatch_pages=0) for r in results]))
+
+
+def test_the_report_names_every_key_and_counts_a_private_pool_per_rank():
+    cfg = WorkloadConfig(ops=10, seed=4, shared=False)
+    rank = {"host_pool_bytes": 8, "h2d_bytes": 5, "pages_read": 4, "registered_bytes": 2, "checks": 3,
+            "pool": {"kind": "private", "file_uid": 9}, "read_mismatch_pages": 0, "read_digest": "ab"}
+    results = [dict(rank, rank=0, digest="01", d2h_bytes=7), dict(rank, rank=1, digest="01", d2h_bytes=6)]
+    rep = report(cfg, results)
+    assert list(rep)[:len(KEYS)] == list(KEYS)
+    assert (rep["ranks"], rep["ops"], rep["digest"], rep["host_bytes_total"]) == (2, 10, "01", 16)
+    assert rep["d2h_bytes_by_rank"] == {"0": 7, "1": 6} and rep["h2d_bytes_by_rank"] == {"0": 5, "1": 5}
+    assert rep["pages_read_by_rank"] == {"0": 4, "1": 4} and rep["registered_bytes_by_rank"] == {"0": 2, "1": 2}
+    assert rep["first_divergence"] is None and rep["reads_identical"] and rep["checks"] == 3
+    assert rep["host_pool"] == {"kind": "private"}  # the file's identity is not a figure
+    assert (rep["seed"], rep["shared"], rep["geometry"]["page_size"]) == (4, False, cfg.page_size)
+    assert ok(rep)
+    shared = report(WorkloadConfig(ops=10, seed=4, shared=True, shared_dir="/dev/shm"),
+                    [results[0], dict(results[1], digest="02", read_digest="cd")])
+    assert shared["host_bytes_total"] == 8 and not shared["consistent"] and shared["digest"] is None
+    assert not shared["reads_identical"] and not ok(shared)
+
+
+def test_signed_maps_a_64_bit_digest_to_int64_and_back():
+    assert signed(5) == 5 and signed((1 << 63) - 1) == (1 << 63) - 1  # below 2^63: unchanged
+    assert signed(1 << 63) == -(1 << 63) and signed((1 << 64) - 1) == -1
+    assert all(signed(u) % (1 << 64) == u for u in (0, 1, 1 << 62, 1 << 63, (1 << 64) - 1))

@@ -138,3 +138,12 @@ def test_trace_synth_reports_where_the_reuse_sits(tmp_path, capsys):
     fig = json.loads(capsys.readouterr().out)
     assert abs(fig["prefix_reuse_rate"] - 0.8) <= 0.02 and fig["global_prefix_share"] == pytest.approx(0.5, abs=0.05)
     assert fig["global_prefix_tokens"] > 0 and fig["turns"] == 8 and fig["think_time"] == 5.0
+
+
+@pytest.mark.parametrize("reuse, seed, sessions", [(0.6, 1, 16), (0.3, 2, 40)])
+def test_the_reuse_feedback_lands_within_a_block_of_the_rate_asked(reuse, seed, sessions):
+    """The feedback cuts each request's reuse to the running target: over ~1.5M tokens the rate is
+    within a fraction of one 512-token block of it, not merely near it."""
+    got = trace_stats(synthesize(requests=300, min_tokens=2000, max_tokens=8000, reuse=reuse, seed=seed,
+                                 sessions=sessions))["prefix_reuse_rate"]
+    assert abs(got - reuse) <= 5e-4, got
