@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from hicache_ref.l3.policy import PREFETCH_POLICIES
 from hicache_ref.l3.tier import DEFAULT_THRESHOLD_TOKENS
+from hicache_ref.spec.fields import fail, one_of, param, parse_int, real, whole
 from hicache_ref.storage.objects import DEFAULT_KEY_SCHEME, DEFAULT_OBJECT_ORDER, KEY_SCHEMES
 from hicache_ref.storage.pages import OBJECT_ORDERS
-from hicache_ref.spec.fields import fail, one_of, param, parse_int, real, whole
 
 DEFAULT_PREFETCH_POLICY = "wait_complete"
 L3_ONLY = {"replay"}
