@@ -3,8 +3,9 @@
 A page is one or more objects (the backend's `upstream_objects`), each some of the page's parts in
 the format's byte order. Set skips objects already stored, as upstream's clients do; a page is
 present, written or read when all of its objects are. Read: an object of exactly the parts' size
-has no trailer and is counted unverified; one a trailer longer is checked against it; any other
-size is corrupt (counted and discarded).
+has no trailer and is counted unverified; one a trailer longer is checked against it when the
+format has trailers (else counted an error and kept); any other size is corrupt (counted and
+discarded).
 """
 
 from __future__ import annotations
@@ -85,16 +86,25 @@ def get_pages(backend, keys, pool, host_pages) -> list[bool]:
                         view = backend.staging.take(part, lease).numpy().reshape(1, -1)
                         staged.append((p, view))
                     targets.append(view)
-                targets.append(np.empty((1, TRAILER_BYTES), dtype=np.uint8))
+                if fmt.trailer:  # a slot for it (Mooncake fills nothing when the buffers exceed the object)
+                    targets.append(np.empty((1, TRAILER_BYTES), dtype=np.uint8))
                 items.append((name, targets))
                 plan.append((i, parts, staged))
-        try:
-            sizes = list(backend._read(items))
-        except Exception:  # noqa: BLE001
-            sizes = [None] * len(items)
+        sizes = _read(backend, items)
+        if fmt.trailer:  # objects without one (upstream's): read again into the parts alone
+            again = [j for j, size in enumerate(sizes) if size == part * len(plan[j][1])]
+            for j, size in zip(again, _read(backend, [(items[j][0], items[j][1][:-1]) for j in again]), strict=True):
+                sizes[j] = size
         return _settle(backend, pool, host_pages, items, plan, sizes, part, len(keys))
     finally:
         backend.staging.give(lease)
+
+
+def _read(backend, items) -> list:
+    try:
+        return list(backend._read(items))
+    except Exception:  # noqa: BLE001 - any backend failure is an L3 error, never the caller's crash
+        return [None] * len(items)
 
 
 def _settle(backend, pool, host_pages, items, plan, sizes, part, count) -> list[bool]:
@@ -111,10 +121,12 @@ def _settle(backend, pool, host_pages, items, plan, sizes, part, count) -> list[
             unverified[i] = True
             counts["objects_read"] += 1
             continue
-        elif size == payload + TRAILER_BYTES and \
+        elif size == payload + TRAILER_BYTES and fmt.trailer and \
                 integrity.verified(name, targets[:-1], targets[-1].tobytes(), size, payload):
             counts["objects_read"] += 1
             continue
+        elif size == payload + TRAILER_BYTES and not fmt.trailer:
+            counts["errors"] += 1  # a trailer-written object read with --l3-trailer off: not read, kept
         else:
             counts["corrupt"] += 1
             backend._discard_quietly(name)
