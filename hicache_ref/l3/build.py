@@ -31,7 +31,8 @@ def attach_l3(cache, spec, *, storage=None, tp_rank: int = 0, tp_size: int = 1, 
     geom = cache.geom
     fmt, key_fn = object_format(spec, geom, tp_rank, tp_size)
     if fmt.upstream:
-        seed_chain(cache.tree, namespace_seed(spec.extra_key, spec.cache_salt))
+        # upstream's RadixKey takes an empty cache_salt as none
+        seed_chain(cache.tree, namespace_seed(spec.extra_key, spec.cache_salt or None))
     owns = storage is None
     if owns:
         try:
