@@ -127,7 +127,11 @@ CASES = [
 
 
 def _where(backend, request, tmp_path):
-    return request.getfixturevalue("mooncake_cluster") if backend == "mooncake" else tmp_path / "hicache-file"
+    if backend == "mooncake":
+        return request.getfixturevalue("mooncake_cluster")
+    where = tmp_path / "hicache-file"
+    where.mkdir()  # HiCacheFile creates its directory on TP rank 0 only
+    return where
 
 
 @pytest.mark.parametrize("backend,attention,order,layout,seed", CASES)
