@@ -43,7 +43,8 @@ class _Cache:
         names = dict(policy="prefetch_policy", threshold_tokens="prefetch_threshold",
                      limit_tokens="prefetch_limit_tokens", slack_seconds="prefetch_slack_seconds",
                      limit_rule="prefetch_limit_rule")
-        storage = StorageSpec(l3="memory:", **{names[k]: options.pop(k) for k in list(options) if k in names})
+        storage = StorageSpec(l3="memory:", key_scheme="harness",  # the tier's own trailer-checked objects
+                              **{names[k]: options.pop(k) for k in list(options) if k in names})
         self.l3 = attach_l3(self.cache, storage, storage=store, policy=options.pop("policy_object", None), **options)
 
     def __enter__(self):

@@ -2,7 +2,9 @@
 
 The store is opened with hicache_ref.storage.open_storage (`file:DIR`,
 `mooncake:METADATA_URL,MASTER_ADDR`, or an entry-point backend) and keyed by
-hicache_ref.storage.keys.StorageIdentity of the cache's geometry, so caches of different
+the spec's key scheme: upstream SGLang's objects (hicache_ref.storage.objects; the hash chain
+seeded from the spec's extra_key / cache_salt as upstream seeds it), or the harness's, keyed by
+hicache_ref.storage.keys.StorageIdentity of the cache's geometry so caches of different
 geometries sharing one store never read each other's pages. For MHA a TP rank's slice is
 its own shard of the key space; for MLA every rank holds the same latent KV, shares keys,
 and only rank 0 writes.
@@ -12,7 +14,8 @@ from __future__ import annotations
 
 from hicache_ref.l3.policy import L3Link
 from hicache_ref.l3.tier import L3Tier
-from hicache_ref.storage.keys import StorageIdentity
+from hicache_ref.storage.keys import StorageIdentity, namespace_seed, upstream_keys
+from hicache_ref.storage.objects import ObjectFormat
 from hicache_ref.storage.registry import open_storage
 
 
@@ -27,8 +30,10 @@ def attach_l3(cache, spec, *, storage=None, tp_rank: int = 0, tp_size: int = 1, 
     its prefetch policy (or `policy`, a PrefetchPolicy object with its own parameters) to `cache`
     as `cache.l3`; returns it."""
     geom = cache.geom
-    shard = f"tp{tp_rank}of{tp_size}" if geom.attention == "mha" and tp_size > 1 else ""
-    identity = StorageIdentity(geom, shard=shard)
+    fmt, key_fn = object_format(spec, geom, tp_rank, tp_size)
+    if fmt.upstream:
+        # upstream's RadixKey takes an empty cache_salt as none
+        seed_chain(cache.tree, namespace_seed(spec.extra_key, spec.cache_salt or None))
     owns = storage is None
     if owns:
         try:
@@ -42,10 +47,12 @@ def attach_l3(cache, spec, *, storage=None, tp_rank: int = 0, tp_size: int = 1, 
     if link is None:  # the profile's l3_link where it has one (hardware_profiles), else the assumed link
         link = L3Link.from_profile(getattr(cache.backend, "profile", None), geom.token_bytes * geom.page_size)
     try:
+        if hasattr(storage, "use_format"):
+            storage.use_format(fmt)
         extra = {} if deadline_s is None else dict(deadline_s=deadline_s)
         if policy is not None:
             extra["policy"] = policy
-        tier = L3Tier(storage, cache.tree, cache.host, geom, identity.keys, spec, link=link, tp_rank=tp_rank,
+        tier = L3Tier(storage, cache.tree, cache.host, geom, key_fn, spec, link=link, tp_rank=tp_rank,
                       owns_storage=owns, **extra)
     except BaseException:
         if owns:
@@ -53,3 +60,25 @@ def attach_l3(cache, spec, *, storage=None, tp_rank: int = 0, tp_size: int = 1, 
         raise
     cache.l3 = tier
     return tier
+
+
+def object_format(spec, geom, tp_rank: int = 0, tp_size: int = 1):
+    """(ObjectFormat, page hashes -> keys) for the storage spec `spec` and the cache's geometry."""
+    if getattr(spec, "key_scheme", "harness") == "harness":
+        shard = f"tp{tp_rank}of{tp_size}" if geom.attention == "mha" and tp_size > 1 else ""
+        return ObjectFormat(), StorageIdentity(geom, model=spec.l3_model or "", shard=shard).keys
+    fmt = ObjectFormat(scheme="sglang", order=spec.object_layout, trailer=spec.trailer == "on",
+                       model=spec.l3_model or "", tag=spec.l3_tag or "", attention=geom.attention,
+                       tp_rank=tp_rank, tp_size=tp_size)
+    return fmt, upstream_keys
+
+
+def seed_chain(tree, seed: bytes | None) -> None:
+    """Start the tree's page hash chain at `seed` (upstream's namespace seed; None: unseeded). Only
+    before any node's hashes exist: the chain of every node below depends on it."""
+    want = [seed] if seed is not None else []
+    if tree.root.hashes == want:
+        return
+    if any(child.hashes is not None for child in tree.root.children.values()):
+        raise ValueError("l3: the namespace seed must be set before any page is hashed")
+    tree.root.hashes = want

@@ -322,6 +322,7 @@ class L3Tier:
         out.update({k: v for k, v in c.items() if k != "l3_hit_pages"})
         stats = getattr(self.storage, "stats", None)
         out["l3_corrupt_pages"] = getattr(stats, "corrupt", 0)
+        out["l3_unverified_pages"] = getattr(stats, "unverified", 0)  # read whole, no trailer to check
         out["l3_store_errors"] = getattr(stats, "errors", 0)
         out["l3_storage"] = getattr(self.storage, "name", type(self.storage).__name__)
         out["l3_max_bytes"] = getattr(self.storage, "max_bytes", None)  # the store's bound; None: the store's own

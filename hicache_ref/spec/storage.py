@@ -1,8 +1,11 @@
 """The storage node: the L3 store under L2 (a spec string naming a registered store) and its prefetch.
 
 `l3` is NAME:ARGS for a store in hicache_ref.storage.registry (file:DIR, mooncake:..., memory:);
-a new kind of store is a registered name, not a field. The prefetch options apply only with an L3
-and are resolved to their defaults once one is given (the policy, its timeout start and the rate
+a new kind of store is a registered name, not a field. The key scheme says whose objects the store
+holds: upstream SGLang's (the default, so a store an SGLang server filled serves a replay and the
+reverse) or the harness's own (its geometry-tagged keys and integrity trailer, which the storage
+benchmarks and conformance suite measure). The prefetch and key options apply only with an L3 and
+are resolved to their defaults once one is given (the policy, its timeout start and the rate
 limit's rule from the semantics preset, by the root spec).
 """
 
@@ -13,6 +16,8 @@ from dataclasses import dataclass
 from hicache_ref.l3.policy import DEFAULT_PREFETCH_POLICY, PREFETCH_POLICIES, TIMEOUT_STARTS
 from hicache_ref.l3.tier import DEFAULT_THRESHOLD_TOKENS, LIMIT_RULES
 from hicache_ref.spec.fields import fail, one_of, param, parse_int, parse_tokens, real, whole
+from hicache_ref.storage.objects import DEFAULT_KEY_SCHEME, DEFAULT_OBJECT_ORDER, KEY_SCHEMES
+from hicache_ref.storage.pages import OBJECT_ORDERS
 
 L3_ONLY = {"replay"}
 L3_COMMANDS = {"replay", "sweep"}  # --l3 model: runs in both (no bytes); a real store needs --materialize
@@ -24,6 +29,7 @@ def is_model_store(l3: str | None) -> bool:
     return isinstance(l3, str) and l3.strip().partition(":")[0] == MODEL_STORE
 
 
+_KEY_OPTIONS = ("key_scheme", "l3_model", "l3_tag", "object_layout", "trailer", "extra_key", "cache_salt")
 _SLACK_MS = parse_int(0, 3_600_000)
 
 
@@ -64,11 +70,34 @@ class StorageSpec:
                                                  "whole ms, a request has before it is scheduled",
                                                  parse=lambda text: _SLACK_MS(text) / 1000,
                                                  shown_default="0: serial replay", commands=L3_COMMANDS)
+    key_scheme: str | None = param(None, "--l3-keys", "with --l3: whose objects the store holds: sglang "
+                                   "(upstream SGLang 0.5.23's keys and bytes, shared with its servers) or "
+                                   "harness (geometry-tagged keys, every object with an integrity trailer)",
+                                   choices=KEY_SCHEMES, shown_default=DEFAULT_KEY_SCHEME, commands=L3_ONLY)
+    l3_model: str | None = param(None, "--l3-model", "with --l3: the model name in the keys (upstream's "
+                                 "--model-path as the server was given it)", metavar="NAME",
+                                 shown_default="none", commands=L3_ONLY)
+    l3_tag: str | None = param(None, "--l3-tag", "with --l3-keys sglang: the tenant tag before the model in "
+                               "Mooncake keys (upstream's extra_backend_tag)", metavar="TAG",
+                               shown_default="none", commands=L3_ONLY)
+    object_layout: str | None = param(None, "--l3-object-layout", "with --l3-keys sglang: the byte order of a "
+                                      "stored page, that of the writing server's host layout", choices=OBJECT_ORDERS,
+                                      shown_default=DEFAULT_OBJECT_ORDER, commands=L3_ONLY)
+    trailer: str | None = param(None, "--l3-trailer", "with --l3-keys sglang: end each object with the "
+                                "harness's integrity trailer (SGLang's own clients then cannot read it); off, "
+                                "pages read without one count as l3_unverified_pages", choices=("off", "on"),
+                                shown_default="off", commands=L3_ONLY)
+    extra_key: str | None = param(None, "--l3-extra-key", "with --l3-keys sglang: the requests' extra_key "
+                                  "(e.g. a LoRA id), which seeds upstream's storage hash chain",
+                                  metavar="TEXT", shown_default="none", commands=L3_ONLY)
+    cache_salt: str | None = param(None, "--l3-cache-salt", "with --l3-keys sglang: the requests' cache_salt, "
+                                   "which seeds upstream's storage hash chain", metavar="TEXT",
+                                   shown_default="none", commands=L3_ONLY)
 
     def __post_init__(self):
         if self.l3 is None:
             for name in ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule", "prefetch_threshold",
-                         "prefetch_limit_tokens", "prefetch_slack_seconds", "l3_tokens"):
+                         "prefetch_limit_tokens", "prefetch_slack_seconds", "l3_tokens", *_KEY_OPTIONS):
                 if getattr(self, name) is not None:
                     raise fail(self, name, "applies to an L3: give --l3 SPEC")
             return
@@ -94,3 +123,29 @@ class StorageSpec:
         whole(self, "prefetch_threshold", 0)
         whole(self, "prefetch_limit_tokens", 0, none_ok=True)
         real(self, "prefetch_slack_seconds")
+        self._resolve_keys()
+
+    def _resolve_keys(self) -> None:
+        if self.key_scheme is None:
+            object.__setattr__(self, "key_scheme", DEFAULT_KEY_SCHEME)
+        one_of(self, "key_scheme", KEY_SCHEMES)
+        for name in ("l3_model", "l3_tag", "extra_key", "cache_salt"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.isprintable()):
+                raise fail(self, name, f"expected printable text, got {value!r}")
+        for name in ("l3_model", "l3_tag"):
+            value = getattr(self, name)
+            if value is not None and (not value or any(c.isspace() for c in value)):
+                raise fail(self, name, f"expected a name without spaces, got {value!r}")
+        if self.key_scheme == "harness":
+            for name in ("l3_tag", "object_layout", "trailer", "extra_key", "cache_salt"):
+                if getattr(self, name) is not None:
+                    raise fail(self, name, "applies to --l3-keys sglang (the harness's objects are layer_first, "
+                                           "unseeded, each with a trailer)")
+            return
+        if self.object_layout is None:
+            object.__setattr__(self, "object_layout", DEFAULT_OBJECT_ORDER)
+        if self.trailer is None:
+            object.__setattr__(self, "trailer", "off")
+        one_of(self, "object_layout", OBJECT_ORDERS)
+        one_of(self, "trailer", ("off", "on"))

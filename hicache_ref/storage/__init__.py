@@ -2,7 +2,9 @@
 
 - `base`: the contract (exists / get / set / register_host_pool / close, stats); integrity is
   checked there once for every backend, with the trailer and digests of `integrity`.
-- `keys`: storage keys from the page hash chain plus a model/geometry identity tag.
+- `keys`: storage keys from the page hash chain (plus a model/geometry identity tag in the
+  harness's scheme) and upstream's namespace seed of the chain.
+- `objects`, `upstream_io`: the key schemes' object formats, and pages as upstream SGLang's objects.
 - `pages`: one host-pool page to and from the canonical byte order (address math from
   `hal.transfer.layouts`), so a page reads back bit-identical into any host layout.
 - `registry`: backends by name (built-ins and the `hicache.storage` entry point) and

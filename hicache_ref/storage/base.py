@@ -1,8 +1,10 @@
 """The L3 storage contract: batch exists / get / set of whole host-pool pages, with integrity.
 
 `exists` answers with the length of the leading run of keys present, as upstream HiCache storage
-does. Every object is the page in canonical byte order plus a digest trailer, checked here once for
-every backend: a corrupt object is counted and discarded, never returned as KV. Backends fill the
+does. In the harness's object format (hicache_ref.storage.objects) every object is the page in
+canonical byte order plus a digest trailer, checked here once for every backend: a corrupt object
+is counted and discarded, never returned as KV; upstream SGLang's format goes through
+hicache_ref.storage.upstream_io. Backends fill the
 underscore hooks; public methods validate, count errors and keep the stats, and overlap the
 integrity pass of one chunk with the transfer of the next.
 """
@@ -16,7 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from hicache_ref.storage import integrity, pages
+from hicache_ref.storage import integrity, objects, pages, upstream_io
 from hicache_ref.storage.integrity import TRAILER_BYTES
 from hicache_ref.storage.staging import STAGING_KEEP_BYTES, StagingPool  # noqa: F401 - re-exported
 
@@ -36,7 +38,8 @@ def _chunks(count: int, page_bytes: int, chunk_bytes: int = CHUNK_BYTES):
 
 @dataclass
 class StorageStats:
-    """Counters of one client; objects and payload bytes, misses, corrupt objects, backend errors."""
+    """Counters of one client; objects and payload bytes, misses, corrupt objects, backend errors,
+    and pages read whole from objects without a trailer (size checked, content not: `unverified`)."""
 
     objects_read: int = 0
     bytes_read: int = 0
@@ -45,6 +48,7 @@ class StorageStats:
     misses: int = 0
     corrupt: int = 0
     errors: int = 0
+    unverified: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -103,6 +107,23 @@ class StorageBackend:
         self._worker: ThreadPoolExecutor | None = None  # digests and verifies beside the backend's I/O
         self._worker_lock = threading.Lock()
         self._closed = False
+        self.object_format = objects.HARNESS
+
+    def use_format(self, fmt: objects.ObjectFormat) -> None:
+        """Name and lay out objects as `fmt` says from now on (the harness's format until called)."""
+        if not isinstance(fmt, objects.ObjectFormat):
+            raise ValueError(f"fmt: expected an ObjectFormat, got {type(fmt).__name__}")
+        self.object_format = fmt
+
+    @property
+    def object_parts(self) -> int:
+        """Parts of a page under the current format: K and V for MHA, the latent for MLA."""
+        return 2 if self.object_format.attention == "mha" else 1
+
+    def upstream_objects(self, fmt, page_key: str, parts: int) -> list[tuple[str, tuple[int, ...]]]:
+        """Upstream's objects of one page, [(name, parts it holds)]: MooncakeStore's names unless
+        the backend has upstream counterpart of its own (the file store)."""
+        return objects.mooncake_names(fmt, page_key, parts)
 
     # ---- public API (validates once) -------------------------------------------------
     def exists(self, keys) -> int:
@@ -111,7 +132,7 @@ class StorageBackend:
         if not keys:
             return 0
         try:
-            n = int(self._exists(keys))
+            n = upstream_io.exists(self, keys) if self.object_format.upstream else int(self._exists(keys))
         except Exception:  # noqa: BLE001 - any backend failure is an L3 error, never the caller's crash
             self._count(errors=1)
             return 0
@@ -124,6 +145,8 @@ class StorageBackend:
         the backend writes from views of it); one gather per part otherwise."""
         keys = self._open_keys(keys)
         host_pages = check_pages(host_pool, host_pages, len(keys))
+        if self.object_format.upstream:
+            return upstream_io.set_pages(self, keys, host_pool, host_pages)
         spans = self._spans("set", len(keys), pages.page_bytes(host_pool.geom))
         done: list[bool] = []
         ahead = None
@@ -176,6 +199,8 @@ class StorageBackend:
         staging tensor and scatter only verified pages."""
         keys = self._open_keys(keys)
         host_pages = check_pages(host_pool, host_pages, len(keys))
+        if self.object_format.upstream:
+            return upstream_io.get_pages(self, keys, host_pool, host_pages)
         out: list[bool] = []
         spans = self._spans("get", len(keys), pages.page_bytes(host_pool.geom))
         previous = pending = None
@@ -313,6 +338,10 @@ class StorageBackend:
     def _contains(self, key: str) -> bool:
         """Whether an object is stored under `key` (its integrity is checked on read, not here)."""
         raise NotImplementedError
+
+    def _present(self, keys: list[str]) -> list[bool]:
+        """Per key, whether an object is stored under it; the default asks `_contains` key by key."""
+        return [self._contains(key) for key in keys]
 
     def _exists(self, keys: list[str]) -> int:
         """Length of the leading run present; the default asks `_contains` key by key."""

@@ -17,9 +17,11 @@ from collections import OrderedDict
 
 from hicache_ref.storage.base import StorageBackend, rows
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
+from hicache_ref.storage.objects import file_names
 from hicache_ref.storage.registry import parse_options
 
 SUFFIX = ".kv"
+UPSTREAM_SUFFIX = ".bin"  # upstream HiCacheFile's objects: `<its key>.bin`
 _PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 RESCAN_EVERY = 64
 RESCAN_SHARE = 16  # ...or once per this fraction of the objects counted, when that is more writes
@@ -110,14 +112,21 @@ class FileStorage(StorageBackend):
         """Bytes of objects this client counts in the directory (as of its last scan and writes)."""
         return self._bytes
 
+    def _name(self, key: str) -> str:
+        """The object's file name: the harness's, or upstream HiCacheFile's under its format."""
+        return key + UPSTREAM_SUFFIX if self.object_format.upstream else file_name(key)
+
     def _path(self, key: str) -> str:
-        return os.path.join(self.directory, file_name(key))
+        return os.path.join(self.directory, self._name(key))
+
+    def upstream_objects(self, fmt, page_key, parts):
+        return file_names(fmt, page_key, parts)
 
     def _rescan(self) -> None:
         found = []
         with os.scandir(self.directory) as it:
             for entry in it:
-                if entry.name.endswith(SUFFIX) and not entry.name.startswith("."):
+                if entry.name.endswith((SUFFIX, UPSTREAM_SUFFIX)) and not entry.name.startswith("."):
                     try:
                         st = entry.stat()
                     except FileNotFoundError:
@@ -172,7 +181,7 @@ class FileStorage(StorageBackend):
             except FileNotFoundError:
                 pass
             return False
-        name = file_name(key)
+        name = self._name(key)
         with self._lock:
             self._bytes += size - self._index.pop(name, 0)
             self._index[name] = size
@@ -188,7 +197,7 @@ class FileStorage(StorageBackend):
         except FileNotFoundError:
             return
         with self._lock:
-            self._bytes -= self._index.pop(file_name(key), 0)
+            self._bytes -= self._index.pop(self._name(key), 0)
 
     def _read_into(self, key, targets) -> int:
         path = self._path(key)
@@ -208,7 +217,7 @@ class FileStorage(StorageBackend):
             os.utime(fd)  # recency for the LRU, shared by every client of the directory
         finally:
             os.close(fd)
-        name = file_name(key)
+        name = self._name(key)
         with self._lock:
             if name in self._index:
                 self._index.move_to_end(name)

@@ -1,8 +1,9 @@
-"""Storage keys: the page hash chain plus a short tag of what the bytes mean.
+"""Storage keys: the page hash chain, plus (harness scheme) a short tag of what the bytes mean.
 
-The hash is byte-identical to upstream's storage hash strings; the tag names the KV geometry, and a
-model and shard when given, so different geometries never read each other's pages. The host layout
-is not part of the key: objects hold pages in one canonical order.
+The hash is byte-identical to upstream's storage hash strings, and `namespace_seed` is the root
+upstream chains a namespaced request from. The harness tag names the KV geometry, and a model and
+shard when given, so different geometries never read each other's pages; upstream's keys are the
+bare hash, named further by the backend (hicache_ref.storage.objects).
 """
 
 from __future__ import annotations
@@ -55,3 +56,38 @@ class StorageIdentity:
     def keys(self, page_hashes) -> list[str]:
         """Keys of a run of pages, in order (e.g. `hicache_ref.core.hashing.page_hashes(tokens, ps)`)."""
         return [self.key(h) for h in page_hashes]
+
+
+# ---- upstream SGLang's keys ----------------------------------------------------------------------
+_NAMESPACE_TAG = b"sglang-cache-namespace-v1"
+
+
+def namespace_seed(extra_key: str | None = None, cache_salt: str | None = None) -> bytes | None:
+    """The digest upstream SGLang 0.5.23 starts a request's storage hash chain from when the request
+    has an extra_key (e.g. a LoRA id) or a cache_salt; None (an unseeded chain) when it has neither.
+
+    SHA-256 over a fixed tag, then for each of the two, in order: 0x00 when absent, else 0x01, its
+    UTF-8 length as 8 little-endian bytes and the bytes (so absent, empty and split values differ)."""
+    if extra_key is None and cache_salt is None:
+        return None
+    h = hashlib.sha256(_NAMESPACE_TAG)
+    for name, part in (("extra_key", extra_key), ("cache_salt", cache_salt)):
+        if part is None:
+            h.update(b"\x00")
+            continue
+        if not isinstance(part, str):
+            raise ValueError(f"{name}: expected a string or None, got {type(part).__name__}")
+        data = part.encode("utf-8")
+        h.update(b"\x01" + len(data).to_bytes(8, "little") + data)
+    return h.digest()
+
+
+def upstream_keys(page_hashes) -> list[str]:
+    """Upstream's page keys: the chained hash as 64 lowercase hex characters (the backend adds its
+    own prefix and suffixes: hicache_ref.storage.objects)."""
+    out = []
+    for h in page_hashes:
+        if not isinstance(h, bytes | bytearray) or len(h) != 32:
+            raise ValueError(f"page_hash: expected a 32-byte digest, got {h!r:.40}")
+        out.append(hash_hex(bytes(h)))
+    return out

@@ -220,6 +220,12 @@ class MooncakeStorage(StorageBackend):
     def _contains(self, key: str) -> bool:
         return self._exists([key]) == 1
 
+    def _present(self, keys) -> list[bool]:
+        codes = self._store.batch_is_exist(keys)
+        if any(code not in (0, 1) for code in codes):
+            raise RuntimeError(f"{self.spec}: batch_is_exist failed (codes {sorted(set(codes))})")
+        return [code == 1 for code in codes]
+
     def _write(self, items) -> list[bool]:
         out = []
         arena = self._arena_np

@@ -235,3 +235,61 @@ def _scatter_rows(pool, part: int, page: int, src: torch.Tensor) -> None:
     rows = torch.from_numpy(_rows(pool.layout, pool.geom, pool.num_tokens, page).reshape(-1))
     table = _table(pool, part)
     table.index_copy_(0, rows, src.view(-1, table.shape[1]))
+
+
+# ---- one part of a page in an upstream object's byte order --------------------------------------
+# Upstream SGLang stores a host-pool page as the bytes its own host layout keeps it in: these are the
+# axis orders of one part's page (L layers, T tokens, H heads of head_dim each) per layout.
+OBJECT_ORDERS = {"layer_first": (0, 1, 2), "page_first_direct": (0, 1, 2), "page_first": (1, 0, 2),
+                 "page_head": (2, 1, 0)}
+
+
+@functools.lru_cache(maxsize=256)
+def _head_rows(layout: str, geom: layouts.KVGeometry, size: int, page: int, order: str) -> np.ndarray:
+    """Row numbers, in units of one head's bytes, of one part's page in `order`'s byte order (1-D)."""
+    head_bytes = geom.head_dim * geom.elem_size
+    piece = geom.piece_bytes(layout)
+    per_piece = piece // head_bytes
+    rows = _rows(layout, geom, size, page) * per_piece  # (layers, tokens, pieces) in head units
+    heads = (rows[..., None] + np.arange(per_piece, dtype=np.int64)).reshape(geom.layers, geom.page_size, -1)
+    out = np.ascontiguousarray(heads.transpose(OBJECT_ORDERS[order])).reshape(-1)
+    out.setflags(write=False)
+    return out
+
+
+def _head_table(pool, part: int) -> torch.Tensor:
+    return _part_bytes(pool, part).view(-1, pool.geom.head_dim * pool.geom.elem_size)
+
+
+def ordered_view(pool, part: int, page: int, order: str) -> np.ndarray | None:
+    """The part's page as one writable (1, bytes) view of the pool when, in `order`, it is one run
+    of it; else None (gather or scatter it)."""
+    rows = _head_rows(pool.layout, pool.geom, pool.num_tokens, page, order)
+    if rows[-1] - rows[0] + 1 != rows.size or not np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
+        return None
+    table = _head_table(pool, part).numpy()
+    return table[rows[0] : rows[0] + rows.size].reshape(1, -1)
+
+
+def gather_ordered(pool, part: int, page: int, order: str, take) -> np.ndarray:
+    """The part's page in `order` as a (1, bytes) array: a view of the pool or gathered into `take(n)`."""
+    view = ordered_view(pool, part, page, order)
+    if view is not None:
+        return view
+    rows = torch.from_numpy(_head_rows(pool.layout, pool.geom, pool.num_tokens, page, order).copy())
+    table = _head_table(pool, part)
+    buf = take(rows.numel() * table.shape[1])
+    torch.index_select(table, 0, rows, out=buf.view(-1, table.shape[1]))
+    return buf.numpy().reshape(1, -1)
+
+
+def scatter_ordered(pool, part: int, page: int, order: str, data: np.ndarray) -> None:
+    """Write one part's page given in `order` (uint8, its bytes) into the pool."""
+    rows = torch.from_numpy(_head_rows(pool.layout, pool.geom, pool.num_tokens, page, order).copy())
+    table = _head_table(pool, part)
+    table.index_copy_(0, rows, torch.from_numpy(np.ascontiguousarray(data).reshape(-1)).view(-1, table.shape[1]))
+
+
+def part_bytes(geom: layouts.KVGeometry) -> int:
+    """Bytes of one part (K, V or MLA's latent) of one page."""
+    return geom.layers * geom.page_size * geom.item_size
