@@ -212,6 +212,9 @@ def test_the_report_names_every_key_and_counts_a_private_pool_per_rank():
                     [results[0], dict(results[1], digest="02", read_digest="cd")])
     assert shared["host_bytes_total"] == 8 and not shared["consistent"] and shared["digest"] is None
     assert not shared["reads_identical"] and not ok(shared)
+    # reads that differ fail a run on their own; a report without the key (older) does not
+    assert not ok({"consistent": True, "read_mismatches": 0, "reads_identical": False})
+    assert ok({"consistent": True, "read_mismatches": 0})
 
 
 def test_signed_maps_a_64_bit_digest_to_int64_and_back():
