@@ -21,10 +21,11 @@ DECISIONS = ("l3_hit_tokens", "l3_prefetches", "l3_lookups", "l3_pages_read", "l
              "l3_pages_present", "l3_miss_pages", "hit_rate", "l1_hit_tokens", "l2_hit_tokens")
 
 
-def _pair(tmp_path, trace, limit, policy, l1, l2, l3_pages, page_size):
+def _pair(tmp_path, trace, limit, policy, l1, l2, l3_pages, page_size, key_scheme="sglang"):
     """(file L3 materialized at the tiny geometry, model L3 at the seed geometry) on one slice."""
     requests = read_trace(find_trace(trace), limit)
-    tiers = dict(l1_tokens=l1, l2_tokens=l2, write_policy=policy, page_size=page_size, profile="emu")
+    tiers = dict(l1_tokens=l1, l2_tokens=l2, write_policy=policy, page_size=page_size, profile="emu",
+                 key_scheme=key_scheme)
     bound = "" if l3_pages is None else f",max_bytes={l3_pages * (page_size * 8 + TRAILER_BYTES)}"
     real = replay(CacheSpec.of(**TINY, **tiers, materialize=True, l3=f"file:{tmp_path}{bound}"), requests)
     model = replay(CacheSpec.of(**tiers, l3="model:", **({} if l3_pages is None else dict(l3_tokens=l3_pages * page_size))),
@@ -35,8 +36,9 @@ def _pair(tmp_path, trace, limit, policy, l1, l2, l3_pages, page_size):
 
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
 @pytest.mark.parametrize("l3_pages", [None, 300], ids=["loose", "tight"])
-def test_model_l3_decides_as_a_materialized_file_l3_synthetic(tmp_path, policy, l3_pages):
-    real, model = _pair(tmp_path, "synthetic_trace.jsonl", 60, policy, 16_000, 32_000, l3_pages, 256)
+@pytest.mark.parametrize("key_scheme", ["sglang", "harness"])
+def test_model_l3_decides_as_a_materialized_file_l3_synthetic(tmp_path, policy, l3_pages, key_scheme):
+    real, model = _pair(tmp_path, "synthetic_trace.jsonl", 60, policy, 16_000, 32_000, l3_pages, 256, key_scheme)
     assert {k: model[k] for k in DECISIONS} == {k: real[k] for k in DECISIONS}
     assert real["l3_pages_written"] > 0 and real["kv_mismatch_tokens"] == 0
     if l3_pages is None:

@@ -7,6 +7,7 @@ Per tier: hit rate, marginal gain, L3 bytes read and written, net benefit; the p
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -14,7 +15,11 @@ from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec
-from hicache_ref.spec.storage import MODEL_STORE, is_model_store
+from hicache_ref.spec.storage import MODEL_STORE, StorageSpec, is_model_store
+
+# The user's L3 options each tier's model store keeps (the capacity is the sweep's).
+_CARRIED = ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule", "prefetch_threshold",
+            "prefetch_limit_tokens", "prefetch_slack_seconds")
 
 TIER_KEYS = ("l1_hit_tokens", "l2_hit_tokens", "l3_hit_tokens", "l3_bytes_read", "l3_bytes_written",
              "l3_pages_read", "l3_pages_written", "l3_prefetches", "d2h_bytes", "h2d_bytes",
@@ -56,8 +61,8 @@ def sweep_l3(spec: CacheSpec, requests: list[TraceRequest], l3_tokens, plateau_g
     """Replay `requests` with `spec`'s L1, L2 and policies, without L3 and with a model L3 of each
     of `l3_tokens` (strictly increasing); `progress(done, total)` after each replay."""
     tiers = _check(spec, l3_tokens, plateau_gain)
-    base = spec.replace(l3=None, l3_tokens=None, prefetch_policy=None, prefetch_threshold=None,
-                        prefetch_limit_tokens=None, prefetch_slack_seconds=None)
+    # No L3 at all: a fresh storage node (every L3 option, the preset's resolved ones included, goes)
+    base = dataclasses.replace(spec, storage=StorageSpec())
     storage = spec.storage if spec.storage.l3 is not None else None
     t0 = time.perf_counter()
     total = len(tiers) + 1
@@ -66,10 +71,7 @@ def sweep_l3(spec: CacheSpec, requests: list[TraceRequest], l3_tokens, plateau_g
         progress(1, total)
     rows = []
     for i, t in enumerate(tiers):
-        extra = {} if storage is None else dict(prefetch_policy=storage.prefetch_policy,
-                                                prefetch_threshold=storage.prefetch_threshold,
-                                                prefetch_limit_tokens=storage.prefetch_limit_tokens,
-                                                prefetch_slack_seconds=storage.prefetch_slack_seconds)
+        extra = {} if storage is None else {k: getattr(storage, k) for k in _CARRIED if getattr(storage, k) is not None}
         f = replay(base.replace(l3=f"{MODEL_STORE}:", l3_tokens=t, **extra), requests)
         rows.append(dict(l3_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in TIER_KEYS},
                          **{k: v for k, v in f.items() if k.startswith("net_benefit") or k.startswith("l3_link_")

@@ -73,6 +73,16 @@ class ModelStorage(StorageBackend):
         with self._lock:
             return key in self._objects
 
+    def exists(self, keys) -> int:
+        """Length of the leading run of `keys` held: one entry per page whatever the object format
+        (upstream's object names and parts change no decision, so they are not modeled)."""
+        keys = self._open_keys(keys)
+        with self._lock:
+            n = 0
+            while n < len(keys) and keys[n] in self._objects:
+                n += 1
+        return n
+
     def get(self, keys, host_pool=None, host_pages=None) -> list[bool]:
         """True per key present (made recent, counted as read); nothing is written to the host pool."""
         keys = self._open_keys(keys)
