@@ -7,7 +7,7 @@ import pytest
 
 from conformance.cli.main import main as cli_main
 from hicache_ref.engines import ENGINES, EngineNotRun, not_run_reason, replay_with
-from hicache_ref.engines.sglang import SGLANG_VERSION, unavailable_reason
+from hicache_ref.engines.sglang import SEMANTICS_PRESET, SGLANG_VERSION, unavailable_reason
 from hicache_ref.sim.trace import find_trace
 from hicache_ref.spec import CacheSpec
 
@@ -34,7 +34,7 @@ def test_absent_sglang_is_not_run_with_the_reason(capsys):
 
 @needs_sglang
 def test_sglang_engine_reports_the_reference_keys_and_agrees_on_a_small_slice():
-    spec = CacheSpec.preset("upstream", write_policy="write_through", **SMALL)
+    spec = CacheSpec.preset(SEMANTICS_PRESET, write_policy="write_through", **SMALL)
     trace = find_trace("conversation_trace.jsonl")
     ref = replay_with("reference", spec, trace, 20)
     up = replay_with("sglang", spec, trace, 20)
@@ -51,3 +51,15 @@ def test_sglang_engine_reports_the_reference_keys_and_agrees_on_a_small_slice():
 def test_sglang_engine_refuses_what_it_does_not_run():
     with pytest.raises(ValueError, match="--concurrency"):
         replay_with("sglang", CacheSpec.of(concurrency=4, **SMALL), find_trace("conversation_trace.jsonl"), 2)
+
+
+def test_differential_rows_count_evictions_of_both_tiers():
+    # The suite's eviction columns compare something: a tight write_back slice evicts from L1
+    # and, writing back into a full L2, from L2, whole pages at a time.
+    from conformance.suites import sglang_diff
+
+    requests = sglang_diff.slice_of("synthetic_trace.jsonl", 12)
+    spec = sglang_diff.spec_for(requests, 64, "write_back", tight=True, pd=False)
+    rows = sglang_diff.reference_rows(spec, requests)
+    assert sum(r.evicted for r in rows) > 0 and sum(r.host_evicted for r in rows) > 0
+    assert all(r.evicted % 64 == 0 and r.host_evicted % 64 == 0 for r in rows)

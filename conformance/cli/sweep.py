@@ -1,7 +1,9 @@
 """`hicache sweep`: grow L2 tier by tier over a trace; hit rate, transfers, registered bytes, plateau.
 
 Parse, build the spec (options from its fields; --l2-tokens here is the list of tiers), call
-hicache_ref.sim.sweep.sweep, print or write sweep.json and sweep.png.
+hicache_ref.sim.sweep.sweep, print or write sweep.json and sweep.png. `--engine sglang` (with
+`--method replay`) replays every L2 tier through SGLang's HiCache (hicache_ref.engines); where
+it cannot run: NOT RUN with the reason, exit 3, as replay.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 
 from conformance.cli.replay import trace_arg
 from conformance.common import args as types
-from conformance.common.errors import CliError, clip, clip_path
+from conformance.common.errors import EXIT_NOT_RUN, CliError, clip, clip_path
 from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
@@ -26,8 +28,8 @@ PLATEAU_HELP = "a tier gaining less hit rate than this is on the plateau"
 HELP = "sweep L2 (or, with --l3-tokens, L3) capacity over a trace: hit rate and transfers per tier, and where the gain plateaus"
 MAX_TIERS = 64
 # --l2-tokens is a list of tiers here (one capacity in replay and ablate: the spec field).
-LOCAL_OPTIONS = ("--trace", "--l2-tokens", "--l3-tokens", "--plateau-gain", "--method", "--limit", "--out", "--json",
-                 "--quiet")
+LOCAL_OPTIONS = ("--trace", "--l2-tokens", "--l3-tokens", "--plateau-gain", "--method", "--engine", "--limit", "--out",
+                 "--json", "--quiet")
 
 
 def add_arguments(p) -> None:
@@ -39,6 +41,8 @@ def add_arguments(p) -> None:
               help=f"{PLATEAU_HELP} (default {DEFAULT_PLATEAU_GAIN})")
     add_local(p, "--method", default="auto", choices=METHODS,
               help="one_pass (stack distances), replay (one per tier, in parallel), auto: one_pass where it applies")
+    add_local(p, "--engine", help="which HiCache replays each L2 tier (--method replay): reference, or sglang "
+              "(SGLang's installed HiCache on the HAL, serially; the L1-alone baseline stays the reference's)")
     add_local(p, "--limit", type=types.count(1))
     add_spec_options(p, "sweep")
     add_local(p, "--out")
@@ -119,14 +123,41 @@ def run(a) -> int:
         print(f"hicache: warning: --l2-tokens {', '.join(f'{t:,}' for t in at_or_below)}: not above --l1-tokens "
               f"{l1:,}; an L2 that backs L1 up holds nothing more at that size (upstream refuses host <= device), "
               "so the first tiers gain nothing and the plateau rule may stop there", file=sys.stderr, flush=True)
-    result = sweep(spec, requests_of("--trace", trace, read_trace(trace, a.limit)), tiers, a.plateau_gain, method=a.method,
-                   progress=bar("hicache sweep", a.quiet))
+    replay_tier = engine_replay(a)
+    if replay_tier is True:
+        return EXIT_NOT_RUN
+    try:
+        result = sweep(spec, requests_of("--trace", trace, read_trace(trace, a.limit)), tiers, a.plateau_gain,
+                       method=a.method, progress=bar("hicache sweep", a.quiet), replay_tier=replay_tier)
+    except ValueError as e:
+        if replay_tier is None:
+            raise
+        option, _, why = str(e).partition(": ")
+        raise CliError(option, why) if option.startswith("--") else CliError("--engine", f"sglang: {e}") from None
+    if replay_tier is not None:
+        result.update(engine=a.engine, l1_alone_engine="reference")
     result.pop("wall_seconds")  # the JSON is reproducible: timings are printed, not stored
     result["trace"] = str(trace)
     from conformance.cli.plots import sweep_plot
 
     emit_result(result, out, "sweep", sweep_plot, a.json, summary_lines(result))
     return 0
+
+
+def engine_replay(a):
+    """None for the reference; the chosen engine's tier replay; True when it cannot run here
+    (NOT RUN printed). Refused before any work: another engine with a --method but replay."""
+    if a.engine == "reference":
+        return None
+    from hicache_ref.engines import not_run_reason, replay_with
+
+    if a.method != "replay":
+        raise CliError("--engine", f"{a.engine} replays each tier: it needs --method replay (got {a.method})")
+    why = not_run_reason(a.engine)
+    if why is not None:
+        print(f"hicache sweep: NOT RUN: engine {a.engine}: {why}", flush=True)
+        return True
+    return lambda spec, requests: replay_with(a.engine, spec, requests)
 
 
 def summary_lines(r: dict) -> list[str]:

@@ -1,8 +1,10 @@
 """Request-by-request figures of one trace slice on both engines, for the differential suite.
 
 A row per request: L1 and L2 hit tokens, host-cached tokens not loaded, tokens backed up (D2H)
-and loaded back (H2D) while the request ran. The reference runs with the preset named by
-REFERENCE_PRESET (the one that claims SGLang's release), the sglang engine runs SGLang itself.
+and loaded back (H2D), and tokens evicted from L1 (device) and from L2 (host) while the request
+ran. The reference runs with the preset named by REFERENCE_PRESET (the one that claims SGLang's
+release), the sglang engine runs SGLang itself. Evictions are read on both sides from what each
+cache's eviction calls return (EvictionCount here, the engine's EvictionTally upstream).
 """
 
 from __future__ import annotations
@@ -27,6 +29,29 @@ class Row(NamedTuple):
     l2_unloaded: int
     backed_up: int
     loaded_back: int
+    evicted: int  # L1 tokens freed by eviction
+    host_evicted: int  # L2 tokens freed by eviction
+
+
+class EvictionCount:
+    """Tokens the reference tree's L1 and L2 evictions free, from their results (TierMoves.evict,
+    evict_host, wrapped on the instance: every take_pages looks them up there)."""
+
+    def __init__(self, tiers):
+        self.device_tokens = self.host_tokens = 0
+        evict, evict_host = tiers.evict, tiers.evict_host
+
+        def counted_evict(*args, **kwargs):
+            result = evict(*args, **kwargs)
+            self.device_tokens += result.evicted_tokens
+            return result
+
+        def counted_evict_host(*args, **kwargs):
+            result = evict_host(*args, **kwargs)
+            self.host_tokens += result.evicted_tokens
+            return result
+
+        tiers.evict, tiers.evict_host = counted_evict, counted_evict_host
 
 
 def slice_of(trace: str, limit: int):
@@ -59,15 +84,18 @@ def reference_rows(spec: CacheSpec, requests) -> list[Row]:
     rows, d2h0, h2d0 = [], 0, 0
     try:
         cache = spec.build(backend, whole, page_keys="runs" if BLOCK_TOKENS % ps == 0 else "tokens")
+        ev = EvictionCount(cache.tree.tiers)
         try:
             for tokens in trace_tokens(requests, ps):
+                ev0 = ev.device_tokens, ev.host_tokens
                 res = cache.request(tokens)
                 # Counted at completion: settle now what the next request's start would (the same
                 # state), so a request's backups count in its own row, as the sglang engine's do.
                 cache.settle()
                 st = cache.controller.stats()
                 rows.append(Row(res.l1_hit_tokens, res.l2_hit_tokens, res.l2_unloaded_tokens,
-                                st.d2h.tokens - d2h0, st.h2d.tokens - h2d0))
+                                st.d2h.tokens - d2h0, st.h2d.tokens - h2d0,
+                                ev.device_tokens - ev0[0], ev.host_tokens - ev0[1]))
                 d2h0, h2d0 = st.d2h.tokens, st.h2d.tokens
         finally:
             cache.close()
@@ -86,7 +114,8 @@ def sglang_rows(spec: CacheSpec, requests) -> list[Row]:
 
     def on_request(i, res, tallies):
         d2h, h2d = tallies["d2h"].bytes // token_bytes, tallies["h2d"].bytes // token_bytes
-        rows.append(Row(res.l1_hit_tokens, res.l2_hit_tokens, res.l2_unloaded_tokens, d2h - last[0], h2d - last[1]))
+        rows.append(Row(res.l1_hit_tokens, res.l2_hit_tokens, res.l2_unloaded_tokens, d2h - last[0], h2d - last[1],
+                        res.evicted_tokens, res.host_evicted_tokens))
         last[:] = d2h, h2d
 
     replay_sglang(spec, list(requests), on_request=on_request)

@@ -2,12 +2,13 @@
 own HiCache (the sglang engine), request by request, on slices of both packaged traces.
 
 Every case requires equal L1 and L2 hit tokens, host-cached tokens not loaded, backed-up (D2H)
-and loaded-back (H2D) tokens per request. Upstream's timing is pinned, since which request a
+and loaded-back (H2D) tokens, and tokens evicted from L1 (device) and from L2 (host) per request
+(each side's count is what its own eviction calls report freeing: sglang_diff.EvictionCount,
+engines.sglang.tally.EvictionTally). Upstream's timing is pinned, since which request a
 backup or load lands in depends on thread timing there: every HAL copy completes inside its
 op, a request's queued backups are submitted at its end and every ack is taken right after
 (check_hicache_events, as the next step's start would); the reference settles its controller
-at the same point (HiCache.settle). Device and host eviction counts are not compared: the
-reference does not report them per request.
+at the same point (HiCache.settle).
 
 Runs only where SGLang imports at the pinned version (the [sglang] extra, ci/install-sglang.sh);
 elsewhere every case is skipped with the reason. Taking on a new SGLang: bump the pin, run this

@@ -64,12 +64,12 @@ def _check(spec: CacheSpec, tiers, plateau_gain, method: str) -> list[int]:
 
 
 def _replays(specs: list[CacheSpec], requests: list[TraceRequest], workers: int | None,
-             tick: Callable[[], None]) -> list[dict]:
+             tick: Callable[[], None], replay_tier: Callable[[CacheSpec, list], dict] | None = None) -> list[dict]:
     workers = max(1, min(workers or os.cpu_count() or 1, len(specs)))
-    if workers == 1:
+    if workers == 1 or replay_tier is not None:  # another engine's replay runs here, one tier at a time
         out = []
         for s in specs:
-            out.append(replay(s, requests))
+            out.append((replay_tier or replay)(s, requests))
             tick()
         return out
     # fresh interpreters, not forks: the parent may hold transfer threads (a fork would copy their locks mid-use)
@@ -78,11 +78,17 @@ def _replays(specs: list[CacheSpec], requests: list[TraceRequest], workers: int 
 
 def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain: float = DEFAULT_PLATEAU_GAIN,
           method: str = "auto", workers: int | None = None,
-          progress: Callable[[int, int], None] | None = None) -> dict:
+          progress: Callable[[int, int], None] | None = None,
+          replay_tier: Callable[[CacheSpec, list], dict] | None = None) -> dict:
     """Sweep `l2_tokens` (strictly increasing) over `requests` with `spec`'s L1 and policies.
 
     `method`: auto (one_pass where it applies, else replay), one_pass or replay; `workers`:
-    processes for replay (default os.cpu_count()); `progress(done, total)` after each step."""
+    processes for replay (default os.cpu_count()); `progress(done, total)` after each step.
+    `replay_tier(spec, requests)`: what replays each L2 tier instead of the reference (another
+    engine, hicache_ref.engines.replay_with; method replay only, serial, in this process); the
+    L1-alone baseline stays the reference's (an L2 of 0 is no HiCache)."""
+    if replay_tier is not None and method != "replay":
+        raise ValueError(f"--method: {method}: another engine's tiers are replays (--method replay)")
     tiers = _check(spec, l2_tokens, plateau_gain, method)
     refusal = one_pass_refusal(spec, tiers)
     use = "one_pass" if method == "one_pass" or (method == "auto" and refusal is None) else "replay"
@@ -112,9 +118,12 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
             rows = _one_pass_rows(spec, requests, tiers, alone, token_bytes)
             tick()
     if use == "replay":
-        figs = _replays([spec.replace(l2_tokens=t) for t in tiers] + [alone_spec], requests,
-                        workers, tick)
-        alone = figs.pop()
+        if replay_tier is None:
+            figs = _replays([spec.replace(l2_tokens=t) for t in tiers] + [alone_spec], requests, workers, tick)
+            alone = figs.pop()
+        else:
+            figs = _replays([spec.replace(l2_tokens=t) for t in tiers], requests, workers, tick, replay_tier)
+            alone = _replays([alone_spec], requests, 1, tick)[0]
         rows = [dict(l2_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in _TIER_KEYS},
                      **{k: v for k, v in f.items() if k.startswith("net_benefit")})
                 for t, f in zip(tiers, figs, strict=True)]

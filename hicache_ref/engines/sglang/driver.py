@@ -25,6 +25,8 @@ class UpstreamResult(NamedTuple):
     l2_unloaded_tokens: int
     truncated: bool
     l3_hit_tokens: int = 0
+    evicted_tokens: int = 0  # L1 tokens this request's evictions freed (upstream's own count)
+    host_evicted_tokens: int = 0  # L2 tokens freed, likewise
 
 
 class RequestDriver:
@@ -34,7 +36,10 @@ class RequestDriver:
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
 
+        from hicache_ref.engines.sglang.tally import EvictionTally
+
         self.up, self.pd = upstream, pd_disagg
+        self.evictions = EvictionTally(upstream.cache)
         self.ps = upstream.kv_pool.page_size
         self._req = lambda rid: Req(rid=str(rid), origin_input_text="", origin_input_ids=array("q"),
                                     sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
@@ -53,6 +58,7 @@ class RequestDriver:
 
         cache, alloc, ps = self.up.cache, self.up.allocator, self.ps
         self.settle()
+        ev0 = self.evictions.device_tokens, self.evictions.host_tokens
         ids = np.asarray(tokens, dtype=np.int64)
         n = len(ids)
         full = n // ps * ps
@@ -104,7 +110,9 @@ class RequestDriver:
             cache.unlock(lock)
         cache.flush_pending_backups()  # the scheduler's end of a batch: queued backups are submitted
         self.settle()  # what the next step's start would do, here, so a request's transfers count in its row
-        return UpstreamResult(n, l1, l2, unloaded, truncated)
+        ev = self.evictions
+        return UpstreamResult(n, l1, l2, unloaded, truncated, evicted_tokens=ev.device_tokens - ev0[0],
+                              host_evicted_tokens=ev.host_tokens - ev0[1])
 
     def _demand(self, prefix: int, n: int) -> int:
         """Tokens upstream's allocation evicts for: the extend (page 1), else the extend plus a

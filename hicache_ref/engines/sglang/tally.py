@@ -1,8 +1,9 @@
-"""What SGLang's pools moved through the HAL: per direction bytes, segments, launches, modeled seconds.
+"""What SGLang's cache did, counted from outside: transfers per direction, and evictions.
 
 `CountingBackend` stands between SGLang's transfers and the HAL backend (every plan goes
 through `execute`), so the sglang engine reports the reference engine's transfer keys from
-the plans themselves, not from upstream's own counters.
+the plans themselves, not from upstream's own counters. `EvictionTally` reads the tokens
+upstream's device and host evictions report freeing, leaving every decision upstream's.
 """
 
 from __future__ import annotations
@@ -40,3 +41,28 @@ class CountingBackend:
             seconds = self.inner.model_seconds(plan)
             t.modeled_seconds += seconds or 0.0
         return event
+
+
+class EvictionTally:
+    """Tokens evicted from L1 (device) and L2 (host) by one SGLang cache, as its evictions return them.
+
+    Wraps, on the cache instance only, the two entry points every eviction goes through:
+    `_evict` (behind evict and evict_for_alloc; its EvictResult's num_tokens_evicted) and
+    `evict_host` (the tokens it freed). Arguments and results pass through unchanged.
+    """
+
+    def __init__(self, cache):
+        self.device_tokens = self.host_tokens = 0
+        evict, evict_host = cache._evict, cache.evict_host
+
+        def counted_evict(*args, **kwargs):
+            result = evict(*args, **kwargs)
+            self.device_tokens += result.num_tokens_evicted
+            return result
+
+        def counted_evict_host(*args, **kwargs):
+            freed = evict_host(*args, **kwargs)
+            self.host_tokens += freed
+            return freed
+
+        cache._evict, cache.evict_host = counted_evict, counted_evict_host
