@@ -5,6 +5,8 @@ Upstream's MooncakeStore (on the loopback cluster) and HiCacheFile run in the sg
 hash chain), the harness's client here with `--l3-keys sglang`, for MLA and MHA, with a model name,
 a backend tag and a namespace seed. Skipped with the reason where SGLang or Mooncake is absent.
 The interpreter with SGLang: $HICACHE_SGLANG_PYTHON, else this one if it imports sglang.
+Each Mooncake case gets a cluster of its own: a segment another test's client left mounted would
+otherwise be handed this test's writes.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ PEER = Path(__file__).resolve().parent / "sglang_side" / "upstream_peer.py"
 PS, PAGES, LAYERS, DIM = 4, 5, 3, 8
 TOKENS = list(range(7000, 7000 + 3 * PS))  # three pages
 MODEL, TAG = "org/model-7b", "tenant1"
+
+pytestmark = pytest.mark.needs_sglang
 
 
 def _sglang_python() -> str | None:
@@ -57,6 +61,10 @@ class Peer:
 
     def __init__(self, exe: str, job: dict):
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        # its transfer engine publishes this data address for its segment (else the host's first
+        # interface), as the harness's client does: every peer stays on loopback
+        env.setdefault("MC_TCP_BIND_ADDRESS", "127.0.0.1")
+        env.setdefault("MC_LOG_LEVEL", "ERROR")
         self.proc = subprocess.Popen([exe, str(PEER), json.dumps(job)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for line in self.proc.stdout:
@@ -128,7 +136,7 @@ CASES = [
 
 def _where(backend, request, tmp_path):
     if backend == "mooncake":
-        return request.getfixturevalue("mooncake_cluster")
+        return request.getfixturevalue("fresh_mooncake_cluster")
     where = tmp_path / "hicache-file"
     where.mkdir()  # HiCacheFile creates its directory on TP rank 0 only
     return where
@@ -156,20 +164,9 @@ def test_upstream_writes_the_harness_reads(sglang_python, backend, attention, or
         peer.close()
 
 
-def _reverse(case):
-    # Upstream's client reads a harness client's Mooncake segment over TCP at the address its transfer
-    # engine published, which on this box is not a loopback one: open, see the report (issue 21)
-    if case[0] != "mooncake":
-        return case
-    return pytest.param(*case, marks=pytest.mark.xfail(reason="upstream's peer cannot reach the harness "
-                                                       "client's segment (published non-loopback address)"))
-
-
-@pytest.mark.parametrize("backend,attention,order,layout,seed", [_reverse(c) for c in CASES])
+@pytest.mark.parametrize("backend,attention,order,layout,seed", CASES)
 def test_the_harness_writes_upstream_reads(sglang_python, backend, attention, order, layout, seed, request, tmp_path):
     where = _where(backend, request, tmp_path)
-    salt = {"extra_key": "other"} if not seed else {}  # a fresh key space per test on the shared cluster
-    seed = {**seed, **salt}
     store = _harness_client(backend, attention, order, where)
     try:
         keys = upstream_keys(page_hashes(TOKENS, PS, prior=namespace_seed(seed.get("extra_key"),

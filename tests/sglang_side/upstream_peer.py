@@ -5,7 +5,8 @@ buffer of its layout (the class's own page addressing and page copies, no device
 request's pages with upstream's own storage hash chain, and sets or gets them through upstream's
 MooncakeStore or HiCacheFile. Prints one JSON line: the keys, per-page results and, for a get,
 whether the pool's slots hold the request's pages (tests/sglang_side/kvfill.py); then waits for a
-line on stdin before exiting, since a Mooncake client's objects live in its own mounted segment.
+line on stdin before exiting, since a Mooncake client's objects live in its own mounted segment, and
+closes the Mooncake client first, so that its segment is unmounted rather than left to the master.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def storage_config(job):
                                 model_name=job.get("model"), extra_config=extra)
 
 
-def run(job) -> dict:
+def run(job) -> tuple[dict, object]:
     dtype = DTYPES[job["dtype"]]
     pool, parts = host_pool(job, dtype)
     keys = page_keys(job)
@@ -105,10 +106,14 @@ def run(job) -> dict:
         bufs = [pool.kv_buffer[p] for p in range(len(parts))] if job["attention"] == "mha" else [pool.kv_buffer]
         out["match"] = all(kvfill.check(b, p, job["layout"], job["layers"], job["heads"], job["dim"], ps,
                                         job["slots"], job["pages"]) for p, b in enumerate(bufs))
-    return out
+    return out, store
 
 
 if __name__ == "__main__":
-    print("RESULT " + json.dumps(run(json.loads(sys.argv[1]))), flush=True)
+    job = json.loads(sys.argv[1])
+    result, client = run(job)
+    print("RESULT " + json.dumps(result), flush=True)
     sys.stdin.readline()  # stay up until told: a Mooncake client's objects live in its own segment
+    if job["backend"] == "mooncake":  # upstream's MooncakeStore.close() leaves its segment mounted
+        client.store.close()
     os._exit(0)  # the Mooncake client's threads need not be joined
