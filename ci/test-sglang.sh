@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${SGLANG_VENV:-.venv-sglang}
-[ -x "$VENV/bin/python" ] || python -m venv "$VENV"
+# Reuse a whole venv; one cut short (no pip in it) is made again.
+"$VENV/bin/python" -m pip --version >/dev/null 2>&1 || python -m venv --clear "$VENV"
 PYTHON="$VENV/bin/python" ci/install-sglang.sh -q
 "$VENV/bin/python" -m pip install -q -e '.[test,mooncake]'
 exec "$VENV/bin/python" -m pytest -q -m needs_sglang -p no:cacheprovider "$@"

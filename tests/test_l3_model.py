@@ -86,6 +86,9 @@ def test_selective_writes_with_a_tight_l2_warn_naming_the_option():
     assert "--write-policy" in starved_l3_warning(spec, 10_000_000)
     assert starved_l3_warning(spec.replace(write_policy="write_through"), 10_000_000) is None
     assert starved_l3_warning(spec, 300_000) is None  # L2 holds most of the trace
+    # after the run: quiet where L3 served a real share anyway, as on the seed ladder's L3 rung
+    assert "--write-policy" in starved_l3_warning(spec, 10_000_000, l3_hit_tokens=99_999)
+    assert starved_l3_warning(spec, 10_000_000, l3_hit_tokens=100_000) is None
 
 
 def test_the_l3_sweep_plateaus_on_a_trace_built_to_plateau():

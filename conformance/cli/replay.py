@@ -79,6 +79,6 @@ def run(a) -> int:
              "and were cut to what fits; their hits and transfers are partial")
     from hicache_ref.sim.sweep_l3 import starved_l3_warning
 
-    if fig["requests"] and (starved := starved_l3_warning(spec, fig["input_tokens"])):
+    if fig["requests"] and (starved := starved_l3_warning(spec, fig["input_tokens"], fig.get("l3_hit_tokens"))):
         warn(starved)
     return 1 if fig["kv_mismatch_tokens"] else 0

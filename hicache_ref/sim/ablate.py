@@ -16,7 +16,7 @@ from hicache_ref.sim import cost
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
 from hicache_ref.sim.scenario import Runs, host_state, state
-from hicache_ref.sim.sweep_l3 import SELECTIVE, TIGHT_L2_SHARE
+from hicache_ref.sim.sweep_l3 import SELECTIVE, STARVED_L3_HIT_SHARE, TIGHT_L2_SHARE
 from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec, SpecError
 from hicache_ref.spec.memory import check_capacity
@@ -167,10 +167,13 @@ def _ttft(svc, fig) -> float | None:
 def _l3_notes(fig: dict) -> list[str]:
     """Why the pooled L3 rung gains little, where the ladder's write policy keeps L3 from filling."""
     l2 = fig.get("l2_tokens")
-    if not fig.get("l3") or fig["write_policy"] != SELECTIVE or l2 is None or l2 >= TIGHT_L2_SHARE * fig["input_tokens"]:
+    tokens = fig["input_tokens"]
+    if not fig.get("l3") or fig["write_policy"] != SELECTIVE or l2 is None or l2 >= TIGHT_L2_SHARE * tokens \
+            or fig.get("l3_hit_tokens", 0) >= STARVED_L3_HIT_SHARE * tokens:
         return []
-    return [f"L3 receives only pages backed up to L2 under {SELECTIVE} ({fig['l3_bytes_written']:,} bytes written): "
-            "with an L2 this small it stays nearly empty; replay with --write-policy write_through to see L3 fill"]
+    return [f"L3 receives only pages backed up to L2 under {SELECTIVE} ({fig['l3_bytes_written']:,} bytes written, "
+            f"{fig.get('l3_hit_tokens', 0):,} tokens served): with an L2 this small it stays nearly empty; replay "
+            "with --write-policy write_through to see L3 fill"]
 
 
 def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict:

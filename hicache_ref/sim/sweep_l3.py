@@ -29,13 +29,21 @@ SELECTIVE = "write_through_selective"
 TIGHT_L2_SHARE = 0.5
 
 
-def starved_l3_warning(spec: CacheSpec, trace_tokens: int) -> str | None:
+# Below this share of the trace's tokens served from L3, the L3 counts as starved.
+STARVED_L3_HIT_SHARE = 0.01
+
+
+def starved_l3_warning(spec: CacheSpec, trace_tokens: int, l3_hit_tokens: int | None = None) -> str | None:
     """Why this spec's L3 will stay nearly empty, naming the option to change, or None: under
     write_through_selective a page reaches L3 only once it is backed up to L2, which it is only
-    when hit often enough, so with an L2 much smaller than the trace L3 gets little to serve."""
+    when hit often enough, so with an L2 much smaller than the trace L3 gets little to serve.
+    Given the run's `l3_hit_tokens`, None where L3 served a real share anyway (a trace whose
+    reuse backs up enough)."""
     t = spec.tiers
     if spec.storage.l3 is None or t.write_policy != SELECTIVE or t.l2_tokens is None \
             or t.l2_tokens >= TIGHT_L2_SHARE * trace_tokens:
+        return None
+    if l3_hit_tokens is not None and l3_hit_tokens >= STARVED_L3_HIT_SHARE * trace_tokens:
         return None
     return (f"--write-policy {SELECTIVE}: pages reach L3 only after an L2 backup, and an L2 of "
             f"{t.l2_tokens:,} tokens backs up few of the trace's {trace_tokens:,}, so L3 stays nearly empty; "
@@ -70,9 +78,11 @@ def sweep_l3(spec: CacheSpec, requests: list[TraceRequest], l3_tokens, plateau_g
     if progress is not None:
         progress(1, total)
     rows = []
+    most_served = 0
     for i, t in enumerate(tiers):
         extra = {} if storage is None else {k: getattr(storage, k) for k in _CARRIED if getattr(storage, k) is not None}
         f = replay(base.replace(l3=f"{MODEL_STORE}:", l3_tokens=t, **extra), requests)
+        most_served = max(most_served, f.get("l3_hit_tokens", 0))
         rows.append(dict(l3_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in TIER_KEYS},
                          **{k: v for k, v in f.items() if k.startswith("net_benefit") or k.startswith("l3_link_")
                             or k in ("l3_shared_uplink_seconds", "l3_service_seconds", "l3_link")}))
@@ -90,5 +100,5 @@ def sweep_l3(spec: CacheSpec, requests: list[TraceRequest], l3_tokens, plateau_g
                 requests=without["requests"], input_tokens=trace_tokens, page_size=spec.page_size,
                 write_policy=spec.tiers.write_policy, host_layout=spec.tiers.host_layout, profile=without["profile"],
                 geometry=spec.geometry.config(), token_bytes=spec.geometry.token_bytes,
-                warning=starved_l3_warning(probe, trace_tokens), spec=spec.to_dict(),
+                warning=starved_l3_warning(probe, trace_tokens, most_served), spec=spec.to_dict(),
                 wall_seconds=time.perf_counter() - t0)
