@@ -16,7 +16,7 @@ from typing import Any
 
 from hal.backend import get_backend
 from hal.transfer.io_backend import effective_host_layout
-from hal.transfer.layouts import MLA_LAYOUTS
+from hal.transfer.layouts import MLA_LAYOUTS, get_layout
 from hicache_ref.spec import sizing
 from hicache_ref.spec.fields import ALL_COMMANDS, SpecError, fail, param
 from hicache_ref.spec.geometry import GeometrySpec
@@ -171,10 +171,11 @@ class CacheSpec:
         t = self.tiers
         if self.semantics.io_resolution != "sglang":
             return
-        if t.host_layout == "page_head" and t.io_backend == "direct":
+        layout = get_layout(t.host_layout)
+        if not layout.upstream_direct and t.io_backend == "direct":
             raise fail(t, "io_backend", "direct does not move the page_head host layout (kernel only, as "
                        "SGLang 0.5.23); give --io-backend kernel or --io-resolution as_given")
-        if t.host_layout == "page_first_direct" and t.io_backend == "kernel":
+        if layout.native_io_backend == "direct" and t.io_backend == "kernel":
             object.__setattr__(self, "tiers", dataclasses.replace(t, io_backend="direct"))
 
     def _resolve_semantics(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hal.transfer.layouts import get_layout
 from hicache_ref.storage.pages import OBJECT_ORDERS
 
 KEY_SCHEMES = ("sglang", "harness")
@@ -42,7 +43,7 @@ class ObjectFormat:
             raise ValueError(f"order: {self.order!r} is not one of {', '.join(OBJECT_ORDERS)}")
         if self.attention not in ("mha", "mla"):
             raise ValueError(f"attention: {self.attention!r} is not 'mha' or 'mla'")
-        if self.order == "page_head" and self.attention == "mla":
+        if not get_layout(self.order).supports(self.attention):
             raise ValueError("order: page_head is an MHA layout (upstream has no MLA page_head pool)")
         for name in ("model", "tag"):
             value = getattr(self, name)

@@ -240,8 +240,7 @@ def _scatter_rows(pool, part: int, page: int, src: torch.Tensor) -> None:
 # ---- one part of a page in an upstream object's byte order --------------------------------------
 # Upstream SGLang stores a host-pool page as the bytes its own host layout keeps it in: these are the
 # axis orders of one part's page (L layers, T tokens, H heads of head_dim each) per layout.
-OBJECT_ORDERS = {"layer_first": (0, 1, 2), "page_first_direct": (0, 1, 2), "page_first": (1, 0, 2),
-                 "page_head": (2, 1, 0)}
+OBJECT_ORDERS = {name: layouts.get_layout(name).page_axes for name in layouts.layout_names()}
 
 
 @functools.lru_cache(maxsize=256)

@@ -26,6 +26,11 @@ class HostLayout:
     # The io backend upstream's copy ops for this layout use (the seed's fix ladder prices each
     # layout with its own: page_first_direct's direct copies, layer_first's transfer kernels).
     native_io_backend: str = "kernel"
+    # Whether SGLang's direct io backend moves this layout (0.5.23 moves page_head by kernel only).
+    upstream_direct: bool = True
+    # Axis order of one part's page as this layout keeps it in memory, over (layer, token, head):
+    # what an upstream L3 object written from such a pool holds, byte for byte.
+    page_axes: tuple[int, int, int] = (0, 1, 2)
 
     def shape(self, geom, size: int) -> tuple[int, ...]:
         """Upstream host pool shape for `size` token slots: (2, ...) for MHA (K then V), the

@@ -16,6 +16,7 @@ from hal.transfer.layouts.base import HostLayout
 
 class PageFirst(HostLayout):
     name = "page_first"
+    page_axes = (1, 0, 2)
 
     def shape(self, geom, size):
         if geom.attention == "mla":

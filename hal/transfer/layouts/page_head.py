@@ -14,6 +14,8 @@ from hal.transfer.layouts.base import HostLayout
 
 class PageHead(HostLayout):
     name = "page_head"
+    upstream_direct = False
+    page_axes = (2, 1, 0)
     attentions = ("mha",)
 
     def shape(self, geom, size):
