@@ -12,21 +12,15 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
-import subprocess
-import threading
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
-from hal.transfer.segcopy import compile_shared
+from hal.transfer.segcopy import NativeLibrary, compile_shared
 
 _SOURCE = Path(__file__).with_name("digestcopy.c")
 CHUNK_BYTES = 64 << 10  # a chunk stays in one core's L2 between its copy and its digest
-_lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-_why_not_native = ""
 
 
 def _libraries() -> list[str]:
@@ -48,19 +42,12 @@ def _load() -> ctypes.CDLL:
     return lib
 
 
+_native = NativeLibrary(_load, "HICACHE_DIGESTCOPY", "python")
+
+
 def engine() -> str:
     """'native' or 'python (<reason>)': which path `copy_digest` takes in this process."""
-    global _lib, _why_not_native
-    with _lock:
-        if _lib is None and not _why_not_native:
-            if os.environ.get("HICACHE_DIGESTCOPY") == "python":
-                _why_not_native = "HICACHE_DIGESTCOPY=python"
-            else:
-                try:
-                    _lib = _load()
-                except (OSError, subprocess.SubprocessError) as e:
-                    _why_not_native = f"native build failed: {e}"
-    return "native" if _lib is not None else f"python ({_why_not_native})"
+    return _native.engine()
 
 
 def row_segments(arrays) -> tuple[np.ndarray, np.ndarray]:
@@ -106,9 +93,9 @@ def copy_digest(objects, chunk: int = CHUNK_BYTES) -> list[bytes]:
     pat = np.ascontiguousarray(np.cumsum(plen) - plen, dtype=np.uint64)
     pbuf = np.frombuffer(prefix or b"\0", dtype=np.uint8)
     out = np.empty(16 * len(objects), dtype=np.uint8)
-    rc = _lib.hc_copy_digest(src.ctypes.data, dst.ctypes.data, lens.ctypes.data, counts.ctypes.data,
-                             len(objects), pbuf.ctypes.data, pat.ctypes.data, plen.ctypes.data, chunk,
-                             out.ctypes.data)
+    rc = _native.lib.hc_copy_digest(src.ctypes.data, dst.ctypes.data, lens.ctypes.data, counts.ctypes.data,
+                                    len(objects), pbuf.ctypes.data, pat.ctypes.data, plen.ctypes.data, chunk,
+                                    out.ctypes.data)
     if rc != 0:
         raise MemoryError(f"hc_copy_digest failed (code {rc})")
     raw = out.tobytes()

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +25,6 @@ from hal.transfer.plan import Segments
 from hal.transfer.rows import flat_bytes, row_views
 
 _SOURCE = Path(__file__).with_name("segcopy.c")
-_lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-_why_not_native = ""
 # Below this many bytes thread start-up costs more than it saves.
 _PARALLEL_MIN_BYTES = 4 << 20
 
@@ -59,6 +57,31 @@ def compile_shared(source: Path, stem: str, libs: tuple[str, ...] = ()) -> Path:
     return out
 
 
+class NativeLibrary:
+    """A C library built and loaded on first use by `load`, once per process, or why this process
+    takes the fallback path instead: `off_env` set to `fallback` asks for it, a failed build falls
+    back with its reason."""
+
+    def __init__(self, load: Callable[[], ctypes.CDLL], off_env: str, fallback: str):
+        self._load, self._off_env, self._fallback = load, off_env, fallback
+        self._lock = threading.Lock()
+        self.lib: ctypes.CDLL | None = None
+        self._why_not = ""
+
+    def engine(self) -> str:
+        """'native' or '<fallback> (<reason>)': which path this process takes."""
+        with self._lock:
+            if self.lib is None and not self._why_not:
+                if os.environ.get(self._off_env) == self._fallback:
+                    self._why_not = f"{self._off_env}={self._fallback}"
+                else:
+                    try:
+                        self.lib = self._load()
+                    except (OSError, subprocess.SubprocessError) as e:
+                        self._why_not = f"native build failed: {e}"
+        return "native" if self.lib is not None else f"{self._fallback} ({self._why_not})"
+
+
 def _build() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(compile_shared(_SOURCE, "segcopy")))
     p = ctypes.c_void_p
@@ -67,19 +90,12 @@ def _build() -> ctypes.CDLL:
     return lib
 
 
+_native = NativeLibrary(_build, "HICACHE_SEGCOPY", "torch")
+
+
 def engine() -> str:
     """'native' or 'torch (<reason>)': which copy path this process uses."""
-    global _lib, _why_not_native
-    with _lock:
-        if _lib is None and not _why_not_native:
-            if os.environ.get("HICACHE_SEGCOPY") == "torch":
-                _why_not_native = "HICACHE_SEGCOPY=torch"
-            else:
-                try:
-                    _lib = _build()
-                except (OSError, subprocess.SubprocessError) as e:
-                    _why_not_native = f"native build failed: {e}"
-    return "native" if _lib is not None else f"torch ({_why_not_native})"
+    return _native.engine()
 
 
 def copy_segments(src_addr: np.ndarray, dst_addr: np.ndarray, nbytes: np.ndarray, threads: int | None = None) -> None:
@@ -95,7 +111,7 @@ def copy_segments(src_addr: np.ndarray, dst_addr: np.ndarray, nbytes: np.ndarray
     total = int(b.sum())
     if threads is None:
         threads = min(os.cpu_count() or 1, 8) if total >= _PARALLEL_MIN_BYTES else 1
-    _lib.hc_copy_segments(s.ctypes.data, d.ctypes.data, b.ctypes.data, n, threads)
+    _native.lib.hc_copy_segments(s.ctypes.data, d.ctypes.data, b.ctypes.data, n, threads)
 
 
 def _torch_group(src: torch.Tensor, dst: torch.Tensor, so: np.ndarray, do: np.ndarray, nb: np.ndarray) -> None:
