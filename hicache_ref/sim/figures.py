@@ -97,3 +97,12 @@ def figures(t: dict, cache, wall: float, read_seconds: float, tally: ComputeTall
         out["ghost"] = ghost_list.report()
     out.update(config)
     return out
+
+
+def count_request(totals: dict, res) -> None:
+    """Add one request's result to a replay's running totals: the counts every engine's request
+    result spells alike (an engine adds its own beyond these)."""
+    totals["requests"] += 1
+    totals["truncated_requests"] += res.truncated
+    for key in ("input_tokens", "l1_hit_tokens", "l2_hit_tokens", "l2_unloaded_tokens"):
+        totals[key] += getattr(res, key)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hicache_ref.core.cache import HiCache
 from hicache_ref.sim import cost
-from hicache_ref.sim.figures import ComputeTally, figures, run_config
+from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
 from hicache_ref.sim.trace import BLOCK_TOKENS, TraceRequest, read_trace, trace_tokens
 from hicache_ref.spec import CacheSpec
 
@@ -53,12 +53,7 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
             try:
                 for tokens in trace_tokens(requests, ps):
                     res = cache.request(tokens)
-                    totals["requests"] += 1
-                    totals["input_tokens"] += res.input_tokens
-                    totals["l1_hit_tokens"] += res.l1_hit_tokens
-                    totals["l2_hit_tokens"] += res.l2_hit_tokens
-                    totals["l2_unloaded_tokens"] += res.l2_unloaded_tokens
-                    totals["truncated_requests"] += res.truncated
+                    count_request(totals, res)
                     totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
                     totals["l3_hit_tokens"] += res.l3_hit_tokens
                     tally.add(res)

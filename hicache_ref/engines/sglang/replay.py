@@ -13,7 +13,7 @@ from hal.backend import get_backend
 from hal.transfer import kvcacheio as hal_kvcacheio
 from hal.transfer.direction import POOL_DIRECTIONS
 from hicache_ref.sim import cost
-from hicache_ref.sim.figures import ComputeTally, figures, run_config
+from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
 from hicache_ref.sim.trace import read_trace, trace_tokens
 
 ENGINE = "sglang"
@@ -89,12 +89,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dic
         driver = RequestDriver(up, spec.serving.pd_disagg)
         for i, tokens in enumerate(trace_tokens(requests, ps)):
             res = driver.request(tokens)
-            totals["requests"] += 1
-            totals["input_tokens"] += res.input_tokens
-            totals["l1_hit_tokens"] += res.l1_hit_tokens
-            totals["l2_hit_tokens"] += res.l2_hit_tokens
-            totals["l2_unloaded_tokens"] += res.l2_unloaded_tokens
-            totals["truncated_requests"] += res.truncated
+            count_request(totals, res)
             tally.add(res)
             if on_request is not None:
                 on_request(i, res, counting.tallies)
