@@ -26,7 +26,7 @@ from hicache_ref.core.pools import HostPool
 from hicache_ref.storage.file import FileStorage
 from hicache_ref.storage.keys import namespace_seed, upstream_keys
 from hicache_ref.storage.objects import ObjectFormat
-from tests.sglang_side import kvfill
+from sglang_side import kvfill
 
 PEER = Path(__file__).resolve().parent / "sglang_side" / "upstream_peer.py"
 PS, PAGES, LAYERS, DIM = 4, 5, 3, 8
