@@ -245,6 +245,33 @@ def test_a_fifo_a_pipe_and_stdin_give_the_file_s_figures(tmp_path, capsys, monke
     assert stats(capsys, "-") == want
 
 
+def bench_figures(capsys, name: str, path: str) -> dict:
+    assert main(["bench", name, "--trace", path, "--limit", "20", "--repeat", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ours = out.get("ours", {})  # bench replay's own replay: what it hit and backed up
+    return {k: v for k, v in {**out, **ours}.items() if k.startswith(("hit", "largest_tier", "d2h", "requests", "input"))}
+
+
+@pytest.mark.parametrize("name", ["replay", "sweep"])
+def test_bench_reads_a_fifo_once_and_times_the_file_s_requests(tmp_path, capsys, name):
+    file = tmp_path / "t.jsonl"
+    file.write_text(TRACE)
+    want = bench_figures(capsys, name, str(file))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    t = feed(str(fifo), TRACE.encode())
+    got = bench_figures(capsys, name, str(fifo))  # every repeat and the check read the kept bytes
+    t.join()
+    assert want and got == want
+
+
+@pytest.mark.parametrize("name", ["replay", "sweep", "l3_hits"])
+def test_bench_on_an_empty_stdin_is_refused_not_swapped_for_the_packaged_trace(capsys, monkeypatch, name):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    assert main(["bench", name, "--trace", "-"]) == 2
+    assert "stdin (-): holds no request" in one_line_err(capsys)
+
+
 def test_a_fifo_with_no_writer_yet_says_it_waits(tmp_path, capsys):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
 
 def check(a) -> None:
     """--trace, where given, must be a readable text file (the rest is typed by argparse)."""
-    check_trace(a, need_requests=False)
+    check_trace(a)
 
 
 def tiers_for(requests, page_size: int) -> tuple[int, int]:
@@ -114,7 +114,7 @@ def _line(label: str, row: dict) -> str:
 
 
 def run(a) -> int:
-    trace = a.trace or find_trace("conversation_trace.jsonl")
+    trace = a.trace if a.trace is not None else find_trace("conversation_trace.jsonl")
     res = measure(trace, a.limit, a.page_size, a.profile, tuple(a.store or STORES))
     res["machine"] = machine()
     emit(res, a.json, summary_lines(res))

@@ -206,7 +206,7 @@ def run_tree_only(requests, page_size: int) -> dict:
 # -- the benchmark -------------------------------------------------------------------------------
 
 def run(a) -> int:
-    trace = a.trace or find_trace("conversation_trace.jsonl")
+    trace = a.trace if a.trace is not None else find_trace("conversation_trace.jsonl")
     if trace is None:
         raise ValueError("--trace: not given and no conversation_trace.jsonl found (neither in $HICACHE_TRACES "
                          "nor packaged: reinstall the package or pass --trace PATH)")

@@ -58,7 +58,7 @@ def tiers_for(requests, page_size: int) -> tuple[int, list[int]]:
 
 
 def run(a) -> int:
-    trace = a.trace or find_trace("conversation_trace.jsonl")
+    trace = a.trace if a.trace is not None else find_trace("conversation_trace.jsonl")
     requests = read_trace(trace, a.limit)
     l1, tiers = tiers_for(requests, a.page_size)
     spec = CacheSpec.of(page_size=a.page_size, l1_tokens=l1, l2_tokens=tiers[-1], write_policy="write_through",

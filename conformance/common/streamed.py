@@ -38,6 +38,9 @@ class StreamedInput:
     def is_file(self) -> bool:
         return True
 
+    def __bool__(self) -> bool:  # given, even when empty: `trace or default` must not swap in another
+        return True
+
     def __len__(self) -> int:
         return len(self._data)
 
