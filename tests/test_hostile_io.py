@@ -180,6 +180,28 @@ def test_conform_bad_input_is_exit_2_one_line_before_out_is_made(tmp_path, capsy
     assert named in one_line_err(capsys) and not out.exists()
 
 
+# 270 tests: a junit of ~37 KB and reports of ~200 KB, in under 20 s
+SMALL_CONFORM = ["conform", "--backend", "emu", "--profile", "emu", "-n", "0", "-k",
+                 "test_device_to_device_matches_reference"]
+
+
+@pytest.mark.parametrize("size, filler, unwritten", [
+    ("40K", 16 << 10, "junit.xml"),  # the child's junit does not fit: it says so, no traceback
+    ("128K", 0, "report.json"),      # the junit fits, the report does not: safe_write's line
+])
+def test_conform_on_a_full_disk_is_one_line_naming_the_file_and_exit_2(tmp_path, capfd, size, filler, unwritten):
+    with mounted_tmpfs(tmp_path / "disk", f"size={size}") as disk:
+        (disk / "filler").write_bytes(b"x" * filler)
+        rc = main([*SMALL_CONFORM, "--out", str(disk / "out")])
+        err = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+        assert rc == 2, err
+        assert len(err) == 1 and err[0].startswith("hicache: ") and unwritten in err[0], err
+        assert "no space left" in err[0] and "Traceback" not in err[0]
+        left = sorted(os.listdir(disk / "out"))  # no work folder, no temporary, no cut-short file
+        assert all(not n.startswith(".hicache-conform") and ".tmp" not in n for n in left), left
+        assert unwritten not in left
+
+
 def test_conform_workers_past_the_cores_are_cut_to_the_cores(capsys):
     from conformance.cli.conform_args import bound_workers
 

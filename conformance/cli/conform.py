@@ -25,9 +25,10 @@ from conformance.cli.conform_storage import run_storage
 from conformance.cli.out_folder import TARGET_ROWS, WORK_NAME, claim_out, release_out
 from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
 from conformance.common.backends import check_backend
-from conformance.common.errors import EXIT_NOT_RUN, EXIT_PARTIAL
+from conformance.common.errors import EXIT_BAD_INPUT, EXIT_NOT_RUN, EXIT_PARTIAL
 from conformance.common.inputs import is_path, load_profile_arg
 from conformance.common.safe_write import write_text
+from conformance.report.write_guard import EXIT_UNWRITTEN
 
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
 
@@ -83,6 +84,7 @@ def pytest_command(a, profile: str | None, out: Path, work: Path | None = None) 
     ini = (work or out) / "pytest.ini"
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suites", "-p", "conformance.plugin",
            "-p", "conformance.report.selection",  # counts what -k / -m deselect (the PARTIAL verdict)
+           "-p", "conformance.report.write_guard",  # a report it cannot write: one line, exit 74
            # An empty ini of our own: the caller's pytest config (addopts, testpaths) stays out.
            "-c", str(ini), "--rootdir", str(out), "-p", "no:cacheprovider",
            "-p", "no:benchmark",  # pytest-benchmark, where installed, only warns under xdist
@@ -155,6 +157,8 @@ def run(a) -> int:
         counts = work / "selection.json"
         env = {**os.environ, RESULTS_ENV: str(work / TARGET_ROWS), selection.SELECTION_ENV: str(counts)}
         rc = run_child(pytest_command(a, profile, out, work), out, env)
+        if rc == EXIT_UNWRITTEN:  # the child said which file (write_guard); nothing to judge
+            return EXIT_BAD_INPUT
         junit = take_junit(work / "junit.xml", out / "junit.xml")
         if junit is None:
             print(f"hicache: {out / 'junit.xml'}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)

@@ -34,8 +34,12 @@ def pytest_collection_finish(session) -> None:
     if not target:
         return
     from conformance.common.safe_write import write_text
+    from conformance.report.write_guard import unwritten
 
-    write_text(Path(target), json.dumps({"deselected": dict(_DESELECTED)}))
+    try:
+        write_text(Path(target), json.dumps({"deselected": dict(_DESELECTED)}))
+    except (OSError, ValueError) as e:  # a full disk: said once, at the session's end (write_guard)
+        unwritten(e)
 
 
 def read(path: str | Path) -> dict[str, int] | None:
