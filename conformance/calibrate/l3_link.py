@@ -4,7 +4,8 @@ Batches of objects are put and got through the store's backend hooks (the bytes 
 without the integrity pass above them), over object sizes and batch lengths, each point the median
 of repeats. One least-squares fit per direction, seconds = per_batch + objects x per_object + bytes
 / rate, gives the rate and the two latencies (hicache_ref.sim.mechanisms.l3_seconds prices with
-them). The shared uplink is not measured here: it keeps the base profile's value and source.
+them). The shared uplink is measured beside it (conformance.calibrate.uplink) when a backend is
+given: D2H on that backend and puts to the store, alone and at once.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def _fit(points) -> dict:
 
 
 def profile_yaml(base, cal: dict, who: str) -> str:
-    """YAML of `base` with its l3_link section's measured keys replaced (uplink_gbps kept)."""
+    """YAML of `base` with its l3_link section's measured keys replaced; uplink_gbps too where
+    cal["uplink"] measured it, else kept."""
     data = yaml.safe_load(Path(str(base.path)).read_text(encoding="utf-8"))
     section = dict(data.get("l3_link") or {})
     how = (f"least squares of put/get seconds = per_batch + objects x per_object + bytes / rate over "
@@ -90,6 +92,11 @@ def profile_yaml(base, cal: dict, who: str) -> str:
     for key in MEASURED:
         value = cal["l3_link"][key]
         section[key] = "unknown" if value is None else {"value": round(float(value), 6), "source": f"{who}: {how}"}
+    if cal.get("uplink") is not None:
+        from conformance.calibrate import uplink
+
+        up = cal["uplink"]
+        section["uplink_gbps"] = {"value": round(float(up["uplink_gbps"]), 6), "source": uplink.source(up, who)}
     if "uplink_gbps" not in section:
         section["uplink_gbps"] = "unknown"
     data["l3_link"] = section

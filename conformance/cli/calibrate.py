@@ -42,7 +42,8 @@ def add_arguments(p) -> None:
                    help="write --out even with a fitted slope not known well enough (its source says so)")
     p.add_argument("--storage", default=None, metavar="SPEC", help="measure this L3 store's link instead "
                    "(file:DIR, memory:, mooncake:...): put/get over object sizes, per-batch and per-object "
-                   "latency; --out writes the base profile with its l3_link measured")
+                   "latency, and the uplink it shares with D2H on --backend (both at once); --out writes the base "
+                   "profile with its l3_link measured")
     p.add_argument("--json", action="store_true", help="print the samples, fits and link figures as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress line")
 
@@ -131,20 +132,33 @@ def _print(a, cal: dict, out: Path | None) -> None:
 
 def _storage(a) -> int:
     """`--storage SPEC`: the L3 store's link (conformance/calibrate/l3_link.py) into the profile's l3_link."""
-    from conformance.calibrate import l3_link, write
+    from conformance.calibrate import l3_link, uplink, write
+    from conformance.plugin import backend_status
+    from hal.backend import get_backend
     from hicache_ref.storage.registry import open_storage
 
     out = None if a.out is None else new_file("--out", a.out, (".yaml", ".yml"))
     base = load_profile_arg("--profile", a.profile or "p800")
+    check_backend(a.backend)  # the D2H side of the shared uplink
+    ok, why = backend_status(a.backend)
+    if not ok:
+        raise CliError("--backend", f"{a.backend} is not available here: {clip(why, 160)}")
+    backend = get_backend(a.backend, base)
+    if not backend.capabilities().moves_bytes:
+        backend.close()
+        raise CliError("--backend", f"{a.backend} moves no bytes; the uplink needs real D2H (emu, cuda, xpu)")
     try:
         store = open_storage(a.storage)
     except (ValueError, RuntimeError, OSError) as e:
+        backend.close()
         raise CliError("--storage", clip(str(e), 200)) from None
     if not getattr(store, "moves_bytes", True):
         store.close()
+        backend.close()
         raise CliError("--storage", f"{a.storage}: moves no bytes; measure a real store (file:, memory:, mooncake:)")
-    with store, ticker("hicache calibrate", a.quiet):
+    with backend, store, ticker("hicache calibrate", a.quiet):
         cal = l3_link.measure(store, repeat=a.repeat)
+        cal["uplink"] = uplink.measure(backend, store, repeat=a.repeat)
     m = write.machine()
     cal.update(machine=m, date=write.stamp(), base_profile=base.name)
     if out is not None:
@@ -158,6 +172,9 @@ def _storage(a) -> int:
     print(f"L3 link of {a.storage}: read {rate(link['read_gbps'])}, write {rate(link['write_gbps'])}, "
           f"per batch {link['per_batch_us']:.1f} us, per object {link['per_object_us']:.1f} us "
           f"(R^2 read {cal['fits']['read']['r2']:.3f}, write {cal['fits']['write']['r2']:.3f})")
+    up = cal["uplink"]
+    print(f"uplink shared with D2H on {a.backend}: {up['uplink_gbps']:.2f} GB/s for both at once ("
+          f"{up['contention']:.2f}x the longer alone: {'contended' if up['contended'] else 'no contention, a lower bound'})")
     if out is not None:
         print(f"profile: {out} (load it with --profile {out})")
     return 0
