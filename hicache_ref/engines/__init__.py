@@ -1,7 +1,8 @@
 """Replay engines: `reference` (hicache_ref's own cache) and `sglang` (SGLang's, on the HAL).
 
 `ENGINES` names them; `replay_with(engine, spec, trace, limit)` runs one and returns the same
-figures (same keys) either way. An engine that cannot run here raises EngineNotRun.
+figures (same keys) either way. An engine that cannot run here raises EngineNotRun; `refusal`
+says which spec an engine does not run (the ladder reports those rungs as not run).
 """
 
 from __future__ import annotations
@@ -23,6 +24,20 @@ def not_run_reason(engine: str) -> str | None:
     from hicache_ref.engines.sglang import unavailable_reason
 
     return unavailable_reason()
+
+
+def refusal(engine: str, spec) -> str | None:
+    """Why `engine` does not replay `spec` (the option it does not run, named first); None when it
+    does. Asked before any work, so a caller can report that run as not run and go on."""
+    if engine == "reference":
+        return None
+    from hicache_ref.engines.sglang.replay import refuse_unsupported
+
+    try:
+        refuse_unsupported(spec)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def replay_with(engine: str, spec, trace, limit: int | None = None) -> dict:
