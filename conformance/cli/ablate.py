@@ -56,18 +56,18 @@ def run(a) -> int:
     if out is not None and out.exists() and not out.is_dir():
         raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
     from conformance.cli.plots import ablate_plot
-    from hicache_ref.engines import not_run_reason
+    from hicache_ref.engines import engine_for
 
-    why = not_run_reason(a.engine)
-    if why is not None:
-        print(f"hicache ablate: NOT RUN: engine {a.engine}: {why}", flush=True)
+    engine = engine_for(a.engine)
+    if engine is not None and engine.absent is not None:
+        print(f"hicache ablate: NOT RUN: engine {a.engine}: {engine.absent}", flush=True)
         return EXIT_NOT_RUN
     if a.scenario == "seed":
-        return _seed(a, spec, profile, out, ablate_plot)
+        return _seed(a, spec, profile, out, ablate_plot, engine)
     trace = trace_arg(a.trace)
     l3 = page_tokens("--l3-tokens", a.l3_tokens, spec.page_size) if a.l3_tokens is not None else None
     result = ablate(spec, requests_of("--trace", trace, read_trace(trace, a.limit)), plateau_gain=a.plateau_gain,
-                    progress=bar("hicache ablate", a.quiet, " replays"), l3_tokens=l3, engine=a.engine)
+                    progress=bar("hicache ablate", a.quiet, " replays"), l3_tokens=l3, engine=engine)
     result["configuration"]["trace"] = str(trace)
     emit_result(result, out, "ablate", ablate_plot, a.json, table_lines(result))
     return 0
@@ -92,7 +92,7 @@ def _fixed_by_scenario(a) -> str | None:
     return None
 
 
-def _seed(a, spec, profile, out, ablate_plot) -> int:
+def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
     """The seed scenario: the ladder on the scenario's trace and tiers, and every reading."""
     from hardware_profiles.readings import load_readings
     from hicache_ref.sim.seed_report import seed_ladder
@@ -106,7 +106,7 @@ def _seed(a, spec, profile, out, ablate_plot) -> int:
         raise CliError(given, "the seed scenario sets it (its trace, tiers, geometry and serving: hardware_profiles/"
                        f"readings/{profile.readings}, `scenario`); drop it or leave out --scenario")
     result = seed_ladder(profile, readings, plateau_gain=a.plateau_gain,
-                         progress=bar("hicache ablate", a.quiet, " replays"), engine=a.engine)
+                         progress=bar("hicache ablate", a.quiet, " replays"), engine=engine)
     from conformance.cli.plots import readings_plot
 
     emit_result(result, out, "ablate", lambda path, r: (ablate_plot(path, r), readings_plot(

@@ -28,6 +28,7 @@ from conformance.common.backends import check_backend
 from conformance.common.errors import EXIT_NOT_RUN, EXIT_PARTIAL
 from conformance.common.inputs import is_path, load_profile_arg
 from conformance.common.safe_write import write_text
+from hicache_ref.engines import DEFAULT_ENGINE, ENGINES
 
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
 
@@ -47,6 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with a warning), or 0 for one process")
     p.add_argument("--backend-module", action="append", default=[],
                    help="import this module first: it registers an out-of-tree backend (repeatable)")
+    p.add_argument("--engine", default=DEFAULT_ENGINE, choices=ENGINES,
+                   help="which HiCache replays the readings' seed scenario: reference (default), or sglang "
+                        "(SGLang's installed HiCache on the HAL; a state it does not run, or SGLang absent here: "
+                        "those readings are not measured, with the reason)")
     # --- L3 storage conformance (conformance/suites/storage/): one block, see conformance.cli.conform_storage ---
     p.add_argument("--storage", default=None, metavar="SPEC",
                    help="run the storage suite against an L3 backend instead of the device suites: file:DIR, "
@@ -86,7 +91,7 @@ def pytest_command(a, profile: str | None, out: Path, work: Path | None = None) 
            # An empty ini of our own: the caller's pytest config (addopts, testpaths) stays out.
            "-c", str(ini), "--rootdir", str(out), "-p", "no:cacheprovider",
            "-p", "no:benchmark",  # pytest-benchmark, where installed, only warns under xdist
-           "--backend", a.backend, "--junitxml", str((work or out) / "junit.xml"), "-q", "--tb=short",
+           "--backend", a.backend, "--engine", a.engine, "--junitxml", str((work or out) / "junit.xml"), "-q", "--tb=short",
            "--ignore-glob", "*/conformance/suites/storage/*"]  # the storage suite runs under --storage only
     if profile:
         cmd += ["--profile", profile]
@@ -150,6 +155,11 @@ def run(a) -> int:
         if not ok:
             print(f"hicache conform: backend {a.backend!r} is not available here: {why}\n"
                   f"  every test that needs it is skipped with that reason; the verdict will be NOT RUN", flush=True)
+        from hicache_ref.engines import not_run_reason
+
+        if (engine_why := not_run_reason(a.engine)) is not None:
+            print(f"hicache conform: NOT RUN: engine {a.engine}: {engine_why}\n"
+                  "  the readings it would replay are not measured with that reason", flush=True)
         from conformance.targets.verdict import RESULTS_ENV
 
         counts = work / "selection.json"

@@ -102,14 +102,14 @@ def rungs(shared_uplink: bool, l3_tokens: int | None = None) -> list[tuple[str, 
 
 def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = DEFAULT_PLATEAU_GAIN,
            workers: int | None = None, progress: Callable[[int, int], None] | None = None,
-           profile=None, runs: Runs | None = None, l3_tokens: int | None = None, engine: str = "reference") -> dict:
+           profile=None, runs: Runs | None = None, l3_tokens: int | None = None, engine=None) -> dict:
     """The ladder over `requests` from `spec` (its capacities, geometry, page size, profile, TP ranks
     and concurrency; its layout, write policy and request counting are the ladder's own; L1/L2 left
     unlimited are sized as fractions of the trace). `profile`: a loaded profile to price with
     instead of the spec's; `runs`: replays to share (hicache_ref.sim.scenario.Runs over the same sized
-    spec and trace); `l3_tokens`: the pooled L3 rung's capacity (None: unlimited); `engine`: which
-    HiCache replays the rungs (hicache_ref.engines; HiCache off stays the reference's), a rung it
-    does not run is not measured with the reason. `workers` is accepted for the command's sake
+    spec and trace); `l3_tokens`: the pooled L3 rung's capacity (None: unlimited); `engine`: what
+    replays the rungs (a hicache_ref.engines.Engine; None: the reference; HiCache off stays the
+    reference's), a rung it does not run is not measured with the reason. `workers` is accepted for the command's sake
     (each replay runs here). `progress(done, total)` after each replay."""
     _check(spec, requests, plateau_gain)
     if l3_tokens is not None and (isinstance(l3_tokens, bool) or not isinstance(l3_tokens, int) or l3_tokens <= 0):
@@ -166,8 +166,8 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
                   on_plateau=None if plateau is None else plateau.on_plateau,
                   hit_rate_l1_only=off["hit_rate"], modeled_ttft_l1_only_seconds=_ttft(off_svc, off),
                   request_counting=True, unpriced=[], l3_tokens=l3_tokens)
-    if runs.engine != "reference":  # as `hicache sweep --engine`: which engine replayed what
-        config.update(engine=runs.engine, l1_only_engine="reference")
+    if runs.engine is not None:  # as `hicache sweep --engine`: which engine replayed what
+        config.update(engine=runs.engine.name, l1_only_engine="reference")
     return dict(steps=rows, configuration=config, spec=spec.to_dict())
 
 

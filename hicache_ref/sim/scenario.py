@@ -74,26 +74,26 @@ class NotRunOnEngine(Unpriced):
 
 class Runs:
     """Replays of states over one trace from one base spec, each run once (figures by cache_key);
-    served when the base spec has a concurrency. `engine` (hicache_ref.engines) replays the
-    HiCache-on states; HiCache off (no L2) stays the reference's, as in `hicache sweep`."""
+    served when the base spec has a concurrency. `engine` (a hicache_ref.engines.Engine, None for
+    the reference) replays the HiCache-on states; HiCache off (no L2) stays the reference's, as in
+    `hicache sweep`."""
 
-    def __init__(self, base: CacheSpec, requests, tp: int, progress=None, engine: str = "reference"):
+    def __init__(self, base: CacheSpec, requests, tp: int, progress=None, engine=None):
         self.base, self.requests, self.tp, self.engine = base, list(requests), tp, engine
         self._figs: dict[tuple, dict] = {}
         self.progress = progress
 
     def figures(self, st: dict, l2_per_card: int) -> dict:
-        """The replay of `st`; NotRunOnEngine when the engine does not run it (before any work)."""
+        """The replay of `st`; NotRunOnEngine when the engine cannot run here or does not run `st`
+        (before any work)."""
         key = cache_key(st, l2_per_card)
         if key not in self._figs:
             spec = cache_spec(st, self.base, l2_per_card, self.tp)
-            if self.engine != "reference" and st["hicache"]:
-                from hicache_ref.engines import refusal, replay_with
-
-                why = refusal(self.engine, spec)
+            if self.engine is not None and st["hicache"]:
+                why = self.engine.not_run(spec)
                 if why is not None:
-                    raise NotRunOnEngine(f"NOT RUN on engine {self.engine}: {why}")
-                self._figs[key] = replay_with(self.engine, spec, self.requests)
+                    raise NotRunOnEngine(why)
+                self._figs[key] = self.engine.replay(spec, self.requests)
             else:
                 run = replay_served if spec.serving.concurrency is not None else replay
                 self._figs[key] = run(spec, self.requests)

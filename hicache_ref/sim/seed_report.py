@@ -15,9 +15,10 @@ from hicache_ref.sim.scenario import Runs
 from hicache_ref.sim.seed_scenario import l2_tokens, seed_base, seed_requests, seed_runs
 
 
-def seed_rows(profile, progress=None, engine: str = "reference") -> list[dict]:
+def seed_rows(profile, progress=None, engine=None) -> list[dict]:
     """Every reading of `profile`'s readings file on the seed scenario (see `evaluate`), its replays
-    on `engine` (a state that engine does not run: its readings not measured, with the reason);
+    on `engine` (a hicache_ref.engines.Engine, None: the reference; a state it does not run: its
+    readings not measured, with the reason);
     [] when the profile names no readings."""
     readings = load_readings(profile)
     if readings is None:
@@ -25,7 +26,7 @@ def seed_rows(profile, progress=None, engine: str = "reference") -> list[dict]:
     return evaluate(profile, readings, seed_runs(readings, seed_requests(), profile, progress, engine))
 
 
-def seed_ladder(profile, readings, plateau_gain: float | None = None, progress=None, engine: str = "reference") -> dict:
+def seed_ladder(profile, readings, plateau_gain: float | None = None, progress=None, engine=None) -> dict:
     """`hicache ablate --scenario seed`: the fix ladder on the scenario (hicache_ref.sim.ablate) and
     every reading (`evaluate`) over the same replays, with the answer: does HiCache pay off."""
     requests = seed_requests()
