@@ -15,6 +15,8 @@ import os
 import pytest
 import torch
 
+from hicache_ref.engines import DEFAULT_ENGINE, ENGINES
+
 MARKERS = {
     "needs_profile": "needs a loaded hardware profile (--profile, or the backend's default one)",
     "needs_modeled_clock": "needs a backend whose events carry modeled time from the profile's link model",
@@ -33,6 +35,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "else a profile named like the backend if one ships)")
     group.addoption("--backend-module", action="append", default=[],
                     help="import this module before resolving --backend (it registers a backend); repeatable")
+    group.addoption("--engine", default=DEFAULT_ENGINE, choices=ENGINES,
+                    help="which HiCache replays what a target replays (the readings' seed scenario): reference, "
+                         "or sglang (a state it does not run, or SGLang absent: those readings not measured)")
 
 
 def backend_modules(config: pytest.Config) -> list[str]:

@@ -1,6 +1,9 @@
 """`hicache ablate`: the seed's fix ladder over a trace, one row per fix, each on top of the previous.
 
 Parse, build the spec (options from its fields), call hicache_ref.sim.ablate.ablate, print or write.
+`--engine sglang` replays each rung through SGLang's HiCache (hicache_ref.engines): a rung that
+needs a switch it does not run is not measured with the reason; where SGLang cannot run here:
+NOT RUN with the reason, exit 3, as replay.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from pathlib import Path
 from conformance.cli.replay import trace_arg
 from conformance.cli.sweep import PLATEAU_GAIN
 from conformance.common import args as types
-from conformance.common.errors import CliError, clip_path
+from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path
 from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
@@ -20,7 +23,8 @@ from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.trace import read_trace
 
 HELP = "the seed's fix ladder over a trace: hit rate, transfers, modeled TTFT change and net benefit per fix"
-LOCAL_OPTIONS = ("--scenario", "--trace", "--plateau-gain", "--l3-tokens", "--limit", "--out", "--json", "--quiet")
+LOCAL_OPTIONS = ("--scenario", "--trace", "--plateau-gain", "--l3-tokens", "--limit", "--engine", "--out", "--json",
+                 "--quiet")
 SCENARIOS = ("seed",)
 
 
@@ -36,6 +40,9 @@ def add_arguments(p) -> None:
     add_local(p, "--l3-tokens", help="the l3_pooled rung's L3 capacity in tokens, pooled from decode nodes "
               "(the model store; default: unlimited)")
     add_local(p, "--limit", type=types.count(1))
+    add_local(p, "--engine", help="which HiCache replays each rung: reference, or sglang (SGLang's installed "
+              "HiCache on the HAL; HiCache off stays the reference's, a rung needing --tp, --concurrency, --l3 or "
+              "--ghost is not measured)")
     add_spec_options(p, "ablate")
     add_local(p, "--out")
     add_local(p, "--json")
@@ -49,19 +56,24 @@ def run(a) -> int:
     if out is not None and out.exists() and not out.is_dir():
         raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
     from conformance.cli.plots import ablate_plot
+    from hicache_ref.engines import engine_for
 
+    engine = engine_for(a.engine)
+    if engine is not None and engine.absent is not None:
+        print(f"hicache ablate: NOT RUN: engine {a.engine}: {engine.absent}", flush=True)
+        return EXIT_NOT_RUN
     if a.scenario == "seed":
-        return _seed(a, spec, profile, out, ablate_plot)
+        return _seed(a, spec, profile, out, ablate_plot, engine)
     trace = trace_arg(a.trace)
     l3 = page_tokens("--l3-tokens", a.l3_tokens, spec.page_size) if a.l3_tokens is not None else None
     result = ablate(spec, requests_of("--trace", trace, read_trace(trace, a.limit)), plateau_gain=a.plateau_gain,
-                    progress=bar("hicache ablate", a.quiet, " replays"), l3_tokens=l3)
+                    progress=bar("hicache ablate", a.quiet, " replays"), l3_tokens=l3, engine=engine)
     result["configuration"]["trace"] = str(trace)
     emit_result(result, out, "ablate", ablate_plot, a.json, table_lines(result))
     return 0
 
 
-SCENARIO_OWN = ("scenario", "profile", "plateau_gain", "out", "json", "quiet")  # what --scenario seed leaves to the user
+SCENARIO_OWN = ("scenario", "profile", "plateau_gain", "engine", "out", "json", "quiet")  # what --scenario seed leaves to the user
 
 
 def _fixed_by_scenario(a) -> str | None:
@@ -80,7 +92,7 @@ def _fixed_by_scenario(a) -> str | None:
     return None
 
 
-def _seed(a, spec, profile, out, ablate_plot) -> int:
+def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
     """The seed scenario: the ladder on the scenario's trace and tiers, and every reading."""
     from hardware_profiles.readings import load_readings
     from hicache_ref.sim.seed_report import seed_ladder
@@ -94,7 +106,7 @@ def _seed(a, spec, profile, out, ablate_plot) -> int:
         raise CliError(given, "the seed scenario sets it (its trace, tiers, geometry and serving: hardware_profiles/"
                        f"readings/{profile.readings}, `scenario`); drop it or leave out --scenario")
     result = seed_ladder(profile, readings, plateau_gain=a.plateau_gain,
-                           progress=bar("hicache ablate", a.quiet, " replays"))
+                         progress=bar("hicache ablate", a.quiet, " replays"), engine=engine)
     from conformance.cli.plots import readings_plot
 
     emit_result(result, out, "ablate", lambda path, r: (ablate_plot(path, r), readings_plot(
@@ -129,8 +141,9 @@ def table_lines(r: dict) -> list[str]:
     c = r["configuration"]
     gib = 2**30
     served = "serial" if c["concurrency"] is None else f"concurrency {c['concurrency']}"
+    engine = f", rungs on engine {c['engine']} (HiCache off on the reference)" if "engine" in c else ""
     lines = [f"{c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}, L1 {c['l1_tokens']:,} / L2 "
-             f"{c['l2_tokens']:,} tokens per rank, {served}",
+             f"{c['l2_tokens']:,} tokens per rank, {served}{engine}",
              f"{'step':<17} {'hit rate':>8} {'D2H seg':>9} {'H2D seg':>9} {'D2H GiB':>8} {'H2D GiB':>8} "
              f"{'xfer s':>9} {'TTFT chg s':>11} {'TTFT %':>8} {'net s':>11}"]
     for s in r["steps"]:

@@ -25,10 +25,11 @@ from conformance.cli.conform_storage import run_storage
 from conformance.cli.out_folder import TARGET_ROWS, WORK_NAME, claim_out, release_out
 from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
 from conformance.common.backends import check_backend
-from conformance.common.errors import EXIT_BAD_INPUT, EXIT_NOT_RUN, EXIT_PARTIAL
+from conformance.common.errors import EXIT_BAD_INPUT, EXIT_NOT_RUN, EXIT_PARTIAL, CliError
 from conformance.common.inputs import is_path, load_profile_arg
 from conformance.common.safe_write import write_text
 from conformance.report.write_guard import EXIT_UNWRITTEN
+from hicache_ref.engines import DEFAULT_ENGINE, ENGINES
 
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
 
@@ -48,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with a warning), or 0 for one process")
     p.add_argument("--backend-module", action="append", default=[],
                    help="import this module first: it registers an out-of-tree backend (repeatable)")
+    p.add_argument("--engine", default=DEFAULT_ENGINE, choices=ENGINES,
+                   help="which HiCache replays the readings' seed scenario: reference (default), or sglang "
+                        "(SGLang's installed HiCache on the HAL; a state it does not run, or SGLang absent here: "
+                        "those readings are not measured, with the reason)")
     # --- L3 storage conformance (conformance/suites/storage/): one block, see conformance.cli.conform_storage ---
     p.add_argument("--storage", default=None, metavar="SPEC",
                    help="run the storage suite against an L3 backend instead of the device suites: file:DIR, "
@@ -88,7 +93,7 @@ def pytest_command(a, profile: str | None, out: Path, work: Path | None = None) 
            # An empty ini of our own: the caller's pytest config (addopts, testpaths) stays out.
            "-c", str(ini), "--rootdir", str(out), "-p", "no:cacheprovider",
            "-p", "no:benchmark",  # pytest-benchmark, where installed, only warns under xdist
-           "--backend", a.backend, "--junitxml", str((work or out) / "junit.xml"), "-q", "--tb=short",
+           "--backend", a.backend, "--engine", a.engine, "--junitxml", str((work or out) / "junit.xml"), "-q", "--tb=short",
            "--ignore-glob", "*/conformance/suites/storage/*"]  # the storage suite runs under --storage only
     if profile:
         cmd += ["--profile", profile]
@@ -136,6 +141,8 @@ def run(a) -> int:
     check_child_args(a.pytest_args)
     a.workers = bound_workers(a.workers)  # -n past the cores: the cores
     if a.storage is not None:
+        if a.engine != DEFAULT_ENGINE:  # the storage suite replays nothing: an engine there would be ignored
+            raise CliError("--engine", "conform --storage runs the storage suite, which replays nothing; drop --engine")
         return run_storage(a)
     check_backend(a.backend, a.backend_module)
     count_backend(a.backend)
@@ -152,6 +159,11 @@ def run(a) -> int:
         if not ok:
             print(f"hicache conform: backend {a.backend!r} is not available here: {why}\n"
                   f"  every test that needs it is skipped with that reason; the verdict will be NOT RUN", flush=True)
+        from hicache_ref.engines import not_run_reason
+
+        if (engine_why := not_run_reason(a.engine)) is not None:
+            print(f"hicache conform: NOT RUN: engine {a.engine}: {engine_why}\n"
+                  "  the readings it would replay are not measured with that reason", flush=True)
         from conformance.targets.verdict import RESULTS_ENV
 
         counts = work / "selection.json"

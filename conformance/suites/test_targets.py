@@ -75,11 +75,12 @@ def pytest_generate_tests(metafunc):
 def target_context(request, profile, backend_name):
     from conformance.targets.evaluate import TargetContext
 
+    engine = request.config.getoption("engine")  # what replays the readings' seed scenario
     try:
         backend = request.getfixturevalue("backend")
     except pytest.skip.Exception as e:  # modeled targets are still evaluated; measured ones say why not
-        return TargetContext(None, profile, str(e.msg) if hasattr(e, "msg") else str(e))
-    return TargetContext(backend, profile)
+        return TargetContext(None, profile, str(e.msg) if hasattr(e, "msg") else str(e), engine)
+    return TargetContext(backend, profile, engine=engine)
 
 
 def _keep(row: dict, prefix: str = "") -> None:

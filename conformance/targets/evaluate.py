@@ -25,12 +25,13 @@ MEASURERS = {
 
 class TargetContext:
     """The backend under test (None when it is unavailable here, with the reason), the profile,
-    and measurements shared between targets of one run (the bandwidth probe feeds three)."""
+    the engine that replays what a target replays (hicache_ref.engines: the readings' seed
+    scenario), and measurements shared between targets of one run (the bandwidth probe feeds three)."""
 
-    def __init__(self, backend, profile, backend_reason: str = ""):
+    def __init__(self, backend, profile, backend_reason: str = "", engine: str = "reference"):
         if backend is None and not backend_reason:
             raise ValueError("backend_reason: say why there is no backend")
-        self.backend, self.profile, self.backend_reason = backend, profile, backend_reason
+        self.backend, self.profile, self.backend_reason, self.engine = backend, profile, backend_reason, engine
         self._memo: dict = {}
 
     def memo(self, key: str, fn):

@@ -3,8 +3,9 @@ reading, the model's value against the seed's with the reading's tolerance, `pas
 whether it is within, `not_measured` when the profile cannot price it.
 
 The rows come from hicache_ref.sim.seed_report.seed_rows, which replays the seed scenario's trace
-(seconds): they are taken once per conform run, shared through the results folder by every
-pytest worker of the run (a file lock), and once per process otherwise.
+(seconds) on the context's engine (`hicache conform --engine`; a state it does not run leaves its
+readings not measured, with the reason): they are taken once per conform run, shared through the
+results folder by every pytest worker of the run (a file lock), and once per process otherwise.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ def reading_names(profile) -> list[str]:
     return [] if readings is None else [r.name for r in readings.readings]
 
 
-def _computed(profile) -> list[dict]:
+def _computed(profile, engine: str) -> list[dict]:
+    from hicache_ref.engines import engine_for
     from hicache_ref.sim.seed_report import seed_rows
 
-    return seed_rows(profile)
+    return seed_rows(profile, engine=engine_for(engine))
 
 
-def _shared(profile, folder: Path) -> list[dict]:
+def _shared(profile, engine: str, folder: Path) -> list[dict]:
     """seed_rows taken by the first worker of the run and read back by the others."""
     path = folder / SHARED_ROWS
     with open(folder / f".{SHARED_ROWS}.lock", "a") as lock:
@@ -43,12 +45,12 @@ def _shared(profile, folder: Path) -> list[dict]:
         try:
             if path.is_file():
                 kept = json.loads(path.read_text(encoding="utf-8"))
-                if kept.get("profile") == str(profile.path):
+                if kept.get("profile") == str(profile.path) and kept.get("engine", "reference") == engine:
                     return kept["rows"]
-            rows = _computed(profile)
+            rows = _computed(profile, engine)
             from conformance.common.safe_write import write_text
 
-            write_text(path, json.dumps({"profile": str(profile.path), "rows": rows}, default=str))
+            write_text(path, json.dumps({"profile": str(profile.path), "engine": engine, "rows": rows}, default=str))
             return rows
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -59,8 +61,8 @@ def seed_rows_once(ctx) -> list[dict]:
     def take():
         folder = os.environ.get(RESULTS_ENV)
         if folder and Path(folder).is_dir():
-            return _shared(ctx.profile, Path(folder))
-        return _computed(ctx.profile)
+            return _shared(ctx.profile, ctx.engine, Path(folder))
+        return _computed(ctx.profile, ctx.engine)
     return ctx.memo("seed_rows", take)
 
 
@@ -87,7 +89,8 @@ def _verdict(row: dict) -> str:
 def _reason(row: dict, verdict: str) -> str:
     unit, state = row["unit"], row["state"] or "no particular state"
     if verdict == "not_measured":
-        return f"the model cannot compute it: {row['not_measured']}"
+        why = row["not_measured"]
+        return why if why.startswith("NOT RUN") else f"the model cannot compute it: {why}"
     tol = describe_tolerance(row["seed"], row["tolerance"], unit)
     model = "no figure (the model does not reach the reading's premise)" if row["model"] is None else \
         f"{row['model']:.4g} {unit}"

@@ -1,7 +1,9 @@
 """Replay engines: `reference` (hicache_ref's own cache) and `sglang` (SGLang's, on the HAL).
 
 `ENGINES` names them; `replay_with(engine, spec, trace, limit)` runs one and returns the same
-figures (same keys) either way. An engine that cannot run here raises EngineNotRun.
+figures (same keys) either way. An engine that cannot run here raises EngineNotRun; `refusal`
+says which spec an engine does not run; `engine_for` gives the ladder and the readings an Engine
+(they report a state it does not run as not run).
 """
 
 from __future__ import annotations
@@ -23,6 +25,42 @@ def not_run_reason(engine: str) -> str | None:
     from hicache_ref.engines.sglang import unavailable_reason
 
     return unavailable_reason()
+
+
+def refusal(engine: str, spec) -> str | None:
+    """Why `engine` does not replay `spec` (the option it does not run, named first); None when it
+    does. Asked before any work, so a caller can report that run as not run and go on."""
+    if engine == "reference":
+        return None
+    from hicache_ref.engines.sglang.replay import refuse_unsupported
+
+    try:
+        refuse_unsupported(spec)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+class Engine:
+    """Another engine as hicache_ref.sim.scenario.Runs takes it (sim imports no engine): why a
+    spec is not run on it (`not_run`, a NOT RUN line), and its replay."""
+
+    def __init__(self, name: str):
+        self.name, self.absent = name, not_run_reason(name)
+
+    def not_run(self, spec) -> str | None:
+        if self.absent is not None:
+            return f"NOT RUN: engine {self.name}: {self.absent}"
+        why = refusal(self.name, spec)
+        return None if why is None else f"NOT RUN on engine {self.name}: {why}"
+
+    def replay(self, spec, requests) -> dict:
+        return replay_with(self.name, spec, requests)
+
+
+def engine_for(name: str) -> Engine | None:
+    """None for the reference (the ladder's own replays), else the Engine named."""
+    return None if name == DEFAULT_ENGINE else Engine(name)
 
 
 def replay_with(engine: str, spec, trace, limit: int | None = None) -> dict:

@@ -15,7 +15,7 @@ from hardware_profiles import load_profile
 from hicache_ref.sim import cost
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
-from hicache_ref.sim.scenario import Runs, host_state, state
+from hicache_ref.sim.scenario import NotRunOnEngine, Runs, cache_spec, host_state, state
 from hicache_ref.sim.sweep_l3 import SELECTIVE, STARVED_L3_HIT_SHARE, TIGHT_L2_SHARE
 from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec, SpecError
@@ -102,13 +102,15 @@ def rungs(shared_uplink: bool, l3_tokens: int | None = None) -> list[tuple[str, 
 
 def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = DEFAULT_PLATEAU_GAIN,
            workers: int | None = None, progress: Callable[[int, int], None] | None = None,
-           profile=None, runs: Runs | None = None, l3_tokens: int | None = None) -> dict:
+           profile=None, runs: Runs | None = None, l3_tokens: int | None = None, engine=None) -> dict:
     """The ladder over `requests` from `spec` (its capacities, geometry, page size, profile, TP ranks
     and concurrency; its layout, write policy and request counting are the ladder's own; L1/L2 left
     unlimited are sized as fractions of the trace). `profile`: a loaded profile to price with
     instead of the spec's; `runs`: replays to share (hicache_ref.sim.scenario.Runs over the same sized
-    spec and trace); `l3_tokens`: the pooled L3 rung's capacity (None: unlimited). `workers` is accepted for the command's sake (each replay runs here).
-    `progress(done, total)` after each replay."""
+    spec and trace); `l3_tokens`: the pooled L3 rung's capacity (None: unlimited); `engine`: what
+    replays the rungs (a hicache_ref.engines.Engine; None: the reference; HiCache off stays the
+    reference's), a rung it does not run is not measured with the reason. `workers` is accepted for the command's sake
+    (each replay runs here). `progress(done, total)` after each replay."""
     _check(spec, requests, plateau_gain)
     if l3_tokens is not None and (isinstance(l3_tokens, bool) or not isinstance(l3_tokens, int) or l3_tokens <= 0):
         raise ValueError(f"--l3-tokens: expected a positive number of tokens, got {l3_tokens!r}")
@@ -127,7 +129,7 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
             progress(min(n, total), total)
 
     if runs is None:
-        runs = Runs(spec, requests, tp)
+        runs = Runs(spec, requests, tp, engine=engine)
     runs.progress = tick
     off = runs.figures(state(hicache=False), 0)
     try:  # HiCache off priced, or why not (then no rung is)
@@ -140,23 +142,32 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
     # the capacity step goes on top of the better of the last two: the write-policy fix is conditional
     pick = min((-1, -2), key=lambda i: (rows[i]["modeled_ttft_seconds"] is None, rows[i]["modeled_ttft_seconds"] or 0))
     last = ladder[pick][2]
-    figs = [runs.figures(last, t // tp) for t in tiers]
-    plateau = find_plateau(tiers, [f["hit_rate"] for f in figs], off["hit_rate"], plateau_gain)
-    plateau_per_rank = max(plateau.plateau_l2_tokens // tp // spec.page_size * spec.page_size, spec.page_size)
-    where = "plateau" if plateau.on_plateau else "largest tier, not yet on the plateau"
-    rows.append(_row("plateau_capacity", f"L2 {per_rank * tp:,} -> {plateau_per_rank * tp:,} tokens (sweep {where}, "
-                     f"gain < {plateau_gain}), on top of {ladder[pick][0]}", last, plateau_per_rank, runs, profile, tp,
-                     off, priced_off))
+    try:
+        figs = [runs.figures(last, t // tp) for t in tiers]
+    except NotRunOnEngine as e:  # no sweep, no plateau: the capacity step is not run either
+        figs, plateau = None, None
+        rows.append(_not_run("plateau_capacity", f"the capacity sweep on top of {ladder[pick][0]}", last, per_rank,
+                             runs, profile, tp, str(e)))
+    if figs is not None:
+        plateau = find_plateau(tiers, [f["hit_rate"] for f in figs], off["hit_rate"], plateau_gain)
+        plateau_per_rank = max(plateau.plateau_l2_tokens // tp // spec.page_size * spec.page_size, spec.page_size)
+        where = "plateau" if plateau.on_plateau else "largest tier, not yet on the plateau"
+        rows.append(_row("plateau_capacity", f"L2 {per_rank * tp:,} -> {plateau_per_rank * tp:,} tokens (sweep "
+                         f"{where}, gain < {plateau_gain}), on top of {ladder[pick][0]}", last, plateau_per_rank, runs,
+                         profile, tp, off, priced_off))
     if progress is not None:
         progress(total, total)
     config = dict(requests=len(requests), input_tokens=sum(r.input_length for r in requests),
                   page_size=spec.page_size, l1_tokens=spec.tiers.l1_tokens, l2_tokens=spec.tiers.l2_tokens,
                   concurrency=spec.serving.concurrency, tp=tp, profile=profile.name, geometry=spec.geometry.config(),
                   token_bytes=spec.geometry.token_bytes, shared_uplink=shared, plateau_gain=plateau_gain,
-                  sweep_l2_tokens=tiers, sweep_hit_rates=[f["hit_rate"] for f in figs],
-                  plateau_l2_tokens=plateau.plateau_l2_tokens, on_plateau=plateau.on_plateau,
+                  sweep_l2_tokens=tiers, sweep_hit_rates=None if figs is None else [f["hit_rate"] for f in figs],
+                  plateau_l2_tokens=None if plateau is None else plateau.plateau_l2_tokens,
+                  on_plateau=None if plateau is None else plateau.on_plateau,
                   hit_rate_l1_only=off["hit_rate"], modeled_ttft_l1_only_seconds=_ttft(off_svc, off),
                   request_counting=True, unpriced=[], l3_tokens=l3_tokens)
+    if runs.engine is not None:  # as `hicache sweep --engine`: which engine replayed what
+        config.update(engine=runs.engine.name, l1_only_engine="reference")
     return dict(steps=rows, configuration=config, spec=spec.to_dict())
 
 
@@ -176,9 +187,28 @@ def _l3_notes(fig: dict) -> list[str]:
             "with --write-policy write_through to see L3 fill"]
 
 
+# A rung's figures that come from its replay: not measured, each with the reason, where it did not run.
+REPLAYED_KEYS = ("hit_rate", "d2h_segments", "h2d_segments", "d2h_bytes", "h2d_bytes", "modeled_transfer_seconds",
+                 "ttft_change_seconds", "ttft_change_pct", "net_benefit_seconds")
+
+
+def _not_run(step, change, st, per_rank, runs, profile, tp, why) -> dict:
+    """The row of a rung the engine did not run: its state and host side, no figure (the reason for each)."""
+    spec = cache_spec(st, runs.base, per_rank, tp)
+    hs = host_state(st, profile, per_rank, runs.base.geometry.token_bytes, tp)
+    return dict({k: None for k in REPLAYED_KEYS}, step=step, change=change, l2_tokens=spec.tiers.l2_tokens,
+                host_layout=spec.tiers.host_layout, state=dict(st), host_state=hs.to_json(), d2h_bytes_all_ranks=None,
+                host_pool_bytes_all_ranks=None, truncated_requests=None, notes=[],
+                assumed_inputs=list(cost.assumed_inputs(profile)), service=None, modeled_ttft_seconds=None,
+                not_measured={k: why for k in REPLAYED_KEYS})
+
+
 def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict:
     off_svc, off_why = priced_off
-    fig = runs.figures(st, per_rank)
+    try:
+        fig = runs.figures(st, per_rank)
+    except NotRunOnEngine as e:
+        return _not_run(step, change, st, per_rank, runs, profile, tp, str(e))
     hs = host_state(st, profile, per_rank, runs.base.geometry.token_bytes, tp)
     writers = 1 if st["tp_shared"] else tp
     row = dict(step=step, change=change, hit_rate=fig["hit_rate"], d2h_segments=fig["d2h_segments"],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hal.transfer.layout_registry import get_layout
 from hardware_profiles.readings import SWITCHES
-from hicache_ref.sim.mechanisms import PAGE_4K, PAGE_THP, HostState
+from hicache_ref.sim.mechanisms import PAGE_4K, PAGE_THP, HostState, Unpriced
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.serving import replay_served
 from hicache_ref.spec import CacheSpec
@@ -67,21 +67,36 @@ def host_state(st: dict, profile, l2_per_card: int, token_bytes: int, tp: int) -
                      registered_bytes=registered, numa_nodes=profile.host.numa_nodes or 1)
 
 
+class NotRunOnEngine(Unpriced):
+    """The chosen engine does not run a state's cache side (the message names the switch): every
+    figure of that state is not measured, as an unpriced one is, never another engine's."""
+
+
 class Runs:
     """Replays of states over one trace from one base spec, each run once (figures by cache_key);
-    served when the base spec has a concurrency."""
+    served when the base spec has a concurrency. `engine` (a hicache_ref.engines.Engine, None for
+    the reference) replays the HiCache-on states; HiCache off (no L2) stays the reference's, as in
+    `hicache sweep`."""
 
-    def __init__(self, base: CacheSpec, requests, tp: int, progress=None):
-        self.base, self.requests, self.tp = base, list(requests), tp
+    def __init__(self, base: CacheSpec, requests, tp: int, progress=None, engine=None):
+        self.base, self.requests, self.tp, self.engine = base, list(requests), tp, engine
         self._figs: dict[tuple, dict] = {}
         self.progress = progress
 
     def figures(self, st: dict, l2_per_card: int) -> dict:
+        """The replay of `st`; NotRunOnEngine when the engine cannot run here or does not run `st`
+        (before any work)."""
         key = cache_key(st, l2_per_card)
         if key not in self._figs:
             spec = cache_spec(st, self.base, l2_per_card, self.tp)
-            run = replay_served if spec.serving.concurrency is not None else replay
-            self._figs[key] = run(spec, self.requests)
+            if self.engine is not None and st["hicache"]:
+                why = self.engine.not_run(spec)
+                if why is not None:
+                    raise NotRunOnEngine(why)
+                self._figs[key] = self.engine.replay(spec, self.requests)
+            else:
+                run = replay_served if spec.serving.concurrency is not None else replay
+                self._figs[key] = run(spec, self.requests)
             if self.progress is not None:
                 self.progress(len(self._figs))
         return self._figs[key]

@@ -15,22 +15,24 @@ from hicache_ref.sim.scenario import Runs
 from hicache_ref.sim.seed_scenario import l2_tokens, seed_base, seed_requests, seed_runs
 
 
-def seed_rows(profile, progress=None) -> list[dict]:
-    """Every reading of `profile`'s readings file on the seed scenario (see `evaluate`); [] when the
-    profile names no readings."""
+def seed_rows(profile, progress=None, engine=None) -> list[dict]:
+    """Every reading of `profile`'s readings file on the seed scenario (see `evaluate`), its replays
+    on `engine` (a hicache_ref.engines.Engine, None: the reference; a state it does not run: its
+    readings not measured, with the reason);
+    [] when the profile names no readings."""
     readings = load_readings(profile)
     if readings is None:
         return []
-    return evaluate(profile, readings, seed_runs(readings, seed_requests(), profile, progress))
+    return evaluate(profile, readings, seed_runs(readings, seed_requests(), profile, progress, engine))
 
 
-def seed_ladder(profile, readings, plateau_gain: float | None = None, progress=None) -> dict:
+def seed_ladder(profile, readings, plateau_gain: float | None = None, progress=None, engine=None) -> dict:
     """`hicache ablate --scenario seed`: the fix ladder on the scenario (hicache_ref.sim.ablate) and
     every reading (`evaluate`) over the same replays, with the answer: does HiCache pay off."""
     requests = seed_requests()
     sc = readings.scenario
     base = seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"]))
-    runs = Runs(base, requests, sc["tp"])
+    runs = Runs(base, requests, sc["tp"], engine=engine)
     result = ablate(base.replace(tp=sc["tp"]), requests, plateau_gain if plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
                     progress=progress, profile=profile, runs=runs)
     rows = evaluate(profile, readings, runs)

@@ -21,8 +21,8 @@ def seed_base(readings, profile) -> CacheSpec:
                         concurrency=sc["concurrency"], page_size=SEED_GEOMETRY.page_size)
 
 
-def seed_runs(readings, requests, profile, progress=None) -> Runs:
-    return Runs(seed_base(readings, profile), requests, readings.scenario["tp"], progress)
+def seed_runs(readings, requests, profile, progress=None, engine=None) -> Runs:
+    return Runs(seed_base(readings, profile), requests, readings.scenario["tp"], progress, engine)
 
 
 def l2_tokens(gb: float) -> int:
