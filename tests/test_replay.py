@@ -282,6 +282,17 @@ def test_bench_replay_measures_the_per_page_overhead(tmp_path):
     assert over["overhead_us_per_page"] >= 0 and over["kv_fill_and_check_seconds"] > 0
 
 
+def test_bench_replay_measures_a_file_l3_against_plain_file_io(tmp_path):
+    path = _write_trace(tmp_path / "t.jsonl", [A, B_SHARES_TWO, A_AGAIN])
+    rc, out = _cli(["bench", "replay", "--trace", str(path), "--repeat", "1", "--file-l3-requests", "3",
+                    "--write-policy", "write_through", "--json"])
+    l3 = json.loads(out)["file_l3"]
+    assert rc == 0 and l3["requests"] == 3 and l3["l3_pages_written"] > 0
+    # The peer moves the store's objects: page bytes at the bench geometry (64 tokens x 2 layers x 64 x bf16).
+    assert l3["l3_bytes"] == (l3["l3_pages_written"] + l3["l3_pages_read"]) * 64 * 2 * 64 * 2
+    assert l3["peer_write_seconds"] > 0 and l3["l3_over_peer"] is not None
+
+
 # -- the packaged traces -------------------------------------------------------------------------
 
 PACKAGED = ("conversation_trace.jsonl.gz", "synthetic_trace.jsonl.gz", "LICENSE-APACHE", "README.md")

@@ -48,6 +48,9 @@ def add_arguments(p) -> None:
     p.add_argument("--overhead-requests", type=arg_types.count(0), default=0,
                    help="also measure a materialized replay's per-page overhead beyond memcpy on the first N "
                         "requests (conformance.bench.replay_overhead; 0: skip)")
+    p.add_argument("--file-l3-requests", type=arg_types.count(0), default=0,
+                   help="also measure a materialized replay's file-L3 cost against plain file I/O of the same "
+                        "objects on the first N requests (conformance.bench.replay_file_l3; 0: skip)")
     p.add_argument("--engine", choices=("reference", "sglang"), default="reference",
                    help="sglang: also time SGLang's own HiCache (its cache, controller and host pools on the HAL) "
                         "on the same slice, with a profile breakdown (needs the [sglang] extra)")
@@ -287,6 +290,11 @@ def run(a) -> int:
 
         result["overhead"] = replay_overhead.measure(spec, requests[: a.overhead_requests])
         lines.append(replay_overhead.line(result["overhead"]))
+    if a.file_l3_requests:
+        from conformance.bench import replay_file_l3
+
+        result["file_l3"] = replay_file_l3.measure(spec, requests[: a.file_l3_requests])
+        lines.append(replay_file_l3.line(result["file_l3"]))
     if a.engine == "sglang":
         from conformance.bench import replay_engine
 

@@ -26,7 +26,7 @@ GOAL_US = 10.0
 
 
 @contextlib.contextmanager
-def _timed_kv(seconds: list[float]):
+def timed_kv(seconds: list[float]):
     """Adds the wall seconds spent in KVWriter.write / mismatches (stand-in compute and the
     check, not transfers) to seconds[0] while inside."""
     originals = {name: getattr(KVWriter, name) for name in ("write", "mismatches")}
@@ -82,7 +82,7 @@ def measure(spec, requests, repeat: int = 1) -> dict:
         priced.append(fig_priced["wall_seconds"])
         gc.collect()
         spent = [0.0]
-        with _timed_kv(spent):
+        with timed_kv(spent):
             fig = replay(mat_spec, requests)
         mat.append(fig["wall_seconds"])
         kv.append(spent[0])
