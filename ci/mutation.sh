@@ -20,11 +20,11 @@ command -v mutmut >/dev/null || { echo "ci/mutation.sh: mutmut is not installed 
 # name | module mutated | pytest selection (test files, then -k ...): keep each to seconds, mutmut reruns it per mutant
 MODULES=(
   "summary|conformance/report/summary.py|tests/test_conform_cli.py -k deciding_suite|run_in_part|error_fails"
-  "verdict|conformance/targets/verdict.py|tests/test_target_verdicts.py -k judge|without_a_backend|slower_directions"
-  "link|conformance/targets/link.py|tests/test_target_verdicts.py -k slower_directions|without_a_backend"
+  "verdict|conformance/targets/verdict.py|tests/test_target_verdicts.py -k judge|describe|without_a_backend|slower_directions"
+  "link|conformance/targets/link.py|tests/test_target_verdicts.py -k slower_directions|without_a_backend|probe_figures"
   "digest|hicache_ref/tp/digest.py|tests/test_tp_protocol.py"
   "visibility|hicache_ref/tp/visibility.py|tests/test_tp_protocol.py -k gate|waits|private|writes"
-  "rank_cache|hicache_ref/tp/rank_cache.py|tests/test_tp_protocol.py -k mismatch"
+  "rank_cache|hicache_ref/tp/rank_cache.py|tests/test_tp_protocol.py"
   "tp_report|hicache_ref/tp/report.py|tests/test_tp_protocol.py -k report"
   "integrity|hicache_ref/storage/integrity.py|tests/test_storage.py -k trailer|corrupt|digest"
   "storage_base|hicache_ref/storage/base.py|tests/test_storage.py -k memory|exists|miss|stats|bad_calls|failure|trailer"
