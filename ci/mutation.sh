@@ -19,7 +19,7 @@ command -v mutmut >/dev/null || { echo "ci/mutation.sh: mutmut is not installed 
 
 # name | module mutated | pytest selection (test files, then -k ...): keep each to seconds, mutmut reruns it per mutant
 MODULES=(
-  "summary|conformance/report/summary.py|tests/test_conform_cli.py -k deciding_suite|run_in_part|error_fails"
+  "summary|conformance/report/summary.py|tests/test_conform_cli.py tests/test_conform_summary.py -k deciding_suite|run_in_part|error_fails|conform_summary"
   "verdict|conformance/targets/verdict.py|tests/test_target_verdicts.py -k judge|describe|without_a_backend|slower_directions"
   "link|conformance/targets/link.py|tests/test_target_verdicts.py -k slower_directions|without_a_backend|probe_figures"
   "digest|hicache_ref/tp/digest.py|tests/test_tp_protocol.py"
