@@ -36,23 +36,21 @@ def machine() -> dict:
             "python": platform.python_version(), "kernel": platform.release()}
 
 
-def check_trace(a, need_requests: bool = True) -> None:
+def check_trace(a) -> None:
     """--trace (or the packaged conversation trace) is readable text holding a request; CliError
-    naming --trace otherwise. Without `need_requests` only a given file is checked. A pipe, FIFO
-    or `-` is read here, once: `a.trace` becomes its kept bytes, which every repeat reads again."""
+    naming --trace otherwise. A pipe, FIFO or `-` is read here, once: `a.trace` becomes its kept
+    bytes, which every repeat reads again."""
     from conformance.common.errors import CliError, clip_path
     from conformance.common.inputs import trace_file
     from hicache_ref.sim.trace import find_trace, read_trace
 
-    if a.trace is not None:
-        a.trace = trace_file("--trace", a.trace)
-    if not need_requests:
-        return
-    trace = a.trace if a.trace is not None else find_trace("conversation_trace.jsonl")
-    if trace is None:
+    given = a.trace if a.trace is not None else find_trace("conversation_trace.jsonl")
+    if given is None:
         raise CliError("--trace", "not given and no conversation_trace.jsonl found (neither in $HICACHE_TRACES "
                                   "nor packaged)")
-    trace = trace_file("--trace", trace)
+    trace = trace_file("--trace", given)
+    if a.trace is not None:
+        a.trace = trace
     try:
         empty = not read_trace(trace, 1)
     except UnicodeDecodeError as e:

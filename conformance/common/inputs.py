@@ -27,9 +27,7 @@ _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2
 def readable_file(option: str, path: str | os.PathLike, streams: bool = False) -> Path | StreamedInput:
     """`path` as a Path once it is an existing regular file this process can open. With `streams`,
     a pipe, FIFO or `-` (stdin) is read whole, once, and returned as a StreamedInput; without, it
-    is refused (a second open would find it drained or block). A StreamedInput is already read."""
-    if isinstance(path, StreamedInput):
-        return path
+    is refused (a second open would find it drained or block)."""
     if streams and str(path) == STDIN:
         return read_stream(option, None, STDIN)
     p = Path(path)
