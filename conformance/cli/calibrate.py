@@ -10,6 +10,7 @@ What is measured and the exit rules: docs/architecture.md, "Design notes".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -143,22 +144,19 @@ def _storage(a) -> int:
     ok, why = backend_status(a.backend)
     if not ok:
         raise CliError("--backend", f"{a.backend} is not available here: {clip(why, 160)}")
-    backend = get_backend(a.backend, base)
-    if not backend.capabilities().moves_bytes:
-        backend.close()
-        raise CliError("--backend", f"{a.backend} moves no bytes; the uplink needs real D2H (emu, cuda, xpu)")
-    try:
-        store = open_storage(a.storage)
-    except (ValueError, RuntimeError, OSError) as e:
-        backend.close()
-        raise CliError("--storage", clip(str(e), 200)) from None
-    if not getattr(store, "moves_bytes", True):
-        store.close()
-        backend.close()
-        raise CliError("--storage", f"{a.storage}: moves no bytes; measure a real store (file:, memory:, mooncake:)")
-    with backend, store, ticker("hicache calibrate", a.quiet):
-        cal = l3_link.measure(store, repeat=a.repeat)
-        cal["uplink"] = uplink.measure(backend, store, repeat=a.repeat)
+    with contextlib.ExitStack() as held:  # whatever opened is closed on any refusal below
+        backend = held.enter_context(get_backend(a.backend, base))
+        if not backend.capabilities().moves_bytes:
+            raise CliError("--backend", f"{a.backend} moves no bytes; the uplink needs real D2H (emu, cuda, xpu)")
+        try:
+            store = held.enter_context(open_storage(a.storage))
+        except (ValueError, RuntimeError, OSError) as e:
+            raise CliError("--storage", clip(str(e), 200)) from None
+        if not getattr(store, "moves_bytes", True):
+            raise CliError("--storage", f"{a.storage}: moves no bytes; measure a real store (file:, memory:, mooncake:)")
+        with ticker("hicache calibrate", a.quiet):
+            cal = l3_link.measure(store, repeat=a.repeat)
+            cal["uplink"] = uplink.measure(backend, store, repeat=a.repeat)
     m = write.machine()
     cal.update(machine=m, date=write.stamp(), base_profile=base.name)
     if out is not None:

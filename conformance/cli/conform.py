@@ -29,7 +29,7 @@ from conformance.common.errors import EXIT_BAD_INPUT, EXIT_NOT_RUN, EXIT_PARTIAL
 from conformance.common.inputs import is_path, load_profile_arg
 from conformance.common.safe_write import write_text
 from conformance.report.write_guard import EXIT_UNWRITTEN
-from hicache_ref.engines import DEFAULT_ENGINE, ENGINES
+from hicache_ref.engines import DEFAULT_ENGINE, ENGINES, not_run_reason
 
 HELP = "run the conformance suites (layout equivalence, bad input, targets) on a backend and profile"
 
@@ -159,8 +159,6 @@ def run(a) -> int:
         if not ok:
             print(f"hicache conform: backend {a.backend!r} is not available here: {why}\n"
                   f"  every test that needs it is skipped with that reason; the verdict will be NOT RUN", flush=True)
-        from hicache_ref.engines import not_run_reason
-
         if (engine_why := not_run_reason(a.engine)) is not None:
             print(f"hicache conform: NOT RUN: engine {a.engine}: {engine_why}\n"
                   "  the readings it would replay are not measured with that reason", flush=True)
