@@ -65,8 +65,9 @@ def test_shifted_moves_each_side_by_its_own_shift():
 def test_stacked_groups_make_one_group_per_buffer_pair_in_first_seen_order():
     base = seg([0], [0], [4])
     a, b, c = object(), object(), object()
-    groups = stacked_groups(base, [(a, b, 0, 0), (c, b, 0, 10), (a, b, 100, 200), (a, b, 300, 400)])
-    assert [(g.src, g.dst) for g in groups] == [(a, b), (c, b)]
+    groups = stacked_groups(base, [(a, b, 0, 0), (c, b, 0, 10), (a, b, 100, 200), (a, c, 7, 7),
+                                   (a, b, 300, 400)])
+    assert [(g.src, g.dst) for g in groups] == [(a, b), (c, b), (a, c)]
     assert groups[0].segments.src_offsets.tolist() == [0, 100, 300]
     assert groups[0].segments.dst_offsets.tolist() == [0, 200, 400]
     assert groups[0].segments.nbytes.tolist() == [4, 4, 4]
@@ -135,3 +136,4 @@ def test_check_group_refuses_what_no_copy_engine_may_run_naming_the_group():
             f"plan load: groups[2].{name}: a segment falls outside the 64-byte buffer"
     check_group("load", 2, CopyGroup(wide, buf, seg([56, 0], [0, 56], [8, 8])))  # ends exactly at the end
     check_group("load", 2, CopyGroup(wide, buf, seg([], [], [])))  # nothing to move is fine
+    check_group("load", 2, CopyGroup(wide, buf, seg([63], [0], [1])))  # one byte is a segment
