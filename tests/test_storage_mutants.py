@@ -247,3 +247,9 @@ def test_a_bad_page_number_is_refused_naming_it(page, shown):
         s.set(["a", "b"], src, [0, page])
     assert str(e.value) == f"host_pages[1]: expected a page number in [0, 4), got {shown}"
     assert s.set(["a", "b"], src, torch.tensor([3, 0])) == [True, True]  # a tensor of pages is fine
+
+
+def test_an_empty_batch_does_nothing():
+    s, p = Recording(set_chunk=PAGE_BYTES["mla"], get_chunk=0), pool(MLA, "page_first", seed=11)
+    assert s.set([], p, []) == [] and s.get([], p, []) == [] and s.exists([]) == 0
+    assert s.writes == [] and s.reads == [] and s.stats == type(s.stats)()
