@@ -61,6 +61,9 @@ def test_a_requests_memory_is_kept_per_request_until_it_finishes(hit_count):
     p.record(None, 9, finished=False)  # an insert without a request is never remembered
     assert (p.counted_pages("a"), p.counted_pages("b"), p.counted_pages(None)) == (3, 1, 0)
     assert p.counted_pages("c") == 0 and p.requests_in_flight == 2
+    p.record("z", 0, finished=False)  # an insert shorter than a page counted none
+    assert p.counted_pages("z") == 0 and p.requests_in_flight == 3
+    p.forget("z")
     p.record("b", 4, finished=True)
     assert p.counted_pages("b") == 0 and p.counted_pages("a") == 3 and p.requests_in_flight == 1
     p.forget("a")
