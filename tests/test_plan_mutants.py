@@ -11,12 +11,15 @@ from hal.transfer.direction import Direction
 from hal.transfer.layouts import KVGeometry
 from hal.transfer.plan import (
     COUNTED,
+    LAYER_BUFFERS,
     CopyGroup,
     CountedSegments,
     Segments,
+    Side,
     TransferPlan,
     check_group,
     merge_runs,
+    plan_copy,
     plan_pool_transfer,
     shifted,
     stacked_groups,
@@ -137,3 +140,43 @@ def test_check_group_refuses_what_no_copy_engine_may_run_naming_the_group():
     check_group("load", 2, CopyGroup(wide, buf, seg([56, 0], [0, 56], [8, 8])))  # ends exactly at the end
     check_group("load", 2, CopyGroup(wide, buf, seg([], [], [])))  # nothing to move is fine
     check_group("load", 2, CopyGroup(wide, buf, seg([63], [0], [1])))  # one byte is a segment
+
+
+def test_a_page_head_transfer_is_cut_in_a_piece_per_head_on_both_sides():
+    """page_head keeps each head of a token apart: a plan moves a head's bytes (item / heads) per
+    segment, the device side cut in the same pieces; a load puts back what a backup took."""
+    hb = MHA.item_size // MHA.heads
+    host_tokens, dev_tokens = np.array([4, 5]), np.array([1, 2])
+    plan = plan_pool_transfer("page_head", MHA, 8, host_tokens, dev_tokens, "d2h")
+    assert plan.num_segments == 2 * 3 * 2 * MHA.heads and plan.nbytes == 2 * 3 * 2 * MHA.item_size
+    assert {int(n) for g in plan.groups for n in g.segments.nbytes} == {hb}
+    rng = np.random.default_rng(0)
+    dev = [{layer: torch.from_numpy(rng.integers(0, 256, 4 * MHA.item_size, dtype=np.uint8))
+            for layer in range(3)} for _ in range(2)]
+    host = [torch.zeros(8 * 3 * MHA.item_size, dtype=torch.uint8) for _ in range(2)]
+    back = [{layer: torch.zeros(4 * MHA.item_size, dtype=torch.uint8) for layer in range(3)} for _ in range(2)]
+    for direction, h_bufs, d_bufs in (("d2h", host, dev), ("h2d", host, back)):
+        moving = plan_pool_transfer("page_head", MHA, 8, host_tokens, dev_tokens if direction == "d2h"
+                                    else np.array([0, 3]), direction, host_bufs=h_bufs, device_bufs=d_bufs)
+        for i, g in enumerate(moving.groups):
+            check_group(moving.op, i, g)
+            for s, d, n in zip(*(a.tolist() for a in g.segments), strict=True):
+                g.dst[d : d + n] = g.src[s : s + n]
+    item = MHA.item_size
+    for part in range(2):
+        for layer in range(3):
+            assert torch.equal(back[part][layer][0:item], dev[part][layer][item : 2 * item])
+            assert torch.equal(back[part][layer][3 * item : 4 * item], dev[part][layer][2 * item : 3 * item])
+
+
+def test_a_copy_between_two_device_pools_is_one_segment_per_run_of_tokens():
+    """Neither side has a host layout: items are whole, a run of tokens one segment per layer and part."""
+    src = Side(LAYER_BUFFERS, [{layer: ("a", p, layer) for layer in range(3)} for p in range(2)], 0)
+    dst = Side(LAYER_BUFFERS, [{layer: ("b", p, layer) for layer in range(3)} for p in range(2)], 0)
+    plan = plan_copy("d2d", MHA, src, dst, np.array([0, 1, 2, 6]), np.array([5, 6, 7, 9]), [0, 2])
+    assert [(g.src, g.dst) for g in plan.groups] == [(("a", p, layer), ("b", p, layer))
+                                                     for p in range(2) for layer in (0, 2)]
+    item = MHA.item_size
+    for g in plan.groups:
+        assert g.segments.src_offsets.tolist() == [0, 6 * item] and g.segments.dst_offsets.tolist() == [5 * item, 9 * item]
+        assert g.segments.nbytes.tolist() == [3 * item, item]
