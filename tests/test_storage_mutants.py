@@ -253,3 +253,24 @@ def test_an_empty_batch_does_nothing():
     s, p = Recording(set_chunk=PAGE_BYTES["mla"], get_chunk=0), pool(MLA, "page_first", seed=11)
     assert s.set([], p, []) == [] and s.get([], p, []) == [] and s.exists([]) == 0
     assert s.writes == [] and s.reads == [] and s.stats == type(s.stats)()
+
+
+def test_a_client_refuses_an_unknown_digest_naming_it():
+    with pytest.raises(ValueError) as e:
+        MemoryStorage(digest="md5")
+    assert str(e.value) == "digest: 'md5' is not one of xxh3, sha256"
+
+
+@pytest.mark.parametrize("digest", ["xxh3", "sha256"])
+def test_the_trailer_digest_is_the_same_on_the_copy_engine_and_off_it(digest):
+    """A page in runs the copy engine takes (contiguous) and one it refuses (1-D at a stride, digested
+    in Python) seal the same trailer: the digest of key NUL payload, NUL-padded to 32 bytes."""
+    import hashlib
+
+    import xxhash
+
+    payload = np.arange(128, dtype=np.uint8)
+    want = {"xxh3": xxhash.xxh3_128, "sha256": hashlib.sha256}[digest](b"k\0" + payload[::2].tobytes()).digest()
+    for segments in ([payload[::2].copy()], [payload[::2]]):
+        _, _, length, got = integrity.TRAILER.unpack(integrity.trailer(digest, "k", segments))
+        assert length == 64 and got == want.ljust(32, b"\0")
