@@ -26,12 +26,12 @@ MODULES=(
   "visibility|hicache_ref/tp/visibility.py|tests/test_tp_protocol.py -k gate|waits|private|writes"
   "rank_cache|hicache_ref/tp/rank_cache.py|tests/test_tp_protocol.py"
   "tp_report|hicache_ref/tp/report.py|tests/test_tp_protocol.py -k report"
-  "integrity|hicache_ref/storage/integrity.py|tests/test_storage.py -k trailer|corrupt|digest"
-  "storage_base|hicache_ref/storage/base.py|tests/test_storage.py"
+  "integrity|hicache_ref/storage/integrity.py|tests/test_storage_mutants.py tests/test_storage.py -k trailer|corrupt|digest"
+  "storage_base|hicache_ref/storage/base.py|tests/test_storage_mutants.py tests/test_storage.py -k not atomic_overwrite"
   "layouts|hal/transfer/layout_registry.py|tests/test_layout_registry.py"
-  "plan|hal/transfer/plan.py|tests/test_plan.py"
+  "plan|hal/transfer/plan.py|tests/test_plan_mutants.py tests/test_plan.py"
   "cost|hicache_ref/sim/cost.py|tests/test_cost.py"
-  "policy|hicache_ref/core/policy.py|tests/test_policy.py"
+  "policy|hicache_ref/core/policy.py|tests/test_policy_mutants.py tests/test_policy.py"
 )
 
 want=("$@")
