@@ -165,7 +165,8 @@ def test_the_whole_table_with_the_answer_the_node_and_the_models_verdicts(tmp_pa
                   _case("test_targets", "test_x", '<skipped type="pytest.xfail" message="known gap"/>'))
     s = summarize_junit(path, "emu", None)
     s.answer = {"text": "yes: HiCache saves 12% of busy seconds"}
-    s.target_counts = {"reading_pass": 3, "reading_fail": 1, "reading_not_measured": 2}
+    # the model line counts the report's rows (here one more miss than the junit shows), not the failures
+    s.target_counts = {"reading_pass": 3, "reading_fail": 2, "reading_not_measured": 2}
     head = "module                     tests   passed   failed   errors  skipped  xfailed"
     assert format_table(s) == "\n".join([
         "hicache conform: backend emu, profile none",
@@ -185,7 +186,7 @@ def test_the_whole_table_with_the_answer_the_node_and_the_models_verdicts(tmp_pa
         "  test_targets::test_reading[ttft]: ttft 2.1 s, target 1.8",
         # a seed reading the model misses is the model's verdict, not the node's
         "PASS: 2 passed, 0 failed, 1 seed readings outside tolerance, 1 skipped of 5",
-        "model FAIL: 3 of the profile's seed readings within tolerance, 1 outside, 2 not measured (modeled on the "
+        "model FAIL: 3 of the profile's seed readings within tolerance, 2 outside, 2 not measured (modeled on the "
         "seed scenario; the verdict above is the node's)"])
     s.target_counts = None  # the counts come from the failures alone
     assert format_table(s).splitlines()[-1] == (
