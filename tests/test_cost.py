@@ -241,3 +241,76 @@ def test_a_curve_profile_prices_a_replay_from_its_own_tally(tmp_path):
     assert fig["net_benefit_service"]["compute"] == pytest.approx(fig["modeled_prefill_compute_seconds"])
     assert fig["net_benefit_seconds"] == pytest.approx(fig["modeled_prefill_l1_only_seconds"]
                                                        - fig["net_benefit_service"]["total"])
+
+
+# what the fit, the traffic and the L3 link hand on, key by key
+
+def test_a_fits_json_is_its_line_its_quality_and_its_points():
+    fit = cost.fit_line([0, 1, 2, 3], [1.0, 2.0, 2.0, 5.0])  # y = 0.7 + 1.2 x: SS_res 1.8 of SS_tot 9
+    j = fit.to_json()
+    assert set(j) == {"a", "b", "r2", "rmse", "points", "xs", "ys", "residuals"}
+    assert (j["a"], j["b"], j["r2"], j["rmse"]) == pytest.approx((0.7, 1.2, 0.8, 0.45 ** 0.5))
+    assert (j["points"], j["xs"], j["ys"]) == (4, [0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 2.0, 5.0])
+    assert j["residuals"] == pytest.approx([0.3, 0.1, -1.1, 0.7])
+    assert cost.fit_line([0, 1], [1, 3]).at(2) == pytest.approx(5.0)  # two distinct x are enough
+
+
+def test_fit_refusals_say_what_came():
+    with pytest.raises(ValueError) as e:
+        cost.fit_line(list(range(3)), [1, 2])
+    assert str(e.value) == "ys: 2 values for 3 xs"
+    with pytest.raises(ValueError) as e:
+        cost.fit_line([5] * 10, list(range(10)))
+    assert str(e.value) == f"xs: need at least two distinct x values, got {[5.0] * 8}"  # the first 8
+    with pytest.raises(ValueError) as e:
+        cost.fit_line([1, 2], [1, float("inf")])
+    assert str(e.value) == "xs, ys: every value must be finite"
+
+
+def test_break_even_is_the_first_whole_prompt_where_loading_wins():
+    p = load_profile("p800")
+    n = round(cost.break_even_tokens(p, LAYERS, TOKEN_BYTES))
+
+    def loading_costs_more(k):
+        return cost.allhit_seconds(p, k, LAYERS, TOKEN_BYTES) > p.compute.prefill_seconds(k)
+
+    assert loading_costs_more(n - 1) and not loading_costs_more(n)  # to half a token
+    assert cost.break_even_tokens(p, LAYERS, TOKEN_BYTES, max_tokens=n - 2) is None  # not below max_tokens
+
+
+def test_the_assumed_inputs_are_the_keys_asked_that_the_profile_assumes_sorted_once():
+    p = load_profile("p800")
+    assumed = set(p.assumptions())
+    asked = ("link.per_launch_us", "link.d2h_gbps", "link.per_launch_us", "compute.prefill_fixed_s")
+    assert {"link.per_launch_us", "link.d2h_gbps"} <= assumed and "compute.prefill_fixed_s" not in assumed
+    assert cost.assumed_inputs(p, asked) == ("link.d2h_gbps", "link.per_launch_us")
+    assert cost.assumed_inputs(p) == tuple(sorted(assumed & {*cost.COMPUTE_KEYS, *cost.TRANSFER_KEYS,
+                                                             *cost.HOST_KEYS}))
+
+
+@pytest.mark.parametrize("io_backend, kernel", [("kernel", True), ("direct", False), (None, False)])
+def test_a_directions_traffic_is_the_replays_counts_with_an_item_per_token_and_layer(io_backend, kernel):
+    fig = {"geometry": {"layers": 3}, "h2d_bytes": 1000, "h2d_segments": 7, "h2d_launches": 5, "h2d_tokens": 11,
+           "d2h_bytes": 1, "d2h_segments": 1, "d2h_launches": 1, "d2h_tokens": 1}
+    if io_backend:
+        fig["io_backend"] = io_backend
+    assert cost.traffic(fig, "h2d") == mech.Traffic(bytes=1000, segments=7, launches=5, items=33, kernel=kernel)
+
+
+def test_an_l3_runs_link_seconds_are_its_reads_writes_and_the_shared_uplink():
+    p = load_profile("p800")
+    state = mech.HostState()
+    gb = 10**9
+    fig = dict(l3="model:", d2h_bytes=10 * gb, l3_bytes_read=40 * gb, l3_bytes_written=8 * gb, l3_pages_read=1000,
+               l3_pages_written=300, l3_prefetches=10, l3_write_batches=4, l3_modeled_stall_seconds=0.5)
+    read = mech.l3_seconds(p, "read", 1000, 40 * gb, 10)
+    write = mech.l3_seconds(p, "write", 300, 8 * gb, 4)
+    shared = mech.shared_uplink_seconds(p, 10 * gb, 48 * gb, read + write, state)
+    assert read > 0 and write > 0 and shared > 0
+    assert cost.l3_link_figures(p, fig, state) == {
+        "l3_link_read_seconds": read, "l3_link_write_seconds": write, "l3_shared_uplink_seconds": shared,
+        "l3_service_seconds": mech.l3_service(p, 0.5, shared)}
+    unbatched = {k: v for k, v in fig.items() if k != "l3_write_batches"}  # a store that does not batch
+    assert cost.l3_link_figures(p, unbatched, state)["l3_link_write_seconds"] == mech.l3_seconds(p, "write", 300,
+                                                                                                8 * gb, 0)
+    assert cost.l3_link_figures(p, {**fig, "l3": None}, state) == {}  # no L3: nothing to price
