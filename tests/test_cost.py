@@ -314,3 +314,36 @@ def test_an_l3_runs_link_seconds_are_its_reads_writes_and_the_shared_uplink():
     assert cost.l3_link_figures(p, unbatched, state)["l3_link_write_seconds"] == mech.l3_seconds(p, "write", 300,
                                                                                                 8 * gb, 0)
     assert cost.l3_link_figures(p, {**fig, "l3": None}, state) == {}  # no L3: nothing to price
+
+
+def test_the_fit_is_taken_in_double_precision_whatever_the_inputs_type():
+    xs = np.linspace(512, 32768, 40, dtype=np.float32)
+    ys = (SEED_A + SEED_B * xs).astype(np.float32)
+    assert cost.fit_line(xs, ys) == cost.fit_line(xs.astype(np.float64), ys.astype(np.float64))
+    assert cost.fit_line([1, 2, 3], [3, 5, 8]) == cost.fit_line([1.0, 2.0, 3.0], [3.0, 5.0, 8.0])
+
+
+@pytest.mark.parametrize("key", ["compute.prefill_fixed_s", "compute.l2_path_fixed_s"])
+def test_an_all_hit_request_without_a_compute_part_is_unpriced_naming_the_key(key):
+    p = with_values(load_profile("p800"), **{key: None})
+    with pytest.raises(mech.Unpriced) as e:
+        cost.allhit_seconds(p, 4096, LAYERS, TOKEN_BYTES)
+    assert str(e.value) == f"profile p800 has no {key}"
+
+
+def test_the_all_hit_fit_is_taken_at_the_prompt_lengths_asked():
+    p = load_profile("p800")
+    fit = cost.allhit_fit(p, LAYERS, TOKEN_BYTES, tokens=(1000, 3000, 5000))
+    assert fit.xs == (1000.0, 3000.0, 5000.0)
+    assert fit.ys == tuple(cost.allhit_seconds(p, n, LAYERS, TOKEN_BYTES) for n in (1000, 3000, 5000))
+    assert cost.allhit_fit(p, LAYERS, TOKEN_BYTES).xs == tuple(float(n) for n in cost.ALLHIT_TOKENS)
+
+
+def test_break_even_between_the_first_and_the_second_token_is_not_zero():
+    p = with_values(load_profile("p800"), **{"compute.prefill_per_token_pair_s": 0.0})
+    one, two = (cost.allhit_seconds(p, n, LAYERS, TOKEN_BYTES) for n in (1, 2))
+    per_token = two - one  # the all-hit time is linear in the prompt
+    extra = one - per_token - p.compute.prefill_fixed_s  # what loading costs over prefill's fixed part
+    p = with_values(p, **{"compute.prefill_per_token_s": per_token + extra / 1.5})  # even at 1.5 tokens
+    assert one > p.compute.prefill_seconds(1) and two < p.compute.prefill_seconds(2)
+    assert 1 < cost.break_even_tokens(p, LAYERS, TOKEN_BYTES) <= 2  # a one-token prompt still recomputes
