@@ -347,3 +347,44 @@ def test_break_even_between_the_first_and_the_second_token_is_not_zero():
     p = with_values(p, **{"compute.prefill_per_token_s": per_token + extra / 1.5})  # even at 1.5 tokens
     assert one > p.compute.prefill_seconds(1) and two < p.compute.prefill_seconds(2)
     assert 1 < cost.break_even_tokens(p, LAYERS, TOKEN_BYTES) <= 2  # a one-token prompt still recomputes
+
+
+def test_without_a_compute_model_prefill_and_break_even_are_unpriced_naming_the_profile():
+    emu = load_profile("emu")
+    for price in (lambda: cost.prefill_seconds(emu, {}), lambda: cost.break_even_tokens(emu, LAYERS, TOKEN_BYTES)):
+        with pytest.raises(mech.Unpriced) as e:
+            price()
+        assert str(e.value) == "profile emu has no compute model (compute.prefill_*)"
+
+
+def test_a_curve_profile_reads_each_prefill_from_the_replays_own_tally():
+    curve = with_values(load_profile("p800"), **{"compute.prefill_curve": ((0, 0.735), (10_000, 1.035))})
+    fig = {"modeled_prefill_compute_seconds": 1.0, "modeled_prefill_l1_only_seconds": 2.0,
+           "baseline_prefill_seconds": 3.0}
+    assert [cost.prefill_seconds(curve, fig, w) for w in ("compute", "l1_only", "no_cache")] == [1.0, 2.0, 3.0]
+    assert cost.prefill_seconds(curve, fig) == 1.0  # as cached, by default
+
+
+def test_the_replays_net_benefit_reason_and_host_state_say_how_it_was_priced():
+    fig = replay(CacheSpec.of(profile="p800", l1_tokens=4096, l2_tokens=16384, write_policy="write_through"),
+                 _doc_trace(), None)
+    assert fig["net_benefit_reason"] == (
+        "busy seconds of an L1-only cache - this run's (compute saved - L2 path, loads, backup hold and "
+        "interference); " + cost.REPLAY_STATE_NOTE)
+    assert fig["registered_bytes"] > 0  # the host pool each card registers: its translation entries cost
+    assert fig["net_benefit_host_state"] == mech.HostState(registered_bytes=fig["registered_bytes"]).to_json()
+    assert not any(k.startswith("l3_link") for k in fig["net_benefit_assumed_inputs"])  # no L3: no L3 keys
+    assert "l3_service_seconds" not in fig and fig["net_benefit_service"]["l3"] == 0.0
+    empty = replay(CacheSpec.of(profile="p800"), [], None)
+    assert empty["net_benefit_reason"] == "no request replayed: no prefill to save and nothing moved"
+
+
+def test_an_l3_replay_prices_its_link_and_names_the_l3_keys_it_assumes():
+    fig = replay(CacheSpec.of(profile="p800", l1_tokens=4096, l2_tokens=4096, write_policy="write_through",
+                              l3="model:", l3_tokens=1 << 20), _doc_trace(), None)
+    p = load_profile("p800")
+    link = cost.l3_link_figures(p, fig, mech.HostState(registered_bytes=fig["registered_bytes"]))
+    assert link and all(fig[k] == v for k, v in link.items())  # the link figures are in the replay's JSON
+    assert fig["net_benefit_service"]["l3"] == link["l3_service_seconds"]
+    assumed_l3 = sorted(k for k in cost.L3_KEYS if k in p.assumptions())
+    assert assumed_l3 and [k for k in fig["net_benefit_assumed_inputs"] if k.startswith("l3_link")] == assumed_l3
