@@ -179,6 +179,26 @@ def test_probe_figures_a_missed_ratio_is_retaken_only_on_a_loaded_host(monkeypat
                           f"ratios){retaken}")
 
 
+class RetakenProbe(TargetContext):
+    """A run whose bandwidth probe gives the next of its figures each time a forgotten one is taken again."""
+
+    def __init__(self, ratios: dict[str, list[float]]):
+        super().__init__(Named(), load_profile("emu"))
+        self.ratios = {d: iter(r) for d, r in ratios.items()}
+
+    def memo(self, key, fn):
+        return super().memo(key, lambda: {"ratio": next(self.ratios[key.removeprefix("bandwidth_")])})
+
+
+def test_probe_figures_a_retake_measures_both_directions_again(monkeypatch):
+    monkeypatch.setattr(link, "_loaded", lambda: True)
+    target = load_profile("emu").target("transfer_ratio_vs_memcpy")  # >= 0.7
+    out = link.ratio_vs_memcpy(RetakenProbe({"h2d": [0.5, 0.95], "d2h": [0.9, 0.8]}), target)
+    assert out.value == 0.8 and out.details["attempts"] == [{"h2d_ratio": 0.5, "d2h_ratio": 0.9},
+                                                            {"h2d_ratio": 0.95, "d2h_ratio": 0.8}]
+    assert out.reason.endswith("(median of 9 per-round ratios); retaken 1x on a host loaded past its cores")
+
+
 def test_probe_figures_a_host_is_loaded_past_its_cores(monkeypatch):
     monkeypatch.setattr(link.os, "cpu_count", lambda: 2)
     for load, loaded in ((2.0, False), (2.5, True)):
