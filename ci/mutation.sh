@@ -56,8 +56,11 @@ text = open(path).read().replace("[tool.mutmut]\n", "[tool.mutmut]\n"
 open(path, "w").write(text)
 EOF
   start=$(date +%s)
-  # PYTHONPATH would put a checkout ahead of mutants/: the mutants would never be imported
-  (cd "$work" && env -u PYTHONPATH nice -n "$NICE" mutmut run --max-children 1 >"$work/mutmut.log" 2>&1 \
+  # PYTHONPATH would put a checkout ahead of mutants/: the mutants would never be imported.
+  # One torch thread: mutmut forks a child per mutant from a process whose torch thread pool is
+  # already up, and a large copy in the child then waits forever on the pool's dead threads
+  # (no CPU burnt, so mutmut's CPU limit never ends it)
+  (cd "$work" && env -u PYTHONPATH OMP_NUM_THREADS=1 nice -n "$NICE" mutmut run --max-children 1 >"$work/mutmut.log" 2>&1 \
      && env -u PYTHONPATH mutmut export-cicd-stats >/dev/null \
      && env -u PYTHONPATH mutmut results --all true >"$work/survivors.txt") \
     || { echo "$name: mutmut failed (log: $work/mutmut.log)" >&2; exit 1; }

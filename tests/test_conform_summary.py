@@ -81,3 +81,140 @@ def test_module_and_reading_names():
     assert module_of("conformance.test_x.TestY") == "test_x"
     assert module_of("plain") == "plain" and module_of("") == "?"
     assert is_reading_test("test_targets::test_reading[hit]") and not is_reading_test("test_targets::test_readings")
+
+
+def _junit(tmp_path, *cases: str, name: str = "junit.xml"):
+    """A junit file of these <testcase> elements (pytest's layout: one suite)."""
+    path = tmp_path / name
+    path.write_text('<?xml version="1.0" encoding="utf-8"?>\n<testsuites><testsuite name="pytest">\n'
+                    + "\n".join(cases) + "\n</testsuite></testsuites>\n")
+    return path
+
+
+def _case(module: str, name: str, body: str = "") -> str:
+    return f'<testcase classname="conformance.suites.{module}" name="{name}">{body}</testcase>'
+
+
+PASSED_BOTH = (_case("test_layout_equivalence", "test_a"), _case("test_bad_input", "test_b"))
+
+
+def test_repeated_outcomes_add_up_in_their_module_and_reason(tmp_path):
+    path = _junit(tmp_path,
+                  *(_case("test_bad_input", f"test_f{i}", f'<failure message="f{i}"/>') for i in range(2)),
+                  *(_case("test_bad_input", f"test_e{i}", f'<error message="e{i}"/>') for i in range(3)),
+                  *(_case("test_targets", f"test_x{i}", '<skipped type="pytest.xfail" message="gap"/>')
+                    for i in range(2)),
+                  _case("test_targets", "test_s", '<skipped type="pytest.skip">first line\nsecond</skipped>'),
+                  '<testcase name="test_orphan"/>')  # no classname: its own module "?"
+    s = summarize_junit(path, "emu", None)
+    rows = {m.module: (m.passed, m.failed, m.errors, m.skipped, m.xfailed) for m in s.modules}
+    assert rows == {"?": (1, 0, 0, 0, 0), "test_bad_input": (0, 2, 3, 0, 0), "test_targets": (0, 0, 0, 1, 2)}
+    assert s.xfail_reasons == {"gap": 2}
+    assert s.skip_reasons == {"first line": 1}  # no message: the first line of the text
+    assert [f["message"] for f in s.failures] == ["f0", "f1", "e0", "e1", "e2"]
+
+
+def test_the_backends_unavailability_and_the_deciding_suites_reach_the_verdict(tmp_path):
+    path = _junit(tmp_path, *PASSED_BOTH)
+    assert summarize_junit(path, "emu", "p800").verdict == "PASS"
+    gone = summarize_junit(path, "xpu", "p800", unavailable="no card")
+    assert gone.verdict == "NOT RUN" and gone.not_run_reason == "backend 'xpu' is not available here: no card"
+    storage = summarize_junit(path, "emu", "p800", deciding=("test_storage",))
+    assert storage.deciding == ("test_storage",) and storage.verdict == "NOT RUN"
+    assert storage.not_run_reason == "no test of test_storage ran (not collected)"
+
+
+def test_a_reading_is_the_last_part_of_a_test_id():
+    assert is_reading_test("test_reading[ttft]") and is_reading_test("test_targets::test_reading[ttft]")
+    assert is_reading_test("suites/test_targets.py::TestSeed::test_reading[ttft]")
+    assert not is_reading_test("test_reading[ttft]::test_other")
+
+
+def test_summary_json_holds_every_key_with_its_value(tmp_path):
+    path = _junit(tmp_path, *PASSED_BOTH, _case("test_targets", "test_reading[ttft]", '<failure message="off"/>'),
+                  _case("test_bad_input", "test_c", '<failure message="bytes differ"/>'))
+    answer, counts = {"text": "yes", "gain_pct": 12.0}, {"reading_pass": 3, "reading_fail": 1}
+    s = summarize_junit(path, "emu", "p800", deselected={"test_bad_input": 2})
+    s.answer, s.target_counts = answer, counts
+    assert s.partial_reason == "2 tests of test_bad_input deselected"  # but it failed: FAIL, not PARTIAL
+    assert s.to_json() == {
+        "backend": "emu", "profile": "p800", "junit": str(path), "ok": False, "verdict": "FAIL",
+        "not_run_reason": None, "partial_reason": None, "deselected": {"test_bad_input": 2},
+        "totals": {"tests": 4, "passed": 2, "failed": 2, "errors": 0, "skipped": 0, "xfailed": 0},
+        "modules": [{"module": "test_bad_input", "passed": 1, "failed": 1, "errors": 0, "skipped": 0, "xfailed": 0,
+                     "tests": 2},
+                    {"module": "test_layout_equivalence", "passed": 1, "failed": 0, "errors": 0, "skipped": 0,
+                     "xfailed": 0, "tests": 1},
+                    {"module": "test_targets", "passed": 0, "failed": 1, "errors": 0, "skipped": 0, "xfailed": 0,
+                     "tests": 1}],
+        "skip_reasons": {}, "xfail_reasons": {},
+        "failures": [{"test": "test_targets::test_reading[ttft]", "message": "off"},
+                     {"test": "test_bad_input::test_c", "message": "bytes differ"}],
+        "answer": answer, "target_counts": counts, "model_verdict": "FAIL"}
+    out = tmp_path / "summary.json"
+    write_json(s, out)
+    text = out.read_text()
+    assert text == json.dumps(s.to_json(), indent=2) + "\n"  # indented for a person, one newline at the end
+    assert text.startswith('{\n  "backend": "emu",\n')
+
+
+def test_the_whole_table_with_the_answer_the_node_and_the_models_verdicts(tmp_path):
+    path = _junit(tmp_path, *PASSED_BOTH,
+                  _case("test_targets", "test_reading[ttft]", '<failure message="ttft 2.1 s, target 1.8"/>'),
+                  _case("test_targets", "test_s", '<skipped message="no L3 here"/>'),
+                  _case("test_targets", "test_x", '<skipped type="pytest.xfail" message="known gap"/>'))
+    s = summarize_junit(path, "emu", None)
+    s.answer = {"text": "yes: HiCache saves 12% of busy seconds"}
+    # the model line counts the report's rows (here one more miss than the junit shows), not the failures
+    s.target_counts = {"reading_pass": 3, "reading_fail": 2, "reading_not_measured": 2}
+    head = "module                     tests   passed   failed   errors  skipped  xfailed"
+    assert format_table(s) == "\n".join([
+        "hicache conform: backend emu, profile none",
+        "answer: yes: HiCache saves 12% of busy seconds",
+        head,
+        "-" * len(head),
+        "test_bad_input                 1        1        0        0        0        0",
+        "test_layout_equivalence        1        1        0        0        0        0",
+        "test_targets                   3        0        1        0        1        1",
+        "-" * len(head),
+        "total                          5        2        1        0        1        1",
+        "skipped:",
+        "      1 x no L3 here",
+        "expected failures:",
+        "      1 x known gap",
+        "failed (1):",
+        "  test_targets::test_reading[ttft]: ttft 2.1 s, target 1.8",
+        # a seed reading the model misses is the model's verdict, not the node's
+        "PASS: 2 passed, 0 failed, 1 seed readings outside tolerance, 1 skipped of 5",
+        "model FAIL: 3 of the profile's seed readings within tolerance, 2 outside, 2 not measured (modeled on the "
+        "seed scenario; the verdict above is the node's)"])
+    s.target_counts = None  # the counts come from the failures alone
+    assert format_table(s).splitlines()[-1] == (
+        "model FAIL: 0 of the profile's seed readings within tolerance, 1 outside, 0 not measured (modeled on the "
+        "seed scenario; the verdict above is the node's)")
+
+
+def test_the_table_says_why_a_run_is_not_run_or_partial(tmp_path):
+    path = _junit(tmp_path, *PASSED_BOTH)
+    gone = format_table(summarize_junit(path, "xpu", "p800", unavailable="no card"))
+    assert gone.splitlines()[-1] == "NOT RUN: backend 'xpu' is not available here: no card (2 passed, 0 failed, " \
+                                    "0 skipped of 2)"
+    cut = format_table(summarize_junit(path, "emu", "p800", deselected={"test_bad_input": 1}))
+    assert cut.splitlines()[-1] == ("PARTIAL: the deciding suites did not run in full (1 test of test_bad_input "
+                                    "deselected); no check of the node failed, but nothing is signed off (2 passed, "
+                                    "0 failed, 0 skipped of 2)")
+    assert "model" not in cut  # no readings: no model verdict
+
+
+def test_the_table_lists_twenty_failures_cut_to_300_characters(tmp_path):
+    def failing(n):
+        return _junit(tmp_path, *(_case("test_bad_input", f"test_{i:02}", f'<failure message="{i:02}{"x" * 400}"/>')
+                                  for i in range(n)), name=f"junit{n}.xml")
+
+    twenty = format_table(summarize_junit(failing(20), "emu", "p800")).splitlines()
+    shown = [ln for ln in twenty if ln.startswith("  test_bad_input::")]
+    assert len(shown) == 20 and not any(ln.startswith("  ...") for ln in twenty)
+    assert shown[0] == "  test_bad_input::test_00: 00" + "x" * 298  # the message cut to 300 characters
+    more = format_table(summarize_junit(failing(21), "emu", "p800")).splitlines()
+    assert sum(ln.startswith("  test_bad_input::") for ln in more) == 20
+    assert f"  ... and 1 more in {tmp_path / 'junit21.xml'}" in more

@@ -241,3 +241,150 @@ def test_a_curve_profile_prices_a_replay_from_its_own_tally(tmp_path):
     assert fig["net_benefit_service"]["compute"] == pytest.approx(fig["modeled_prefill_compute_seconds"])
     assert fig["net_benefit_seconds"] == pytest.approx(fig["modeled_prefill_l1_only_seconds"]
                                                        - fig["net_benefit_service"]["total"])
+
+
+# what the fit, the traffic and the L3 link hand on, key by key
+
+def test_a_fits_json_is_its_line_its_quality_and_its_points():
+    fit = cost.fit_line([0, 1, 2, 3], [1.0, 2.0, 2.0, 5.0])  # y = 0.7 + 1.2 x: SS_res 1.8 of SS_tot 9
+    j = fit.to_json()
+    assert set(j) == {"a", "b", "r2", "rmse", "points", "xs", "ys", "residuals"}
+    assert (j["a"], j["b"], j["r2"], j["rmse"]) == pytest.approx((0.7, 1.2, 0.8, 0.45 ** 0.5))
+    assert (j["points"], j["xs"], j["ys"]) == (4, [0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 2.0, 5.0])
+    assert j["residuals"] == pytest.approx([0.3, 0.1, -1.1, 0.7])
+    assert cost.fit_line([0, 1], [1, 3]).at(2) == pytest.approx(5.0)  # two distinct x are enough
+
+
+def test_fit_refusals_say_what_came():
+    with pytest.raises(ValueError) as e:
+        cost.fit_line(list(range(3)), [1, 2])
+    assert str(e.value) == "ys: 2 values for 3 xs"
+    with pytest.raises(ValueError) as e:
+        cost.fit_line([5] * 10, list(range(10)))
+    assert str(e.value) == f"xs: need at least two distinct x values, got {[5.0] * 8}"  # the first 8
+    with pytest.raises(ValueError) as e:
+        cost.fit_line([1, 2], [1, float("inf")])
+    assert str(e.value) == "xs, ys: every value must be finite"
+
+
+def test_break_even_is_the_first_whole_prompt_where_loading_wins():
+    p = load_profile("p800")
+    n = round(cost.break_even_tokens(p, LAYERS, TOKEN_BYTES))
+
+    def loading_costs_more(k):
+        return cost.allhit_seconds(p, k, LAYERS, TOKEN_BYTES) > p.compute.prefill_seconds(k)
+
+    assert loading_costs_more(n - 1) and not loading_costs_more(n)  # to half a token
+    assert cost.break_even_tokens(p, LAYERS, TOKEN_BYTES, max_tokens=n - 2) is None  # not below max_tokens
+
+
+def test_the_assumed_inputs_are_the_keys_asked_that_the_profile_assumes_sorted_once():
+    p = load_profile("p800")
+    assumed = set(p.assumptions())
+    asked = ("link.per_launch_us", "link.d2h_gbps", "link.per_launch_us", "compute.prefill_fixed_s")
+    assert {"link.per_launch_us", "link.d2h_gbps"} <= assumed and "compute.prefill_fixed_s" not in assumed
+    assert cost.assumed_inputs(p, asked) == ("link.d2h_gbps", "link.per_launch_us")
+    assert cost.assumed_inputs(p) == tuple(sorted(assumed & {*cost.COMPUTE_KEYS, *cost.TRANSFER_KEYS,
+                                                             *cost.HOST_KEYS}))
+
+
+@pytest.mark.parametrize("io_backend, kernel", [("kernel", True), ("direct", False), (None, False)])
+def test_a_directions_traffic_is_the_replays_counts_with_an_item_per_token_and_layer(io_backend, kernel):
+    fig = {"geometry": {"layers": 3}, "h2d_bytes": 1000, "h2d_segments": 7, "h2d_launches": 5, "h2d_tokens": 11,
+           "d2h_bytes": 1, "d2h_segments": 1, "d2h_launches": 1, "d2h_tokens": 1}
+    if io_backend:
+        fig["io_backend"] = io_backend
+    assert cost.traffic(fig, "h2d") == mech.Traffic(bytes=1000, segments=7, launches=5, items=33, kernel=kernel)
+
+
+def test_an_l3_runs_link_seconds_are_its_reads_writes_and_the_shared_uplink():
+    p = load_profile("p800")
+    state = mech.HostState()
+    gb = 10**9
+    fig = dict(l3="model:", d2h_bytes=10 * gb, l3_bytes_read=40 * gb, l3_bytes_written=8 * gb, l3_pages_read=1000,
+               l3_pages_written=300, l3_prefetches=10, l3_write_batches=4, l3_modeled_stall_seconds=0.5)
+    read = mech.l3_seconds(p, "read", 1000, 40 * gb, 10)
+    write = mech.l3_seconds(p, "write", 300, 8 * gb, 4)
+    shared = mech.shared_uplink_seconds(p, 10 * gb, 48 * gb, read + write, state)
+    assert read > 0 and write > 0 and shared > 0
+    assert cost.l3_link_figures(p, fig, state) == {
+        "l3_link_read_seconds": read, "l3_link_write_seconds": write, "l3_shared_uplink_seconds": shared,
+        "l3_service_seconds": mech.l3_service(p, 0.5, shared)}
+    unbatched = {k: v for k, v in fig.items() if k != "l3_write_batches"}  # a store that does not batch
+    assert cost.l3_link_figures(p, unbatched, state)["l3_link_write_seconds"] == mech.l3_seconds(p, "write", 300,
+                                                                                                8 * gb, 0)
+    assert cost.l3_link_figures(p, {**fig, "l3": None}, state) == {}  # no L3: nothing to price
+
+
+def test_the_fit_is_taken_in_double_precision_whatever_the_inputs_type():
+    xs = np.linspace(512, 32768, 40, dtype=np.float32)
+    ys = (SEED_A + SEED_B * xs).astype(np.float32)
+    assert cost.fit_line(xs, ys) == cost.fit_line(xs.astype(np.float64), ys.astype(np.float64))
+    assert cost.fit_line([1, 2, 3], [3, 5, 8]) == cost.fit_line([1.0, 2.0, 3.0], [3.0, 5.0, 8.0])
+
+
+@pytest.mark.parametrize("key", ["compute.prefill_fixed_s", "compute.l2_path_fixed_s"])
+def test_an_all_hit_request_without_a_compute_part_is_unpriced_naming_the_key(key):
+    p = with_values(load_profile("p800"), **{key: None})
+    with pytest.raises(mech.Unpriced) as e:
+        cost.allhit_seconds(p, 4096, LAYERS, TOKEN_BYTES)
+    assert str(e.value) == f"profile p800 has no {key}"
+
+
+def test_the_all_hit_fit_is_taken_at_the_prompt_lengths_asked():
+    p = load_profile("p800")
+    fit = cost.allhit_fit(p, LAYERS, TOKEN_BYTES, tokens=(1000, 3000, 5000))
+    assert fit.xs == (1000.0, 3000.0, 5000.0)
+    assert fit.ys == tuple(cost.allhit_seconds(p, n, LAYERS, TOKEN_BYTES) for n in (1000, 3000, 5000))
+    assert cost.allhit_fit(p, LAYERS, TOKEN_BYTES).xs == tuple(float(n) for n in cost.ALLHIT_TOKENS)
+
+
+def test_break_even_between_the_first_and_the_second_token_is_not_zero():
+    p = with_values(load_profile("p800"), **{"compute.prefill_per_token_pair_s": 0.0})
+    one, two = (cost.allhit_seconds(p, n, LAYERS, TOKEN_BYTES) for n in (1, 2))
+    per_token = two - one  # the all-hit time is linear in the prompt
+    extra = one - per_token - p.compute.prefill_fixed_s  # what loading costs over prefill's fixed part
+    p = with_values(p, **{"compute.prefill_per_token_s": per_token + extra / 1.5})  # even at 1.5 tokens
+    assert one > p.compute.prefill_seconds(1) and two < p.compute.prefill_seconds(2)
+    assert 1 < cost.break_even_tokens(p, LAYERS, TOKEN_BYTES) <= 2  # a one-token prompt still recomputes
+
+
+def test_without_a_compute_model_prefill_and_break_even_are_unpriced_naming_the_profile():
+    emu = load_profile("emu")
+    for price in (lambda: cost.prefill_seconds(emu, {}), lambda: cost.break_even_tokens(emu, LAYERS, TOKEN_BYTES)):
+        with pytest.raises(mech.Unpriced) as e:
+            price()
+        assert str(e.value) == "profile emu has no compute model (compute.prefill_*)"
+
+
+def test_a_curve_profile_reads_each_prefill_from_the_replays_own_tally():
+    curve = with_values(load_profile("p800"), **{"compute.prefill_curve": ((0, 0.735), (10_000, 1.035))})
+    fig = {"modeled_prefill_compute_seconds": 1.0, "modeled_prefill_l1_only_seconds": 2.0,
+           "baseline_prefill_seconds": 3.0}
+    assert [cost.prefill_seconds(curve, fig, w) for w in ("compute", "l1_only", "no_cache")] == [1.0, 2.0, 3.0]
+    assert cost.prefill_seconds(curve, fig) == 1.0  # as cached, by default
+
+
+def test_the_replays_net_benefit_reason_and_host_state_say_how_it_was_priced():
+    fig = replay(CacheSpec.of(profile="p800", l1_tokens=4096, l2_tokens=16384, write_policy="write_through"),
+                 _doc_trace(), None)
+    assert fig["net_benefit_reason"] == (
+        "busy seconds of an L1-only cache - this run's (compute saved - L2 path, loads, backup hold and "
+        "interference); " + cost.REPLAY_STATE_NOTE)
+    assert fig["registered_bytes"] > 0  # the host pool each card registers: its translation entries cost
+    assert fig["net_benefit_host_state"] == mech.HostState(registered_bytes=fig["registered_bytes"]).to_json()
+    assert not any(k.startswith("l3_link") for k in fig["net_benefit_assumed_inputs"])  # no L3: no L3 keys
+    assert "l3_service_seconds" not in fig and fig["net_benefit_service"]["l3"] == 0.0
+    empty = replay(CacheSpec.of(profile="p800"), [], None)
+    assert empty["net_benefit_reason"] == "no request replayed: no prefill to save and nothing moved"
+
+
+def test_an_l3_replay_prices_its_link_and_names_the_l3_keys_it_assumes():
+    fig = replay(CacheSpec.of(profile="p800", l1_tokens=4096, l2_tokens=4096, write_policy="write_through",
+                              l3="model:", l3_tokens=1 << 20), _doc_trace(), None)
+    p = load_profile("p800")
+    link = cost.l3_link_figures(p, fig, mech.HostState(registered_bytes=fig["registered_bytes"]))
+    assert link and all(fig[k] == v for k, v in link.items())  # the link figures are in the replay's JSON
+    assert fig["net_benefit_service"]["l3"] == link["l3_service_seconds"]
+    assumed_l3 = sorted(k for k in cost.L3_KEYS if k in p.assumptions())
+    assert assumed_l3 and [k for k in fig["net_benefit_assumed_inputs"] if k.startswith("l3_link")] == assumed_l3

@@ -178,3 +178,64 @@ def test_no_layout_name_is_compared_outside_its_own_module():
     found = [f for pkg in ("hal", "hicache_ref") for p in sorted((ROOT / pkg).rglob("*.py"))
              for f in _name_switches(p)]
     assert not found, "switch on the layout object, not its name:\n" + "\n".join(found)
+
+
+# -- the registry's own rules: names, one instance per name, refusals naming the layout ----------
+
+def test_the_built_in_layouts_are_the_layouts_packages_modules_but_base():
+    files = {p.stem for p in (ROOT / "hal" / "transfer" / "layouts").glob("*.py")} - {"__init__", "base"}
+    assert registry.layout_names() == tuple(sorted(files))
+    assert "page_head" in files and "base" not in registry.layout_names()
+    assert registry.layout_names("mla") == tuple(sorted(files - {"page_head"}))  # page_head holds MHA only
+    assert registry.layout_names("mha") == tuple(sorted(files))
+
+
+def test_one_instance_per_name_and_a_layout_object_passes_through():
+    found = registry.get_layout("page_first")
+    assert found.name == "page_first" and registry.get_layout("page_first") is found
+    assert registry.get_layout(found) is found
+    assert registry.check_layout(found, GEOMS["mla"]) is found
+
+
+@pytest.mark.parametrize("bad", ["no_such", 3, None])
+def test_an_unknown_layout_is_refused_naming_it_and_the_known_ones(bad):
+    known = ", ".join(registry.layout_names())
+    with pytest.raises(ValueError) as e:
+        registry.get_layout(bad)
+    assert str(e.value) == f"layout: unknown host layout {bad!r}; known: {known}"
+
+
+def test_a_layout_of_the_wrong_attention_is_refused_naming_the_allowed_ones():
+    allowed = ", ".join(registry.layout_names("mla"))
+    for layout in ("page_head", registry.get_layout("page_head")):  # by name or as the object: its name
+        with pytest.raises(ValueError) as e:
+            registry.check_layout(layout, GEOMS["mla"])
+        assert str(e.value) == f"layout: 'page_head' is not a MLA host layout ({allowed})"
+    with pytest.raises(ValueError, match=r"^layout: 'no_such' is not a MHA host layout \(layer_first, "):
+        registry.check_layout("no_such", GEOMS["mha"])
+
+
+class NoName(HostLayout):
+    name = ""
+
+
+class NumberName(HostLayout):
+    name = 7
+
+
+@pytest.mark.parametrize("cls", [SlotsReversed(), NoName, NumberName, "slots_reversed"])
+def test_registering_what_is_no_named_layout_class_is_refused(cls):
+    with pytest.raises(ValueError) as e:
+        registry.register_layout(cls)
+    assert str(e.value) == f"layout: {cls!r} is not a named HostLayout subclass"
+
+
+def test_registering_a_name_again_replaces_its_class_and_its_instance(reversed_layout):
+    first = registry.get_layout(reversed_layout)
+
+    class Again(SlotsReversed):
+        pass
+
+    registry.register_layout(Again)
+    again = registry.get_layout(reversed_layout)
+    assert type(first) is SlotsReversed and type(again) is Again and registry.get_layout(reversed_layout) is again

@@ -179,16 +179,52 @@ def test_probe_figures_a_missed_ratio_is_retaken_only_on_a_loaded_host(monkeypat
                           f"ratios){retaken}")
 
 
+class RetakenProbe(TargetContext):
+    """A run whose bandwidth probe gives the next of its figures each time a forgotten one is taken again."""
+
+    def __init__(self, ratios: dict[str, list[float]]):
+        super().__init__(Named(), load_profile("emu"))
+        self.ratios = {d: iter(r) for d, r in ratios.items()}
+
+    def memo(self, key, fn):
+        return super().memo(key, lambda: {"ratio": next(self.ratios[key.removeprefix("bandwidth_")])})
+
+
+def test_probe_figures_a_retake_measures_both_directions_again(monkeypatch):
+    monkeypatch.setattr(link, "_loaded", lambda: True)
+    target = load_profile("emu").target("transfer_ratio_vs_memcpy")  # >= 0.7
+    out = link.ratio_vs_memcpy(RetakenProbe({"h2d": [0.5, 0.95], "d2h": [0.9, 0.8]}), target)
+    assert out.value == 0.8 and out.details["attempts"] == [{"h2d_ratio": 0.5, "d2h_ratio": 0.9},
+                                                            {"h2d_ratio": 0.95, "d2h_ratio": 0.8}]
+    assert out.reason.endswith("(median of 9 per-round ratios); retaken 1x on a host loaded past its cores")
+
+
 def test_probe_figures_a_host_is_loaded_past_its_cores(monkeypatch):
     monkeypatch.setattr(link.os, "cpu_count", lambda: 2)
     for load, loaded in ((2.0, False), (2.5, True)):
         monkeypatch.setattr(link.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
         assert link._loaded() is loaded
     monkeypatch.setattr(link.os, "cpu_count", lambda: None)  # unknown: one core
+    monkeypatch.setattr(link.os, "getloadavg", lambda: (1.5, 0.0, 0.0))
     assert link._loaded() is True
 
 
-def test_probe_figures_the_plan_targets_are_the_seed_plans():
+def test_probe_figures_bandwidth_is_in_gigabytes_of_10_to_the_9():
+    t = m = Sample(PROBE_BYTES, 1, 1, (0.125, 0.25, 0.25), None)  # 2^27 bytes in 1/8 s: 2^30 B/s
+    out = link.gbps("h2d")(_probed({"transfer": t, "memcpy": m, "ratio": 1.0}), None)
+    assert out.value == out.details["wall_gbps_best"] == out.details["memcpy_gbps_best"] == 1.073741824
+
+
+def test_probe_figures_without_a_backend_each_direction_is_not_measured_saying_why():
+    ctx = TargetContext(None, load_profile("emu"), "backend 'xpu' unavailable: no device")
+    target = load_profile("emu").target("transfer_ratio_vs_memcpy")
+    for measure in (link.gbps("h2d"), link.gbps("d2h"), lambda c, _: link.ratio_vs_memcpy(c, target)):
+        assert measure(ctx, None) == not_measured("measured", "backend 'xpu' unavailable: no device")
+
+
+def test_probe_figures_the_plan_targets_are_the_seed_plans(monkeypatch):
+    planned = []
+    monkeypatch.setattr(link, "seed_plan", lambda layout: planned.append(layout) or seed_plan(layout))
     for layout in ("layer_first", "page_first_direct"):
         plan = seed_plan(layout)
         out = link.plan_segments(layout)(None, None)
@@ -198,6 +234,8 @@ def test_probe_figures_the_plan_targets_are_the_seed_plans():
     out = link.plan_seconds(None, None)
     assert out.basis == "measured" and out.reason == "median of 7 plans of the seed transfer, page_first_direct"
     assert 0 < out.details["min_s"] <= out.value <= out.details["max_s"] < 1.0
+    # one plan per plan_segments target; then a warm-up and the 7 the median is of
+    assert planned == ["layer_first", "page_first_direct"] + ["page_first_direct"] * 8
 
 
 def test_probe_figures_one_probe_per_direction_per_run_on_the_backend(monkeypatch):
