@@ -7,17 +7,24 @@ three runs in milliseconds; the rank processes are tests/test_tp_ranks.py's.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 from thread_group import run_ranks
 
+from hal.backend import get_backend
 from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.tp.digest import DECISION_CHARS, DecisionLog, RecordingAllocator, SpmdCheck, SpmdDivergence
 from hicache_ref.tp.group import INT64_MAX
-from hicache_ref.tp.rank_cache import geometry
+from hicache_ref.tp.rank_cache import RankCache, geometry, host_pool_bytes
 from hicache_ref.tp.report import KEYS, divergence_report, report
+from hicache_ref.tp.shared_pool import open_host_buffer
 from hicache_ref.tp.visibility import VisibilityGate
-from hicache_ref.tp.workload import WorkloadConfig
+from hicache_ref.tp.workload import Op, WorkloadConfig, make_ops
 
 
 class Peer:
@@ -295,3 +302,252 @@ def test_report_of_a_divergence_names_the_op_what_and_each_ranks_decision():
     assert list(rep["first_divergence"]["decisions"]) == ["0", "2"]
     expected = _echo_expected(cfg)
     assert {k: rep[k] for k in expected} == expected
+
+
+# -- rank_cache ------------------------------------------------------------------------------
+
+def _spmd(cfg, world, tmp_path):
+    """`cfg` on `world` thread ranks, each with its own emu backend, over the run's host buffer
+    (shared_pool's, in `tmp_path` when shared): each rank's stats, digests and cache, or its error."""
+    def rank(group):
+        with get_backend("emu") as backend:
+            buf, _ = open_host_buffer(group, host_pool_bytes(cfg), shared=cfg.shared,
+                                      shared_dir=str(tmp_path) if cfg.shared else None, backend=backend)
+            try:
+                log = DecisionLog(enabled=cfg.self_check)
+                check = SpmdCheck(group, log, cfg.check_every)
+                cache = RankCache(cfg, group, backend, buf, log)
+                try:
+                    for i, op in enumerate(make_ops(cfg)):
+                        cache.run(i, op)
+                        check.after_op(i)
+                    cache.settle()
+                    check.check()
+                finally:
+                    cache.close()
+                return dict(cache.stats(), digest=log.digest, read_digest=log.read_digest, calls=group.calls)
+            finally:
+                buf.close()
+    return run_ranks(world, rank)
+
+
+STATS = {"d2h_bytes", "h2d_bytes", "d2h_transfers", "h2d_transfers", "read_mismatch_pages", "pages_read",
+         "gate_syncs", "host_pool_bytes"}
+
+
+def test_rank_cache_shared_pool_only_rank_0_writes_and_every_rank_reads_its_bytes(tmp_path):
+    cfg = WorkloadConfig(ops=40, seed=3, shared=True, shared_dir=str(tmp_path), check_every=8)
+    out = _spmd(cfg, 3, tmp_path)
+    assert not [e for e in out if isinstance(e, BaseException)], out
+    assert all(set(r) - {"digest", "read_digest", "calls"} == STATS for r in out)
+    assert len({r["digest"] for r in out}) == 1 and len({r["read_digest"] for r in out}) == 1
+    assert out[0]["d2h_bytes"] > 0 and out[0]["d2h_transfers"] > 0  # the writer rule:
+    assert [r["d2h_bytes"] for r in out[1:]] == [0, 0] and [r["d2h_transfers"] for r in out[1:]] == [0, 0]
+    assert all(r["read_mismatch_pages"] == 0 and r["pages_read"] > 0 and r["h2d_transfers"] > 0 for r in out)
+    assert len({(r["h2d_bytes"], r["pages_read"], r["gate_syncs"]) for r in out}) == 1  # the same rounds
+    assert out[0]["gate_syncs"] > 0
+    assert all(r["host_pool_bytes"] == host_pool_bytes(cfg) for r in out)
+    # without the gate no collective runs for visibility (the mode that shows the gate is needed)
+    off = _spmd(WorkloadConfig(ops=12, seed=3, shared=True, shared_dir=str(tmp_path), gate=False,
+                               self_check=False), 2, tmp_path)
+    assert [r["gate_syncs"] for r in off] == [0, 0]
+
+
+def test_rank_cache_private_pools_each_rank_writes_its_own(tmp_path):
+    cfg = WorkloadConfig(ops=30, seed=3)
+    out = _spmd(cfg, 2, tmp_path)
+    assert out[0]["d2h_bytes"] == out[1]["d2h_bytes"] > 0 and [r["gate_syncs"] for r in out] == [0, 0]
+    assert all(r["read_mismatch_pages"] == 0 for r in out) and out[0]["digest"] == out[1]["digest"]
+
+
+def test_rank_cache_injected_divergence_is_the_last_ranks_extra_page_at_that_op(tmp_path):
+    cfg = WorkloadConfig(ops=8, seed=2, inject_divergence_at=5, check_every=1)
+    for world in (2, 3):
+        out = _spmd(cfg, world, tmp_path)
+        assert all(isinstance(e, SpmdDivergence) for e in out), out
+        e = out[0]
+        assert (e.op, e.what) == (5, "allocator decisions")
+        last = e.decisions[world - 1]
+        assert last.startswith("l1 alloc 1 [") and "; l1 free [" in last
+        assert all(e.decisions[r] == e.decisions[0] != last for r in range(world - 1))
+        assert f"rank {world - 1}: l1 alloc 1 [" in str(e)
+    # one rank alone has nobody to diverge from: the hook does nothing
+    alone = _one_rank_cache(cfg)
+    assert alone["stats"]["read_mismatch_pages"] == 0
+
+
+def _one_rank_cache(cfg, ops=None, host_buffer=None):
+    """`ops` (default: the workload's) on one rank without a group; its stats, log and cache state."""
+    with get_backend("emu") as backend:
+        log = DecisionLog()
+        cache = RankCache(cfg, None, backend, host_buffer, log)
+        try:
+            steps = []
+            for i, op in enumerate(make_ops(cfg) if ops is None else ops):
+                cache.run(i, op)
+                steps.append(dict(cache.stats(), issued=cache.gate.writes_issued,
+                                  completed=cache.gate.writes_completed, decisions=log.window[-1][3]))
+            cache.settle()
+            on_device = backend.is_device(cache.device.buffers[0][0])
+            registered = cache.host.host_buffer.report()["registered_bytes"] if host_buffer is None else None
+            return {"stats": cache.stats(), "steps": steps, "log": log, "on_device": on_device,
+                    "registered": registered, "settled": (cache.gate.writes_issued, cache.gate.writes_completed)}
+        finally:
+            cache.close()
+
+
+def _doc(pages, ps=4, base=1000):
+    return np.arange(base, base + pages * ps, dtype=np.int64)
+
+
+def test_rank_cache_fresh_stats_are_zero_and_its_pools_live_where_the_backend_put_them():
+    cfg = WorkloadConfig(ops=1, seed=0)
+    r = _one_rank_cache(cfg, ops=[])
+    assert r["stats"] == dict(dict.fromkeys(STATS, 0), host_pool_bytes=host_pool_bytes(cfg))
+    assert r["on_device"]  # L1 is the backend's device memory, not host memory
+    assert r["registered"] >= host_pool_bytes(cfg)  # L2 registered with the backend
+
+
+def test_rank_cache_insert_allocates_only_what_the_cached_prefix_lacks_and_frees_a_partial_page():
+    cfg = WorkloadConfig(ops=1, seed=0, write_policy="write_back")
+    a = _doc(2)
+    ops = [Op("insert", a, 0),
+           Op("insert", np.concatenate([a, _doc(1, base=5000)]), 0),  # one page more: one page allocated
+           Op("insert", np.concatenate([a, _doc(1, base=6000)[:2]]), 0)]  # half a page more: taken and returned
+    steps = _one_rank_cache(cfg, ops)["steps"]
+    assert steps[0]["decisions"] == "l1 alloc 2 [0, 1]"  # write_back: no L2 page yet
+    assert steps[1]["decisions"] == "l1 alloc 1 [2]"
+    assert steps[2]["decisions"] == "l1 alloc 1 [3]; l1 free [3]"
+    assert all(s["d2h_bytes"] == 0 and s["read_mismatch_pages"] == 0 for s in steps)
+    assert [s["pages_read"] for s in steps] == [0, 2, 4]  # each insert reads back its cached prefix
+
+
+def test_rank_cache_insert_of_a_page_size_1_token_is_cached():
+    cfg = WorkloadConfig(ops=1, seed=0, page_size=1, write_policy="write_back")
+    t = np.array([7], dtype=np.int64)
+    steps = _one_rank_cache(cfg, [Op("insert", t, 0), Op("match", t, 0)])["steps"]
+    assert steps[0]["decisions"] == "l1 alloc 1 [0]" and steps[1]["pages_read"] == 1
+    short = _one_rank_cache(WorkloadConfig(ops=1, seed=0), [Op("insert", t, 0), Op("match", t, 0)])["steps"]
+    assert short[0]["decisions"] == "l1 alloc 1 [0]; l1 free [0]" and short[1]["pages_read"] == 0
+
+
+def test_rank_cache_insert_takes_what_fits_when_l1_is_short():
+    cfg = WorkloadConfig(ops=1, seed=0, l1_pages=3, write_policy="write_back")
+    doc = _doc(5)
+    steps = _one_rank_cache(cfg, [Op("insert", doc, 0), Op("match", doc, 0)])["steps"]
+    assert steps[0]["decisions"].endswith("; l1 alloc 3 [0, 1, 2]")  # all 5 refused: the 3 there are
+    assert steps[1]["pages_read"] == 3
+
+
+def test_rank_cache_write_through_backs_up_asynchronously_until_the_next_op():
+    cfg = WorkloadConfig(ops=1, seed=0, write_policy="write_through")
+    r = _one_rank_cache(cfg, [Op("insert", _doc(2), 0), Op("match", _doc(2), 0)])
+    s0, s1 = r["steps"]
+    assert s0["decisions"] == "l1 alloc 2 [0, 1]; l2 alloc 2 [0, 1]"
+    assert (s0["issued"], s0["completed"]) == (1, 0)  # the backup's D2H is still in flight after its op
+    assert (s1["issued"], s1["completed"]) == (1, 1) and s1["d2h_bytes"] > 0  # the next op waited for it
+    assert r["settled"] == (1, 1)
+
+
+def test_rank_cache_settle_waits_for_every_outstanding_backup():
+    cfg = WorkloadConfig(ops=1, seed=0, write_policy="write_through")
+    r = _one_rank_cache(cfg, [Op("insert", _doc(2), 0), Op("insert", _doc(2, base=3000), 0),
+                              Op("insert", _doc(2, base=4000), 0)])
+    assert r["steps"][-1]["issued"] == 3 and r["settled"] == (3, 3)
+    assert r["stats"]["d2h_transfers"] == 3
+
+
+def _split_doc_evicted(policy):
+    """A 4-page document inserted as 2 + 2 pages, its last 2 evicted from L1 (so kept in L2 only)."""
+    a, b = _doc(2), _doc(4)
+    return [Op("insert", a, 0), Op("insert", b, 0), Op("backup", b, 0), Op("evict", b, 2)], b
+
+
+@pytest.mark.parametrize("policy", ["write_back", "write_through"])
+def test_rank_cache_load_back_of_an_evicted_tail_reads_its_bytes_at_their_positions(policy):
+    cfg = WorkloadConfig(ops=1, seed=0, write_policy=policy)
+    ops, b = _split_doc_evicted(policy)
+    r = _one_rank_cache(cfg, ops + [Op("load_back", b, 0), Op("match", b, 0), Op("load_back", b, 0)])
+    ev, lb, m, again = r["steps"][3:]
+    assert ev["decisions"].startswith("l1 free [")
+    assert lb["h2d_transfers"] == 1 and lb["pages_read"] - ev["pages_read"] == 2  # the tail, checked
+    assert m["pages_read"] - lb["pages_read"] == 4 and r["stats"]["read_mismatch_pages"] == 0
+    assert again["h2d_transfers"] == 1  # all on L1 now: nothing to load
+
+
+def test_rank_cache_insert_over_an_evicted_tail_loads_it_and_writes_after_it():
+    cfg = WorkloadConfig(ops=1, seed=0, write_policy="write_back")
+    ops, b = _split_doc_evicted("write_back")
+    longer = np.concatenate([b, _doc(2, base=9000)])
+    r = _one_rank_cache(cfg, ops + [Op("insert", longer, 0), Op("match", longer, 0)])
+    ins, m = r["steps"][4:]
+    assert ins["h2d_transfers"] == 1 and ins["decisions"].count("l1 alloc 2 [") == 2  # the tail, then 2 new
+    assert m["pages_read"] - ins["pages_read"] == 6 and r["stats"]["read_mismatch_pages"] == 0
+
+
+def test_rank_cache_backup_writes_only_the_pages_l2_lacks():
+    cfg = WorkloadConfig(ops=1, seed=0, write_policy="write_back")
+    a, b = _doc(2), _doc(4)
+    steps = _one_rank_cache(cfg, [Op("insert", a, 0), Op("insert", b, 0), Op("backup", a, 0), Op("backup", b, 0),
+                                  Op("backup", b, 0), Op("match", b, 0)])["steps"]
+    assert steps[2]["decisions"] == "l2 alloc 2 [0, 1]"
+    assert steps[3]["decisions"] == "l2 alloc 2 [2, 3]"  # only the two pages not yet in L2
+    assert steps[4]["decisions"] == "no allocator call" and steps[-1]["d2h_transfers"] == 2
+
+
+def test_rank_cache_write_back_writes_evicted_pages_before_freeing_them():
+    cfg = WorkloadConfig(ops=1, seed=0, write_policy="write_back")
+    b = _doc(4)
+    r = _one_rank_cache(cfg, [Op("insert", b, 0), Op("evict", b, 4), Op("load_back", b, 0), Op("match", b, 0)])
+    ev = r["steps"][1]
+    assert ev["d2h_bytes"] > 0 and (ev["issued"], ev["completed"]) == (1, 1)  # written, waited for, then freed
+    assert r["stats"]["h2d_transfers"] == 1 and r["stats"]["pages_read"] == 8
+    assert r["stats"]["read_mismatch_pages"] == 0
+
+
+def test_rank_cache_free_list_order_reaches_both_pools():
+    def second(order, pages):  # the pages a second allocation gets after the first was freed
+        alloc = PageAllocator(pages * 4, 4, order)
+        alloc.free_pages(alloc.alloc_pages(2))
+        return alloc.alloc_pages(2).tolist()
+    a, b = _doc(2), _doc(2, base=3000)
+    for order in ("fifo", "lifo"):
+        cfg = WorkloadConfig(ops=1, seed=0, free_list=order, write_policy="write_through")
+        steps = _one_rank_cache(cfg, [Op("insert", a, 0), Op("evict", a, 2), Op("evict_host", a, 2),
+                                      Op("insert", b, 0)])["steps"]
+        assert steps[-1]["decisions"] == f"l1 alloc 2 {second(order, 24)}; l2 alloc 2 {second(order, 48)}"
+    assert second("fifo", 24) != second("lifo", 24) and second("fifo", 48) != second("lifo", 48)
+
+
+def test_rank_cache_d2h_delay_slows_the_writer_but_changes_no_decision():
+    cfg = WorkloadConfig(ops=12, seed=1, write_policy="write_through")
+    t0 = time.perf_counter()
+    plain = _one_rank_cache(cfg)
+    t1 = time.perf_counter()
+    slow = _one_rank_cache(dataclasses.replace(cfg, d2h_delay_ms=40.0))
+    t2 = time.perf_counter()
+    writes = slow["stats"]["d2h_transfers"]
+    assert writes >= 2 and slow["log"].digest == plain["log"].digest and slow["stats"] == plain["stats"]
+    assert (t2 - t1) - (t1 - t0) > writes * 0.040 / 8  # a delay of up to 40 ms per D2H, mean 20 ms
+
+
+def test_rank_cache_kill_at_kills_that_rank_at_that_op():
+    # kill_at is for the rank processes (tests/test_tp_ranks.py); here one rank alone, in a fork
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run ops, noting each one's index before it starts
+        try:
+            os.close(read)
+            ops = (Op("match", _doc(1), 0) for i in range(6) if os.write(write, b"%d " % i))
+            _one_rank_cache(WorkloadConfig(ops=6, seed=0, faults={"kill_at": [0, 3]}), ops=ops)
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        noted = f.read().split()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert noted == [b"0", b"1", b"2", b"3"]  # killed at op 3, before op 4 was taken
+    # another rank's kill_at leaves this rank running
+    r = _one_rank_cache(WorkloadConfig(ops=6, seed=0, faults={"kill_at": [1, 3]}))
+    assert len(r["steps"]) == 6

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 
+from hicache_ref.tp.group import Group
+
 
 class _Rendezvous:
     """What the ranks of one world share: one slot per rank, filled once per collective round."""
@@ -45,8 +47,8 @@ class _Rendezvous:
             self.cond.notify_all()
 
 
-class ThreadGroup:
-    """Rank `rank` of a world of threads; the methods of hicache_ref.tp.group.Group."""
+class ThreadGroup(Group):
+    """Rank `rank` of a world of threads: Group's collectives (and so its agree) over a rendezvous."""
 
     def __init__(self, rendezvous: _Rendezvous, rank: int):
         self._rv, self.rank, self.world = rendezvous, rank, rendezvous.world
@@ -69,6 +71,9 @@ class ThreadGroup:
 
     def broadcast_object(self, obj, src: int = 0):
         return self._exchange(obj)[src]
+
+    def close(self) -> None:
+        pass
 
 
 def run_ranks(world: int, fn, timeout: float = 30.0) -> list:
