@@ -24,7 +24,7 @@ MODULES=(
   "link|conformance/targets/link.py|tests/test_target_verdicts.py -k slower_directions|without_a_backend|probe_figures"
   "digest|hicache_ref/tp/digest.py|tests/test_tp_protocol.py tests/test_tp_mutants.py -k not test_gate_ and not test_report_ and not test_rank_cache_"
   "visibility|hicache_ref/tp/visibility.py|tests/test_tp_protocol.py tests/test_tp_mutants.py -k gate|waits|private|writes"
-  "rank_cache|hicache_ref/tp/rank_cache.py|tests/test_tp_protocol.py"
+  "rank_cache|hicache_ref/tp/rank_cache.py|tests/test_tp_protocol.py tests/test_tp_mutants.py -k not test_gate_ and not test_digest_ and not test_report_"
   "tp_report|hicache_ref/tp/report.py|tests/test_tp_protocol.py tests/test_tp_mutants.py -k report"
   "integrity|hicache_ref/storage/integrity.py|tests/test_storage.py -k trailer|corrupt|digest"
   "storage_base|hicache_ref/storage/base.py|tests/test_storage.py"
