@@ -376,8 +376,9 @@ def test_rank_cache_injected_divergence_is_the_last_ranks_extra_page_at_that_op(
     assert alone["stats"]["read_mismatch_pages"] == 0
 
 
-def _one_rank_cache(cfg, ops=None, host_buffer=None):
-    """`ops` (default: the workload's) on one rank without a group; its stats, log and cache state."""
+def _one_rank_cache(cfg, ops=None, host_buffer=None, after=None):
+    """`ops` (default: the workload's) on one rank without a group; its stats, log and cache state
+    (`after(i, cache)`: called after op i)."""
     with get_backend("emu") as backend:
         log = DecisionLog()
         cache = RankCache(cfg, None, backend, host_buffer, log)
@@ -385,6 +386,8 @@ def _one_rank_cache(cfg, ops=None, host_buffer=None):
             steps = []
             for i, op in enumerate(make_ops(cfg) if ops is None else ops):
                 cache.run(i, op)
+                if after is not None:
+                    after(i, cache)
                 steps.append(dict(cache.stats(), issued=cache.gate.writes_issued,
                                   completed=cache.gate.writes_completed, decisions=log.window[-1][3]))
             cache.settle()
@@ -483,6 +486,22 @@ def test_rank_cache_insert_over_an_evicted_tail_loads_it_and_writes_after_it():
     ins, m = r["steps"][4:]
     assert ins["h2d_transfers"] == 1 and ins["decisions"].count("l1 alloc 2 [") == 2  # the tail, then 2 new
     assert m["pages_read"] - ins["pages_read"] == 6 and r["stats"]["read_mismatch_pages"] == 0
+
+
+def test_rank_cache_counts_each_page_whose_bytes_differ_in_any_layer():
+    # a 3-page document backed up to L2, evicted from L1; then layer 0 of its last two L2 pages goes
+    # wrong (the other layer stays right), and the load back must count exactly those two pages
+    cfg = WorkloadConfig(ops=1, seed=0, write_policy="write_through")
+    doc = _doc(3)
+
+    def corrupt(i, cache):
+        if i == 1:
+            cache.settle()
+            layer0 = cache.host.buffers[0][0]  # layer_first: [layer][token]...
+            layer0[cfg.page_size: 3 * cfg.page_size] = 0
+    r = _one_rank_cache(cfg, [Op("insert", doc, 0), Op("evict", doc, 3), Op("load_back", doc, 0)], after=corrupt)
+    lb = r["steps"][2]
+    assert (lb["pages_read"], lb["read_mismatch_pages"]) == (3, 2)
 
 
 def test_rank_cache_backup_writes_only_the_pages_l2_lacks():
