@@ -76,7 +76,7 @@ class ThreadGroup(Group):
         pass
 
 
-def run_ranks(world: int, fn, timeout: float = 30.0) -> list:
+def run_ranks(world: int, fn, timeout: float = 10.0) -> list:
     """`fn(group)` on `world` thread ranks; each rank's result (or the exception it raised), by rank."""
     rv = _Rendezvous(world, timeout)
     out: list = [None] * world
