@@ -407,6 +407,8 @@ def test_rank_cache_fresh_stats_are_zero_and_its_pools_live_where_the_backend_pu
     cfg = WorkloadConfig(ops=1, seed=0)
     r = _one_rank_cache(cfg, ops=[])
     assert r["stats"] == dict(dict.fromkeys(STATS, 0), host_pool_bytes=host_pool_bytes(cfg))
+    # one L2 pool: every layer's latent row (kv_dim bf16 values, one head) of every L2 token
+    assert host_pool_bytes(cfg) == cfg.layers * cfg.l2_pages * cfg.page_size * cfg.kv_dim * 2
     assert r["on_device"]  # L1 is the backend's device memory, not host memory
     assert r["registered"] >= host_pool_bytes(cfg)  # L2 registered with the backend
 
