@@ -141,8 +141,14 @@ def test_digest_of_reads_chains_every_read_and_is_off_when_logging_is():
     log.record_read(b"ab")
     first = log.read_digest
     assert first != 0
+    spent = log.seconds
+    assert spent > 0
     log.record_read(b"ab")
-    assert log.read_digest not in (0, first) and log.seconds > 0
+    assert log.read_digest not in (0, first) and log.seconds > spent  # the time adds up
+    log.begin(0)
+    spent = log.seconds
+    log.record("l1", "free", [1])
+    assert log.seconds > spent
     off = DecisionLog(enabled=False)
     off.begin(0)
     off.record("l1", "alloc 1", [1])
@@ -176,6 +182,8 @@ def test_digest_checks_count_every_comparison():
     assert [c.checks for c in out] == [3, 3, 3]  # after ops 1 and 3, and the final check
     assert all(c.reads_identical and c.log.window == [] for c in out)
     assert all(c.seconds > 0 for c in out)
+    one = _checked(3, lambda r: [[1]], every=5)  # the final check only
+    assert all(c.checks == 1 for c in one)
 
 
 def test_digest_divergence_of_one_rank_in_three_is_raised_on_every_rank_naming_each_decision():

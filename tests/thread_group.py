@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 
+import torch
+
 from hicache_ref.tp.group import Group
 
 
@@ -47,6 +49,11 @@ class _Rendezvous:
             self.cond.notify_all()
 
 
+def _int64(values) -> list[int]:
+    """`values` as the int64 tensor Group sends carries them: a value out of range is refused."""
+    return torch.tensor([int(v) for v in values], dtype=torch.int64).tolist()
+
+
 class ThreadGroup(Group):
     """Rank `rank` of a world of threads: Group's collectives (and so its agree) over a rendezvous."""
 
@@ -61,10 +68,10 @@ class ThreadGroup(Group):
 
     def all_reduce(self, values, op: str) -> list[int]:
         pick = {"min": min, "max": max}[op]
-        return [int(pick(col)) for col in zip(*self._exchange([int(v) for v in values]), strict=True)]
+        return [int(pick(col)) for col in zip(*self._exchange(_int64(values)), strict=True)]
 
     def all_gather(self, values) -> list[list[int]]:
-        return [list(v) for v in self._exchange([int(v) for v in values])]
+        return [list(v) for v in self._exchange(_int64(values))]
 
     def all_gather_object(self, obj) -> list:
         return self._exchange(obj)
