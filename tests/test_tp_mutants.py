@@ -115,6 +115,15 @@ def test_digest_window_shows_each_ops_decisions_or_that_there_were_none():
     assert log.window[2][1] != log.window[1][1]
 
 
+def test_digest_window_shows_a_decision_of_exactly_decision_chars_whole():
+    log = DecisionLog()
+    log.begin(0)
+    kind = "k" * (DECISION_CHARS - len("l1  none"))
+    log.record("l1", kind, None)
+    log.end()
+    assert log.window[0][3] == f"l1 {kind} none" and len(log.window[0][3]) == DECISION_CHARS
+
+
 def test_digest_window_cuts_a_long_decision_at_decision_chars():
     log = _log([[("alloc", 1)] * 40])
     text = log.window[0][3]
@@ -137,18 +146,18 @@ def test_digest_tells_apart_what_and_when_and_which_tier():
 
 
 def test_digest_of_reads_chains_every_read_and_is_off_when_logging_is():
+    t0 = time.perf_counter()
     log = DecisionLog()
     log.record_read(b"ab")
-    first = log.read_digest
-    assert first != 0
-    spent = log.seconds
-    assert spent > 0
+    first, spent = log.read_digest, log.seconds
+    assert first != 0 and spent > 0
     log.record_read(b"ab")
     assert log.read_digest not in (0, first) and log.seconds > spent  # the time adds up
     log.begin(0)
     spent = log.seconds
     log.record("l1", "free", [1])
-    assert log.seconds > spent
+    log.record("l1", "free", None)
+    assert spent < log.seconds <= time.perf_counter() - t0  # logging's own time, within the test's
     off = DecisionLog(enabled=False)
     off.begin(0)
     off.record("l1", "alloc 1", [1])
@@ -178,10 +187,11 @@ def _checked(world, decisions_of, every=1, reads_of=None):
 
 
 def test_digest_checks_count_every_comparison():
+    t0 = time.perf_counter()
     out = _checked(3, lambda r: [[1], [2], [], [1]], every=2)
     assert [c.checks for c in out] == [3, 3, 3]  # after ops 1 and 3, and the final check
     assert all(c.reads_identical and c.log.window == [] for c in out)
-    assert all(c.seconds > 0 for c in out)
+    assert all(0 < c.seconds <= time.perf_counter() - t0 for c in out)  # within the run's wall time
     one = _checked(3, lambda r: [[1]], every=5)  # the final check only
     assert all(c.checks == 1 for c in one)
 
@@ -233,6 +243,13 @@ def test_digest_divergence_in_window_length_only_names_each_ranks_count():
     assert e.op == 1 and e.decisions == {0: "2 ops logged", 1: "3 ops logged"}
     assert str(e) == ("SPMD divergence: allocator decisions differ first at op 1 "
                       "(rank 0: 2 ops logged; rank 1: 3 ops logged)")
+
+
+def test_digest_read_divergence_in_window_length_only_still_says_kv_bytes_read():
+    # rank 1 logged one more op, with a read and no allocator call: decisions agree, reads do not
+    out = _checked(2, lambda r: [[1]] + ([[]] if r == 1 else []), every=5, reads_of=lambda r, op: b"kv")
+    assert [(e.op, e.what, e.decisions) for e in out] == [(0, "KV bytes read", {0: "1 ops logged",
+                                                                                 1: "2 ops logged"})] * 2
 
 
 def test_digest_divergence_names_op_minus_one_when_a_rank_logged_nothing():
