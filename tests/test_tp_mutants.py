@@ -196,6 +196,21 @@ def test_digest_checks_count_every_comparison():
     assert all(c.checks == 1 for c in one)
 
 
+def test_digest_check_seconds_sum_every_checks_wait_for_the_slowest_rank():
+    def rank(group):
+        log = DecisionLog()
+        check = SpmdCheck(group, log, 1)
+        for op in range(3):
+            log.begin(op)
+            log.end()
+            if group.rank == 1:
+                time.sleep(0.1)  # rank 0 waits for it in every check
+            check.after_op(op)
+        return check
+    fast, slow = run_ranks(2, rank)
+    assert fast.checks == slow.checks == 3 and fast.seconds >= 0.25 > slow.seconds
+
+
 def test_digest_divergence_of_one_rank_in_three_is_raised_on_every_rank_naming_each_decision():
     out = _checked(3, lambda r: [[1], [2] if r != 2 else [3], [1]], every=3)
     assert all(isinstance(e, SpmdDivergence) for e in out)
