@@ -183,6 +183,20 @@ def run_pager(pool):
     return block
 
 
+def run_addresses(pool) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """(addresses, byte counts, bytes between pages) of page 0's runs in canonical order, every part
+    (uint64), where the pool's pages are runs of it (`_run_plan`): page p's runs are page 0's shifted
+    by p times the step, so a batch of pages is addressed without a per-page step. Else None."""
+    plan = _run_plan(pool.layout, pool.geom, pool.num_tokens)
+    if plan is None:
+        return None
+    first, step, rows, run, gap = plan
+    bases = np.array([_part_bytes(pool, part).data_ptr() for part in range(pool.geom.parts)], dtype=np.uint64)
+    within = np.uint64(first) + np.arange(rows, dtype=np.uint64) * np.uint64(gap)
+    addrs = (bases[:, None] + within[None, :]).reshape(-1)
+    return addrs, np.full(addrs.size, run, dtype=np.uint64), step
+
+
 def page_runs(pool, page: int, staging=None, pager=None) -> list[np.ndarray]:
     """The page's bytes as 2-D uint8 arrays of contiguous rows, canonical order row after row: views
     of the pool where `_run_plan` finds runs, else one row per part gathered into `staging(nbytes)`
