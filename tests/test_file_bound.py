@@ -126,29 +126,53 @@ def _obj_files(directory, names, size=240):
             f.write(b"\0" * size)
 
 
-def test_other_clients_objects_are_counted_at_the_next_rescan(tmp_path):
-    # A rescan stats every object: it comes at every 64th write when the count is small, and once
-    # the count passes 1,024 only every (count // 16) writes, checked at each 64th
+def _writer(store, pool):
+    """write_up_to(n): store's own objects a0, a1, ... up to n of them, four pages a set."""
+    written = [0]
+
+    def write_up_to(n):
+        while written[0] < n:
+            store.set([f"a{written[0] + j}" for j in range(4)], pool, [0, 1, 2, 3])
+            written[0] += 4
+    return write_up_to
+
+
+def test_other_clients_objects_are_counted_once_a_sixteenth_of_the_bound_is_written(tmp_path):
+    # A rescan stats every object; it comes once this client has written 1/16 of the bound since
+    # the last one, however many objects there are: here 256 objects, where a count-based cadence
+    # (every 64 writes below 1,024 objects) rescanned a store far below its bound four times as often.
     from conformance.suites.storage.cases import MLA, random_pool
 
     obj = 192 + 48  # the small MLA page with its trailer
-    pool = random_pool(MLA, "page_first", 3)  # 4 pages
-    a = FileStorage(str(tmp_path), max_bytes=10**9)  # scanned at open: empty
-
-    def write_up_to(n):
-        while a._writes < n:
-            i = a._writes
-            a.set([f"a{i + j}" for j in range(4)], pool, [0, 1, 2, 3])
-
+    a = FileStorage(str(tmp_path), max_bytes=16 * 256 * obj)  # scanned at open: empty
+    assert a.rescan_bytes == 256 * obj
+    write_up_to = _writer(a, random_pool(MLA, "page_first", 3))
     _obj_files(tmp_path, ["other"])  # another client's object
-    write_up_to(64)
-    assert a.stored_bytes == (64 + 1) * obj  # write 64: 64 since the scan >= max(64, 64 // 16)
-    _obj_files(tmp_path, [f"x{i}" for i in range(2048)])
-    write_up_to(128)
-    assert a.stored_bytes == (128 + 1 + 2048) * obj  # write 128: 64 >= max(64, 129 // 16)
-    _obj_files(tmp_path, ["late"])
+    write_up_to(252)
+    assert a.stored_bytes == 252 * obj  # not seen yet
     write_up_to(256)
-    # writes 192 and 256: 64 and 128 since the scan < 2,241 // 16 = 140 and 2,305 // 16 = 144
-    assert a.stored_bytes == (256 + 1 + 2048) * obj
-    write_up_to(320)
-    assert a.stored_bytes == (320 + 1 + 2048 + 1) * obj  # write 320: 192 >= 2,369 // 16 = 148
+    assert a.stored_bytes == (256 + 1) * obj  # 256 objects written since the open: rescanned
+    _obj_files(tmp_path, [f"x{i}" for i in range(100)])
+    write_up_to(508)
+    assert a.stored_bytes == (508 + 1) * obj
+    write_up_to(512)
+    assert a.stored_bytes == (512 + 1 + 100) * obj
+
+
+def test_a_rescan_over_the_bound_evicts_other_clients_older_objects(tmp_path):
+    from conformance.suites.storage.cases import MLA, random_pool
+
+    obj = 192 + 48
+    a = FileStorage(str(tmp_path), max_bytes=16 * 16 * obj)  # 256 objects; a rescan every 16 written
+    write_up_to = _writer(a, random_pool(MLA, "page_first", 3))
+    write_up_to(16)
+    theirs = [f"y{i}" for i in range(300)]  # other clients fill the directory past the bound
+    _obj_files(tmp_path, theirs)
+    for name in theirs:  # ...with objects used before any of ours
+        os.utime(tmp_path / (name + ".kv"), ns=(10**9, 10**9))
+    write_up_to(28)
+    assert a.stored_bytes == 28 * obj  # not seen yet
+    write_up_to(32)
+    left = set(os.listdir(tmp_path))
+    assert a.stored_bytes == a.max_bytes == 256 * obj and len(left) == 256
+    assert {f"a{i}.kv" for i in range(32)} <= left  # the least recently used went: theirs

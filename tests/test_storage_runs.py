@@ -61,6 +61,24 @@ def test_runs_concatenate_to_the_canonical_page_in_every_layout(attention):
             assert len(got) == PAGE_BYTES[attention]
 
 
+@pytest.mark.parametrize("attention", ["mha", "mla"])
+def test_a_batch_of_pages_in_an_upstream_order_is_the_bytes_page_by_page(attention):
+    # upstream's objects: one part's page in a host layout's axis order; the batch form (one gather
+    # or views) must give every page exactly what the per-page form gives, in the order asked
+    geom = {"mha": MHA, "mla": MLA}[attention]
+    for layout in reference.layouts_for(attention):
+        pool = random_pool(geom, layout, 5)
+        for order in pages.OBJECT_ORDERS:
+            take = lambda n: torch.empty(n, dtype=torch.uint8)  # noqa: E731
+            for part in range(geom.parts):
+                batch = pages.gather_ordered_pages(pool, part, [3, 0, 2], order, take)
+                want = [pages.gather_ordered(pool, part, p, order, take) for p in (3, 0, 2)]
+                assert [a.tobytes() for a in batch] == [w.tobytes() for w in want], (layout, order, part)
+                assert all(a.shape == (1, pages.part_bytes(geom)) for a in batch)
+                views = pages.ordered_view(pool, part, 3, order) is not None
+                assert np.shares_memory(batch[0], _flat(pool, part)) == views, (layout, order)
+
+
 def test_digest_over_strided_runs_equals_the_digest_of_their_bytes():
     pool = random_pool(MHA, "layer_first", 5)
     runs = pages.page_runs(pool, 1)  # K and V: 3 runs of 64 bytes each, 256 bytes apart

@@ -36,20 +36,23 @@ class StagedPages:
         whole = torch.empty(layouts.host_shape(STAGING_LAYOUT, geom, self.num_tokens), dtype=geom.dtype)
         self.buffers = [whole[p] for p in range(geom.parts)] if geom.attention == "mha" else [whole]
         self._trailers: dict[int, tuple[str, str, bytes]] = {}
-        source = page_order.run_pager(host_pool)
-        if source is None or segcopy.engine() != "native":  # pages gathered anyway: page by page
+        if len(host_pages) == 0:
+            return
+        source, target = page_order.run_addresses(host_pool), page_order.run_addresses(self)
+        if source is None or target is None or segcopy.engine() != "native":  # gathered anyway: page by page
             for i, page in enumerate(host_pages):
                 page_order.write_page(self, i, torch.cat(page_order.page_segments(host_pool, int(page))))
             return
-        target = page_order.run_pager(self)
-        plans = [digestcopy.paired(*digestcopy.row_segments(source(int(page))),
-                                   *digestcopy.row_segments(target(i))) for i, page in enumerate(host_pages)]
+        # page 0's pairing of source and target runs serves every page, shifted by each side's page step
+        src0, dst0, lens = digestcopy.paired(source[0], source[1], target[0], target[1])
+        count = len(host_pages)
+        src = src0[None, :] + np.asarray(host_pages, dtype=np.uint64)[:, None] * np.uint64(source[2])
+        dst = dst0[None, :] + np.arange(count, dtype=np.uint64)[:, None] * np.uint64(target[2])
         sealed = None
         if keys is not None and digest is not None and digestcopy.engine() == "native":
-            sealed = integrity.copy_trailers(digest, [(k, *plan) for k, plan in zip(keys, plans, strict=True)])
+            sealed = integrity.copy_trailers(digest, [(k, src[i], dst[i], lens) for i, k in enumerate(keys)])
         if sealed is None:
-            if plans:
-                segcopy.copy_segments(*(np.concatenate(parts) for parts in zip(*plans, strict=True)))
+            segcopy.copy_segments(src.reshape(-1), dst.reshape(-1), np.tile(lens, count))
             return
         self._trailers = {i: (k, digest, t) for i, (k, t) in enumerate(zip(keys, sealed, strict=True))}
 

@@ -252,9 +252,12 @@ class L3Tier:
         if len(keys) != len(host_pages):
             raise RuntimeError(f"l3: {len(keys)} page keys for {len(host_pages)} backed-up pages")
         store = self.storage
-        # the live L2 slots are free to go right after; the trailers are sealed in the same copy (a
-        # store that moves no bytes needs no copy)
-        staged = StagedPages(self.host, host_pages, keys, getattr(store, "digest", None)) if self.moves_bytes else None
+        # the live L2 slots are free to go right after; the harness's trailers are sealed in the same
+        # copy (upstream's objects are sealed, if at all, per object by the store; a store that moves
+        # no bytes needs no copy)
+        upstream = getattr(getattr(store, "object_format", None), "upstream", False)
+        digest = None if upstream else getattr(store, "digest", None)
+        staged = StagedPages(self.host, host_pages, keys, digest) if self.moves_bytes else None
 
         def write():
             present = store.exists(keys)

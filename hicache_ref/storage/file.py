@@ -15,7 +15,7 @@ import secrets
 import threading
 from collections import OrderedDict
 
-from hicache_ref.storage.base import StorageBackend, rows
+from hicache_ref.storage.base import StorageBackend
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
 from hicache_ref.storage.objects import file_names
 from hicache_ref.storage.registry import parse_options
@@ -23,8 +23,12 @@ from hicache_ref.storage.registry import parse_options
 SUFFIX = ".kv"
 UPSTREAM_SUFFIX = ".bin"  # upstream HiCacheFile's objects: `<its key>.bin`
 _PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
-RESCAN_EVERY = 64
-RESCAN_SHARE = 16  # ...or once per this fraction of the objects counted, when that is more writes
+# Other clients' objects are seen at a rescan, which stats every object: one comes once this client
+# has written this share of the bound since the last. So the directory exceeds its bound by at most
+# that share a client before they count each other's objects, whatever the store's size, and a
+# store far below its bound (the common case) is not rescanned for nothing.
+RESCAN_SHARE = 16
+TMP_NAME_BYTES = 8  # random bytes in a temporary file's name (hex): unguessable by another user
 
 
 def file_name(key: str) -> str:
@@ -38,7 +42,17 @@ IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024  # buffer
 
 
 def _views(segments) -> list:
-    return [r for r in rows(segments) if r.nbytes]  # 1-D uint8 arrays: len() is bytes
+    """The segments' bytes as 1-D uint8 arrays (len() is bytes) for writev / preadv: a contiguous
+    segment whole, one buffer (most are: staged pages, trailers), else its rows."""
+    out = []
+    for seg in segments:
+        if not seg.nbytes:
+            continue
+        if seg.flags.c_contiguous:
+            out.append(seg.reshape(-1))
+        else:
+            out.extend(row for row in seg if row.nbytes)
+    return out
 
 
 def _advance(views: list, n: int) -> None:
@@ -70,7 +84,7 @@ class FileStorage(StorageBackend):
         self._lock = threading.Lock()
         self._index: OrderedDict[str, int] = OrderedDict()  # file name -> size, oldest first
         self._bytes = 0
-        self._writes = self._scanned_at = 0
+        self._since_scan = 0  # bytes this client wrote since its last rescan
         if os.path.isdir(directory):
             self._rescan()  # read only: the objects already there count as room
         free = self.filesystem_free_bytes(directory)
@@ -133,16 +147,21 @@ class FileStorage(StorageBackend):
                         continue
                     found.append((st.st_mtime_ns, entry.name, st.st_size))
         with self._lock:
-            self._scanned_at = self._writes
+            self._since_scan = 0
             # File times tick at the kernel's coarse clock (a few ms): ties keep this client's order.
             known = {name: i for i, name in enumerate(self._index)}
             found.sort(key=lambda f: (f[0], known.get(f[1], -1)))
             self._index = OrderedDict((name, size) for _, name, size in found)
             self._bytes = sum(size for _, _, size in found)
 
+    @property
+    def rescan_bytes(self) -> int:
+        """Bytes this client writes between two rescans of the directory (RESCAN_SHARE of the bound)."""
+        return max(1, self.max_bytes // RESCAN_SHARE)
+
     def _evict(self) -> None:
         with self._lock:
-            due = self._writes - self._scanned_at >= max(RESCAN_EVERY, len(self._index) // RESCAN_SHARE)
+            due = self._since_scan >= self.rescan_bytes
         if due:
             self._rescan()
         with self._lock:
@@ -161,11 +180,17 @@ class FileStorage(StorageBackend):
     def _contains(self, key: str) -> bool:
         return os.path.exists(self._path(key))
 
-    def _write_one(self, key, segments) -> bool:
+    def _write(self, items) -> list[bool]:
+        # one draw of the random source for the batch's temporary names, not a getrandom call each
+        salt = secrets.token_bytes(TMP_NAME_BYTES * len(items))
+        step = TMP_NAME_BYTES
+        return [self._write_one(key, segs, salt[i * step : (i + 1) * step].hex()) for i, (key, segs) in enumerate(items)]
+
+    def _write_one(self, key, segments, token: str | None = None) -> bool:
         size = sum(s.nbytes for s in segments)
-        if self.max_bytes is not None and size > self.max_bytes:
+        if size > self.max_bytes:
             return False
-        tmp = os.path.join(self.directory, f".tmp-{secrets.token_hex(8)}")
+        tmp = os.path.join(self.directory, f".tmp-{token or secrets.token_hex(TMP_NAME_BYTES)}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
@@ -185,8 +210,8 @@ class FileStorage(StorageBackend):
         with self._lock:
             self._bytes += size - self._index.pop(name, 0)
             self._index[name] = size
-            self._writes += 1
-            over = self.max_bytes is not None and (self._bytes > self.max_bytes or self._writes % RESCAN_EVERY == 0)
+            self._since_scan += size
+            over = self._bytes > self.max_bytes or self._since_scan >= self.rescan_bytes
         if over:
             self._evict()
         return True

@@ -183,6 +183,20 @@ def run_pager(pool):
     return block
 
 
+def run_addresses(pool) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """(addresses, byte counts, bytes between pages) of page 0's runs in canonical order, every part
+    (uint64), where the pool's pages are runs of it (`_run_plan`): page p's runs are page 0's shifted
+    by p times the step, so a batch of pages is addressed without a per-page step. Else None."""
+    plan = _run_plan(pool.layout, pool.geom, pool.num_tokens)
+    if plan is None:
+        return None
+    first, step, rows, run, gap = plan
+    bases = np.array([_part_bytes(pool, part).data_ptr() for part in range(pool.geom.parts)], dtype=np.uint64)
+    within = np.uint64(first) + np.arange(rows, dtype=np.uint64) * np.uint64(gap)
+    addrs = (bases[:, None] + within[None, :]).reshape(-1)
+    return addrs, np.full(addrs.size, run, dtype=np.uint64), step
+
+
 def page_runs(pool, page: int, staging=None, pager=None) -> list[np.ndarray]:
     """The page's bytes as 2-D uint8 arrays of contiguous rows, canonical order row after row: views
     of the pool where `_run_plan` finds runs, else one row per part gathered into `staging(nbytes)`
@@ -280,6 +294,48 @@ def gather_ordered(pool, part: int, page: int, order: str, take) -> np.ndarray:
     buf = take(rows.numel() * table.shape[1])
     torch.index_select(table, 0, rows, out=buf.view(-1, table.shape[1]))
     return buf.numpy().reshape(1, -1)
+
+
+@functools.lru_cache(maxsize=64)
+def _ordered_plan(layout: str, geom: layouts.KVGeometry, size: int, order: str):
+    """(page 0's head rows in `order`, rows between pages, whether a page is one run) where page p's
+    rows are page 0's shifted by p times the step (every host layout), else None."""
+    zero = _head_rows(layout, geom, size, 0, order)
+    pages, step = size // geom.page_size, 0
+    if pages > 1:
+        one, last = _head_rows(layout, geom, size, 1, order), _head_rows(layout, geom, size, pages - 1, order)
+        step = int(one[0]) - int(zero[0])
+        if not (np.array_equal(one - zero, np.full_like(zero, step))
+                and np.array_equal(last - zero, np.full_like(zero, (pages - 1) * step))):
+            return None
+    run = bool(np.array_equal(zero, np.arange(zero[0], zero[0] + zero.size)))
+    return zero, step, run
+
+
+def gather_ordered_pages(pool, part: int, page_list, order: str, take) -> list[np.ndarray]:
+    """`gather_ordered` of many pages at once: per page a (1, bytes) array, a view of the pool where
+    the part's page is one run in `order`, else a row of one buffer from `take(n)` that a single
+    index_select gathered every page into."""
+    page_list = [int(p) for p in page_list]
+    if not page_list:
+        return []
+    plan = _ordered_plan(pool.layout, pool.geom, pool.num_tokens, order)
+    if plan is None:
+        return [gather_ordered(pool, part, p, order, take) for p in page_list]
+    zero, step, run = plan
+    table = _head_table(pool, part)
+    width = zero.size * table.shape[1]
+    if run:
+        flat = table.numpy().reshape(-1)
+        at = (int(zero[0]) + np.asarray(page_list, dtype=np.int64) * step) * table.shape[1]
+        return [flat[a : a + width].reshape(1, -1) for a in at.tolist()]
+    shifts = torch.tensor(page_list, dtype=torch.int64) * step
+    rows = (torch.from_numpy(zero.copy())[None, :] + shifts[:, None]).reshape(-1)
+    need = len(page_list) * width
+    buf = take(1 << (need - 1).bit_length())[:need]  # a power of two: batches of any size reuse it
+    torch.index_select(table, 0, rows, out=buf.view(-1, table.shape[1]))
+    out = buf.numpy().reshape(len(page_list), width)
+    return [out[j : j + 1] for j in range(len(page_list))]
 
 
 def scatter_ordered(pool, part: int, page: int, order: str, data: np.ndarray) -> None:

@@ -39,19 +39,22 @@ def set_pages(backend, keys, pool, host_pages) -> list[bool]:
     present = backend._present([name for objs in per_page for name, _ in objs])
     lease: list = []
     take = lambda n: backend.staging.take(n, lease)  # noqa: E731
-    items, owner, it = [], [], iter(present)
+    it = iter(present)
+    missing = [(i, name, parts) for i, objs in enumerate(per_page) for name, parts in objs if not next(it)]
+    items, owner = [], []
     ok = [True] * len(keys)
     try:
-        for i, (objs, page) in enumerate(zip(per_page, host_pages, strict=True)):
-            for name, parts in objs:
-                if next(it):
-                    continue
-                segs = [pages.gather_ordered(pool, p, page, fmt.order, take) for p in parts]
-                if fmt.trailer:
-                    tail = integrity.trailer(backend.digest, name, segs)
-                    segs.append(np.frombuffer(tail, dtype=np.uint8).reshape(1, -1))
-                items.append((name, segs))
-                owner.append((i, len(parts)))
+        # each part of every missing object's page in one pass over the batch (views or one gather)
+        gathered = {p: iter(pages.gather_ordered_pages(pool, p, [host_pages[i] for i, _, parts in missing
+                                                                 if p in parts], fmt.order, take))
+                    for p in sorted({p for _, _, parts in missing for p in parts})}
+        for i, name, parts in missing:
+            segs = [next(gathered[p]) for p in parts]
+            if fmt.trailer:
+                tail = integrity.trailer(backend.digest, name, segs)
+                segs.append(np.frombuffer(tail, dtype=np.uint8).reshape(1, -1))
+            items.append((name, segs))
+            owner.append((i, len(parts)))
         if items:
             try:
                 done = [bool(x) for x in backend._write(items)]
