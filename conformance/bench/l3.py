@@ -147,7 +147,7 @@ class _Parts:
     (page views or gather + trailer digest), verify (the digest check, scatter of staged pages),
     and the backend call (`_write` / `_read`: the client library or syscalls, which move the bytes)."""
 
-    STEPS = {"seal": "_seal", "write": "_write", "read": "_read", "verify": "_verify"}
+    STEPS = {"seal": "_seal", "write": "_write", "read": "_read_digested", "verify": "_verify"}
 
     def __init__(self, store):
         self.store, self.seconds = store, dict.fromkeys(self.STEPS, 0.0)
