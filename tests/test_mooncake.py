@@ -94,16 +94,19 @@ def _overwrite(client, key, how):
 
 @pytest.mark.parametrize("how", ["flip", "truncate", "extend"])
 @pytest.mark.parametrize("register", [False, True], ids=["staged", "registered"])
-def test_overwritten_object_is_corrupt_never_kv(client, how, register):
+@pytest.mark.parametrize("local_reads", [True, False], ids=["in-place", "client-get"])
+def test_overwritten_object_is_corrupt_never_kv(client, monkeypatch, how, register, local_reads):
+    monkeypatch.setattr(client, "local_reads", local_reads)
     src, dst = random_pool(MHA, "page_first_direct", 4), poisoned_pool(MHA, "page_first")
     if register:
         client.register_host_pool(src)
     key = _unique("k")
     client.set([key], src, [1])
     _overwrite(client, key, how)
-    before = client.stats.corrupt
+    before, in_place = client.stats.corrupt, client.in_place_reads
     assert client.get([key], dst, [1]) == [False]
     assert client.stats.corrupt == before + 1
+    assert client.in_place_reads == in_place + local_reads  # the one client's segment holds every object
     assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())  # staged: untouched
     assert client.exists([key]) == 0  # removed, so a set stores it again
     assert client.set([key], src, [1]) == [True] and client.get([key], dst, [1]) == [True]
@@ -118,7 +121,7 @@ from hicache_ref.storage.registry import open_storage
 s = open_storage({spec!r})
 dst = poisoned_pool(MHA, "page_head")
 ok = s.get([{key!r}], dst, [2])
-sys.stdout.write(repr(ok) + " " + page_bits(dst, 2).numpy().tobytes().hex() + "\\n")
+sys.stdout.write(repr(ok) + " " + str(s.in_place_reads) + " " + page_bits(dst, 2).numpy().tobytes().hex() + "\\n")
 s.close()
 """
 
@@ -130,8 +133,30 @@ def test_another_process_reads_what_this_one_wrote(client, mooncake_cluster):
     code = _READER.format(root=ROOT, spec=mooncake_cluster.spec + ",segment=16MiB,buffer=4MiB", key=key)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    ok, hexbits = out.stdout.strip().splitlines()[-1].split()
+    ok, in_place, hexbits = out.stdout.strip().splitlines()[-1].split()
     assert ok == "[True]" and bytes.fromhex(hexbits) == page_bits(src, 0).numpy().tobytes()
+    assert in_place == "0"  # the object is in the writer's segment: read through the client
+
+
+@pytest.mark.parametrize("digest", ["xxh3", "sha256"])  # sha256: copied in place, then checked as before
+@pytest.mark.parametrize("layout", ["page_first_direct", "layer_first", "page_first"])  # one run, runs, staged
+def test_a_replica_in_this_clients_segment_is_read_in_place(client, monkeypatch, digest, layout):
+    monkeypatch.setattr(client, "digest", digest)
+    src, dst = random_pool(MLA, "page_first", 7), poisoned_pool(MLA, layout)
+    client.register_host_pool(dst)
+    try:
+        keys = [_unique(f"local-{i}") for i in range(3)]
+        assert client.set(keys, src, [0, 1, 2]) == [True] * 3
+        in_place, read = client.in_place_reads, client.stats.objects_read
+        missing = _unique("missing")
+        assert client.get([keys[2], missing, keys[0]], dst, [0, 1, 2]) == [True, False, True]
+        assert client.in_place_reads == in_place + 2 and client.stats.objects_read == read + 2
+        assert torch.equal(page_bits(dst, 0), page_bits(src, 2)) and torch.equal(page_bits(dst, 2), page_bits(src, 0))
+        assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())
+        _overwrite(client, keys[1], "flip")  # damage found in the same pass that copies
+        assert client.get([keys[1]], dst, [1]) == [False] and client.in_place_reads == in_place + 3
+    finally:
+        client.unregister_host_pool(dst)
 
 
 def test_master_restart_is_survived(fresh_mooncake_cluster):

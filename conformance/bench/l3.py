@@ -1,8 +1,9 @@
 """`hicache bench l3`: set/get throughput of 64-token MLA pages through each L3 backend, against a peer.
 
-The peer moves the same payload bytes without the harness, in the same run; the ratio is the figure.
+The peer moves the same bytes without the harness, in the same run; the ratio is the figure.
 `digest GB/s` shows how much of the gap to the peer is integrity; a line a row splits the harness's
-round into seal (page views + trailer digest) or verify, the backend call, and the Python between.
+round into seal (page views + trailer digest) or verify, the backend call, and the Python between
+(a Mooncake get's call includes the copy and digest of objects it reads in place, shown as a share).
 The hit-rate gain of an L3 is conformance.bench.l3_hits (`hicache bench l3_hits`).
 The method: docs/architecture.md, "Design notes"; the figures: BENCHMARKS.md.
 """
@@ -103,19 +104,25 @@ class _FilePeer:
 
 
 class _MooncakePeer:
-    """The same Mooncake client, raw: batch_put_from / batch_get_into on a registered buffer."""
+    """The same Mooncake client, raw: batch_put_from / batch_get_into of whole objects (page and trailer
+    bytes) on a registered buffer. Its fastest plain calls here: put_from / get_into one object a call,
+    and the multi-buffer batch calls with one buffer an object, were no faster (BENCHMARKS.md)."""
 
     def __init__(self, store, data: torch.Tensor, page_bytes: int, batch: int):
-        self.raw, self.data, self.page_bytes, self.batch = store._store, data, page_bytes, batch
+        self.raw, self.batch = store._store, batch
         self.count = data.numel() // page_bytes
-        if self.raw.register_buffer(data.data_ptr(), data.numel()) != 0:
+        self.object_bytes = page_bytes + integrity.TRAILER_BYTES  # the bytes of one harness object
+        self.data = torch.zeros(self.count, self.object_bytes, dtype=torch.uint8)
+        self.data[:, :page_bytes] = data.view(self.count, page_bytes)
+        self.data = self.data.view(-1)
+        if self.raw.register_buffer(self.data.data_ptr(), self.data.numel()) != 0:
             raise RuntimeError("mooncake peer: register_buffer failed")
 
     def _calls(self, tag: str):
         base = self.data.data_ptr()
         for lo in range(0, self.count, self.batch):
             idx = range(lo, min(lo + self.batch, self.count))
-            yield [f"{tag}-{i}" for i in idx], [base + i * self.page_bytes for i in idx], [self.page_bytes] * len(idx)
+            yield [f"{tag}-{i}" for i in idx], [base + i * self.object_bytes for i in idx], [self.object_bytes] * len(idx)
 
     def set(self, tag: str) -> None:
         for keys, ptrs, sizes in self._calls(tag):
@@ -124,7 +131,7 @@ class _MooncakePeer:
 
     def get(self, tag: str) -> None:
         for keys, ptrs, sizes in self._calls(tag):
-            if any(rc != self.page_bytes for rc in self.raw.batch_get_into(keys, ptrs, sizes)):
+            if any(rc != self.object_bytes for rc in self.raw.batch_get_into(keys, ptrs, sizes)):
                 raise RuntimeError("mooncake peer: batch_get_into failed")
 
     def clean(self, tag: str) -> None:
@@ -147,7 +154,7 @@ class _Parts:
     (page views or gather + trailer digest), verify (the digest check, scatter of staged pages),
     and the backend call (`_write` / `_read`: the client library or syscalls, which move the bytes)."""
 
-    STEPS = {"seal": "_seal", "write": "_write", "read": "_read", "verify": "_verify"}
+    STEPS = {"seal": "_seal", "write": "_write", "read": "_read_digested", "verify": "_verify"}
 
     def __init__(self, store):
         self.store, self.seconds = store, dict.fromkeys(self.STEPS, 0.0)
@@ -194,6 +201,7 @@ def throughput(store, geom, layout: str, pages: int, batch: int, repeat: int) ->
         _MooncakePeer(store, data, page_bytes, batch) if store.name == "mooncake" else None
     times = {"set": [], "get": [], "peer_set": [], "peer_get": [], "digest": []}
     parts = _Parts(store)
+    in_place = getattr(store, "in_place_reads", None)  # Mooncake: objects read from its own segment
     ok = True
     try:
         for r in range(repeat + 1):  # round 0 warms up
@@ -234,6 +242,8 @@ def throughput(store, geom, layout: str, pages: int, batch: int, repeat: int) ->
     row["set_python_seconds"] = max(0.0, med["set"] - med["set_seal"] - med["set_write"])
     row["get_python_seconds"] = max(0.0, med["get"] - med["get_read"] - med["get_verify"])
     row["peer"] = None if peer is None else type(peer).__doc__.split(":")[0]
+    if in_place is not None:  # the share of the gets' objects read in place rather than by the client
+        row["get_in_place"] = (store.in_place_reads - in_place) / ((repeat + 1) * pages)
     return row
 
 
@@ -281,7 +291,8 @@ def run(a) -> int:
                              f"{r['set_write_seconds'] * 1e3:.1f} + python {r['set_python_seconds'] * 1e3:.1f}"
                              f" (peer {r.get('peer_set_seconds', 0) * 1e3:.1f}); get: call "
                              f"{r['get_read_seconds'] * 1e3:.1f} + verify {r['get_verify_seconds'] * 1e3:.1f}"
-                             f" + python {r['get_python_seconds'] * 1e3:.1f} (peer {r.get('peer_get_seconds', 0) * 1e3:.1f})")
+                             f" + python {r['get_python_seconds'] * 1e3:.1f} (peer {r.get('peer_get_seconds', 0) * 1e3:.1f})"
+                             + (f", {r['get_in_place']:.0%} in place" if "get_in_place" in r else ""))
         finally:
             store.close()
             if not a.storage and store.name == "file":  # the temporary directory default_specs made

@@ -222,7 +222,8 @@ class StorageBackend:
         return out
 
     def _fetch(self, keys, host_pool, host_pages):
-        """Read pages into their slots (or staging); (items, plans, sizes or None on a failure, lease)."""
+        """Read pages into their slots (or staging); (items, plans, reads or None on a failure, lease),
+        a read being (size, the payload's digest where the backend took it in its copy, else None)."""
         payload = pages.page_bytes(host_pool.geom)
         lease: list = []
         items, plans = [], []
@@ -233,24 +234,24 @@ class StorageBackend:
             items.append((key, [*targets, np.empty((1, TRAILER_BYTES), dtype=np.uint8)]))
             plans.append((page, direct is None))
         try:
-            sizes = list(self._read(items))
+            reads = list(self._read_digested(items))
         except Exception:  # noqa: BLE001
-            sizes = None
-        return items, plans, sizes, lease
+            reads = None
+        return items, plans, reads, lease
 
-    def _verify(self, host_pool, items, plans, sizes, lease) -> list[bool]:
+    def _verify(self, host_pool, items, plans, reads, lease) -> list[bool]:
         try:
-            return self._verified(host_pool, items, plans, sizes)
+            return self._verified(host_pool, items, plans, reads)
         finally:
             self.staging.give(lease)
 
-    def _verified(self, host_pool, items, plans, sizes) -> list[bool]:
-        if sizes is None:
+    def _verified(self, host_pool, items, plans, reads) -> list[bool]:
+        if reads is None:
             self._count(errors=len(items))
             return [False] * len(items)
         payload = pages.page_bytes(host_pool.geom)
         out, counts = [], {"misses": 0, "corrupt": 0, "objects_read": 0, "errors": 0}
-        for (key, segs), (page, staged), size in zip(items, plans, sizes, strict=True):
+        for (key, segs), (page, staged), (size, copied) in zip(items, plans, reads, strict=True):
             if size is None:
                 counts["errors"] += 1
                 out.append(False)
@@ -259,7 +260,7 @@ class StorageBackend:
                 counts["misses"] += 1
                 out.append(False)
                 continue
-            if not integrity.verified(key, segs[:-1], segs[-1].tobytes(), size, payload):
+            if not integrity.verified(key, segs[:-1], segs[-1].tobytes(), size, payload, copied):
                 counts["corrupt"] += 1
                 out.append(False)
                 self._discard_quietly(key)
@@ -371,6 +372,13 @@ class StorageBackend:
     def _read(self, items: list[tuple[str, list[np.ndarray]]]) -> list[int]:
         """Batch `_read_into`; override to batch for real."""
         return [self._read_into(key, targets) for key, targets in items]
+
+    def _read_digested(self, items: list[tuple[str, list[np.ndarray]]]) -> list[tuple[int | None, bytes | None]]:
+        """`_read` of objects in the harness's format, and per object the payload's digest where
+        the backend took it while copying the payload into the targets (`integrity.copy_digest`:
+        the trailer is checked against it and the targets are not read again), else None. The
+        default: `_read`, no digests."""
+        return [(size, None) for size in self._read(items)]
 
     def _discard(self, key: str) -> None:
         """Remove the object under `key` if there is one (called for an object found corrupt)."""

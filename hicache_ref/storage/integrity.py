@@ -84,11 +84,29 @@ def trailer(name: str, key: str, segments) -> bytes:
     return TRAILER.pack(MAGIC, DIGESTS[name][0], sum(a.nbytes for a in arrays), _digest(name, key, arrays))
 
 
-def verified(key: str, payload_segments, tail: bytes, size: int, payload: int) -> bool:
-    """Whether an object of `size` bytes read as `payload_segments` + `tail` is intact for `key`."""
+def fuses(tail) -> bool:
+    """Whether the object whose trailer is `tail` (its last 48 bytes) can be checked by a digest
+    computed while its payload is copied (`copy_digest`): the trailer names xxh3."""
+    return len(tail) == TRAILER_BYTES and bytes(tail[4:8]) == DIGESTS["xxh3"][0]
+
+
+def copy_digest(objects) -> list[bytes]:
+    """Copy each object's payload as `copy_trailers` does and return, per object, the digest to pass
+    `verified` as `copied` (XXH3-128 of key, NUL, payload, computed in the copy's pass)."""
+    objects = list(objects)
+    return digestcopy.copy_digest([(_prefix(key), src, dst, lens) for key, src, dst, lens in objects])
+
+
+def verified(key: str, payload_segments, tail: bytes, size: int, payload: int, copied: bytes | None = None) -> bool:
+    """Whether an object of `size` bytes read as `payload_segments` + `tail` is intact for `key`.
+    `copied`: the payload's `copy_digest`, computed as it was copied into `payload_segments` (then
+    they are not read again); it stands in for the digest only where the trailer names xxh3."""
     if size != payload + TRAILER_BYTES or len(tail) != TRAILER_BYTES:
         return False
     magic, ident, length, want = TRAILER.unpack(tail)
     name = _BY_ID.get(ident)
-    return magic == MAGIC and name is not None and length == payload and \
-        _digest(name, key, _arrays(payload_segments)) == want
+    if magic != MAGIC or name is None or length != payload:
+        return False
+    if copied is not None and name == "xxh3":
+        return copied.ljust(32, b"\0") == want
+    return _digest(name, key, _arrays(payload_segments)) == want
