@@ -82,7 +82,7 @@ class EmuStream(Stream):
         """Run one queued item; a plan with `gather` runs with the plans queued behind it (the
         worker's batching). Returns the first queued item not taken, if any."""
         kind, payload = item
-        after = None
+        after, before = None, self._error
         try:
             if kind == "plan":
                 batch, after = self._gather([item]) if gather else ([item], None)
@@ -94,6 +94,8 @@ class EmuStream(Stream):
                 payload._complete(self.clock.reading(), self._error)
         except BaseException as e:  # noqa: BLE001 - carried to the events, never lost
             self._error = e
+        if self.inline and self._error is not before and not isinstance(self._error, Exception):
+            raise self._error  # Ctrl-C on the submitting thread interrupts it (the stream has failed too)
         return after
 
     def _gather(self, batch: list) -> tuple[list, tuple | None]:
