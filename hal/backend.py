@@ -80,6 +80,9 @@ class TransferEngine(abc.ABC):
     # True: a plan naming its buffers by symbolic keys (built without memory) is priced and
     # queued instead of refused; its direction is the one the planner set.
     runs_symbolic_plans: bool = False
+    # True: inline_stream() gives streams that run their work on the submitting thread (the
+    # work is synchronous CPU work anyway: emu's copies, count's pricing).
+    runs_inline: bool = False
 
     @abc.abstractmethod
     def alloc_device(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -96,6 +99,12 @@ class TransferEngine(abc.ABC):
     @abc.abstractmethod
     def default_stream(self) -> Stream:
         """The stream `execute` uses when given none."""
+
+    def inline_stream(self) -> Stream:
+        """A new stream whose submissions run on the calling thread before they return (its
+        events are complete when recorded; it holds no thread). Only where `runs_inline`: on a
+        device the work is asynchronous and a stream is the device's queue."""
+        raise ValueError(f"backend {self.name!r}: has no inline streams (its transfers are asynchronous)")
 
     def execute(self, plan: TransferPlan, stream: Stream | None = None) -> Event:
         """Enqueue `plan` on `stream` (default stream if None); return its completion event.

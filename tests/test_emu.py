@@ -356,3 +356,63 @@ def test_views_of_one_storage_are_ordered_even_when_queued_together(monkeypatch)
     ev.wait(30)
     assert not copies.batched_together(write, read)
     assert torch.equal(back, dev)
+
+
+# -- inline streams: the same work on the submitting thread -------------------------------------
+
+def test_an_inline_stream_runs_each_submission_before_returning_and_holds_no_thread(emu):
+    before = threading.active_count()
+    s = emu.inline_stream()
+    assert threading.active_count() == before
+    dev = emu.alloc_device((1024,), torch.uint8).zero_()
+    src = torch.full((1024,), 7, dtype=torch.uint8)
+    host = torch.zeros(1024, dtype=torch.uint8)
+    e1 = emu.execute(_plan(src, dev, 1024), s)
+    assert e1.query() and torch.equal(dev, src)  # landed when execute returned, nobody waited
+    e2 = emu.execute(_plan(dev, host, 512), s)
+    assert e2.query() and torch.equal(host[:512], src[:512]) and not host[512:].any()
+    threaded = emu.new_stream()  # the same plans on a worker thread: the same modeled readings
+    t1, t2 = emu.execute(_plan(src, dev, 1024), threaded), emu.execute(_plan(dev, host, 512), threaded)
+    t2.wait(10)
+    assert (e1.modeled_time, e2.modeled_time) == (t1.modeled_time, t2.modeled_time) and e1.modeled_time > 0
+    s.synchronize()
+    s.close()
+    emu.close()
+    assert threading.active_count() == before
+
+
+def test_an_inline_stream_waits_for_another_streams_event_in_modeled_time():
+    emu = get_backend("emu", "emu")
+    a, b = emu.new_stream(), emu.inline_stream()
+    dev = emu.alloc_device((1 << 20,), torch.uint8)
+    host = torch.zeros(1 << 20, dtype=torch.uint8)
+    ea = emu.execute(_plan(host, dev, 1 << 20), a)
+    b.wait_event(ea)  # blocks the caller until ea completed
+    assert ea.query()
+    eb = emu.execute(_plan(host, dev, 1 << 10), b)
+    assert eb.modeled_time > ea.modeled_time
+    emu.close()
+
+
+def test_an_inline_stream_error_is_sticky_and_reraised():
+    b = _FailingBackend(get_backend("emu", "emu").profile)
+    _FailingBackend.calls = 0
+    dev = b.alloc_device((16,), torch.uint8)
+    host = torch.zeros(16, dtype=torch.uint8)
+    s = b.inline_stream()
+    b.execute(_plan(host, dev, 16), s).wait()
+    for _ in range(2):
+        ev = b.execute(_plan(host, dev, 16), s)  # the failure is the event's, not execute's
+        assert ev.query()
+        with pytest.raises(RuntimeError, match="injected link failure"):
+            ev.wait(timeout=0)
+
+
+def test_only_backends_whose_work_is_synchronous_give_inline_streams():
+    count = get_backend("count", "emu")
+    assert count.runs_inline and count.inline_stream().record().query()
+    assert get_backend("emu", "emu").runs_inline
+    cuda = backend_class("cuda")
+    assert not cuda.runs_inline
+    with pytest.raises(ValueError, match="^backend 'cuda': has no inline streams"):
+        cuda.inline_stream(object.__new__(cuda))

@@ -4,6 +4,7 @@ import contextlib
 import gzip
 import io
 import json
+import threading
 from pathlib import Path
 from unittest.mock import ANY
 
@@ -12,7 +13,9 @@ import numpy as np
 import pytest
 
 from conformance.cli.main import main as cli_main
-from hicache_ref.sim.replay import JSON_KEYS, replay
+from hal.backend import get_backend
+from hicache_ref.sim import replay as replay_module
+from hicache_ref.sim.replay import JSON_KEYS, inline_transfers, replay
 from hicache_ref.sim.trace import TraceRequest, find_trace, packaged_traces, read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
 
@@ -149,6 +152,27 @@ def test_materialized_and_symbolic_give_the_same_figures(layout):
             continue
         assert real[key] == symbolic[key], key
     assert real["modeled_transfer_seconds"] == pytest.approx(symbolic["modeled_transfer_seconds"])
+
+
+def test_a_materialized_replay_runs_its_transfers_on_its_own_thread_with_the_threaded_figures(monkeypatch):
+    """Inline (the default where the backend's work is synchronous, emu) and threaded controllers
+    give the same figures, to the bit; inline leaves no thread behind on the caller's backend
+    (threaded, the KV writer's default stream keeps one until the backend closes)."""
+    reqs = [A, UNRELATED, A_AGAIN, B_SHARES_TWO, UNRELATED, B_CUT] * 2
+    emu = get_backend("emu", "emu")
+    spec = CacheSpec.of(backend=emu, l1_tokens=2560, l2_tokens=8192, write_policy="write_through",
+                        attention="mha", heads=2, kv_dim=4, layers=3, materialize=True)
+    assert inline_transfers(spec, emu)
+    assert not inline_transfers(CacheSpec.of(l1_tokens=2560), get_backend("count", "emu"))  # priced: threads
+    before = threading.active_count()
+    inline = replay(spec, reqs)
+    assert threading.active_count() == before
+    monkeypatch.setattr(replay_module, "inline_transfers", lambda spec, backend: False)
+    threaded = replay(spec, reqs)
+    emu.close()
+    assert inline["kv_mismatch_tokens"] == 0 and inline["l2_hit_tokens"] > 0 and inline["h2d_tokens"] > 0
+    timed = {"wall_seconds", "read_seconds", "tokens_per_second", "max_d2h_enqueue_seconds", "max_h2d_enqueue_seconds"}
+    assert {k: v for k, v in inline.items() if k not in timed} == {k: v for k, v in threaded.items() if k not in timed}
 
 
 def test_replays_are_deterministic_and_free_list_order_does_not_change_hits():

@@ -51,6 +51,7 @@ class CountBackend(Backend):
     default_profile = "emu"
     stream_type = CountStream
     runs_symbolic_plans = True
+    runs_inline = True  # its streams are inline already: events are complete when recorded
 
     def __init__(self, profile: Any = None):
         super().__init__(modeled_profile(profile, self.default_profile))
@@ -67,6 +68,9 @@ class CountBackend(Backend):
         return torch.empty(shape, dtype=dtype, device="meta")
 
     def new_stream(self) -> CountStream:
+        return CountStream()
+
+    def inline_stream(self) -> CountStream:
         return CountStream()
 
     def default_stream(self) -> CountStream:

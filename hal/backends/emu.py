@@ -3,6 +3,8 @@
 "Device" buffers are CPU tensors and each stream is a worker thread, so the cache's concurrency is
 real. Every plan also advances its stream's modeled clock by the profile's link model; wall time and
 modeled time are reported apart, never mixed. Registration is a real mlock of the range.
+An inline stream (`inline_stream`) does the same work on the submitting thread instead: the copies
+are synchronous CPU work either way, and a caller that waits for each transfer saves the hand-offs.
 """
 
 from __future__ import annotations
@@ -55,34 +57,46 @@ class EmuEvent(Event):
 
 
 class EmuStream(Stream):
-    """One worker thread, FIFO. A failure is sticky: later events on the stream carry it."""
+    """FIFO work on one worker thread, or with `inline` on the submitting thread before each call
+    returns (no thread: events are complete when recorded, a wait_event blocks the caller). A
+    failure is sticky: later events on the stream carry it."""
 
-    def __init__(self, backend: EmuBackend, name: str):
-        self.backend, self.name = backend, name
+    def __init__(self, backend: EmuBackend, name: str, inline: bool = False):
+        self.backend, self.name, self.inline = backend, name, inline
         self.clock = ModeledClock()
         self._error: BaseException | None = None
         self._q: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._loop, name=f"emu-{name}", daemon=True)
-        self._thread.start()
+        self._thread = None if inline else threading.Thread(target=self._loop, name=f"emu-{name}", daemon=True)
+        if self._thread is not None:
+            self._thread.start()
 
     def _loop(self) -> None:
         item = None
         while True:
             kind, payload = item or self._q.get()
-            item = None
             if kind == "stop":
                 return
-            try:
-                if kind == "plan":
-                    batch, item = self._gather([(kind, payload)])
-                    self._run_batch(batch)
-                elif kind == "wait" and self._error is None:
-                    payload.wait()
-                    self.clock.wait_until(payload.modeled_time)
-                elif kind == "event":
-                    payload._complete(self.clock.reading(), self._error)
-            except BaseException as e:  # noqa: BLE001 - carried to the events, never lost
-                self._error = e
+            item = self._run((kind, payload), gather=True)
+
+    def _run(self, item: tuple, gather: bool = False) -> tuple | None:
+        """Run one queued item; a plan with `gather` runs with the plans queued behind it (the
+        worker's batching). Returns the first queued item not taken, if any."""
+        kind, payload = item
+        after, before = None, self._error
+        try:
+            if kind == "plan":
+                batch, after = self._gather([item]) if gather else ([item], None)
+                self._run_batch(batch)
+            elif kind == "wait" and self._error is None:
+                payload.wait()
+                self.clock.wait_until(payload.modeled_time)
+            elif kind == "event":
+                payload._complete(self.clock.reading(), self._error)
+        except BaseException as e:  # noqa: BLE001 - carried to the events, never lost
+            self._error = e
+        if self.inline and self._error is not before and not isinstance(self._error, Exception):
+            raise self._error  # Ctrl-C on the submitting thread interrupts it (the stream has failed too)
+        return after
 
     def _gather(self, batch: list) -> tuple[list, tuple | None]:
         """Extend a plan with the plans and events already queued behind it.
@@ -134,15 +148,18 @@ class EmuStream(Stream):
         self.clock.advance(self.backend.model_seconds(plan))
 
     def submit(self, kind: str, payload: Any) -> None:
-        self._q.put((kind, payload))
+        if self.inline:
+            self._run((kind, payload))
+        else:
+            self._q.put((kind, payload))
 
     def record(self) -> EmuEvent:
         ev = EmuEvent()
-        self._q.put(("event", ev))
+        self.submit("event", ev)
         return ev
 
     def wait_event(self, event: Event) -> None:
-        self._q.put(("wait", event))
+        self.submit("wait", event)
 
     def synchronize(self) -> None:
         self.record().wait()
@@ -151,6 +168,8 @@ class EmuStream(Stream):
         """Queued work finishes first; the worker thread then ends, and close waits for it (at
         most `timeout` s): a worker still inside a copy when the interpreter exits is killed
         mid-op, and the process aborts ("terminate called without an active exception")."""
+        if self._thread is None:  # inline: nothing is queued, no thread to end
+            return
         self._q.put(("stop", None))
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
@@ -161,6 +180,7 @@ class EmuBackend(Backend):
     device_type = "cpu"
     default_profile = "emu"
     stream_type = EmuStream
+    runs_inline = True
 
     def __init__(self, profile: Any = None):
         super().__init__(modeled_profile(profile, self.default_profile))
@@ -201,6 +221,12 @@ class EmuBackend(Backend):
     def new_stream(self) -> EmuStream:
         self._streams_made += 1
         return self._track(EmuStream(self, f"s{self._streams_made}"))
+
+    def inline_stream(self) -> EmuStream:
+        """A stream running its work on the submitting thread (see EmuStream): the copies are
+        synchronous CPU work here, so a caller that waits for each one loses nothing."""
+        self._streams_made += 1
+        return self._track(EmuStream(self, f"i{self._streams_made}", inline=True))
 
     def _track(self, stream: EmuStream) -> EmuStream:
         self._streams.add(stream)

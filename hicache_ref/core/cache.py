@@ -39,9 +39,11 @@ class HiCache:
     priced on the modeled clock only.
     """
 
-    def __init__(self, spec, backend, l1_tokens: int, l2_tokens: int, page_keys: str = "tokens"):
+    def __init__(self, spec, backend, l1_tokens: int, l2_tokens: int, page_keys: str = "tokens",
+                 inline: bool = False):
         """The cache `spec` (a hicache_ref.spec.CacheSpec, checked and resolved) describes, with
-        capacities already resolved (CacheSpec.capacities), on `backend`."""
+        capacities already resolved (CacheSpec.capacities), on `backend`. `inline`: transfers and
+        KV writes run on the calling thread (CacheController's `inline`; needs backend.runs_inline)."""
         g, t, sem = spec.geometry, spec.tiers, spec.semantics
         geom = g.kv()
         self.geom, self.page_size = geom, geom.page_size
@@ -55,8 +57,8 @@ class HiCache:
         ghost = GhostList(spec.ghost_bound(l1_tokens)) if t.ghost else None
         self.tree = RadixTree(spec, device=self.device, host=self.host, ghost=ghost,
                               on_write_back=self._on_write_back, page_keys=page_keys)
-        self.controller = CacheController(self.device, self.host, backend) if self.host is not None else None
-        self.kv = KVWriter(self.device, backend) if self.materialize else None
+        self.controller = CacheController(self.device, self.host, backend, inline) if self.host is not None else None
+        self.kv = KVWriter(self.device, backend, inline) if self.materialize else None
         self.l3 = None  # an hicache_ref.l3.L3Tier, attached by hicache_ref.l3.attach_l3
         self._closed = False
 

@@ -2,6 +2,8 @@
 
 A submission can be slow, so the scheduler thread only enqueues and gets a handle at once.
 Each direction has its own submitter and watcher thread and its own backend stream.
+With `inline` (a backend whose work is synchronous anyway, as emu's CPU copies) each transfer runs
+on the calling thread instead, before write()/load() return, and no thread is started.
 It mirrors upstream's HiCacheController (managers/cache_controller.py).
 Errors make it fail-stop: every later call raises `TransferError`.
 Threads, checks, completion order and counters: hicache_ref/README.md, "Design notes".
@@ -19,7 +21,7 @@ from hal.transfer.direction import POOL_DIRECTIONS, Direction
 from hal.transfer.io_backend import direct_order
 from hicache_ref.core.allocator import has_duplicates, slots_to_pages
 from hicache_ref.core.controller_state import ControllerState, TransferCancelled, TransferError
-from hicache_ref.core.direction_worker import STOP, DirectionWorker, Job
+from hicache_ref.core.direction_worker import DirectionWorker, InlineDirectionWorker, Job
 from hicache_ref.core.handles import (
     Ack,
     ControllerStats,
@@ -39,17 +41,27 @@ DIRECTIONS = POOL_DIRECTIONS  # D2H backups, H2D loads: one worker each
 
 class CacheController:
     """Queues D2H backups and H2D loads between `device_pool` and `host_pool` on `backend`
-    (both pools with buffers; meta ones on a backend that moves no bytes)."""
+    (both pools with buffers; meta ones on a backend that moves no bytes).
 
-    def __init__(self, device_pool, host_pool, backend):
+    `inline`: run every transfer on the calling thread as it is queued, on the backend's inline
+    streams (only where `backend.runs_inline`). For a caller that waits for each transfer anyway
+    (a sync replay) it saves the thread hand-offs; the same decisions, counters and modeled
+    seconds. What measures asynchronous submission keeps the threads (the default).
+    """
+
+    def __init__(self, device_pool, host_pool, backend, inline: bool = False):
         if device_pool.geom != host_pool.geom:
             raise ValueError("host_pool: geometry differs from device_pool's")
+        if inline and not backend.runs_inline:
+            raise ValueError(f"inline: backend {backend.name!r} has no inline streams (its transfers are asynchronous)")
         self.device_pool, self.host_pool, self.backend = device_pool, host_pool, backend
         self.geom, self.layout = device_pool.geom, host_pool.layout
         self.io_backend = getattr(host_pool, "io_backend", None)  # the host pool's (hal.transfer.io_backend)
+        self.inline = inline
         self._state = ControllerState()
         mover = PoolMover(device_pool, host_pool, backend)
-        self._dirs = {name: DirectionWorker(name, self._state, mover, backend) for name in DIRECTIONS}
+        worker = InlineDirectionWorker if inline else DirectionWorker
+        self._dirs = {name: worker(name, self._state, mover, backend) for name in DIRECTIONS}
         self._held: list[Job] | None = None  # loads held by merged_loads (scheduler thread only)
 
     # -- scheduler thread: enqueue ------------------------------------------------------
@@ -205,7 +217,7 @@ class CacheController:
         d = self._dirs[name]
         with self._state.lock:
             d.pending += 1
-        d.jobs.put(job)
+        d.put(job)  # inline: runs it now
         spent = time.perf_counter() - t0
         if spent > d.stats.max_enqueue_seconds:
             d.stats.max_enqueue_seconds = spent
@@ -269,11 +281,11 @@ class CacheController:
         if not drain:
             st.cancelled.set()
         for d in self._dirs.values():
-            d.jobs.put(STOP)
+            d.stop()
         deadline = time.monotonic() + timeout
         stuck = []
         for d in self._dirs.values():
-            for t in (d.submitter, d.watcher):
+            for t in d.threads():
                 t.join(max(0.0, deadline - time.monotonic()))
                 if t.is_alive():
                     stuck.append(t.name)

@@ -3,6 +3,7 @@
 The submitter runs queued jobs through the pool mover on the direction's own stream; the watcher
 waits on their events in order and turns completions into acks for the scheduler thread. A worker
 gets the controller's shared state, not the controller.
+`InlineDirectionWorker` does the same on the scheduler thread, on an inline stream, with no thread.
 """
 
 from __future__ import annotations
@@ -61,29 +62,48 @@ class ExactSeconds:
 class DirectionWorker:
     """Submitter + watcher threads of one direction, on one backend stream."""
 
+    on_scheduler_thread = False  # jobs run on this worker's own threads
+
     def __init__(self, direction: Direction, state: ControllerState, mover: PoolMover, backend):
         self.direction, self.state, self.mover, self.backend = direction, state, mover, backend
-        self.stream = backend.new_stream()
+        self.stream = self._new_stream()
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.inflight: queue.SimpleQueue = queue.SimpleQueue()  # ([handles], last event), stream order
         self.stats = DirectionStats()
         self._modeled = ExactSeconds()  # acknowledged jobs' modeled seconds (guarded by state.lock)
         self.pending = 0  # enqueued and not yet acked (guarded by state.lock)
-        self.submitter = threading.Thread(target=self._submit_loop, name=f"hicache-{direction}", daemon=True)
-        self.watcher = threading.Thread(target=self._watch_loop, name=f"hicache-{direction}-acks", daemon=True)
+        self._start()
+
+    def _new_stream(self):
+        return self.backend.new_stream()
+
+    def _start(self) -> None:
+        self.submitter = threading.Thread(target=self._submit_loop, name=f"hicache-{self.direction}", daemon=True)
+        self.watcher = threading.Thread(target=self._watch_loop, name=f"hicache-{self.direction}-acks", daemon=True)
         self.submitter.start()
         self.watcher.start()
 
+    # -- the controller's side (scheduler thread) -----------------------------------------
+    def put(self, job: Job) -> None:
+        """Queue `job` (counted in `pending` by the caller) for the submitter."""
+        self.jobs.put(job)
+
+    def stop(self) -> None:
+        """Submit what is queued, then end the threads (see threads())."""
+        self.jobs.put(STOP)
+
+    def threads(self) -> tuple[threading.Thread, ...]:
+        """The threads that end after stop()."""
+        return self.submitter, self.watcher
+
+    # -- submitter thread -----------------------------------------------------------------
     def _submit_loop(self) -> None:
         with kvcacheio.use(self.backend, self.stream):
             while True:
                 batch, stop = self._take_batch()
-                if self.mover.priced:
-                    if batch:
-                        self._submit(batch)
-                else:
-                    for job in batch:
-                        self._submit([job])
+                for jobs in [batch] if self.mover.priced else [[job] for job in batch]:
+                    if jobs and (item := self._submit(jobs)) is not None:
+                        self.inflight.put(item)
                 if stop:
                     self.inflight.put(STOP)
                     return
@@ -110,6 +130,10 @@ class DirectionWorker:
                     break
         if STOP in jobs:
             jobs, stop = jobs[: jobs.index(STOP)], True
+        return self._live(jobs), stop
+
+    def _live(self, jobs: list[Job]) -> list[Job]:
+        """`jobs` less those failed here because the controller was cancelled or has failed."""
         live = []
         for job in jobs:
             if self.state.cancelled.is_set():
@@ -121,9 +145,11 @@ class DirectionWorker:
                 continue
             with self.state.lock:
                 self.pending -= 1
-        return live, stop
+        return live
 
-    def _submit(self, jobs: list[Job]) -> None:
+    def _submit(self, jobs: list[Job]) -> tuple[list[TransferHandle], object] | None:
+        """Run `jobs` on the current kvcacheio stream; returns (their handles, the last event) for
+        _finish, or None when the submission failed (the handles failed, the controller fail-stops)."""
         try:
             t0 = time.perf_counter()
             totals = self.mover.job_totals(self.direction, jobs)
@@ -135,10 +161,12 @@ class DirectionWorker:
             for job in jobs:
                 job.handle._fail(e)
                 self._record_error(job.handle, e)
-            return
+            if self.on_scheduler_thread and not isinstance(e, Exception):
+                raise  # Ctrl-C (or exit) on the scheduler thread ends the run, not just this transfer
+            return None
         for job in jobs:
             job.handle._add_events(events)
-        self.inflight.put(([job.handle for job in jobs], events[-1]))
+        return [job.handle for job in jobs], events[-1]
 
     def _count(self, job: Job, layer0: tuple[int, int], submit_seconds: float) -> None:
         # Every layer repeats layer 0's runs (hal.transfer.plan merges once and shifts per layer).
@@ -153,21 +181,25 @@ class DirectionWorker:
             s.segments += segments
             s.launches += 1 if self.direction == Direction.D2H else layers
 
+    # -- watcher thread --------------------------------------------------------------------
     def _watch_loop(self) -> None:
         while True:
             item = self.inflight.get()
-            if item is STOP:
+            if item is STOP or not self._finish(*item):
                 return
-            handles, ev = item
-            error = self._await(ev)
-            if error is _CANCELLED:
-                return
-            if error is not None:
-                for h in handles:
-                    h._fail(error)
-                    self._record_error(h, error)
-            else:
-                self._acknowledge(handles, getattr(ev, "modeled_time", None))
+
+    def _finish(self, handles: list[TransferHandle], ev) -> bool:
+        """Wait for `ev`, then acknowledge `handles` or fail them; False when cancelled first."""
+        error = self._await(ev)
+        if error is _CANCELLED:
+            return False
+        if error is not None:
+            for h in handles:
+                h._fail(error)
+                self._record_error(h, error)
+        else:
+            self._acknowledge(handles, getattr(ev, "modeled_time", None))
+        return True
 
     def _await(self, ev):
         """None once `ev` completed well, its failure, or _CANCELLED. Waits in slices so that a
@@ -208,3 +240,34 @@ class DirectionWorker:
         with self.state.lock:
             self.pending -= 1
             self.state.lock.notify_all()
+
+
+class InlineDirectionWorker(DirectionWorker):
+    """A direction whose jobs run on the scheduler thread as they are queued, on an inline stream
+    (backend.inline_stream), with no thread: where the backend's work is synchronous CPU work
+    anyway (emu, count) and the caller waits for every transfer (a sync replay), the submitter
+    and watcher threads add only hand-offs. Counters, acks, failures and fail-stop are the
+    threaded worker's own code; what changes is that put() returns after the transfer ran."""
+
+    on_scheduler_thread = True
+
+    def _new_stream(self):
+        return self.backend.inline_stream()
+
+    def _start(self) -> None:
+        return None
+
+    def put(self, job: Job) -> None:
+        live = self._live([job])
+        if not live:
+            return
+        with kvcacheio.use(self.backend, self.stream):
+            item = self._submit(live)
+        if item is not None:
+            self._finish(*item)
+
+    def stop(self) -> None:
+        return None
+
+    def threads(self) -> tuple[threading.Thread, ...]:
+        return ()

@@ -37,11 +37,14 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 class KVWriter:
     """Writes synthetic KV into, and reads KV back from, `device_pool` on `backend` (see the module docstring)."""
 
-    def __init__(self, device_pool, backend):
+    def __init__(self, device_pool, backend, inline: bool = False):
+        """`inline`: copy on the calling thread (backend.inline_stream) instead of the default
+        stream's worker; the same bytes, as every call waits for its copy anyway."""
         if device_pool.buffers is None:
             raise ValueError("device_pool: not materialized (no KV to write or check)")
         self.pool, self.backend, self.geom = device_pool, backend, device_pool.geom
-        self.stream = backend.default_stream()  # compute's stream, not one of the controller's
+        # compute's stream, not one of the controller's
+        self.stream = backend.inline_stream() if inline else backend.default_stream()
 
     def _staging(self, n: int) -> list[list[torch.Tensor]]:
         """Host tensors shaped like the device layers' first n rows: [part][layer]."""

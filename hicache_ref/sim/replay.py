@@ -49,7 +49,8 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
         try:
             # Trace pages are runs of consecutive ids: spelled by their first id, the tree is the
             # same and a request's token array is never built (hicache_ref.core.page_keys).
-            cache = spec.build(backend, whole, page_keys="runs" if BLOCK_TOKENS % ps == 0 else "tokens")
+            cache = spec.build(backend, whole, page_keys="runs" if BLOCK_TOKENS % ps == 0 else "tokens",
+                               inline=inline_transfers(spec, backend))
             try:
                 for tokens in trace_tokens(requests, ps):
                     res = cache.request(tokens)
@@ -68,6 +69,14 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
     fig["registered_bytes"] = cache.host.nbytes if cache.host is not None else 0
     fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
     return fig
+
+
+def inline_transfers(spec: CacheSpec, backend) -> bool:
+    """Whether a replay's transfers run on its own thread (HiCache's `inline`): a materialized
+    replay waits for every transfer before the next request, so where the backend's work is
+    synchronous CPU work anyway (emu) the controller's threads would add only hand-offs, ~2 ms
+    a request. A priced replay keeps them: its submitter batches jobs while the scheduler runs on."""
+    return spec.tiers.materialize and spec.sync and backend.runs_inline
 
 
 @contextmanager

@@ -17,6 +17,7 @@ import numpy as np
 from hicache_ref.core.allocator import pages_to_slots
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, figures, run_config
+from hicache_ref.sim.replay import inline_transfers
 from hicache_ref.sim.trace import TraceRequest, request_tokens
 from hicache_ref.spec import CacheSpec
 
@@ -57,7 +58,7 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None) -
     step, nxt, max_in_flight = 0, 0, 0
     finishing: list[tuple[int, int, object]] = []  # (step it finishes, admission number, locked node)
     try:
-        cache = spec.build(backend, whole)
+        cache = spec.build(backend, whole, inline=inline_transfers(spec, backend))
         tree, controller = cache.tree, cache.controller
         try:
             while nxt < len(requests) or finishing:

@@ -276,9 +276,10 @@ class CacheSpec:
             return self.backend, False
         return get_backend("emu" if self.tiers.materialize else "count", self.profile), True
 
-    def build(self, backend, whole_tokens: int = 0, page_keys: str = "tokens"):
+    def build(self, backend, whole_tokens: int = 0, page_keys: str = "tokens", inline: bool = False):
         """The HiCache this spec describes on `backend` (see capacities for `whole_tokens`), its L3
-        attached when the spec has one. `page_keys`: how its tree spells pages (hicache_ref.core.page_keys)."""
+        attached when the spec has one. `page_keys`: how its tree spells pages (hicache_ref.core.page_keys);
+        `inline`: its transfers run on the calling thread (HiCache's `inline`)."""
         from hicache_ref.core.cache import HiCache
         from hicache_ref.l3.build import StoreOpenError, attach_l3
 
@@ -286,7 +287,7 @@ class CacheSpec:
             raise SpecError("--materialize", "tiers.materialize", f"backend {backend.name!r} does not match "
                             f"materialize={self.tiers.materialize} (open_backend picks one that does)")
         l1, l2 = self.capacities(whole_tokens)
-        cache = HiCache(self, backend, l1, l2, page_keys=page_keys)
+        cache = HiCache(self, backend, l1, l2, page_keys=page_keys, inline=inline)
         if self.storage.l3 is not None:
             try:
                 attach_l3(cache, self.storage)
