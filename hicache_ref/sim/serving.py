@@ -69,11 +69,13 @@ def _check_hits(cache, batch) -> int:
                for _, tokens, pages in batch if len(pages))
 
 
-def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, on_request=None) -> dict:
+def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, on_request=None,
+                  on_build=None) -> dict:
     """Replay `requests` as `spec.serving` says (concurrency, timestamps, PD release, decode step;
     see the module docstring); the figures of hicache_ref.sim.replay.replay plus `concurrency`,
     `steps`, `max_in_flight`. `on_step(cache, in_flight_nodes)`, if given, runs after each step's
-    prefills; `on_request(index, result)` after each prefill (tests, the differential suite)."""
+    prefills; `on_request(index, result)` after each prefill, `on_build(cache)` once the cache is
+    built, before the first step (tests, the differential suite)."""
     if not isinstance(spec, CacheSpec):
         raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
     serving = spec.serving
@@ -93,6 +95,8 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, o
     try:
         cache = spec.build(backend, whole)
         try:
+            if on_build is not None:
+                on_build(cache)
             steps = _ReferenceSteps(cache, totals, tally, spec.tiers.materialize, on_request)
             each_step = None if on_step is None else (lambda locks: on_step(cache, [lk[0] for lk in locks]))
             step, max_in_flight = run_steps(requests, serving, steps, each_step)
