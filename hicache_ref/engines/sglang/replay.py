@@ -127,8 +127,10 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dic
                   run_config(spec, backend, l1, l2))
     fig.update(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0)
     fig["registered_bytes"] = host_bytes
-    if serving.concurrency is not None:
+    if serving.concurrency is not None:  # the reference's served keys: no L3 keys without an L3
         fig.update(served_figures(serving, *served))
+        for k in ("l3", "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written"):
+            fig.pop(k, None)
     fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
     return fig
 
