@@ -18,11 +18,15 @@ from hicache_ref.spec import CacheSpec
 _WHY = unavailable_reason()
 # One layer of a 128-wide latent keeps SGLang's real pools cheap.
 GEOMETRY = dict(layers=1, kv_dim=128)
-NOT_RUN = (
+# Under a 1 MiB memory budget SGLang's real pools (16 MiB here) cannot be built: the reason.
+BUDGET = "1MiB"
+NOT_RUN_PREFIX = (
     f"NOT RUN: engine sglang: {_WHY}"
     if _WHY is not None
-    else "NOT RUN on engine sglang: --concurrency: the sglang engine replays serially (drop --concurrency)"
+    else "NOT RUN on engine sglang: --l1-tokens: the sglang engine needs ~"
 )
+REFUSED = {"l3_pooled", "per_request_hits", "plateau_capacity"}  # the model L3 (and the ghost list) on top
+L3_NOT_RUN = "NOT RUN on engine sglang: --l3: the sglang engine runs L1 and L2 only"
 ARGS = ["ablate", "--limit", "20", "--layers", "1", "--kv-dim", "128", "--quiet", "--json"]
 
 
@@ -39,20 +43,25 @@ def test_absent_sglang_ablate_is_not_run_with_the_reason(capsys):
     assert out.startswith("hicache ablate: NOT RUN: engine sglang: ") and _WHY in out
 
 
-def test_rungs_the_engine_refuses_are_not_measured_with_the_reason():
-    # Served replay is a switch the sglang engine refuses: every HiCache-on rung is refused
-    # before anything is built, for that reason or (SGLang absent, as the API is called here
-    # without the command's check) for SGLang's absence; HiCache off stays the reference's.
+def test_rungs_the_engine_refuses_are_not_measured_with_the_reason(monkeypatch):
+    # Pools over the memory budget are refused by the sglang engine (its pools are real): every
+    # HiCache-on rung of this served ladder is refused before anything is built, for that reason
+    # or (SGLang absent, as the API is called here without the command's check) for SGLang's
+    # absence; HiCache off stays the reference's.
     requests = read_trace(find_trace("conversation_trace.jsonl"), 20)
     spec = CacheSpec.of(concurrency=4, **GEOMETRY)
     ref = ablate(spec, requests)
+    monkeypatch.setenv("HICACHE_MEMORY_BUDGET", BUDGET)
     up = ablate(spec, requests, engine=Engine("sglang"))
     assert [s.keys() for s in up["steps"]] == [s.keys() for s in ref["steps"]]
     assert all(ref["steps"][0][k] is not None for k in ("hit_rate", "d2h_bytes"))
     for s in up["steps"]:
         assert all(s[k] is None for k in REPLAYED_KEYS), s["step"]
         assert set(s["not_measured"]) == set(REPLAYED_KEYS)
-        assert {*s["not_measured"].values()} == {NOT_RUN}
+        reasons = {*s["not_measured"].values()}
+        # the rungs on the model L3 are refused for it first (hicache_ref.engines.sglang.replay)
+        prefix = L3_NOT_RUN if _WHY is None and s["step"] in REFUSED else NOT_RUN_PREFIX
+        assert len(reasons) == 1 and reasons.pop().startswith(prefix), (s["step"], reasons)
     c = up["configuration"]
     assert (c["engine"], c["l1_only_engine"]) == ("sglang", "reference") and "engine" not in ref[
         "configuration"
@@ -78,7 +87,6 @@ def sglang_ladder():
     return json.loads(out.getvalue()), ref
 
 
-REFUSED = {"l3_pooled", "per_request_hits", "plateau_capacity"}  # the model L3 (and the ghost list) on top
 
 
 @pytest.mark.needs_sglang
@@ -112,6 +120,4 @@ def test_sglang_refused_rungs_are_not_run_never_the_references(sglang_ladder):
     for s in up["steps"]:
         if s["step"] in REFUSED:
             assert all(s[k] is None for k in REPLAYED_KEYS), s["step"]
-            assert {*s["not_measured"].values()} == {
-                "NOT RUN on engine sglang: --l3: the sglang engine runs L1 and L2 only"
-            }
+            assert {*s["not_measured"].values()} == {L3_NOT_RUN}

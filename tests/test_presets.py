@@ -149,6 +149,24 @@ def test_an_extend_evicts_what_its_tokens_plus_a_page_lack_under_0_5_23(size, r0
     assert (_last_hit(size, 1), _last_hit(size, 2)) == (r0, r1)
 
 
+def _last_hit_page1(size, last):
+    # Pages of 1 token, L1 2,048: r0 [1] 512, r1 [2] 512, r2 [3] 448: 576 free. r3 [4, 5] 576 tokens
+    # fits exactly: 0.5.23's token allocator asks for its tokens alone (alloc_token_slots), so
+    # nothing is evicted and r0 still hits; with a page more (the paged rule) r0's node would go.
+    from hicache_ref.sim.replay import replay
+    from hicache_ref.sim.trace import TraceRequest
+
+    trace = [TraceRequest(0.0, n, 1, ids) for ids, n in (((1,), 512), ((2,), 512), ((3,), 448), ((4, 5), 576),
+                                                          ((last,), 512))]
+    spec = CacheSpec.of(layers=2, kv_dim=8, l1_tokens=2048, l2_tokens=0, evict_size=size, page_size=1)
+    return replay(spec, trace)["l1_hit_tokens"]
+
+
+@pytest.mark.parametrize("size, r0", [("shortfall", 512), ("demand_shortfall", 512), ("whole", 0)])
+def test_a_token_extend_evicts_what_its_tokens_alone_lack_under_0_5_23(size, r0):
+    assert _last_hit_page1(size, 1) == r0
+
+
 # -- the presets and the spec's resolution --------------------------------------------------
 
 def test_preset_values():

@@ -49,8 +49,34 @@ def test_sglang_engine_reports_the_reference_keys_and_agrees_on_a_small_slice():
 
 @needs_sglang
 def test_sglang_engine_refuses_what_it_does_not_run():
-    with pytest.raises(ValueError, match="--concurrency"):
-        replay_with("sglang", CacheSpec.of(concurrency=4, **SMALL), find_trace("conversation_trace.jsonl"), 2)
+    with pytest.raises(ValueError, match="^--tp: "):
+        replay_with("sglang", CacheSpec.of(tp=2, **SMALL), find_trace("conversation_trace.jsonl"), 2)
+
+
+@needs_sglang
+def test_sglang_engine_refuses_pools_this_machine_cannot_hold(monkeypatch):
+    # SGLang's pools are real tensors: 96K tokens of 256-byte rows are 24 MiB, over a 16 MiB budget.
+    monkeypatch.setenv("HICACHE_MEMORY_BUDGET", "16MiB")
+    with pytest.raises(ValueError, match=r"^--l1-tokens: the sglang engine needs ~24\.0 MiB \(SGLang's device and host"):
+        replay_with("sglang", CacheSpec.of(**SMALL), find_trace("conversation_trace.jsonl"), 2)
+
+
+@needs_sglang
+@pytest.mark.parametrize("pd", [False, True])
+def test_sglang_served_replay_gives_the_references_served_figures(pd):
+    # The differential suite compares every case request by request; here the command's path:
+    # the same keys, the same schedule and the same hits and tokens moved.
+    from conformance.suites.sglang_diff import SERVED_FIGURES
+
+    spec = CacheSpec.preset(SEMANTICS_PRESET, write_policy="write_through", concurrency=4, pd_disagg=pd,
+                            l1_tokens=16384, **{k: v for k, v in SMALL.items() if k != "l1_tokens"})
+    trace = find_trace("conversation_trace.jsonl")
+    ref = replay_with("reference", spec, trace, 30)
+    up = replay_with("sglang", spec, trace, 30)
+    assert set(up) == set(ref)
+    assert up["concurrency"] == 4 and up["pd"] is pd and 1 < up["max_in_flight"] <= 4
+    assert up["steps"] > 0 and up["l1_hit_tokens"] > 0 and up["d2h_tokens"] > 0
+    assert {k: up[k] for k in SERVED_FIGURES} == {k: ref[k] for k in SERVED_FIGURES}
 
 
 def test_differential_rows_count_evictions_of_both_tiers():

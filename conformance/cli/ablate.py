@@ -41,8 +41,8 @@ def add_arguments(p) -> None:
               "(the model store; default: unlimited)")
     add_local(p, "--limit", type=types.count(1))
     add_local(p, "--engine", help="which HiCache replays each rung: reference, or sglang (SGLang's installed "
-              "HiCache on the HAL; HiCache off stays the reference's, a rung needing --tp, --concurrency, --l3 or "
-              "--ghost is not measured)")
+              "HiCache on the HAL; HiCache off stays the reference's, a rung needing --tp, --l3 or --ghost, or "
+              "pools larger than this machine's memory, is not measured)")
     add_spec_options(p, "ablate")
     add_local(p, "--out")
     add_local(p, "--json")

@@ -122,14 +122,76 @@ def sglang_rows(spec: CacheSpec, requests) -> list[Row]:
     return rows
 
 
-def diff_summary(ref: list[Row], up: list[Row], most: int = 4) -> str:
+def diff_summary(ref: list, up: list, most: int = 4) -> str:
     """Where the two engines part, request by request: the first few differing rows and totals."""
     bad = [(i, r, u) for i, (r, u) in enumerate(zip(ref, up, strict=False)) if r != u]
     if not bad and len(ref) == len(up):
         return ""
-    fields = Row._fields
+    fields = type(ref[0] if ref else up[0])._fields
     parts = []
     for i, r, u in bad[:most]:
         parts.append(f"req {i}: " + ", ".join(f"{f} ref {a} sglang {b}" for f, a, b in zip(fields, r, u, strict=True) if a != b))
     tot = ", ".join(f"{f} {sum(getattr(x, f) for x in ref)}/{sum(getattr(x, f) for x in up)}" for f in fields)
     return f"{len(bad)} of {len(ref)} requests differ; " + "; ".join(parts) + f"; totals ref/sglang: {tot}"
+
+
+# -- served replay (--concurrency): the same steps on both engines ------------------------------------
+
+class ServedRow(NamedTuple):
+    """A served request's row: its hits and the evictions its own prefill made. Its transfers are
+    not its own here (a step's loads and backups go out as one submission), so they are compared
+    as the replay's totals (SERVED_FIGURES)."""
+    l1_hit: int
+    l2_hit: int
+    l2_unloaded: int
+    evicted: int
+    host_evicted: int
+
+
+# The served figures both engines must give alike: the schedule, the hits, the tokens and bytes moved.
+# Not compared: segments (slot placement differs already in the serial replay: the serial suite
+# compares none either) and transfers/launches (upstream submits a step's backups as one merged
+# job, the reference one job per backup; hicache_ref/README.md, "Differences without a switch").
+SERVED_FIGURES = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "l2_unloaded_tokens",
+                  "truncated_requests", "d2h_tokens", "h2d_tokens", "d2h_bytes", "h2d_bytes", "concurrency", "pd",
+                  "steps", "max_in_flight")
+
+
+def served_spec(requests, page_size: int, policy: str, tight: bool, pd: bool, concurrency: int) -> CacheSpec:
+    return spec_for(requests, page_size, policy, tight, pd).replace(concurrency=concurrency)
+
+
+def reference_served(spec: CacheSpec, requests) -> tuple[list[ServedRow], dict]:
+    """The reference's served replay (hicache_ref.sim.serving): a row per request, and its figures."""
+    from hicache_ref.sim.serving import replay_served
+
+    rows, count, last = [], [], [0, 0]
+
+    def built(cache):
+        count.append(EvictionCount(cache.tree.tiers))
+
+    def seen(i, res):
+        ev = count[0]
+        rows.append(ServedRow(res.l1_hit_tokens, res.l2_hit_tokens, res.l2_unloaded_tokens,
+                              ev.device_tokens - last[0], ev.host_tokens - last[1]))
+        last[:] = ev.device_tokens, ev.host_tokens
+
+    return rows, replay_served(spec, list(requests), on_request=seen, on_build=built)
+
+
+def sglang_served(spec: CacheSpec, requests) -> tuple[list[ServedRow], dict]:
+    """The sglang engine's served replay: a row per request, and its figures."""
+    from hicache_ref.engines.sglang.replay import replay_sglang
+
+    rows = []
+
+    def seen(i, res, tallies):
+        rows.append(ServedRow(res.l1_hit_tokens, res.l2_hit_tokens, res.l2_unloaded_tokens, res.evicted_tokens,
+                              res.host_evicted_tokens))
+
+    return rows, replay_sglang(spec, list(requests), on_request=seen)
+
+
+def figures_diff(ref: dict, up: dict, keys=SERVED_FIGURES) -> str:
+    """The compared figures that differ, as `key ref A sglang B` (empty when all agree)."""
+    return ", ".join(f"{k} ref {ref.get(k)} sglang {up.get(k)}" for k in keys if ref.get(k) != up.get(k))

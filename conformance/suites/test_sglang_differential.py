@@ -10,6 +10,10 @@ op, a request's queued backups are submitted at its end and every ack is taken r
 (check_hicache_events, as the next step's start would); the reference settles its controller
 at the same point (HiCache.settle).
 
+Served replay (--concurrency 4 and 10, with and without PD): both engines run the same steps
+(hicache_ref.sim.steps); every request's hits and evictions must be equal, and the replay's
+schedule (steps, most in flight) and tokens and bytes moved (sglang_diff.SERVED_FIGURES).
+
 Runs only where SGLang imports at the pinned version (the [sglang] extra, ci/install-sglang.sh);
 elsewhere every case is skipped with the reason. Taking on a new SGLang: bump the pin, run this
 suite, read the diffs (each failure names the first requests that differ and the totals).
@@ -36,9 +40,14 @@ CASES = [dict(trace=t, policy=p, tight=c, page=ps, pd=pd) for t, p, c, ps, pd in
                            (False, True))]
 
 
+CONCURRENCY = (4, 10)  # 10: the seed scenario's
+SERVED_CASES = [dict(c, concurrency=n) for c in CASES for n in CONCURRENCY]
+
+
 def case_id(c: dict) -> str:
+    served = f"-c{c['concurrency']}" if "concurrency" in c else ""
     return (f"{c['trace'].split('_')[0]}-{c['policy']}-{'tight' if c['tight'] else 'loose'}-p{c['page']}"
-            f"{'-pd' if c['pd'] else ''}")
+            f"{'-pd' if c['pd'] else ''}{served}")
 
 
 # case id -> why it differs (the diff, summarised), for a mismatch the preset does not model yet.
@@ -46,8 +55,8 @@ def case_id(c: dict) -> str:
 KNOWN_MISMATCHES: dict[str, str] = {}
 
 
-def _params():
-    for c in CASES:
+def _params(cases):
+    for c in cases:
         cid = case_id(c)
         marks = [pytest.mark.xfail(reason=KNOWN_MISMATCHES[cid], strict=True)] if cid in KNOWN_MISMATCHES else []
         yield pytest.param(c, id=cid, marks=marks)
@@ -60,7 +69,7 @@ def slices():
     return {t: sglang_diff.slice_of(t, SLICE) for t in ("conversation_trace.jsonl", "synthetic_trace.jsonl")}
 
 
-@pytest.mark.parametrize("case", list(_params()))
+@pytest.mark.parametrize("case", list(_params(CASES)))
 def test_reference_matches_sglang_request_by_request(case, slices):
     from conformance.suites import sglang_diff
 
@@ -71,3 +80,20 @@ def test_reference_matches_sglang_request_by_request(case, slices):
     assert len(ref) == len(up) == len(requests)
     diff = sglang_diff.diff_summary(ref, up)
     assert not diff, diff
+
+
+@pytest.mark.parametrize("case", list(_params(SERVED_CASES)))
+def test_served_reference_matches_sglang_request_by_request(case, slices):
+    from conformance.suites import sglang_diff
+
+    requests = slices[case["trace"]]
+    spec = sglang_diff.served_spec(requests, case["page"], case["policy"], case["tight"], case["pd"],
+                                   case["concurrency"])
+    ref, ref_fig = sglang_diff.reference_served(spec, requests)
+    up, up_fig = sglang_diff.sglang_served(spec, requests)
+    assert len(ref) == len(up) == len(requests)
+    assert up_fig["steps"] > 0 and up_fig["max_in_flight"] == ref_fig["max_in_flight"] <= case["concurrency"]
+    diff = sglang_diff.diff_summary(ref, up)
+    assert not diff, diff
+    figs = sglang_diff.figures_diff(ref_fig, up_fig)
+    assert not figs, figs

@@ -36,7 +36,8 @@ from hicache_ref.core.policy import LeafHeap, WritePolicy
 #   scheduler's token allocation (evict(num_tokens) once available < num_tokens) do;
 # - shortfall (the reference's): only what is missing, so no more is evicted than needed;
 # - demand_shortfall (SGLang 0.5.23): what the allocation's demand (for an extend: its tokens
-#   plus one page, allocation.py alloc_paged_token_slots_extend) exceeds the free tokens by
+#   plus one page, allocation.py alloc_paged_token_slots_extend; with pages of 1 token its tokens
+#   alone, alloc_token_slots) exceeds the free tokens by
 #   (allocator/base.py evict_to_free_tokens); elsewhere (load_back, backups) the shortfall.
 EVICT_SIZES = ("whole", "shortfall", "demand_shortfall")
 # How a backup of several nodes takes host slots: all at once or none (the seed's SGLang), or node

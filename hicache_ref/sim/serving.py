@@ -2,24 +2,64 @@
 
 Each scheduling step admits, prefills and locks requests, and releases them after their decode steps.
 A step is one batch, as upstream schedules it: one completion pass, one merged load job.
+The step loop is hicache_ref.sim.steps (shared with the sglang engine's served replay).
 With concurrency 1 the figures equal hicache_ref.sim.replay.replay's.
 The rules: hicache_ref/README.md, "Served replay" and "Design notes".
 """
 
 from __future__ import annotations
 
-import heapq
 import time
-from contextlib import nullcontext
-
-import numpy as np
+from contextlib import ExitStack
 
 from hicache_ref.core.allocator import pages_to_slots
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, figures, run_config
 from hicache_ref.sim.replay import inline_transfers
+from hicache_ref.sim.steps import run_steps
 from hicache_ref.sim.trace import TraceRequest, request_tokens
 from hicache_ref.spec import CacheSpec
+
+
+class _ReferenceSteps:
+    """The reference HiCache as hicache_ref.sim.steps drives it; a lock is (node, tokens, hit pages)."""
+
+    def __init__(self, cache, totals: dict, tally: ComputeTally, materialize: bool, on_request=None):
+        self.cache, self.totals, self.tally, self.on_request = cache, totals, tally, on_request
+        self.materialize = materialize
+        self._batch: ExitStack | None = None
+
+    def settle(self) -> None:
+        self.cache.settle()  # the step's one application of completions (what landed so far)
+
+    def begin_batch(self) -> None:
+        self._batch = ExitStack()
+        if self.cache.controller is not None:
+            self._batch.enter_context(self.cache.controller.merged_loads())
+
+    def prefill(self, index: int, r: TraceRequest):
+        cache, ps = self.cache, self.cache.page_size
+        tokens = request_tokens(r.hash_ids, r.input_length)
+        res = cache.request(tokens, in_step=True)
+        for k in self.totals:
+            self.totals[k] += {"requests": 1, "truncated_requests": res.truncated}.get(k, getattr(res, k, 0))
+        self.tally.add(res)
+        if self.on_request is not None:
+            self.on_request(index, res)
+        # The batch's prefixes stay locked through the step (upstream locks a request's prefix
+        # from scheduling until it is cached); requests that decode stay locked until their
+        # last decode step.
+        m = cache.tree.match_pages(tokens[: res.cached_tokens])
+        cache.tree.lock(m.last_device_node)
+        return m.last_device_node, tokens, m.device_pages[: (res.l1_hit_tokens + res.l2_hit_tokens) // ps]
+
+    def end_batch(self, locks: list) -> None:
+        self._batch.close()  # the step's loads, submitted as one job
+        if locks and self.materialize:
+            self.totals["kv_mismatch_tokens"] += _check_hits(self.cache, locks)
+
+    def release(self, lock) -> None:
+        self.cache.tree.unlock(lock[0])
 
 
 def _check_hits(cache, batch) -> int:
@@ -27,21 +67,21 @@ def _check_hits(cache, batch) -> int:
     (its pages stayed locked since its prefill, so nothing overwrote them)."""
     cache.settle()
     return sum(cache.kv.mismatches(tokens[: len(pages) * cache.page_size], pages_to_slots(pages, cache.page_size))
-               for _, tokens, pages, _ in batch if len(pages))
+               for _, tokens, pages in batch if len(pages))
 
 
-def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None) -> dict:
+def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, on_request=None,
+                  on_build=None) -> dict:
     """Replay `requests` as `spec.serving` says (concurrency, timestamps, PD release, decode step;
     see the module docstring); the figures of hicache_ref.sim.replay.replay plus `concurrency`,
     `steps`, `max_in_flight`. `on_step(cache, in_flight_nodes)`, if given, runs after each step's
-    prefills (tests)."""
+    prefills; `on_request(index, result)` after each prefill, `on_build(cache)` once the cache is
+    built, before the first step (tests, the differential suite)."""
     if not isinstance(spec, CacheSpec):
         raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
     serving = spec.serving
     if serving.concurrency is None:
         raise ValueError("--concurrency: a served replay needs serving.concurrency (None is the serial replay)")
-    concurrency, timestamps, step_seconds = serving.concurrency, serving.timestamps, serving.step_seconds
-    pd = serving.pd_disagg  # a PD prefill node releases each request right after its transfer
     requests = list(requests)
     ps = spec.page_size
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
@@ -52,60 +92,15 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None) -
     if spec.storage.l3 is not None:  # the model L3 (hicache_ref.storage.model) serves served replays too
         totals["l3_hit_tokens"] = 0
     tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
-    start = min((r.timestamp for r in requests), default=0.0)
-    arrival_step = [int((r.timestamp - start) / 1000 / step_seconds) if timestamps else 0 for r in requests]
     t0 = time.perf_counter()
-    step, nxt, max_in_flight = 0, 0, 0
-    finishing: list[tuple[int, int, object]] = []  # (step it finishes, admission number, locked node)
     try:
         cache = spec.build(backend, whole, inline=inline_transfers(spec, backend))
-        tree, controller = cache.tree, cache.controller
         try:
-            while nxt < len(requests) or finishing:
-                while finishing and finishing[0][0] <= step:  # release what finished by this step
-                    tree.unlock(heapq.heappop(finishing)[2])
-                cache.settle()  # the step's one application of completions (what landed so far)
-                # (locked node, tokens, hit pages, decodes): the step's batch of prefills
-                batch: list[tuple[object, np.ndarray, np.ndarray, bool]] = []
-                handed_off = 0  # prefills of this step that hold no decode slot (pd, or no output)
-                with controller.merged_loads() if controller is not None else nullcontext():
-                    while (nxt < len(requests) and len(finishing) + handed_off < concurrency
-                           and arrival_step[nxt] <= step):
-                        r = requests[nxt]
-                        tokens = request_tokens(r.hash_ids, r.input_length)
-                        res = cache.request(tokens, in_step=True)
-                        for k in totals:
-                            totals[k] += {"requests": 1, "truncated_requests": res.truncated}.get(
-                                k, getattr(res, k, 0))
-                        tally.add(res)
-                        # The batch's prefixes stay locked through the step (upstream locks a
-                        # request's prefix from scheduling until it is cached); requests that
-                        # decode stay locked until their last decode step.
-                        m = tree.match_pages(tokens[: res.cached_tokens])
-                        tree.lock(m.last_device_node)
-                        decodes = not pd and r.output_length > 0
-                        hit_pages = m.device_pages[: (res.l1_hit_tokens + res.l2_hit_tokens) // ps]
-                        batch.append((m.last_device_node, tokens, hit_pages, decodes))
-                        if decodes:
-                            heapq.heappush(finishing, (step + r.output_length, nxt, m.last_device_node))
-                        else:
-                            handed_off += 1
-                        nxt += 1
-                if batch and spec.tiers.materialize:
-                    totals["kv_mismatch_tokens"] += _check_hits(cache, batch)
-                for node, _, _, decodes in batch:
-                    if not decodes:
-                        tree.unlock(node)  # prefilled and handed off (pd), or nothing to decode
-                admitted = bool(batch)
-                max_in_flight = max(max_in_flight, len(finishing) + handed_off)
-                if admitted and on_step is not None:
-                    on_step(cache, [n for _, _, n in finishing])
-                # jump to the next event: a finish, or (with a free slot) the next arrival
-                events = [finishing[0][0]] if finishing else []
-                if nxt < len(requests) and len(finishing) < concurrency:
-                    events.append(max(arrival_step[nxt], step + (1 if admitted else 0)))
-                step = max(step + 1, min(events)) if events else step + 1
-            cache.settle()
+            if on_build is not None:
+                on_build(cache)
+            steps = _ReferenceSteps(cache, totals, tally, spec.tiers.materialize, on_request)
+            each_step = None if on_step is None else (lambda locks: on_step(cache, [lk[0] for lk in locks]))
+            step, max_in_flight = run_steps(requests, serving, steps, each_step)
         finally:
             cache.close()
     finally:
@@ -113,11 +108,17 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None) -
             backend.close()
     fig = figures(totals, cache, time.perf_counter() - t0, 0.0, tally, cache.tree.ghost,
                   run_config(spec, backend, l1, l2))
-    fig.update(concurrency=concurrency, timestamps=timestamps, pd=pd, step_seconds=step_seconds, steps=step,
-               max_in_flight=max_in_flight, registered_bytes=cache.host.nbytes if cache.host is not None else 0)
+    fig.update(served_figures(serving, step, max_in_flight),
+               registered_bytes=cache.host.nbytes if cache.host is not None else 0)
     if cache.l3 is not None:
         from hicache_ref.sim.replay import _l3_figures
 
         fig.update(_l3_figures(cache, spec))
     fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
     return fig
+
+
+def served_figures(serving, steps: int, max_in_flight: int) -> dict:
+    """The keys a served replay adds to the replay's figures (either engine)."""
+    return dict(concurrency=serving.concurrency, timestamps=serving.timestamps, pd=serving.pd_disagg,
+                step_seconds=serving.step_seconds, steps=steps, max_in_flight=max_in_flight)

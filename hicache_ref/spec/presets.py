@@ -33,7 +33,7 @@ SWITCH_TABLE = (
     Switch("backup_alloc", "--backup-alloc", "how a backup of several nodes takes host slots",
            f"{_MC}unified_radix_cache.py: _execute_and_commit_kv_backup, _execute_kv_backup"),
     Switch("evict_size", "--evict-size", "how much a short tier evicts",
-           f"{_MC}allocator/base.py: evict_to_free_tokens; allocation.py: alloc_paged_token_slots_extend"),
+           f"{_MC}allocator/base.py: evict_to_free_tokens; allocation.py: alloc_paged_token_slots_extend, alloc_token_slots"),
     Switch("host_reclaim", "--host-reclaim", "what L2 eviction frees first under write_back",
            f"{_MC}unified_cache/unified_tree_core.py: drive_host_eviction, _reclaim_full_host_duplicates"),
     Switch("load_back_threshold", "--load-back-threshold", "shortest host prefix loaded back (tokens)",

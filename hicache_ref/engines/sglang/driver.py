@@ -1,5 +1,7 @@
 """One prefill through SGLang's cache, as its scheduler drives it: match, load back, allocate
-(evicting through upstream's allocator), insert, unlock.
+(evicting through upstream's allocator), insert, unlock; a served replay's prefill also keeps its
+cached path locked (prefill_locked) until release, and a step's loads and backups are submitted
+once, at the batch's end (end_batch).
 
 Timing is pinned: every HAL copy is complete when its op returns (kernel_shim); the
 backups a request queued are submitted at its end (flush_pending_backups) and every ack is
@@ -51,19 +53,52 @@ class RequestDriver:
         self.up.cache.check_hicache_events()
 
     def request(self, tokens) -> UpstreamResult:
-        """One prefill of `tokens` (a sequence of token ids)."""
-        from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams, InsertParams, MatchPrefixParams
+        """One prefill of `tokens` (a sequence of token ids), a batch of its own (serial replay)."""
+        self.settle()
+        res, _ = self._prefill(np.asarray(tokens, dtype=np.int64), submit_loads=True)
+        self.end_batch()
+        self.settle()  # what the next step's start would do, here, so a request's transfers count in its row
+        return res
+
+    def prefill_locked(self, tokens):
+        """One of a scheduling step's prefills (served replay): (its UpstreamResult, the lock on its
+        cached path, for `release`). Its load waits for the step's merged submission (end_batch)."""
+        ids = np.asarray(tokens, dtype=np.int64)
+        res, cached_len = self._prefill(ids, submit_loads=False)
+        if cached_len == 0:
+            return res, None  # nothing cached: nothing to hold (upstream's unlock takes None)
+        # The cached path, matched again and locked as the scheduler holds a running request's
+        # prefix (the same re-match the reference's served replay does).
+        m = self.up.cache.match_prefix(self._match_params(ids[:cached_len]))
+        return res, self.up.cache.lock(m.last_device_node)
+
+    def end_batch(self) -> None:
+        """A batch's end: its loads submitted as one merged job (upstream's ready_to_load_host_cache,
+        once per batch), then its queued backups as one (flush_pending_backups, after the forward)."""
+        self.up.cache.ready_to_load_host_cache()
+        self.up.cache.flush_pending_backups()
+
+    def release(self, lock) -> None:
+        """The request no longer holds its prefix (finished, or handed off under PD)."""
+        self.up.cache.unlock(lock)
+
+    def _match_params(self, ids: np.ndarray):
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        return MatchPrefixParams(key=RadixKey(array("q", ids.tobytes())))
+
+    def _prefill(self, ids: np.ndarray, submit_loads: bool) -> tuple[UpstreamResult, int]:
+        """Match, load back, evict, allocate, insert, unlock: (the result, tokens now cached)."""
+        from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams, InsertParams
         from sglang.srt.mem_cache.common import evict_from_tree_cache
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
         cache, alloc, ps = self.up.cache, self.up.allocator, self.ps
-        self.settle()
         ev0 = self.evictions.device_tokens, self.evictions.host_tokens
-        ids = np.asarray(tokens, dtype=np.int64)
         n = len(ids)
         full = n // ps * ps
-        key = RadixKey(array("q", ids[:full].tobytes()))
-        m = cache.match_prefix(MatchPrefixParams(key=key))
+        m = cache.match_prefix(self._match_params(ids[:full]))
         l1, node = m.device_prefix_len, m.last_device_node
         l2 = unloaded = 0
         if m.host_hit_length > 0:
@@ -75,9 +110,10 @@ class RequestDriver:
                 best_match_node=m.best_match_node, host_hit_length=m.host_hit_length, req=req))
             l2 = loaded
             unloaded = m.host_hit_length - loaded
-            if loaded:
+            if loaded and submit_loads:
                 cache.ready_to_load_host_cache()
         lock = cache.lock(node)
+        cached_len = 0
         try:
             prefix = l1 + l2
             need = -(-(n - prefix) // ps) * ps
@@ -108,11 +144,9 @@ class RequestDriver:
                 alloc.free(new)
         finally:
             cache.unlock(lock)
-        cache.flush_pending_backups()  # the scheduler's end of a batch: queued backups are submitted
-        self.settle()  # what the next step's start would do, here, so a request's transfers count in its row
         ev = self.evictions
         return UpstreamResult(n, l1, l2, unloaded, truncated, evicted_tokens=ev.device_tokens - ev0[0],
-                              host_evicted_tokens=ev.host_tokens - ev0[1])
+                              host_evicted_tokens=ev.host_tokens - ev0[1]), cached_len
 
     def _demand(self, prefix: int, n: int) -> int:
         """Tokens upstream's allocation evicts for: the extend (page 1), else the extend plus a

@@ -1,6 +1,7 @@
 """`hicache replay --engine sglang`: the trace through SGLang's own HiCache on the HAL.
 
-Same figures, same keys as the reference engine (hicache_ref.sim.replay): the totals come
+Same figures, same keys as the reference engine (hicache_ref.sim.replay, and with --concurrency
+hicache_ref.sim.serving's served keys: steps from the same loop, hicache_ref.sim.steps): the totals come
 from the request driver, the transfer counters from the plans the HAL ran (tally), the
 configuration and the cost model from the reference's own figure builders.
 """
@@ -10,10 +11,13 @@ from __future__ import annotations
 import time
 
 from hal.backend import get_backend
+from hal.memory.budget import shortfall
 from hal.transfer import kvcacheio as hal_kvcacheio
 from hal.transfer.direction import POOL_DIRECTIONS
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
+from hicache_ref.sim.serving import served_figures
+from hicache_ref.sim.steps import run_steps
 from hicache_ref.sim.trace import read_trace, trace_tokens
 
 ENGINE = "sglang"
@@ -46,29 +50,43 @@ def refuse_unsupported(spec) -> None:
     """ValueError naming the option the engine does not run (before anything is built)."""
     if spec.tp.ranks is not None:
         raise ValueError("--tp: the sglang engine replays one rank (drop --tp)")
-    if spec.serving.concurrency is not None:
-        raise ValueError("--concurrency: the sglang engine replays serially (drop --concurrency)")
     if spec.storage.l3 is not None:
         raise ValueError("--l3: the sglang engine runs L1 and L2 only")
     if spec.tiers.ghost:
         raise ValueError("--ghost: not an SGLang switch")
+    t = spec.tiers
+    refuse_pools(spec, t.l1_tokens or 0, t.l2_tokens or 0)
+
+
+def refuse_pools(spec, l1: int, l2: int) -> None:
+    """ValueError naming --l1-tokens when upstream's pools of `l1` + `l2` tokens cannot fit in this
+    machine's memory: they are real tensors (SGLang's pools hold bytes), unlike the reference's
+    count-backend pools, so the seed scenario's 36 GB L1 is refused here rather than swapped to death."""
+    why = shortfall((l1 + l2) * spec.geometry.token_bytes, f"SGLang's device and host KV pools, L1 {l1:,} + L2 {l2:,} tokens")
+    if why is not None:
+        raise ValueError(f"--l1-tokens: the sglang engine {why}")
 
 
 def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dict:
-    """Replay the first `limit` requests of `trace` through SGLang's cache; the reference's figures.
+    """Replay the first `limit` requests of `trace` through SGLang's cache, serially or served
+    (spec.serving.concurrency: hicache_ref.engines.sglang.served); the reference's figures, same keys.
     `on_request(index, result, tallies)`, when given, sees every request's result and the running
     per-direction tallies (the differential suite's per-request view)."""
     from hicache_ref.engines.sglang.build import build
     from hicache_ref.engines.sglang.driver import RequestDriver
+    from hicache_ref.engines.sglang.served import UpstreamSteps
     from hicache_ref.engines.sglang.tally import CountingBackend
 
     refuse_unsupported(spec)
-    ps = spec.page_size
+    ps, serving = spec.page_size, spec.serving
     t_read = time.perf_counter()
-    requests = list(trace)[:limit] if isinstance(trace, (list, tuple)) else read_trace(trace, limit)
+    # arrival times only mean something in time order: timestamps refuse a line going back (as run_replay)
+    requests = list(trace)[:limit] if isinstance(trace, (list, tuple)) else \
+        read_trace(trace, limit, ordered=serving.concurrency is not None and serving.timestamps)
     read_seconds = time.perf_counter() - t_read
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
     l1, l2 = spec.capacities(whole)
+    refuse_pools(spec, l1, l2)
     if l2 <= 0:
         raise ValueError("--l2-tokens: the sglang engine needs an L2 (SGLang's HiCache has one)")
     # Upstream's pools are real tensors: its copies move bytes, so the backend is one that does
@@ -86,14 +104,18 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dic
     t0 = time.perf_counter()
     up = build(spec, counting, l1, l2)
     try:
-        driver = RequestDriver(up, spec.serving.pd_disagg)
-        for i, tokens in enumerate(trace_tokens(requests, ps)):
-            res = driver.request(tokens)
-            count_request(totals, res)
-            tally.add(res)
-            if on_request is not None:
-                on_request(i, res, counting.tallies)
-        driver.settle()
+        driver = RequestDriver(up, serving.pd_disagg)
+        seen = None if on_request is None else (lambda i, res: on_request(i, res, counting.tallies))
+        if serving.concurrency is not None:
+            served = run_steps(requests, serving, UpstreamSteps(driver, totals, tally, seen))
+        else:
+            for i, tokens in enumerate(trace_tokens(requests, ps)):
+                res = driver.request(tokens)
+                count_request(totals, res)
+                tally.add(res)
+                if seen is not None:
+                    seen(i, res)
+            driver.settle()
         host_bytes = sum(e.host_pool.kv_buffer.nbytes for e in up.cache.cache_controller.mem_pool_host.entries)
     finally:
         up.close()
@@ -105,6 +127,10 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dic
                   run_config(spec, backend, l1, l2))
     fig.update(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0)
     fig["registered_bytes"] = host_bytes
+    if serving.concurrency is not None:  # the reference's served keys: no L3 keys without an L3
+        fig.update(served_figures(serving, *served))
+        for k in ("l3", "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written"):
+            fig.pop(k, None)
     fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
     return fig
 
