@@ -268,7 +268,8 @@ def test_a_fifo_a_pipe_and_stdin_give_the_file_s_figures(tmp_path, capsys, monke
 
 
 def bench_figures(capsys, name: str, path: str) -> dict:
-    assert main(["bench", name, "--trace", path, "--limit", "20", "--repeat", "1", "--json"]) == 0
+    # exit 1 is a speed target missed on a loaded box (the JSON's "ok"): not what this test checks
+    assert main(["bench", name, "--trace", path, "--limit", "20", "--repeat", "1", "--json"]) in (0, 1)
     out = json.loads(capsys.readouterr().out)
     ours = out.get("ours", {})  # bench replay's own replay: what it hit and backed up
     return {k: v for k, v in {**out, **ours}.items() if k.startswith(("hit", "largest_tier", "d2h", "requests", "input"))}
