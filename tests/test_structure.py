@@ -205,6 +205,13 @@ def test_every_package_says_what_lives_in_it(name):
 KNOWN_FORWARDERS = {
     # the mapping protocol of a checked tensor set: callers iterate it as they would the dict it checked
     "hal.transfer.kvcheck.Checked.items",
+    # hooks the inline worker overrides (InlineDirectionWorker runs the job instead of queueing it)
+    "hicache_ref.core.direction_worker.DirectionWorker._new_stream",
+    "hicache_ref.core.direction_worker.DirectionWorker.put",
+    # the step loop's StepCache protocol (hicache_ref.sim.steps), one adapter per engine
+    "hicache_ref.engines.sglang.served.UpstreamSteps.release",
+    "hicache_ref.engines.sglang.served.UpstreamSteps.settle",
+    "hicache_ref.sim.serving._ReferenceSteps.settle",
 }
 
 
