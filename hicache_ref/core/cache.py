@@ -132,11 +132,8 @@ class HiCache:
             l3 = l3 * ps if l2 else 0
             prefix = l1 + l2
             need_pages = -(-n // ps) - prefix // ps
-            # Upstream's paged allocation evicts for the extend tokens plus one page per request;
-            # 0.5.23's token allocator (page 1) for the extend tokens alone (alloc_token_slots).
-            spare = 0 if ps == 1 and tree.tiers.evict_size == "demand_shortfall" else ps
             new_pages = tree.tiers.take_pages(tree.device, need_pages, tree.tiers.evict, partial=True,
-                                              evict_tokens=n - prefix + spare)
+                                              evict_tokens=tree.tiers.extend_demand(n - prefix))
             truncated = len(new_pages) < need_pages
             mismatch = 0
             if self.materialize:

@@ -104,6 +104,13 @@ class TierMoves:
         """Undo one lock(node) (node.unlock_path)."""
         unlock_path(self.root, node)
 
+    def extend_demand(self, tokens: int) -> int:
+        """Tokens an extend of `tokens` allocates for, as eviction counts them: upstream's paged
+        allocation asks for the extend plus one page per request; SGLang 0.5.23's token allocator
+        (pages of 1 token, demand_shortfall) for the extend alone (alloc_token_slots)."""
+        ps = self.page_size
+        return tokens + (0 if ps == 1 and self.evict_size == "demand_shortfall" else ps)
+
     def take_pages(self, allocator, need: int, evict: Callable, partial: bool = False,
                    evict_tokens: int | None = None) -> np.ndarray | None:
         """`need` pages from `allocator` (a tier's: self.device or self.host), evicting that tier
