@@ -24,6 +24,7 @@ from hicache_ref.tp.rank_cache import RankCache, geometry, host_pool_bytes
 from hicache_ref.tp.report import KEYS, divergence_report, report
 from hicache_ref.tp.shared_pool import open_host_buffer
 from hicache_ref.tp.visibility import VisibilityGate
+from hicache_ref.tp.worker import run_ops
 from hicache_ref.tp.workload import Op, WorkloadConfig, make_ops
 
 
@@ -354,18 +355,8 @@ def _spmd(cfg, world, tmp_path):
             buf, _ = open_host_buffer(group, host_pool_bytes(cfg), shared=cfg.shared,
                                       shared_dir=str(tmp_path) if cfg.shared else None, backend=backend)
             try:
-                log = DecisionLog(enabled=cfg.self_check)
-                check = SpmdCheck(group, log, cfg.check_every)
-                cache = RankCache(cfg, group, backend, buf, log)
-                try:
-                    for i, op in enumerate(make_ops(cfg)):
-                        cache.run(i, op)
-                        check.after_op(i)
-                    cache.settle()
-                    check.check()
-                finally:
-                    cache.close()
-                return dict(cache.stats(), digest=log.digest, read_digest=log.read_digest, calls=group.calls)
+                stats, log, _, _ = run_ops(cfg, group, backend, buf)
+                return dict(stats, digest=log.digest, read_digest=log.read_digest, calls=group.calls)
             finally:
                 buf.close()
     return run_ranks(world, rank)

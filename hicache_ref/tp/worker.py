@@ -33,6 +33,24 @@ def _open_backend(cfg: WorkloadConfig):
     return backend
 
 
+def run_ops(cfg: WorkloadConfig, group: Group, backend, buf) -> tuple[dict, DecisionLog, SpmdCheck, float]:
+    """The workload on this rank's cache over the opened host buffer `buf`, compared with the group
+    after each op and at the end: (the cache's stats, its decision log, the check, wall seconds)."""
+    log = DecisionLog(enabled=cfg.self_check)
+    check = SpmdCheck(group, log, cfg.check_every)
+    cache = RankCache(cfg, group, backend, buf, log)
+    t0 = time.perf_counter()
+    try:
+        for i, op in enumerate(make_ops(cfg)):
+            cache.run(i, op)
+            check.after_op(i)
+        cache.settle()
+        check.check()
+    finally:
+        cache.close()
+    return cache.stats(), log, check, time.perf_counter() - t0
+
+
 def run_rank(cfg: WorkloadConfig) -> list[dict]:
     """This rank's part of the run; every rank's figures, by rank. SpmdDivergence on every rank
     when the decisions differ; GroupError when a rank fails, dies or times out."""
@@ -42,21 +60,8 @@ def run_rank(cfg: WorkloadConfig) -> list[dict]:
         group = Group(cfg.timeout, backend.capabilities().device_type)
         buf, pool = open_host_buffer(group, host_pool_bytes(cfg), shared=cfg.shared, shared_dir=cfg.shared_dir,
                                      backend=backend, faults=cfg.faults)
-        log = DecisionLog(enabled=cfg.self_check)
-        check = SpmdCheck(group, log, cfg.check_every)
-        cache = RankCache(cfg, group, backend, buf, log)
-        ops = make_ops(cfg)
-        t0 = time.perf_counter()
-        try:
-            for i, op in enumerate(ops):
-                cache.run(i, op)
-                check.after_op(i)
-            cache.settle()
-            check.check()
-        finally:
-            cache.close()
-        wall = time.perf_counter() - t0
-        mine = dict(cache.stats(), rank=group.rank, digest=f"{log.digest:016x}", read_digest=f"{log.read_digest:016x}",
+        stats, log, check, wall = run_ops(cfg, group, backend, buf)
+        mine = dict(stats, rank=group.rank, digest=f"{log.digest:016x}", read_digest=f"{log.read_digest:016x}",
                     checks=check.checks, wall_seconds=wall, log_seconds=log.seconds,
                     check_seconds=check.seconds, pool=pool, registered_bytes=buf.report()["registered_bytes"])
         return group.all_gather_object(mine)
