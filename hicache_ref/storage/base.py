@@ -63,6 +63,13 @@ def check_keys(keys, name: str = "keys") -> list[str]:
     if isinstance(keys, str | bytes) or not hasattr(keys, "__iter__"):
         raise ValueError(f"{name}: expected a list of strings, got {type(keys).__name__}")
     keys = list(keys)
+    # one pass in C over the batch (a model L3 checks every page key of every lookup and write);
+    # any doubt goes to the per-key loop below, which names the first bad key
+    if all(type(k) is str for k in keys) and (not keys or (
+            0 < min(map(len, keys)) and max(map(len, keys)) <= MAX_KEY_CHARS)):
+        joined = "".join(keys)
+        if joined.isprintable() and " " not in joined:
+            return keys
     for i, k in enumerate(keys):
         if not isinstance(k, str) or not k or len(k) > MAX_KEY_CHARS or not k.isprintable() or " " in k:
             raise ValueError(f"{name}[{i}]: expected a non-empty printable string without spaces of at most "

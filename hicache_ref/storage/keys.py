@@ -85,6 +85,9 @@ def namespace_seed(extra_key: str | None = None, cache_salt: str | None = None) 
 def upstream_keys(page_hashes) -> list[str]:
     """Upstream's page keys: the chained hash as 64 lowercase hex characters (the backend adds its
     own prefix and suffixes: hicache_ref.storage.objects)."""
+    page_hashes = list(page_hashes)
+    if set(map(type, page_hashes)) <= {bytes} and set(map(len, page_hashes)) <= {32}:  # the tree's own digests
+        return list(map(bytes.hex, page_hashes))  # == hash_hex per page, without a call per page
     out = []
     for h in page_hashes:
         if not isinstance(h, bytes | bytearray) or len(h) != 32:
