@@ -49,8 +49,32 @@ def test_sglang_engine_reports_the_reference_keys_and_agrees_on_a_small_slice():
 
 @needs_sglang
 def test_sglang_engine_refuses_what_it_does_not_run():
-    with pytest.raises(ValueError, match="^--tp: "):
-        replay_with("sglang", CacheSpec.of(tp=2, **SMALL), find_trace("conversation_trace.jsonl"), 2)
+    trace = find_trace("conversation_trace.jsonl")
+    # 0.5.23 keeps one host pool per rank: the seed's shared host is not an upstream mode.
+    with pytest.raises(ValueError, match="^--shared-host: SGLang 0.5.23 keeps a private host pool per rank"):
+        replay_with("sglang", CacheSpec.of(tp=2, shared_host=True, **SMALL), trace, 2)
+    with pytest.raises(ValueError, match="^--tp: applies to a serial replay"):
+        replay_with("sglang", CacheSpec.of(tp=2, concurrency=2, **SMALL), trace, 2)
+
+
+@needs_sglang
+def test_sglang_tp_replay_gives_the_references_group_figures():
+    """--tp N on upstream's cache: one rank's replay with the group's figures, the reference's keys
+    and, per the preset, the reference's values (every rank writes its own host copy)."""
+    spec = CacheSpec.preset(SEMANTICS_PRESET, write_policy="write_through", tp=4, **SMALL)
+    trace = find_trace("conversation_trace.jsonl")
+    ref = replay_with("reference", spec, trace, 20)
+    up = replay_with("sglang", spec, trace, 20)
+    assert set(up) == set(ref)
+    one = replay_with("sglang", spec.replace(tp=None), trace, 20)
+    assert up["d2h_bytes"] == one["d2h_bytes"] > 0  # the one rank replayed is a rank as it runs alone
+    group = ("tp", "shared_host", "l2_tokens_per_rank", "host_kv_copies", "d2h_writer_ranks",
+             "d2h_bytes_all_ranks", "h2d_bytes_all_ranks", "host_pool_bytes_all_ranks",
+             "l1_hit_tokens", "l2_hit_tokens", "d2h_tokens")
+    assert {k: up[k] for k in group} == {k: ref[k] for k in group}
+    assert (up["tp"], up["host_kv_copies"], up["d2h_writer_ranks"]) == (4, 4, 4)
+    assert up["d2h_bytes_all_ranks"] == 4 * up["d2h_bytes"]
+    assert up["spec"]["tp"]["ranks"] == 4
 
 
 @needs_sglang

@@ -76,7 +76,12 @@ def replay_with(engine: str, spec, trace, limit: int | None = None) -> dict:
     from hicache_ref.spec.memory import check_capacity
 
     check_capacity(spec)
-    fig = replay_sglang(spec, trace, limit)
+    if spec.tp.ranks is None:
+        fig = replay_sglang(spec, trace, limit)
+    else:  # one rank stands for the group, as the reference's TP replay (engines.sglang.replay says why)
+        from hicache_ref.sim.replay_tp import tp_group_figures
+
+        fig = tp_group_figures(spec, replay_sglang(spec.tp_rank(), trace, limit))
     if spec.host_sizing is not None:
         fig["host_sizing"] = spec.host_sizing
     return fig

@@ -13,10 +13,15 @@ from hicache_ref.spec import CacheSpec
 
 def tp_replay(spec: CacheSpec, trace, limit: int | None = None) -> dict:
     """hicache_ref.sim.replay.replay for one rank of the TP group `spec.tp` describes, plus the group's figures."""
-    tp, shared_host = spec.tp.ranks, spec.tp.shared_host
-    if tp is None:
+    if spec.tp.ranks is None:
         raise ValueError("--tp: a TP replay needs tp.ranks")
-    fig = replay(spec.tp_rank(), trace, limit)
+    return tp_group_figures(spec, replay(spec.tp_rank(), trace, limit))
+
+
+def tp_group_figures(spec: CacheSpec, fig: dict) -> dict:
+    """`fig`, one rank's replay of spec.tp_rank() (on any engine), plus the group's figures: the
+    writers, the host copies and the bytes over all ranks."""
+    tp, shared_host = spec.tp.ranks, spec.tp.shared_host
     writers = 1 if shared_host else tp
     copies = 1 if shared_host else tp
     l2 = spec.tiers.l2_tokens

@@ -48,8 +48,12 @@ class _Figured:
 
 def refuse_unsupported(spec) -> None:
     """ValueError naming the option the engine does not run (before anything is built)."""
-    if spec.tp.ranks is not None:
-        raise ValueError("--tp: the sglang engine replays one rank (drop --tp)")
+    if spec.tp.shared_host:
+        # 0.5.23's MLA host dedup (mem_cache/mla_host_dedup.py: rank 0's host copy, loads broadcast
+        # over NCCL) has no caller; every rank keeps its own host pool.
+        raise ValueError("--shared-host: SGLang 0.5.23 keeps a private host pool per rank (drop --shared-host)")
+    if spec.tp.ranks is not None and spec.serving.concurrency is not None:
+        raise ValueError("--tp: applies to a serial replay (one rank stands for the group); drop --concurrency")
     if spec.storage.l3 is not None:
         raise ValueError("--l3: the sglang engine runs L1 and L2 only")
     if spec.tiers.ghost:
@@ -70,6 +74,9 @@ def refuse_pools(spec, l1: int, l2: int) -> None:
 def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dict:
     """Replay the first `limit` requests of `trace` through SGLang's cache, serially or served
     (spec.serving.concurrency: hicache_ref.engines.sglang.served); the reference's figures, same keys.
+    Under --tp this is one rank of the group (hicache_ref.engines.replay_with adds the group's
+    figures): upstream's ranks hold the same tree and, with every copy complete at its step
+    (driver: pinned timing), its all-reduce of completed acks (MIN over ranks) is what one rank sees.
     `on_request(index, result, tallies)`, when given, sees every request's result and the running
     per-direction tallies (the differential suite's per-request view)."""
     from hicache_ref.engines.sglang.build import build
