@@ -359,17 +359,19 @@ def test_trace_synth_on_a_full_disk_is_one_line_and_no_partial_trace(tmp_path, c
         assert rc == 2 and str(out) in err and "no space left" in err and os.listdir(disk) == []
 
 
-def test_sweep_out_on_a_full_disk_names_the_file_and_leaves_nothing_half_written(tmp_path, capsys):
+@pytest.mark.parametrize("command, l2", [("sweep", "64K,128K"), ("ablate", "64K")])
+def test_sweep_out_on_a_full_disk_names_the_file_and_leaves_nothing_half_written(tmp_path, capsys, command, l2):
     trace = tmp_path / "t.jsonl"
     trace.write_text(TRACE)
     with mounted_tmpfs(tmp_path / "small", "size=16K") as disk:
         (disk / "filler").write_bytes(b"x" * (12 << 10))
-        rc = main(["sweep", "--trace", str(trace), "--l1-tokens", "32K", "--l2-tokens", "64K,128K", "--out", str(disk), "--quiet"])
+        rc = main([command, "--trace", str(trace), "--l1-tokens", "32K", "--l2-tokens", l2, "--out", str(disk), "--quiet"])
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert rc == 2 and "cannot be written: no space left" in err and str(disk) in err
-        assert sorted(os.listdir(disk)) in (["filler"], ["filler", "sweep.json"])  # the JSON whole, or nothing
-        if (disk / "sweep.json").exists():
-            json.loads((disk / "sweep.json").read_text())
+        # the JSON whole, or nothing
+        assert sorted(os.listdir(disk)) in (["filler"], ["filler", f"{command}.json"])
+        if (disk / f"{command}.json").exists():
+            json.loads((disk / f"{command}.json").read_text())
 
 
 # ---- profiles: one YAML reader, aliases refused ---------------------------------------------------------
