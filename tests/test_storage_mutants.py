@@ -274,3 +274,42 @@ def test_the_trailer_digest_is_the_same_on_the_copy_engine_and_off_it(digest):
     for segments in ([payload[::2].copy()], [payload[::2]]):
         _, _, length, got = integrity.TRAILER.unpack(integrity.trailer(digest, "k", segments))
         assert length == 64 and got == want.ljust(32, b"\0")
+
+
+def test_copy_trailers_copies_each_payload_and_returns_the_trailer_a_separate_seal_gives():
+    """The fused copy + seal of L3 staging: the bytes land in order, and each trailer is field for
+    field the one `trailer` computes over the same segments (its magic, digest id, payload length
+    and XXH3-128); a digest that cannot be fused copies nothing and returns None."""
+    rng = np.random.default_rng(7)
+    lens = [(4096, 96), (1, 300, 17)]  # two objects: segments of unequal, odd lengths
+    srcs = [[rng.integers(0, 256, n, dtype=np.uint8) for n in obj] for obj in lens]
+    dsts = [[np.zeros(n, dtype=np.uint8) for n in obj] for obj in lens]
+    objects = [(f"k{i}", [s.ctypes.data for s in srcs[i]], [d.ctypes.data for d in dsts[i]], list(lens[i]))
+               for i in range(len(lens))]
+    assert integrity.copy_trailers("sha256", objects) is None
+    assert all(not d.any() for ds in dsts for d in ds)  # nothing copied when not fused
+    sealed = integrity.copy_trailers("xxh3", objects)
+    for i, obj in enumerate(lens):
+        assert all(np.array_equal(s, d) for s, d in zip(srcs[i], dsts[i], strict=True))
+        want = integrity.trailer("xxh3", f"k{i}", srcs[i])
+        assert sealed[i] == want and len(sealed[i]) == integrity.TRAILER_BYTES
+        assert integrity.TRAILER.unpack(sealed[i])[2] == sum(obj)
+    assert sealed[0] != integrity.trailer("xxh3", "k1", srcs[0])  # the key is in the digest
+
+
+def test_verified_refuses_a_bad_magic_and_checks_a_copied_digest_only_for_xxh3():
+    """`verified` with the digest computed in the copy's pass (Mooncake's in-place reads): the copied
+    digest decides for an xxh3 trailer, the payload is digested again for any other; and a trailer
+    whose magic is wrong is refused even when its digest id and length are right."""
+    payload = np.arange(300, dtype=np.uint8)
+    size = payload.nbytes + integrity.TRAILER_BYTES
+    tail = integrity.trailer("xxh3", "k", [payload])
+    good = integrity.copy_digest([("k", [payload.ctypes.data], [np.empty_like(payload).ctypes.data], [300])])[0]
+    assert integrity.verified("k", [payload], tail, size, 300)
+    assert integrity.verified("k", [np.zeros_like(payload)], tail, size, 300, copied=good)  # the copy's digest decides
+    assert not integrity.verified("k", [payload], tail, size, 300, copied=bytes(16))
+    magic, ident, length, want = integrity.TRAILER.unpack(tail)
+    assert not integrity.verified("k", [payload], integrity.TRAILER.pack(b"XXXX", ident, length, want), size, 300)
+    sha = integrity.trailer("sha256", "k", [payload])
+    assert integrity.verified("k", [payload], sha, size, 300, copied=bytes(16))  # not xxh3: digested again
+    assert not integrity.verified("k", [np.zeros_like(payload)], sha, size, 300, copied=good)
