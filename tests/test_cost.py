@@ -388,3 +388,32 @@ def test_an_l3_replay_prices_its_link_and_names_the_l3_keys_it_assumes():
     assert fig["net_benefit_service"]["l3"] == link["l3_service_seconds"]
     assumed_l3 = sorted(k for k in cost.L3_KEYS if k in p.assumptions())
     assert assumed_l3 and [k for k in fig["net_benefit_assumed_inputs"] if k.startswith("l3_link")] == assumed_l3
+
+
+def test_l3_reads_and_writes_go_at_their_own_rates_and_the_server_pays_the_l3_service():
+    """With read and write rates apart (p800's are one assumed figure), a read is priced at the read
+    rate and a write at the write rate; run_service carries the L3's service seconds."""
+    p = with_values(load_profile("p800"), **{"l3_link.read_gbps": 40.0, "l3_link.write_gbps": 5.0})
+    state = mech.HostState()
+    gb = 10**9
+    fig = dict(l3="model:", d2h_bytes=10 * gb, l3_bytes_read=8 * gb, l3_bytes_written=8 * gb, l3_pages_read=100,
+               l3_pages_written=100, l3_prefetches=4, l3_write_batches=4, l3_modeled_stall_seconds=0.5)
+    link = cost.l3_link_figures(p, fig, state)
+    assert link["l3_link_write_seconds"] - link["l3_link_read_seconds"] == pytest.approx(8 / 5 - 8 / 40)
+    # the same replay's figures with and without its L3: the server's busy time differs by the L3 service
+    rep = replay(CacheSpec.of(profile="p800", l1_tokens=4096, l2_tokens=4096, write_policy="write_through",
+                              l3="model:", l3_tokens=1 << 20), _doc_trace(), None)
+    rep = dict(rep, l3_modeled_stall_seconds=0.5)  # a prefetch waited past its slack
+    st = mech.HostState(registered_bytes=rep["registered_bytes"])
+    served = cost.run_service(p, rep, st)
+    want = cost.l3_link_figures(p, rep, st)["l3_service_seconds"]
+    assert want > 0 and served.l3 == want
+    assert cost.run_service(p, dict(rep, l3=None), st).l3 == 0.0
+
+
+def test_an_unknown_l3_write_rate_is_named_as_such():
+    p = with_values(load_profile("p800"), **{"l3_link.write_gbps": None})
+    fig = dict(l3="model:", d2h_bytes=0, l3_bytes_read=0, l3_bytes_written=10**9, l3_pages_read=0,
+               l3_pages_written=10, l3_prefetches=0, l3_write_batches=1, l3_modeled_stall_seconds=0.0)
+    with pytest.raises(mech.Unpriced, match=r"l3_link\.write_gbps"):
+        cost.l3_link_figures(p, fig, mech.HostState())
