@@ -485,6 +485,45 @@ def test_rank_cache_write_through_backs_up_asynchronously_until_the_next_op():
     assert r["settled"] == (1, 1)
 
 
+def test_rank_cache_load_of_a_page_whose_backup_is_in_flight_waits_for_it_through_the_gate():
+    # Ops settle at their start, so no op loads mid-D2H today; the gate is the guard if one ever does.
+    def load_now(i, cache):
+        host_pages = cache._backups[0].host_pages  # op 0's backup, its D2H still outstanding
+        seen.append((len(cache._outstanding), cache.gate.writes_completed))
+        cache.gate.before_load(host_pages)
+        seen.append((len(cache._outstanding), cache.gate.writes_completed))
+
+    for gate, after in ((True, (0, 1)), (False, (1, 0))):
+        seen = []
+        cfg = WorkloadConfig(ops=1, seed=0, write_policy="write_through", gate=gate)
+        _one_rank_cache(cfg, [Op("insert", _doc(2), 0)], after=load_now)
+        assert seen == [(1, 0), after], gate  # gated: rank 0 waited for its own write; off: it did not
+
+
+def test_rank_cache_injected_divergence_returns_its_page_so_later_decisions_agree():
+    # the last rank of two, its digest never compared: after the injected op its L1 has a plain run's room
+    group = Peer(1, lambda n: [INT64_MAX, INT64_MAX])
+    base = WorkloadConfig(ops=10, seed=2, self_check=False)
+    runs = {}
+    for inject in (None, 4):
+        cfg = dataclasses.replace(base, inject_divergence_at=inject)
+        with get_backend("emu") as backend:
+            log = DecisionLog()
+            cache = RankCache(cfg, group, backend, None, log)
+            try:
+                free = []
+                for i, op in enumerate(make_ops(cfg)):
+                    cache.run(i, op)
+                    free.append(cache.device.allocator.available_pages)
+                runs[inject] = free, [w[3] for w in log.window]
+            finally:
+                cache.close()
+    (plain_free, plain_log), (inj_free, inj_log) = runs[None], runs[4]
+    assert inj_free == plain_free  # the injected page came back: every later op has the same room
+    page = inj_log[4].split("]")[0].removeprefix("l1 alloc 1 [")
+    assert inj_log[4].startswith(f"l1 alloc 1 [{page}]; l1 free [{page}]; ") and inj_log[:4] == plain_log[:4]
+
+
 def test_rank_cache_settle_waits_for_every_outstanding_backup():
     cfg = WorkloadConfig(ops=1, seed=0, write_policy="write_through")
     r = _one_rank_cache(cfg, [Op("insert", _doc(2), 0), Op("insert", _doc(2, base=3000), 0),
