@@ -91,6 +91,36 @@ def test_backup_then_load_is_bit_identical_and_counts_match_the_plan(emu, attent
     assert s.modeled_seconds == pytest.approx(s.d2h.modeled_seconds + s.h2d.modeled_seconds)
 
 
+@pytest.mark.parametrize("inline", [False, True])
+@pytest.mark.parametrize("attention,layout", [("mha", x) for x in ref.MHA_LAYOUTS] +
+                         [("mla", x) for x in ref.MLA_LAYOUTS])
+def test_jobs_queued_by_page_move_and_count_what_their_slots_would(emu, attention, layout, inline):
+    # Where a page is one run per layer, page jobs run on page-wide views of the pools (no slot
+    # arrays): the same bytes must land in the same places, counted and priced the same.
+    dev_pages, host_pages, back = np.array([3, 0, 7, 8]), np.array([9, 2, 30, 31]), np.array([10, 11, 12, 4])
+    got = []
+    for by_page in (False, True):
+        dp, hp = _pools(emu, layout, attention)
+        _fill(dp)
+        with CacheController(dp, hp, emu, inline=inline) as ctl:
+            wide = ctl._dirs["d2h"].mover._page_pools is not None
+            if by_page:
+                ctl.write_pages(dev_pages, host_pages, tag="w").wait()
+                ctl.load_pages(host_pages, back, tag="l").wait_all()
+            else:
+                ctl.write(_pages(dev_pages), _pages(host_pages), tag="w").wait()
+                ctl.load(_pages(host_pages), _pages(back), tag="l").wait_all()
+            ctl.flush(10)
+            s = ctl.stats()
+        dev = ref.device_to_logical(dp.buffers)
+        ref.assert_same_bits(dev[:, :, _pages(back)], dev[:, :, _pages(dev_pages)], "loaded back")
+        got.append((_host_logical(hp, attention).clone(), [vars(d) | {"submit_seconds": 0, "max_enqueue_seconds": 0} for d in (s.d2h, s.h2d)]))
+    assert wide == (layout in ("layer_first", "page_first_direct"))  # the layouts whose pages are runs
+    (slot_host, slot_stats), (page_host, page_stats) = got
+    assert torch.equal(slot_host.view(torch.uint8), page_host.view(torch.uint8))
+    assert slot_stats == page_stats
+
+
 @pytest.mark.parametrize("layout", ref.MHA_LAYOUTS)
 def test_priced_pools_count_and_model_exactly_like_real_ones(emu, count, layout):
     """On count, jobs are priced in batches of one plan per wake-up; totals must not notice."""

@@ -13,6 +13,7 @@ import numpy as np
 
 from hal.transfer import kvcacheio, pool_ops
 from hal.transfer.direction import Direction
+from hal.transfer.geometry import device_shape
 from hal.transfer.layer_plans import LayerPlanner
 from hal.transfer.plan import TransferPlan
 from hicache_ref.core.allocator import pages_to_slots
@@ -43,6 +44,23 @@ class PoolMover:
         self._planner = LayerPlanner(self.layout, self.geom, host_pool.num_tokens)
         self.io_backend = getattr(host_pool, "io_backend", None)  # hal.transfer.io_backend; None: seed's
         self._job_seconds: dict[tuple, float | None] = {}  # (direction, bytes, segments, items) -> price
+        self._page_pools = None if self.priced else self._page_wide_pools()
+
+    def _page_wide_pools(self):
+        """(geometry, host buffers, device buffers) seeing each page as one wide token, where the
+        layer planner found that view exact (LayerPlanner.page_geom): a job queued by page then
+        runs through the same ops on page numbers, with no slot arrays to build, merge and
+        check (the same bytes to the same places). None: jobs run on token slots."""
+        pg = self._planner.page_geom
+        if pg is None:
+            return None
+        ps = self.geom.page_size
+        host_shape = self._planner.layout.shape(pg, self.host_pool.num_tokens // ps)[self.geom.parts - 1:]
+        dev_shape = device_shape(pg, self.device_pool.num_tokens // ps)
+        # The pools' buffers are contiguous views of one allocation each (pools.py), so these views exist.
+        host = [b.view(host_shape) for b in self.host_pool.buffers]
+        device = [[t.view(dev_shape) for t in part] for part in self.device_pool.buffers]
+        return pg, host, device
 
     def layer0_plan(self, direction: Direction, job) -> TransferPlan:
         """Layer 0's plan of `job` (every layer repeats its runs): what the counters scale."""
@@ -83,8 +101,11 @@ class PoolMover:
         if self.priced:
             return self._price(direction, layer0, sum(job.handle.num_tokens for job in jobs))
         (job,) = jobs
-        args = (self.layout, self.geom, self.host_pool.buffers, self.device_pool.buffers,
-                *job_slots(job, self.geom.page_size))
+        if job.pages is not None and self._page_pools is not None:
+            args = (self.layout, *self._page_pools, *job.pages)
+        else:
+            args = (self.layout, self.geom, self.host_pool.buffers, self.device_pool.buffers,
+                    *job_slots(job, self.geom.page_size))
         if direction == Direction.D2H:
             return [pool_ops.backup(*args)]
         return list(pool_ops.load_all_layers(*args))
