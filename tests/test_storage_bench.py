@@ -66,6 +66,7 @@ def test_mooncake_auto():
     (["--host-layout", "page_head"], "hicache: --host-layout:"),
     (["--storage", "nosuch:x"], "hicache: --storage:"),
     (["--pages", "0"], "--pages"),
+    (["--storage", "mooncake:auto,segment=1KiB"], "hicache: --storage: mooncake:auto,segment=1KiB: segment=1024"),
 ])
 def test_bad_options_name_the_option(args, needle):
     r = _bench(*args, *SMALL[:2])
@@ -80,3 +81,24 @@ def test_default_file_store_leaves_no_directory_behind(tmp_path):
     names = [b["name"] for b in json.loads(r.stdout)["backends"].values()]
     assert "file" in names
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("hicache-bench-l3-")] == []
+
+
+def test_a_one_client_mooncake_gets_the_room_a_round_needs_and_a_smaller_one_is_refused():
+    from conformance.bench.l3 import mooncake_room, sized_spec
+
+    segment, buffer, least_segment, least_buffer = mooncake_room(1000, 32, 8)
+    assert (segment, buffer) == (3 * 32 * 1000 + (64 << 20), 8 * 1000 + (8 << 20))  # with headroom
+    assert (least_segment, least_buffer) == (2 * 32 * 1000, 8 * 1000)  # the round's and the peer's; one batch
+    assert sized_spec("mooncake:auto", 1000, 32, 8) == f"mooncake:auto,segment={segment},buffer={buffer}"
+    assert sized_spec(f"mooncake:auto,buffer={least_buffer}", 1000, 32, 8) == \
+        f"mooncake:auto,buffer={least_buffer},segment={segment}"
+    assert sized_spec(f"mooncake:auto,segment={least_segment}", 1000, 32, 8).startswith(
+        f"mooncake:auto,segment={least_segment},buffer=")
+    with pytest.raises(ValueError, match=f"segment={least_segment - 1} cannot hold a round of 32 objects of 1000 "
+                                         f"bytes and the peer's as many: give segment={segment} "
+                                         f"\\(at least {least_segment}\\), or fewer --pages"):
+        sized_spec(f"mooncake:auto,segment={least_segment - 1}", 1000, 32, 8)
+    with pytest.raises(ValueError, match="buffer=1024 cannot hold a batch of 8 objects of 1000 bytes: .* or fewer --batch"):
+        sized_spec("mooncake:auto,buffer=1KiB", 1000, 32, 8)
+    for spec in ("mooncake:http://127.0.0.1:1/metadata,127.0.0.1:2", "file:/tmp/x"):  # a user's cluster: as given
+        assert sized_spec(spec, 1000, 32, 8) == spec

@@ -67,15 +67,46 @@ def check(a) -> None:
             raise CliError("--storage", clip(e, 200)) from None
 
 
+def mooncake_room(object_bytes: int, pages: int, batch: int) -> tuple[int, int, int, int]:
+    """(segment, buffer) bytes a Mooncake client is given for one round, then the least it can do
+    with: a round's objects and the peer's as many are stored at once (3x and 64 MiB leave
+    headroom for the allocator), and a batch of objects is in flight (plus 8 MiB of slack)."""
+    return 3 * pages * object_bytes + (64 << 20), batch * object_bytes + (8 << 20), \
+        2 * pages * object_bytes, batch * object_bytes
+
+
 def default_specs(object_bytes: int, pages: int, batch: int) -> list[str]:
     from hicache_ref.storage.mooncake_cluster import unavailable_reason
 
     specs = ["file:" + tempfile.mkdtemp(prefix="hicache-bench-l3-")]
     if unavailable_reason() is None:
-        segment = 3 * pages * object_bytes + (64 << 20)  # this round's objects, the peer's, eviction headroom
-        buffer = batch * object_bytes + (8 << 20)
+        segment, buffer, _, _ = mooncake_room(object_bytes, pages, batch)
         specs.append(f"mooncake:auto,segment={segment},buffer={buffer}")
     return specs
+
+
+def sized_spec(spec: str, object_bytes: int, pages: int, batch: int) -> str:
+    """`spec` with the room a round needs: `mooncake:auto` (a cluster of this one client, so its
+    segment is the whole store) gets segment= and buffer= where it names none, and is refused,
+    naming --storage, where it names less. Other specs are the user's cluster, used as given."""
+    from hicache_ref.storage.registry import parse_options, split_spec
+
+    name, args = split_spec(spec)
+    parts = [p.strip() for p in args.split(",")]
+    if name != "mooncake" or parts[0] != "auto":
+        return spec
+    opts = parse_options([p for p in parts[1:] if p], spec, {"segment": "size", "buffer": "size", "host": "str",
+                                                            "digest": "digest"})
+    segment, buffer, least_segment, least_buffer = mooncake_room(object_bytes, pages, batch)
+    for key, given, least in (("segment", segment, least_segment), ("buffer", buffer, least_buffer)):
+        if key not in opts:
+            spec += f",{key}={given}"
+        elif opts[key] < least:
+            what = f"a round of {pages} objects of {object_bytes} bytes and the peer's as many" if key == "segment" \
+                else f"a batch of {batch} objects of {object_bytes} bytes"
+            raise ValueError(f"{spec}: {key}={opts[key]} cannot hold {what}: give {key}={given} (at least {least}), "
+                             f"or fewer --{'pages' if key == 'segment' else 'batch'}")
+    return spec
 
 
 class _FilePeer:
@@ -258,7 +289,11 @@ def run(a) -> int:
 
     geom = seed_geometry(layers=a.layers, kv_dim=a.kv_dim, page_size=a.page_size)
     page_bytes = page_order.page_bytes(geom)
-    specs = a.storage or default_specs(page_bytes + TRAILER_BYTES, a.pages, a.batch)
+    try:
+        specs = [sized_spec(spec, page_bytes + TRAILER_BYTES, a.pages, a.batch) for spec in a.storage or []] or \
+            default_specs(page_bytes + TRAILER_BYTES, a.pages, a.batch)
+    except ValueError as e:
+        raise CliError("--storage", clip(e, 300)) from None
     from hal.transfer import digestcopy
 
     result = {"machine": machine(), "digest_engine": digestcopy.engine(), "config": {"pages": a.pages, "batch": a.batch, "layers": a.layers,
