@@ -21,6 +21,8 @@ TRACES = ("conversation_trace.jsonl", "synthetic_trace.jsonl")
 # Small KV rows (1 layer of a 128-wide latent: SGLang's MLA pool keeps a 64-wide rope part)
 # keep the copies cheap; hit and transfer tokens do not depend on the row width.
 GEOMETRY = dict(layers=1, kv_dim=128)
+# MHA rows: SGLang's MHA device and host pools (K and V per layer, two heads), in each host layout.
+MHA_GEOMETRY = dict(attention="mha", layers=1, heads=2, kv_dim=32)
 
 
 class Row(NamedTuple):
@@ -70,10 +72,12 @@ def capacities(requests, page_size: int, tight: bool) -> tuple[int, int]:
     return max(page_size, l1 // page_size * page_size), max(2 * page_size, l2 // page_size * page_size)
 
 
-def spec_for(requests, page_size: int, policy: str, tight: bool, pd: bool) -> CacheSpec:
+def spec_for(requests, page_size: int, policy: str, tight: bool, pd: bool, **switches) -> CacheSpec:
+    """The case's spec: the preset at the slice's capacities; `switches` (geometry, host layout, io
+    backend) replace the defaults (GEOMETRY, the preset's layout and io backend)."""
     l1, l2 = capacities(requests, page_size, tight)
     return CacheSpec.preset(REFERENCE_PRESET, page_size=page_size, write_policy=policy, l1_tokens=l1,
-                            l2_tokens=l2, pd_disagg=pd, **GEOMETRY)
+                            l2_tokens=l2, pd_disagg=pd, **{**GEOMETRY, **switches})
 
 
 def reference_rows(spec: CacheSpec, requests) -> list[Row]:
@@ -109,7 +113,7 @@ def sglang_rows(spec: CacheSpec, requests) -> list[Row]:
     """The sglang engine, one row per request from its per-request callback."""
     from hicache_ref.engines.sglang.replay import replay_sglang
 
-    token_bytes = spec.geometry.layers * spec.geometry.kv_dim * 2
+    token_bytes = spec.geometry.token_bytes
     rows, last = [], [0, 0]
 
     def on_request(i, res, tallies):

@@ -10,6 +10,10 @@ op, a request's queued backups are submitted at its end and every ack is taken r
 (check_hicache_events, as the next step's start would); the reference settles its controller
 at the same point (HiCache.settle).
 
+MHA pools (SGLang's MHATokenToKVPool and MHA host pool, K and V of two heads): the same rows on
+the conversation slice in every host layout and io backend upstream accepts, write_back and
+write_through, tight and loose, the layout and io backend resolved by upstream's handle_hicache.
+
 Served replay (--concurrency 4 and 10, with and without PD): both engines run the same steps
 (hicache_ref.sim.steps); every request's hits and evictions must be equal, and the replay's
 schedule (steps, most in flight) and tokens and bytes moved (sglang_diff.SERVED_FIGURES).
@@ -40,14 +44,22 @@ CASES = [dict(trace=t, policy=p, tight=c, page=ps, pd=pd) for t, p, c, ps, pd in
                            (False, True))]
 
 
+# MHA pools in every host layout and io backend upstream accepts (page_head is kernel-only there).
+MHA_CASES = [dict(trace="conversation_trace.jsonl", policy=p, tight=c, page=16, pd=False, layout=lay, io=io)
+             for p, c, (lay, io) in itertools.product(
+                 ("write_back", "write_through"), (True, False),
+                 [(lay, io) for lay in ("layer_first", "page_first", "page_first_direct", "page_head")
+                  for io in ("kernel", "direct") if (lay, io) != ("page_head", "direct")])]
+
 CONCURRENCY = (4, 10)  # 10: the seed scenario's
 SERVED_CASES = [dict(c, concurrency=n) for c in CASES for n in CONCURRENCY]
 
 
 def case_id(c: dict) -> str:
     served = f"-c{c['concurrency']}" if "concurrency" in c else ""
+    mha = f"-mha-{c['layout']}-{c['io']}" if "layout" in c else ""
     return (f"{c['trace'].split('_')[0]}-{c['policy']}-{'tight' if c['tight'] else 'loose'}-p{c['page']}"
-            f"{'-pd' if c['pd'] else ''}{served}")
+            f"{'-pd' if c['pd'] else ''}{served}{mha}")
 
 
 # case id -> why it differs (the diff, summarised), for a mismatch the preset does not model yet.
@@ -97,3 +109,18 @@ def test_served_reference_matches_sglang_request_by_request(case, slices):
     assert not diff, diff
     figs = sglang_diff.figures_diff(ref_fig, up_fig)
     assert not figs, figs
+
+
+@pytest.mark.parametrize("case", list(_params(MHA_CASES)))
+def test_mha_pools_match_sglang_request_by_request(case, slices):
+    from conformance.suites import sglang_diff
+
+    requests = slices[case["trace"]]
+    spec = sglang_diff.spec_for(requests, case["page"], case["policy"], case["tight"], case["pd"],
+                                host_layout=case["layout"], io_backend=case["io"], **sglang_diff.MHA_GEOMETRY)
+    ref = sglang_diff.reference_rows(spec, requests)
+    up = sglang_diff.sglang_rows(spec, requests)
+    assert len(ref) == len(up) == len(requests)
+    assert sum(r.loaded_back for r in up) > 0 or not case["tight"]  # the tight slice loads back from L2
+    diff = sglang_diff.diff_summary(ref, up)
+    assert not diff, diff

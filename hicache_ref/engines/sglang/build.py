@@ -36,13 +36,22 @@ def host_ratio(l1: int, l2: int, page_size: int) -> float:
 
 
 def server_args(spec, l1: int, l2: int):
+    """The server's arguments for the spec, resolved as a launch resolves them: upstream's own
+    `handle_hicache` (page_first with direct becomes page_first_direct, page_first_direct with
+    kernel runs direct, ...), its decisions applied as publishing the arguments applies them."""
+    from sglang.srt.arg_groups.hicache_hook import handle_hicache
+    from sglang.srt.arg_groups.model_override_base import _declaration_overlay
     from sglang.srt.server_args import ServerArgs
 
     t = spec.tiers
-    return ServerArgs(model_path="dummy", page_size=spec.page_size, hicache_io_backend=t.io_backend,
+    args = ServerArgs(model_path="dummy", page_size=spec.page_size, hicache_io_backend=t.io_backend,
                       hicache_mem_layout=t.host_layout, hicache_write_policy=t.write_policy,
                       hicache_ratio=host_ratio(l1, l2, spec.page_size), hicache_size=0,
-                      hicache_storage_prefetch_policy="wait_complete")
+                      hicache_storage_prefetch_policy="wait_complete", enable_hierarchical_cache=True)
+    handle_hicache(args)
+    for name, value in _declaration_overlay(args).items():
+        setattr(args, name, value)
+    return args
 
 
 def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
@@ -56,8 +65,6 @@ def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
     from sglang.srt.server_args import set_global_server_args_for_scheduler
 
     g, ps = spec.geometry, spec.page_size
-    if g.attention != "mla":
-        raise ValueError("--attention: the sglang engine runs MLA pools only (SGLang's MLA host pool)")
     missing = kernel_shim.install()
     if missing:
         raise RuntimeError(f"hal.transfer.kvcacheio lacks ops SGLang imports: {', '.join(missing)}")
@@ -66,9 +73,15 @@ def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
     args = server_args(spec, l1, l2)
     set_global_server_args_for_scheduler(args)
     dtype = DTYPES[g.dtype]
-    kv_pool = memory.device_kv_pool_class(mem_backend)(
-        size=l1, page_size=ps, dtype=dtype, kv_lora_rank=g.kv_dim - ROPE_DIM, qk_rope_head_dim=ROPE_DIM,
-        layer_num=g.layers, device="cpu", enable_memory_saver=False)
+    pool_class = memory.device_kv_pool_class(mem_backend, g.attention)
+    if g.attention == "mla":
+        kv_pool = pool_class(size=l1, page_size=ps, dtype=dtype, kv_lora_rank=g.kv_dim - ROPE_DIM,
+                             qk_rope_head_dim=ROPE_DIM, layer_num=g.layers, device="cpu", enable_memory_saver=False)
+        layer_buffers = kv_pool.kv_buffer
+    else:
+        kv_pool = pool_class(size=l1, page_size=ps, dtype=dtype, head_num=g.heads, head_dim=g.kv_dim,
+                             layer_num=g.layers, device="cpu", enable_memory_saver=False)
+        layer_buffers = kv_pool.k_buffer + kv_pool.v_buffer
     if ps == 1:
         allocator = TokenToKVPoolAllocator(size=l1, dtype=dtype, device="cpu", kvcache=kv_pool, need_sort=False)
     else:
@@ -80,9 +93,10 @@ def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
     cache = UnifiedRadixCache(params=params)
     cache.init_hicache(args, params)
     host = cache.cache_controller.mem_pool_host
-    kernel_shim.register_buffers(kv_pool.kv_buffer)
+    kernel_shim.register_buffers(layer_buffers)
     for entry in host.entries:  # SGLang groups its host pools; the KV one is the anchor
-        kernel_shim.register_buffers(entry.host_pool.data_refs)
+        pool = entry.host_pool  # MLA's per-layer views are data_refs, MHA's k_ then v_data_refs
+        kernel_shim.register_buffers(getattr(pool, "data_refs", None) or pool.k_data_refs + pool.v_data_refs)
     if host.size != l2:
         cache.shutdown()
         raise RuntimeError(f"SGLang sized the host pool at {host.size} tokens, not the spec's {l2}")

@@ -106,8 +106,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dic
     totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
                   truncated_requests=0, kv_mismatch_tokens=0, l3_hit_tokens=0)
     tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
-    g = spec.geometry
-    token_bytes = g.layers * g.kv_dim * build_elem_size(g.dtype)
+    token_bytes = spec.geometry.token_bytes  # every layer, K and V (MHA, all heads) or the latent (MLA)
     t0 = time.perf_counter()
     up = build(spec, counting, l1, l2)
     try:
