@@ -12,7 +12,13 @@ from hicache_ref.sim.trace import find_trace
 from hicache_ref.spec import CacheSpec
 
 _WHY = unavailable_reason()
-needs_sglang = pytest.mark.skipif(_WHY is not None, reason=f"sglang engine: {_WHY}")
+
+
+def needs_sglang(test):
+    """Run `test` in the SGLang environment's selection (-m needs_sglang, ci/test-sglang.sh), skipped
+    with the reason where SGLang is absent."""
+    return pytest.mark.needs_sglang(pytest.mark.skipif(_WHY is not None, reason=f"sglang engine: {_WHY}")(test))
+
 SMALL = dict(layers=1, kv_dim=128, l1_tokens=32768, l2_tokens=65536, page_size=64)
 
 
@@ -113,3 +119,51 @@ def test_differential_rows_count_evictions_of_both_tiers():
     rows = sglang_diff.reference_rows(spec, requests)
     assert sum(r.evicted for r in rows) > 0 and sum(r.host_evicted for r in rows) > 0
     assert all(r.evicted % 64 == 0 and r.host_evicted % 64 == 0 for r in rows)
+
+
+@needs_sglang
+@pytest.mark.parametrize("attention,layout,io", [
+    ("mla", "layer_first", "kernel"), ("mla", "page_first", "kernel"), ("mla", "page_first_direct", "direct"),
+    ("mla", "layer_first", "direct"), ("mha", "page_head", "kernel"), ("mha", "page_first", "kernel"),
+    ("mha", "layer_first", "direct")])
+def test_narrow_rows_give_the_figures_of_the_specs_rows_and_the_references_prices(attention, layout, io):
+    """Upstream on one-layer rows, its copies priced at the spec's geometry: every figure but wall
+    times equals the run on the spec's own rows, and the copies cost what the reference says."""
+    from conformance.suites import sglang_diff
+    from hicache_ref.engines.sglang.replay import replay_sglang
+
+    geo = dict(attention="mha", heads=2, layers=3, kv_dim=32) if attention == "mha" else dict(layers=3, kv_dim=192)
+    requests = sglang_diff.slice_of("conversation_trace.jsonl", 12)
+    spec = sglang_diff.spec_for(requests, 16, "write_back", True, False, host_layout=layout, io_backend=io, **geo)
+    full = replay_sglang(spec, requests, rows="full")
+    narrow = replay_sglang(spec, requests, rows="narrow")
+    walls = {"wall_seconds", "read_seconds", "tokens_per_second"}
+    assert full["h2d_bytes"] > 0 and full["d2h_bytes"] > 0  # the slice loads back from L2
+    assert narrow["geometry"].pop("engine_rows")["layers"] == 1 and "engine_rows" not in full["geometry"]
+    assert {k: v for k, v in narrow.items() if k not in walls} == {k: v for k, v in full.items() if k not in walls}
+    ref = replay_with("reference", spec, requests)
+    moved = ["d2h_tokens", "h2d_tokens", "d2h_bytes", "h2d_bytes", "registered_bytes"]
+    # Elsewhere a page is its own run(s); layer_first merges adjacent slots into one run, and
+    # upstream's device slots are not the reference's (its pool keeps page 0 as padding), so its
+    # copies merge differently there (99 D2H segments against 57 on this slice): priced per
+    # segment (direct) that is another cost; a kernel copy is priced per token and layer.
+    if layout != "layer_first":
+        moved += ["d2h_segments", "h2d_segments"]
+    if (layout, io) != ("layer_first", "direct"):
+        moved += ["modeled_d2h_seconds", "modeled_h2d_seconds"]
+    assert {k: narrow[k] for k in moved} == {k: ref[k] for k in moved}
+
+
+@needs_sglang
+def test_the_seed_capacities_run_on_narrow_rows_where_the_specs_rows_do_not_fit(monkeypatch):
+    from hicache_ref.engines.sglang.replay import replay_sglang
+
+    monkeypatch.setenv("HICACHE_MEMORY_BUDGET", "64MiB")  # 96K tokens of 256-byte rows fit, of 2 KiB ones not
+    spec = CacheSpec.preset(SEMANTICS_PRESET, write_policy="write_through", layers=4, kv_dim=256,
+                            l1_tokens=32768, l2_tokens=65536, page_size=64)
+    fig = replay_sglang(spec, find_trace("conversation_trace.jsonl"), 10)
+    rows = fig["geometry"].pop("engine_rows")
+    assert rows == dict(fig["geometry"], layers=1, kv_dim=128) and fig["geometry"]["layers"] == 4
+    assert fig["d2h_bytes"] == fig["d2h_tokens"] * 4 * 256 * 2 > 0  # priced at the spec's 4 x 256 rows
+    with pytest.raises(ValueError, match=r"^--l1-tokens: the sglang engine needs"):
+        replay_sglang(spec.replace(l1_tokens=1 << 20, l2_tokens=1 << 20), find_trace("conversation_trace.jsonl"), 2)

@@ -43,6 +43,8 @@ class TransferTally:
 
 
 TALLY = TransferTally()
+# Called as PRICER(name, op, args, kwargs) after every op when set (pricing.FullGeometryPricer).
+PRICER = None
 _BUFFERS: dict[int, torch.Tensor] = {}  # data_ptr() -> the per-layer tensor a pointer table names
 
 
@@ -75,6 +77,8 @@ def _waiting(name: str, op):
         if event is not None:
             event.wait()
         TALLY.add(name, event)
+        if PRICER is not None:
+            PRICER(name, op, args, kwargs)
 
     run.__name__ = run.__qualname__ = name
     run.__doc__ = f"hal.transfer.kvcacheio.{name}, waited for."

@@ -14,6 +14,8 @@ from hal.backend import get_backend
 from hal.memory.budget import shortfall
 from hal.transfer import kvcacheio as hal_kvcacheio
 from hal.transfer.direction import POOL_DIRECTIONS
+from hicache_ref.engines.sglang import kernel_shim
+from hicache_ref.engines.sglang.pricing import FullGeometryPricer, narrow_spec
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
 from hicache_ref.sim.serving import served_figures
@@ -59,26 +61,44 @@ def refuse_unsupported(spec) -> None:
     if spec.tiers.ghost:
         raise ValueError("--ghost: not an SGLang switch")
     t = spec.tiers
-    refuse_pools(spec, t.l1_tokens or 0, t.l2_tokens or 0)
+    refuse_pools(narrow_spec(spec), t.l1_tokens or 0, t.l2_tokens or 0)
+
+
+def pools_shortfall(spec, l1: int, l2: int) -> str | None:
+    """Why upstream's pools of `l1` + `l2` tokens of `spec`'s rows do not fit in this machine's
+    memory (they are real tensors, unlike the reference's count-backend pools), or None."""
+    return shortfall((l1 + l2) * spec.geometry.token_bytes, f"SGLang's device and host KV pools, L1 {l1:,} + L2 {l2:,} "
+                     f"tokens of {spec.geometry.token_bytes:,}-byte rows")
 
 
 def refuse_pools(spec, l1: int, l2: int) -> None:
-    """ValueError naming --l1-tokens when upstream's pools of `l1` + `l2` tokens cannot fit in this
-    machine's memory: they are real tensors (SGLang's pools hold bytes), unlike the reference's
-    count-backend pools, so the seed scenario's 36 GB L1 is refused here rather than swapped to death."""
-    why = shortfall((l1 + l2) * spec.geometry.token_bytes, f"SGLang's device and host KV pools, L1 {l1:,} + L2 {l2:,} tokens")
+    """ValueError naming --l1-tokens when upstream's pools cannot fit even on `spec`'s rows."""
+    why = pools_shortfall(spec, l1, l2)
     if why is not None:
         raise ValueError(f"--l1-tokens: the sglang engine {why}")
 
 
-def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dict:
+def rows_for(spec, l1: int, l2: int, rows: str):
+    """The spec upstream runs on: `spec` itself, or (rows "narrow", or "auto" where the spec's pools
+    do not fit) its narrow rows, every copy priced at the spec's geometry (pricing); refused where
+    even those do not fit."""
+    if rows not in ("auto", "full", "narrow"):
+        raise ValueError(f"rows: {rows!r} is not auto, full or narrow")
+    narrow = rows == "narrow" or (rows == "auto" and pools_shortfall(spec, l1, l2) is not None)
+    run = narrow_spec(spec) if narrow else spec
+    refuse_pools(run, l1, l2)
+    return run
+
+
+def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: str = "auto") -> dict:
     """Replay the first `limit` requests of `trace` through SGLang's cache, serially or served
     (spec.serving.concurrency: hicache_ref.engines.sglang.served); the reference's figures, same keys.
     Under --tp this is one rank of the group (hicache_ref.engines.replay_with adds the group's
     figures): upstream's ranks hold the same tree and, with every copy complete at its step
     (driver: pinned timing), its all-reduce of completed acks (MIN over ranks) is what one rank sees.
     `on_request(index, result, tallies)`, when given, sees every request's result and the running
-    per-direction tallies (the differential suite's per-request view)."""
+    per-direction tallies (the differential suite's per-request view). `rows`: see rows_for; on
+    narrow rows the figures are the spec's geometry's and `geometry.engine_rows` names the rows run."""
     from hicache_ref.engines.sglang.build import build
     from hicache_ref.engines.sglang.driver import RequestDriver
     from hicache_ref.engines.sglang.served import UpstreamSteps
@@ -93,7 +113,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dic
     read_seconds = time.perf_counter() - t_read
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
     l1, l2 = spec.capacities(whole)
-    refuse_pools(spec, l1, l2)
+    run_spec = rows_for(spec, l1, l2, rows)
     if l2 <= 0:
         raise ValueError("--l2-tokens: the sglang engine needs an L2 (SGLang's HiCache has one)")
     # Upstream's pools are real tensors: its copies move bytes, so the backend is one that does
@@ -101,14 +121,17 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dic
     backend, own_backend = (spec.backend, False) if spec.backend is not None else (get_backend("emu", spec.profile), True)
     if not backend.capabilities().moves_bytes:
         raise ValueError(f"--backend: {backend.name} moves no bytes; SGLang's pools need one that does (emu)")
-    counting = CountingBackend(backend)
+    narrow = run_spec is not spec
+    counting = CountingBackend(backend, counts_plans=False)  # the pricer counts every copy instead
+    kernel_shim.PRICER = FullGeometryPricer(spec.geometry.kv(), l2, backend, counting.tallies,
+                                            run_spec.geometry.layers)
     hal_kvcacheio.set_backend(counting)
     totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
                   truncated_requests=0, kv_mismatch_tokens=0, l3_hit_tokens=0)
     tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
     token_bytes = spec.geometry.token_bytes  # every layer, K and V (MHA, all heads) or the latent (MLA)
     t0 = time.perf_counter()
-    up = build(spec, counting, l1, l2)
+    up = build(run_spec, counting, l1, l2)
     try:
         driver = RequestDriver(up, serving.pd_disagg)
         seen = None if on_request is None else (lambda i, res: on_request(i, res, counting.tallies))
@@ -123,8 +146,11 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dic
                     seen(i, res)
             driver.settle()
         host_bytes = sum(e.host_pool.kv_buffer.nbytes for e in up.cache.cache_controller.mem_pool_host.entries)
+        # the host pool the spec's rows would register: the same slots, each row as wide as the spec's
+        host_bytes = host_bytes // run_spec.geometry.token_bytes * token_bytes
     finally:
         up.close()
+        kernel_shim.PRICER = None
         hal_kvcacheio.set_backend(None)
         if own_backend:
             backend.close()
@@ -132,6 +158,8 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dic
     fig = figures(totals, _Figured(_Stats(counting.tallies, token_bytes)), wall, read_seconds, tally, None,
                   run_config(spec, backend, l1, l2))
     fig.update(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0)
+    if narrow:
+        fig["geometry"] = dict(fig["geometry"], engine_rows=run_spec.geometry.config())
     fig["registered_bytes"] = host_bytes
     if serving.concurrency is not None:  # the reference's served keys: no L3 keys without an L3
         fig.update(served_figures(serving, *served))
@@ -140,8 +168,3 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None) -> dic
     fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
     return fig
 
-
-def build_elem_size(dtype: str) -> int:
-    from hicache_ref.engines.sglang.build import DTYPES
-
-    return DTYPES[dtype].itemsize
