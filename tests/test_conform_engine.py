@@ -10,21 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conformance.cli.main import main
 from hicache_ref.engines.sglang import unavailable_reason
 
 ROOT = str(Path(__file__).resolve().parents[1])
 _WHY = unavailable_reason()
-# Why the sglang engine leaves a replayed reading out: SGLang absent here, or (installed) the seed
-# scenario's pools (400K L1 and 75 GB of L2 per card: ~103 GiB of real tensors, ~592 GiB with the
-# TP group's shared pool), which a 64 GiB budget cannot hold (the served replay itself runs).
-BUDGET = "64GiB"
-NOT_RUN_PREFIX = (
-    f"NOT RUN: engine sglang: {_WHY}"
-    if _WHY is not None
-    else "NOT RUN on engine sglang: --l1-tokens: the sglang engine needs ~"
-)
-NOT_RUN_SUFFIX = "" if _WHY is not None else "this machine has 64.0 GiB to give (HICACHE_MEMORY_BUDGET); use a smaller value"
+# Where SGLang is absent the replayed readings are left out with the reason. Installed, the seed
+# scenario's pools (400K L1 and 75 GB of L2 per card: ~103 GiB at its rows, ~592 GiB with the TP
+# group's shared pool) do not fit a 64 GiB budget, so upstream runs on one-layer rows priced at the
+# scenario's (hicache_ref.engines.sglang.pricing) and the readings are judged. The budget stands for
+# the machine's memory: installed, 4 GiB holds the one-layer pools (~1.8 GB with the shared pool).
+BUDGET = "64GiB" if _WHY is not None else "4GiB"
+NOT_RUN_PREFIX = f"NOT RUN: engine sglang: {_WHY}" if _WHY is not None else "NOT RUN on engine sglang: "
 REPLAYED = ("hit_rate_hicache", "ttft_all_fixes", "numa_local")  # HiCache-on states of the seed scenario
 
 
@@ -56,6 +55,7 @@ def test_the_engine_reaches_the_suites():
     )
 
 
+@pytest.mark.needs_sglang  # in both environments: NOT RUN without SGLang, judged with it
 def test_replayed_readings_are_not_run_on_an_engine_that_does_not_run_them(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": ROOT, "HICACHE_MEMORY_BUDGET": BUDGET}
@@ -90,8 +90,11 @@ def test_replayed_readings_are_not_run_on_an_engine_that_does_not_run_them(tmp_p
     }
     for name in REPLAYED:
         row = rows[name]
+        if _WHY is None:  # replayed by upstream's cache, judged against the seed's reading
+            assert row["verdict"] in ("pass", "fail") and row["value"] is not None, row
+            continue
         assert (row["verdict"], row["value"]) == ("not_measured", None)
-        assert row["reason"].startswith(NOT_RUN_PREFIX) and row["reason"].endswith(NOT_RUN_SUFFIX), row["reason"]
+        assert row["reason"].startswith(NOT_RUN_PREFIX), row["reason"]
         assert f"not measured: reading {name}: {row['reason']}" in r.stdout
     # HiCache off stays the reference's replay, and readings that replay nothing are judged as ever
     assert rows["hit_rate_l1_only"]["verdict"] == "pass" and rows["hit_rate_l1_only"]["value"] is not None

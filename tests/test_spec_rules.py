@@ -29,6 +29,10 @@ from hicache_ref.spec.presets import PRESETS
     (dict(hicache_ratio=0.5, l1_tokens=64_000), "--hicache-ratio", "tiers.hicache_ratio"),  # host <= device
     (dict(semantics="nosuch"), "--semantics", "semantics.preset"),
     (dict(write_policy="sometimes"), "--write-policy", "tiers.write_policy"),
+    (dict(materialize=True, kv_dim=3, dtype="fp32", layers=1, l1_tokens=4096, l2_tokens=8192), "--kv-dim",
+     "geometry.kv_dim"),  # a 12-byte row: upstream's copies move 8-byte words
+    (dict(materialize=True, attention="mha", heads=1, kv_dim=1, layers=1, l1_tokens=4096, l2_tokens=8192), "--kv-dim",
+     "geometry.kv_dim"),
 ])
 def test_each_rule_is_refused_naming_its_option(fields, option, field):
     with pytest.raises(SpecError) as e:
@@ -83,3 +87,14 @@ def test_the_spec_echoes_as_a_nested_dict():
     d = CacheSpec.of(l1_tokens=4096, semantics="sglang-0.5.23").to_dict()
     assert d["tiers"]["l1_tokens"] == 4096 and d["semantics"]["preset"] == "sglang-0.5.23"
     assert set(d) >= {"geometry", "tiers", "semantics", "storage", "serving", "tp", "profile"}
+
+
+def test_rows_of_any_width_are_priced_and_rows_of_8_byte_words_move():
+    from hicache_ref.spec.geometry import unaligned_rows
+
+    odd = CacheSpec.of(attention="mha", heads=3, kv_dim=1, layers=1, l1_tokens=4096, l2_tokens=8192)
+    assert "is 6 bytes, not a multiple of the 8 bytes" in unaligned_rows(odd.geometry)  # priced: accepted
+    for heads, kv_dim in ((4, 1), (1, 4), (2, 2)):  # 8 bytes a row: copied
+        spec = CacheSpec.of(attention="mha", heads=heads, kv_dim=kv_dim, layers=1, materialize=True, l1_tokens=4096,
+                            l2_tokens=8192)
+        assert unaligned_rows(spec.geometry) is None

@@ -88,7 +88,8 @@ def test_a_one_client_mooncake_gets_the_room_a_round_needs_and_a_smaller_one_is_
 
     segment, buffer, least_segment, least_buffer = mooncake_room(1000, 32, 8)
     assert (segment, buffer) == (3 * 32 * 1000 + (64 << 20), 8 * 1000 + (8 << 20))  # with headroom
-    assert (least_segment, least_buffer) == (2 * 32 * 1000, 8 * 1000)  # the round's and the peer's; one batch
+    assert (least_segment, least_buffer) == (16 << 20, 8 * 1000)  # the client's least segment; one batch
+    assert mooncake_room(1 << 20, 32, 8)[2] == 2 * 32 * (1 << 20)  # the round's objects and the peer's
     assert sized_spec("mooncake:auto", 1000, 32, 8) == f"mooncake:auto,segment={segment},buffer={buffer}"
     assert sized_spec(f"mooncake:auto,buffer={least_buffer}", 1000, 32, 8) == \
         f"mooncake:auto,buffer={least_buffer},segment={segment}"

@@ -67,12 +67,15 @@ def check(a) -> None:
             raise CliError("--storage", clip(e, 200)) from None
 
 
+MOONCAKE_MIN_SEGMENT = 16 << 20  # the client refuses a smaller segment ("Total size must be at least 16777216")
+
+
 def mooncake_room(object_bytes: int, pages: int, batch: int) -> tuple[int, int, int, int]:
     """(segment, buffer) bytes a Mooncake client is given for one round, then the least it can do
     with: a round's objects and the peer's as many are stored at once (3x and 64 MiB leave
     headroom for the allocator), and a batch of objects is in flight (plus 8 MiB of slack)."""
     return 3 * pages * object_bytes + (64 << 20), batch * object_bytes + (8 << 20), \
-        2 * pages * object_bytes, batch * object_bytes
+        max(2 * pages * object_bytes, MOONCAKE_MIN_SEGMENT), batch * object_bytes
 
 
 def default_specs(object_bytes: int, pages: int, batch: int) -> list[str]:

@@ -67,11 +67,14 @@ class Checked:
                 raise ValueError(f"{name}: on device {t.device}, backend {backend.name!r} uses {sorted(allowed)}")
 
 
+ITEM_ALIGN = 8  # bytes: upstream's copy kernels move a token's row of a layer in 8-byte words
+
+
 def geometry(attention: str, layers: int, item_size, ref: torch.Tensor, page_size: int = 1,
              head_num: int = 1) -> KVGeometry:
     item_size = positive_int("item_size", item_size)
-    if item_size % 8:
-        raise ValueError(f"item_size: {item_size} is not a multiple of 8 bytes (as upstream requires)")
+    if item_size % ITEM_ALIGN:
+        raise ValueError(f"item_size: {item_size} is not a multiple of {ITEM_ALIGN} bytes (as upstream requires)")
     page_size = positive_int("page_size", page_size)
     if not is_int(head_num) or head_num <= 0 or item_size % head_num:
         raise ValueError(f"head_num: {head_num!r} does not divide item_size {item_size}")

@@ -62,3 +62,16 @@ class GeometrySpec:
         """The geometry as the figures report it (page size reported beside it)."""
         return dict(attention=self.attention, layers=self.layers, heads=self.heads, kv_dim=self.kv_dim,
                     dtype=self.dtype)
+
+
+def unaligned_rows(geometry: GeometrySpec) -> str | None:
+    """Why rows of `geometry` cannot be copied by upstream's kvcacheio ops (a token's row of a
+    layer, heads x kv_dim x dtype, is moved in ITEM_ALIGN-byte words), or None."""
+    from hal.transfer.kvcheck import ITEM_ALIGN
+
+    item = geometry.kv().item_size
+    if item % ITEM_ALIGN == 0:
+        return None
+    what = "heads x kv-dim x dtype" if geometry.attention == "mha" else "kv-dim x dtype"
+    return (f"a token's row of a layer ({what}) is {item} bytes, not a multiple of the {ITEM_ALIGN} bytes "
+            "upstream's copies move")

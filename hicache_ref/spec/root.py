@@ -19,7 +19,7 @@ from hal.transfer.io_backend import effective_host_layout
 from hal.transfer.layouts import MLA_LAYOUTS, get_layout
 from hicache_ref.spec import sizing
 from hicache_ref.spec.fields import ALL_COMMANDS, SpecError, fail, param
-from hicache_ref.spec.geometry import GeometrySpec
+from hicache_ref.spec.geometry import GeometrySpec, unaligned_rows
 from hicache_ref.spec.presets import STORAGE_SWITCHES, SWITCHES, preset
 from hicache_ref.spec.semantics import SemanticsSpec
 from hicache_ref.spec.serving import ServingSpec
@@ -105,6 +105,8 @@ class CacheSpec:
             if self.tp.ranks is not None or (self.serving.concurrency is not None and not model):
                 raise fail(st, "l3", "applies to a serial single-rank replay; drop "
                            + ("--tp" if self.tp.ranks is not None else "--concurrency"))
+        if t.materialize and (why := unaligned_rows(g)):
+            raise fail(g, "kv_dim", f"{why}; --materialize copies real rows (a priced replay takes any width)")
         if self.backend is not None and self.backend.capabilities().moves_bytes != t.materialize:
             raise fail(t, "materialize", f"backend {self.backend.name!r} "
                        f"{'moves' if not t.materialize else 'moves no'} bytes, but materialize={t.materialize} "

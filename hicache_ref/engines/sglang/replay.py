@@ -21,6 +21,7 @@ from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_co
 from hicache_ref.sim.serving import served_figures
 from hicache_ref.sim.steps import run_steps
 from hicache_ref.sim.trace import read_trace, trace_tokens
+from hicache_ref.spec.geometry import unaligned_rows
 
 ENGINE = "sglang"
 
@@ -60,6 +61,8 @@ def refuse_unsupported(spec) -> None:
         raise ValueError("--l3: the sglang engine runs L1 and L2 only")
     if spec.tiers.ghost:
         raise ValueError("--ghost: not an SGLang switch")
+    if why := unaligned_rows(spec.geometry):
+        raise ValueError(f"--kv-dim: {why}, so SGLang cannot run these rows (the reference prices any width)")
     t = spec.tiers
     refuse_pools(narrow_spec(spec), t.l1_tokens or 0, t.l2_tokens or 0)
 
