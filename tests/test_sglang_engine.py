@@ -61,6 +61,9 @@ def test_sglang_engine_refuses_what_it_does_not_run():
         replay_with("sglang", CacheSpec.of(tp=2, shared_host=True, **SMALL), trace, 2)
     with pytest.raises(ValueError, match="^--tp: applies to a serial replay"):
         replay_with("sglang", CacheSpec.of(tp=2, concurrency=2, **SMALL), trace, 2)
+    with pytest.raises(ValueError, match="^--io-backend: SGLang moves the page_head host layout by kernel only"):
+        replay_with("sglang", CacheSpec.of(**dict(SMALL, attention="mha", heads=2, kv_dim=64, host_layout="page_head",
+                                                  io_backend="direct")), trace, 2)
     # SGLang's copies move 8-byte words: a 6-byte row cannot run there (the reference prices it)
     with pytest.raises(ValueError, match="^--kv-dim: a token's row of a layer .* is 6 bytes"):
         replay_with("sglang", CacheSpec.of(**dict(SMALL, attention="mha", heads=3, kv_dim=1)), trace, 2)

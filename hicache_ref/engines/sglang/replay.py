@@ -61,6 +61,9 @@ def refuse_unsupported(spec) -> None:
         raise ValueError("--l3: the sglang engine runs L1 and L2 only")
     if spec.tiers.ghost:
         raise ValueError("--ghost: not an SGLang switch")
+    if spec.tiers.host_layout == "page_head" and spec.tiers.io_backend == "direct":
+        raise ValueError("--io-backend: SGLang moves the page_head host layout by kernel only (give --io-backend "
+                         "kernel, or --semantics sglang-0.5.23)")
     if why := unaligned_rows(spec.geometry):
         raise ValueError(f"--kv-dim: {why}, so SGLang cannot run these rows (the reference prices any width)")
     t = spec.tiers
