@@ -14,6 +14,7 @@ from hal.backend import get_backend
 from hal.memory.budget import shortfall
 from hal.transfer import kvcacheio as hal_kvcacheio
 from hal.transfer.direction import POOL_DIRECTIONS
+from hal.transfer.layout_registry import get_layout
 from hicache_ref.engines.sglang import kernel_shim
 from hicache_ref.engines.sglang.pricing import FullGeometryPricer, narrow_spec
 from hicache_ref.sim import cost
@@ -61,9 +62,9 @@ def refuse_unsupported(spec) -> None:
         raise ValueError("--l3: the sglang engine runs L1 and L2 only")
     if spec.tiers.ghost:
         raise ValueError("--ghost: not an SGLang switch")
-    if spec.tiers.host_layout == "page_head" and spec.tiers.io_backend == "direct":
-        raise ValueError("--io-backend: SGLang moves the page_head host layout by kernel only (give --io-backend "
-                         "kernel, or --semantics sglang-0.5.23)")
+    if not get_layout(spec.tiers.host_layout).upstream_direct and spec.tiers.io_backend == "direct":
+        raise ValueError(f"--io-backend: SGLang moves the {spec.tiers.host_layout} host layout by kernel only "
+                         "(give --io-backend kernel, or --semantics sglang-0.5.23)")
     if why := unaligned_rows(spec.geometry):
         raise ValueError(f"--kv-dim: {why}, so SGLang cannot run these rows (the reference prices any width)")
     t = spec.tiers
