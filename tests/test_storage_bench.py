@@ -103,3 +103,13 @@ def test_a_one_client_mooncake_gets_the_room_a_round_needs_and_a_smaller_one_is_
         sized_spec("mooncake:auto,buffer=1KiB", 1000, 32, 8)
     for spec in ("mooncake:http://127.0.0.1:1/metadata,127.0.0.1:2", "file:/tmp/x"):  # a user's cluster: as given
         assert sized_spec(spec, 1000, 32, 8) == spec
+
+
+def test_a_segment_this_machine_cannot_hold_is_refused_before_the_client_maps_it(monkeypatch):
+    from conformance.bench.l3 import sized_spec
+
+    monkeypatch.setenv("HICACHE_MEMORY_BUDGET", "1GiB")
+    with pytest.raises(ValueError, match=r"^mooncake:auto,buffer=1TiB: needs ~1,024\.1 GiB \(the Mooncake client's segment and buffer\); "
+                                         r"this machine has 1\.0 GiB to give"):
+        sized_spec("mooncake:auto,buffer=1TiB", 1000, 32, 8)
+    assert sized_spec("mooncake:auto,segment=512MiB", 1000, 32, 8).startswith("mooncake:auto,segment=512MiB,buffer=")

@@ -101,14 +101,21 @@ def sized_spec(spec: str, object_bytes: int, pages: int, batch: int) -> str:
     opts = parse_options([p for p in parts[1:] if p], spec, {"segment": "size", "buffer": "size", "host": "str",
                                                             "digest": "digest"})
     segment, buffer, least_segment, least_buffer = mooncake_room(object_bytes, pages, batch)
+    asked = spec  # the errors quote the spec as given, not with what is added here
     for key, given, least in (("segment", segment, least_segment), ("buffer", buffer, least_buffer)):
         if key not in opts:
             spec += f",{key}={given}"
         elif opts[key] < least:
             what = f"a round of {pages} objects of {object_bytes} bytes and the peer's as many" if key == "segment" \
                 else f"a batch of {batch} objects of {object_bytes} bytes"
-            raise ValueError(f"{spec}: {key}={opts[key]} cannot hold {what}: give {key}={given} (at least {least}), "
+            raise ValueError(f"{asked}: {key}={opts[key]} cannot hold {what}: give {key}={given} (at least {least}), "
                              f"or fewer --{'pages' if key == 'segment' else 'batch'}")
+    from hal.memory.budget import shortfall
+
+    # the client maps its segment and buffer at start: refuse what this machine cannot hold first
+    held = opts.get("segment", segment) + opts.get("buffer", buffer)
+    if why := shortfall(held, "the Mooncake client's segment and buffer"):
+        raise ValueError(f"{asked}: {why}")
     return spec
 
 
