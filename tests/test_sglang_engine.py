@@ -173,3 +173,24 @@ def test_the_seed_capacities_run_on_narrow_rows_where_the_specs_rows_do_not_fit(
     assert fig["d2h_bytes"] == fig["d2h_tokens"] * 4 * 256 * 2 > 0  # priced at the spec's 4 x 256 rows
     with pytest.raises(ValueError, match=r"^--l1-tokens: the sglang engine needs"):
         replay_sglang(spec.replace(l1_tokens=1 << 20, l2_tokens=1 << 20), find_trace("conversation_trace.jsonl"), 2)
+
+
+@needs_sglang
+def test_the_seed_scenario_on_narrow_rows_gives_the_references_0_5_23_figures():
+    """The seed scenario's capacities and rows (400K L1, 75 GB of L2 a card at 78 x 576: ~103 GiB
+    of pools) run upstream on one-layer rows; served at concurrency 10 with PD, every figure the
+    reference's sglang-0.5.23 preset gives is upstream's too, segments and modeled seconds included."""
+    from hicache_ref.engines.sglang.replay import replay_sglang
+    from hicache_ref.sim.seed_report import seed_requests
+    from hicache_ref.sim.serving import replay_served
+
+    requests = seed_requests()[:300]
+    spec = CacheSpec.preset(SEMANTICS_PRESET, l1_tokens=400000, l2_tokens=834624, write_policy="write_through_selective",
+                            host_layout="page_first_direct", io_backend="direct", concurrency=10, pd_disagg=True)
+    assert spec.geometry.layers == 78 and spec.geometry.kv_dim == 576  # the seed's rows, by default
+    ref, up = replay_served(spec, requests), replay_sglang(spec, requests)
+    assert up["geometry"]["engine_rows"]["layers"] == 1
+    keys = ("hit_rate", "l1_hit_tokens", "l2_hit_tokens", "d2h_tokens", "h2d_tokens", "d2h_bytes", "h2d_bytes",
+            "d2h_segments", "h2d_segments", "modeled_d2h_seconds", "modeled_h2d_seconds", "steps", "max_in_flight")
+    assert {k: up[k] for k in keys} == {k: ref[k] for k in keys}
+    assert up["d2h_tokens"] > 0  # 0.5.23's selective write-through backs up little here, but some
