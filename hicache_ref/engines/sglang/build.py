@@ -55,8 +55,7 @@ def server_args(spec, l1: int, l2: int):
 
 
 def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
-    """Upstream's cache of `l1` device and `l2` host tokens on `backend` (both page multiples;
-    a tally.CountingBackend stands for its inner backend's memory)."""
+    """Upstream's cache of `l1` device and `l2` host tokens on `backend` (both page multiples)."""
     from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
@@ -68,7 +67,7 @@ def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
     missing = kernel_shim.install()
     if missing:
         raise RuntimeError(f"hal.transfer.kvcacheio lacks ops SGLang imports: {', '.join(missing)}")
-    mem_backend = getattr(backend, "inner", backend)
+    mem_backend = backend
     memory.install_host_allocator(mem_backend)
     args = server_args(spec, l1, l2)
     set_global_server_args_for_scheduler(args)

@@ -43,15 +43,18 @@ def op_layouts(attention: str) -> dict[str, str]:
 
 class FullGeometryPricer:
     """Counts each copy upstream makes as `geom` (the spec's KVGeometry) moves it, into `tallies`
-    (tally.CountingBackend's, per direction), priced by `backend` as the reference prices a copy:
+    (a tally.DirectionTally per direction), priced by `backend` as the reference prices a copy:
     a kernel op per token and layer, a direct one per segment, the seconds summed exactly
     (ExactSeconds: the same bits as the reference's controller). On the spec's own rows this
     counts what the executed plans move; on narrow rows, what the spec's rows would."""
 
-    def __init__(self, geom, host_tokens: int, backend, tallies, run_layers: int):
+    def __init__(self, geom, host_tokens: int, backend, run_layers: int):
+        from hicache_ref.engines.sglang.tally import DirectionTally
+
         if run_layers not in (1, geom.layers):
             raise ValueError(f"run_layers: {run_layers} is neither 1 nor the spec's {geom.layers} layers")
-        self.geom, self.host_tokens, self.backend, self.tallies = geom, host_tokens, backend, tallies
+        self.geom, self.host_tokens, self.backend = geom, host_tokens, backend
+        self.tallies = {str(d): DirectionTally() for d in POOL_DIRECTIONS}
         self.run_layers = run_layers
         self.layouts = op_layouts(geom.attention)
         self._planners: dict[str, LayerPlanner] = {}

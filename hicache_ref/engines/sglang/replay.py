@@ -2,7 +2,7 @@
 
 Same figures, same keys as the reference engine (hicache_ref.sim.replay, and with --concurrency
 hicache_ref.sim.serving's served keys: steps from the same loop, hicache_ref.sim.steps): the totals come
-from the request driver, the transfer counters from the plans the HAL ran (tally), the
+from the request driver, the transfer counters from every copy upstream made (pricing), the
 configuration and the cost model from the reference's own figure builders.
 """
 
@@ -109,7 +109,6 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     from hicache_ref.engines.sglang.build import build
     from hicache_ref.engines.sglang.driver import RequestDriver
     from hicache_ref.engines.sglang.served import UpstreamSteps
-    from hicache_ref.engines.sglang.tally import CountingBackend
 
     refuse_unsupported(spec)
     ps, serving = spec.page_size, spec.serving
@@ -129,19 +128,19 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     if not backend.capabilities().moves_bytes:
         raise ValueError(f"--backend: {backend.name} moves no bytes; SGLang's pools need one that does (emu)")
     narrow = run_spec is not spec
-    counting = CountingBackend(backend, counts_plans=False)  # the pricer counts every copy instead
-    kernel_shim.PRICER = FullGeometryPricer(spec.geometry.kv(), l2, backend, counting.tallies,
-                                            run_spec.geometry.layers)
-    hal_kvcacheio.set_backend(counting)
+    # every copy upstream makes is counted and priced at the spec's rows (pricing)
+    pricer = kernel_shim.PRICER = FullGeometryPricer(spec.geometry.kv(), l2, backend, run_spec.geometry.layers)
+    hal_kvcacheio.set_backend(backend)
     totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
                   truncated_requests=0, kv_mismatch_tokens=0, l3_hit_tokens=0)
     tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
     token_bytes = spec.geometry.token_bytes  # every layer, K and V (MHA, all heads) or the latent (MLA)
     t0 = time.perf_counter()
-    up = build(run_spec, counting, l1, l2)
+    up = None
     try:
+        up = build(run_spec, backend, l1, l2)
         driver = RequestDriver(up, serving.pd_disagg)
-        seen = None if on_request is None else (lambda i, res: on_request(i, res, counting.tallies))
+        seen = None if on_request is None else (lambda i, res: on_request(i, res, pricer.tallies))
         if serving.concurrency is not None:
             served = run_steps(requests, serving, UpstreamSteps(driver, totals, tally, seen))
         else:
@@ -156,13 +155,14 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
         # the host pool the spec's rows would register: the same slots, each row as wide as the spec's
         host_bytes = host_bytes // run_spec.geometry.token_bytes * token_bytes
     finally:
-        up.close()
+        if up is not None:
+            up.close()
         kernel_shim.PRICER = None
         hal_kvcacheio.set_backend(None)
         if own_backend:
             backend.close()
     wall = time.perf_counter() - t0
-    fig = figures(totals, _Figured(_Stats(counting.tallies, token_bytes)), wall, read_seconds, tally, None,
+    fig = figures(totals, _Figured(_Stats(pricer.tallies, token_bytes)), wall, read_seconds, tally, None,
                   run_config(spec, backend, l1, l2))
     fig.update(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0)
     if narrow:

@@ -1,14 +1,12 @@
 """What SGLang's cache did, counted from outside: transfers per direction, and evictions.
 
-`CountingBackend` stands between SGLang's transfers and the HAL backend (every plan goes
-through `execute`), so the sglang engine reports the reference engine's transfer keys from
-the plans themselves, not from upstream's own counters. `EvictionTally` reads the tokens
-upstream's device and host evictions report freeing, leaving every decision upstream's.
+`DirectionTally` holds one direction's transfer totals, filled by pricing.FullGeometryPricer from
+every copy upstream makes (not from upstream's own counters), so the sglang engine reports the
+reference engine's transfer keys. `EvictionTally` reads the tokens upstream's device and host
+evictions report freeing, leaving every decision upstream's.
 """
 
 from __future__ import annotations
-
-from hal.transfer.direction import POOL_DIRECTIONS
 
 
 class DirectionTally:
@@ -17,34 +15,6 @@ class DirectionTally:
     def __init__(self):
         self.bytes = self.segments = self.transfers = self.launches = 0
         self.modeled_seconds = 0.0
-
-
-class CountingBackend:
-    """`backend` with every executed plan counted per direction (attribute access passes through)."""
-
-    def __init__(self, backend, counts_plans: bool = True):
-        self.inner = backend
-        self.tallies = {d: DirectionTally() for d in POOL_DIRECTIONS}
-        # False: the plans run on narrow rows and pricing.FullGeometryPricer counts each copy instead
-        self.counts_plans = counts_plans
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def execute(self, plan, stream=None):
-        """Run `plan` on the wrapped backend, then count it under its direction."""
-        event = self.inner.execute(plan, stream)
-        if not self.counts_plans:
-            return event
-        t = self.tallies.get(str(getattr(plan.direction, "value", plan.direction)))
-        if t is not None:
-            t.bytes += plan.nbytes
-            t.segments += plan.num_segments
-            t.transfers += 1
-            t.launches += plan.launches
-            seconds = self.inner.model_seconds(plan)
-            t.modeled_seconds += seconds or 0.0
-        return event
 
 
 class EvictionTally:
