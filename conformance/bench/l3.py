@@ -92,14 +92,15 @@ def sized_spec(spec: str, object_bytes: int, pages: int, batch: int) -> str:
     """`spec` with the room a round needs: `mooncake:auto` (a cluster of this one client, so its
     segment is the whole store) gets segment= and buffer= where it names none, and is refused,
     naming --storage, where it names less. Other specs are the user's cluster, used as given."""
+    from hicache_ref.storage.mooncake import SPEC_OPTIONS, MooncakeStorage
+    from hicache_ref.storage.mooncake_cluster import AUTO
     from hicache_ref.storage.registry import parse_options, split_spec
 
     name, args = split_spec(spec)
     parts = [p.strip() for p in args.split(",")]
-    if name != "mooncake" or parts[0] != "auto":
+    if name != MooncakeStorage.name or parts[0] != AUTO:
         return spec
-    opts = parse_options([p for p in parts[1:] if p], spec, {"segment": "size", "buffer": "size", "host": "str",
-                                                            "digest": "digest"})
+    opts = parse_options([p for p in parts[1:] if p], spec, SPEC_OPTIONS)  # as the store parses them
     segment, buffer, least_segment, least_buffer = mooncake_room(object_bytes, pages, batch)
     asked = spec  # the errors quote the spec as given, not with what is added here
     for key, given, least in (("segment", segment, least_segment), ("buffer", buffer, least_buffer)):

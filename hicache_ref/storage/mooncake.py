@@ -33,7 +33,7 @@ from hicache_ref.storage.staging import StagingPool
 DEFAULT_SEGMENT = 256 << 20
 DEFAULT_BUFFER = 64 << 20
 NOT_FOUND = -704  # Mooncake's OBJECT_NOT_FOUND
-_OPTIONS = {"segment": "size", "buffer": "size", "host": "str", "digest": "digest"}
+SPEC_OPTIONS = {"segment": "size", "buffer": "size", "host": "str", "digest": "digest"}
 
 
 def _address(a: np.ndarray) -> int:
@@ -128,13 +128,13 @@ class MooncakeStorage(StorageBackend):
         """Parse the spec and connect; `auto` connects to a loopback cluster of this client's own."""
         parts = [p.strip() for p in args.split(",")]
         if parts[0] == AUTO:
-            opts = parse_options([p for p in parts[1:] if p], spec, _OPTIONS)
+            opts = parse_options([p for p in parts[1:] if p], spec, SPEC_OPTIONS)
             return client_with_own_cluster(
                 lambda c: cls(c.metadata_url, c.master_addr, spec=spec, cluster=c, **opts), spec)
         if len(parts) < 2 or not parts[0] or not parts[1] or "=" in parts[0] or "=" in parts[1]:
             raise ValueError(f"storage spec {spec!r}: expected mooncake:METADATA_URL,MASTER_ADDR[,segment=SIZE]"
                              "[,buffer=SIZE][,host=IP][,digest=NAME] or mooncake:auto")
-        opts = parse_options([p for p in parts[2:] if p], spec, _OPTIONS)
+        opts = parse_options([p for p in parts[2:] if p], spec, SPEC_OPTIONS)
         return cls(parts[0], parts[1], spec=spec, **opts)
 
     @property

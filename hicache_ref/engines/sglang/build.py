@@ -67,12 +67,11 @@ def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
     missing = kernel_shim.install()
     if missing:
         raise RuntimeError(f"hal.transfer.kvcacheio lacks ops SGLang imports: {', '.join(missing)}")
-    mem_backend = backend
-    memory.install_host_allocator(mem_backend)
+    memory.install_host_allocator(backend)
     args = server_args(spec, l1, l2)
     set_global_server_args_for_scheduler(args)
     dtype = DTYPES[g.dtype]
-    pool_class = memory.device_kv_pool_class(mem_backend, g.attention)
+    pool_class = memory.device_kv_pool_class(backend, g.attention)
     if g.attention == "mla":
         kv_pool = pool_class(size=l1, page_size=ps, dtype=dtype, kv_lora_rank=g.kv_dim - ROPE_DIM,
                              qk_rope_head_dim=ROPE_DIM, layer_num=g.layers, device="cpu", enable_memory_saver=False)

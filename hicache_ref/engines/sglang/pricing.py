@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
+import torch
+
 from hal.transfer.direction import POOL_DIRECTIONS, Direction
+from hal.transfer.geometry import KVGeometry
 from hal.transfer.layer_plans import LayerPlanner
 from hal.transfer.layout_registry import get_layout, layout_names
 from hal.transfer.plan import TransferPlan
@@ -31,9 +35,7 @@ def narrow_spec(spec):
 
 def op_layouts(attention: str) -> dict[str, str]:
     """kvcacheio op name -> the host layout it moves, for `attention`'s pools."""
-    from hicache_ref.spec import CacheSpec
-
-    geom = CacheSpec.of(attention=attention, layers=1, kv_dim=128, heads=1).geometry.kv()
+    geom = KVGeometry(attention, 1, 1, 128, torch.bfloat16, 1)  # the op names depend on the attention only
     out = {DIRECT_OP: "layer_first"}
     for name in layout_names(attention):
         for op in get_layout(name).ops(geom):
@@ -60,10 +62,13 @@ class FullGeometryPricer:
         self._planners: dict[str, LayerPlanner] = {}
         self._seconds = {str(d): ExactSeconds() for d in POOL_DIRECTIONS}
         self._layer_loads = 0  # per-layer load calls seen: run_layers of them make one load
+        self._signatures: dict[str, inspect.Signature] = {}  # per op: bound once a call, made once
 
     def __call__(self, name: str, op, args, kwargs) -> None:
         """Count one call of kvcacheio op `name` (`op` the HAL function, with its arguments as run)."""
-        bound = inspect.signature(op).bind(*args, **kwargs).arguments
+        if name not in self._signatures:
+            self._signatures[name] = inspect.signature(op)
+        bound = self._signatures[name].bind(*args, **kwargs).arguments
         src_name = next(n for n in bound if n.startswith("src"))
         first = bound[src_name]
         while isinstance(first, (list, tuple)):
@@ -100,7 +105,5 @@ class FullGeometryPricer:
 
 
 def _np(indices):
-    import numpy as np
-
     return indices.detach().cpu().numpy().astype(np.int64) if hasattr(indices, "detach") else \
         np.asarray(indices, dtype=np.int64)
