@@ -194,3 +194,16 @@ def test_the_seed_scenario_on_narrow_rows_gives_the_references_0_5_23_figures():
             "d2h_segments", "h2d_segments", "modeled_d2h_seconds", "modeled_h2d_seconds", "steps", "max_in_flight")
     assert {k: up[k] for k in keys} == {k: ref[k] for k in keys}
     assert up["d2h_tokens"] > 0  # 0.5.23's selective write-through backs up little here, but some
+
+
+@needs_sglang
+@pytest.mark.parametrize("args,line", [
+    (["--attention", "mha", "--heads", "3", "--kv-dim", "1"], "hicache: --kv-dim: a token's row of a layer"),
+    (["--attention", "mha", "--heads", "2", "--kv-dim", "64", "--host-layout", "page_head", "--io-backend", "direct"],
+     "hicache: --io-backend: SGLang moves the page_head host layout by kernel only"),
+])
+def test_the_command_names_the_option_the_engine_refuses(args, line, capsys):
+    assert cli_main(["replay", "--engine", "sglang", "--limit", "2", "--layers", "1", "--l1-tokens", "16K",
+                     "--l2-tokens", "64K", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line) and err.count("\n") == 1, err

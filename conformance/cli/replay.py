@@ -12,7 +12,7 @@ import json
 import sys
 
 from conformance.common import args as types
-from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path
+from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path, engine_error
 from conformance.common.inputs import load_profile_arg, trace_file
 from conformance.common.progress import ticker
 from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
@@ -64,7 +64,7 @@ def run(a) -> int:
     except ValueError as e:
         if a.engine == "reference":
             raise
-        raise CliError("--engine", f"sglang: {e}") from None
+        raise engine_error(a.engine, e) from None
     except UnicodeDecodeError as e:
         raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)

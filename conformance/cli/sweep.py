@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conformance.cli.replay import trace_arg
 from conformance.common import args as types
-from conformance.common.errors import EXIT_NOT_RUN, CliError, clip, clip_path
+from conformance.common.errors import EXIT_NOT_RUN, CliError, clip, clip_path, engine_error
 from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
@@ -132,8 +132,7 @@ def run(a) -> int:
     except ValueError as e:
         if replay_tier is None:
             raise
-        option, _, why = str(e).partition(": ")
-        raise CliError(option, why) if option.startswith("--") else CliError("--engine", f"sglang: {e}") from None
+        raise engine_error(a.engine, e) from None
     if replay_tier is not None:
         result.update(engine=a.engine, l1_alone_engine="reference")
     result.pop("wall_seconds")  # the JSON is reproducible: timings are printed, not stored

@@ -20,6 +20,12 @@ class CliError(ValueError):
         self.where, self.what = where, what
 
 
+def engine_error(engine: str, error: ValueError) -> CliError:
+    """The one line for an engine's refusal: the option it names (`--kv-dim: ...`), else `--engine`."""
+    option, _, why = str(error).partition(": ")
+    return CliError(option, why) if option.startswith("--") else CliError("--engine", f"{engine}: {error}")
+
+
 def clip(text: object, limit: int = ECHO_CHARS) -> str:
     """`text` on one line, cut to `limit` characters with an ellipsis when longer."""
     flat = " ".join(str(text).split())
