@@ -23,6 +23,14 @@ TRACES = ("conversation_trace.jsonl", "synthetic_trace.jsonl")
 GEOMETRY = dict(layers=1, kv_dim=128)
 # MHA rows: SGLang's MHA device and host pools (K and V per layer, two heads), in each host layout.
 MHA_GEOMETRY = dict(attention="mha", layers=1, heads=2, kv_dim=32)
+# An L3 case's switches: a file store in DIR (upstream's HiCacheFile on the sglang engine, the
+# harness's file store in upstream's objects on the reference), prefetches waited for in full (the
+# only policy whose outcome upstream's threads cannot change), real bytes on the reference.
+L3_PAGES = ("l3_pages_read", "l3_pages_written")  # pages moved from and to the store over the run
+
+
+def l3_switches(directory) -> dict:
+    return dict(l3=f"file:{directory}", prefetch_policy="wait_complete", materialize=True)
 
 
 class Row(NamedTuple):
@@ -33,6 +41,7 @@ class Row(NamedTuple):
     loaded_back: int
     evicted: int  # L1 tokens freed by eviction
     host_evicted: int  # L2 tokens freed by eviction
+    l3_hit: int = 0  # prefix tokens read from L3 and loaded (0 without an L3)
 
 
 class EvictionCount:
@@ -80,8 +89,9 @@ def spec_for(requests, page_size: int, policy: str, tight: bool, pd: bool, **swi
                             l2_tokens=l2, pd_disagg=pd, **{**GEOMETRY, **switches})
 
 
-def reference_rows(spec: CacheSpec, requests) -> list[Row]:
-    """The reference engine, one request at a time (the loop hicache_ref.sim.replay runs)."""
+def reference_rows(spec: CacheSpec, requests, l3_pages: dict | None = None) -> list[Row]:
+    """The reference engine, one request at a time (the loop hicache_ref.sim.replay runs). With an
+    L3, `l3_pages` (when given) gets the pages read from and written to the store (L3_PAGES)."""
     ps = spec.page_size
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
     backend, own = spec.open_backend()
@@ -99,18 +109,21 @@ def reference_rows(spec: CacheSpec, requests) -> list[Row]:
                 st = cache.controller.stats()
                 rows.append(Row(res.l1_hit_tokens, res.l2_hit_tokens, res.l2_unloaded_tokens,
                                 st.d2h.tokens - d2h0, st.h2d.tokens - h2d0,
-                                ev.device_tokens - ev0[0], ev.host_tokens - ev0[1]))
+                                ev.device_tokens - ev0[0], ev.host_tokens - ev0[1], res.l3_hit_tokens))
                 d2h0, h2d0 = st.d2h.tokens, st.h2d.tokens
         finally:
-            cache.close()
+            cache.close()  # applies the L3 writes still queued
+        if l3_pages is not None and cache.l3 is not None:
+            l3_pages.update({k: cache.l3.counters[k] for k in L3_PAGES})
     finally:
         if own:
             backend.close()
     return rows
 
 
-def sglang_rows(spec: CacheSpec, requests) -> list[Row]:
-    """The sglang engine, one row per request from its per-request callback."""
+def sglang_rows(spec: CacheSpec, requests, l3_pages: dict | None = None) -> list[Row]:
+    """The sglang engine, one row per request from its per-request callback (`l3_pages`: as
+    reference_rows, from its figures)."""
     from hicache_ref.engines.sglang.replay import replay_sglang
 
     token_bytes = spec.geometry.token_bytes
@@ -119,10 +132,12 @@ def sglang_rows(spec: CacheSpec, requests) -> list[Row]:
     def on_request(i, res, tallies):
         d2h, h2d = tallies["d2h"].bytes // token_bytes, tallies["h2d"].bytes // token_bytes
         rows.append(Row(res.l1_hit_tokens, res.l2_hit_tokens, res.l2_unloaded_tokens, d2h - last[0], h2d - last[1],
-                        res.evicted_tokens, res.host_evicted_tokens))
+                        res.evicted_tokens, res.host_evicted_tokens, res.l3_hit_tokens))
         last[:] = d2h, h2d
 
-    replay_sglang(spec, list(requests), on_request=on_request)
+    fig = replay_sglang(spec, list(requests), on_request=on_request)
+    if l3_pages is not None and fig.get("l3"):
+        l3_pages.update({k: fig[k] for k in L3_PAGES})
     return rows
 
 

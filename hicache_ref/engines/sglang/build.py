@@ -8,7 +8,7 @@ the host pool SGLang's own, sized by its ratio rule so that it holds exactly the
 from __future__ import annotations
 
 from hal.transfer.layouts import DTYPES
-from hicache_ref.engines.sglang import kernel_shim, memory
+from hicache_ref.engines.sglang import kernel_shim, memory, storage
 
 ROPE_DIM = 64  # the MLA latent's rope part; the rest of --kv-dim is the lora rank
 
@@ -27,6 +27,8 @@ class UpstreamCache:
         self.cache.shutdown()
         self.cache.release_host_resources()
         kernel_shim.clear_buffers()
+        if self.cache.enable_storage:
+            storage.clear_rank()
 
 
 def host_ratio(l1: int, l2: int, page_size: int) -> float:
@@ -47,7 +49,8 @@ def server_args(spec, l1: int, l2: int):
     args = ServerArgs(model_path="dummy", page_size=spec.page_size, hicache_io_backend=t.io_backend,
                       hicache_mem_layout=t.host_layout, hicache_write_policy=t.write_policy,
                       hicache_ratio=host_ratio(l1, l2, spec.page_size), hicache_size=0,
-                      hicache_storage_prefetch_policy="wait_complete", enable_hierarchical_cache=True)
+                      hicache_storage_prefetch_policy="wait_complete", enable_hierarchical_cache=True,
+                      **storage.server_fields(spec.storage))
     handle_hicache(args)
     for name, value in _declaration_overlay(args).items():
         setattr(args, name, value)
@@ -89,11 +92,16 @@ def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
     params = CacheInitParams(req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator, page_size=ps,
                              disable=False, tree_components=(ComponentType.FULL,), eviction_policy="lru")
     cache = UnifiedRadixCache(params=params)
+    if spec.storage.l3 is not None:
+        storage.stamp_one_rank()
     cache.init_hicache(args, params)
     host = cache.cache_controller.mem_pool_host
     kernel_shim.register_buffers(layer_buffers)
     for entry in host.entries:  # SGLang groups its host pools; the KV one is the anchor
         pool = entry.host_pool  # MLA's per-layer views are data_refs, MHA's k_ then v_data_refs
+        # Its buffer is registered HAL memory (memory.host_allocator); the pages the storage path
+        # makes with pin_memory=True would ask CUDA for pinned memory a CPU box does not have.
+        pool.pin_memory = False
         kernel_shim.register_buffers(getattr(pool, "data_refs", None) or pool.k_data_refs + pool.v_data_refs)
     if host.size != l2:
         cache.shutdown()

@@ -34,10 +34,11 @@ class UpstreamResult(NamedTuple):
 class RequestDriver:
     """Runs requests on an UpstreamCache (hicache_ref.engines.sglang.build)."""
 
-    def __init__(self, upstream, pd_disagg: bool):
+    def __init__(self, upstream, pd_disagg: bool, l3: bool = False):
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
 
+        from hicache_ref.engines.sglang.storage import StoragePrefetch
         from hicache_ref.engines.sglang.tally import EvictionTally
 
         self.up, self.pd = upstream, pd_disagg
@@ -46,11 +47,15 @@ class RequestDriver:
         self._req = lambda rid: Req(rid=str(rid), origin_input_text="", origin_input_ids=array("q"),
                                     sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
         self._rid = 0
+        # upstream's L3 steps, when its cache has a store (hicache_ref.engines.sglang.storage)
+        self.l3 = StoragePrefetch(upstream.cache, self.ps) if l3 else None
 
     def settle(self) -> None:
         """A scheduler step's start: upstream's own per-step poll (check_hicache_events) takes
         every ack (all copies are complete by then: see the module docstring)."""
         self.up.cache.check_hicache_events()
+        if self.l3 is not None:
+            self.l3.settle()
 
     def request(self, tokens) -> UpstreamResult:
         """One prefill of `tokens` (a sequence of token ids), a batch of its own (serial replay)."""
@@ -99,6 +104,12 @@ class RequestDriver:
         n = len(ids)
         full = n // ps * ps
         m = cache.match_prefix(self._match_params(ids[:full]))
+        from_l3 = 0  # tokens upstream read from L3 into L2 for this request
+        if self.l3 is not None:
+            self._rid += 1
+            from_l3 = self.l3.fetch(f"l3-{self._rid}", ids[:full], m)
+            if from_l3:  # the scheduler's admission matches again (init_next_round_input)
+                m = cache.match_prefix(self._match_params(ids[:full]))
         l1, node = m.device_prefix_len, m.last_device_node
         l2 = unloaded = 0
         if m.host_hit_length > 0:
@@ -145,7 +156,8 @@ class RequestDriver:
         finally:
             cache.unlock(lock)
         ev = self.evictions
-        return UpstreamResult(n, l1, l2, unloaded, truncated, evicted_tokens=ev.device_tokens - ev0[0],
+        l3 = min(from_l3, l2)  # loaded to L1 with the rest of the host hit (as the reference counts)
+        return UpstreamResult(n, l1, l2 - l3, unloaded, truncated, l3, evicted_tokens=ev.device_tokens - ev0[0],
                               host_evicted_tokens=ev.host_tokens - ev0[1]), cached_len
 
     def _demand(self, prefix: int, n: int) -> int:

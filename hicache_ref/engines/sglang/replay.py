@@ -15,7 +15,7 @@ from hal.memory.budget import shortfall
 from hal.transfer import kvcacheio as hal_kvcacheio
 from hal.transfer.direction import POOL_DIRECTIONS
 from hal.transfer.layout_registry import get_layout
-from hicache_ref.engines.sglang import kernel_shim
+from hicache_ref.engines.sglang import kernel_shim, storage
 from hicache_ref.engines.sglang.pricing import FullGeometryPricer, narrow_spec
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
@@ -59,7 +59,7 @@ def refuse_unsupported(spec) -> None:
     if spec.tp.ranks is not None and spec.serving.concurrency is not None:
         raise ValueError("--tp: applies to a serial replay (one rank stands for the group); drop --concurrency")
     if spec.storage.l3 is not None:
-        raise ValueError("--l3: the sglang engine runs L1 and L2 only")
+        storage.refuse_unsupported(spec.storage)
     if spec.tiers.ghost:
         raise ValueError("--ghost: not an SGLang switch")
     if not get_layout(spec.tiers.host_layout).upstream_direct and spec.tiers.io_backend == "direct":
@@ -111,6 +111,8 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     from hicache_ref.engines.sglang.served import UpstreamSteps
 
     refuse_unsupported(spec)
+    if spec.storage.l3 is not None:
+        spec = storage.with_upstream_order(spec)
     ps, serving = spec.page_size, spec.serving
     t_read = time.perf_counter()
     # arrival times only mean something in time order: timestamps refuse a line going back (as run_replay)
@@ -120,6 +122,9 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
     l1, l2 = spec.capacities(whole)
     run_spec = rows_for(spec, l1, l2, rows)
+    if run_spec is not spec and spec.storage.l3 is not None:
+        raise ValueError(f"--l3: upstream's store keeps the rows upstream runs, and {pools_shortfall(spec, l1, l2)}; "
+                         "give smaller --layers/--kv-dim, or drop --l3")
     if l2 <= 0:
         raise ValueError("--l2-tokens: the sglang engine needs an L2 (SGLang's HiCache has one)")
     # Upstream's pools are real tensors: its copies move bytes, so the backend is one that does
@@ -139,7 +144,8 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     up = None
     try:
         up = build(run_spec, backend, l1, l2)
-        driver = RequestDriver(up, serving.pd_disagg)
+        driver = RequestDriver(up, serving.pd_disagg, l3=spec.storage.l3 is not None)
+        stored_before = storage.stored_objects(spec.storage)
         seen = None if on_request is None else (lambda i, res: on_request(i, res, pricer.tallies))
         if serving.concurrency is not None:
             served = run_steps(requests, serving, UpstreamSteps(driver, totals, tally, seen))
@@ -147,10 +153,12 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
             for i, tokens in enumerate(trace_tokens(requests, ps)):
                 res = driver.request(tokens)
                 count_request(totals, res)
+                totals["l3_hit_tokens"] += res.l3_hit_tokens
                 tally.add(res)
                 if seen is not None:
                     seen(i, res)
             driver.settle()
+        written = storage.stored_objects(spec.storage) - stored_before
         host_bytes = sum(e.host_pool.kv_buffer.nbytes for e in up.cache.cache_controller.mem_pool_host.entries)
         # the host pool the spec's rows would register: the same slots, each row as wide as the spec's
         host_bytes = host_bytes // run_spec.geometry.token_bytes * token_bytes
@@ -164,14 +172,16 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     wall = time.perf_counter() - t0
     fig = figures(totals, _Figured(_Stats(pricer.tallies, token_bytes)), wall, read_seconds, tally, None,
                   run_config(spec, backend, l1, l2))
-    fig.update(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0)
+    fig.update(storage.l3_figures(spec, backend, driver.l3, written) if driver.l3 is not None else
+               dict(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0))
     if narrow:
         fig["geometry"] = dict(fig["geometry"], engine_rows=run_spec.geometry.config())
     fig["registered_bytes"] = host_bytes
     if serving.concurrency is not None:  # the reference's served keys: no L3 keys without an L3
         fig.update(served_figures(serving, *served))
-        for k in ("l3", "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written"):
-            fig.pop(k, None)
+        if driver.l3 is None:
+            for k in ("l3", "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written"):
+                fig.pop(k, None)
     fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
     return fig
 
