@@ -175,7 +175,8 @@ def test_preset_values():
         hit_count="per_request_insert", backup_scope="path", backup_alloc="per_node", evict_size="demand_shortfall",
         host_reclaim="duplicates_first", load_back_threshold=10, free_list="lifo", host_free_list="upstream_host",
         host_layout="page_first", io_backend="kernel", io_resolution="sglang", host_sizing="warn",
-        prefetch_policy="timeout", prefetch_timeout_start="first_blocked_poll", prefetch_limit_rule="decline")
+        prefetch_policy="timeout", prefetch_timeout_start="first_blocked_poll", prefetch_limit_rule="decline",
+        prefetch_anchor="backed_up")
     assert preset("sglang-0.5.23", pd_disagg=True)["free_list"] == "upstream_l1_sorted"
     seed = preset("seed")  # the former `upstream` preset, unchanged
     assert {k: seed[k] for k in ("hit_count", "backup_scope", "evict_size", "load_back_threshold", "free_list",
@@ -193,8 +194,8 @@ def test_the_spec_resolves_the_preset_with_pd_and_lists_overrides():
     assert CacheSpec.preset("sglang-0.5.23", host_layout="layer_first").semantics.overrides == ("host_layout",)
     assert sg.storage.prefetch_policy is None  # the prefetch switches apply with an L3 only
     l3 = CacheSpec.preset("sglang-0.5.23", l3="memory:", materialize=True, l2_tokens=4096, page_size=PS)
-    assert (l3.storage.prefetch_policy, l3.storage.prefetch_timeout_start, l3.storage.prefetch_limit_rule) == (
-        "timeout", "first_blocked_poll", "decline")
+    assert (l3.storage.prefetch_policy, l3.storage.prefetch_timeout_start, l3.storage.prefetch_limit_rule,
+            l3.storage.prefetch_anchor) == ("timeout", "first_blocked_poll", "decline", "backed_up")
     assert CacheSpec.of(l3="memory:", materialize=True, l2_tokens=4096).storage.prefetch_policy == "wait_complete"
 
 

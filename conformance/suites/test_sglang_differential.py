@@ -58,13 +58,18 @@ SERVED_CASES = [dict(c, concurrency=n) for c in CASES for n in CONCURRENCY]
 def case_id(c: dict) -> str:
     served = f"-c{c['concurrency']}" if "concurrency" in c else ""
     mha = f"-mha-{c['layout']}-{c['io']}" if "layout" in c else ""
+    l3 = "-l3" if c.get("l3") else ""
     return (f"{c['trace'].split('_')[0]}-{c['policy']}-{'tight' if c['tight'] else 'loose'}-p{c['page']}"
-            f"{'-pd' if c['pd'] else ''}{served}{mha}")
+            f"{'-pd' if c['pd'] else ''}{served}{mha}{l3}")
 
 
 # case id -> why it differs (the diff, summarised), for a mismatch the preset does not model yet.
 # Empty: every case matches exactly at the pin. A new release's diffs go here while its preset catches up.
-KNOWN_MISMATCHES: dict[str, str] = {}
+_HOST_PAGE = ("requests 19 and 20 swap one page of L2 eviction (upstream evicts 16 tokens more for "
+              "request 19's prefetch and 16 fewer for request 20's, equal totals): where upstream's prefetch "
+              "allocation (allocate_storage_hit with evict_host) rounds its host demand is not modeled yet")
+KNOWN_MISMATCHES: dict[str, str] = {"synthetic-write_through-tight-p16-l3": _HOST_PAGE,
+                                    "synthetic-write_through-tight-p16-pd-l3": _HOST_PAGE}
 
 
 def _params(cases):
@@ -128,9 +133,15 @@ def test_mha_pools_match_sglang_request_by_request(case, slices):
 
 # L3: a file store under an L2 of twice the tight L1 (a quarter of a pass), so the slice's second
 # pass reads evicted prefixes back from it.
-L3_CASES = [dict(trace=t, policy=p, tight=True, page=ps, pd=pd) for t, p, ps, pd in
+L3_CASES = [dict(trace=t, policy=p, tight=True, page=ps, pd=pd, l3=True) for t, p, ps, pd in
             itertools.product(("conversation_trace.jsonl", "synthetic_trace.jsonl"), ("write_back", "write_through"),
                               (16, 64), (False, True))]
+
+
+# Slices upstream asks L3 nothing on (--prefetch-anchor backed_up): under write_back every conversation
+# request's match ends in the first block all share, held in L1 only (never evicted, so never
+# backed up), and 0.5.23's scheduler prefetches past a backed-up (or empty) match only.
+L3_UNASKED = {("conversation_trace.jsonl", "write_back")}
 
 
 @pytest.mark.parametrize("case", list(_params(L3_CASES)))
@@ -152,6 +163,12 @@ def test_l3_matches_sglang_request_by_request(case, slices, tmp_path):
     diff = sglang_diff.diff_summary(ref, up)
     assert not diff, diff
     assert ref_pages == up_pages
-    assert sum(r.l3_hit for r in up) > 0  # the slice reads from L3: the case checks something
+    if (case["trace"], case["policy"]) in L3_UNASKED:
+        assert sum(r.l3_hit for r in up) == 0
+        # the gate is what keeps L3 out: the reference without it reads the same slice from L3
+        ungated = spec.replace(prefetch_anchor="any", l3=f"file:{tmp_path / 'ungated'}")
+        assert sum(r.l3_hit for r in sglang_diff.reference_rows(ungated, requests)) > 0
+    else:
+        assert sum(r.l3_hit for r in up) > 0  # the slice reads from L3: the case checks something
     # both wrote the same objects: upstream's names, one file per page
     assert sorted(p.name for p in (tmp_path / "ref").iterdir()) == sorted(p.name for p in (tmp_path / "sglang").iterdir())

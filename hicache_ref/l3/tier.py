@@ -28,6 +28,10 @@ LIMIT_SHARE_OF_L2 = 0.8  # default rate limit, tokens in flight: this share of L
 # it to fit; `decline` refuses a prefetch once in-flight tokens reach 0.5 x L2 and never cuts one
 # (SGLang 0.5.23, managers/cache_controller.py prefetch_rate_limited).
 LIMIT_RULES = {"cut": LIMIT_SHARE_OF_L2, "decline": 0.5}
+# Which matches a prefetch may extend: `any`, or `backed_up`: only a match whose last node has an L2
+# copy, or an empty one (SGLang 0.5.23's scheduler asks L3 nothing past a prefix held in L1 only,
+# since under write_through such a prefix means its continuation was never stored).
+ANCHOR_RULES = ("any", "backed_up")
 
 
 def _leading_true(flags, n: int) -> int | None:
@@ -58,6 +62,7 @@ class L3Tier:
         self.policy = policy if policy is not None else make_prefetch_policy(
             spec.prefetch_policy or DEFAULT_PREFETCH_POLICY, spec.prefetch_timeout_start or "issue")
         self.limit_rule = spec.prefetch_limit_rule or "cut"
+        self.anchor_rule = getattr(spec, "prefetch_anchor", None) or "any"
         self.storage, self.tree, self.host, self.geom, self.key_fn = storage, tree, host_pool, geom, key_fn
         self.moves_bytes = getattr(storage, "moves_bytes", True)
         self.ps = geom.page_size
@@ -78,7 +83,7 @@ class L3Tier:
         self._hung_reads: list = []  # read jobs past their deadline, not returned yet
         self.counters = dict(l3_hit_pages=0, l3_prefetches=0, l3_lookups=0, l3_miss_pages=0, l3_pages_read=0,
                              l3_pages_written=0, l3_pages_present=0, l3_rate_limited=0, l3_skipped_down=0,
-                             l3_writes_skipped=0, l3_no_host_room=0, l3_write_batches=0)
+                             l3_writes_skipped=0, l3_no_host_room=0, l3_write_batches=0, l3_unbacked_anchor=0)
         self.stall_seconds = 0.0  # modeled seconds requests waited for prefetches past their slack
         self.write_seconds = 0.0  # modeled link seconds of the writes (off the request path)
         self.wait_wall_seconds = 0.0  # wall seconds the scheduler thread waited on the store
@@ -161,6 +166,10 @@ class L3Tier:
         full = len(tokens) // ps
         missing = full - len(match.device_pages) - len(match.host_pages)
         if missing * ps < self.threshold or missing <= 0:
+            return match, 0
+        anchor = match.last_host_node
+        if self.anchor_rule == "backed_up" and not (anchor is tree.root or anchor.backed_up):
+            self.counters["l3_unbacked_anchor"] += 1
             return match, 0
         if self.policy.decide(self.link, missing, ps, self.slack)[0] * ps < max(self.threshold, 1):
             return match, 0  # the policy could use nothing even if L3 held it all: do not ask
@@ -319,7 +328,8 @@ class L3Tier:
                    l3_modeled_stall_seconds=self.stall_seconds, l3_modeled_write_seconds=self.write_seconds,
                    l3_wait_wall_seconds=self.wait_wall_seconds, l3_last_error=self.guard.last_error,
                    l3_prefetch_policy=self.policy.name, l3_threshold_tokens=self.threshold,
-                   l3_limit_tokens=self.limit, l3_limit_rule=self.limit_rule, l3_slack_seconds=self.slack,
+                   l3_limit_tokens=self.limit, l3_limit_rule=self.limit_rule,
+                   l3_anchor_rule=self.anchor_rule, l3_slack_seconds=self.slack,
                    l3_link=self.link.report(),
                    l3_writes=self.writes)
         out.update({k: v for k, v in c.items() if k != "l3_hit_pages"})

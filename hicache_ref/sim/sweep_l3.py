@@ -18,7 +18,7 @@ from hicache_ref.spec import CacheSpec
 from hicache_ref.spec.storage import MODEL_STORE, StorageSpec, is_model_store
 
 # The user's L3 options each tier's model store keeps (the capacity is the sweep's).
-_CARRIED = ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule", "prefetch_threshold",
+_CARRIED = ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule", "prefetch_anchor", "prefetch_threshold",
             "prefetch_limit_tokens", "prefetch_slack_seconds")
 
 TIER_KEYS = ("l1_hit_tokens", "l2_hit_tokens", "l3_hit_tokens", "l3_bytes_read", "l3_bytes_written",

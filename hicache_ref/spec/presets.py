@@ -54,8 +54,11 @@ SWITCH_TABLE = (
            f"{_MC}unified_radix_cache.py: _start_storage_prefetch_wait, _prefetch_deadline_expired"),
     Switch("prefetch_limit_rule", "--prefetch-limit-rule", "with --l3: the prefetch rate limit",
            "managers/cache_controller.py: prefetch_rate_limited (prefetch_capacity_limit)"),
+    Switch("prefetch_anchor", "--prefetch-anchor", "with --l3: which matched prefixes a prefetch may extend",
+           "managers/scheduler.py: _prefetch_kvcache (is_backuped / is_root)"),
 )
-STORAGE_SWITCHES = ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule")  # apply with an L3 only
+# apply with an L3 only
+STORAGE_SWITCHES = ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule", "prefetch_anchor")
 SWITCHES = tuple(s.name for s in SWITCH_TABLE)
 PRESETS: dict[str, dict] = {}
 PD_PRESETS: dict[str, dict] = {}  # switches a preset sets differently under PD disaggregation
@@ -77,19 +80,20 @@ register_preset("reference", hit_count="per_request", backup_scope="node", backu
                 evict_size="shortfall", host_reclaim="leaves", load_back_threshold=0, free_list="fifo",
                 host_free_list=None, host_layout="layer_first", io_backend="direct", io_resolution="as_given",
                 host_sizing="refuse", prefetch_policy=DEFAULT_PREFETCH_POLICY, prefetch_timeout_start="issue",
-                prefetch_limit_rule="cut")
+                prefetch_limit_rule="cut", prefetch_anchor="any")
 # The HiRadixCache the seed tuned (mem_cache/hiradix_cache.py): every insert counts, so the double
 # insert under PD disaggregation degrades write_through_selective into write_through.
 register_preset("seed", hit_count="per_insert", backup_scope="node", backup_alloc="whole_chain", evict_size="whole",
                 host_reclaim="leaves", load_back_threshold=10, free_list=UPSTREAM_ORDERS["device"],
                 host_free_list=UPSTREAM_ORDERS["host"], host_layout="layer_first", io_backend="kernel",
                 io_resolution="as_given", host_sizing="refuse", prefetch_policy=DEFAULT_PREFETCH_POLICY,
-                prefetch_timeout_start="issue", prefetch_limit_rule="cut")
+                prefetch_timeout_start="issue", prefetch_limit_rule="cut", prefetch_anchor="any")
 register_preset("sglang-0.5.23", pd=dict(free_list="upstream_l1_sorted"), hit_count="per_request_insert",
                 backup_scope="path", backup_alloc="per_node", evict_size="demand_shortfall", host_reclaim="duplicates_first",
                 load_back_threshold=10, free_list="lifo", host_free_list=UPSTREAM_ORDERS["host"],
                 host_layout="page_first", io_backend="kernel", io_resolution="sglang", host_sizing="warn",
-                prefetch_policy="timeout", prefetch_timeout_start="first_blocked_poll", prefetch_limit_rule="decline")
+                prefetch_policy="timeout", prefetch_timeout_start="first_blocked_poll", prefetch_limit_rule="decline",
+                prefetch_anchor="backed_up")
 
 
 def preset_names() -> tuple[str, ...]:

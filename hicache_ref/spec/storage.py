@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hicache_ref.l3.policy import DEFAULT_PREFETCH_POLICY, PREFETCH_POLICIES, TIMEOUT_STARTS
-from hicache_ref.l3.tier import DEFAULT_THRESHOLD_TOKENS, LIMIT_RULES
+from hicache_ref.l3.tier import ANCHOR_RULES, DEFAULT_THRESHOLD_TOKENS, LIMIT_RULES
 from hicache_ref.spec.fields import fail, one_of, param, parse_int, parse_tokens, real, whole
 from hicache_ref.storage.objects import DEFAULT_KEY_SCHEME, DEFAULT_OBJECT_ORDER, KEY_SCHEMES
 from hicache_ref.storage.pages import OBJECT_ORDERS
@@ -60,6 +60,11 @@ class StorageSpec:
                                             "0.5 x L2 is in flight, never cut: sglang-0.5.23)",
                                             choices=tuple(LIMIT_RULES), shown_default="the preset's",
                                             commands=L3_COMMANDS)
+    prefetch_anchor: str | None = param(None, "--prefetch-anchor", "with --l3: any (a prefetch may extend any "
+                                        "match) or backed_up (only one whose last matched node has an L2 copy, "
+                                        "or none matched: sglang-0.5.23, which under write_back then asks L3 "
+                                        "nothing past an L1-only prefix)", choices=ANCHOR_RULES,
+                                        shown_default="the preset's", commands=L3_COMMANDS)
     prefetch_threshold: int | None = param(None, "--prefetch-threshold", "with --l3: fewer L3 tokens than this "
                                            "are not prefetched", parse=parse_int(0),
                                            shown_default=str(DEFAULT_THRESHOLD_TOKENS), commands=L3_COMMANDS)
@@ -96,7 +101,8 @@ class StorageSpec:
 
     def __post_init__(self):
         if self.l3 is None:
-            for name in ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule", "prefetch_threshold",
+            for name in ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule", "prefetch_anchor",
+                         "prefetch_threshold",
                          "prefetch_limit_tokens", "prefetch_slack_seconds", "l3_tokens", *_KEY_OPTIONS):
                 if getattr(self, name) is not None:
                     raise fail(self, name, "applies to an L3: give --l3 SPEC")
@@ -117,7 +123,8 @@ class StorageSpec:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
         for name, choices in (("prefetch_policy", tuple(PREFETCH_POLICIES)),
-                              ("prefetch_timeout_start", TIMEOUT_STARTS), ("prefetch_limit_rule", tuple(LIMIT_RULES))):
+                              ("prefetch_timeout_start", TIMEOUT_STARTS), ("prefetch_limit_rule", tuple(LIMIT_RULES)),
+                              ("prefetch_anchor", ANCHOR_RULES)):
             if getattr(self, name) is not None:
                 one_of(self, name, choices)
         whole(self, "prefetch_threshold", 0)

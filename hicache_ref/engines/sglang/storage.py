@@ -46,6 +46,9 @@ def refuse_unsupported(storage) -> None:
     if storage.prefetch_policy != "wait_complete":
         raise ValueError("--prefetch-policy: the sglang engine pins upstream's timing (every prefetch completes "
                          "before admission): give --prefetch-policy wait_complete")
+    if storage.prefetch_anchor != "backed_up":
+        raise ValueError("--prefetch-anchor: upstream's scheduler prefetches past a backed-up prefix only "
+                         "(give --prefetch-anchor backed_up, or leave it to the preset)")
     if storage.prefetch_slack_seconds:
         raise ValueError("--prefetch-slack-ms: the sglang engine models no queue time (give 0)")
 
@@ -177,6 +180,7 @@ def l3_figures(spec, backend, prefetch: StoragePrefetch, written: int) -> dict:
                 l3_modeled_stall_seconds=sum(link.read_seconds(p) for p in prefetch.reads),
                 l3_modeled_write_seconds=link.write_seconds(written), l3_last_error=None,
                 l3_prefetch_policy=st.prefetch_policy, l3_threshold_tokens=st.prefetch_threshold,
+                l3_anchor_rule=st.prefetch_anchor,
                 l3_link=link.report(), l3_lookups=prefetch.lookups,
                 l3_prefetches=len(prefetch.reads), l3_pages_read=read,
                 l3_pages_written=written, l3_corrupt_pages=0, l3_unverified_pages=read,  # no trailer upstream
