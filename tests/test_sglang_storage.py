@@ -32,9 +32,16 @@ def _spec(**over):
     (dict(prefetch_slack_seconds=0.01), "--prefetch-slack-ms"),
 ])
 def test_the_engine_refuses_what_upstreams_store_does_not_do_naming_the_option(over, option):
+    spec = _spec(**over)
     with pytest.raises(ValueError) as e:
-        storage.refuse_unsupported(_spec(**over).storage)
+        storage.refuse_unsupported(spec.storage, spec.semantics.overrides)
     assert str(e.value).startswith(f"{option}:") and "\n" not in str(e.value)
+
+
+def test_a_preset_that_models_no_gate_is_not_a_request_to_upstream():
+    spec = CacheSpec.preset("reference", **L3)  # its prefetch_anchor is "any": the reference's model
+    assert spec.storage.prefetch_anchor == "any" and "prefetch_anchor" not in spec.semantics.overrides
+    storage.refuse_unsupported(spec.storage, spec.semantics.overrides)
 
 
 def test_a_plain_file_store_is_upstreams_hicache_file_in_that_directory(tmp_path):

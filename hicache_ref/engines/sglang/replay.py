@@ -59,7 +59,7 @@ def refuse_unsupported(spec) -> None:
     if spec.tp.ranks is not None and spec.serving.concurrency is not None:
         raise ValueError("--tp: applies to a serial replay (one rank stands for the group); drop --concurrency")
     if spec.storage.l3 is not None:
-        storage.refuse_unsupported(spec.storage)
+        storage.refuse_unsupported(spec.storage, spec.semantics.overrides)
     if spec.tiers.ghost:
         raise ValueError("--ghost: not an SGLang switch")
     if not get_layout(spec.tiers.host_layout).upstream_direct and spec.tiers.io_backend == "direct":

@@ -26,8 +26,10 @@ POLL_SECONDS = 0.0002
 DEADLINE_SECONDS = 60.0  # a storage thread that takes longer than this is a failure, not a wait
 
 
-def refuse_unsupported(storage) -> None:
-    """ValueError naming the option the engine cannot run with an L3 (before anything is built)."""
+def refuse_unsupported(storage, overrides=()) -> None:
+    """ValueError naming the option the engine cannot run with an L3 (before anything is built);
+    `overrides`: the semantics switches given against the preset (a preset's own value of a switch
+    upstream has no setting for is the reference's model, not a request to upstream)."""
     name, args = split_spec(storage.l3)
     if name not in STORES:
         raise ValueError(f"--l3: the sglang engine runs upstream's own stores: file:DIR (HiCacheFile); "
@@ -46,9 +48,9 @@ def refuse_unsupported(storage) -> None:
     if storage.prefetch_policy != "wait_complete":
         raise ValueError("--prefetch-policy: the sglang engine pins upstream's timing (every prefetch completes "
                          "before admission): give --prefetch-policy wait_complete")
-    if storage.prefetch_anchor != "backed_up":
+    if storage.prefetch_anchor != "backed_up" and "prefetch_anchor" in overrides:
         raise ValueError("--prefetch-anchor: upstream's scheduler prefetches past a backed-up prefix only "
-                         "(give --prefetch-anchor backed_up, or leave it to the preset)")
+                         "(give --prefetch-anchor backed_up, or leave it out)")
     if storage.prefetch_slack_seconds:
         raise ValueError("--prefetch-slack-ms: the sglang engine models no queue time (give 0)")
 
@@ -180,7 +182,7 @@ def l3_figures(spec, backend, prefetch: StoragePrefetch, written: int) -> dict:
                 l3_modeled_stall_seconds=sum(link.read_seconds(p) for p in prefetch.reads),
                 l3_modeled_write_seconds=link.write_seconds(written), l3_last_error=None,
                 l3_prefetch_policy=st.prefetch_policy, l3_threshold_tokens=st.prefetch_threshold,
-                l3_anchor_rule=st.prefetch_anchor,
+                l3_anchor_rule="backed_up",  # upstream's own rule, whatever the preset models
                 l3_link=link.report(), l3_lookups=prefetch.lookups,
                 l3_prefetches=len(prefetch.reads), l3_pages_read=read,
                 l3_pages_written=written, l3_corrupt_pages=0, l3_unverified_pages=read,  # no trailer upstream
