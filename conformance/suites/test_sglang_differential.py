@@ -172,3 +172,41 @@ def test_l3_matches_sglang_request_by_request(case, slices, tmp_path):
         assert sum(r.l3_hit for r in up) > 0  # the slice reads from L3: the case checks something
     # both wrote the same objects: upstream's names, one file per page
     assert sorted(p.name for p in (tmp_path / "ref").iterdir()) == sorted(p.name for p in (tmp_path / "sglang").iterdir())
+
+
+@pytest.mark.parametrize("writer", ["sglang", "reference"])
+@pytest.mark.parametrize("layout", ["page_first", "page_first_direct", "layer_first"])
+def test_a_store_either_engine_filled_serves_the_other_byte_for_byte(writer, layout, slices, tmp_path):
+    """One engine fills a file store on the slice, the other replays the slice from it: the reader
+    hits L3 from its first request and every loaded prefix holds the writer's KV (kv_mismatch_tokens,
+    checked on both engines against what compute wrote). Upstream's objects, in its host layout."""
+    from conformance.suites import sglang_diff
+    from hicache_ref.engines.sglang.replay import replay_sglang
+    from hicache_ref.sim.replay import replay
+
+    requests = slices["synthetic_trace.jsonl"]
+    io = "direct" if layout == "layer_first" else "kernel"
+    spec = sglang_diff.spec_for(requests, 16, "write_through", True, False, host_layout=layout, io_backend=io,
+                                object_layout=layout, **sglang_diff.l3_switches(tmp_path / "store"))
+    spec = spec.replace(l2_tokens=2 * spec.tiers.l1_tokens)
+    run = {"sglang": lambda: replay_sglang(spec, list(requests)), "reference": lambda: replay(spec, list(requests))}
+    first = run[writer]()
+    assert first["l3_bytes_written"] > 0 and first["kv_mismatch_tokens"] == 0
+    second = run["reference" if writer == "sglang" else "sglang"]()
+    assert second["l3_hit_tokens"] > first["l3_hit_tokens"]  # the store was full before it started
+    assert second["kv_mismatch_tokens"] == 0
+
+
+def test_the_engine_counts_a_hit_whose_kv_compute_never_wrote(slices, monkeypatch):
+    """The engine's check is live: with compute's writes dropped, the prefixes upstream loads back
+    from L2 hold zeros, and every hit token past L1's counts as mismatched."""
+    from conformance.suites import sglang_diff
+    from hicache_ref.engines.sglang import kv
+    from hicache_ref.engines.sglang.replay import replay_sglang
+
+    requests = slices["conversation_trace.jsonl"]
+    spec = sglang_diff.spec_for(requests, 16, "write_through", True, False, materialize=True)
+    clean = replay_sglang(spec, list(requests))
+    assert clean["l2_hit_tokens"] > 0 and clean["kv_mismatch_tokens"] == 0
+    monkeypatch.setattr(kv.UpstreamKV, "write", lambda self, tokens, start, slots: None)
+    assert replay_sglang(spec, list(requests))["kv_mismatch_tokens"] >= clean["l2_hit_tokens"]

@@ -29,15 +29,19 @@ class UpstreamResult(NamedTuple):
     l3_hit_tokens: int = 0
     evicted_tokens: int = 0  # L1 tokens this request's evictions freed (upstream's own count)
     host_evicted_tokens: int = 0  # L2 tokens freed, likewise
+    kv_mismatch_tokens: int = 0  # hit tokens whose loaded KV is not what compute wrote (with kv)
 
 
 class RequestDriver:
     """Runs requests on an UpstreamCache (hicache_ref.engines.sglang.build)."""
 
-    def __init__(self, upstream, pd_disagg: bool, l3: bool = False):
+    def __init__(self, upstream, pd_disagg: bool, l3: bool = False, kv: bool = False):
+        """`l3`: upstream's cache has a store (its L3 steps run); `kv`: write synthetic KV into the
+        device pool and check every serial request's hit against it (materialized replays)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
 
+        from hicache_ref.engines.sglang.kv import UpstreamKV
         from hicache_ref.engines.sglang.storage import StoragePrefetch
         from hicache_ref.engines.sglang.tally import EvictionTally
 
@@ -49,6 +53,7 @@ class RequestDriver:
         self._rid = 0
         # upstream's L3 steps, when its cache has a store (hicache_ref.engines.sglang.storage)
         self.l3 = StoragePrefetch(upstream.cache, self.ps) if l3 else None
+        self.kv = UpstreamKV(upstream.kv_pool) if kv else None
 
     def settle(self) -> None:
         """A scheduler step's start: upstream's own per-step poll (check_hicache_events) takes
@@ -124,7 +129,7 @@ class RequestDriver:
             if loaded and submit_loads:
                 cache.ready_to_load_host_cache()
         lock = cache.lock(node)
-        cached_len = 0
+        cached_len = mismatch = 0
         try:
             prefix = l1 + l2
             need = -(-(n - prefix) // ps) * ps
@@ -138,9 +143,14 @@ class RequestDriver:
                 take = 0
             truncated = take < need
             cached_len = min(full, prefix + take)
+            dev = self._path_indices(node, prefix) if cached_len > 0 or self.kv is not None else None
+            if self.kv is not None:
+                if submit_loads:  # a served step's loads land at its end: checked serially only
+                    mismatch = self.kv.mismatches(ids[:prefix], dev)
+                if new is not None:
+                    self.kv.write(ids[prefix:], prefix, new.numpy())
             if cached_len > 0:
                 kept = cached_len - prefix
-                dev = self._path_indices(node, prefix)
                 value = np.concatenate([dev, new[:kept].numpy()]) if kept else dev
                 key = RadixKey(array("q", ids[:cached_len].tobytes()))
                 vt = torch.as_tensor(value, dtype=torch.int64)
@@ -158,7 +168,7 @@ class RequestDriver:
         ev = self.evictions
         l3 = min(from_l3, l2)  # loaded to L1 with the rest of the host hit (as the reference counts)
         return UpstreamResult(n, l1, l2 - l3, unloaded, truncated, l3, evicted_tokens=ev.device_tokens - ev0[0],
-                              host_evicted_tokens=ev.host_tokens - ev0[1]), cached_len
+                              host_evicted_tokens=ev.host_tokens - ev0[1], kv_mismatch_tokens=mismatch), cached_len
 
     def _demand(self, prefix: int, n: int) -> int:
         """Tokens upstream's allocation evicts for: the extend (page 1), else the extend plus a

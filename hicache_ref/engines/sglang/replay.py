@@ -144,7 +144,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     up = None
     try:
         up = build(run_spec, backend, l1, l2)
-        driver = RequestDriver(up, serving.pd_disagg, l3=spec.storage.l3 is not None)
+        driver = RequestDriver(up, serving.pd_disagg, l3=spec.storage.l3 is not None, kv=spec.tiers.materialize)
         stored_before = storage.stored_objects(spec.storage)
         seen = None if on_request is None else (lambda i, res: on_request(i, res, pricer.tallies))
         if serving.concurrency is not None:
@@ -154,6 +154,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
                 res = driver.request(tokens)
                 count_request(totals, res)
                 totals["l3_hit_tokens"] += res.l3_hit_tokens
+                totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
                 tally.add(res)
                 if seen is not None:
                     seen(i, res)
