@@ -26,7 +26,9 @@ NOT_RUN_PREFIX = (
     else "NOT RUN on engine sglang: --l1-tokens: the sglang engine needs ~"
 )
 REFUSED = {"l3_pooled", "per_request_hits", "plateau_capacity"}  # the model L3 (and the ghost list) on top
-L3_NOT_RUN = "NOT RUN on engine sglang: --l3: the sglang engine runs L1 and L2 only"
+# the L3 rung prices a model: store, which upstream has no counterpart of
+L3_NOT_RUN = ("NOT RUN on engine sglang: --l3: the sglang engine runs upstream's own stores: file:DIR "
+              "(HiCacheFile); model: is the reference engine's")
 ARGS = ["ablate", "--limit", "20", "--layers", "1", "--kv-dim", "128", "--quiet", "--json"]
 
 
