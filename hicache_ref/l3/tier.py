@@ -62,7 +62,7 @@ class L3Tier:
         self.policy = policy if policy is not None else make_prefetch_policy(
             spec.prefetch_policy or DEFAULT_PREFETCH_POLICY, spec.prefetch_timeout_start or "issue")
         self.limit_rule = spec.prefetch_limit_rule or "cut"
-        self.anchor_rule = getattr(spec, "prefetch_anchor", None) or "any"
+        self.anchor_rule = spec.prefetch_anchor or "any"
         self.storage, self.tree, self.host, self.geom, self.key_fn = storage, tree, host_pool, geom, key_fn
         self.moves_bytes = getattr(storage, "moves_bytes", True)
         self.ps = geom.page_size

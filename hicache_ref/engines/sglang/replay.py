@@ -178,11 +178,10 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     if narrow:
         fig["geometry"] = dict(fig["geometry"], engine_rows=run_spec.geometry.config())
     fig["registered_bytes"] = host_bytes
-    if serving.concurrency is not None:  # the reference's served keys: no L3 keys without an L3
+    if serving.concurrency is not None:  # the reference's served keys: no L3 keys (a real store is serial only)
         fig.update(served_figures(serving, *served))
-        if driver.l3 is None:
-            for k in ("l3", "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written"):
-                fig.pop(k, None)
+        for k in ("l3", "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written"):
+            fig.pop(k, None)
     fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
     return fig
 
