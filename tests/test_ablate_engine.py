@@ -28,7 +28,7 @@ NOT_RUN_PREFIX = (
 REFUSED = {"l3_pooled", "per_request_hits", "plateau_capacity"}  # the model L3 (and the ghost list) on top
 # the L3 rung prices a model: store, which upstream has no counterpart of
 L3_NOT_RUN = ("NOT RUN on engine sglang: --l3: the sglang engine runs upstream's own stores: file:DIR "
-              "(HiCacheFile); model: is the reference engine's")
+              "(HiCacheFile) or mooncake:... (MooncakeStore); model: is the reference engine's")
 ARGS = ["ablate", "--limit", "20", "--layers", "1", "--kv-dim", "128", "--quiet", "--json"]
 
 

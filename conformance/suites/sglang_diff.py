@@ -121,9 +121,9 @@ def reference_rows(spec: CacheSpec, requests, l3_pages: dict | None = None) -> l
     return rows
 
 
-def sglang_rows(spec: CacheSpec, requests, l3_pages: dict | None = None) -> list[Row]:
+def sglang_rows(spec: CacheSpec, requests, l3_pages: dict | None = None, figures: dict | None = None) -> list[Row]:
     """The sglang engine, one row per request from its per-request callback (`l3_pages`: as
-    reference_rows, from its figures)."""
+    reference_rows, from its figures; `figures`, when given, gets all of them)."""
     from hicache_ref.engines.sglang.replay import replay_sglang
 
     token_bytes = spec.geometry.token_bytes
@@ -138,6 +138,8 @@ def sglang_rows(spec: CacheSpec, requests, l3_pages: dict | None = None) -> list
     fig = replay_sglang(spec, list(requests), on_request=on_request)
     if l3_pages is not None and fig.get("l3"):
         l3_pages.update({k: fig[k] for k in L3_PAGES})
+    if figures is not None:
+        figures.update(fig)
     return rows
 
 

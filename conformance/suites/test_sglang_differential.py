@@ -174,6 +174,52 @@ def test_l3_matches_sglang_request_by_request(case, slices, tmp_path):
     assert sorted(p.name for p in (tmp_path / "ref").iterdir()) == sorted(p.name for p in (tmp_path / "sglang").iterdir())
 
 
+# L3 on Mooncake: upstream's MooncakeStore against the reference's Mooncake client, each on a loopback
+# cluster of its own (mooncake:auto), on the cases the file store runs at page 16 without PD, and
+# one of MHA pools (K and V objects a page).
+MOONCAKE_CASES = [dict(c, store="mooncake") for c in L3_CASES if c["page"] == 16 and not c["pd"]] + \
+    [dict(trace="conversation_trace.jsonl", policy="write_through", tight=True, page=16, pd=False, l3=True,
+          store="mooncake", mha=True)]
+
+
+def _mooncake_params():
+    from hicache_ref.storage.mooncake_cluster import unavailable_reason as mooncake_unavailable
+
+    why = mooncake_unavailable()
+    for c in MOONCAKE_CASES:
+        cid = "mooncake-" + case_id(c) + ("-mha" if c.get("mha") else "")
+        marks = [pytest.mark.xfail(reason=KNOWN_MISMATCHES[case_id(c)], strict=True)] if case_id(c) in KNOWN_MISMATCHES else []
+        if why is not None:
+            marks.append(pytest.mark.skip(reason=f"mooncake: {why}"))
+        yield pytest.param(c, id=cid, marks=marks)
+
+
+@pytest.mark.parametrize("case", list(_mooncake_params()))
+def test_mooncake_l3_matches_sglang_request_by_request(case, slices):
+    """Upstream's MooncakeStore (its batch exists, its zero-copy puts and gets on the host pool it
+    registered, its warmup key) against the reference's Mooncake client on upstream's keys: the
+    same rows as the file store's cases, the same pages read and written over the run, and every
+    page upstream read back from the cluster holds the KV compute wrote (kv_mismatch_tokens)."""
+    from conformance.suites import sglang_diff
+
+    requests = slices[case["trace"]]
+    geometry = sglang_diff.MHA_GEOMETRY if case.get("mha") else {}
+    spec = sglang_diff.spec_for(requests, case["page"], case["policy"], case["tight"], case["pd"], **geometry,
+                                **dict(sglang_diff.l3_switches("unused"), l3="mooncake:auto"))
+    spec = spec.replace(l2_tokens=2 * spec.tiers.l1_tokens)
+    ref_pages, up_pages, up_fig = {}, {}, {}
+    ref = sglang_diff.reference_rows(spec, requests, ref_pages)
+    up = sglang_diff.sglang_rows(spec, requests, up_pages, up_fig)
+    diff = sglang_diff.diff_summary(ref, up)
+    assert not diff, diff
+    assert ref_pages == up_pages and up_pages["l3_pages_written"] > 0
+    assert up_fig["l3_storage"] == "mooncake" and up_fig["kv_mismatch_tokens"] == 0
+    if (case["trace"], case["policy"]) in L3_UNASKED:
+        assert sum(r.l3_hit for r in up) == 0
+    else:
+        assert sum(r.l3_hit for r in up) > 0 and up_pages["l3_pages_read"] > 0
+
+
 @pytest.mark.parametrize("writer", ["sglang", "reference"])
 @pytest.mark.parametrize("layout", ["page_first", "page_first_direct", "layer_first"])
 def test_a_store_either_engine_filled_serves_the_other_byte_for_byte(writer, layout, slices, tmp_path):

@@ -101,7 +101,7 @@ class MooncakeStorage(StorageBackend):
         self._cluster = cluster
         self._store = store_class()
         before = set(listeners(os.getpid()))
-        with _advertising(host) as advertised:
+        with advertising(host) as advertised:
             rc = self._store.setup(host, metadata_url, segment, buffer, "tcp", "", master_addr)
         self.advertised_address = advertised  # where peers reach this client's RPC and data ports
         if rc != 0:
@@ -111,7 +111,7 @@ class MooncakeStorage(StorageBackend):
         self.in_place_reads = 0  # objects `_read_digested` read from this client's segment
         self.exposed_listeners = sorted((a, p) for a, p in set(listeners(os.getpid())) - before
                                         if a not in LOOPBACK)
-        _warn_exposed(self.exposed_listeners)
+        warn_exposed(self.exposed_listeners)
         self._arena = torch.empty(buffer, dtype=torch.uint8)
         self._arena_np = self._arena.numpy()
         self._registered: list[tuple[int, int]] = []
@@ -335,7 +335,7 @@ _warned = False
 
 
 @contextlib.contextmanager
-def _advertising(host: str):
+def advertising(host: str):
     """MC_TCP_BIND_ADDRESS = `host` while one client's setup reads it (a user's own value wins), then
     as it was: it is process-wide, and another client may name another host."""
     with _advertise_lock:
@@ -350,7 +350,7 @@ def _advertising(host: str):
                 os.environ[ADVERTISE_ENV] = mine
 
 
-def _warn_exposed(exposed: list[tuple[str, int]]) -> None:
+def warn_exposed(exposed: list[tuple[str, int]]) -> None:
     """One stderr line per process naming the listeners the client opened beyond loopback."""
     global _warned
     if exposed and not _warned:

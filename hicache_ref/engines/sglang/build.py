@@ -16,18 +16,22 @@ ROPE_DIM = 64  # the MLA latent's rope part; the rest of --kv-dim is the lora ra
 class UpstreamCache:
     """The built cache, its allocator and the device pool (what the request driver uses)."""
 
-    def __init__(self, cache, allocator, kv_pool, l1: int, l2: int):
+    def __init__(self, cache, allocator, kv_pool, l1: int, l2: int, store=None):
         self.cache, self.allocator, self.kv_pool, self.l1, self.l2 = cache, allocator, kv_pool, l1, l2
+        self.store = store  # hicache_ref.engines.sglang.stores.UpstreamStore, or None without an L3
 
     def close(self) -> None:
-        """Stop upstream's controller threads and release the host pool."""
+        """Stop upstream's controller threads, release its store client, then the host pool its
+        client registered."""
         import atexit
 
         atexit.unregister(self.cache.shutdown)
         self.cache.shutdown()
+        if self.store is not None:
+            self.store.detach()
         self.cache.release_host_resources()
         kernel_shim.clear_buffers()
-        if self.cache.enable_storage:
+        if self.store is not None:
             storage.clear_rank()
 
 
@@ -37,7 +41,7 @@ def host_ratio(l1: int, l2: int, page_size: int) -> float:
     return (l2 - page_size + 0.5) / l1
 
 
-def server_args(spec, l1: int, l2: int):
+def server_args(spec, l1: int, l2: int, store=None):
     """The server's arguments for the spec, resolved as a launch resolves them: upstream's own
     `handle_hicache` (page_first with direct becomes page_first_direct, page_first_direct with
     kernel runs direct, ...), its decisions applied as publishing the arguments applies them."""
@@ -50,15 +54,16 @@ def server_args(spec, l1: int, l2: int):
                       hicache_mem_layout=t.host_layout, hicache_write_policy=t.write_policy,
                       hicache_ratio=host_ratio(l1, l2, spec.page_size), hicache_size=0,
                       hicache_storage_prefetch_policy="wait_complete", enable_hierarchical_cache=True,
-                      **storage.server_fields(spec.storage))
+                      **(store.server_fields() if store is not None else {}))
     handle_hicache(args)
     for name, value in _declaration_overlay(args).items():
         setattr(args, name, value)
     return args
 
 
-def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
-    """Upstream's cache of `l1` device and `l2` host tokens on `backend` (both page multiples)."""
+def build(spec, backend, l1: int, l2: int, store=None) -> UpstreamCache:
+    """Upstream's cache of `l1` device and `l2` host tokens on `backend` (both page multiples),
+    attached to `store` (hicache_ref.engines.sglang.stores, opened for spec.storage) when given."""
     from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
@@ -71,7 +76,7 @@ def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
     if missing:
         raise RuntimeError(f"hal.transfer.kvcacheio lacks ops SGLang imports: {', '.join(missing)}")
     memory.install_host_allocator(backend)
-    args = server_args(spec, l1, l2)
+    args = server_args(spec, l1, l2, store)
     set_global_server_args_for_scheduler(args)
     dtype = DTYPES[g.dtype]
     pool_class = memory.device_kv_pool_class(backend, g.attention)
@@ -92,9 +97,17 @@ def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
     params = CacheInitParams(req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator, page_size=ps,
                              disable=False, tree_components=(ComponentType.FULL,), eviction_policy="lru")
     cache = UnifiedRadixCache(params=params)
-    if spec.storage.l3 is not None:
+    if store is not None:
         storage.stamp_one_rank()
-    cache.init_hicache(args, params)
+        try:
+            with store.attaching():
+                cache.init_hicache(args, params)
+            store.attach(cache)
+        except BaseException:
+            storage.clear_rank()
+            raise
+    else:
+        cache.init_hicache(args, params)
     host = cache.cache_controller.mem_pool_host
     kernel_shim.register_buffers(layer_buffers)
     for entry in host.entries:  # SGLang groups its host pools; the KV one is the anchor
@@ -103,7 +116,8 @@ def build(spec, backend, l1: int, l2: int) -> UpstreamCache:
         # makes with pin_memory=True would ask CUDA for pinned memory a CPU box does not have.
         pool.pin_memory = False
         kernel_shim.register_buffers(getattr(pool, "data_refs", None) or pool.k_data_refs + pool.v_data_refs)
+    up = UpstreamCache(cache, allocator, kv_pool, l1, l2, store)
     if host.size != l2:
-        cache.shutdown()
+        up.close()
         raise RuntimeError(f"SGLang sized the host pool at {host.size} tokens, not the spec's {l2}")
-    return UpstreamCache(cache, allocator, kv_pool, l1, l2)
+    return up

@@ -42,7 +42,7 @@ class RequestDriver:
         from sglang.srt.sampling.sampling_params import SamplingParams
 
         from hicache_ref.engines.sglang.kv import UpstreamKV
-        from hicache_ref.engines.sglang.storage import StoragePrefetch
+        from hicache_ref.engines.sglang.prefetch import StoragePrefetch
         from hicache_ref.engines.sglang.tally import EvictionTally
 
         self.up, self.pd = upstream, pd_disagg
@@ -51,7 +51,7 @@ class RequestDriver:
         self._req = lambda rid: Req(rid=str(rid), origin_input_text="", origin_input_ids=array("q"),
                                     sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
         self._rid = 0
-        # upstream's L3 steps, when its cache has a store (hicache_ref.engines.sglang.storage)
+        # upstream's L3 steps, when its cache has a store (hicache_ref.engines.sglang.prefetch)
         self.l3 = StoragePrefetch(upstream.cache, self.ps) if l3 else None
         self.kv = UpstreamKV(upstream.kv_pool) if kv else None
 

@@ -16,7 +16,9 @@ from hal.transfer import kvcacheio as hal_kvcacheio
 from hal.transfer.direction import POOL_DIRECTIONS
 from hal.transfer.layout_registry import get_layout
 from hicache_ref.engines.sglang import kernel_shim, storage
+from hicache_ref.engines.sglang.prefetch import l3_figures
 from hicache_ref.engines.sglang.pricing import FullGeometryPricer, narrow_spec
+from hicache_ref.engines.sglang.stores import open_store
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
 from hicache_ref.sim.serving import served_figures
@@ -141,11 +143,11 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
     token_bytes = spec.geometry.token_bytes  # every layer, K and V (MHA, all heads) or the latent (MLA)
     t0 = time.perf_counter()
-    up = None
+    up = store = None
     try:
-        up = build(run_spec, backend, l1, l2)
-        driver = RequestDriver(up, serving.pd_disagg, l3=spec.storage.l3 is not None, kv=spec.tiers.materialize)
-        stored_before = storage.stored_objects(spec.storage)
+        store = open_store(spec.storage)  # mooncake:auto starts its cluster here
+        up = build(run_spec, backend, l1, l2, store)
+        driver = RequestDriver(up, serving.pd_disagg, l3=store is not None, kv=spec.tiers.materialize)
         seen = None if on_request is None else (lambda i, res: on_request(i, res, pricer.tallies))
         if serving.concurrency is not None:
             served = run_steps(requests, serving, UpstreamSteps(driver, totals, tally, seen))
@@ -159,13 +161,15 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
                 if seen is not None:
                     seen(i, res)
             driver.settle()
-        written = storage.stored_objects(spec.storage) - stored_before
+        written = store.written() if store is not None else 0
         host_bytes = sum(e.host_pool.kv_buffer.nbytes for e in up.cache.cache_controller.mem_pool_host.entries)
         # the host pool the spec's rows would register: the same slots, each row as wide as the spec's
         host_bytes = host_bytes // run_spec.geometry.token_bytes * token_bytes
     finally:
         if up is not None:
             up.close()
+        if store is not None:
+            store.close()
         kernel_shim.PRICER = None
         hal_kvcacheio.set_backend(None)
         if own_backend:
@@ -173,7 +177,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     wall = time.perf_counter() - t0
     fig = figures(totals, _Figured(_Stats(pricer.tallies, token_bytes)), wall, read_seconds, tally, None,
                   run_config(spec, backend, l1, l2))
-    fig.update(storage.l3_figures(spec, backend, driver.l3, written) if driver.l3 is not None else
+    fig.update(l3_figures(spec, backend, driver.l3, written) if driver.l3 is not None else
                dict(l3=None, l3_errors=0, l3_bytes_read=0, l3_bytes_written=0))
     if narrow:
         fig["geometry"] = dict(fig["geometry"], engine_rows=run_spec.geometry.config())
