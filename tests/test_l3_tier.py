@@ -108,6 +108,39 @@ def test_the_decline_rule_never_cuts_a_prefetch(seeded):
         assert c.l3.figures()["l3_rate_limited"] == 0 and c.l3.figures()["l3_limit_rule"] == "decline"
 
 
+SMALL = [np.arange(20000 + 100 * i, 20000 + 100 * i + 8, dtype=np.uint32) for i in range(9)]  # 2 pages each
+
+
+def test_a_short_l2_evicts_by_the_whole_prefetch_as_upstream(seeded):
+    # 0.5.23's allocate_storage_hit: a failed host allocation evicts L2 by the whole hit, not the
+    # shortfall. 9 two-page prompts under write_through: L1 (10 pages) holds the last 5, L2 (24 pages)
+    # all 18, so 6 pages are free and the first 4 prompts (8 pages) are host-only leaves. A's 10 pages
+    # evict all 4 (a shortfall of 4 pages would take 2), leaving 6 + 8 - 10 = 4 pages free.
+    with _Cache(seeded, l1=40, l2=96) as c:
+        for s in SMALL:
+            c.request(s)
+        c.settle()
+        assert c.tree.host.available_pages == 6
+        assert c.request(A).l3_hit_tokens == 40
+        assert c.tree.host.available_pages == 4
+        again = c.request(SMALL[2])  # its host copy went with the eviction: read from L3 instead
+        assert (again.l2_hit_tokens, again.l3_hit_tokens) == (0, 8)
+
+
+@pytest.mark.parametrize("threshold, l3_tokens", [(8, 8), (12, 0)])
+def test_a_partial_host_allocation_needs_the_threshold(seeded, threshold, l3_tokens):
+    # L1 and L2 hold the same 5 prompts (nothing host-only to evict), 2 pages (8 tokens) free: upstream
+    # takes them when they reach the prefetch threshold, else declines for host capacity.
+    with _Cache(seeded, l1=40, l2=48, threshold_tokens=threshold) as c:
+        for s in SMALL[:5]:
+            c.request(s)
+        c.settle()
+        assert c.tree.host.available_pages == 2
+        assert c.request(A).l3_hit_tokens == l3_tokens
+        fig = c.l3.figures()
+    assert (fig["l3_prefetches"], fig["l3_no_host_room"]) == ((1, 0) if l3_tokens else (0, 1))
+
+
 def test_a_second_request_finds_prefetched_pages_in_l2_or_l1(seeded):
     with _Cache(seeded) as c:
         assert c.request(A).l3_hit_tokens == 40

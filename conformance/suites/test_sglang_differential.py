@@ -65,11 +65,7 @@ def case_id(c: dict) -> str:
 
 # case id -> why it differs (the diff, summarised), for a mismatch the preset does not model yet.
 # Empty: every case matches exactly at the pin. A new release's diffs go here while its preset catches up.
-_HOST_PAGE = ("requests 19 and 20 swap one page of L2 eviction (upstream evicts 16 tokens more for "
-              "request 19's prefetch and 16 fewer for request 20's, equal totals): where upstream's prefetch "
-              "allocation (allocate_storage_hit with evict_host) rounds its host demand is not modeled yet")
-KNOWN_MISMATCHES: dict[str, str] = {"synthetic-write_through-tight-p16-l3": _HOST_PAGE,
-                                    "synthetic-write_through-tight-p16-pd-l3": _HOST_PAGE}
+KNOWN_MISMATCHES: dict[str, str] = {}
 
 
 def _params(cases):

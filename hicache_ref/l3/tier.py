@@ -202,12 +202,8 @@ class L3Tier:
             self.counters["l3_rate_limited"] += 1
         if used * ps < max(self.threshold, 1):
             return match, 0
-        lock_path(tree.root, match.last_host_node)  # host eviction must not take the matched path
-        try:
-            pages = tree.tiers.take_pages(tree.host, used, tree.tiers.evict_host, partial=True)
-        finally:
-            unlock_path(tree.root, match.last_host_node)
-        if pages is None or len(pages) == 0:
+        pages = self._host_pages(match, used)
+        if pages is None:
             self.counters["l3_no_host_room"] += 1
             return match, 0
         used = len(pages)
@@ -233,6 +229,24 @@ class L3Tier:
         self.counters["l3_pages_read"] += got
         self.stall_seconds += max(0.0, self.link.read_seconds(used) - self.slack)  # it waited for all it asked
         return insert_host_pages(tree, data, match, pages[:got], hashes), got
+
+    def _host_pages(self, match, used: int):
+        """Host pages for `used` prefetched pages, as upstream's allocate_storage_hit: short, evict
+        L2 by the whole hit (not the shortfall) and retry, then take what is free if that is at least
+        the threshold; None when it is not."""
+        tree, ps = self.tree, self.ps
+        lock_path(tree.root, match.last_host_node)  # host eviction must not take the matched path
+        try:
+            pages = tree.host.alloc_pages(used)
+            if pages is None:
+                tree.tiers.evict_host(used * ps)
+                pages = tree.host.alloc_pages(used)
+            if pages is None:
+                free = min(used, tree.host.available_pages)
+                pages = tree.host.alloc_pages(free) if free and free * ps >= self.threshold else None
+        finally:
+            unlock_path(tree.root, match.last_host_node)
+        return pages
 
     def hit(self, pages: int) -> None:
         """The request loaded `pages` of its prefetched pages to L1 (they count as L3 hits)."""
