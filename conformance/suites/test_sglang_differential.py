@@ -239,15 +239,19 @@ def test_a_store_either_engine_filled_serves_the_other_byte_for_byte(writer, lay
     assert second["kv_mismatch_tokens"] == 0
 
 
-def test_the_engine_counts_a_hit_whose_kv_compute_never_wrote(slices, monkeypatch):
-    """The engine's check is live: with compute's writes dropped, the prefixes upstream loads back
-    from L2 hold zeros, and every hit token past L1's counts as mismatched."""
+@pytest.mark.parametrize("concurrency", [None, 4], ids=["serial", "served-c4"])
+def test_the_engine_counts_a_hit_whose_kv_compute_never_wrote(slices, monkeypatch, concurrency):
+    """The engine's check is live, serial and served (a step's hits checked once its merged loads
+    landed): with compute's writes dropped, the prefixes upstream loads back from L2 hold zeros,
+    and every hit token past L1's counts as mismatched."""
     from conformance.suites import sglang_diff
     from hicache_ref.engines.sglang import kv
     from hicache_ref.engines.sglang.replay import replay_sglang
 
     requests = slices["conversation_trace.jsonl"]
     spec = sglang_diff.spec_for(requests, 16, "write_through", True, False, materialize=True)
+    if concurrency is not None:
+        spec = spec.replace(concurrency=concurrency)
     clean = replay_sglang(spec, list(requests))
     assert clean["l2_hit_tokens"] > 0 and clean["kv_mismatch_tokens"] == 0
     monkeypatch.setattr(kv.UpstreamKV, "write", lambda self, tokens, start, slots: None)

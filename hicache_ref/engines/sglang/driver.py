@@ -54,6 +54,7 @@ class RequestDriver:
         # upstream's L3 steps, when its cache has a store (hicache_ref.engines.sglang.prefetch)
         self.l3 = StoragePrefetch(upstream.cache, self.ps) if l3 else None
         self.kv = UpstreamKV(upstream.kv_pool) if kv else None
+        self._unchecked: list = []  # a served step's hits (tokens, slots), checked once its loads land
 
     def settle(self) -> None:
         """A scheduler step's start: upstream's own per-step poll (check_hicache_events) takes
@@ -82,11 +83,15 @@ class RequestDriver:
         m = self.up.cache.match_prefix(self._match_params(ids[:cached_len]))
         return res, self.up.cache.lock(m.last_device_node)
 
-    def end_batch(self) -> None:
+    def end_batch(self) -> int:
         """A batch's end: its loads submitted as one merged job (upstream's ready_to_load_host_cache,
-        once per batch), then its queued backups as one (flush_pending_backups, after the forward)."""
+        once per batch), then its queued backups as one (flush_pending_backups, after the forward).
+        With kv: the hit tokens of the step's prefills whose KV is not what compute wrote, checked
+        once the loads landed (each prefix stayed locked since its prefill); else 0."""
         self.up.cache.ready_to_load_host_cache()
         self.up.cache.flush_pending_backups()
+        unchecked, self._unchecked = self._unchecked, []
+        return sum(self.kv.mismatches(tokens, slots) for tokens, slots in unchecked)
 
     def release(self, lock) -> None:
         """The request no longer holds its prefix (finished, or handed off under PD)."""
@@ -145,8 +150,10 @@ class RequestDriver:
             cached_len = min(full, prefix + take)
             dev = self._path_indices(node, prefix) if cached_len > 0 or self.kv is not None else None
             if self.kv is not None:
-                if submit_loads:  # a served step's loads land at its end: checked serially only
+                if submit_loads:
                     mismatch = self.kv.mismatches(ids[:prefix], dev)
+                elif prefix:  # a served step's loads land at its end: checked there (end_batch)
+                    self._unchecked.append((ids[:prefix], dev))
                 if new is not None:
                     self.kv.write(ids[prefix:], prefix, new.numpy())
             if cached_len > 0:

@@ -34,7 +34,7 @@ class UpstreamSteps:
         return lock
 
     def end_batch(self, locks: list) -> None:
-        self.driver.end_batch()
+        self.totals["kv_mismatch_tokens"] += self.driver.end_batch()  # 0 unless materialized
 
     def release(self, lock) -> None:
         self.driver.release(lock)
