@@ -54,6 +54,29 @@ def test_many_objects_and_segments_in_one_call():
     assert got[-1] == xxhash.xxh3_128(data[:3].tobytes() + data[7:16].tobytes()).digest()
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3, 7, 64])
+def test_objects_spread_over_threads_give_each_object_its_own_digest(threads):
+    """Split by bytes across threads (uneven objects, empty ones at both ends and between):
+    every object's copy and digest as on one thread, in the caller's order."""
+    rng = np.random.default_rng(11)
+    data = rng.integers(0, 256, 3 << 20, dtype=np.uint8)
+    out = np.zeros_like(data)
+    cuts = [(0, 0), (0, 1 << 20), (1 << 20, (1 << 20) + 5), (2 << 20, 2 << 20), ((1 << 20) + 5, 3 << 20), (7, 7)]
+    objects = [(f"k{i}".encode(), [_addr(data[a:])] if b > a else [], [_addr(out[a:])] if b > a else [],
+                [b - a] if b > a else []) for i, (a, b) in enumerate(cuts)]
+    got = digestcopy.copy_digest(objects, threads=threads)
+    assert got == [xxhash.xxh3_128(f"k{i}".encode() + data[a:b].tobytes()).digest() for i, (a, b) in enumerate(cuts)]
+    assert np.array_equal(out, data)
+
+
+def test_trailers_in_one_call_equal_each_pages_own():
+    pool = random_pool(MLA, "layer_first", seed=4)
+    items = [(f"k{p}", pages.page_runs(pool, p)) for p in range(pool.num_tokens // pool.geom.page_size)]
+    assert integrity.trailers("xxh3", items) == [integrity.trailer("xxh3", k, runs) for k, runs in items]
+    assert integrity.trailers("sha256", items[:2]) == [integrity.trailer("sha256", k, runs) for k, runs in items[:2]]
+    assert integrity.trailers("xxh3", []) == []
+
+
 def test_paired_cuts_segments_at_both_sides_boundaries():
     src = np.arange(100, dtype=np.uint8)
     dst = np.zeros(100, dtype=np.uint8)

@@ -1,10 +1,13 @@
 /* Copy segments and digest the copied bytes in the same pass over memory. Each segment moves in
  * chunks small enough to stay in the core's cache: the digest reads a chunk from memory, and the
  * copy then streams it from cache to the destination, so each byte is read from DRAM once. A segment with no destination is digested in
- * place. Objects are digested one after another: object k is prefix k, then its segments in order.
+ * place. Object k's digest is prefix k, then its segments in order.
+ * Objects are split across up to `nthreads` threads by bytes (an object's digest is one stream, so
+ * it stays on one thread): one core's copy does not reach the machine's memory bandwidth.
  * XXH3-128 is an xxHash library's (the Python xxhash module's, or the system's libxxhash), bound
  * by hc_dc_init; its streaming state is opaque here. */
 #include <dlfcn.h>
+#include <pthread.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -31,7 +34,15 @@ int hc_dc_init(const char *library) {
   x_update = (int (*)(void *, const void *, size_t))dlsym(h, "XXH3_128bits_update_dispatch");
   if (!x_update) x_update = (int (*)(void *, const void *, size_t))dlsym(h, "XXH3_128bits_update");
   x_digest = (hc_h128(*)(const void *))dlsym(h, "XXH3_128bits_digest");
-  return x_create && x_free && x_reset && x_update && x_digest ? 0 : -2;
+  if (!(x_create && x_free && x_reset && x_update && x_digest)) return -2;
+  /* one update here, on one thread: the dispatching update picks its kernel on first use */
+  void *state = x_create();
+  if (!state) return -3;
+  x_reset(state);
+  x_update(state, "", 0);
+  x_update(state, library, strlen(library));
+  x_free(state);
+  return 0;
 }
 
 /* The chunk was just digested, so its source is in cache: stream it to the destination without
@@ -63,35 +74,96 @@ static void put_be64(uint8_t *out, uint64_t v) {
   for (int i = 7; i >= 0; i--, v >>= 8) out[i] = (uint8_t)v;
 }
 
-/* counts[k] segments for object k; prefixes: concatenated, prefix k at prefix_at[k], prefix_len[k]
- * bytes; out: 16 bytes per object, canonical (big-endian high then low half, as XXH128_canonical). */
-int hc_copy_digest(const uint64_t *src, const uint64_t *dst, const uint64_t *len, const int64_t *counts,
-                   int64_t objects, const uint8_t *prefixes, const uint64_t *prefix_at,
-                   const uint64_t *prefix_len, uint64_t chunk, uint8_t *out) {
-  if (!x_create) return -1;
+#define HC_MAX_THREADS 64
+
+typedef struct {
+  const uint64_t *src, *dst, *len, *seg_at;
+  const int64_t *counts;
+  const uint8_t *prefixes;
+  const uint64_t *prefix_at, *prefix_len;
+  uint64_t chunk;
+  uint8_t *out;
+  int64_t lo, hi; /* objects [lo, hi) */
+  int rc;
+} hc_dc_job;
+
+static void *hc_dc_run(void *arg) {
+  hc_dc_job *j = (hc_dc_job *)arg;
   void *state = x_create();
-  if (!state) return -2;
-  if (chunk == 0) chunk = 64 << 10;
-  int64_t seg = 0;
-  for (int64_t k = 0; k < objects; k++) {
+  if (!state) {
+    j->rc = -2;
+    return 0;
+  }
+  for (int64_t k = j->lo; k < j->hi; k++) {
     x_reset(state);
-    x_update(state, prefixes + prefix_at[k], (size_t)prefix_len[k]);
-    for (int64_t end = seg + counts[k]; seg < end; seg++) {
-      const uint8_t *s = (const uint8_t *)(uintptr_t)src[seg];
-      uint8_t *d = (uint8_t *)(uintptr_t)dst[seg];
-      for (uint64_t at = 0; at < len[seg]; at += chunk) {
-        size_t n = (size_t)(len[seg] - at < chunk ? len[seg] - at : chunk);
+    x_update(state, j->prefixes + j->prefix_at[k], (size_t)j->prefix_len[k]);
+    for (int64_t seg = (int64_t)j->seg_at[k], end = seg + j->counts[k]; seg < end; seg++) {
+      const uint8_t *s = (const uint8_t *)(uintptr_t)j->src[seg];
+      uint8_t *d = (uint8_t *)(uintptr_t)j->dst[seg];
+      for (uint64_t at = 0; at < j->len[seg]; at += j->chunk) {
+        size_t n = (size_t)(j->len[seg] - at < j->chunk ? j->len[seg] - at : j->chunk);
         x_update(state, s + at, n);
         if (d) stream_copy(d + at, s + at, n);
       }
     }
     hc_h128 h = x_digest(state);
-    put_be64(out + 16 * k, h.high64);
-    put_be64(out + 16 * k + 8, h.low64);
+    put_be64(j->out + 16 * k, h.high64);
+    put_be64(j->out + 16 * k + 8, h.low64);
   }
   x_free(state);
 #ifdef __SSE2__
-  _mm_sfence(); /* streamed stores visible before the caller reads the destination */
+  _mm_sfence(); /* this thread's streamed stores visible before the caller reads the destination */
 #endif
+  j->rc = 0;
   return 0;
+}
+
+/* counts[k] segments for object k, from segment seg_at[k]; obj_bytes[k]: its payload bytes;
+ * prefixes: concatenated, prefix k at prefix_at[k], prefix_len[k] bytes; out: 16 bytes per object,
+ * canonical (big-endian high then low half, as XXH128_canonical). Returns the threads used, or a
+ * negative code. */
+int hc_copy_digest(const uint64_t *src, const uint64_t *dst, const uint64_t *len, const int64_t *counts,
+                   const uint64_t *seg_at, const uint64_t *obj_bytes, int64_t objects, const uint8_t *prefixes,
+                   const uint64_t *prefix_at, const uint64_t *prefix_len, uint64_t chunk, int nthreads,
+                   uint8_t *out) {
+  if (!x_create) return -1;
+  if (objects <= 0) return 0;
+  if (chunk == 0) chunk = 64 << 10;
+  if (nthreads < 1) nthreads = 1;
+  if (nthreads > HC_MAX_THREADS) nthreads = HC_MAX_THREADS;
+  if (nthreads > objects) nthreads = (int)objects;
+  uint64_t total = 0;
+  for (int64_t k = 0; k < objects; k++) total += obj_bytes[k];
+  hc_dc_job jobs[HC_MAX_THREADS];
+  pthread_t tids[HC_MAX_THREADS];
+  hc_dc_job base = {src, dst, len, seg_at, counts, prefixes, prefix_at, prefix_len, chunk, out, 0, 0, 0};
+  uint64_t share = total / (uint64_t)nthreads + 1, acc = 0;
+  int64_t start = 0;
+  int n = 0;
+  for (int64_t k = 0; k < objects && n < nthreads - 1; k++) {
+    acc += obj_bytes[k];
+    if (acc >= share * (uint64_t)(n + 1)) {
+      jobs[n] = base, jobs[n].lo = start, jobs[n].hi = k + 1;
+      start = k + 1;
+      n++;
+    }
+  }
+  jobs[n] = base, jobs[n].lo = start, jobs[n].hi = objects;
+  n++;
+  int started = 1;
+  for (int t = 1; t < n; t++) {
+    if (pthread_create(&tids[t], 0, hc_dc_run, &jobs[t]) != 0) {
+      hc_dc_run(&jobs[t]); /* no thread to be had: do that share here */
+      tids[t] = 0;
+    } else {
+      started++;
+    }
+  }
+  hc_dc_run(&jobs[0]);
+  int rc = jobs[0].rc;
+  for (int t = 1; t < n; t++) {
+    if (tids[t]) pthread_join(tids[t], 0);
+    if (jobs[t].rc) rc = jobs[t].rc;
+  }
+  return rc ? rc : started;
 }

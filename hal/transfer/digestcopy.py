@@ -4,7 +4,9 @@ A digest computed after a copy reads every byte from DRAM a second time; here ea
 in cache-sized chunks: the digest reads a chunk, and the copy takes it from cache while it is there. Segments without
 a destination are digested in place, so a digest of a page's many runs is also one call. The
 native path needs a C compiler and an xxHash library exporting the XXH3 streaming calls (the Python
-xxhash module's own, else the system's); without them `engine()` says why and the same results come
+xxhash module's own, else the system's). Objects are spread over threads by bytes, as the plain
+copy engine spreads segments (hal.transfer.segcopy): an object's digest is one stream, so each
+object stays on one thread. Without a compiler or xxHash `engine()` says why and the same results come
 from a copy, then Python's xxhash (the digest is the same, bit for bit).
 """
 
@@ -17,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from hal.transfer.segcopy import NativeLibrary, compile_shared
+from hal.transfer.segcopy import NativeLibrary, compile_shared, copy_threads
 
 _SOURCE = Path(__file__).with_name("digestcopy.c")
 CHUNK_BYTES = 64 << 10  # a chunk stays in one core's L2 between its copy and its digest
@@ -37,7 +39,7 @@ def _load() -> ctypes.CDLL:
     if not any(lib.hc_dc_init(path.encode()) == 0 for path in _libraries()):
         raise OSError("no loadable xxHash library with the XXH3 streaming API")
     p = ctypes.c_void_p
-    lib.hc_copy_digest.argtypes = [p, p, p, p, ctypes.c_int64, p, p, p, ctypes.c_uint64, p]
+    lib.hc_copy_digest.argtypes = [p, p, p, p, p, p, ctypes.c_int64, p, p, p, ctypes.c_uint64, ctypes.c_int, p]
     lib.hc_copy_digest.restype = ctypes.c_int
     return lib
 
@@ -71,10 +73,11 @@ def row_segments(arrays) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(addrs), np.concatenate(lens)
 
 
-def copy_digest(objects, chunk: int = CHUNK_BYTES) -> list[bytes]:
+def copy_digest(objects, chunk: int = CHUNK_BYTES, threads: int | None = None) -> list[bytes]:
     """For each object (prefix bytes, source addresses, destination addresses or None, byte
     counts), copy every segment to its destination (none: digest in place) and return the
-    XXH3-128 digest (16 bytes, canonical) of the prefix followed by the segments in order."""
+    XXH3-128 digest (16 bytes, canonical) of the prefix followed by the segments in order.
+    `threads`: at most this many (default: the plain copy engine's rule for these bytes)."""
     objects = list(objects)
     if not objects:
         return []
@@ -88,15 +91,20 @@ def copy_digest(objects, chunk: int = CHUNK_BYTES) -> list[bytes]:
     if not len(src) == len(dst) == len(lens):
         raise ValueError("objects: sources, destinations and byte counts differ in length")
     counts = np.array([len(o[1]) for o in objects], dtype=np.int64)
+    seg_at = np.ascontiguousarray(np.cumsum(counts) - counts, dtype=np.uint64)
+    upto = np.concatenate([np.zeros(1, np.uint64), np.cumsum(lens, dtype=np.uint64)])
+    obj_bytes = np.ascontiguousarray(upto[seg_at + counts.astype(np.uint64)] - upto[seg_at], dtype=np.uint64)
     prefix = b"".join(o[0] for o in objects)
     plen = np.array([len(o[0]) for o in objects], dtype=np.uint64)
     pat = np.ascontiguousarray(np.cumsum(plen) - plen, dtype=np.uint64)
     pbuf = np.frombuffer(prefix or b"\0", dtype=np.uint8)
     out = np.empty(16 * len(objects), dtype=np.uint8)
+    if threads is None:
+        threads = copy_threads(int(obj_bytes.sum()))
     rc = _native.lib.hc_copy_digest(src.ctypes.data, dst.ctypes.data, lens.ctypes.data, counts.ctypes.data,
-                                    len(objects), pbuf.ctypes.data, pat.ctypes.data, plen.ctypes.data, chunk,
-                                    out.ctypes.data)
-    if rc != 0:
+                                    seg_at.ctypes.data, obj_bytes.ctypes.data, len(objects), pbuf.ctypes.data,
+                                    pat.ctypes.data, plen.ctypes.data, chunk, max(1, int(threads)), out.ctypes.data)
+    if rc < 0:
         raise MemoryError(f"hc_copy_digest failed (code {rc})")
     raw = out.tobytes()
     return [raw[16 * k : 16 * k + 16] for k in range(len(objects))]

@@ -98,6 +98,14 @@ def engine() -> str:
     return _native.engine()
 
 
+def copy_threads(total_bytes: int) -> int:
+    """Threads a CPU copy of `total_bytes` is spread over: one below the size where starting
+    threads costs more than it saves, else one per core this process may run on (at most 8)."""
+    if total_bytes < _PARALLEL_MIN_BYTES:
+        return 1
+    return min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8)
+
+
 def copy_segments(src_addr: np.ndarray, dst_addr: np.ndarray, nbytes: np.ndarray, threads: int | None = None) -> None:
     """memcpy(dst_addr[i], src_addr[i], nbytes[i]) for all i (addresses are absolute, uint64)."""
     n = len(nbytes)
@@ -108,9 +116,8 @@ def copy_segments(src_addr: np.ndarray, dst_addr: np.ndarray, nbytes: np.ndarray
     s = np.ascontiguousarray(src_addr, dtype=np.uint64)
     d = np.ascontiguousarray(dst_addr, dtype=np.uint64)
     b = np.ascontiguousarray(nbytes, dtype=np.uint64)
-    total = int(b.sum())
     if threads is None:
-        threads = min(os.cpu_count() or 1, 8) if total >= _PARALLEL_MIN_BYTES else 1
+        threads = copy_threads(int(b.sum()))
     _native.lib.hc_copy_segments(s.ctypes.data, d.ctypes.data, b.ctypes.data, n, threads)
 
 

@@ -176,15 +176,17 @@ class StorageBackend:
     def _seal(self, keys, host_pool, host_pages, lo: int, hi: int):
         """(items, staging lease) for pages [lo, hi): each page's runs and its trailer."""
         lease: list = []
-        items = []
         pager = pages.run_pager(host_pool)
-        for key, page in zip(keys[lo:hi], host_pages[lo:hi], strict=True):
-            runs = pages.page_runs(host_pool, page, lambda n: self.staging.take(n, lease), pager)
-            sealed = getattr(host_pool, "trailer", None)  # l3 staging seals while it copies
-            seal = sealed(key, page, self.digest) if sealed is not None else None
-            seal = seal or integrity.trailer(self.digest, key, runs)
-            tail = np.frombuffer(seal, dtype=np.uint8).reshape(1, -1)
-            items.append((key, [*runs, tail]))
+        sealed = getattr(host_pool, "trailer", None)  # l3 staging seals while it copies
+        batch = [(key, page, pages.page_runs(host_pool, page, lambda n: self.staging.take(n, lease), pager))
+                 for key, page in zip(keys[lo:hi], host_pages[lo:hi], strict=True)]
+        seals = [sealed(key, page, self.digest) if sealed is not None else None for key, page, _ in batch]
+        unsealed = [i for i, seal in enumerate(seals) if seal is None]
+        for i, seal in zip(unsealed, integrity.trailers(self.digest, [(batch[i][0], batch[i][2]) for i in unsealed]),
+                           strict=True):
+            seals[i] = seal
+        items = [(key, [*runs, np.frombuffer(seal, dtype=np.uint8).reshape(1, -1)])
+                 for (key, _, runs), seal in zip(batch, seals, strict=True)]
         return items, lease
 
     def _write_counted(self, items, payload: int) -> list[bool]:

@@ -84,6 +84,22 @@ def trailer(name: str, key: str, segments) -> bytes:
     return TRAILER.pack(MAGIC, DIGESTS[name][0], sum(a.nbytes for a in arrays), _digest(name, key, arrays))
 
 
+def trailers(name: str, objects) -> list[bytes]:
+    """`trailer` of each (key, segments) in `objects`; with xxh3 native, all in one call of the
+    copy engine, which spreads the objects over the cores."""
+    objects = [(key, _arrays(segs)) for key, segs in objects]
+    if name == "xxh3" and digestcopy.engine() == "native" and objects:
+        try:
+            runs = [(_prefix(key), *_in_place(arrays)) for key, arrays in objects]
+        except ValueError:  # not rows of contiguous bytes: one at a time below
+            runs = None
+        if runs is not None:
+            ident = DIGESTS[name][0]
+            return [TRAILER.pack(MAGIC, ident, sum(a.nbytes for a in arrays), d.ljust(32, b"\0"))
+                    for (_, arrays), d in zip(objects, digestcopy.copy_digest(runs), strict=True)]
+    return [trailer(name, key, arrays) for key, arrays in objects]
+
+
 def fuses(tail) -> bool:
     """Whether the object whose trailer is `tail` (its last 48 bytes) can be checked by a digest
     computed while its payload is copied (`copy_digest`): the trailer names xxh3."""

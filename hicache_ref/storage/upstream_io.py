@@ -49,12 +49,11 @@ def set_pages(backend, keys, pool, host_pages) -> list[bool]:
                                                                  if p in parts], fmt.order, take))
                     for p in sorted({p for _, _, parts in missing for p in parts})}
         for i, name, parts in missing:
-            segs = [next(gathered[p]) for p in parts]
-            if fmt.trailer:
-                tail = integrity.trailer(backend.digest, name, segs)
-                segs.append(np.frombuffer(tail, dtype=np.uint8).reshape(1, -1))
-            items.append((name, segs))
+            items.append((name, [next(gathered[p]) for p in parts]))
             owner.append((i, len(parts)))
+        if fmt.trailer:  # every object's trailer in one pass of the copy engine
+            for (_, segs), tail in zip(items, integrity.trailers(backend.digest, items), strict=True):
+                segs.append(np.frombuffer(tail, dtype=np.uint8).reshape(1, -1))
         if items:
             try:
                 done = [bool(x) for x in backend._write(items)]
