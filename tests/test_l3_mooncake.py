@@ -51,3 +51,15 @@ def test_master_killed_mid_replay(fresh_mooncake_cluster, synthetic):
     assert fig["l3_errors"] > 0 and fig["l3_last_error"]
     assert mismatches == 0  # every L1, L2 and L3 hit's KV checked bit for bit
     assert resumed_at is not None  # written again once the master was back
+
+
+def test_a_full_store_refuses_pages_for_room_not_as_errors(fresh_mooncake_cluster, synthetic):
+    """A segment smaller than what the replay writes: the master has no room (NO_AVAILABLE_HANDLE)
+    until it evicts, and objects under their lease cannot go. Those pages count as l3_full_pages,
+    the store is not marked down for them, and writes go on (the later ones land as it evicts)."""
+    big = {**SMALL, "kv_dim": 256, "l1_tokens": 70_000, "l2_tokens": 140_000}  # 128 KiB pages: 128 fill the segment
+    fig = replay(CacheSpec.of(**big, l3=fresh_mooncake_cluster.spec + ",segment=16MiB"), synthetic, 300)
+    assert fig["l3_full_pages"] > 0
+    assert fig["l3_store_errors"] == 0 and fig["l3_errors"] == 0 and fig["l3_last_error"] is None
+    assert fig["l3_writes_skipped"] == 0 and fig["kv_mismatch_tokens"] == 0
+    assert fig["l3_pages_written"] > 16 * 2**20 // (256 * 512 + 48)  # more than one segment's worth: evicted and reused

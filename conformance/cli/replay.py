@@ -81,4 +81,8 @@ def run(a) -> int:
 
     if fig["requests"] and (starved := starved_l3_warning(spec, fig["input_tokens"], fig.get("l3_hit_tokens"))):
         warn(starved)
+    if fig.get("l3_full_pages"):
+        warn(f"--l3: the store had no room for {fig['l3_full_pages']:,} pages (not stored, so no later request "
+             "hits them; Mooncake evicts only objects untouched for a few seconds): give it more room, e.g. "
+             "segment=SIZE on a mooncake spec (default 256 MiB)")
     return 1 if fig["kv_mismatch_tokens"] else 0

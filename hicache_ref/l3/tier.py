@@ -351,6 +351,7 @@ class L3Tier:
         out["l3_corrupt_pages"] = getattr(stats, "corrupt", 0)
         out["l3_unverified_pages"] = getattr(stats, "unverified", 0)  # read whole, no trailer to check
         out["l3_store_errors"] = getattr(stats, "errors", 0)
+        out["l3_full_pages"] = getattr(stats, "full", 0)  # pages a full store had no room for (not errors)
         out["l3_storage"] = getattr(self.storage, "name", type(self.storage).__name__)
         out["l3_max_bytes"] = getattr(self.storage, "max_bytes", None)  # the store's bound; None: the store's own
         if not self.moves_bytes:  # the model store: its bound in tokens and what it holds at the end

@@ -39,7 +39,8 @@ def _chunks(count: int, page_bytes: int, chunk_bytes: int = CHUNK_BYTES):
 @dataclass
 class StorageStats:
     """Counters of one client; objects and payload bytes, misses, corrupt objects, backend errors,
-    and pages read whole from objects without a trailer (size checked, content not: `unverified`)."""
+    pages read whole from objects without a trailer (size checked, content not: `unverified`), and
+    objects a full store had no room for (`full`: a capacity outcome, not an error)."""
 
     objects_read: int = 0
     bytes_read: int = 0
@@ -49,6 +50,7 @@ class StorageStats:
     corrupt: int = 0
     errors: int = 0
     unverified: int = 0
+    full: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -191,11 +193,14 @@ class StorageBackend:
 
     def _write_counted(self, items, payload: int) -> list[bool]:
         try:
-            done = [bool(x) for x in self._write(items)]
+            codes = list(self._write(items))
         except Exception:  # noqa: BLE001 - any backend failure is an L3 error, never the caller's crash
             self._count(errors=len(items))
             return [False] * len(items)
-        self._count(objects_written=sum(done), bytes_written=payload * sum(done), errors=done.count(False))
+        done = [bool(x) for x in codes]
+        full = codes.count(None)
+        self._count(objects_written=sum(done), bytes_written=payload * sum(done), full=full,
+                    errors=done.count(False) - full)
         return done
 
     def get(self, keys, host_pool, host_pages) -> list[bool]:
@@ -367,8 +372,9 @@ class StorageBackend:
         holds the same page); a reader sees one whole object, never a mix or a part."""
         raise NotImplementedError
 
-    def _write(self, items: list[tuple[str, list[np.ndarray]]]) -> list[bool]:
-        """Batch `_write_one`; override to batch for real."""
+    def _write(self, items: list[tuple[str, list[np.ndarray]]]) -> list[bool | None]:
+        """Batch `_write_one`; override to batch for real. Per item: True stored, False failed (an
+        error), None not stored because the store is full and could not make room in time."""
         return [self._write_one(key, segs) for key, segs in items]
 
     def _read_into(self, key: str, targets: list[np.ndarray]) -> int:

@@ -33,6 +33,8 @@ from hicache_ref.storage.staging import StagingPool
 DEFAULT_SEGMENT = 256 << 20
 DEFAULT_BUFFER = 64 << 20
 NOT_FOUND = -704  # Mooncake's OBJECT_NOT_FOUND
+NO_ROOM = -200  # NO_AVAILABLE_HANDLE: every segment full; the master evicts in the background (and
+# not objects under a lease: read or written in the last few seconds), so a later put may fit
 SPEC_OPTIONS = {"segment": "size", "buffer": "size", "host": "str", "digest": "digest"}
 
 
@@ -247,7 +249,7 @@ class MooncakeStorage(StorageBackend):
                     for at, seg in places:
                         arena[at : at + seg.nbytes].reshape(seg.shape)[...] = seg
                 codes = self._store.batch_put_from_multi_buffers(keys, [p for p, _, _ in plans], [n for _, n, _ in plans])
-                out.extend(code == 0 for code in codes)
+                out.extend(True if code == 0 else None if code == NO_ROOM else False for code in codes)
         return out
 
     def _read(self, items) -> list[int | None]:

@@ -56,12 +56,14 @@ def set_pages(backend, keys, pool, host_pages) -> list[bool]:
                 segs.append(np.frombuffer(tail, dtype=np.uint8).reshape(1, -1))
         if items:
             try:
-                done = [bool(x) for x in backend._write(items)]
+                codes = list(backend._write(items))
             except Exception:  # noqa: BLE001 - any backend failure is an L3 error, never the caller's crash
-                done = [False] * len(items)
+                codes = [False] * len(items)
+            done = [bool(x) for x in codes]
             part = pages.part_bytes(pool.geom)
             written = sum(done)
-            backend._count(objects_written=written, errors=done.count(False),
+            full = codes.count(None)
+            backend._count(objects_written=written, errors=done.count(False) - full, full=full,
                            bytes_written=sum(part * n for (_, n), d in zip(owner, done, strict=True) if d))
             for (i, _), d in zip(owner, done, strict=True):
                 ok[i] = ok[i] and d
