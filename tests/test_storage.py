@@ -102,7 +102,7 @@ def test_stats_count_objects_and_payload_bytes(store):
     store.get(["a", "b", "c"], dst, [0, 1, 2])
     st = store.stats.as_dict()
     assert st == {"objects_read": 2, "bytes_read": 768, "objects_written": 2, "bytes_written": 768,
-                  "misses": 1, "corrupt": 0, "errors": 0, "unverified": 0}
+                  "misses": 1, "corrupt": 0, "errors": 0, "unverified": 0, "full": 0}
 
 
 def _corrupt(path, how):
