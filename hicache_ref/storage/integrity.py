@@ -80,24 +80,25 @@ def copy_trailers(name: str, objects) -> list[bytes] | None:
 def trailer(name: str, key: str, segments) -> bytes:
     """The trailer for `segments` (the payload in order: 1-D uint8 tensors or arrays, or 2-D uint8
     arrays whose rows are contiguous runs) stored under `key`."""
-    arrays = _arrays(segments)
-    return TRAILER.pack(MAGIC, DIGESTS[name][0], sum(a.nbytes for a in arrays), _digest(name, key, arrays))
+    return trailers(name, [(key, segments)])[0]
 
 
 def trailers(name: str, objects) -> list[bytes]:
     """`trailer` of each (key, segments) in `objects`; with xxh3 native, all in one call of the
     copy engine, which spreads the objects over the cores."""
     objects = [(key, _arrays(segs)) for key, segs in objects]
+    digests = None
     if name == "xxh3" and digestcopy.engine() == "native" and objects:
         try:
             runs = [(_prefix(key), *_in_place(arrays)) for key, arrays in objects]
         except ValueError:  # not rows of contiguous bytes: one at a time below
             runs = None
         if runs is not None:
-            ident = DIGESTS[name][0]
-            return [TRAILER.pack(MAGIC, ident, sum(a.nbytes for a in arrays), d.ljust(32, b"\0"))
-                    for (_, arrays), d in zip(objects, digestcopy.copy_digest(runs), strict=True)]
-    return [trailer(name, key, arrays) for key, arrays in objects]
+            digests = [d.ljust(32, b"\0") for d in digestcopy.copy_digest(runs)]
+    if digests is None:
+        digests = [_digest(name, key, arrays) for key, arrays in objects]
+    return [TRAILER.pack(MAGIC, DIGESTS[name][0], sum(a.nbytes for a in arrays), d)
+            for (_, arrays), d in zip(objects, digests, strict=True)]
 
 
 def fuses(tail) -> bool:
