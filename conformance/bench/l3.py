@@ -2,7 +2,7 @@
 
 The peer moves the same bytes without the harness, in the same run; the ratio is the figure.
 `digest GB/s` shows how much of the gap to the peer is integrity; a line a row splits the harness's
-round into seal (page views + trailer digest) or verify, the backend call, and the Python between
+round into seal (the trailer digest) or verify, the backend call, and the Python between
 (a Mooncake get's call includes the copy and digest of objects it reads in place, shown as a share).
 The hit-rate gain of an L3 is conformance.bench.l3_hits (`hicache bench l3_hits`).
 The method: docs/architecture.md, "Design notes"; the figures: BENCHMARKS.md.
@@ -193,8 +193,8 @@ def _harness_clean(store, keys: list[str]) -> None:
 
 class _Parts:
     """Wall seconds a round spends in the harness's own steps, timed on the store instance: seal
-    (page views or gather + trailer digest), verify (the digest check, scatter of staged pages),
-    and the backend call (`_write` / `_read`: the client library or syscalls, which move the bytes)."""
+    (the trailer digest; the file store's runs beside its writes), verify (the digest check,
+    scatter of staged pages), and the backend call (`_write` / `_read`: the client library or syscalls, which move the bytes)."""
 
     STEPS = {"seal": "_seal", "write": "_write", "read": "_read_digested", "verify": "_verify"}
 

@@ -6,7 +6,8 @@ canonical byte order plus a digest trailer, checked here once for every backend:
 is counted and discarded, never returned as KV; upstream SGLang's format goes through
 hicache_ref.storage.upstream_io. Backends fill the
 underscore hooks; public methods validate, count errors and keep the stats, and overlap the
-integrity pass of one chunk with the transfer of the next.
+integrity pass of one chunk with the transfer of the next (a set on a `late_trailer` backend: with
+the write of the same chunk, the trailer written last).
 """
 
 from __future__ import annotations
@@ -107,6 +108,10 @@ class StorageBackend:
     persistent = True  # objects outlive the client that wrote them (a new client reads them)
     set_chunk_bytes = CHUNK_BYTES  # 0: one `_write` per set call (where each call costs round trips)
     get_chunk_bytes = CHUNK_BYTES  # likewise for `_read`
+    # True: `_write` takes `trailer_ready` and writes each object's trailer (its last segment) only
+    # after `trailer_ready(i)` returns, once the rest is written: for a backend whose object is seen
+    # only once whole (the file store's rename), so the digest runs beside the payload's write.
+    late_trailer = False
 
     def __init__(self, digest: str = integrity.DEFAULT_DIGEST):
         self.digest = integrity.check_digest(digest)
@@ -157,13 +162,15 @@ class StorageBackend:
         if self.object_format.upstream:
             return upstream_io.set_pages(self, keys, host_pool, host_pages)
         spans = self._spans("set", len(keys), pages.page_bytes(host_pool.geom))
+        if self.late_trailer:
+            return self._set_trailer_last(keys, host_pool, host_pages, spans)
         done: list[bool] = []
         ahead = None
         try:
-            sealed = self._seal(keys, host_pool, host_pages, *spans[0]) if spans else None
+            sealed = self._sealed(keys, host_pool, host_pages, *spans[0]) if spans else None
             for i in range(len(spans)):
                 if i + 1 < len(spans):  # digest the next chunk while this one is written
-                    ahead = self._submit(self._seal, keys, host_pool, host_pages, *spans[i + 1])
+                    ahead = self._submit(self._sealed, keys, host_pool, host_pages, *spans[i + 1])
                 items, lease = sealed
                 try:
                     done += self._write_counted(items, pages.page_bytes(host_pool.geom))
@@ -175,25 +182,53 @@ class StorageBackend:
                 ahead.add_done_callback(lambda f: f.exception() or self.staging.give(f.result()[1]))
         return done
 
-    def _seal(self, keys, host_pool, host_pages, lo: int, hi: int):
-        """(items, staging lease) for pages [lo, hi): each page's runs and its trailer."""
+    def _set_trailer_last(self, keys, host_pool, host_pages, spans) -> list[bool]:
+        """`set` where the backend writes each object's trailer after its payload (`late_trailer`):
+        the worker seals chunk after chunk from the start while the backend writes, so a page's
+        digest reads it beside the write instead of before it, and no chunk waits unoverlapped."""
         lease: list = []
+        jobs: list[Future] = []
+        try:
+            batch = self._page_runs(keys, host_pool, host_pages, lease)
+            tails = [np.empty((1, TRAILER_BYTES), dtype=np.uint8) for _ in batch]
+            jobs = [self._submit(self._seal, batch[lo:hi], tails[lo:hi], host_pool) for lo, hi in spans]
+            chunk_of = [j for j, (lo, hi) in enumerate(spans) for _ in range(lo, hi)]
+            items = [(key, [*runs, tail]) for (key, _, runs), tail in zip(batch, tails, strict=True)]
+            return self._write_counted(items, pages.page_bytes(host_pool.geom),
+                                       lambda i: jobs[chunk_of[i]].result())
+        finally:
+            for job in jobs:  # the worker is done with the views and the staging before they go
+                job.exception()
+            self.staging.give(lease)
+
+    def _page_runs(self, keys, host_pool, host_pages, lease) -> list:
+        """(key, page, runs) per page: views of the pool, or gathers into staging taken on `lease`."""
         pager = pages.run_pager(host_pool)
+        return [(key, page, pages.page_runs(host_pool, page, lambda n: self.staging.take(n, lease), pager))
+                for key, page in zip(keys, host_pages, strict=True)]
+
+    def _seal(self, batch, tails, host_pool) -> None:
+        """Fill `tails` (a (1, 48) uint8 array per (key, page, runs) of `batch`) with the trailers."""
         sealed = getattr(host_pool, "trailer", None)  # l3 staging seals while it copies
-        batch = [(key, page, pages.page_runs(host_pool, page, lambda n: self.staging.take(n, lease), pager))
-                 for key, page in zip(keys[lo:hi], host_pages[lo:hi], strict=True)]
         seals = [sealed(key, page, self.digest) if sealed is not None else None for key, page, _ in batch]
         unsealed = [i for i, seal in enumerate(seals) if seal is None]
         for i, seal in zip(unsealed, integrity.trailers(self.digest, [(batch[i][0], batch[i][2]) for i in unsealed]),
                            strict=True):
             seals[i] = seal
-        items = [(key, [*runs, np.frombuffer(seal, dtype=np.uint8).reshape(1, -1)])
-                 for (key, _, runs), seal in zip(batch, seals, strict=True)]
-        return items, lease
+        for tail, seal in zip(tails, seals, strict=True):
+            tail[0] = np.frombuffer(seal, dtype=np.uint8)
 
-    def _write_counted(self, items, payload: int) -> list[bool]:
+    def _sealed(self, keys, host_pool, host_pages, lo: int, hi: int):
+        """(items, staging lease) for pages [lo, hi): each page's runs and its trailer."""
+        lease: list = []
+        batch = self._page_runs(keys[lo:hi], host_pool, host_pages[lo:hi], lease)
+        tails = [np.empty((1, TRAILER_BYTES), dtype=np.uint8) for _ in batch]
+        self._seal(batch, tails, host_pool)
+        return [(key, [*runs, tail]) for (key, _, runs), tail in zip(batch, tails, strict=True)], lease
+
+    def _write_counted(self, items, payload: int, trailer_ready=None) -> list[bool]:
         try:
-            codes = list(self._write(items))
+            codes = list(self._write(items) if trailer_ready is None else self._write(items, trailer_ready))
         except Exception:  # noqa: BLE001 - any backend failure is an L3 error, never the caller's crash
             self._count(errors=len(items))
             return [False] * len(items)
@@ -374,7 +409,9 @@ class StorageBackend:
 
     def _write(self, items: list[tuple[str, list[np.ndarray]]]) -> list[bool | None]:
         """Batch `_write_one`; override to batch for real. Per item: True stored, False failed (an
-        error), None not stored because the store is full and could not make room in time."""
+        error), None not stored because the store is full and could not make room in time. A
+        `late_trailer` backend takes `trailer_ready` too: call it with the item's index before
+        writing the item's last segment, which holds its trailer only once that returns."""
         return [self._write_one(key, segs) for key, segs in items]
 
     def _read_into(self, key: str, targets: list[np.ndarray]) -> int:

@@ -66,6 +66,8 @@ def _advance(views: list, n: int) -> None:
 
 class FileStorage(StorageBackend):
     name = "file"
+    # an object is seen only once renamed into place, whole: its trailer may come last (see base)
+    late_trailer = True
 
     # ---- construction and the bound (one block) --------------------------------------
     DEFAULT_ROOM_FRACTION = 0.5  # the bound without max_bytes: this share of free + stored bytes
@@ -180,13 +182,16 @@ class FileStorage(StorageBackend):
     def _contains(self, key: str) -> bool:
         return os.path.exists(self._path(key))
 
-    def _write(self, items) -> list[bool]:
+    def _write(self, items, trailer_ready=None) -> list[bool]:
         # one draw of the random source for the batch's temporary names, not a getrandom call each
         salt = secrets.token_bytes(TMP_NAME_BYTES * len(items))
         step = TMP_NAME_BYTES
-        return [self._write_one(key, segs, salt[i * step : (i + 1) * step].hex()) for i, (key, segs) in enumerate(items)]
+        return [self._write_one(key, segs, salt[i * step : (i + 1) * step].hex(),
+                                None if trailer_ready is None else (lambda i=i: trailer_ready(i)))
+                for i, (key, segs) in enumerate(items)]
 
-    def _write_one(self, key, segments, token: str | None = None) -> bool:
+    def _write_one(self, key, segments, token: str | None = None, last_ready=None) -> bool:
+        """`last_ready`: called before the last segment is written (it holds its bytes after)."""
         size = sum(s.nbytes for s in segments)
         if size > self.max_bytes:
             return False
@@ -194,18 +199,24 @@ class FileStorage(StorageBackend):
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                views = _views(segments)
-                while views:
-                    _advance(views, os.writev(fd, views[:IOV_MAX]))
+                parts = [segments] if last_ready is None else [segments[:-1], segments[-1:]]
+                for i, part in enumerate(parts):
+                    if i:
+                        last_ready()
+                    views = _views(part)
+                    while views:
+                        _advance(views, os.writev(fd, views[:IOV_MAX]))
             finally:
                 os.close(fd)
             os.replace(tmp, self._path(key))
-        except OSError:
+        except BaseException as e:  # the temporary file never outlives a failed write
             try:
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
-            return False
+            if isinstance(e, OSError):
+                return False
+            raise
         name = self._name(key)
         with self._lock:
             self._bytes += size - self._index.pop(name, 0)
