@@ -15,7 +15,7 @@ from conformance.suites import reference
 from conformance.suites.storage.cases import MHA, MLA, PAGE_BYTES, page_bits
 from hicache_ref.core.pools import HostPool
 from hicache_ref.l3.staging import StagedPages
-from hicache_ref.storage import integrity
+from hicache_ref.storage import integrity, objects
 from hicache_ref.storage.memory import MemoryStorage
 from hicache_ref.storage.objects import ObjectFormat
 from hicache_ref.storage.staging import StagingPool
@@ -203,6 +203,30 @@ def test_upstream_objects_round_trip_through_exists_set_and_get(attention):
     assert same_page(dst, 2, src, 1) and same_page(dst, 3, src, 0)
     assert s.stats.errors == 0 and s.stats.objects_written == 2 * s.object_parts
     assert s._contains(want[0][0].replace("p0", "p1"))  # stored under upstream's names
+
+
+class Refusing(MemoryStorage):
+    """A store whose writes come back stored, full (None) and failed, in turn."""
+
+    name = "refusing"
+
+    def _write(self, items):
+        outcomes = [True, None, False]
+        super()._write([item for i, item in enumerate(items) if outcomes[i % 3]])
+        return [outcomes[i % 3] for i in range(len(items))]
+
+
+@pytest.mark.parametrize("scheme", ["harness", "sglang"])
+def test_a_full_store_is_counted_full_and_a_failure_an_error_in_either_format(scheme):
+    """Upstream's objects as HiCacheFile names them: K and V of an MHA page in one object."""
+    s = Refusing()
+    s.upstream_objects = lambda fmt, key, parts: objects.file_names(fmt, key, parts)
+    if scheme == "sglang":
+        s.use_format(ObjectFormat(scheme="sglang", order="page_first", attention="mha", tag="t"))
+    assert s.set(["a", "b", "c", "d"], pool(MHA, "page_first", seed=10), [0, 1, 2, 3]) == [True, False, False, True]
+    st = s.stats
+    assert (st.objects_written, st.full, st.errors) == (2, 1, 1)
+    assert st.bytes_written == 2 * PAGE_BYTES["mha"]
 
 
 def test_set_of_staged_pages_writes_the_trailers_sealed_while_copying(monkeypatch):

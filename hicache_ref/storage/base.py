@@ -226,16 +226,19 @@ class StorageBackend:
         self._seal(batch, tails, host_pool)
         return [(key, [*runs, tail]) for (key, _, runs), tail in zip(batch, tails, strict=True)], lease
 
-    def _write_counted(self, items, payload: int, trailer_ready=None) -> list[bool]:
+    def _write_counted(self, items, payload, trailer_ready=None) -> list[bool]:
+        """`_write` `items` and count the outcomes; True per object stored. `payload`: the payload
+        bytes of each object (one int for all, or one per item); a backend failure is an error
+        per object, a full store's refusal (None) is `full`, not an error."""
         try:
             codes = list(self._write(items) if trailer_ready is None else self._write(items, trailer_ready))
         except Exception:  # noqa: BLE001 - any backend failure is an L3 error, never the caller's crash
-            self._count(errors=len(items))
-            return [False] * len(items)
+            codes = [False] * len(items)
+        sizes = [payload] * len(items) if isinstance(payload, int) else list(payload)
         done = [bool(x) for x in codes]
         full = codes.count(None)
-        self._count(objects_written=sum(done), bytes_written=payload * sum(done), full=full,
-                    errors=done.count(False) - full)
+        self._count(objects_written=sum(done), bytes_written=sum(n for n, d in zip(sizes, done, strict=True) if d),
+                    full=full, errors=done.count(False) - full)
         return done
 
     def get(self, keys, host_pool, host_pages) -> list[bool]:

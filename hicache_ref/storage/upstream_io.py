@@ -55,16 +55,8 @@ def set_pages(backend, keys, pool, host_pages) -> list[bool]:
             for (_, segs), tail in zip(items, integrity.trailers(backend.digest, items), strict=True):
                 segs.append(np.frombuffer(tail, dtype=np.uint8).reshape(1, -1))
         if items:
-            try:
-                codes = list(backend._write(items))
-            except Exception:  # noqa: BLE001 - any backend failure is an L3 error, never the caller's crash
-                codes = [False] * len(items)
-            done = [bool(x) for x in codes]
             part = pages.part_bytes(pool.geom)
-            written = sum(done)
-            full = codes.count(None)
-            backend._count(objects_written=written, errors=done.count(False) - full, full=full,
-                           bytes_written=sum(part * n for (_, n), d in zip(owner, done, strict=True) if d))
+            done = backend._write_counted(items, [part * n for _, n in owner])
             for (i, _), d in zip(owner, done, strict=True):
                 ok[i] = ok[i] and d
     finally:
