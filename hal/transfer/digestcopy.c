@@ -7,12 +7,13 @@
  * XXH3-128 is an xxHash library's (the Python xxhash module's, or the system's libxxhash), bound
  * by hc_dc_init; its streaming state is opaque here. */
 #include <dlfcn.h>
-#include <pthread.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
 #include <stdint.h>
 #include <string.h>
+
+#include "threads.h"
 
 typedef struct {
   uint64_t low64, high64;
@@ -74,7 +75,6 @@ static void put_be64(uint8_t *out, uint64_t v) {
   for (int i = 7; i >= 0; i--, v >>= 8) out[i] = (uint8_t)v;
 }
 
-#define HC_MAX_THREADS 64
 
 typedef struct {
   const uint64_t *src, *dst, *len, *seg_at;
@@ -129,41 +129,14 @@ int hc_copy_digest(const uint64_t *src, const uint64_t *dst, const uint64_t *len
   if (!x_create) return -1;
   if (objects <= 0) return 0;
   if (chunk == 0) chunk = 64 << 10;
-  if (nthreads < 1) nthreads = 1;
-  if (nthreads > HC_MAX_THREADS) nthreads = HC_MAX_THREADS;
-  if (nthreads > objects) nthreads = (int)objects;
-  uint64_t total = 0;
-  for (int64_t k = 0; k < objects; k++) total += obj_bytes[k];
+  int64_t lo[HC_MAX_THREADS], hi[HC_MAX_THREADS];
+  int n = hc_split(obj_bytes, objects, nthreads, lo, hi);
   hc_dc_job jobs[HC_MAX_THREADS];
-  pthread_t tids[HC_MAX_THREADS];
-  hc_dc_job base = {src, dst, len, seg_at, counts, prefixes, prefix_at, prefix_len, chunk, out, 0, 0, 0};
-  uint64_t share = total / (uint64_t)nthreads + 1, acc = 0;
-  int64_t start = 0;
-  int n = 0;
-  for (int64_t k = 0; k < objects && n < nthreads - 1; k++) {
-    acc += obj_bytes[k];
-    if (acc >= share * (uint64_t)(n + 1)) {
-      jobs[n] = base, jobs[n].lo = start, jobs[n].hi = k + 1;
-      start = k + 1;
-      n++;
-    }
-  }
-  jobs[n] = base, jobs[n].lo = start, jobs[n].hi = objects;
-  n++;
-  int started = 1;
-  for (int t = 1; t < n; t++) {
-    if (pthread_create(&tids[t], 0, hc_dc_run, &jobs[t]) != 0) {
-      hc_dc_run(&jobs[t]); /* no thread to be had: do that share here */
-      tids[t] = 0;
-    } else {
-      started++;
-    }
-  }
-  hc_dc_run(&jobs[0]);
-  int rc = jobs[0].rc;
-  for (int t = 1; t < n; t++) {
-    if (tids[t]) pthread_join(tids[t], 0);
+  for (int t = 0; t < n; t++)
+    jobs[t] = (hc_dc_job){src, dst, len, seg_at, counts, prefixes, prefix_at, prefix_len, chunk, out, lo[t], hi[t], 0};
+  int started = hc_run_all(hc_dc_run, jobs, sizeof jobs[0], n);
+  int rc = 0;
+  for (int t = 0; t < n; t++)
     if (jobs[t].rc) rc = jobs[t].rc;
-  }
   return rc ? rc : started;
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -36,8 +37,13 @@ def _cache_dir() -> Path:
 
 def compile_shared(source: Path, stem: str, libs: tuple[str, ...] = ()) -> Path:
     """`source` built once with the system C compiler into the per-user cache (keyed by its
-    content): the path of the shared library. OSError when there is no compiler."""
-    tag = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    content and that of the headers beside it it includes): the path of the shared library.
+    OSError when there is no compiler."""
+    text = source.read_bytes()
+    key = hashlib.sha256(text)
+    for header in re.findall(rb'^\s*#\s*include\s+"([^"]+)"', text, flags=re.M):
+        key.update((source.parent / header.decode()).read_bytes())
+    tag = key.hexdigest()[:16]
     out = _cache_dir() / f"{stem}-{tag}.so"
     if not out.exists():
         cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
