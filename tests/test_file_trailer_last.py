@@ -52,16 +52,35 @@ def test_a_slow_seal_is_waited_for_before_the_trailer_is_written(tmp_path):
         assert all(same_page(src, i, dst, i) for i in range(5)) and store.stats.corrupt == 0
 
 
-def test_a_failed_seal_is_an_error_and_leaves_no_temporary_file(tmp_path):
-    src = pool(MLA, "page_first_direct", seed=5)
+def test_a_failed_seal_fails_its_chunk_only_and_leaves_no_temporary_file(tmp_path):
+    src, dst = pool(MLA, "page_first_direct", seed=5), pool(MLA, "page_first_direct")
     with FileStorage(str(tmp_path), max_bytes=64 << 20) as store:
+        store.set_chunk_bytes = PAGE_BYTES["mla"] * 2  # chunks [a b] [c d] [e]
+        seal = store._seal
+
         def failing(batch, tails, host_pool):
-            raise MemoryError("digest")
+            if batch[0][0] == "c":
+                raise MemoryError("digest")
+            seal(batch, tails, host_pool)
 
         store._seal = failing
-        assert store.set(["a", "b"], src, [0, 1]) == [False, False]
-        assert store.stats.errors == 2 and store.stats.objects_written == 0
-        assert os.listdir(store.directory) == []
+        keys = ["a", "b", "c", "d", "e"]
+        assert store.set(keys, src, range(5)) == [True, True, False, False, True]
+        assert (store.stats.errors, store.stats.objects_written) == (2, 3)
+        assert sorted(os.listdir(store.directory)) == ["a.kv", "b.kv", "e.kv"]
+        assert store.get(["a", "b", "e"], dst, [0, 1, 4]) == [True] * 3
+        assert all(same_page(src, i, dst, i) for i in (0, 1, 4))
+
+
+def test_staged_pages_take_the_chunked_path_with_bounded_staging(tmp_path):
+    """page_first pages are gathered into staging: the late path would hold a whole batch's."""
+    src = pool(MLA, "page_first", seed=7)
+    with FileStorage(str(tmp_path), max_bytes=64 << 20) as store:
+        called = []
+        store._set_trailer_last = lambda *a: called.append(a)
+        assert store.set([f"k{i}" for i in range(4)], src, range(4)) == [True] * 4 and called == []
+        store.set(["x"], pool(MLA, "layer_first", seed=7), [0])
+        assert len(called) == 1
 
 
 def test_an_interrupt_while_waiting_for_the_seal_leaves_no_temporary_file(tmp_path):

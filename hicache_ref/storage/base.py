@@ -162,8 +162,8 @@ class StorageBackend:
         if self.object_format.upstream:
             return upstream_io.set_pages(self, keys, host_pool, host_pages)
         spans = self._spans("set", len(keys), pages.page_bytes(host_pool.geom))
-        if self.late_trailer:
-            return self._set_trailer_last(keys, host_pool, host_pages, spans)
+        if self.late_trailer and pages.run_pager(host_pool) is not None:  # staged layouts: chunked,
+            return self._set_trailer_last(keys, host_pool, host_pages, spans)  # as staging is bounded
         done: list[bool] = []
         ahead = None
         try:
@@ -183,9 +183,10 @@ class StorageBackend:
         return done
 
     def _set_trailer_last(self, keys, host_pool, host_pages, spans) -> list[bool]:
-        """`set` where the backend writes each object's trailer after its payload (`late_trailer`):
-        the worker seals chunk after chunk from the start while the backend writes, so a page's
-        digest reads it beside the write instead of before it, and no chunk waits unoverlapped."""
+        """`set` where the backend writes each object's trailer after its payload (`late_trailer`)
+        and the pages are runs of the pool (nothing staged): the worker seals chunk after chunk
+        from the start while the backend writes, so a page's digest reads it beside the write
+        instead of before it, and no chunk waits unoverlapped."""
         lease: list = []
         jobs: list[Future] = []
         try:

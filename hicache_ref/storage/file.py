@@ -214,7 +214,7 @@ class FileStorage(StorageBackend):
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
-            if isinstance(e, OSError):
+            if isinstance(e, Exception):  # this object failed (its seal too): the next may not
                 return False
             raise
         name = self._name(key)
