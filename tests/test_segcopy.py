@@ -1,6 +1,7 @@
 """Segment copy engine: the native path and the torch fallback copy exactly the planned bytes."""
 
 import numpy as np
+import pytest
 import torch
 
 from hal.transfer import segcopy
@@ -48,3 +49,22 @@ def test_parallel_split_covers_every_segment():
     segcopy.copy_segments(seg.src_offsets.astype(np.uint64) + np.uint64(src.data_ptr()),
                           seg.dst_offsets.astype(np.uint64) + np.uint64(dst.data_ptr()), seg.nbytes, threads=3)
     assert torch.equal(dst, _expected(src, torch.zeros_like(src), seg))
+
+
+@pytest.mark.parametrize(("sizes", "threads", "runs"), [
+    ([5, 5], 2, [(0, 1), (1, 2)]),  # equal halves: one a thread (a seal chunk is two equal pages)
+    ([1, 9], 2, [(0, 1), (1, 2)]),  # the large one alone beats both on one thread
+    ([1, 1, 9], 3, [(0, 2), (2, 3)]),  # the large one alone; a third thread would wait on it anyway
+    ([9, 1, 1], 3, [(0, 1), (1, 2), (2, 3)]),
+    ([4] * 8, 4, [(0, 2), (2, 4), (4, 6), (6, 8)]),
+    ([0, 0], 2, [(0, 1), (1, 2)]),
+    ([7], 4, [(0, 1)]),
+])
+def test_the_split_gives_each_thread_a_share_of_the_bytes(sizes, threads, runs):
+    """hal/transfer/threads.h, as both copy engines split their items (segments, objects)."""
+    if segcopy.engine() != "native":
+        pytest.skip(f"no native copy engine here: {segcopy.engine()}")
+    w = np.array(sizes, dtype=np.uint64)
+    lo, hi = np.zeros(64, np.int64), np.zeros(64, np.int64)
+    k = segcopy._native.lib.hc_split_runs(w.ctypes.data, len(sizes), threads, lo.ctypes.data, hi.ctypes.data)
+    assert list(zip(lo[:k].tolist(), hi[:k].tolist(), strict=True)) == runs

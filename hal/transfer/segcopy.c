@@ -26,3 +26,8 @@ int hc_copy_segments(const uint64_t *src, const uint64_t *dst, const uint64_t *l
   for (int t = 0; t < k; t++) jobs[t] = (hc_job){src, dst, len, lo[t], hi[t]};
   return hc_run_all(hc_run, jobs, sizeof jobs[0], k);
 }
+
+/* The split hc_copy_segments makes (hal/transfer/threads.h), for tests and tools: runs in lo/hi. */
+int hc_split_runs(const uint64_t *w, int64_t n, int nthreads, int64_t *lo, int64_t *hi) {
+  return n > 0 ? hc_split(w, n, nthreads, lo, hi) : 0;
+}

@@ -93,6 +93,8 @@ def _build() -> ctypes.CDLL:
     p = ctypes.c_void_p
     lib.hc_copy_segments.argtypes = [p, p, p, ctypes.c_int64, ctypes.c_int]
     lib.hc_copy_segments.restype = ctypes.c_int
+    lib.hc_split_runs.argtypes = [p, ctypes.c_int64, ctypes.c_int, p, p]
+    lib.hc_split_runs.restype = ctypes.c_int
     return lib
 
 

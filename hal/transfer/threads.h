@@ -9,20 +9,23 @@
 
 #define HC_MAX_THREADS 64
 
-/* Cut items [0, n), item i weighing w[i] bytes, into runs [lo[t], hi[t]); returns their count
- * (1..min(nthreads, n), none empty; n > 0). */
+/* Cut items [0, n), item i weighing w[i] bytes, into runs [lo[t], hi[t]) of about total/nthreads
+ * bytes each; returns their count (1..min(nthreads, n), none empty; n > 0). A run ends where the
+ * running total meets its share, or before the item that would overshoot the share by more than
+ * stopping short of it does, so two equal items go to two threads and one large item stands alone. */
 static int hc_split(const uint64_t *w, int64_t n, int nthreads, int64_t *lo, int64_t *hi) {
   if (nthreads < 1) nthreads = 1;
   if (nthreads > HC_MAX_THREADS) nthreads = HC_MAX_THREADS;
   if (nthreads > n) nthreads = (int)n;
   uint64_t total = 0;
   for (int64_t i = 0; i < n; i++) total += w[i];
-  uint64_t share = total / (uint64_t)nthreads + 1, acc = 0;
+  uint64_t acc = 0, t = (uint64_t)nthreads; /* compared scaled by nthreads: no division */
   int64_t start = 0;
   int k = 0;
-  for (int64_t i = 0; i < n && k < nthreads - 1; i++) {
+  for (int64_t i = 0; i + 1 < n && k < nthreads - 1; i++) {
     acc += w[i];
-    if (acc >= share * (uint64_t)(k + 1)) {
+    uint64_t share = total * (uint64_t)(k + 1), here = acc * t, next = (acc + w[i + 1]) * t;
+    if (here >= share || (next > share && share - here <= next - share)) {
       lo[k] = start, hi[k] = i + 1;
       start = i + 1;
       k++;
