@@ -2,8 +2,9 @@
 
 The peer moves the same bytes without the harness, in the same run; the ratio is the figure.
 `digest GB/s` shows how much of the gap to the peer is integrity; a line a row splits the harness's
-round into seal (the trailer digest) or verify, the backend call, and the Python between
-(a Mooncake get's call includes the copy and digest of objects it reads in place, shown as a share).
+round into seal (the trailer digest) or verify, the backend call, and the Python between (the
+rest, at least 0: a file set's seal runs beside its write, so there the parts overlap; a Mooncake
+get's call includes the copy and digest of objects it reads in place, shown as a share).
 The hit-rate gain of an L3 is conformance.bench.l3_hits (`hicache bench l3_hits`).
 The method: docs/architecture.md, "Design notes"; the figures: BENCHMARKS.md.
 """

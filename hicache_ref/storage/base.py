@@ -12,6 +12,7 @@ the write of the same chunk, the trailer written last).
 
 from __future__ import annotations
 
+import inspect
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -35,6 +36,10 @@ def _chunks(count: int, page_bytes: int, chunk_bytes: int = CHUNK_BYTES):
     step = max(1, chunk_bytes // max(1, page_bytes)) if chunk_bytes else max(1, count)
     for lo in range(0, count, step):
         yield lo, min(count, lo + step)
+
+
+def _mark_worker(local: threading.local) -> None:
+    local.yes = True
 
 
 @dataclass
@@ -120,6 +125,7 @@ class StorageBackend:
         self._stats_lock = threading.Lock()
         self._worker: ThreadPoolExecutor | None = None  # digests and verifies beside the backend's I/O
         self._worker_lock = threading.Lock()
+        self._on_worker = threading.local()  # .yes on the worker's own thread
         self._closed = False
         self.object_format = objects.HARNESS
 
@@ -162,43 +168,61 @@ class StorageBackend:
         if self.object_format.upstream:
             return upstream_io.set_pages(self, keys, host_pool, host_pages)
         spans = self._spans("set", len(keys), pages.page_bytes(host_pool.geom))
-        if self.late_trailer and pages.run_pager(host_pool) is not None:  # staged layouts: chunked,
-            return self._set_trailer_last(keys, host_pool, host_pages, spans)  # as staging is bounded
+        if self._trailer_last(host_pool):
+            return self._set_trailer_last(keys, host_pool, host_pages, spans)
+        payload = pages.page_bytes(host_pool.geom)
         done: list[bool] = []
-        ahead = None
+        pending = self._inline(self._sealed, keys, host_pool, host_pages, *spans[0]) if spans else None
         try:
-            sealed = self._sealed(keys, host_pool, host_pages, *spans[0]) if spans else None
-            for i in range(len(spans)):
+            for i, (lo, hi) in enumerate(spans):
+                current, pending = pending, None
                 if i + 1 < len(spans):  # digest the next chunk while this one is written
-                    ahead = self._submit(self._sealed, keys, host_pool, host_pages, *spans[i + 1])
-                items, lease = sealed
+                    pending = self._submit(self._sealed, keys, host_pool, host_pages, *spans[i + 1])
                 try:
-                    done += self._write_counted(items, pages.page_bytes(host_pool.geom))
+                    items, lease = current.result()
+                except Exception:  # noqa: BLE001 - a failed seal fails its chunk's objects, as a failed write does
+                    self._count(errors=hi - lo)
+                    done += [False] * (hi - lo)
+                    continue
+                try:
+                    done += self._write_counted(items, payload)
                 finally:
                     self.staging.give(lease)
-                sealed, ahead = (ahead.result() if ahead is not None else None), None
         finally:
-            if ahead is not None:  # something escaped: the worker's staging goes back once it is done
-                ahead.add_done_callback(lambda f: f.exception() or self.staging.give(f.result()[1]))
+            if pending is not None:  # something escaped: the worker's staging goes back once it is done
+                pending.add_done_callback(lambda f: f.exception() or self.staging.give(f.result()[1]))
         return done
 
+    def _trailer_last(self, host_pool) -> bool:
+        """Whether a set takes `_set_trailer_last`: a `late_trailer` backend whose `_write` takes
+        `trailer_ready`, on pages that are runs of the pool (staged pages take the chunked path,
+        which holds two chunks' staging at most, not the batch's)."""
+        if not self.late_trailer or pages.run_pager(host_pool) is None:
+            return False
+        params = inspect.signature(self._write).parameters.values()
+        return any(p.name == "trailer_ready" or p.kind is p.VAR_KEYWORD for p in params)
+
     def _set_trailer_last(self, keys, host_pool, host_pages, spans) -> list[bool]:
-        """`set` where the backend writes each object's trailer after its payload (`late_trailer`)
-        and the pages are runs of the pool (nothing staged): the worker seals chunk after chunk
-        from the start while the backend writes, so a page's digest reads it beside the write
-        instead of before it, and no chunk waits unoverlapped."""
+        """`set` where the backend writes each object's trailer after its payload: the worker seals
+        a chunk while the backend writes it, so a page's digest reads it beside the write instead
+        of before it, and no chunk's digest waits unoverlapped. One chunk is sealed ahead, as in
+        the chunked path, so a get's verify on the same worker waits behind two chunks at most."""
         lease: list = []
         jobs: list[Future] = []
+        payload = pages.page_bytes(host_pool.geom)
         try:
             batch = self._page_runs(keys, host_pool, host_pages, lease)
             tails = [np.empty((1, TRAILER_BYTES), dtype=np.uint8) for _ in batch]
-            jobs = [self._submit(self._seal, batch[lo:hi], tails[lo:hi], host_pool) for lo, hi in spans]
-            chunk_of = [j for j, (lo, hi) in enumerate(spans) for _ in range(lo, hi)]
             items = [(key, [*runs, tail]) for (key, _, runs), tail in zip(batch, tails, strict=True)]
-            return self._write_counted(items, pages.page_bytes(host_pool.geom),
-                                       lambda i: jobs[chunk_of[i]].result())
+            done: list[bool] = []
+            for c, (lo, hi) in enumerate(spans):
+                for lo_, hi_ in spans[len(jobs) : c + 2]:
+                    jobs.append(self._submit(self._seal, batch[lo_:hi_], tails[lo_:hi_], host_pool))
+                job = jobs[c]
+                done += self._write_counted(items[lo:hi], payload, lambda _, job=job: job.result())
+            return done
         finally:
-            for job in jobs:  # the worker is done with the views and the staging before they go
+            for job in jobs:  # the worker is done with the pool's pages before the caller reuses them
                 job.exception()
             self.staging.give(lease)
 
@@ -222,9 +246,13 @@ class StorageBackend:
     def _sealed(self, keys, host_pool, host_pages, lo: int, hi: int):
         """(items, staging lease) for pages [lo, hi): each page's runs and its trailer."""
         lease: list = []
-        batch = self._page_runs(keys[lo:hi], host_pool, host_pages[lo:hi], lease)
-        tails = [np.empty((1, TRAILER_BYTES), dtype=np.uint8) for _ in batch]
-        self._seal(batch, tails, host_pool)
+        try:
+            batch = self._page_runs(keys[lo:hi], host_pool, host_pages[lo:hi], lease)
+            tails = [np.empty((1, TRAILER_BYTES), dtype=np.uint8) for _ in batch]
+            self._seal(batch, tails, host_pool)
+        except BaseException:  # the staging taken so far goes back
+            self.staging.give(lease)
+            raise
         return [(key, [*runs, tail]) for (key, _, runs), tail in zip(batch, tails, strict=True)], lease
 
     def _write_counted(self, items, payload, trailer_ready=None) -> list[bool]:
@@ -234,6 +262,8 @@ class StorageBackend:
         try:
             codes = list(self._write(items) if trailer_ready is None else self._write(items, trailer_ready))
         except Exception:  # noqa: BLE001 - any backend failure is an L3 error, never the caller's crash
+            codes = [False] * len(items)
+        if len(codes) != len(items):  # a backend answering for other objects than it was given
             codes = [False] * len(items)
         sizes = [payload] * len(items) if isinstance(payload, int) else list(payload)
         done = [bool(x) for x in codes]
@@ -331,11 +361,28 @@ class StorageBackend:
         return list(_chunks(count, page_bytes, self.set_chunk_bytes if op == "set" else self.get_chunk_bytes))
 
     def _submit(self, fn, *args) -> Future:
-        """Run `fn(*args)` on this client's worker thread (started on first use)."""
+        """Run `fn(*args)` on this client's worker thread (started on first use); here instead when
+        called on the worker (which would wait on itself) or once the client is closed (no new
+        worker outlives `close`)."""
         with self._worker_lock:
+            if self._closed or getattr(self._on_worker, "yes", False):
+                return self._inline(fn, *args)
             if self._worker is None:
-                self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"hicache-{self.name}-digest")
+                # the initializer holds the thread-local, not this client: a client dropped unclosed
+                # frees its executor at once, and the worker thread ends with it
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"hicache-{self.name}-digest",
+                                                  initializer=_mark_worker, initargs=(self._on_worker,))
             return self._worker.submit(fn, *args)
+
+    @staticmethod
+    def _inline(fn, *args) -> Future:
+        """`fn(*args)` run here, as a done Future (an Exception kept in it, as the worker keeps one)."""
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args))
+        except Exception as e:  # noqa: BLE001 - handed to whoever takes the result
+            done.set_exception(e)
+        return done
 
     def register_host_pool(self, host_pool) -> None:
         """Register a host pool's memory with the backend so get/set move its pages with no copy where
@@ -411,12 +458,18 @@ class StorageBackend:
         holds the same page); a reader sees one whole object, never a mix or a part."""
         raise NotImplementedError
 
-    def _write(self, items: list[tuple[str, list[np.ndarray]]]) -> list[bool | None]:
+    def _write(self, items: list[tuple[str, list[np.ndarray]]], trailer_ready=None) -> list[bool | None]:
         """Batch `_write_one`; override to batch for real. Per item: True stored, False failed (an
         error), None not stored because the store is full and could not make room in time. A
         `late_trailer` backend takes `trailer_ready` too: call it with the item's index before
-        writing the item's last segment, which holds its trailer only once that returns."""
-        return [self._write_one(key, segs) for key, segs in items]
+        writing the item's last segment, which holds its trailer only once that returns (here:
+        before the item, which `_write_one` writes whole)."""
+        out = []
+        for i, (key, segs) in enumerate(items):
+            if trailer_ready is not None:
+                trailer_ready(i)
+            out.append(self._write_one(key, segs))
+        return out
 
     def _read_into(self, key: str, targets: list[np.ndarray]) -> int:
         """Fill `targets` (2-D uint8 arrays of contiguous rows, writable; filled row after row) with
