@@ -117,11 +117,11 @@ def test_a_failed_seal_fails_its_chunk_only_and_leaves_no_temporary_file(tmp_pat
 
             out, take, give = [0], store.staging.take, store.staging.give
 
-            def taking(nbytes, lease):
+            def taking(nbytes, lease, out=out, take=take):
                 out[0] += 1
                 return take(nbytes, lease)
 
-            def giving(lease):
+            def giving(lease, out=out, give=give):
                 out[0] -= len(lease)
                 give(lease)
 
@@ -173,3 +173,23 @@ def test_a_subclass_whose_write_takes_no_trailer_ready_takes_the_chunked_path(tm
     with Older(str(tmp_path), max_bytes=64 << 20) as store:
         assert not store._trailer_last(src)
         assert store.set(["a", "b"], src, [0, 1]) == [True, True] and store.stats.errors == 0
+
+
+def test_a_subclass_whose_write_one_takes_no_last_ready_writes_each_object_once_sealed(tmp_path):
+    class Older(FileStorage):
+        def _write_one(self, key, segments, token=None):
+            return super()._write_one(key, segments, token)
+
+    src, dst = pool(MLA, "layer_first", seed=12), pool(MLA, "layer_first")
+    with Older(str(tmp_path), max_bytes=64 << 20) as store:
+        store.set_chunk_bytes = TWO_PAGES
+        seal = store._seal
+
+        def slow(batch, tails, host_pool):
+            time.sleep(0.02)  # a trailer written before its seal would be caught as corrupt below
+            seal(batch, tails, host_pool)
+
+        store._seal = slow
+        keys = [f"k{i}" for i in range(5)]
+        assert store.set(keys, src, range(5)) == [True] * 5 and store.stats.errors == 0
+        assert store.get(keys, dst, range(5)) == [True] * 5 and store.stats.corrupt == 0

@@ -9,6 +9,7 @@ shared by every client. Reads and writes move the pool's runs with preadv/writev
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import re
 import secrets
@@ -186,9 +187,17 @@ class FileStorage(StorageBackend):
         # one draw of the random source for the batch's temporary names, not a getrandom call each
         salt = secrets.token_bytes(TMP_NAME_BYTES * len(items))
         step = TMP_NAME_BYTES
-        return [self._write_one(key, segs, salt[i * step : (i + 1) * step].hex(),
-                                None if trailer_ready is None else (lambda i=i: trailer_ready(i)))
-                for i, (key, segs) in enumerate(items)]
+        late = trailer_ready is not None and "last_ready" in inspect.signature(self._write_one).parameters
+        out = []
+        for i, (key, segs) in enumerate(items):
+            token = salt[i * step : (i + 1) * step].hex()
+            if late:
+                out.append(self._write_one(key, segs, token, last_ready=lambda i=i: trailer_ready(i)))
+                continue
+            if trailer_ready is not None:  # a `_write_one` override without last_ready: whole, once sealed
+                trailer_ready(i)
+            out.append(self._write_one(key, segs, token))
+        return out
 
     def _write_one(self, key, segments, token: str | None = None, last_ready=None) -> bool:
         """`last_ready`: called before the last segment is written (it holds its bytes after)."""
