@@ -9,6 +9,7 @@ import os
 import threading
 import time
 
+import numpy as np
 import pytest
 from test_storage_mutants import pool, same_page
 
@@ -193,3 +194,10 @@ def test_a_subclass_whose_write_one_takes_no_last_ready_writes_each_object_once_
         keys = [f"k{i}" for i in range(5)]
         assert store.set(keys, src, range(5)) == [True] * 5 and store.stats.errors == 0
         assert store.get(keys, dst, range(5)) == [True] * 5 and store.stats.corrupt == 0
+
+
+def test_a_temporary_name_already_taken_is_left_to_its_owner(tmp_path):
+    with _store(tmp_path) as store:
+        (tmp_path / ".tmp-taken").write_bytes(b"another writer's")
+        assert store._write_one("k", [np.zeros((1, 64), dtype=np.uint8)], "taken") is False
+        assert (tmp_path / ".tmp-taken").read_bytes() == b"another writer's"

@@ -205,6 +205,7 @@ class FileStorage(StorageBackend):
         if size > self.max_bytes:
             return False
         tmp = os.path.join(self.directory, f".tmp-{token or secrets.token_hex(TMP_NAME_BYTES)}")
+        fd = None
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
@@ -220,7 +221,8 @@ class FileStorage(StorageBackend):
             os.replace(tmp, self._path(key))
         except BaseException as e:  # the temporary file never outlives a failed write
             try:
-                os.unlink(tmp)
+                if fd is not None:  # ours: a name that was taken (O_EXCL) is someone else's
+                    os.unlink(tmp)
             except FileNotFoundError:
                 pass
             if isinstance(e, Exception):  # this object failed (its seal too): the next may not
