@@ -195,7 +195,8 @@ def _harness_clean(store, keys: list[str]) -> None:
 class _Parts:
     """Wall seconds a round spends in the harness's own steps, timed on the store instance: seal
     (the trailer digest; the file store's runs beside its writes), verify (the digest check,
-    scatter of staged pages), and the backend call (`_write` / `_read`: the client library or syscalls, which move the bytes)."""
+    scatter of staged pages), and the backend call (`_write` / `_read`: the client library or
+    syscalls, which move the bytes)."""
 
     STEPS = {"seal": "_seal", "write": "_write", "read": "_read_digested", "verify": "_verify"}
 

@@ -75,7 +75,6 @@ static void put_be64(uint8_t *out, uint64_t v) {
   for (int i = 7; i >= 0; i--, v >>= 8) out[i] = (uint8_t)v;
 }
 
-
 typedef struct {
   const uint64_t *src, *dst, *len, *seg_at;
   const int64_t *counts;

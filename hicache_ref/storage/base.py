@@ -167,10 +167,10 @@ class StorageBackend:
         host_pages = check_pages(host_pool, host_pages, len(keys))
         if self.object_format.upstream:
             return upstream_io.set_pages(self, keys, host_pool, host_pages)
-        spans = self._spans("set", len(keys), pages.page_bytes(host_pool.geom))
+        payload = pages.page_bytes(host_pool.geom)
+        spans = self._spans("set", len(keys), payload)
         if self._trailer_last(host_pool):
             return self._set_trailer_last(keys, host_pool, host_pages, spans)
-        payload = pages.page_bytes(host_pool.geom)
         done: list[bool] = []
         pending = self._inline(self._sealed, keys, host_pool, host_pages, *spans[0]) if spans else None
         try:
