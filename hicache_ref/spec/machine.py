@@ -26,10 +26,12 @@ class MachineSizing:
     geometry: dict
     l1_tokens: int | None
     lines: tuple[str, ...]
+    mem_fraction_static: float | None = None  # the share L1 was sized with (None: L1 given)
 
     def to_json(self) -> dict:
         return dict(model=self.model, tp=self.tp, tp_source=self.tp_source, geometry=dict(self.geometry),
-                    l1_tokens=self.l1_tokens, arithmetic=list(self.lines))
+                    l1_tokens=self.l1_tokens, mem_fraction_static=self.mem_fraction_static,
+                    arithmetic=list(self.lines))
 
 
 def l1_tokens(hbm_gib: float, mem_fraction_static: float, weight_bytes: float, token_bytes: int,
@@ -88,4 +90,4 @@ def resolve(model, profile, tp: int | None, l1_given: int | None, mem_fraction_s
     lines.append(f"weights: {model.known('total_params'):.4g} parameters x {model.known('weight_bytes_per_param'):g} B "
                  f"/ {ranks} ranks = {weights / 1e9:,.2f} GB per rank")
     tokens, more = l1_tokens(float(hbm), share, weights, token_bytes, page_size)
-    return MachineSizing(model.name, ranks, source, geometry, tokens, tuple(lines + more))
+    return MachineSizing(model.name, ranks, source, geometry, tokens, tuple(lines + more), share)
