@@ -73,7 +73,7 @@ def _one(profile, spec, requests, replays, stack, plateau_gain) -> dict:
     l1_alone = float(sp.hit_rate([l1])[0])
     why_l3 = l3_priced(profile)
     searched = tiers and search.pricer.off_why is None  # nothing to rank where HiCache off has no price
-    ladder = search.run(tiers, rates, l1_alone, plateau_gain, base.geometry.attention, why_l3 is None) if searched else []
+    ladder = search.run(tiers, rates, plateau_gain, base.geometry.attention, why_l3 is None) if searched else []
     rows = ranked(search.tried)
     decision = decide(rows, reuse, l1, off["hit_rate"])
     if not searched and decision["reason"].startswith("not priced") and search.pricer.off_why:

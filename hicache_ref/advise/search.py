@@ -14,11 +14,9 @@ from hicache_ref.advise.replays import Replays
 from hicache_ref.advise.space import Candidate, layout_io_pairs, write_policies
 from hicache_ref.sim import cost
 from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.plateau import find_plateau
 from hicache_ref.sim.scenario import host_state, state
 from hicache_ref.spec import CacheSpec
 
-AROUND_PLATEAU = (3, 1)  # tiers replayed below and above the curve's plateau
 DEFAULT_RATIO = 2.0  # SGLang 0.5.23's --hicache-ratio default: where the layout step runs
 
 
@@ -61,7 +59,7 @@ class Search:
     def best(self, cands) -> Candidate:
         return min(cands, key=lambda c: (self.price(c).key, cands.index(c)))
 
-    def run(self, tiers: list[tuple[float, int]], curve_rates: list[float], l1_alone: float, plateau_gain: float,
+    def run(self, tiers: list[tuple[float, int]], curve_rates: list[float], plateau_gain: float,
             attention: str, with_l3: bool) -> list[dict]:
         """The steps, each its tried candidates and the one it keeps (the ladder on this trace)."""
         ladder = []
@@ -76,12 +74,16 @@ class Search:
         pairs = layout_io_pairs(attention)
         first = [Candidate(lay, io, write_policies()[0], start[0], start[1]) for lay, io in pairs]
         cur = step("layout_io", "host layout x io backend, as SGLang 0.5.23 resolves them", first)
-        plateau = find_plateau([t for _, t in tiers], curve_rates, l1_alone, plateau_gain)
-        at = next((i for i, (_, t) in enumerate(tiers) if t == plateau.plateau_l2_tokens), len(tiers) - 1)
-        lo, hi = max(0, at - AROUND_PLATEAU[0]), min(len(tiers), at + AROUND_PLATEAU[1] + 1)
-        cur = step("l2_capacity", f"L2 tier by tier around the curve's plateau ({plateau.plateau_l2_tokens:,} tokens)",
-                   [cur.but(ratio=r, l2_per_rank=t) for r, t in tiers[lo:hi]] + [cur])
+        top = max(curve_rates)
+        knee = next(i for i, h in enumerate(curve_rates) if h >= top - plateau_gain)
+        rising = [i for i in range(min(knee + 2, len(tiers))) if i == 0 or curve_rates[i] > curve_rates[i - 1]]
+        cur = step("l2_capacity", f"L2 tier by tier to where the one-pass curve comes within {plateau_gain} of its "
+                   f"top ({tiers[knee][1]:,} tokens), then on while the TTFT keeps falling",
+                   self.capacity(cur, tiers, rising))
+        policy = cur.write_policy
         cur = step("write_policy", "L1 -> L2 write policy", [cur.but(write_policy=p) for p in write_policies()])
+        if cur.write_policy != policy:  # another policy backs up other pages: its best capacity may differ
+            cur = step("l2_capacity_again", f"L2 tier by tier under {cur.write_policy}", self.capacity(cur, tiers, rising))
         if attention == "mla" and self.tp > 1:
             cur = step("tp_shared", f"one host copy for the TP group of {self.tp} (MLA's latent is the same on "
                        "every rank)", [cur, cur.but(tp_shared=True)])
@@ -90,6 +92,18 @@ class Search:
         step("layout_io_again", "host layout x io backend at the chosen capacity and policy",
              [cur.but(layout=lay, io_backend=io) for lay, io in pairs])
         return ladder
+
+    def capacity(self, cur: Candidate, tiers: list[tuple[float, int]], rising: list[int]) -> list[Candidate]:
+        """`cur` at the tiers `rising` names (those up to the curve's top where the hit rate rose: an
+        equal hit rate on more memory only costs more), then at each next tier while it prices lower
+        than the one before: past the top the hits barely grow and registered memory costs more."""
+        cands = [cur.but(ratio=tiers[i][0], l2_per_rank=tiers[i][1]) for i in rising]
+        for r, t in tiers[rising[-1] + 1:]:
+            nxt = cur.but(ratio=r, l2_per_rank=t)
+            cands.append(nxt)
+            if self.price(nxt).key >= self.price(cands[-2]).key:
+                break
+        return cands
 
     def host_ladder(self, c: Candidate) -> list[dict]:
         """`c` priced under the host fixes, each on top of the previous (they change no hit)."""
