@@ -85,8 +85,18 @@ def run_l3(a, spec, trace) -> int:
         print(f"hicache: warning: {result['warning']}", file=sys.stderr, flush=True)
     from conformance.cli.plots import sweep_l3_plot
 
-    emit_result(result, out, "sweep", sweep_l3_plot, a.json, summary_l3_lines(result))
+    lines = summary_l3_lines(result)
+    emit_result(result, out, "sweep", sweep_l3_plot, a.json, lines, report=_page(out, result, lines))
     return 0
+
+
+def _page(out, result: dict, lines: list[str]) -> str | None:
+    """report.html's text with --out, made before any file is written."""
+    if out is None:
+        return None
+    from conformance.report.team_results import sweep_page
+
+    return sweep_page(result, lines)
 
 
 def summary_l3_lines(r: dict) -> list[str]:
@@ -139,7 +149,8 @@ def run(a) -> int:
     result["trace"] = str(trace)
     from conformance.cli.plots import sweep_plot
 
-    emit_result(result, out, "sweep", sweep_plot, a.json, summary_lines(result))
+    lines = summary_lines(result)
+    emit_result(result, out, "sweep", sweep_plot, a.json, lines, report=_page(out, result, lines))
     return 0
 
 
