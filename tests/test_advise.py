@@ -150,3 +150,13 @@ def test_the_cli_refuses_before_writing(tmp_path, capsys):
     assert main(["advise", "--limit", "5", "--model", "deepseek-v3", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hicache: --l1-tokens:") and not out.exists()
+
+
+def test_the_host_ladder_ends_at_the_picks_own_price():
+    firsts = [tuple(range(100 * i, 100 * i + 32)) for i in range(40)]
+    requests = _requests(firsts + [p + (10_000 + i,) for i, p in enumerate(firsts)])
+    spec = CacheSpec.of(profile="p800", l1_tokens=40_000, semantics=SEMANTICS)
+    r = advise([(load_profile("p800"), spec)], requests)["profiles"][0]
+    pick = next(row for row in r["ranked"] if row["label"] == r["pick"]["label"])
+    assert r["host_ladder"][-1]["ttft_change_pct"] == pick["ttft_change_pct"]
+    assert r["host_ladder"][0]["ttft_change_pct"] > pick["ttft_change_pct"]  # the first build pays for its host

@@ -35,7 +35,7 @@ def fixed_state(c: Candidate) -> dict:
 
 HOST_RUNGS = (("first build", dict()), ("daemon threads", dict(submission="daemon")),
               ("THP before registration", dict(host_pages="thp")),
-              ("NUMA-local pool, IDO", dict(numa="local", ido=True)))
+              ("NUMA placement, IDO", dict(numa="local", ido=True)))  # a shared pool: interleaved (fixed_state)
 
 
 class Search:
@@ -109,9 +109,9 @@ class Search:
         """`c` priced under the host fixes, each on top of the previous (they change no hit)."""
         fig = self.tried[c][0]
         rows, switches = [], {}
-        for name, more in HOST_RUNGS:
+        for i, (name, more) in enumerate(HOST_RUNGS):
             switches.update(more)
-            st = state(**switches, tp_shared=c.tp_shared)
+            st = fixed_state(c) if i == len(HOST_RUNGS) - 1 else state(**switches, tp_shared=c.tp_shared)
             try:
                 p = self.pricer.price(fig, self.state_of(c, st))
             except mech.Unpriced as e:
