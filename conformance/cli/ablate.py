@@ -17,7 +17,7 @@ from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path
 from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
+from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hicache_ref.sim.ablate import ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.trace import read_trace
@@ -69,7 +69,7 @@ def run(a) -> int:
     result = ablate(spec, requests_of("--trace", trace, read_trace(trace, a.limit)), plateau_gain=a.plateau_gain,
                     progress=bar("hicache ablate", a.quiet, " replays"), l3_tokens=l3, engine=engine)
     result["configuration"]["trace"] = str(trace)
-    lines = table_lines(result)
+    lines = sizing_lines(spec) + table_lines(result)
     emit_result(result, out, "ablate", ablate_plot, a.json, lines, report=_page(out, result, lines))
     return 0
 

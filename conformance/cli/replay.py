@@ -15,7 +15,7 @@ from conformance.common import args as types
 from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path, engine_error
 from conformance.common.inputs import load_profile_arg, trace_file
 from conformance.common.progress import ticker
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
+from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hicache_ref.engines import EngineNotRun, replay_with
 from hicache_ref.sim.replay import summary_lines
 from hicache_ref.sim.replay_tp import tp_summary_line
@@ -74,7 +74,7 @@ def run(a) -> int:
     except UnicodeDecodeError as e:
         raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)
-    lines = summary_lines(fig) + ([tp_summary_line(fig)] if spec.tp.ranks is not None else [])
+    lines = sizing_lines(spec) + summary_lines(fig) + ([tp_summary_line(fig)] if spec.tp.ranks is not None else [])
     if out is not None:
         from conformance.common.safe_write import write_text
         from conformance.report.team_results import replay_page

@@ -17,7 +17,7 @@ from conformance.common.errors import EXIT_NOT_RUN, CliError, clip, clip_path, e
 from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
+from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hal.units import HELP as UNITS
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.sweep import METHODS, sweep
@@ -149,7 +149,7 @@ def run(a) -> int:
     result["trace"] = str(trace)
     from conformance.cli.plots import sweep_plot
 
-    lines = summary_lines(result)
+    lines = sizing_lines(spec) + summary_lines(result)
     emit_result(result, out, "sweep", sweep_plot, a.json, lines, report=_page(out, result, lines))
     return 0
 

@@ -109,3 +109,8 @@ def spec_from_args(a, command: str, **fixed) -> CacheSpec:
     # against the profile) sees them
     flat = {k: v for kw in nodes.values() for k, v in kw.items()}
     return CacheSpec.of(**{**flat, **root, **fixed})
+
+
+def sizing_lines(spec: CacheSpec) -> list[str]:
+    """How --model sized the spec (hicache_ref.spec.machine), one line of arithmetic each; [] without --model."""
+    return [f"sizes: {line}" for line in (spec.machine_sizing or {}).get("arithmetic", [])]

@@ -72,8 +72,22 @@ def _profile_sections(p: dict) -> list[Section]:
     return out
 
 
+def side_by_side(r: dict) -> Section:
+    """One row per profile: on or off, its pick (or best tried) and its figures."""
+    rows = []
+    for p in r["profiles"]:
+        top = next((x for x in p["ranked"] if x["label"] == (p.get("pick") or {}).get("label")), None)
+        rows.append([p["profile"], "on" if p["on"] else "off", None if top is None else top["label"],
+                     None if top is None else top["ttft_change_pct"],
+                     "n/m" if top is None else _interval(top, "ttft_change_interval_pct", "+.2f"),
+                     None if top is None else top["net_benefit_seconds"], None if top is None else top["answer"]])
+    return Section("profiles side by side", text=["The same replays, priced by each profile."],
+                   headers=["profile", "HiCache", "configuration", "TTFT %", "interval", "net s", "answer"], rows=rows)
+
+
 def advise_page(r: dict) -> str:
-    sections = [s for p in r["profiles"] for s in _profile_sections(p)]
+    sections = [side_by_side(r)] if len(r["profiles"]) > 1 else []
+    sections += [s for p in r["profiles"] for s in _profile_sections(p)]
     sections.append(Section("run", text=[f"{r['requests']:,} requests ({r['input_tokens']:,} input tokens) of "
                                          f"{r['trace']}; {r['replays_run']} replays"]))
     return page("hicache advise", [p["headline"] for p in r["profiles"]], sections)

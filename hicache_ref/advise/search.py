@@ -74,11 +74,11 @@ class Search:
         pairs = layout_io_pairs(attention)
         first = [Candidate(lay, io, write_policies()[0], start[0], start[1]) for lay, io in pairs]
         cur = step("layout_io", "host layout x io backend, as SGLang 0.5.23 resolves them", first)
+        rising = [i for i in range(len(tiers)) if i == 0 or curve_rates[i] > curve_rates[i - 1]]
         top = max(curve_rates)
         knee = next(i for i, h in enumerate(curve_rates) if h >= top - plateau_gain)
-        rising = [i for i in range(min(knee + 2, len(tiers))) if i == 0 or curve_rates[i] > curve_rates[i - 1]]
-        cur = step("l2_capacity", f"L2 tier by tier to where the one-pass curve comes within {plateau_gain} of its "
-                   f"top ({tiers[knee][1]:,} tokens), then on while the TTFT keeps falling",
+        cur = step("l2_capacity", f"L2 tier by tier where the one-pass curve rises (within {plateau_gain} of its top "
+                   f"from {tiers[knee][1]:,} tokens), then on while the TTFT keeps falling",
                    self.capacity(cur, tiers, rising))
         policy = cur.write_policy
         cur = step("write_policy", "L1 -> L2 write policy", [cur.but(write_policy=p) for p in write_policies()])
@@ -94,9 +94,9 @@ class Search:
         return ladder
 
     def capacity(self, cur: Candidate, tiers: list[tuple[float, int]], rising: list[int]) -> list[Candidate]:
-        """`cur` at the tiers `rising` names (those up to the curve's top where the hit rate rose: an
+        """`cur` at the tiers `rising` names (the first, and each where the curve's hit rate rose: an
         equal hit rate on more memory only costs more), then at each next tier while it prices lower
-        than the one before: past the top the hits barely grow and registered memory costs more."""
+        than the one before."""
         cands = [cur.but(ratio=tiers[i][0], l2_per_rank=tiers[i][1]) for i in rising]
         for r, t in tiers[rising[-1] + 1:]:
             nxt = cur.but(ratio=r, l2_per_rank=t)
