@@ -74,7 +74,7 @@ def test_leaves_it_off_when_the_trace_fits_in_l1():
     spec = CacheSpec.of(profile="p800", l1_tokens=1 << 20, semantics=SEMANTICS)
     r = advise([(load_profile("p800"), spec)], requests)["profiles"][0]
     assert not r["on"] and r["reason"].startswith("fits in L1"), r["reason"]
-    assert r["headline"].startswith("leave HiCache off") and "flags" not in r or not r["on"]
+    assert r["headline"].startswith("leave HiCache off") and "flags" not in r and "pick" not in r
 
 
 def test_leaves_it_off_when_nothing_is_reused():
@@ -82,6 +82,7 @@ def test_leaves_it_off_when_nothing_is_reused():
     spec = CacheSpec.of(profile="p800", l1_tokens=4096, semantics=SEMANTICS)
     r = advise([(load_profile("p800"), spec)], requests)["profiles"][0]
     assert not r["on"] and r["reason"].startswith("reuse too low"), r["reason"]
+    assert "flags" not in r and r["headline"].startswith("leave HiCache off")
 
 
 def test_turns_it_on_when_long_prefixes_come_back_after_l1_forgets_them():
@@ -160,3 +161,23 @@ def test_the_host_ladder_ends_at_the_picks_own_price():
     pick = next(row for row in r["ranked"] if row["label"] == r["pick"]["label"])
     assert r["host_ladder"][-1]["ttft_change_pct"] == pick["ttft_change_pct"]
     assert r["host_ladder"][0]["ttft_change_pct"] > pick["ttft_change_pct"]  # the first build pays for its host
+
+
+def test_intervals_come_from_the_profiles_ensemble(monkeypatch):
+    import dataclasses
+
+    from hicache_ref.sim import uncertainty
+
+    profile = load_profile("p800")
+    slow = dataclasses.replace(profile, link=dataclasses.replace(profile.link, h2d_gbps=profile.link.h2d_gbps / 50,
+                                                                 d2h_gbps=profile.link.d2h_gbps / 50))
+    monkeypatch.setattr(uncertainty, "ensemble", lambda p: (p, slow))
+    firsts = [tuple(range(100 * i, 100 * i + 32)) for i in range(40)]
+    requests = _requests(firsts + [p + (10_000 + i,) for i, p in enumerate(firsts)])
+    spec = CacheSpec.of(profile="p800", l1_tokens=40_000, semantics=SEMANTICS)
+    r = advise([(profile, spec)], requests)["profiles"][0]
+    top = r["ranked"][0]
+    lo, hi = top["ttft_change_interval_pct"]
+    assert lo < hi  # two members priced apart: a real interval, no longer a point
+    # every configuration that loads from L2 is a loss at a fiftieth of the bandwidth: nothing is a sure gain
+    assert not r["on"] and all(row["answer"] != "gain" for row in r["ranked"]), r["headline"]

@@ -11,6 +11,11 @@ def _interval(row: dict, key: str, fmt: str) -> str:
     return "n/m" if span is None else f"[{format(span[0], fmt)}, {format(span[1], fmt)}]"
 
 
+def _chosen(p: dict) -> dict:
+    """The pick where HiCache goes on, else the best configuration tried ({} when none was priced)."""
+    return p.get("pick") or p.get("best_tried") or {}
+
+
 def capacity_plot(p: dict) -> bytes:
     """Hit rate by L2 tier (one pass), L1 alone as a line, and the replayed tiers' TTFT change."""
     plt = pyplot()
@@ -24,8 +29,8 @@ def capacity_plot(p: dict) -> bytes:
     left.set_ylabel("hit rate")
     replayed = sorted({(r["l2_tokens_per_rank"], r["ttft_change_pct"]) for r in p["ranked"]
                        if r["ttft_change_pct"] is not None and not r["tp_shared"] and not r["l3"]
-                       and r["write_policy"] == (p.get("pick") or {}).get("write_policy")
-                       and r["layout"] == (p.get("pick") or {}).get("layout")})
+                       and r["write_policy"] == _chosen(p).get("write_policy")
+                       and r["layout"] == _chosen(p).get("layout")})
     if replayed:
         right = left.twinx()
         right.plot([x for x, _ in replayed], [y for _, y in replayed], marker="s", color="#aa3377",
@@ -62,7 +67,7 @@ def _profile_sections(p: dict) -> list[Section]:
         rows = [[s["step"], s["change"], s["kept"]["label"], s["ttft_change_pct"], s["net_benefit_seconds"], s["answer"]]
                 for s in p["ladder"]]
         host = p.get("host_ladder", [])
-        rows += [[f"host: {h['step']}", "priced on the pick (no hit changes)", "", h["ttft_change_pct"],
+        rows += [[f"host: {h['step']}", "priced on the kept configuration (no hit changes)", "", h["ttft_change_pct"],
                   h["net_benefit_seconds"], h["answer"]] for h in host]
         out.append(Section(f"{name}: the ladder on this trace", text=[
             "Each step keeps what the step before chose and tries its own values (the seed's order)."],
@@ -76,7 +81,7 @@ def side_by_side(r: dict) -> Section:
     """One row per profile: on or off, its pick (or best tried) and its figures."""
     rows = []
     for p in r["profiles"]:
-        top = next((x for x in p["ranked"] if x["label"] == (p.get("pick") or {}).get("label")), None)
+        top = next((x for x in p["ranked"] if x["label"] == _chosen(p).get("label")), None)
         rows.append([p["profile"], "on" if p["on"] else "off", None if top is None else top["label"],
                      None if top is None else top["ttft_change_pct"],
                      "n/m" if top is None else _interval(top, "ttft_change_interval_pct", "+.2f"),

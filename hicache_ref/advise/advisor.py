@@ -89,13 +89,16 @@ def _one(profile, spec, requests, replays, stack, plateau_gain) -> dict:
                   ladder=ladder, l3_not_priced=why_l3,
                   ranked=[dict(c.to_json(), hit_rate=f["hit_rate"], **p.to_json()) for c, f, p in rows],
                   on=decision["on"], reason=decision["reason"])
-    if chosen is not None:
+    if chosen is not None and chosen[2].ttft_change_pct is not None:
         c = chosen[0]
-        result.update(pick=c.to_json(), host_ladder=search.host_ladder(c),
-                      flags=fl.launch_flags(c, ps, tp, (spec.machine_sizing or {}).get("mem_fraction_static"),
-                                            base.storage.prefetch_policy or "wait_complete"),
-                      host_settings=fl.host_settings(c, profile, tp, tb))
-        result["command"] = fl.command_line(result["flags"])
+        result.update(host_ladder=search.host_ladder(c))
+        if not decision["on"]:  # what came closest, said beside the reason; no flags to paste
+            result["best_tried"] = c.to_json()
+        else:
+            result.update(pick=c.to_json(), host_settings=fl.host_settings(c, profile, tp, tb),
+                          flags=fl.launch_flags(c, ps, tp, (spec.machine_sizing or {}).get("mem_fraction_static"),
+                                                base.storage.prefetch_policy or "wait_complete"))
+            result["command"] = fl.command_line(result["flags"])
     result["headline"] = headline(result, chosen)
     return result
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hicache_ref.sim import cost
+from hicache_ref.sim import cost, uncertainty
 from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.uncertainty import answer, ensemble, interval
+from hicache_ref.sim.uncertainty import answer, interval
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Pricer:
 
     def __init__(self, profile, off_fig: dict):
         self.profile, self.off = profile, off_fig
-        self.members = tuple(ensemble(profile))
+        self.members = tuple(uncertainty.ensemble(profile))
         self._off_total: list[float] | None = None
         self.off_why: str | None = None
         if not off_fig["requests"]:
