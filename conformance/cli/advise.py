@@ -124,6 +124,9 @@ def summary_lines(r: dict) -> list[str]:
         if p["on"]:
             lines += ["SGLang 0.5.23 launch flags:", "  " + p["command"], "host settings:"]
             lines += [f"  - {s}" for s in p["host_settings"]]
+            worth = [f"{h['step']} {h['ttft_change_pct']:+.2f}%" for h in p["host_ladder"] if h["ttft_change_pct"] is not None]
+            if worth:
+                lines.append("  the same configuration as the host fixes go on, TTFT against HiCache off: " + ", ".join(worth))
         else:
             lines.append(f"no flags: leave --enable-hierarchical-cache out ({p['reason']})")
         lines.append("sizes:")
