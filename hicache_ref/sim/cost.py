@@ -8,6 +8,7 @@ inputs named. No device, no bytes, deterministic. The model in words: docs/model
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -170,6 +171,32 @@ def run_service(profile, fig: dict, state: mech.HostState) -> mech.Service:
                         traffic(fig, "h2d"), traffic(fig, "d2h"), state, l3_s=l3)
 
 
+def replay_state(registered_bytes: int) -> mech.HostState:
+    """The host state a replay is priced in: every host fix on, its host pool registered."""
+    return mech.HostState(registered_bytes=int(registered_bytes))
+
+
+@contextmanager
+def clock_in_replay_state(backend, cache):
+    """While a replay runs on `cache`: `backend`'s modeled clock (where it has one) prices each plan in
+    the replay's host state (`replay_state`), so its modeled seconds are the net benefit's terms;
+    the backend's own factors come back after."""
+    setter = getattr(backend, "set_host_factors", None)
+    profile = getattr(backend, "profile", None)
+    if setter is None or profile is None:
+        yield
+        return
+    before = backend.host_factors
+    try:
+        setter(mech.bandwidth_factors(profile, replay_state(cache.host.nbytes if cache.host is not None else 0)))
+    except mech.Unpriced:  # no host cost to price with: the link's own rate (and no net benefit either)
+        pass
+    try:
+        yield
+    finally:
+        setter(before)
+
+
 REPLAY_STATE_NOTE = ("priced with every host fix on (daemon-thread submission, THP, NUMA-local memory, IDO): "
                      "hicache ablate prices the states before them")
 
@@ -184,7 +211,7 @@ def replay_figures(profile, fig: dict) -> dict:
                 "net_benefit_reason": "no request replayed: no prefill to save and nothing moved"}
     if profile is None:
         return {"net_benefit_seconds": None, "net_benefit_reason": "no profile"}
-    state = mech.HostState(registered_bytes=fig.get("registered_bytes", 0))
+    state = replay_state(fig.get("registered_bytes", 0))
     try:
         svc = run_service(profile, fig, state)
     except mech.Unpriced as e:

@@ -52,12 +52,14 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
             cache = spec.build(backend, whole, page_keys="runs" if BLOCK_TOKENS % ps == 0 else "tokens",
                                inline=inline_transfers(spec, backend))
             try:
-                for tokens in trace_tokens(requests, ps):
-                    res = cache.request(tokens)
-                    count_request(totals, res)
-                    totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
-                    totals["l3_hit_tokens"] += res.l3_hit_tokens
-                    tally.add(res)
+                with cost.clock_in_replay_state(backend, cache):
+                    for tokens in trace_tokens(requests, ps):
+                        res = cache.request(tokens)
+                        count_request(totals, res)
+                        totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
+                        totals["l3_hit_tokens"] += res.l3_hit_tokens
+                        tally.add(res)
+                    cache.close()  # its last transfers are priced in the same state
             finally:
                 cache.close()
         finally:
