@@ -62,7 +62,8 @@ def sweep_plot(path: str | Path, result: dict) -> None:
     if all(b is not None for b in benefit):
         other = ax.twinx()
         other.plot(xs, benefit, marker="s", color="#cc6677", label="net benefit")
-        other.set_ylabel("net benefit, s")
+        _band(other, xs, tiers)
+        other.set_ylabel("net benefit, s (band: 5-95% over the parameter ensemble)")
     else:
         ax.set_title("net benefit not modeled: " + tiers[0].get("net_benefit_reason", ""), fontsize=8)
     plateau = result["plateau_l2_tokens"]
@@ -72,6 +73,13 @@ def sweep_plot(path: str | Path, result: dict) -> None:
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)
+
+
+def _band(ax, xs, tiers) -> None:
+    """The net benefit's 5-95% interval per tier as a shaded band (where every tier has one)."""
+    ivs = [t.get("net_benefit_seconds_interval") for t in tiers]
+    if xs and all(iv is not None for iv in ivs):
+        ax.fill_between(xs, [iv[0] for iv in ivs], [iv[1] for iv in ivs], color="#cc6677", alpha=0.25, linewidth=0)
 
 
 def sweep_l3_plot(path: str | Path, result: dict) -> None:
@@ -89,6 +97,12 @@ def sweep_l3_plot(path: str | Path, result: dict) -> None:
     other.plot(xs, [t["l3_bytes_written"] / 2**30 for t in tiers], marker="v", color="#aa3377", label="L3 written GiB")
     other.set_ylabel("L3 GiB moved")
     benefit = [t.get("net_benefit_seconds") for t in tiers]
+    if all(b is not None for b in benefit):
+        third = ax.twinx()
+        third.spines["right"].set_position(("axes", 1.12))
+        third.plot(xs, benefit, marker="s", color="#cc6677", label="net benefit, s")
+        _band(third, xs, tiers)
+        third.set_ylabel("net benefit, s (band: 5-95%)")
     title = "net benefit, s: " + ", ".join(f"{b:+.1f}" for b in benefit) if all(b is not None for b in benefit) \
         else "net benefit not modeled: " + (tiers[0].get("net_benefit_reason") or "")
     ax.set_title(title, fontsize=8)
