@@ -119,7 +119,8 @@ def sweep_l3_plot(path: str | Path, result: dict) -> None:
 def ablate_plot(path: str | Path, result: dict) -> None:
     """Waterfall of net benefit per ablate step: the first bar the baseline, then each step's
     change over the last step that was priced (a step that changes nothing is a thin line, labelled
-    with its change), steps not measured drawn as hatched gaps, and a last bar with the total."""
+    with its change), steps not measured drawn as hatched gaps, and a last bar with the total; each
+    priced step's net benefit carries its 5-95% interval as an error bar."""
     plt = _pyplot()
     steps = result["steps"]
     fig, ax = plt.subplots(figsize=(10, 4.5))
@@ -135,6 +136,10 @@ def ablate_plot(path: str | Path, result: dict) -> None:
                linewidth=0.5)
         ax.annotate(f"{net - base:+.0f} s" if level is not None else f"{net:.0f} s", (i, max(net, base)),
                     ha="center", va="bottom", fontsize=7)
+        iv = s.get("net_benefit_seconds_interval")
+        if iv is not None:  # the rung's net benefit, 5-95% over the parameter ensemble
+            ax.errorbar(i, net, yerr=[[net - iv[0]], [iv[1] - net]], fmt="none", ecolor="black", capsize=3,
+                        linewidth=0.8)
         level = net
     labels = [s["step"] for s in steps]
     if level is not None:  # the total after every priced step
@@ -144,7 +149,7 @@ def ablate_plot(path: str | Path, result: dict) -> None:
     ax.axhline(0, color="black", linewidth=0.6)
     ax.margins(y=0.12)  # room for the labels above the highest bar
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("modeled net benefit, s")
+    ax.set_ylabel("modeled net benefit, s (bars: 5-95%)")
     c = result["configuration"]
     ax.set_title(f"ablate: {c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}", fontsize=9)
     fig.tight_layout()
