@@ -206,11 +206,11 @@ def _not_run(step, change, st, per_rank, runs, profile, tp, why) -> dict:
     """The row of a rung the engine did not run: its state and host side, no figure (the reason for each)."""
     spec = cache_spec(st, runs.base, per_rank, tp)
     hs = host_state(st, profile, per_rank, runs.base.geometry.token_bytes, tp)
-    return dict({k: None for k in REPLAYED_KEYS}, step=step, change=change, l2_tokens=spec.tiers.l2_tokens,
+    return dict({**spread.unpriced(), **{k: None for k in REPLAYED_KEYS}}, step=step, change=change, l2_tokens=spec.tiers.l2_tokens,
                 host_layout=spec.tiers.host_layout, state=dict(st), host_state=hs.to_json(), d2h_bytes_all_ranks=None,
                 host_pool_bytes_all_ranks=None, truncated_requests=None, notes=[],
                 assumed_inputs=list(cost.assumed_inputs(profile)), service=None, modeled_ttft_seconds=None,
-                not_measured={k: why for k in REPLAYED_KEYS}, **spread.unpriced())
+                not_measured={k: why for k in REPLAYED_KEYS})
 
 
 def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict:
@@ -235,10 +235,10 @@ def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict
         priced = spread.spread(ensemble, lambda m: rung_busy(m, fig, hs, off))
     except mech.Unpriced as e:
         why = str(e)
-        return dict(row, modeled_transfer_seconds=None, ttft_change_seconds=None, ttft_change_pct=None,
-                    net_benefit_seconds=None, service=None, modeled_ttft_seconds=None,
-                    not_measured={k: why for k in ("modeled_transfer_seconds", "ttft_change_seconds",
-                                                    "net_benefit_seconds")}, **spread.unpriced())
+        return {**spread.unpriced(), **row, "modeled_transfer_seconds": None, "ttft_change_seconds": None,
+                "ttft_change_pct": None, "net_benefit_seconds": None, "service": None, "modeled_ttft_seconds": None,
+                "not_measured": {k: why for k in ("modeled_transfer_seconds", "ttft_change_seconds",
+                                                  "net_benefit_seconds")}}
     ttft, ttft_off = _ttft(svc, fig), _ttft(off_svc, off)
     return dict(priced, **row, modeled_transfer_seconds=svc.total - svc.compute, ttft_change_seconds=ttft - ttft_off,
                 ttft_change_pct=(ttft / ttft_off - 1) * 100 if ttft_off else None,
