@@ -183,12 +183,19 @@ def test_summary_and_report_open_with_the_answer(wrong_run):
     for a in (summary["answer"], report["answer"]):
         assert a["ttft_change_pct"] == key["value"] and a["gain"] == (key["value"] < 0)
         assert a["seed_ttft_change_pct"] == key["target"] and a["scenario"]
+        # the answer word and its intervals over the ensemble (one member here: the profile itself)
+        assert a["answer"] in ("gain", "loss", "undecided") and a["ensemble_members"] >= 1
+        lo, hi = a["ttft_change_pct_interval"]
+        assert lo <= a["ttft_change_pct"] <= hi and len(a["net_benefit_seconds_interval"]) == 2
+        assert len(a["busy_seconds_interval"]) == 2
         readings = [r for r in report["targets"] if r["kind"] == "reading"]
         assert a["readings_total"] == len(readings)
         assert a["readings_outside"] == sum(r["verdict"] == "fail" for r in readings) >= len(SEGMENT_READINGS)
     page = (out / "report.html").read_text()
     assert page.index('id="answer"') < page.index("<h2>Targets</h2>") < page.index("<h2>Readings")
-    assert f"TTFT <b>{key['value']:+.2f}%</b>" in page
+    lo, hi = report["answer"]["ttft_change_pct_interval"]
+    assert f"<span class='{report['answer']['answer']}'>{report['answer']['answer']}</span>: TTFT " \
+           f"<b>{key['value']:+.2f}%</b> [{lo:+.2f}%, {hi:+.2f}%]" in page
     for k in ("verdict", "ok", "totals", "modules", "skip_reasons", "failures"):  # the keys scripts read, kept
         assert k in summary
 
