@@ -90,6 +90,7 @@ def test_every_ablate_rung_and_the_ladders_answer(wide):
     for row in priced:
         lo, hi = row["ttft_change_pct_interval"]
         assert lo <= row["ttft_change_pct"] <= hi and row["answer"] in uncertainty.ANSWERS
+        assert row["busy_seconds"] == row["service"]["total"]  # member 0 is the rung in its own host state
         nlo, nhi = row["net_benefit_seconds_interval"]
         assert nlo <= row["net_benefit_seconds"] <= nhi and row["ensemble_members"] == 9
     ans = result["answer"]
