@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hicache_ref.sim import cost, uncertainty
+from hicache_ref.sim import cost, spread
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.uncertainty import answer, interval
 
@@ -49,7 +49,7 @@ class Pricer:
 
     def __init__(self, profile, off_fig: dict):
         self.profile, self.off = profile, off_fig
-        self.members = tuple(uncertainty.ensemble(profile))
+        self.members = spread.members(profile)  # member 0 the profile itself, checked
         self._off_total: list[float] | None = None
         self.off_why: str | None = None
         if not off_fig["requests"]:
