@@ -132,12 +132,11 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
         runs = Runs(spec, requests, tp, engine=engine)
     runs.progress = tick
     off = runs.figures(state(hicache=False), 0)
-    try:  # HiCache off priced, or why not (then no rung is)
-        off_svc, off_why = (cost.run_service(profile, off, mech.HostState()), None) if off["requests"] \
-            else (None, "no request replayed")
+    try:  # HiCache off priced (hicache_ref.sim.baseline, as every command prices it), or why not (then no rung is)
+        off_price, off_why = (cost.off_price(profile, off), None) if off["requests"] else (None, "no request replayed")
     except mech.Unpriced as e:
-        off_svc, off_why = None, str(e)
-    priced_off = (off_svc, off_why)
+        off_price, off_why = None, str(e)
+    priced_off = (off_price, off_why)
     rows = [_row(step, change, st, per_rank, runs, profile, tp, off, priced_off) for step, change, st in ladder]
     # the capacity step goes on top of the better of the last two: the write-policy fix is conditional
     pick = min((-1, -2), key=lambda i: (rows[i]["modeled_ttft_seconds"] is None, rows[i]["modeled_ttft_seconds"] or 0))
@@ -164,15 +163,12 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
                   sweep_l2_tokens=tiers, sweep_hit_rates=None if figs is None else [f["hit_rate"] for f in figs],
                   plateau_l2_tokens=None if plateau is None else plateau.plateau_l2_tokens,
                   on_plateau=None if plateau is None else plateau.on_plateau,
-                  hit_rate_l1_only=off["hit_rate"], modeled_ttft_l1_only_seconds=_ttft(off_svc, off),
+                  hit_rate_l1_only=off["hit_rate"],
+                  modeled_ttft_l1_only_seconds=None if off_price is None else off_price["modeled_ttft_seconds"],
                   request_counting=True, unpriced=[], l3_tokens=l3_tokens)
     if runs.engine is not None:  # as `hicache sweep --engine`: which engine replayed what
         config.update(engine=runs.engine.name, l1_only_engine="reference")
     return dict(steps=rows, configuration=config, spec=spec.to_dict())
-
-
-def _ttft(svc, fig) -> float | None:
-    return None if svc is None else mech.mean_ttft_seconds(svc.total, fig["requests"], fig.get("concurrency"))
 
 
 def _l3_notes(fig: dict) -> list[str]:
@@ -204,7 +200,7 @@ def _not_run(step, change, st, per_rank, runs, profile, tp, why) -> dict:
 
 
 def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict:
-    off_svc, off_why = priced_off
+    off_price, off_why = priced_off
     try:
         fig = runs.figures(st, per_rank)
     except NotRunOnEngine as e:
@@ -219,7 +215,7 @@ def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict
                truncated_requests=fig["truncated_requests"], notes=_l3_notes(fig),
                assumed_inputs=list(cost.assumed_inputs(profile)))
     try:
-        if off_svc is None:
+        if off_price is None:
             raise mech.Unpriced(off_why)
         svc = cost.run_service(profile, fig, hs)
     except mech.Unpriced as e:
@@ -228,8 +224,7 @@ def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict
                     net_benefit_seconds=None, service=None, modeled_ttft_seconds=None,
                     not_measured={k: why for k in ("modeled_transfer_seconds", "ttft_change_seconds",
                                                     "net_benefit_seconds")})
-    ttft, ttft_off = _ttft(svc, fig), _ttft(off_svc, off)
-    return dict(row, modeled_transfer_seconds=svc.total - svc.compute, ttft_change_seconds=ttft - ttft_off,
-                ttft_change_pct=(ttft / ttft_off - 1) * 100 if ttft_off else None,
-                net_benefit_seconds=off_svc.total - svc.total, service=svc.to_json(), modeled_ttft_seconds=ttft,
-                not_measured={})
+    priced = cost.against_off(svc, fig, off_price)  # the one pricing against HiCache off (replay's too)
+    return dict(row, modeled_transfer_seconds=svc.total - svc.compute, ttft_change_seconds=priced["ttft_change_seconds"],
+                ttft_change_pct=priced["modeled_ttft_change_pct"], net_benefit_seconds=priced["net_benefit_seconds"],
+                service=svc.to_json(), modeled_ttft_seconds=priced["modeled_ttft_seconds"], not_measured={})

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hicache_ref.core.cache import HiCache
 from hicache_ref.sim import cost
+from hicache_ref.sim.baseline import is_off, off_spec
 from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
 from hicache_ref.sim.trace import BLOCK_TOKENS, TraceRequest, read_trace, trace_tokens
 from hicache_ref.spec import CacheSpec
@@ -26,10 +27,13 @@ JSON_KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_
              "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written")
 
 
-def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest], limit: int | None = None) -> dict:
+def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest], limit: int | None = None,
+           off: dict | bool | None = None) -> dict:
     """Replay the first `limit` requests of `trace` (a JSONL path, a packaged trace from
     find_trace, or a list of read requests; all when None)
-    on the cache `spec` describes, and return the figures (JSON_KEYS and more)."""
+    on the cache `spec` describes, and return the figures (JSON_KEYS and more).
+    `off`: HiCache off's figures to price against (hicache_ref.sim.baseline); None: replayed here
+    after the run; False: not priced (the caller prices against the off run it shares)."""
     if not isinstance(spec, CacheSpec):
         raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
@@ -67,8 +71,22 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
     fig = figures(totals, cache, wall, read_seconds, tally, cache.tree.ghost, run_config(spec, backend, l1, l2))
     fig.update(_l3_figures(cache, spec))
     fig["registered_bytes"] = cache.host.nbytes if cache.host is not None else 0
-    fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
+    profile = getattr(backend, "profile", None)
+    fig.update(cost.replay_figures(profile, fig, off_figures(spec, requests, fig, off, profile, replay)))
     return fig
+
+
+def off_figures(spec: CacheSpec, requests: list, fig: dict, off, profile, run) -> dict | None:
+    """The HiCache-off figures `fig` is priced against: `off` when given, None when False, `fig`
+    itself when it is off already or cannot be priced anyway, else `run` (the replay that made
+    `fig`: serial or served) of hicache_ref.sim.baseline.off_spec over the same requests."""
+    if off is False:
+        return None
+    if off is not None:
+        return off
+    if is_off(spec) or not fig["requests"] or profile is None or not profile.compute.known:
+        return fig
+    return run(off_spec(spec), requests, off=False)
 
 
 def inline_transfers(spec: CacheSpec, backend) -> bool:

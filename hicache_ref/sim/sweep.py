@@ -12,6 +12,9 @@ import os
 import time
 from collections.abc import Callable
 
+from hardware_profiles import load_profile
+from hicache_ref.sim import cost
+from hicache_ref.sim.baseline import off_spec
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.stack_distance import stack_profile
@@ -69,7 +72,7 @@ def _replays(specs: list[CacheSpec], requests: list[TraceRequest], workers: int 
     if workers == 1 or replay_tier is not None:  # another engine's replay runs here, one tier at a time
         out = []
         for s in specs:
-            out.append((replay_tier or replay)(s, requests))
+            out.append(replay_tier(s, requests) if replay_tier is not None else replay(s, requests, off=False))
             tick()
         return out
     # fresh interpreters, not forks: the parent may hold transfer threads (a fork would copy their locks mid-use)
@@ -104,9 +107,9 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
             progress(done[0], total)
 
     t0 = time.perf_counter()
-    alone_spec = spec.replace(l2_tokens=0)
+    alone_spec = off_spec(spec)
     if use == "one_pass":
-        alone = replay(alone_spec, requests)
+        alone = replay(alone_spec, requests, off=False)
         tick()
         if alone["truncated_requests"]:
             if method == "one_pass":
@@ -124,9 +127,12 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
         else:
             figs = _replays([spec.replace(l2_tokens=t) for t in tiers], requests, workers, tick, replay_tier)
             alone = _replays([alone_spec], requests, 1, tick)[0]
-        rows = [dict(l2_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in _TIER_KEYS},
-                     **{k: v for k, v in f.items() if k.startswith("net_benefit")})
-                for t, f in zip(tiers, figs, strict=True)]
+        profile = load_profile(spec.profile)
+        rows = []
+        for t, f in zip(tiers, figs, strict=True):  # each tier against the L1-alone run, as replay prices itself
+            priced = cost.replay_figures(profile, f, alone)
+            rows.append(dict(l2_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in _TIER_KEYS},
+                             **{k: v for k, v in priced.items() if k.startswith(("net_benefit", "modeled_ttft"))}))
     plateau = find_plateau(tiers, [r["hit_rate"] for r in rows], alone["hit_rate"], plateau_gain)
     for row, gain in zip(rows, plateau.marginal_gains, strict=True):
         row["marginal_gain"] = gain
