@@ -15,7 +15,7 @@ from collections.abc import Callable
 from hardware_profiles import load_profile
 from hicache_ref.sim import cost
 from hicache_ref.sim.baseline import off_spec
-from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
+from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau, paying_plateau
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.stack_distance import stack_profile
 from hicache_ref.sim.sweep_pool import replay_in_workers
@@ -133,7 +133,8 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
             priced = cost.replay_figures(profile, f, alone)
             rows.append(dict(l2_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in _TIER_KEYS},
                              **{k: v for k, v in priced.items() if k.startswith(("net_benefit", "modeled_ttft"))}))
-    plateau = find_plateau(tiers, [r["hit_rate"] for r in rows], alone["hit_rate"], plateau_gain)
+    plateau = paying_plateau(tiers, [r["hit_rate"] for r in rows], alone["hit_rate"],
+                             [r.get("net_benefit_seconds") for r in rows], plateau_gain)
     for row, gain in zip(rows, plateau.marginal_gains, strict=True):
         row["marginal_gain"] = gain
         row["registered_bytes"] = row["l2_tokens"] // ps * ps * token_bytes
@@ -141,7 +142,8 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
             row["net_benefit_seconds"] = None
             row["net_benefit_reason"] = NET_ONE_PASS
     return dict(method=use, one_pass_refusal=refusal, tiers=rows, plateau_l2_tokens=plateau.plateau_l2_tokens,
-                on_plateau=plateau.on_plateau, plateau_gain=plateau_gain, l1_tokens=alone["l1_tokens"],
+                on_plateau=plateau.on_plateau, none_pays=plateau.none_pays, plateau_gain=plateau_gain,
+                l1_tokens=alone["l1_tokens"],
                 l1_alone_hit_rate=alone["hit_rate"], requests=alone["requests"], input_tokens=alone["input_tokens"],
                 page_size=ps, write_policy=spec.tiers.write_policy, host_layout=spec.tiers.host_layout,
                 profile=alone["profile"], geometry=spec.geometry.config(), token_bytes=token_bytes,
