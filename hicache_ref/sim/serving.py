@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from hicache_ref.core.allocator import pages_to_slots
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, figures, run_config
-from hicache_ref.sim.replay import inline_transfers, off_figures
+from hicache_ref.sim.replay import fits_in_l1, inline_transfers, off_figures
 from hicache_ref.sim.steps import run_steps
 from hicache_ref.sim.trace import TraceRequest, request_tokens
 from hicache_ref.spec import CacheSpec
@@ -116,7 +116,8 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, o
 
         fig.update(_l3_figures(cache, spec))
     profile = getattr(backend, "profile", None)
-    fig.update(cost.replay_figures(profile, fig, off_figures(spec, requests, fig, off, profile, replay_served)))
+    base = off_figures(spec, requests, fig, off, profile, replay_served)
+    fig.update(cost.replay_figures(profile, fig, base), fits_in_l1=fits_in_l1(fig, base, requests, ps))
     return fig
 
 

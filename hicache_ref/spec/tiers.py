@@ -44,9 +44,11 @@ class TiersSpec:
                                                "trace stats": {"shown_default": "none: no L1 figure"},
                                                "ablate": {"shown_default": "1/16 of the trace's tokens, per rank"}})
     l2_tokens: int | None = param(None, "--l2-tokens", f"host (L2) capacity in tokens ({SIZE_HELP}); 0: no L2",
-                                  parse=parse_tokens, shown_default="unlimited", commands={"replay", "ablate"},
+                                  parse=parse_tokens, shown_default="unlimited",
+                                  commands={"replay", "ablate", "trace stats"},
                                   per_command={"ablate": {"shown_default": "1/4 of the trace's tokens, per rank; "
-                                                          "at least the sweep's 8 tiers of whole pages per rank"}})
+                                                          "at least the sweep's 8 tiers of whole pages per rank"},
+                                               "trace stats": {"shown_default": "none: no L2 figure"}})
     hicache_ratio: float | None = param(None, "--hicache-ratio", "L2 = this x L1 tokens, aligned up to pages "
                                         "plus one, as upstream (needs --l1-tokens)", parse=parse_real(),
                                         metavar="R", commands={"replay"})
