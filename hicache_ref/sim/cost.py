@@ -1,8 +1,8 @@
 """Net benefit: is tiered caching a gain on this machine, and by how much.
 
 Arithmetic over a replay's figures and the profile's mechanisms (hicache_ref.sim.mechanisms): the
-all-hit request and its fit, break-even, and net benefit over an L1-only cache with its assumed
-inputs named. No device, no bytes, deterministic. The model in words: docs/model.md.
+all-hit request and its fit, break-even, and net benefit against HiCache off (L1 alone,
+hicache_ref.sim.baseline) with its assumed inputs named. No device, no bytes, deterministic. The model in words: docs/model.md.
 """
 
 from __future__ import annotations
