@@ -7,11 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+from conformance.cli.trace_convert import add_parsers
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
 from conformance.common.inputs import new_file, requests_of, trace_file
 from conformance.common.safe_write import atomic_file
-from conformance.cli.trace_convert import add_parsers
 from conformance.common.spec_options import add_spec_options
 from hal.units import HELP as UNITS
 from hal.units import parse_size

@@ -43,7 +43,7 @@ def _number(obj, key, path, line_no, minimum, integer):
     return v
 
 
-def read_blocked(path, block_tokens: int, labels: Labels = Labels(), seconds_per_unit: float = MOONCAKE_MS,
+def read_blocked(path, block_tokens: int, labels: Labels | None = None, seconds_per_unit: float = MOONCAKE_MS,
                  limit: int | None = None) -> list[TraceRequest]:
     """The requests of a JSONL trace whose hash ids name `block_tokens`-token blocks, in file order,
     with their ids as 512-token blocks and timestamps in ms; ValueError naming the file, line and key."""
@@ -51,6 +51,7 @@ def read_blocked(path, block_tokens: int, labels: Labels = Labels(), seconds_per
         raise ValueError(f"block_tokens: expected a positive number of tokens, got {block_tokens!r}")
     if not (isinstance(seconds_per_unit, (int, float)) and math.isfinite(seconds_per_unit) and seconds_per_unit > 0):
         raise ValueError(f"seconds_per_unit: expected a positive number, got {seconds_per_unit!r}")
+    labels = labels or Labels()
     out = []
     for line_no, obj in read_json_lines(path):
         if limit is not None and len(out) >= limit:

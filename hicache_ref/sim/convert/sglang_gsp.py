@@ -60,8 +60,10 @@ def _check(s: GspShape) -> None:
                          f"tokens, more than {MAX_TOKENS:,}: fewer groups, prompts, turns or tokens")
 
 
-def gsp_requests(shape: GspShape = GspShape()) -> list[TraceRequest]:
-    """The shape's requests as 512-token-block requests (module docstring); ValueError naming the argument."""
+def gsp_requests(shape: GspShape | None = None) -> list[TraceRequest]:
+    """The shape's requests (bench_serving's defaults when None) as 512-token-block requests (module
+    docstring); ValueError naming the argument."""
+    shape = shape or GspShape()
     _check(shape)
     rng = np.random.default_rng(shape.seed)
     next_token = [0]
