@@ -155,7 +155,7 @@ def engine_replay(a):
     if why is not None:
         print(f"hicache sweep: NOT RUN: engine {a.engine}: {why}", flush=True)
         return True
-    return lambda spec, requests: replay_with(a.engine, spec, requests)
+    return lambda spec, requests: replay_with(a.engine, spec, requests, off=False)  # priced against the sweep's L1-alone run
 
 
 def plateau_words(r: dict, tier: str, at: int | None, against: str) -> str:
