@@ -267,7 +267,7 @@ def test_the_sweep_plots_net_benefit_without_an_axis_offset(tmp_path, monkeypatc
     plots.sweep_plot(tmp_path / "s.png", dict(tiers=tiers, l1_alone_hit_rate=0.2, plateau_l2_tokens=300,
                                               on_plateau=True, none_pays=False))
     net_axis = seen[0].axes[1]
-    assert net_axis.get_ylabel() == "net benefit, s"
+    assert net_axis.get_ylabel().startswith("net benefit, s")
     assert net_axis.yaxis.get_major_formatter().get_offset() == ""
     low, high = net_axis.get_ylim()
     assert low <= 0 <= high  # zero drawn: a gain or a loss reads from the axis itself
