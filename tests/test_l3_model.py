@@ -116,8 +116,8 @@ def test_the_l3_sweep_plateaus_on_a_trace_built_to_plateau():
         lo, hi = t["ttft_change_pct_interval"]
         assert t["answer"] in ("gain", "loss", "undecided") and lo <= t["ttft_change_pct"] <= hi
         assert len(t["net_benefit_seconds_interval"]) == 2
-    at = next(t for t in r["tiers"] if t["l3_tokens"] == r["answer_l3_tokens"] == r["plateau_l3_tokens"])
-    assert (r["answer"], r["ttft_change_pct_interval"]) == (at["answer"], at["ttft_change_pct_interval"])
+    # no tier pays, so there is no capacity to deploy and no answer at the top of its own
+    assert r["answer_l3_tokens"] is None and r["answer"] is None and r["ttft_change_pct_interval"] is None
 
 
 def test_shared_uplink_raises_modeled_seconds_only_when_both_run():
