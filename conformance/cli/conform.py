@@ -19,8 +19,8 @@ from conformance.cli.conform_args import (
     check_child_args,
     check_keyword,
     check_pytest_parses,
-    selected_nothing,
     count_backend,
+    selected_nothing,
     take_junit,
 )
 from conformance.cli.conform_storage import run_storage

@@ -13,8 +13,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from conformance.cli.conform_args import take_junit
-from conformance.cli.conform_args import selected_nothing
+from conformance.cli.conform_args import selected_nothing, take_junit
 from conformance.cli.out_folder import WORK_NAME, claim_out, release_out
 from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
 from conformance.common.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip, clip_path
