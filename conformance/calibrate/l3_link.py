@@ -106,6 +106,8 @@ def profile_yaml(base, cal: dict, who: str) -> str:
 
 def write(out: Path, base, cal: dict, who: str) -> None:
     """Write OUT (the profile with its measured l3_link) and load it back (a file that cannot load is a bug)."""
-    out = Path(out)
-    out.write_text(profile_yaml(base, cal, who), encoding="utf-8")
+    from conformance.common.safe_write import check_target, write_text
+
+    out = check_target(out)
+    write_text(out, profile_yaml(base, cal, who))  # atomic; never through a link, FIFO or device
     load_profile(out)

@@ -60,6 +60,8 @@ def run(a) -> int:
     sizes = transfer_sizes(a.sizes)
     regions = region_sizes(a.translation_sizes)
     out = None if a.out is None else new_file("--out", a.out, (".yaml", ".yml"))
+    if out is not None:  # both outputs checked before the measuring, so neither is written alone
+        new_file("--out", out.with_name(out.stem + ".calibration.json"))
     check_backend(a.backend)
     name = a.profile or default_profile_name(a.backend)
     if name is None:
