@@ -42,9 +42,9 @@ def readable_file(option: str, path: str | os.PathLike, streams: bool = False) -
     if stat.S_ISDIR(st.st_mode):
         raise CliError(option, f"{shown}: is a directory, not a file")
     if not stat.S_ISREG(st.st_mode):
-        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):  # /dev/zero, /dev/urandom: never end
-            raise CliError(option, f"{shown}: is a device, not a file or a pipe; give a file")
-        if streams and (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
+        # a character device is read as a stream: /dev/null is empty; /dev/zero and /dev/urandom are
+        # refused at their first chunk (NUL bytes), an endless text one at the stream's byte cap
+        if streams and (stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
             return read_stream(option, p, str(p))
         raise CliError(option, f"{shown}: is not a regular file (a pipe, a FIFO or a device); give a file")
     try:
