@@ -117,3 +117,23 @@ def test_reads_touch_the_mtime_of_the_stores_own_objects_only(tmp_path):
         os.utime(tmp_path / "k0.kv", (5, 5))
         assert s.get(["k0"], p, [1]) == [True]
         assert os.stat(tmp_path / "k0.kv").st_mtime > time.time() - 60  # recency for the LRU
+
+
+def test_calibrate_storage_on_a_small_store_is_bad_input_and_leaves_no_object(tmp_path, capsys):
+    from conformance.cli.main import main
+
+    where = tmp_path / "l3"
+    assert main(["calibrate", "--storage", f"file:{where},max_bytes=8MiB", "--repeat", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hicache: --storage: file: max_bytes") and "internal" not in err[0]
+    assert [n for n in os.listdir(where) if n != MARKER] == []
+
+
+def test_calibrate_measure_removes_its_objects_when_a_get_misses(tmp_path, monkeypatch):
+    from conformance.calibrate import l3_link
+
+    with FileStorage(str(tmp_path), max_bytes=1 << 30) as s:
+        monkeypatch.setattr(s, "_read", lambda items: [-1] * len(items))
+        with pytest.raises(ValueError, match="a get of 1 objects missed"):
+            l3_link.measure(s, sizes=(4096,), batches=(1,), repeat=1)
+    assert [n for n in os.listdir(tmp_path) if n != MARKER] == []
