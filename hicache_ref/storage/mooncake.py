@@ -49,6 +49,15 @@ def _host_port(text: str, what: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _is_loopback_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _reachable(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=2.0):
@@ -131,6 +140,10 @@ class MooncakeStorage(StorageBackend):
         parts = [p.strip() for p in args.split(",")]
         if parts[0] == AUTO:
             opts = parse_options([p for p in parts[1:] if p], spec, SPEC_OPTIONS)
+            host = opts.get("host", "127.0.0.1")
+            if not _is_loopback_ip(host):  # the cluster of its own is a loopback one, its clients too
+                raise ValueError(f"storage spec {spec!r}: host: mooncake:auto runs on loopback; expected an "
+                                 f"address in 127.0.0.0/8 or ::1, got {host[:80]!r}")
             return client_with_own_cluster(
                 lambda c: cls(c.metadata_url, c.master_addr, spec=spec, cluster=c, **opts), spec)
         if len(parts) < 2 or not parts[0] or not parts[1] or "=" in parts[0] or "=" in parts[1]:
