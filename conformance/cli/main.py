@@ -210,6 +210,10 @@ def _show_user_warnings() -> None:
 def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
+        if os.environ.get("HICACHE_MEMORY_BUDGET"):  # refused when it is not a size, whatever the command
+            from hal.memory.budget import check_env
+
+            check_env()
         with warnings.catch_warnings():  # restores showwarning and the filters when the command ends
             _show_user_warnings()
             return int(args._run(args) or 0)
