@@ -207,7 +207,23 @@ def _show_user_warnings() -> None:
     warnings.showwarning = show
 
 
+def _environment_problem() -> str | None:
+    """What keeps any command from running here, before it imports torch: a working folder that
+    was deleted (torch's oneMKL would abort with its own message), stdout closed (nothing printed
+    could be seen, and the command would seem to succeed)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return "the current folder was deleted; cd to a folder that exists"
+    if sys.stdout is None:
+        return "stdout: is closed; nothing could be printed (send it to /dev/null to discard it)"
+    return None
+
+
 def _main(argv: list[str] | None) -> int:
+    if (problem := _environment_problem()) is not None:
+        say(problem)
+        return EXIT_BAD_INPUT
     try:
         args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
         if os.environ.get("HICACHE_MEMORY_BUDGET"):  # refused when it is not a size, whatever the command
@@ -228,6 +244,9 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_FAILED
     except (ValueError, OSError, MemoryError) as e:
         say(describe(e))
+        return EXIT_BAD_INPUT
+    except OverflowError as e:  # a value past what a float or an index holds, from any option
+        say(f"a value is out of range ({e}); give smaller or larger numbers")
         return EXIT_BAD_INPUT
     except Exception as e:  # a bug: still one line, unless asked for the traceback
         if os.environ.get("HICACHE_TRACEBACK"):

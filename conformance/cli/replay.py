@@ -8,12 +8,12 @@ prints NOT RUN with the reason and exits 3 (the project's not-run code).
 
 from __future__ import annotations
 
-import json
 import sys
 
 from conformance.common import args as types
 from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path, engine_error
 from conformance.common.inputs import load_profile_arg, trace_file
+from conformance.common.outputs import json_text
 from conformance.common.progress import ticker
 from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
 from hicache_ref.engines import EngineNotRun, replay_with
@@ -69,7 +69,7 @@ def run(a) -> int:
         raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)
     if a.json:
-        print(json.dumps(fig, indent=2))
+        print(json_text(fig, indent=2))
     else:
         print("\n".join(summary_lines(fig) + ([tp_summary_line(fig)] if spec.tp.ranks is not None else [])))
     if not fig["requests"]:

@@ -93,6 +93,8 @@ def available_bytes(meminfo: str = "/proc/meminfo", proc_cgroup: str = "/proc/se
 
 
 def fmt(n: float) -> str:
+    if n >= GIB << 20:  # a million GiB and up: a few digits say it (a 400-digit figure says nothing)
+        return f"{n / GIB:.3g} GiB"
     return f"{n / GIB:,.1f} GiB" if n >= GIB else f"{n / (1 << 20):,.1f} MiB"
 
 
