@@ -53,3 +53,26 @@ def test_mooncake_auto_refuses_a_host_that_is_not_loopback(host):
 
     with pytest.raises(ValueError, match="host"):
         open_storage(f"mooncake:auto,host={host}")
+
+
+def test_glog_noise_of_a_mooncake_setup_is_dropped_and_the_rest_kept(capfd):
+    from hicache_ref.storage.mooncake import _without_glog_noise
+
+    with _without_glog_noise():
+        os.write(2, b"WARNING: Logging before InitGoogleLogging() is written to STDERR\n")
+        os.write(2, b"E1205 transfer_metadata_plugin.cpp:292] GET x http=404 body: metadata not found\n")
+        os.write(2, b"E1205 a real failure\n")
+    assert capfd.readouterr().err == "E1205 a real failure\n"
+
+
+@pytest.mark.slow
+def test_a_mooncake_auto_client_prints_no_glog_noise():
+    from hicache_ref.storage.mooncake_cluster import unavailable_reason
+
+    if (why := unavailable_reason()) is not None:
+        pytest.skip(why)
+    proc = subprocess.run([sys.executable, "-c", "from hicache_ref.storage.registry import open_storage\n"
+                           "open_storage('mooncake:auto').close()"], env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "InitGoogleLogging" not in proc.stderr and "metadata not found" not in proc.stderr, proc.stderr

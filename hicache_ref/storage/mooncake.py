@@ -58,6 +58,34 @@ def _is_loopback_ip(host: str) -> bool:
         return False
 
 
+# What the transfer engine's glog prints on every client's setup and that says nothing wrong: glog's
+# own notice that nobody initialised it, and the metadata lookup made before a segment is registered.
+_GLOG_NOISE = ("Logging before InitGoogleLogging()", "http=404 body: metadata not found")
+
+
+@contextlib.contextmanager
+def _without_glog_noise():
+    """stderr (fd 2, which the C++ library writes) held aside while the body runs; what it got is
+    written back after, less the lines of _GLOG_NOISE."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [ln for ln in held.read().decode(errors="replace").splitlines(keepends=True)
+                    if not any(n in ln for n in _GLOG_NOISE)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
 def _reachable(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=2.0):
@@ -113,7 +141,8 @@ class MooncakeStorage(StorageBackend):
         self._store = store_class()
         before = set(listeners(os.getpid()))
         with advertising(host) as advertised:
-            rc = self._store.setup(host, metadata_url, segment, buffer, "tcp", "", master_addr)
+            with _without_glog_noise():
+                rc = self._store.setup(host, metadata_url, segment, buffer, "tcp", "", master_addr)
         self.advertised_address = advertised  # where peers reach this client's RPC and data ports
         if rc != 0:
             raise RuntimeError(f"storage spec {spec!r}: Mooncake client setup failed (code {rc}); see its log on stderr")
