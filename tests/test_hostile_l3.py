@@ -4,6 +4,7 @@ evicted; a failed eviction keeps the store within its bound and says which file 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -137,3 +138,21 @@ def test_calibrate_measure_removes_its_objects_when_a_get_misses(tmp_path, monke
         with pytest.raises(ValueError, match="a get of 1 objects missed"):
             l3_link.measure(s, sizes=(4096,), batches=(1,), repeat=1)
     assert [n for n in os.listdir(tmp_path) if n != MARKER] == []
+
+
+def test_a_replays_l3_line_names_the_stores_first_error(tmp_path, monkeypatch, capsys):
+    from conformance.cli.main import main
+
+    def writev(fd, views):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "writev", writev)
+    where = tmp_path / "l3"
+    assert main(["replay", "--limit", "30", "--l1-tokens", "8k", "--l2-tokens", "16k", "--materialize",
+                 "--l3", f"file:{where},max_bytes=64MiB", "--json"]) == 0
+    fig = json.loads(capsys.readouterr().out)
+    assert fig["l3_store_errors"] >= 1 and f"{where}/" in fig["l3_store_last_error"]
+    assert "cannot be written (Permission denied)" in fig["l3_store_last_error"]
+    from hicache_ref.sim.replay import _l3_lines
+
+    assert "first store error: " in _l3_lines(fig)[0]
