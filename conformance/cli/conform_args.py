@@ -69,11 +69,14 @@ def check_pytest_parses(args: list[str]) -> None:
         except UsageError as e:
             lines = [ln.strip() for ln in str(e).splitlines() if "error:" in ln] or [str(e)]
             raise CliError("--", f"pytest refuses an argument: {clip(lines[0].split('error:', 1)[-1], 160)}") from None
+        except Exception as e:  # noqa: BLE001 - a plugin named with -p that cannot import, and the like
+            raise CliError("--", f"pytest cannot start with these arguments: {clip(e, 160)}") from None
         try:
             for dest, option in _NO_BODY.items():
                 if getattr(config.option, dest, False):
-                    raise CliError(option, "no test body would run (or pytest would only print and exit), "
-                                           "so the run could say nothing about the backend; drop it after --")
+                    raise CliError(option, "no test body would run (pytest would only set up, print, or wait at a "
+                                           "debugger), so the run could say nothing about the backend; drop it "
+                                           "(after --, or from PYTEST_ADDOPTS)")
         finally:
             config._ensure_unconfigure()
 

@@ -83,6 +83,8 @@ def read_stream(option: str, path: Path | None, shown: str, cap: int = MAX_STREA
     cannot be read, holds binary data or goes on past the cap (`yes '{}' |` would never end)."""
     try:
         if path is None:
+            if sys.stdin is None:  # started with stdin closed (`<&-`)
+                raise CliError(option, "stdin (-) is closed; nothing to read")
             data = read_capped(_text_only(sys.stdin.buffer.read1, option, shown), cap, clip_path(shown))
             return StreamedInput(shown, data)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open never blocks

@@ -22,8 +22,8 @@ GIB = 1 << 30
 
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-_V2 = ("memory.max", "memory.current")
-_V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+_V2 = ("memory.max", "memory.current", "inactive_file")
+_V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
 
 
 def check_env() -> int | None:
@@ -52,9 +52,22 @@ def _number(path: str) -> int | None:
     return int(text) if text.isdigit() else None  # "max": no limit
 
 
+def _stat(path: str, key: str) -> int:
+    """The value of `key` in a cgroup's memory.stat, 0 when absent."""
+    try:
+        with open(path) as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key and value.strip().isdigit():
+                    return int(value)
+    except OSError:
+        pass
+    return 0
+
+
 def cgroup_room(proc_cgroup: str = "/proc/self/cgroup", root: str = CGROUP_ROOT) -> int | None:
     """Bytes this process's cgroups (v2 and v1, each level up to the root) still let it use: the
-    least of limit - usage; None when no limit is set or none can be read."""
+    least of limit - (usage - inactive page cache); None when no limit is set or none can be read."""
     try:
         with open(proc_cgroup) as f:
             lines = f.read().splitlines()
@@ -74,7 +87,9 @@ def cgroup_room(proc_cgroup: str = "/proc/self/cgroup", root: str = CGROUP_ROOT)
             folder = os.path.join(base, rel) if rel else base
             limit, used = _number(os.path.join(folder, files[0])), _number(os.path.join(folder, files[1]))
             if limit is not None and limit < 1 << 60:  # v1 writes "no limit" as a huge number
-                rooms.append(max(0, limit - (used or 0)))
+                # the page cache it counts, inactive, is given back under pressure: room, not use
+                cache = _stat(os.path.join(folder, "memory.stat"), files[2])
+                rooms.append(max(0, limit - max(0, (used or 0) - cache)))
             if not rel:
                 break
             rel = os.path.dirname(rel)

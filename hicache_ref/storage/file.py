@@ -202,7 +202,8 @@ class FileStorage(StorageBackend):
                         st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
-                    if stat.S_ISREG(st.st_mode) and st.st_uid == uid:  # never a link, never another user's
+                    # never a link, a hard link to another file, or another user's
+                    if stat.S_ISREG(st.st_mode) and st.st_uid == uid and st.st_nlink == 1:
                         found.append((st.st_mtime_ns, entry.name, st.st_size))
         with self._lock:
             self._since_scan = 0
@@ -344,7 +345,7 @@ class FileStorage(StorageBackend):
             raise
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():  # not an object this store wrote
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:  # not one it wrote
                 return -1
             size = st.st_size
             views, off = _views(targets), 0
