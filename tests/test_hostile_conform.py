@@ -93,21 +93,24 @@ def test_sigkill_of_conform_takes_the_xdist_workers_down(tmp_path):
     kids = descendants(proc.pid) | kids
     proc.kill()
     proc.communicate(timeout=30)
-    _wait_for(lambda: not any(alive(k) for k in kids), 1.0, f"left running: {[k for k in kids if alive(k)]}")
+    _wait_for(lambda: not any(alive(k) for k in kids), 5.0, f"left running: {[k for k in kids if alive(k)]}")
 
 
 @pytest.mark.slow
 def test_xdist_workers_in_a_long_test_die_with_their_pytest_parent(tmp_path):
-    (tmp_path / "test_long.py").write_text("import time\n\ndef test_a():\n    time.sleep(60)\n\n"
-                                           "def test_b():\n    time.sleep(60)\n")
+    body = ("import os, time\n\ndef _mark(name):\n    open(os.path.join({d!r}, name), 'w').close()\n    "
+            "time.sleep(120)\n\ndef test_a():\n    _mark('a')\n\ndef test_b():\n    _mark('b')\n")
+    (tmp_path / "test_long.py").write_text(body.format(d=str(tmp_path)))
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "conformance.plugin", "-p", "no:cacheprovider",
                              "-n", "2", "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path / "test_long.py")],
                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    kids = _wait_for(lambda: d if len(d := descendants(proc.pid)) >= 2 else None, 90, "no xdist workers")
-    time.sleep(8)  # both workers are inside their test's sleep
-    proc.kill()
-    proc.wait()
+    try:  # both workers are inside a test body (their plugin configured long before)
+        _wait_for(lambda: (tmp_path / "a").exists() and (tmp_path / "b").exists(), 180, "the tests never started")
+        kids = descendants(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
     _wait_for(lambda: not any(alive(k) for k in kids), 3.0, f"left running: {[k for k in kids if alive(k)]}")
 
 
