@@ -32,15 +32,19 @@ def json_text(value, **kwargs) -> str:
 
 
 def emit_result(result: dict, out: Path | None, name: str, plot, as_json: bool, lines: list[str],
-                also: tuple[str, ...] = ()) -> None:
-    """With `out`: OUT/<name>.json (indented, newline-terminated) and `plot(OUT/<name>.png, result)`,
+                report: str | None = None, also: tuple[str, ...] = ()) -> None:
+    """With `out`: OUT/<name>.json (indented, newline-terminated), `plot(OUT/<name>.png, result)` and
+    `report` (a page's text, made by the caller before this writes anything) as OUT/report.html,
     every one of them (and the names in `also`, which `plot` writes too) checked before the first is
     written, so a bad one leaves the previous JSON as it was; then `result` as JSON when `as_json`,
     else `lines`."""
     if out is not None:
         if not out.is_dir():
             out.mkdir(parents=True)
-        check_targets([out / f"{name}.json", out / f"{name}.png", *(out / n for n in also)])
+        check_targets([out / f"{name}.json", out / f"{name}.png", *(out / n for n in also),
+                       *([out / "report.html"] if report is not None else [])])
         write_text(out / f"{name}.json", json_text(result, indent=2) + "\n")
         plot(out / f"{name}.png", result)
+        if report is not None:
+            write_text(out / "report.html", report)
     print(json_text(result, indent=2) if as_json else "\n".join(lines))
