@@ -24,6 +24,7 @@ MARKERS = {
 }
 
 _STATE = pytest.StashKey[dict]()
+_BODY_RAN = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -60,9 +61,25 @@ def default_profile_name(backend: str) -> str | None:
     return backend if backend in list_profiles() else None
 
 
+_PARENT_ENV = "HICACHE_PYTEST_PARENT"  # the pid of the pytest process that starts the xdist workers
+
+
+def _die_with_the_controller(config: pytest.Config) -> None:
+    """xdist workers are the pytest process's children, not ours: each asks the kernel to kill it
+    when that process dies (SIGKILL included), so none outlives `hicache conform` under pid 1."""
+    from hal.children import die_with_parent
+
+    if hasattr(config, "workerinput"):  # an xdist worker (the variable PYTEST_XDIST_WORKER may be inherited)
+        parent = os.environ.get(_PARENT_ENV, "")
+        die_with_parent(int(parent) if parent.isdigit() else None)
+    else:
+        os.environ[_PARENT_ENV] = str(os.getpid())  # inherited by the workers it starts
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, desc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {desc}")
+    _die_with_the_controller(config)
     if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("OMP_NUM_THREADS"):
         # xdist already runs one worker per core; torch's intra-op threads on top oversubscribe
         # the cores, and their spin-waits made this suite 4x slower on 2 loaded cores.
@@ -182,3 +199,21 @@ def _hicache_needs(request: pytest.FixtureRequest):
             caps = request.getfixturevalue("backend").capabilities()
             if not getattr(caps, cap):
                 pytest.skip(f"backend {caps.name!r} has no {cap.replace('_', ' ')}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    item.stash[_BODY_RAN] = True  # the body is about to run: only then can the test pass
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A test whose setup and teardown passed but whose body never ran (`--setup-only`, `--setup-plan`)
+    is marked in its report, so junit carries it and the summary counts it not run, never passed."""
+    report = yield
+    if call.when == "teardown" and not item.stash.get(_BODY_RAN, False):
+        from conformance.report.summary import BODY_NOT_RUN
+
+        report.user_properties.append((BODY_NOT_RUN, "1"))
+    return report

@@ -6,7 +6,7 @@ from importlib import resources
 from pathlib import Path
 
 from hardware_profiles.model import Profile, ProfileError
-from hardware_profiles.schema import build
+from hardware_profiles.schema import build, yaml_text
 
 _PACKAGE = "hardware_profiles"
 
@@ -25,7 +25,7 @@ def load_profile(name_or_path: str | Path | Profile) -> Profile:
         path = Path(name_or_path)
         if not path.is_file():
             raise ProfileError(str(path), "(file)", "an existing YAML file", repr(str(name_or_path)))
-        return build(path.read_text(encoding="utf-8"), path)
+        return build(yaml_text(path), path)
     if not isinstance(name_or_path, str):
         raise ProfileError("load_profile", "name_or_path", "a profile name or a path", repr(name_or_path))
     known = list_profiles()

@@ -21,7 +21,7 @@ from hardware_profiles.model import (
     LINK_BOUNDS,
     ProfileError,
 )
-from hardware_profiles.schema import _parse, fail, mapping
+from hardware_profiles.schema import _parse, fail, mapping, yaml_text
 from hardware_profiles.values import is_int, is_number
 
 SCHEMA_VERSION = 1
@@ -157,7 +157,7 @@ def load_readings(profile) -> Readings | None:
         return None
     local = Path(profile.path).parent / "readings" / profile.readings
     if local.is_file():
-        out = build_readings(local.read_text(encoding="utf-8"), local)
+        out = build_readings(yaml_text(local), local)
     else:
         entry = resources.files("hardware_profiles") / "readings" / profile.readings
         if not entry.is_file():

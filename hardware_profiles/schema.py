@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from hardware_profiles.bounded import MAX_SCALAR_CHARS, MAX_YAML_BYTES, BoundError, read_regular
 from hardware_profiles.model import (
     COMPARATORS,
     COMPUTE_BOUNDS,
@@ -86,6 +87,22 @@ def mapping(file, key_path: str, value: Any, allowed=None) -> dict:
     return value
 
 
+def yaml_text(path: Path) -> str:
+    """A profile's or readings file's text: a regular file of at most MAX_YAML_BYTES, UTF-8;
+    ProfileError naming the file otherwise (a FIFO, a device, /dev/zero, a file of gigabytes)."""
+    try:
+        data = read_regular(path, MAX_YAML_BYTES, "YAML")
+    except BoundError as e:
+        raise ProfileError(str(path), "(file)", f"a regular YAML file of at most {MAX_YAML_BYTES >> 20} MiB",
+                           str(e).removeprefix(f"{path}: ")) from None
+    except OSError as e:
+        raise ProfileError(str(path), "(file)", "a readable YAML file", e.strerror or str(e)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ProfileError(str(path), "(file)", "UTF-8 text", f"a byte that is not UTF-8 at offset {e.start}") from None
+
+
 def _parse(text: str, file: str) -> Any:
     """The one YAML document of `text`, checked for duplicate keys and aliases before it is built."""
     loader = _StrictSafeLoader(text)
@@ -95,6 +112,8 @@ def _parse(text: str, file: str) -> Any:
             raise ProfileError(file, "(document)", "a mapping of profile sections", "an empty file")
         _reject_duplicate_keys(node, "", file)
         return loader.construct_document(node)
+    except RecursionError:  # `[[[[...` thousands deep: composing it recurses past Python's stack
+        raise ProfileError(file, "(yaml)", f"nesting at most {MAX_DEPTH} levels deep", "deeper nesting") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"(yaml, line {mark.line + 1})" if mark else "(yaml)"
@@ -103,10 +122,21 @@ def _parse(text: str, file: str) -> Any:
         loader.dispose()
 
 
-def _reject_duplicate_keys(node: yaml.Node, path: str, file: str, walked: set[int] | None = None) -> None:
+MAX_DEPTH = 32  # levels of nesting a profile or readings file may use (they use four or five)
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+def _reject_duplicate_keys(node: yaml.Node, path: str, file: str, walked: set[int] | None = None,
+                           depth: int = 0) -> None:
     # safe_load keeps the last of two equal keys silently; in a profile that hides a typo'd edit.
     # A node reached twice is an alias (*name) of an anchor: refused, so nothing is ever expanded.
+    # A number of thousands of digits is refused here, by its length, before int() is asked to read it.
     walked = set() if walked is None else walked
+    if depth > MAX_DEPTH:
+        raise ProfileError(file, path or "(document)", f"nesting at most {MAX_DEPTH} levels deep", "deeper nesting")
+    if isinstance(node, yaml.ScalarNode) and node.tag in _NUMBER_TAGS and len(node.value) > MAX_SCALAR_CHARS:
+        raise ProfileError(file, path or "(document)", f"a number of at most {MAX_SCALAR_CHARS} characters",
+                           f"{len(node.value):,} characters")
     if id(node) in walked:
         raise ProfileError(file, path or "(document)", "a value written out (YAML aliases are not read)",
                            f"an alias of the anchor at line {node.start_mark.line + 1}")
@@ -119,10 +149,11 @@ def _reject_duplicate_keys(node: yaml.Node, path: str, file: str, walked: set[in
                 raise ProfileError(file, _join(path, key), "each key once",
                                    f"a second {key!r} at line {key_node.start_mark.line + 1}")
             seen.add(key)
-            _reject_duplicate_keys(value_node, _join(path, key), file, walked)
+            _reject_duplicate_keys(key_node, _join(path, key), file, walked, depth + 1)
+            _reject_duplicate_keys(value_node, _join(path, key), file, walked, depth + 1)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _reject_duplicate_keys(item, f"{path}[{i}]", file, walked)
+            _reject_duplicate_keys(item, f"{path}[{i}]", file, walked, depth + 1)
 
 
 def _join(path: str, key: Any) -> str:

@@ -23,8 +23,14 @@ from hal.transfer.layouts import KVGeometry
 from hicache_ref.core.pools import HostPool
 from hicache_ref.sim.replay import replay
 from hicache_ref.spec import CacheSpec
-from hicache_ref.storage.file import FileStorage
+from hicache_ref.storage.file import MARKER, FileStorage
 from hicache_ref.storage.registry import open_storage
+
+
+def store_listing(directory) -> list[str]:
+    """The directory's entries but the store's marker file."""
+    return [n for n in os.listdir(directory) if n != MARKER]
+
 
 # one layer x one head x 1024 dims fp16, pages of 4 tokens: 4 * 1024 * 2 = 8,192 bytes a page,
 # 8,240 bytes an object with its 48-byte trailer (3 tmpfs pages)
@@ -54,12 +60,13 @@ def test_default_bound_is_half_the_tmpfs_free_space(tmpfs):
     with FileStorage(str(tmpfs)) as s:
         assert s.max_bytes == TMPFS // 2 == 131_072 and s.max_bytes_default
         assert s.set(["a", "b", "c"], _pool(1), [0, 1, 2]) == [True, True, True]
-    # reopened: 3 objects use 3 * 12,288 bytes of the tmpfs but count their 3 * 8,240 bytes, so the
-    # room is 262,144 - 36,864 + 24,720 = 250,000 and the bound 125,000 (not half the free 225,280)
+    # reopened: 3 objects use 3 * 12,288 bytes of the tmpfs (the marker one 4,096 block) but count
+    # their 3 * 8,240 bytes, so the room is 262,144 - 36,864 - 4,096 + 24,720 = 245,904 and the bound
+    # 122,952 (not half the free 221,184)
     st = os.statvfs(tmpfs)
-    assert st.f_bavail * st.f_frsize == TMPFS - 3 * 12_288
+    assert st.f_bavail * st.f_frsize == TMPFS - 3 * 12_288 - 4096
     with FileStorage(str(tmpfs)) as s:
-        assert s.stored_bytes == 3 * OBJ and s.max_bytes == 125_000
+        assert s.stored_bytes == 3 * OBJ and s.max_bytes == 122_952
 
 
 def test_default_bound_on_a_real_directory_follows_its_statvfs(tmp_path):
@@ -88,7 +95,7 @@ def test_max_bytes_the_filesystem_cannot_hold_is_refused_and_nothing_created(tmp
         open_storage(spec)
     assert str(e.value) == (f"storage spec {spec!r}: max_bytes: 300000 bytes is more than the filesystem of "
                             f"{target} can hold (262144 bytes free + 0 bytes of objects already there)")
-    assert not target.exists() and os.listdir(tmpfs) == []
+    assert not target.exists() and store_listing(tmpfs) == []
     # the CLI says the same on one line naming the option, exit 2
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
@@ -105,11 +112,11 @@ def test_lru_evicts_under_the_default_bound(tmpfs):
     with FileStorage(str(tmpfs)) as s:
         keys = [f"k{i}" for i in range(15)]
         assert s.set(keys, pool, list(range(15))) == [True] * 15
-        assert sorted(os.listdir(tmpfs)) == sorted(k + ".kv" for k in keys)
+        assert sorted(store_listing(tmpfs)) == sorted(k + ".kv" for k in keys)
         dst = poisoned_pool(BIG, "page_first")
         assert s.get(["k0"], dst, [0]) == [True]  # k0 is now the most recent
         assert s.set(["k15"], pool, [15]) == [True]
-        assert sorted(os.listdir(tmpfs)) == sorted(k + ".kv" for k in keys[:1] + keys[2:] + ["k15"])
+        assert sorted(store_listing(tmpfs)) == sorted(k + ".kv" for k in keys[:1] + keys[2:] + ["k15"])
         assert s.stored_bytes == 15 * OBJ <= s.max_bytes
         assert s.get(["k15"], dst, [1]) == [True] and torch.equal(page_bits(dst, 1), page_bits(pool, 15))
 
@@ -173,6 +180,6 @@ def test_a_rescan_over_the_bound_evicts_other_clients_older_objects(tmp_path):
     write_up_to(28)
     assert a.stored_bytes == 28 * obj  # not seen yet
     write_up_to(32)
-    left = set(os.listdir(tmp_path))
+    left = set(store_listing(tmp_path))
     assert a.stored_bytes == a.max_bytes == 256 * obj and len(left) == 256
     assert {f"a{i}.kv" for i in range(32)} <= left  # the least recently used went: theirs

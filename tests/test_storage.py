@@ -17,10 +17,15 @@ from conformance.suites import reference
 from conformance.suites.storage.cases import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
 from hicache_ref.core.hashing import page_hashes
 from hicache_ref.storage import base, pages
-from hicache_ref.storage.file import FileStorage, file_name
+from hicache_ref.storage.file import MARKER, FileStorage, file_name
 from hicache_ref.storage.keys import StorageIdentity
 from hicache_ref.storage.memory import MemoryStorage
 from hicache_ref.storage.registry import open_storage, register, storage_class
+
+
+def store_listing(directory) -> list[str]:
+    """The directory's entries but the store's marker file."""
+    return [n for n in os.listdir(directory) if n != MARKER]
 
 GEOMS = {"mha": MHA, "mla": MLA}
 LAYOUTS = [(a, s, d) for a in ("mha", "mla") for s in reference.layouts_for(a) for d in reference.layouts_for(a)]
@@ -179,10 +184,10 @@ def test_lru_bound_evicts_least_recently_used(tmp_path):
     s.set(["k0", "k1", "k2"], pool, [0, 1, 2])
     assert s.get(["k0"], poisoned_pool(MLA, "page_first_direct"), [0]) == [True]  # k0 now most recent
     s.set(["k3"], pool, [3])  # 4 objects > 3: the least recently used, k1, goes
-    assert sorted(os.listdir(tmp_path)) == ["k0.kv", "k2.kv", "k3.kv"]
+    assert sorted(store_listing(tmp_path)) == ["k0.kv", "k2.kv", "k3.kv"]
     assert s.stored_bytes == 3 * obj
     s.set(["k4"], pool, [0])
-    assert sorted(os.listdir(tmp_path)) == ["k0.kv", "k3.kv", "k4.kv"]
+    assert sorted(store_listing(tmp_path)) == ["k0.kv", "k3.kv", "k4.kv"]
     # a new client of the same directory sees the same bound
     t = FileStorage(str(tmp_path), max_bytes=3 * obj)
     assert t.stored_bytes == 3 * obj and t.exists(["k0", "k3", "k4"]) == 3
@@ -191,7 +196,7 @@ def test_lru_bound_evicts_least_recently_used(tmp_path):
 def test_object_larger_than_the_bound_is_refused_not_stored(tmp_path):
     s = FileStorage(str(tmp_path), max_bytes=100)
     assert s.set(["big"], random_pool(MLA, "layer_first", 8), [0]) == [False]
-    assert os.listdir(tmp_path) == [] and s.stats.objects_written == 0
+    assert store_listing(tmp_path) == [] and s.stats.objects_written == 0
 
 
 def test_files_are_private(tmp_path):
@@ -199,7 +204,7 @@ def test_files_are_private(tmp_path):
     with FileStorage(str(d)) as s:
         s.set(["k", "x/y:z"], random_pool(MLA, "page_first", 9), [0, 1])
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
-    names = sorted(os.listdir(d))
+    names = sorted(store_listing(d))
     assert names == sorted(["k.kv", file_name("x/y:z")]) and file_name("x/y:z").startswith("h-")
     for n in names:
         assert stat.S_IMODE(os.stat(d / n).st_mode) == 0o600
@@ -231,7 +236,7 @@ def test_atomic_overwrite_never_shows_a_partial_object(tmp_path):
         stop.set()
         th.join()
     assert seen <= want and reader.stats.corrupt == 0
-    assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")] == []
+    assert [n for n in store_listing(tmp_path) if n.startswith(".tmp-")] == []
 
 
 def test_memory_backend_is_bounded_lru():
@@ -295,7 +300,7 @@ def test_bad_calls_are_refused_before_anything_is_written(tmp_path):
         s.exists("abc")
     with pytest.raises(ValueError, match="^host_pool:"):
         s.set(["a"], object(), [0])
-    assert os.listdir(tmp_path) == [] and s.stats == base.StorageStats()
+    assert store_listing(tmp_path) == [] and s.stats == base.StorageStats()
     s.close()
     with pytest.raises(ValueError, match="closed"):
         s.exists(["a"])

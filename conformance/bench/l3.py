@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import tempfile
 import time
 
 import numpy as np
@@ -22,6 +21,7 @@ import torch
 
 from conformance.bench.common import emit, machine
 from conformance.common import args as arg_types
+from conformance.common import scratch
 from conformance.common.errors import CliError, clip
 from conformance.common.spec_options import add_spec_options
 from hal.transfer.layouts import check_layout
@@ -82,7 +82,7 @@ def mooncake_room(object_bytes: int, pages: int, batch: int) -> tuple[int, int, 
 def default_specs(object_bytes: int, pages: int, batch: int) -> list[str]:
     from hicache_ref.storage.mooncake_cluster import unavailable_reason
 
-    specs = ["file:" + tempfile.mkdtemp(prefix="hicache-bench-l3-")]
+    specs = ["file:" + scratch.make_dir("bench-l3-")]
     if unavailable_reason() is None:
         segment, buffer, _, _ = mooncake_room(object_bytes, pages, batch)
         specs.append(f"mooncake:auto,segment={segment},buffer={buffer}")
@@ -125,7 +125,7 @@ class _FilePeer:
     """Plain files: one write / readinto per page, in a sibling directory of the store's."""
 
     def __init__(self, store, data: torch.Tensor, page_bytes: int):
-        self.dir = tempfile.mkdtemp(prefix="peer-", dir=os.path.dirname(store.directory))
+        self.dir = scratch.make_dir("bench-peer-")
         self.views = [memoryview(data[i * page_bytes : (i + 1) * page_bytes].numpy()) for i in range(len(data) // page_bytes)]
 
     def set(self, tag: str) -> None:

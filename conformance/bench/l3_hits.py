@@ -9,11 +9,11 @@ The method: docs/architecture.md, "Design notes"; the figures: BENCHMARKS.md.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 
 from conformance.bench.common import check_trace, emit, machine
 from conformance.common import args as arg_types
+from conformance.common import scratch
 from conformance.common.spec_options import add_spec_options
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.trace import find_trace, read_trace
@@ -56,7 +56,7 @@ def _row(fig: dict, base: dict) -> dict:
 def _with_store(name: str, run):
     """run(storage spec) on a fresh store of kind `name`: (figures, None) or (None, why not measured)."""
     if name == "file":
-        d = tempfile.mkdtemp(prefix="hicache-bench-l3-")
+        d = scratch.make_dir("bench-l3-")
         try:
             return run(f"file:{d}"), None
         finally:

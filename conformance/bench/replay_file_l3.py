@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import gc
 import os
-import tempfile
 import time
 
 from conformance.bench.replay_overhead import CAPACITY, GEOMETRY, timed_kv
+from conformance.common import scratch
 from hicache_ref.sim.replay import replay
 
 GOAL_RATIO = 2.0
@@ -40,7 +40,7 @@ def plain_io_seconds(directory: str, writes: int, reads: int, size: int) -> tupl
 def measure(spec, requests) -> dict:
     base = spec.replace(**GEOMETRY, **CAPACITY, materialize=True)
     walls, kv, figs = [], [], []
-    with tempfile.TemporaryDirectory(prefix="hicache-bench-l3-") as store:
+    with scratch.directory("bench-l3-") as store:
         for s in (base, base.replace(l3=f"file:{store}")):
             gc.collect()
             spent = [0.0]
@@ -54,7 +54,7 @@ def measure(spec, requests) -> dict:
     objects = fig["l3_pages_written"] + fig["l3_pages_read"]
     nbytes = fig["l3_bytes_written"] + fig["l3_bytes_read"]
     size = nbytes // objects if objects else 0
-    with tempfile.TemporaryDirectory(prefix="hicache-bench-peer-") as peer_dir:
+    with scratch.directory("bench-peer-") as peer_dir:
         w, r = plain_io_seconds(peer_dir, fig["l3_pages_written"], fig["l3_pages_read"], size)
     l3 = (walls[1] - kv[1]) - (walls[0] - kv[0])
     peer = w + r

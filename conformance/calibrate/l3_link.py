@@ -37,8 +37,15 @@ def _time(fn, repeat: int) -> float:
 
 
 def measure(store, sizes=OBJECT_SIZES, batches=BATCHES, repeat: int = REPEAT) -> dict:
-    """Put/get timings of `store` (an open hicache_ref.storage backend) and the fitted link."""
+    """Put/get timings of `store` (an open hicache_ref.storage backend) and the fitted link. A store
+    bounded below the largest batch is refused before anything is written (ValueError naming it);
+    the objects written are removed whatever happens."""
     tag = secrets.token_hex(4)
+    largest = max(sizes) * max(batches)
+    bound = getattr(store, "max_bytes", None)
+    if isinstance(bound, int) and bound < largest:
+        raise ValueError(f"{store.name}: max_bytes {bound:,} holds less than the largest batch calibration writes "
+                         f"({max(batches)} objects of {max(sizes) >> 10} KiB = {largest:,} bytes); give more")
     points = {"write": [], "read": []}
     for size in sizes:
         for n in batches:
@@ -48,16 +55,18 @@ def measure(store, sizes=OBJECT_SIZES, batches=BATCHES, repeat: int = REPEAT) ->
 
             def put(items=src):
                 if not all(store._write(items)):
-                    raise RuntimeError(f"{store.name}: a put of {len(items)} objects failed")
+                    raise ValueError(f"{store.name}: a put of {len(items)} objects failed{_why(store)}")
 
             def get(items=dst):
                 if any(s is None or s < 0 for s in store._read(items)):
-                    raise RuntimeError(f"{store.name}: a get of {len(items)} objects missed")
+                    raise ValueError(f"{store.name}: a get of {len(items)} objects missed{_why(store)}")
 
-            points["write"].append((n, n * size, _time(put, repeat)))
-            points["read"].append((n, n * size, _time(get, repeat)))
-            for k in keys:
-                store._discard(k)
+            try:
+                points["write"].append((n, n * size, _time(put, repeat)))
+                points["read"].append((n, n * size, _time(get, repeat)))
+            finally:
+                for k in keys:
+                    store._discard(k)
     fits = {d: _fit(p) for d, p in points.items()}
     link = {"read_gbps": fits["read"]["gbps"], "write_gbps": fits["write"]["gbps"],
             "per_batch_us": (fits["read"]["per_batch_us"] + fits["write"]["per_batch_us"]) / 2,
@@ -65,6 +74,11 @@ def measure(store, sizes=OBJECT_SIZES, batches=BATCHES, repeat: int = REPEAT) ->
     return dict(storage=store.name, sizes=list(sizes), batches=list(batches), repeat=repeat,
                 points={d: [dict(objects=n, bytes=b, seconds=s) for n, b, s in p] for d, p in points.items()},
                 fits=fits, l3_link=link)
+
+
+def _why(store) -> str:
+    why = getattr(store, "last_error", None)
+    return f" ({why})" if why else ""
 
 
 def _fit(points) -> dict:
@@ -106,6 +120,8 @@ def profile_yaml(base, cal: dict, who: str) -> str:
 
 def write(out: Path, base, cal: dict, who: str) -> None:
     """Write OUT (the profile with its measured l3_link) and load it back (a file that cannot load is a bug)."""
-    out = Path(out)
-    out.write_text(profile_yaml(base, cal, who), encoding="utf-8")
+    from conformance.common.safe_write import check_target, write_text
+
+    out = check_target(out)
+    write_text(out, profile_yaml(base, cal, who))  # atomic; never through a link, FIFO or device
     load_profile(out)

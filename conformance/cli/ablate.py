@@ -13,8 +13,8 @@ from pathlib import Path
 from conformance.cli.replay import trace_arg
 from conformance.cli.sweep import PLATEAU_GAIN
 from conformance.common import args as types
-from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path
-from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
+from conformance.common.errors import EXIT_NOT_RUN, CliError
+from conformance.common.inputs import load_profile_arg, output_folder, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
 from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
@@ -52,9 +52,7 @@ def add_arguments(p) -> None:
 def run(a) -> int:
     spec = spec_from_args(a, "ablate")
     profile = load_profile_arg("--profile", spec.profile)
-    out = Path(a.out) if a.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
+    out = output_folder("--out", a.out)
     from conformance.cli.plots import ablate_plot
     from hicache_ref.engines import engine_for
 
@@ -121,7 +119,8 @@ def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
 
     lines = table_lines(result) + [""] + readings_lines(result)
     emit_result(result, out, "ablate", lambda path, r: (ablate_plot(path, r), readings_plot(
-        Path(path).with_name("readings.png"), r)), a.json, lines, report=_page(out, result, lines))
+        Path(path).with_name("readings.png"), r)), a.json, lines, report=_page(out, result, lines),
+        also=("readings.png",))
     return 0
 
 

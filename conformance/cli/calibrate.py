@@ -60,6 +60,8 @@ def run(a) -> int:
     sizes = transfer_sizes(a.sizes)
     regions = region_sizes(a.translation_sizes)
     out = None if a.out is None else new_file("--out", a.out, (".yaml", ".yml"))
+    if out is not None:  # both outputs checked before the measuring, so neither is written alone
+        new_file("--out", out.with_name(out.stem + ".calibration.json"))
     check_backend(a.backend)
     name = a.profile or default_profile_name(a.backend)
     if name is None:
@@ -155,7 +157,10 @@ def _storage(a) -> int:
         if not getattr(store, "moves_bytes", True):
             raise CliError("--storage", f"{a.storage}: moves no bytes; measure a real store (file:, memory:, mooncake:)")
         with ticker("hicache calibrate", a.quiet):
-            cal = l3_link.measure(store, repeat=a.repeat)
+            try:
+                cal = l3_link.measure(store, repeat=a.repeat)
+            except ValueError as e:  # a store too small, or one that failed a put or get (it says why)
+                raise CliError("--storage", clip(str(e), 300)) from None
             cal["uplink"] = uplink.measure(backend, store, repeat=a.repeat)
     m = write.machine()
     cal.update(machine=m, date=write.stamp(), base_profile=base.name)

@@ -18,7 +18,9 @@ from conformance.cli.conform_args import (
     bound_workers,
     check_child_args,
     check_keyword,
+    check_pytest_parses,
     count_backend,
+    selected_nothing,
     take_junit,
 )
 from conformance.cli.conform_storage import run_storage
@@ -93,6 +95,7 @@ def pytest_command(a, profile: str | None, out: Path, work: Path | None = None) 
            # An empty ini of our own: the caller's pytest config (addopts, testpaths) stays out.
            "-c", str(ini), "--rootdir", str(out), "-p", "no:cacheprovider",
            "-p", "no:benchmark",  # pytest-benchmark, where installed, only warns under xdist
+           "--basetemp", str((work or out) / "tmp"),  # tmp_path folders go with the work folder, not in $TMPDIR
            "--backend", a.backend, "--engine", a.engine, "--junitxml", str((work or out) / "junit.xml"), "-q", "--tb=short",
            "--ignore-glob", "*/conformance/suites/storage/*"]  # the storage suite runs under --storage only
     if profile:
@@ -140,6 +143,7 @@ def run(a) -> int:
     check_keyword(a.keyword)
     check_child_args(a.pytest_args)
     a.workers = bound_workers(a.workers)  # -n past the cores: the cores
+    check_pytest_parses(workers_args(a.workers) + list(a.pytest_args))  # pytest's own refusals, before OUT
     if a.storage is not None:
         if a.engine != DEFAULT_ENGINE:  # the storage suite replays nothing: an engine there would be ignored
             raise CliError("--engine", "conform --storage runs the storage suite, which replays nothing; drop --engine")
@@ -194,8 +198,8 @@ def run(a) -> int:
         return 1
     if summary.verdict == "FAIL":
         return rc if rc not in (0, EXIT_NOT_RUN) else 1
-    if rc == 5:  # pytest: no test collected (-k matched nothing)
-        return 5
+    if rc == 5:  # pytest: no test collected; 5 is a selection (-k, -m, --deselect) that matched nothing
+        return 5 if selected_nothing(a.keyword, a.pytest_args) else EXIT_NOT_RUN
     if rc not in (0, 1):  # pytest stopped for its own reason (interrupted, internal, usage)
         return 1 if rc == EXIT_NOT_RUN else pytest_exit(rc)
     return {"NOT RUN": EXIT_NOT_RUN, "PARTIAL": EXIT_PARTIAL}.get(summary.verdict, 0)

@@ -19,6 +19,12 @@ from conformance.common.safe_write import write_bytes
 _OWNED = ("--junitxml", "--junit-xml", "--junitprefix", "--junit-prefix", "-c", "--config-file", "--rootdir",
           "--basetemp")
 _OWNED_PLUGINS = ("no:junitxml", "no:conformance.plugin", "no:conformance.report.selection")
+# pytest options (as parsed: abbreviations and spellings alike) under which no test body runs, or
+# pytest only prints and exits: a run that checked nothing must not be read as a verdict
+_NO_BODY = {"setuponly": "--setup-only", "setupplan": "--setup-plan", "collectonly": "--collect-only",
+            "showfixtures": "--fixtures", "show_fixtures_per_test": "--fixtures-per-test",
+            "markers": "--markers", "help": "--help", "version": "--version", "usepdb": "--pdb",
+            "trace": "--trace"}
 
 
 def check_keyword(keyword: str | None) -> None:
@@ -45,6 +51,41 @@ def check_child_args(args: list[str]) -> None:
         if plugin in _OWNED_PLUGINS:
             raise CliError("-p", f"conform needs the plugin {plugin[3:]} (it writes or counts the report); "
                                  "drop it after --")
+
+
+def check_pytest_parses(args: list[str]) -> None:
+    """The child's pytest arguments, parsed here by pytest's own parser with the same plugins, before
+    OUT is made: CliError for an option pytest does not know (its exit 4, after OUT was made), or one
+    under which no test body runs (`--setup-only`, `--collect-only`, ...: a run that checks nothing)."""
+    import tempfile
+
+    from _pytest.config import UsageError, _prepareconfig
+
+    with tempfile.TemporaryDirectory(prefix="hicache-conform-args-") as tmp:
+        ini = Path(tmp) / "pytest.ini"
+        ini.write_text("[pytest]\n", encoding="utf-8")
+        try:
+            config = _prepareconfig([*args, "-c", str(ini), "--rootdir", tmp, "-p", "no:cacheprovider"])
+        except UsageError as e:
+            lines = [ln.strip() for ln in str(e).splitlines() if "error:" in ln] or [str(e)]
+            raise CliError("--", f"pytest refuses an argument: {clip(lines[0].split('error:', 1)[-1], 160)}") from None
+        except Exception as e:  # noqa: BLE001 - a plugin named with -p that cannot import, and the like
+            raise CliError("--", f"pytest cannot start with these arguments: {clip(e, 160)}") from None
+        try:
+            for dest, option in _NO_BODY.items():
+                if getattr(config.option, dest, False):
+                    raise CliError(option, "no test body would run (pytest would only set up, print, or wait at a "
+                                           "debugger), so the run could say nothing about the backend; drop it "
+                                           "(after --, or from PYTEST_ADDOPTS)")
+        finally:
+            config._ensure_unconfigure()
+
+
+def selected_nothing(keyword: str | None, args: list[str]) -> bool:
+    """A selection was given (-k, or -k, -m or --deselect after --): pytest's "no tests collected"
+    (exit 5) is then the selection matching nothing; without one it is a run of nothing (NOT RUN)."""
+    return keyword is not None or any(a.split("=", 1)[0] in ("-k", "-m", "--deselect") or
+                                      (a[:2] in ("-k", "-m") and not a.startswith("--")) for a in args)
 
 
 def bound_workers(value: str) -> str:

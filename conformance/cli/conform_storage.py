@@ -13,7 +13,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from conformance.cli.conform_args import take_junit
+from conformance.cli.conform_args import selected_nothing, take_junit
 from conformance.cli.out_folder import WORK_NAME, claim_out, release_out
 from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
 from conformance.common.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip, clip_path
@@ -109,7 +109,7 @@ def run_storage(a) -> int:
                   f"  every test is skipped with that reason; the verdict will be NOT RUN", flush=True)
         cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suites.storage", "-p", "conformance.plugin",
                "-p", "conformance.report.selection", "-c", str(work / "pytest.ini"), "--rootdir", str(out),
-               "-p", "no:cacheprovider", "-p", "no:benchmark", "--junitxml", str(work / "junit.xml"), "-q",
+               "-p", "no:cacheprovider", "-p", "no:benchmark", "--basetemp", str(work / "tmp"), "--junitxml", str(work / "junit.xml"), "-q",
                "--tb=short"]
         cmd += [arg for mod in a.backend_module for arg in ("--backend-module", mod)]
         cmd += (["-k", a.keyword] if a.keyword else []) + (["-x"] if a.exitfirst else [])
@@ -130,7 +130,7 @@ def run_storage(a) -> int:
     if summary.verdict == "FAIL":
         return rc if rc not in (0, EXIT_NOT_RUN) else 1
     if rc == 5:
-        return 5
+        return 5 if selected_nothing(a.keyword, a.pytest_args) else EXIT_NOT_RUN
     if rc not in (0, 1):
         return 1 if rc == EXIT_NOT_RUN else pytest_exit(rc)
     return {"NOT RUN": EXIT_NOT_RUN, "PARTIAL": EXIT_PARTIAL}.get(summary.verdict, 0)

@@ -6,7 +6,7 @@ A run imports only the module of the subcommand it names (`build_parser(argv)`):
 Every run ends in one of these exit codes (README "Exit codes"): 0 done / passed, 1 a check
 failed, 2 bad input or an environment the command cannot run in, 3 `conform` ran nothing that
 decides (NOT RUN), 4 `conform` ran the deciding suites only in part (PARTIAL), 5 `conform -k`
-matched no test, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Whatever goes wrong is reported on stderr as the single line `hicache: <option or file>: <what is wrong>`; set
+matched no test, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP). Whatever goes wrong is reported on stderr as the single line `hicache: <option or file>: <what is wrong>`; set
 HICACHE_TRACEBACK=1 to see the traceback of an unexpected error instead.
 """
 
@@ -156,21 +156,29 @@ def join_new_threads(before: set[threading.Thread], timeout: float = THREAD_JOIN
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread like Ctrl-C, so every cleanup an interrupt runs (children
-    stopped, shared files and the output folder's lock removed) runs for it too."""
+    """SIGTERM or SIGHUP (the terminal closed), raised in the main thread like Ctrl-C, so every
+    cleanup an interrupt runs (children stopped, shared files and the output folder's lock removed)
+    runs for it too. `signum`: which; the exit status is 128 + it."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signum)
+        self.signum = signum
 
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
+_ENDING = {signal.SIGTERM: "terminated", signal.SIGHUP: "hung up (SIGHUP)"}
 
 
 def _raise_terminated(signum, frame) -> None:
-    raise Terminated
+    raise Terminated(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
     before = set(threading.enumerate())
     in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+    # a signal already ignored (SIGHUP under nohup) stays ignored
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in _ENDING
+                if signal.getsignal(sig) is not signal.SIG_IGN} if in_main else {}
     try:
         return _main(argv)
     finally:
@@ -178,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             join_new_threads(before)
         except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
             pass
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _show_user_warnings() -> None:
@@ -199,15 +207,35 @@ def _show_user_warnings() -> None:
     warnings.showwarning = show
 
 
+def _environment_problem() -> str | None:
+    """What keeps any command from running here, before it imports torch: a working folder that
+    was deleted (torch's oneMKL would abort with its own message), stdout closed (nothing printed
+    could be seen, and the command would seem to succeed)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return "the current folder was deleted; cd to a folder that exists"
+    if sys.stdout is None:
+        return "stdout: is closed; nothing could be printed (send it to /dev/null to discard it)"
+    return None
+
+
 def _main(argv: list[str] | None) -> int:
+    if (problem := _environment_problem()) is not None:
+        say(problem)
+        return EXIT_BAD_INPUT
     try:
         args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
+        if os.environ.get("HICACHE_MEMORY_BUDGET"):  # refused when it is not a size, whatever the command
+            from hal.memory.budget import check_env
+
+            check_env()
         with warnings.catch_warnings():  # restores showwarning and the filters when the command ends
             _show_user_warnings()
             return int(args._run(args) or 0)
-    except Terminated:
-        say("terminated")
-        return EXIT_TERMINATED
+    except Terminated as e:
+        say(_ENDING.get(e.signum, "terminated"))
+        return 128 + e.signum
     except KeyboardInterrupt:
         say("interrupted")
         return EXIT_INTERRUPTED
@@ -216,6 +244,9 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_FAILED
     except (ValueError, OSError, MemoryError) as e:
         say(describe(e))
+        return EXIT_BAD_INPUT
+    except OverflowError as e:  # a value past what a float or an index holds, from any option
+        say(f"a value is out of range ({e}); give smaller or larger numbers")
         return EXIT_BAD_INPUT
     except Exception as e:  # a bug: still one line, unless asked for the traceback
         if os.environ.get("HICACHE_TRACEBACK"):

@@ -8,12 +8,12 @@ prints NOT RUN with the reason and exits 3 (the project's not-run code).
 
 from __future__ import annotations
 
-import json
 import sys
 
 from conformance.common import args as types
 from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path, engine_error
-from conformance.common.inputs import load_profile_arg, trace_file
+from conformance.common.inputs import load_profile_arg, output_folder, trace_file
+from conformance.common.outputs import json_text
 from conformance.common.progress import ticker
 from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hicache_ref.engines import EngineNotRun, replay_with
@@ -49,11 +49,7 @@ def warn(message: str) -> None:
 
 
 def run(a) -> int:
-    from pathlib import Path
-
-    out = Path(a.out) if a.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
+    out = output_folder("--out", a.out)  # a file or a link there: refused before the run
     trace = trace_arg(a.trace)
     spec = spec_from_args(a, "replay")
     load_profile_arg("--profile", spec.profile)
@@ -76,14 +72,15 @@ def run(a) -> int:
     fig["trace"] = str(trace)
     lines = sizing_lines(spec) + summary_lines(fig) + ([tp_summary_line(fig)] if spec.tp.ranks is not None else [])
     if out is not None:
-        from conformance.common.safe_write import write_text
+        from conformance.common.safe_write import check_targets, write_text
         from conformance.report.team_results import replay_page
 
         page = replay_page(fig, lines)
         out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "replay.json", json.dumps(fig, indent=2) + "\n")
+        check_targets([out / "replay.json", out / "report.html"])  # both, before the first is written
+        write_text(out / "replay.json", json_text(fig, indent=2) + "\n")
         write_text(out / "report.html", page)
-    print(json.dumps(fig, indent=2) if a.json else "\n".join(lines))
+    print(json_text(fig, indent=2) if a.json else "\n".join(lines))
     if not fig["requests"]:
         warn(f"--trace {clip_path(trace)}: no request replayed (empty trace or --limit 0); every figure is zero")
     elif fig["truncated_requests"]:

@@ -9,12 +9,11 @@ it cannot run: NOT RUN with the reason, exit 3, as replay.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from conformance.cli.replay import trace_arg
 from conformance.common import args as types
-from conformance.common.errors import EXIT_NOT_RUN, CliError, clip, clip_path, engine_error
-from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
+from conformance.common.errors import EXIT_NOT_RUN, CliError, clip, engine_error
+from conformance.common.inputs import load_profile_arg, output_folder, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
 from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
@@ -70,9 +69,7 @@ def run_l3(a, spec, trace) -> int:
     if a.method != "auto":
         raise CliError("--method", "with --l3-tokens: each L3 tier is a replay (leave --method out)")
     tiers = parse_tiers(a.l3_tokens, spec.page_size, "--l3-tokens")
-    out = Path(a.out) if a.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
+    out = output_folder("--out", a.out)
     try:
         result = sweep_l3(spec.replace(l2_tokens=l2[0]), read_trace(trace, a.limit), tiers, a.plateau_gain,
                           progress=bar("hicache sweep", a.quiet))
@@ -136,9 +133,7 @@ def run(a) -> int:
     if spec.storage.l3 is not None:
         raise CliError("--l3", "sweep L3 with --l3-tokens a,b,... (an L2 sweep runs without L3)")
     tiers = parse_tiers(a.l2_tokens, spec.page_size)
-    out = Path(a.out) if a.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
+    out = output_folder("--out", a.out)
     l1 = spec.tiers.l1_tokens
     at_or_below = [t for t in tiers if l1 is not None and t <= l1]
     if at_or_below:  # an inclusive L2 no larger than L1 holds nothing L1 does not

@@ -3,7 +3,6 @@ yours, and traces in other formats converted (conformance.cli.trace_convert)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from conformance.cli.trace_convert import add_parsers
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
 from conformance.common.inputs import new_file, requests_of, trace_file
+from conformance.common.outputs import json_text
 from conformance.common.safe_write import atomic_file
 from conformance.common.spec_options import add_spec_options
 from hal.units import HELP as UNITS
@@ -61,7 +61,8 @@ def add_arguments(p) -> None:
                         "L2 (default: none)")
     y.add_argument("--long-pause", type=types.positive_real("seconds"), metavar="SECONDS",
                    help="mean seconds (about +-25%%) of a long pause; with --long-pause-share, needs --rate")
-    y.add_argument("--rate", type=types.positive_real("requests per second"), help="arrivals per second (Poisson); omitted: all at time 0")
+    y.add_argument("--rate", type=types.positive_real("requests per second", minimum=1e-6),  # a slower trace's times outgrow what a reader takes
+                   help="arrivals per second (Poisson); omitted: all at time 0")
     y.add_argument("--seed", type=types.count(0), default=0, help="the same seed writes the same trace")
     y.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     y.set_defaults(_trace_run=_synth)
@@ -88,7 +89,7 @@ def _stats(a) -> int:
 
         trace_stats_plot(a.plot, stats, [r.input_length for r in requests])
     if a.json:
-        print(json.dumps(stats, indent=2))
+        print(json_text(stats, indent=2))
     else:
         print("\n".join(stats_lines(stats)))
     return 0
@@ -152,7 +153,7 @@ def _synth(a) -> int:
                global_prefix_share=share, global_prefix_share_asked=a.global_prefix_share, seed=a.seed,
                sessions=a.sessions, turns=a.turns, think_time=a.think_time, rate=a.rate,
                long_pause_share=a.long_pause_share, long_pause=a.long_pause)
-    print(json.dumps(fig, indent=2) if a.json else
+    print(json_text(fig, indent=2) if a.json else
           f"wrote {len(requests):,} requests, {total:,} input tokens to {out}: prefix reuse rate {achieved:.4f} "
           f"(asked {a.reuse}); global prefix {trace.global_prefix_tokens:,} tokens, {share:.4f} of the reused")
     if abs(achieved - a.reuse) > REUSE_TOLERANCE:

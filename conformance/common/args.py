@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from conformance.common.errors import clip
 from hal.units import parse_size
@@ -43,12 +44,20 @@ def _real(text: str, what: str) -> float:
         raise argparse.ArgumentTypeError(f"expected {what}, got {clip(repr(text))}") from None
 
 
-def positive_real(what: str = "a number", maximum: float | None = None, unit: str = ""):
-    """A positive finite number, at most `maximum`; `what` names it in the error ("a ratio such as 2")."""
+def positive_real(what: str = "a number", maximum: float | None = None, unit: str = "", minimum: float | None = None):
+    """A positive finite number, at least `minimum` and at most `maximum`; `what` names it in the
+    error ("a ratio such as 2")."""
     def parse(text: str) -> float:
         value = _real(text, what)
         if not math.isfinite(value) or value <= 0:
             raise argparse.ArgumentTypeError(f"must be a positive number, got {clip(text)}")
+        if value < sys.float_info.min:  # subnormal: its reciprocal (a rate's interval) overflows
+            raise argparse.ArgumentTypeError(f"too small to compute with (at least {sys.float_info.min:.3g}), "
+                                             f"got {clip(text)}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"at least {minimum:g}{unit}, got {clip(text)}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"at least {minimum:g}{unit}, got {clip(text)}")
         if maximum is not None and value > maximum:
             raise argparse.ArgumentTypeError(f"at most {maximum:,g}{unit}, got {clip(text)}")
         return value

@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 
 from conformance.common.errors import CliError, clip, clip_path
+from conformance.common.safe_write import check_target
 from conformance.common.streamed import STDIN, StreamedInput, read_stream
 from hal.units import parse_size
 
@@ -41,6 +42,8 @@ def readable_file(option: str, path: str | os.PathLike, streams: bool = False) -
     if stat.S_ISDIR(st.st_mode):
         raise CliError(option, f"{shown}: is a directory, not a file")
     if not stat.S_ISREG(st.st_mode):
+        # a character device is read as a stream: /dev/null is empty; /dev/zero and /dev/urandom are
+        # refused at their first chunk (NUL bytes), an endless text one at the stream's byte cap
         if streams and (stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
             return read_stream(option, p, str(p))
         raise CliError(option, f"{shown}: is not a regular file (a pipe, a FIFO or a device); give a file")
@@ -96,16 +99,27 @@ def requests_of(option: str, trace, requests: list) -> list:
 
 def new_file(option: str, path: str | os.PathLike, suffixes: tuple[str, ...] = ()) -> Path:
     """`path` as a Path a command may write: a name ending in one of `suffixes` (none given: any),
-    not a directory or a symbolic link, in a folder that exists."""
+    absent or a regular file (not a link, FIFO, device or directory), in a folder that exists and is
+    not a link (safe_write.check_target, which the write checks again)."""
     out = Path(path)
     if suffixes and out.suffix not in suffixes:
         raise CliError(option, f"{clip_path(out)}: expected a {suffixes[0]} file name")
-    if out.is_symlink():  # refused before the work, as safe_write refuses it after
-        raise CliError(option, f"{clip_path(out)}: is a symbolic link; refusing to write through it")
-    if out.is_dir():
-        raise CliError(option, f"{clip_path(out)}: is a directory")
-    if not out.parent.is_dir():
-        raise CliError(option, f"{clip_path(out.parent)}: no such folder")
+    try:
+        return check_target(out)
+    except CliError as e:
+        raise CliError(option, f"{e.where}: {e.what}") from None
+
+
+def output_folder(option: str, path: str | os.PathLike | None) -> Path | None:
+    """A folder a command writes its results in (created when missing): CliError naming `option`
+    when it is a file, or a symbolic link (its files would land where the link points)."""
+    if path is None:
+        return None
+    out = Path(path)
+    if out.is_symlink():
+        raise CliError(option, f"{clip_path(out)}: is a symbolic link; name the folder it points at")
+    if out.exists() and not out.is_dir():
+        raise CliError(option, f"{clip_path(out)}: exists and is not a directory")
     return out
 
 

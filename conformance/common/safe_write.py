@@ -52,13 +52,45 @@ def refuse_link(path: Path) -> None:
                                         "name another file)")
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_target(path: str | os.PathLike) -> Path:
+    """`path` as a file this command may replace: absent or a regular file (never a link, a FIFO, a
+    device such as /dev/null, a socket or a directory: a rename would replace the special file), in
+    a folder that exists and is not itself a symbolic link. CliError naming it otherwise."""
+    path = Path(path)
+    refuse_link(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise CliError(clip_path(path), f"cannot be checked ({e.strerror or e})") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
+        raise CliError(clip_path(path), f"is {kind}; a command writes regular files only (name a file)")
+    folder = path.parent
+    if folder.is_symlink():
+        raise CliError(clip_path(folder), "is a symbolic link; refusing to write through it (name the folder "
+                                          "it points at)")
+    if not folder.is_dir():
+        raise CliError(clip_path(folder), "no such folder")
+    return path
+
+
+def check_targets(paths) -> list[Path]:
+    """check_target for every output of a command, before it writes the first (none is half done)."""
+    return [check_target(p) for p in paths]
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike, binary: bool = False, mode: int = 0o644):
     """A file object to write `path` through: on a clean exit it is flushed, fsynced and renamed over
     `path`; on any exception (Ctrl-C included) the temporary file is removed and `path` untouched.
     Text mode writes UTF-8."""
-    path = Path(path)
-    refuse_link(path)
+    path = check_target(path)
     folder = path.parent
     tmp = folder / temp_name(path.name)
     try:

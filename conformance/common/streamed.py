@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 from conformance.common.errors import CliError, clip_path
+from hardware_profiles.bounded import MAX_STREAM_BYTES, BoundError, read_capped
 
 STDIN = "-"
 WRITER_NOTICE_SECONDS = 1.0
-CHUNK = 1 << 20
 
 
 class StreamedInput:
@@ -63,21 +63,40 @@ def _wait_for_writer(fd: int, option: str, shown: str) -> None:
         pass
 
 
-def read_stream(option: str, path: Path | None, shown: str) -> StreamedInput:
-    """All of `path` (None: stdin), read once; CliError naming `option` when it cannot be read."""
+def _text_only(read, option: str, shown: str):
+    """`read`, refusing at its first chunk a stream that holds a NUL byte (binary: /dev/urandom)."""
+    first = [True]
+
+    def checked(n: int) -> bytes:
+        chunk = read(n)
+        if first[0] and chunk:
+            first[0] = False
+            if b"\x00" in chunk:
+                raise CliError(option, f"{clip_path(shown)}: is binary, not text (it holds NUL bytes)")
+        return chunk
+
+    return checked
+
+
+def read_stream(option: str, path: Path | None, shown: str, cap: int = MAX_STREAM_BYTES) -> StreamedInput:
+    """All of `path` (None: stdin), read once, at most `cap` bytes; CliError naming `option` when it
+    cannot be read, holds binary data or goes on past the cap (`yes '{}' |` would never end)."""
     try:
         if path is None:
-            return StreamedInput(shown, sys.stdin.buffer.read())
+            if sys.stdin is None:  # started with stdin closed (`<&-`)
+                raise CliError(option, "stdin (-) is closed; nothing to read")
+            data = read_capped(_text_only(sys.stdin.buffer.read1, option, shown), cap, clip_path(shown))
+            return StreamedInput(shown, data)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open never blocks
         try:
             if os.fstat(fd).st_mode & 0o170000 == 0o010000:  # a FIFO: wait for its writer
                 _wait_for_writer(fd, option, shown)
             os.set_blocking(fd, True)
-            parts = []
-            while chunk := os.read(fd, CHUNK):
-                parts.append(chunk)
+            data = read_capped(_text_only(lambda n: os.read(fd, n), option, shown), cap, clip_path(shown))
         finally:
             os.close(fd)
+    except BoundError as e:
+        raise CliError(option, str(e)) from None
     except OSError as e:
         raise CliError(option, f"{clip_path(shown)}: cannot be read ({e.strerror or e})") from None
-    return StreamedInput(shown, b"".join(parts))
+    return StreamedInput(shown, data)

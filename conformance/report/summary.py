@@ -164,6 +164,14 @@ def module_of(classname: str) -> str:
     return parts[-1] or "?"
 
 
+BODY_NOT_RUN = "hicache_body_not_run"  # a junit property: the test's setup ran, its body did not
+BODY_NOT_RUN_REASON = "its body never ran (pytest ran only the setup: --setup-only or --setup-plan)"
+
+
+def _body_not_run(case) -> bool:
+    return any(p.get("name") == BODY_NOT_RUN for p in case.iter("property"))
+
+
 def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
@@ -199,6 +207,9 @@ def summarize_junit(path: str | Path, backend: str, profile: str | None, unavail
             else:
                 result.skipped += 1
                 skips[reason] += 1
+        elif _body_not_run(case):  # nothing of it was checked: not run, never passed
+            result.skipped += 1
+            skips[BODY_NOT_RUN_REASON] += 1
         else:
             result.passed += 1
     return Summary(backend, profile, str(path), [modules[m] for m in sorted(modules)],

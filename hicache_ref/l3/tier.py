@@ -354,6 +354,8 @@ class L3Tier:
         out["l3_full_pages"] = getattr(stats, "full", 0)  # pages a full store had no room for (not errors)
         out["l3_storage"] = getattr(self.storage, "name", type(self.storage).__name__)
         out["l3_max_bytes"] = getattr(self.storage, "max_bytes", None)  # the store's bound; None: the store's own
+        if (why := getattr(self.storage, "last_error", None)) is not None:  # which file and why (file store)
+            out["l3_store_last_error"] = why
         if not self.moves_bytes:  # the model store: its bound in tokens and what it holds at the end
             out["l3_max_tokens"] = getattr(self.storage, "max_tokens", None)
             out["l3_stored_pages"] = getattr(self.storage, "stored_objects", None)

@@ -185,7 +185,8 @@ def _l3_lines(fig: dict) -> list[str]:
             f"{fig['l3_bytes_read'] / mib:.1f} MiB, written {fig['l3_bytes_written'] / mib:.1f} MiB, "
             f"{fig['l3_errors']} errors, {fig['l3_corrupt_pages']} corrupt pages; modeled stall "
             f"{fig['l3_modeled_stall_seconds']:.3f} s (link: {fig['l3_link']['basis']})"
-            + (f"; store bound {fig['l3_max_bytes'] / mib:,.1f} MiB" if fig.get("l3_max_bytes") else "")]
+            + (f"; store bound {fig['l3_max_bytes'] / mib:,.1f} MiB" if fig.get("l3_max_bytes") else "")
+            + (f"; first store error: {fig['l3_store_last_error']}" if fig.get("l3_store_last_error") else "")]
 
 
 def _semantics_lines(fig: dict) -> list[str]:

@@ -20,6 +20,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import NamedTuple
 
+from hardware_profiles.bounded import MAX_LINES, MAX_REQUESTS, BoundError, check_gzip, json_value
 from hicache_ref.core.block_tokens import BLOCK_TOKENS, TraceTokens, request_tokens, trace_tokens
 
 # Re-exported: a reader of traces turns requests into tokens with these (hicache_ref.core.block_tokens).
@@ -64,9 +65,13 @@ def _int(obj: dict, key: str, path, line_no: int, minimum: int = 0) -> int:
 def _open_bytes(path: Path | Traversable):
     """`path` as a binary stream, gunzipped when its name ends in .gz; the file is closed on
     exit (a GzipFile leaves the file it was given open). `path` may be anything with `name` and
-    `open("rb")`: a Path, a package resource, an input already read from a pipe."""
+    `open("rb")`: a Path, a package resource, an input already read from a pipe. A .gz file is read
+    to its end first (hardware_profiles.bounded.check_gzip): a corrupt one is refused before any of
+    its data is used, and one that decompresses past the bound is refused at all."""
     with path.open("rb") as raw:
         if path.name.endswith(".gz"):
+            check_gzip(raw, str(path))
+            raw.seek(0)
             with gzip.GzipFile(fileobj=raw) as unzipped:
                 yield unzipped
         else:
@@ -101,6 +106,9 @@ def read_trace(path: str | Path | Traversable, limit: int | None = None, ordered
             for line_no, raw in enumerate(_lines(path, f), 1):
                 if limit is not None and len(out) >= limit:
                     break
+                if len(out) >= MAX_REQUESTS:
+                    raise ValueError(f"{path}: more than {MAX_REQUESTS:,} requests (the most a trace may hold); "
+                                     "replay a part of it with --limit")
                 if line_no == 1:
                     raw = raw.removeprefix(_BOM)  # a UTF-8 byte order mark, as some editors write
                 n = len(out)
@@ -117,6 +125,9 @@ def read_trace(path: str | Path | Traversable, limit: int | None = None, ordered
                 last_ts, last_line = ts, line_no
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # a torn or mislabelled .gz
         raise ValueError(f"{path}: not a readable gzip file ({e})") from None
+    except MemoryError:
+        raise ValueError(f"{path}: ran out of memory after {len(out):,} requests; replay a part of it with "
+                         "--limit") from None
     if back:
         line_no, ts, prev_line, prev_ts = first_back
         warnings.warn(TraceOrderWarning(
@@ -153,6 +164,9 @@ def _lines(path, f):
     line_no = 0
     while raw := f.readline(MAX_LINE_BYTES + 1):
         line_no += 1
+        if line_no > MAX_LINES:
+            raise ValueError(f"{path}: more than {MAX_LINES:,} lines (blank ones included: the most a trace "
+                             "may hold); is it a trace?")
         if len(raw) > MAX_LINE_BYTES:
             raise ValueError(f"{path}: line {line_no}: longer than {MAX_LINE_BYTES >> 20} MiB (the longest line "
                              "a trace may hold); is it a trace?")
@@ -165,9 +179,11 @@ def _parse_line(path, line_no: int, line: str, max_id: int, out: list[TraceReque
     if not line.strip():
         return
     try:
-        obj = json.loads(line)
+        obj = json_value(line)  # duplicate keys, digits and depth bounded (hardware_profiles.bounded)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: line {line_no}: not JSON ({e.msg})") from None
+    except BoundError as e:
+        raise ValueError(f"{path}: line {line_no}: {e}") from None
     if not isinstance(obj, dict):
         raise _bad(path, line_no, "(line)", "a JSON object", type(obj).__name__)
     n = _int(obj, "input_length", path, line_no, 1)

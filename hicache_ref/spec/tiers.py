@@ -33,6 +33,9 @@ MIN_GHOST_ENTRIES = 1024  # the ghost list's default bound: L1 pages, at least t
 SIZE_HELP = UNITS  # how a token count is written: 2M, 64K, 1MiB
 
 
+MAX_HICACHE_RATIO = 10_000  # upstream uses 2 to 10; past this no host holds the L2 it asks for
+
+
 @dataclass(frozen=True)
 class TiersSpec:
     """What each tier holds and how KV moves between them."""
@@ -90,6 +93,9 @@ class TiersSpec:
         if self.l1_tokens == 0:
             raise fail(self, "l1_tokens", "0 tokens hold no page: L1 needs at least one page")
         real(self, "hicache_ratio", positive=True, none_ok=True)
+        if self.hicache_ratio is not None and self.hicache_ratio > MAX_HICACHE_RATIO:  # blamed on itself, not L2
+            raise fail(self, "hicache_ratio", f"at most {MAX_HICACHE_RATIO:,} (L2 that many times L1), "
+                                              f"got {self.hicache_ratio:.3g}")
         real(self, "mem_fraction_static", positive=True, none_ok=True)
         if self.mem_fraction_static is not None and self.mem_fraction_static > 1:
             raise fail(self, "mem_fraction_static", f"a share of device memory is at most 1, got {self.mem_fraction_static!r}")

@@ -4,15 +4,25 @@ Spec `file:DIR[,max_bytes=SIZE][,digest=xxh3|sha256]`. Always bounded: by `max_b
 the filesystem cannot hold it, or else by half of the room there at open. Writes go to a temporary
 file renamed into place, so readers never see part of an object; recency is the file's mtime,
 shared by every client. Reads and writes move the pool's runs with preadv/writev, no extra copy.
+
+The directory is the store's alone: it carries the marker file MARKER, written when the store
+is made in an empty or new folder (or in one holding only objects, as upstream HiCacheFile leaves
+it); a folder holding anything else is refused, so eviction never removes a user's files. Only
+regular files named as objects and owned by this user are counted, read or evicted: a symbolic
+link is never followed (O_NOFOLLOW), and an mtime is set only on an object the store opened.
+An eviction that fails (a file it may not remove) leaves the store refusing writes past its bound,
+and `last_error` says which file and why.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import inspect
 import os
 import re
 import secrets
+import stat
 import threading
 from collections import OrderedDict
 
@@ -30,6 +40,12 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 # store far below its bound (the common case) is not rescanned for nothing.
 RESCAN_SHARE = 16
 TMP_NAME_BYTES = 8  # random bytes in a temporary file's name (hex): unguessable by another user
+MARKER = ".hicache-file-store"  # the file that makes a directory a store's
+_TMP_PREFIX = ".tmp-"
+
+
+def _is_object_name(name: str) -> bool:
+    return name.endswith((SUFFIX, UPSTREAM_SUFFIX)) and not name.startswith(".")
 
 
 def file_name(key: str) -> str:
@@ -88,7 +104,9 @@ class FileStorage(StorageBackend):
         self._index: OrderedDict[str, int] = OrderedDict()  # file name -> size, oldest first
         self._bytes = 0
         self._since_scan = 0  # bytes this client wrote since its last rescan
+        self.last_error: str | None = None  # the first failure of a write or an eviction, with the file
         if os.path.isdir(directory):
+            self._check_owned(directory)
             self._rescan()  # read only: the objects already there count as room
         free = self.filesystem_free_bytes(directory)
         room = free + self._bytes
@@ -101,7 +119,42 @@ class FileStorage(StorageBackend):
             raise ValueError(f"directory: the filesystem of {directory} has no free space for a store "
                              "(the default bound is half its free space); free some or give max_bytes")
         os.makedirs(directory, mode=0o700, exist_ok=True)
+        self._mark(directory)
         self._rescan()
+
+    @staticmethod
+    def _check_owned(directory: str) -> None:
+        """ValueError when `directory` holds anything but a store's marker, objects and temporary
+        files: a user's folder is not a store, and its files are never evicted."""
+        if os.path.islink(directory):
+            raise ValueError(f"directory: {directory} is a symbolic link; name the folder it points at")
+        try:
+            marker = os.lstat(os.path.join(directory, MARKER))
+        except FileNotFoundError:
+            marker = None
+        if marker is not None:
+            if not stat.S_ISREG(marker.st_mode):
+                raise ValueError(f"directory: {directory}/{MARKER} is not a regular file; it is not a store")
+            return
+        with os.scandir(directory) as it:
+            foreign = [e.name for e in it if not (_is_object_name(e.name) and e.is_file(follow_symlinks=False))
+                       and not e.name.startswith(_TMP_PREFIX)]
+        if foreign:
+            raise ValueError(f"directory: {directory} holds files a file store did not write (e.g. "
+                             f"{sorted(foreign)[0][:80]!r}) and no {MARKER} marker; give an empty or new folder")
+
+    @staticmethod
+    def _mark(directory: str) -> None:
+        """The marker file (O_EXCL, never through a link): this folder is a store's from now on."""
+        try:
+            fd = os.open(os.path.join(directory, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            return
+        try:
+            os.write(fd, b"a hicache file L3 store: its objects are *.kv (and upstream *.bin) files here\n")
+        finally:
+            os.close(fd)
 
     @classmethod
     def from_spec(cls, args: str, spec: str) -> FileStorage:
@@ -141,14 +194,17 @@ class FileStorage(StorageBackend):
 
     def _rescan(self) -> None:
         found = []
+        uid = os.geteuid()
         with os.scandir(self.directory) as it:
             for entry in it:
-                if entry.name.endswith((SUFFIX, UPSTREAM_SUFFIX)) and not entry.name.startswith("."):
+                if _is_object_name(entry.name):
                     try:
-                        st = entry.stat()
+                        st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
-                    found.append((st.st_mtime_ns, entry.name, st.st_size))
+                    # never a link, a hard link to another file, or another user's
+                    if stat.S_ISREG(st.st_mode) and st.st_uid == uid and st.st_nlink == 1:
+                        found.append((st.st_mtime_ns, entry.name, st.st_size))
         with self._lock:
             self._since_scan = 0
             # File times tick at the kernel's coarse clock (a few ms): ties keep this client's order.
@@ -173,15 +229,39 @@ class FileStorage(StorageBackend):
                 name, size = self._index.popitem(last=False)
                 self._bytes -= size
                 victims.append(name)
+        kept = []
         for name in victims:
             try:
                 os.unlink(os.path.join(self.directory, name))
             except FileNotFoundError:
                 pass
+            except OSError as e:  # still there, still counted: the bound holds by refusing writes
+                self._note(os.path.join(self.directory, name), "cannot be evicted", e)
+                kept.append(name)
+        if kept:
+            with self._lock:
+                for name in kept:
+                    size = self._size(name)
+                    self._index[name] = size
+                    self._index.move_to_end(name, last=False)
+                    self._bytes += size
+
+    def _size(self, name: str) -> int:
+        try:
+            return os.lstat(os.path.join(self.directory, name)).st_size
+        except OSError:
+            return 0
+
+    def _note(self, path: str, what: str, e: OSError) -> None:
+        if self.last_error is None:
+            self.last_error = f"{path}: {what} ({e.strerror or e})"
 
     # ---- hooks -------------------------------------------------------------------------
     def _contains(self, key: str) -> bool:
-        return os.path.exists(self._path(key))
+        try:
+            return stat.S_ISREG(os.lstat(self._path(key)).st_mode)  # a link is not an object
+        except FileNotFoundError:
+            return False
 
     def _write(self, items, trailer_ready=None) -> list[bool]:
         # one draw of the random source for the batch's temporary names, not a getrandom call each
@@ -204,7 +284,7 @@ class FileStorage(StorageBackend):
         size = sum(s.nbytes for s in segments)
         if size > self.max_bytes:
             return False
-        tmp = os.path.join(self.directory, f".tmp-{token or secrets.token_hex(TMP_NAME_BYTES)}")
+        tmp = os.path.join(self.directory, f"{_TMP_PREFIX}{token or secrets.token_hex(TMP_NAME_BYTES)}")
         fd = None
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -225,6 +305,8 @@ class FileStorage(StorageBackend):
                     os.unlink(tmp)
             except FileNotFoundError:
                 pass
+            if isinstance(e, OSError):
+                self._note(self._path(key), "cannot be written", e)
             if isinstance(e, Exception):  # this object failed (its seal too): the next may not
                 return False
             raise
@@ -236,6 +318,11 @@ class FileStorage(StorageBackend):
             over = self._bytes > self.max_bytes or self._since_scan >= self.rescan_bytes
         if over:
             self._evict()
+            with self._lock:
+                stuck = self._bytes > self.max_bytes
+            if stuck:  # eviction failed: this object goes, so the store keeps to its bound
+                self._discard(key)
+                return False
         return True
 
     def _discard(self, key: str) -> None:
@@ -249,11 +336,18 @@ class FileStorage(StorageBackend):
     def _read_into(self, key, targets) -> int:
         path = self._path(key)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return -1
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a link planted as an object: not read, not touched
+                return -1
+            raise
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:  # not one it wrote
+                return -1
+            size = st.st_size
             views, off = _views(targets), 0
             while views:
                 n = os.preadv(fd, views[:IOV_MAX], off)

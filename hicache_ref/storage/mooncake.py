@@ -49,6 +49,43 @@ def _host_port(text: str, what: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _is_loopback_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# What the transfer engine's glog prints on every client's setup and that says nothing wrong: glog's
+# own notice that nobody initialised it, and the metadata lookup made before a segment is registered.
+_GLOG_NOISE = ("Logging before InitGoogleLogging()", "http=404 body: metadata not found")
+
+
+@contextlib.contextmanager
+def _without_glog_noise():
+    """stderr (fd 2, which the C++ library writes) held aside while the body runs; what it got is
+    written back after, less the lines of _GLOG_NOISE."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [ln for ln in held.read().decode(errors="replace").splitlines(keepends=True)
+                    if not any(n in ln for n in _GLOG_NOISE)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
 def _reachable(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=2.0):
@@ -104,7 +141,8 @@ class MooncakeStorage(StorageBackend):
         self._store = store_class()
         before = set(listeners(os.getpid()))
         with advertising(host) as advertised:
-            rc = self._store.setup(host, metadata_url, segment, buffer, "tcp", "", master_addr)
+            with _without_glog_noise():
+                rc = self._store.setup(host, metadata_url, segment, buffer, "tcp", "", master_addr)
         self.advertised_address = advertised  # where peers reach this client's RPC and data ports
         if rc != 0:
             raise RuntimeError(f"storage spec {spec!r}: Mooncake client setup failed (code {rc}); see its log on stderr")
@@ -131,6 +169,10 @@ class MooncakeStorage(StorageBackend):
         parts = [p.strip() for p in args.split(",")]
         if parts[0] == AUTO:
             opts = parse_options([p for p in parts[1:] if p], spec, SPEC_OPTIONS)
+            host = opts.get("host", "127.0.0.1")
+            if not _is_loopback_ip(host):  # the cluster of its own is a loopback one, its clients too
+                raise ValueError(f"storage spec {spec!r}: host: mooncake:auto runs on loopback; expected an "
+                                 f"address in 127.0.0.0/8 or ::1, got {host[:80]!r}")
             return client_with_own_cluster(
                 lambda c: cls(c.metadata_url, c.master_addr, spec=spec, cluster=c, **opts), spec)
         if len(parts) < 2 or not parts[0] or not parts[1] or "=" in parts[0] or "=" in parts[1]:

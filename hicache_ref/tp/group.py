@@ -2,7 +2,9 @@
 
 Rendezvous is env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), what torchrun sets, so the
 same code runs as `torchrun --nproc-per-node 8 -m hicache_ref.tp.worker ...` on a node and
-under hicache_ref.tp.launch for CI. The process-group backend follows the device: nccl where
+under hicache_ref.tp.launch for CI. A loopback MASTER_ADDR gets a store made here: rank 0's
+TCPStore listens on a socket bound to 127.0.0.1 (torch's own would listen on every interface);
+under torchrun, whose agent serves the store, the ranks connect to that one. The process-group backend follows the device: nccl where
 the ranks' device is CUDA, gloo otherwise (emu and CI, on 127.0.0.1). The group's timeout
 bounds every collective: a dead or stuck rank makes the others raise `GroupError` (naming
 the collective) instead of hanging.
@@ -11,7 +13,9 @@ the collective) instead of hanging.
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
+import socket
 
 import torch
 import torch.distributed as dist
@@ -32,6 +36,34 @@ def process_group_backend(device_type: str, local_ranks: int = 1) -> str:
     return "nccl" if torch.cuda.device_count() >= local_ranks else "gloo"
 
 
+def is_loopback(host: str) -> bool:
+    """`host` names this machine's loopback: localhost, 127.0.0.0/8 or ::1."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_store(timeout: datetime.timedelta) -> dist.TCPStore:
+    """The group's TCPStore on 127.0.0.1:MASTER_PORT: rank 0 serves it on a socket it binds to
+    127.0.0.1 itself (handed to torch, which owns it from then on); the other ranks connect."""
+    port, rank, world = int(os.environ["MASTER_PORT"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if rank != 0:
+        return dist.TCPStore("127.0.0.1", port, world, False, timeout=timeout)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(max(world, 16))
+    except OSError:
+        sock.close()
+        raise
+    return dist.TCPStore("127.0.0.1", port, world, True, timeout=timeout, wait_for_workers=False,
+                         master_listen_fd=sock.detach())
+
+
 class Group:
     """This process's rank in a group made from the env:// variables; close() leaves it."""
 
@@ -45,8 +77,13 @@ class Group:
         self.backend = process_group_backend(device_type, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else None
         try:
-            dist.init_process_group(self.backend, init_method="env://",
-                                    timeout=datetime.timedelta(seconds=self.timeout))
+            timeout = datetime.timedelta(seconds=self.timeout)
+            agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun serves it
+            if is_loopback(os.environ["MASTER_ADDR"]) and not agent_store:
+                dist.init_process_group(self.backend, store=loopback_store(timeout), timeout=timeout,
+                                        rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+            else:  # another host's address: torchrun's rendezvous, as it is
+                dist.init_process_group(self.backend, init_method="env://", timeout=timeout)
         except Exception as e:  # noqa: BLE001 - any rendezvous failure is this one error
             raise GroupError(f"rendezvous at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} failed "
                              f"within {self.timeout:g} s: {_short(e)}") from None
