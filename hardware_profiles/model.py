@@ -115,6 +115,17 @@ COMPUTE_BOUNDS = {
 COMPUTE_OPTIONAL_BOUNDS = {
     "prefill_per_token_pair_s": Bound("seconds per token pair", 0, 1e-3),
     "l2_path_fixed_s": Bound("seconds", 0, 3600),
+    # the first-principles prefill (hicache_ref.sim.prefill_model) where the terms above are unknown:
+    # the share of the device's peak a prefill sustains, and the TP group its FLOPs are split over
+    "prefill_mfu": Bound("fraction of peak FLOPS", 0, 1, lo_open=True),
+    "prefill_tp": Bound("TP ranks", 1, 1024, integer=True),
+}
+# Optional device keys: public datasheet figures, what a first-principles prefill and the host
+# link's ceiling are computed from.
+DEVICE_OPTIONAL_BOUNDS = {
+    "peak_bf16_tflops": Bound("dense bf16 TFLOPS", 0, 100_000, lo_open=True),
+    "hbm_gbps": Bound("GB/s", 0, 100_000, lo_open=True),
+    "host_link_gbps": Bound("GB/s per direction", 0, 1000, lo_open=True),
 }
 # Optional `host_costs` section: the host-side mechanisms the link model alone does not show
 # (hicache_ref.sim.mechanisms prices them; docs/model.md says what each is).
@@ -219,6 +230,9 @@ class ComputeModel:
     prefill_curve: tuple[tuple[int, float], ...] | None = None  # (tokens, seconds), tokens ascending
     prefill_per_token_pair_s: float | None = None  # absent: 0 (a linear prefill)
     l2_path_fixed_s: float | None = None
+    prefill_mfu: float | None = None  # first principles: share of peak a prefill sustains
+    prefill_tp: int | None = None  # first principles: TP ranks the FLOPs are split over
+    prefill_model: str | None = None  # first principles: the served model (hicache_ref.models preset)
 
     def __post_init__(self):
         _check_bounded(self, COMPUTE_BOUNDS)
@@ -303,6 +317,12 @@ class DeviceSpec:
     model: str | None  # None: unknown, like every other value written `unknown`
     hbm_gib: float | None
     devices_per_node: int | None
+    peak_bf16_tflops: float | None = None  # dense (no sparsity), per device
+    hbm_gbps: float | None = None  # HBM bandwidth, decimal GB/s
+    host_link_gbps: float | None = None  # the device's host interface, one direction: the H2D/D2H ceiling
+
+    def __post_init__(self):
+        _check_bounded(self, DEVICE_OPTIONAL_BOUNDS)
 
 
 @dataclass(frozen=True)
@@ -387,6 +407,9 @@ class Profile:
     readings: str | None = None  # file name of the profile's measured readings (hardware_profiles/readings/)
     # key path -> where its value comes from, for every value written with a source
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # key path -> (low, high) an assumed value may lie in, and -> the standard error of a measured one
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    stderrs: dict[str, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def target(self, name: str) -> Target:
         for t in self.targets:

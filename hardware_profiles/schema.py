@@ -19,6 +19,7 @@ from hardware_profiles.model import (
     COMPARATORS,
     COMPUTE_BOUNDS,
     COMPUTE_OPTIONAL_BOUNDS,
+    DEVICE_OPTIONAL_BOUNDS,
     HOST_COST_BOUNDS,
     IDO_STATES,
     KERNEL_BOUNDS,
@@ -142,6 +143,9 @@ class _Reader:
     def __init__(self, file: str):
         self.file = file
         self.sources: dict[str, str] = {}
+        self.ranges: dict[str, tuple[float, float]] = {}
+        self.stderrs: dict[str, float] = {}
+        self._spread: dict[str, tuple] = {}  # key path -> raw range / stderr, checked against the value's bound
 
     def fail(self, key_path: str, expected: str, got: str) -> NoReturn:
         raise ProfileError(self.file, key_path, expected, got)
@@ -165,7 +169,7 @@ class _Reader:
             self.fail(p, expected, _MISSING)
         raw = parent[key]
         if isinstance(raw, dict):
-            self.section(raw, p, ("value", "source"))
+            self.section(raw, p, ("value", "source", "range", "stderr"))
             if "value" not in raw:
                 self.fail(f"{p}.value", expected, _MISSING)
             source = raw.get("source")
@@ -173,6 +177,8 @@ class _Reader:
                 self.fail(f"{p}.source", "a non-empty string saying where the value comes from",
                           _MISSING if "source" not in raw else shown(source))
             self.sources[p] = source.strip()
+            if "range" in raw or "stderr" in raw:
+                self._spread[p] = (raw.get("range"), raw.get("stderr"), "range" in raw, "stderr" in raw)
             return raw["value"], f"{p}.value"
         if sourced and raw != UNKNOWN:
             self.fail(p, f"{{value: <{expected}>, source: <where it comes from>}} or 'unknown'", shown(raw))
@@ -187,9 +193,34 @@ class _Reader:
         if raw == UNKNOWN:
             return None
         try:
-            return bound.check(key, raw)
+            value = bound.check(key, raw)
         except FieldError as e:
             self.fail(p, e.expected, e.got)
+        self._check_spread(_join(path, key), value, bound)
+        return value
+
+    def _check_spread(self, p: str, value: float, bound: Bound) -> None:
+        """A known value's `range: [lo, hi]` (where an assumed value may lie: lo <= value <= hi, both
+        in the value's bound) and `stderr:` (a measured value's standard error, >= 0)."""
+        if p not in self._spread:
+            return
+        rng, se, has_range, has_se = self._spread.pop(p)
+        if has_range:
+            expected = f"[low, high] around the value {value:g}, each {bound.expected()[:-len(' or ' + repr(UNKNOWN))]}"
+            if not isinstance(rng, list) or len(rng) != 2:
+                self.fail(f"{p}.range", expected, shown(rng))
+            try:
+                lo, hi = (float(bound.check(f"{p}.range", x)) for x in rng)
+            except FieldError:
+                self.fail(f"{p}.range", expected, shown(rng))
+            if not lo <= value <= hi:
+                self.fail(f"{p}.range", expected, shown(rng))
+            self.ranges[p] = (lo, hi)
+        if has_se:
+            if not is_number(se) or not 0 <= se < float("inf") or se != se:
+                self.fail(f"{p}.stderr", f"a non-negative number of {bound.unit} (the value's standard error)",
+                          shown(se))
+            self.stderrs[p] = float(se)
 
     def text(self, parent, key, path, *, may_be_unknown=True) -> str | None:
         expected = "a non-empty string" + (" or 'unknown'" if may_be_unknown else "")
@@ -214,22 +245,28 @@ class _Reader:
         device = self.device(top["device"])
         host = self.host(top["host"])
         topology = self.topology(top["topology"], device, host) if "topology" in top else None
-        return Profile(
+        profile = Profile(
             name=path.stem, path=path, description=self.text(top, "description", "", may_be_unknown=False),
             device=device, host=host, topology=topology, link=self.link(top["link"]),
             compute=self.compute(top["compute"]), targets=self.targets(top["targets"]),
             host_costs=self.host_costs(top["host_costs"]) if "host_costs" in top else HostCosts(),
             l3_link=self.l3_link(top["l3_link"]) if "l3_link" in top else L3LinkModel(),
             readings=self.text(top, "readings", "", may_be_unknown=False) if "readings" in top else None,
-            sources=dict(self.sources),
+            sources=dict(self.sources), ranges=dict(self.ranges), stderrs=dict(self.stderrs),
         )
+        for p in self._spread:  # a range or stderr on a value that is not a number (text, a curve, unknown)
+            self.fail(f"{p}.range" if self._spread[p][2] else f"{p}.stderr",
+                      "no range or stderr: only a known number carries one", "one given")
+        return profile
 
     def device(self, data) -> DeviceSpec:
-        d = self.section(data, "device", ("model", "hbm_gib", "devices_per_node"))
+        d = self.section(data, "device", ("model", "hbm_gib", "devices_per_node", *DEVICE_OPTIONAL_BOUNDS))
         return DeviceSpec(
             model=self.text(d, "model", "device"),
             hbm_gib=self.number(d, "hbm_gib", "device", "GiB", 0, 4096, lo_open=True),
             devices_per_node=self.number(d, "devices_per_node", "device", "devices", 1, 64, integer=True),
+            **{name: self.bounded(d, name, "device", bound, sourced=True)
+               for name, bound in DEVICE_OPTIONAL_BOUNDS.items() if name in d},
         )
 
     def host(self, data) -> HostSpec:
@@ -286,7 +323,7 @@ class _Reader:
 
     def compute(self, data) -> ComputeModel:
         c = self.section(data, "compute", ("prefill_fixed_s", "prefill_per_token_s", "prefill_curve",
-                                           *COMPUTE_OPTIONAL_BOUNDS))
+                                           "prefill_model", *COMPUTE_OPTIONAL_BOUNDS))
         curve = None
         if "prefill_curve" in c:
             expected = "a list of at least 2 [tokens, seconds] pairs, tokens ascending"
@@ -306,6 +343,8 @@ class _Reader:
                 curve = tuple(points)
         optional = {name: self.bounded(c, name, "compute", bound, sourced=True)
                     for name, bound in COMPUTE_OPTIONAL_BOUNDS.items() if name in c}
+        if "prefill_model" in c:
+            optional["prefill_model"] = self.text(c, "prefill_model", "compute")
         return ComputeModel(**{name: self.bounded(c, name, "compute", bound, sourced=True)
                                for name, bound in COMPUTE_BOUNDS.items()}, prefill_curve=curve, **optional)
 
