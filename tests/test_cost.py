@@ -354,7 +354,9 @@ def test_without_a_compute_model_prefill_and_break_even_are_unpriced_naming_the_
     for price in (lambda: cost.prefill_seconds(emu, {}), lambda: cost.break_even_tokens(emu, LAYERS, TOKEN_BYTES)):
         with pytest.raises(mech.Unpriced) as e:
             price()
-        assert str(e.value) == "profile emu has no compute model (compute.prefill_*)"
+        assert str(e.value) == ("profile emu has no compute model (compute.prefill_*): no served model to count its "
+                                "FLOPs (compute.prefill_model); measure it: hicache calibrate --prefill TTFT.jsonl "
+                                "--profile emu --out emu-measured.yaml")
 
 
 def test_a_curve_profile_reads_each_prefill_from_the_replays_own_tally():

@@ -124,16 +124,20 @@ def test_p800_link_model_shows_why_many_segments_hurt():
     assert link.seconds("h2d", nbytes, 39936) > link.seconds("h2d", nbytes, 78)
 
 
-def test_p900_leaves_unknowns_unknown():
+def test_p900_leaves_what_is_not_published_unknown_and_assumes_the_rest_with_ranges():
     p = load_profile("p900")
     assert p.device.model == "Kunlunxin P900"
-    assert p.device.hbm_gib is None and p.device.devices_per_node is None
-    assert p.host == type(p.host)(None, None, None, None)
-    assert p.link == LinkModel(None, None, None, None, None)
-    assert p.compute.prefill_seconds(100) is None and p.link.seconds("h2d", 1 << 20, 1) is None
-    assert p.sources == {} and p.topology is None
+    assert p.device.hbm_gib is None and p.device.devices_per_node is None and p.device.peak_bf16_tflops is None
+    assert p.device.host_link_gbps is None and p.host == type(p.host)(None, None, None, None)
+    assert p.link.registration_s_per_gib is None
     with pytest.raises(ProfileError, match="p900 has no topology"):
         p.require_topology()
+    # every number a replay prices with is assumed, with the range its interval is drawn over
+    for key, source in p.sources.items():
+        assert source.startswith("assumed:") and key in p.ranges, key
+        lo, hi = p.ranges[key]
+        assert lo < hi, key
+    assert p.compute.prefill_seconds(100) is not None and p.link.seconds("h2d", 1 << 20, 1) is not None
 
 
 def test_emu_targets_are_ratios_and_plan_bounds():

@@ -14,7 +14,7 @@ import numpy as np
 
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.figures import prefill_from_moments
-from hicache_ref.sim.prefill_model import FIRST_PRINCIPLES_KEYS, require_compute
+from hicache_ref.sim.prefill_model import FIRST_PRINCIPLES_KEYS, compute_of, require_compute
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def allhit_seconds(profile, tokens: int, layers: int, token_bytes: int, state: m
     """Modeled time of a request whose whole prompt of `tokens` is loaded from L2: prefill's fixed
     part, the L2 path, and the H2D of its KV as layer_first kernel loads (one launch per layer,
     one item per token and layer). Unpriced when the profile lacks a parameter."""
-    c = require_compute(profile)
+    c = compute_of(profile) or profile.compute  # first principles may give the fixed part
     fixed = mech.need(c.prefill_fixed_s, "compute.prefill_fixed_s", profile)
     path = mech.need(c.l2_path_fixed_s, "compute.l2_path_fixed_s", profile)
     h2d = mech.Traffic(bytes=tokens * token_bytes, launches=layers, items=tokens * layers, kernel=True)

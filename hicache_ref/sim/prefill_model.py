@@ -80,7 +80,7 @@ def terms(model: ModelArch, tp: int, peak_tflops: float, mfu: float, fixed_s: fl
 
 
 def _missing(profile, what: str) -> Unpriced:
-    return Unpriced(f"profile {profile.name} has no compute model: compute.prefill_* unknown and {what}; "
+    return Unpriced(f"profile {profile.name} has no compute model (compute.prefill_*): {what}; "
                     f"measure it: {MEASURE_PREFILL.format(name=profile.name)}")
 
 
@@ -93,7 +93,7 @@ def first_principles(profile, model: ModelArch | str | None = None, tp: int | No
     c, d = profile.compute, profile.device
     model = model if model is not None else c.prefill_model
     if model is None:
-        raise _missing(profile, "no served model to count FLOPs for (compute.prefill_model, or --model)")
+        raise _missing(profile, "no served model to count its FLOPs (compute.prefill_model)")
     arch = load_model(model) if isinstance(model, str) else model
     if arch.active_params is None or arch.heads is None:
         raise _missing(profile, f"model {arch.name} publishes no parameter count or attention shape")
