@@ -8,6 +8,7 @@ dozen characters of it however large it is.
 
 from __future__ import annotations
 
+import math
 import re
 import reprlib
 from pathlib import Path
@@ -142,6 +143,8 @@ class _Reader:
     def __init__(self, file: str):
         self.file = file
         self.sources: dict[str, str] = {}
+        self.ranges: dict[str, tuple[float, float]] = {}
+        self.stderrs: dict[str, float] = {}
 
     def fail(self, key_path: str, expected: str, got: str) -> NoReturn:
         raise ProfileError(self.file, key_path, expected, got)
@@ -165,7 +168,7 @@ class _Reader:
             self.fail(p, expected, _MISSING)
         raw = parent[key]
         if isinstance(raw, dict):
-            self.section(raw, p, ("value", "source"))
+            self.section(raw, p, ("value", "source", "range", "stderr"))
             if "value" not in raw:
                 self.fail(f"{p}.value", expected, _MISSING)
             source = raw.get("source")
@@ -173,10 +176,38 @@ class _Reader:
                 self.fail(f"{p}.source", "a non-empty string saying where the value comes from",
                           _MISSING if "source" not in raw else shown(source))
             self.sources[p] = source.strip()
+            self.spread(raw, p)
             return raw["value"], f"{p}.value"
         if sourced and raw != UNKNOWN:
             self.fail(p, f"{{value: <{expected}>, source: <where it comes from>}} or 'unknown'", shown(raw))
         return raw, p
+
+    def spread(self, raw: dict, p: str) -> None:
+        """A value's stated uncertainty: `range: [low, high]` around an assumed value (low <= value <=
+        high, low < high), or `stderr:` (> 0) of a measured one; the value's own bound is checked
+        with the value (`bounded`), so a range outside it fails there."""
+        assumed = str(raw["source"]).strip().lower().startswith("assumed")
+        value = raw["value"]
+        if "range" in raw:
+            r = raw["range"]
+            ok = (isinstance(r, list) and len(r) == 2 and all(is_number(x) and math.isfinite(x) for x in r)
+                  and r[0] < r[1])
+            if not ok:
+                self.fail(f"{p}.range", "[low, high]: two finite numbers, low below high", shown(r))
+            if not assumed:
+                self.fail(f"{p}.range", "a range only beside an assumed value (source 'assumed: ...'); "
+                          "a measured value states its stderr", shown(r))
+            if is_number(value) and not r[0] <= value <= r[1]:
+                self.fail(f"{p}.range", f"a range that holds the value {value!r}", shown(r))
+            self.ranges[p] = (float(r[0]), float(r[1]))
+        if "stderr" in raw:
+            e = raw["stderr"]
+            if not is_number(e) or not math.isfinite(e) or e <= 0:
+                self.fail(f"{p}.stderr", "a positive finite number, in the value's unit", shown(e))
+            if assumed:
+                self.fail(f"{p}.stderr", "a stderr only beside a measured value; an assumed one states "
+                          "its range", shown(e))
+            self.stderrs[p] = float(e)
 
     def number(self, parent, key, path, unit, lo, hi, *, integer=False, lo_open=False, sourced=False):
         return self.bounded(parent, key, path, Bound(unit, lo, hi, integer, lo_open), sourced)
@@ -187,7 +218,16 @@ class _Reader:
         if raw == UNKNOWN:
             return None
         try:
-            return bound.check(key, raw)
+            out = bound.check(key, raw)
+            spread = self.ranges.get(_join(path, key))
+            if spread is not None:  # the range's ends must be values the key may take
+                at = f"{_join(path, key)}.range"
+                for end in spread:
+                    try:
+                        bound.check(key, end)
+                    except FieldError as e:
+                        self.fail(at, e.expected, shown(list(spread)))
+            return out
         except FieldError as e:
             self.fail(p, e.expected, e.got)
 
@@ -221,7 +261,7 @@ class _Reader:
             host_costs=self.host_costs(top["host_costs"]) if "host_costs" in top else HostCosts(),
             l3_link=self.l3_link(top["l3_link"]) if "l3_link" in top else L3LinkModel(),
             readings=self.text(top, "readings", "", may_be_unknown=False) if "readings" in top else None,
-            sources=dict(self.sources),
+            sources=dict(self.sources), ranges=dict(self.ranges), stderrs=dict(self.stderrs),
         )
 
     def device(self, data) -> DeviceSpec:
