@@ -133,6 +133,7 @@ HOST_COST_BOUNDS = {
     "submit_contention": Bound("fraction of submission time", 0, 1),
     "d2h_interference": Bound("fraction of D2H device time", 0, 1),
     "translation_slowdown_per_mentry": Bound("DMA slowdown per million translation entries", 0, 10),
+    "registered_slowdown_per_gb": Bound("DMA slowdown per GB of registered host memory", 0, 1),
     "numa_remote_bw_factor": Bound("fraction of DMA bandwidth", 0, 1, lo_open=True),
     "ido_shared_d2h_factor": Bound("fraction of D2H bandwidth", 0, 1, lo_open=True),
 }
@@ -275,6 +276,7 @@ class HostCosts:
     submit_contention: float | None = None
     d2h_interference: float | None = None
     translation_slowdown_per_mentry: float | None = None
+    registered_slowdown_per_gb: float | None = None
     numa_remote_bw_factor: float | None = None
     ido_shared_d2h_factor: float | None = None
 
@@ -407,8 +409,9 @@ class Profile:
     readings: str | None = None  # file name of the profile's measured readings (hardware_profiles/readings/)
     # key path -> where its value comes from, for every value written with a source
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
-    # key path -> (low, high) an assumed value may lie in, and -> the standard error of a measured one
+    # key path -> (low, high) a value is plausible in (`range:`, stated beside an assumed value)
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # key path -> the standard error of a measured value (`stderr:`)
     stderrs: dict[str, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def target(self, name: str) -> Target:

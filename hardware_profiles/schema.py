@@ -8,6 +8,7 @@ dozen characters of it however large it is.
 
 from __future__ import annotations
 
+import math
 import re
 import reprlib
 from pathlib import Path
@@ -145,7 +146,6 @@ class _Reader:
         self.sources: dict[str, str] = {}
         self.ranges: dict[str, tuple[float, float]] = {}
         self.stderrs: dict[str, float] = {}
-        self._spread: dict[str, tuple] = {}  # key path -> raw range / stderr, checked against the value's bound
 
     def fail(self, key_path: str, expected: str, got: str) -> NoReturn:
         raise ProfileError(self.file, key_path, expected, got)
@@ -177,12 +177,38 @@ class _Reader:
                 self.fail(f"{p}.source", "a non-empty string saying where the value comes from",
                           _MISSING if "source" not in raw else shown(source))
             self.sources[p] = source.strip()
-            if "range" in raw or "stderr" in raw:
-                self._spread[p] = (raw.get("range"), raw.get("stderr"), "range" in raw, "stderr" in raw)
+            self.spread(raw, p)
             return raw["value"], f"{p}.value"
         if sourced and raw != UNKNOWN:
             self.fail(p, f"{{value: <{expected}>, source: <where it comes from>}} or 'unknown'", shown(raw))
         return raw, p
+
+    def spread(self, raw: dict, p: str) -> None:
+        """A value's stated uncertainty: `range: [low, high]` around an assumed value (low <= value <=
+        high, low < high), or `stderr:` (> 0) of a measured one; the value's own bound is checked
+        with the value (`bounded`), so a range outside it fails there."""
+        assumed = str(raw["source"]).strip().lower().startswith("assumed")
+        value = raw["value"]
+        if "range" in raw:
+            r = raw["range"]
+            ok = (isinstance(r, list) and len(r) == 2 and all(is_number(x) and math.isfinite(x) for x in r)
+                  and r[0] < r[1])
+            if not ok:
+                self.fail(f"{p}.range", "[low, high]: two finite numbers, low below high", shown(r))
+            if not assumed:
+                self.fail(f"{p}.range", "a range only beside an assumed value (source 'assumed: ...'); "
+                          "a measured value states its stderr", shown(r))
+            if is_number(value) and not r[0] <= value <= r[1]:
+                self.fail(f"{p}.range", f"a range that holds the value {value!r}", shown(r))
+            self.ranges[p] = (float(r[0]), float(r[1]))
+        if "stderr" in raw:
+            e = raw["stderr"]
+            if not is_number(e) or not math.isfinite(e) or e <= 0:
+                self.fail(f"{p}.stderr", "a positive finite number, in the value's unit", shown(e))
+            if assumed:
+                self.fail(f"{p}.stderr", "a stderr only beside a measured value; an assumed one states "
+                          "its range", shown(e))
+            self.stderrs[p] = float(e)
 
     def number(self, parent, key, path, unit, lo, hi, *, integer=False, lo_open=False, sourced=False):
         return self.bounded(parent, key, path, Bound(unit, lo, hi, integer, lo_open), sourced)
@@ -193,34 +219,18 @@ class _Reader:
         if raw == UNKNOWN:
             return None
         try:
-            value = bound.check(key, raw)
+            out = bound.check(key, raw)
+            spread = self.ranges.get(_join(path, key))
+            if spread is not None:  # the range's ends must be values the key may take
+                at = f"{_join(path, key)}.range"
+                for end in spread:
+                    try:
+                        bound.check(key, end)
+                    except FieldError as e:
+                        self.fail(at, e.expected, shown(list(spread)))
+            return out
         except FieldError as e:
             self.fail(p, e.expected, e.got)
-        self._check_spread(_join(path, key), value, bound)
-        return value
-
-    def _check_spread(self, p: str, value: float, bound: Bound) -> None:
-        """A known value's `range: [lo, hi]` (where an assumed value may lie: lo <= value <= hi, both
-        in the value's bound) and `stderr:` (a measured value's standard error, >= 0)."""
-        if p not in self._spread:
-            return
-        rng, se, has_range, has_se = self._spread.pop(p)
-        if has_range:
-            expected = f"[low, high] around the value {value:g}, each {bound.expected()[:-len(' or ' + repr(UNKNOWN))]}"
-            if not isinstance(rng, list) or len(rng) != 2:
-                self.fail(f"{p}.range", expected, shown(rng))
-            try:
-                lo, hi = (float(bound.check(f"{p}.range", x)) for x in rng)
-            except FieldError:
-                self.fail(f"{p}.range", expected, shown(rng))
-            if not lo <= value <= hi:
-                self.fail(f"{p}.range", expected, shown(rng))
-            self.ranges[p] = (lo, hi)
-        if has_se:
-            if not is_number(se) or not 0 <= se < float("inf") or se != se:
-                self.fail(f"{p}.stderr", f"a non-negative number of {bound.unit} (the value's standard error)",
-                          shown(se))
-            self.stderrs[p] = float(se)
 
     def text(self, parent, key, path, *, may_be_unknown=True) -> str | None:
         expected = "a non-empty string" + (" or 'unknown'" if may_be_unknown else "")
@@ -254,9 +264,6 @@ class _Reader:
             readings=self.text(top, "readings", "", may_be_unknown=False) if "readings" in top else None,
             sources=dict(self.sources), ranges=dict(self.ranges), stderrs=dict(self.stderrs),
         )
-        for p in self._spread:  # a range or stderr on a value that is not a number (text, a curve, unknown)
-            self.fail(f"{p}.range" if self._spread[p][2] else f"{p}.stderr",
-                      "no range or stderr: only a known number carries one", "one given")
         return profile
 
     def device(self, data) -> DeviceSpec:

@@ -115,7 +115,8 @@ COMPUTE_KEYS = ("compute.prefill_fixed_s", "compute.prefill_per_token_s", "compu
 TRANSFER_KEYS = ("device.host_link_gbps", "link.h2d_gbps", "link.d2h_gbps", "link.per_segment_us", "link.per_launch_us",
                  "link.kernel_per_item_us")
 HOST_KEYS = tuple(f"host_costs.{k}" for k in ("submit_contention", "d2h_interference",
-                                              "translation_slowdown_per_mentry", "numa_remote_bw_factor",
+                                              "translation_slowdown_per_mentry", "registered_slowdown_per_gb",
+                                              "numa_remote_bw_factor",
                                               "ido_shared_d2h_factor"))
 
 
