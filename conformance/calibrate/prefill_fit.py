@@ -26,7 +26,7 @@ class Refused(ValueError):
 
 
 def _check(ns: np.ndarray, terms: int, what: str) -> None:
-    distinct = np.unique(ns)
+    distinct = np.unique(ns).astype(np.int64)
     if distinct.size < terms:
         raise Refused(f"{distinct.size} distinct prompt length(s) ({', '.join(map(str, distinct[:5]))}) cannot "
                       f"determine {terms} terms: {what}")
