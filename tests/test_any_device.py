@@ -101,3 +101,17 @@ def test_a_range_wider_than_the_effect_gives_undecided(trace, tmp_path):
     assert cost.replay_figures(wide, fig)["modeled_ttft_change_pct"] == fig["modeled_ttft_change_pct"]  # same centre
     spread = interval(_over_range(wide, key, fig))
     assert spread[0] < 0 < spread[1] and answer(spread) == "undecided", spread
+
+
+def test_the_seed_scenario_on_a_profile_without_readings_prices_the_seeds_workload(monkeypatch, capsys, trace):
+    from hicache_ref.sim import seed_report
+    from hicache_ref.sim.trace import read_trace
+
+    monkeypatch.setattr(seed_report, "seed_requests", lambda: read_trace(trace))  # a small stand-in trace
+    assert main(["ablate", "--scenario", "seed", "--profile", "h200", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "n/m" not in text and "the seed's workload" in text and "priced with profile h200: TTFT " in text
+    assert main(["ablate", "--scenario", "seed", "--profile", "p900", "--quiet", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["readings"] == [] and isinstance(doc["answer"]["ttft_change_pct"], float)
+    assert doc["scenario"]["priced_with"] == "p900" and doc["configuration"]["tp"] == 8

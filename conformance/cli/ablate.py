@@ -33,7 +33,8 @@ def add_arguments(p) -> None:
     1/4 of the trace's tokens here, --tp to the profile's devices per node) and the local ones."""
     p.add_argument("--scenario", choices=SCENARIOS,
                    help="seed: the seed's scenario (its trace, TP 8, PD, concurrency 10, tiers per "
-                        "hardware_profiles/readings/<profile>.yaml) and its readings, seed vs model")
+                        "hardware_profiles/readings/<profile>.yaml) and its readings, seed vs model; a profile "
+                        "without readings: the seed's workload priced with it, no readings")
     add_local(p, "--trace")
     add_local(p, "--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
               help=f"the capacity step's plateau threshold (default {DEFAULT_PLATEAU_GAIN})")
@@ -95,16 +96,22 @@ def _fixed_by_scenario(a) -> str | None:
 def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
     """The seed scenario: the ladder on the scenario's trace and tiers, and every reading."""
     from hardware_profiles.readings import load_readings
-    from hicache_ref.sim.seed_report import seed_ladder
+    from hicache_ref.sim.seed_report import SEED_READINGS, seed_ladder, seed_workload
 
     readings = load_readings(profile)
-    if readings is None:
-        raise CliError("--scenario", f"profile {profile.name} names no readings file (`readings:`): the seed "
-                       "scenario is built from one")
     given = _fixed_by_scenario(a)
     if given:
         raise CliError(given, "the seed scenario sets it (its trace, tiers, geometry and serving: hardware_profiles/"
-                       f"readings/{profile.readings}, `scenario`); drop it or leave out --scenario")
+                       f"readings/{profile.readings or SEED_READINGS}, `scenario`); drop it or leave out --scenario")
+    if readings is None:  # no readings of its own: the seed's workload priced on this profile
+        result = seed_workload(profile, plateau_gain=a.plateau_gain,
+                               progress=bar("hicache ablate", a.quiet, " replays"), engine=engine)
+        a_ = result["answer"]
+        change = "not priced" if a_["ttft_change_pct"] is None else f"TTFT {a_['ttft_change_pct']:+.2f}%"
+        emit_result(result, out, "ablate", ablate_plot, a.json, table_lines(result) + [
+            "", f"the seed's workload (hardware_profiles/readings/{SEED_READINGS}, scenario) priced with profile "
+                f"{profile.name}: {change} vs HiCache off at {a_['step']}; no readings of {profile.name} to check"])
+        return 0
     result = seed_ladder(profile, readings, plateau_gain=a.plateau_gain,
                          progress=bar("hicache ablate", a.quiet, " replays"), engine=engine)
     from conformance.cli.plots import readings_plot

@@ -45,3 +45,35 @@ def seed_ladder(profile, readings, plateau_gain: float | None = None, progress=N
                               net_seconds=None if final is None else final.get("net_seconds"),
                               readings_within=sum(1 for r in rows if r["within"]), readings_total=len(rows)))
     return result
+
+
+SEED_READINGS = "p800.yaml"  # the packaged readings whose `scenario` is the seed's workload
+
+
+def seed_workload(profile, plateau_gain: float | None = None, progress=None, engine=None) -> dict:
+    """`hicache ablate --scenario seed` on a profile with no readings of its own: the seed's workload
+    (the scenario of the packaged P800 readings: its trace, TP, concurrency and tiers) priced with
+    `profile`'s mechanisms. No readings rows (they are the P800's measurements); the answer is the
+    last priced rung's TTFT change against HiCache off."""
+    from importlib import resources
+    from pathlib import Path
+
+    from hardware_profiles.readings import build_readings
+
+    entry = resources.files("hardware_profiles") / "readings" / SEED_READINGS
+    readings = build_readings(entry.read_text(encoding="utf-8"), Path(str(entry)))
+    requests = seed_requests()
+    sc = readings.scenario
+    base = seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"]))
+    result = ablate(base.replace(tp=sc["tp"]), requests, plateau_gain if plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
+                    progress=progress, profile=profile, runs=Runs(base, requests, sc["tp"], engine=engine))
+    priced = [s for s in result["steps"] if s.get("ttft_change_pct") is not None]
+    last = priced[-1] if priced else None
+    change = None if last is None else last["ttft_change_pct"]
+    result.update(readings=[], scenario=dict(sc, readings_file=str(readings.path), trace="seed_requests()",
+                                             priced_with=profile.name),
+                  answer=dict(ttft_change_pct=change, gain=None if change is None else change < 0,
+                              step=None if last is None else last["step"], seed_ttft_change_pct=None,
+                              net_seconds=None if last is None else last["net_benefit_seconds"],
+                              readings_within=0, readings_total=0))
+    return result
