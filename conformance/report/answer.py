@@ -20,6 +20,15 @@ def _scenario(profile) -> str | None:
     return None if readings is None else " ".join(str(readings.scenario["description"]).split())
 
 
+def _elsewhere(profile) -> str:
+    """Where a profile without readings gets its answer: the seed's workload, or the team's own trace."""
+    if profile is None:
+        return ""
+    p = profile.name
+    return (f" here; `hicache ablate --scenario seed --profile {p}` prices the seed's workload on it and "
+            f"`hicache replay --profile {p} --trace YOURS.jsonl` the team's own traffic")
+
+
 def answer(profile, rows: list[dict]) -> dict:
     """The `answer` of report.json and summary.json (conformance.report.schema.ANSWER)."""
     readings = [r for r in rows if r.get("kind") == "reading"]
@@ -34,7 +43,8 @@ def answer(profile, rows: list[dict]) -> dict:
     if key is None:
         out["scenario"] = None
         out["text"] = (f"no scenario: {name} has no readings, so this report cannot say whether HiCache pays off"
-                       if not readings else f"no scenario: {name}'s readings have no {ANSWER_READING} reading")
+                       + _elsewhere(profile) if not readings
+                       else f"no scenario: {name}'s readings have no {ANSWER_READING} reading")
         return out
     out["seed_ttft_change_pct"] = key["target"]
     # busy seconds saved against HiCache off, when the reading's row gives them (`net_seconds`)
