@@ -135,3 +135,13 @@ def test_the_fit_is_reproducible_bit_for_bit(tmp_path, capsys):
         assert main(["calibrate", "--prefill", str(table), "--json"]) == 0
         docs.append(capsys.readouterr().out)
     assert docs[0] == docs[1] and json.loads(docs[0])["no_hit"]["requests"] == 60
+
+
+def test_an_exact_table_writes_the_terms_without_a_zero_stderr(tmp_path):
+    ns = [n for n in LENGTHS for _ in range(2)]
+    table = _write_bench(tmp_path / "exact.jsonl", ns, [0.25 + 1e-5 * n + 1e-9 * n * n for n in ns])
+    out = tmp_path / "exact.yaml"
+    assert main(["calibrate", "--prefill", str(table), "--profile", "h200", "--out", str(out)]) == 0
+    p = load_profile(out)
+    assert p.compute.prefill_per_token_pair_s == pytest.approx(1e-9, rel=1e-6)
+    assert all(v > 0 for v in p.stderrs.values())

@@ -63,6 +63,14 @@ def l2_terms(profile, allhit: dict, fixed: tuple[float, float], model_name: str 
     return out, notes
 
 
+def _measured(value: float, stderr: float, source: str) -> dict:
+    """A measured leaf: its value and standard error (a fit with no residual has none to state)."""
+    leaf = {"value": float(f"{value:.6g}")}
+    if float(f"{stderr:.3g}") > 0:
+        leaf["stderr"] = float(f"{stderr:.3g}")
+    return {**leaf, "source": source}
+
+
 def profile_yaml(base, fit: dict | None, l2: dict, who: str) -> tuple[str, list[str]]:
     """YAML of `base` with the fitted compute terms (and `l2`'s keys) written as measured."""
     data = yaml.safe_load(Path(str(base.path)).read_text(encoding="utf-8"))
@@ -75,11 +83,11 @@ def profile_yaml(base, fit: dict | None, l2: dict, who: str) -> tuple[str, list[
                f"tokens), {fit['dof']} dof, rms residual {fit['rmse_s'] * 1e3:.3g} ms")
         compute.pop("prefill_curve", None)  # a curve would win over the measured terms
         for key, (v, se) in terms.items():
-            compute[key] = {"value": float(f"{v:.6g}"), "stderr": float(f"{se:.3g}"), "source": f"{who}: {how}"}
+            compute[key] = _measured(v, se, f"{who}: {how}")
     sections = {"compute": compute, "link": dict(data.get("link") or {})}
     for path, (v, se, how) in l2.items():
         section, key = path.split(".")
-        sections[section][key] = {"value": float(f"{v:.6g}"), "stderr": float(f"{se:.3g}"), "source": f"{who}: {how}"}
+        sections[section][key] = _measured(v, se, f"{who}: {how}")
     data.update(sections)
     header = f"# Prefill calibrated from profile {base.name} ({who}).\n"
     return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100), notes
