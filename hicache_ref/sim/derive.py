@@ -42,7 +42,7 @@ def with_values(profile, **values):
                                            for sec, kw in sections.items()})
 
 
-def _exact(p, readings, notes):
+def exact(p, readings, notes):
     """The parameters one reading each fixes: floor, H2D bandwidth, L2 path, kernel item, and the
     per-token prefill given the pair term (break-even: prefill(n) = all-hit(n) there)."""
     R, sc, st, g = readings.reading, readings.scenario, readings.states, SEED_GEOMETRY
@@ -116,7 +116,7 @@ def residual_function(profile, readings, runs, names=JOINT_READINGS):
     rows = [readings.reading(n) for n in names]
 
     def residuals(x):
-        q = _exact(_fitted(x, profile), readings, {})
+        q = exact(_fitted(x, profile), readings, {})
         return np.array([(model_value(q, r, readings, runs) - r.value) / _scale(r) for r in rows])
 
     return residuals
@@ -140,7 +140,7 @@ def derive_fit(profile, readings, runs, names=JOINT_READINGS) -> Derivation:
                             method="trf", xtol=1e-12, ftol=1e-12)
         settled = np.allclose(fit.x, x, rtol=1e-9, atol=0)
         x = fit.x
-        p = _exact(_fitted(x, p), readings, notes)
+        p = exact(_fitted(x, p), readings, notes)
         if settled:
             break
     fun = residual_function(p, readings, runs, names)
