@@ -101,7 +101,7 @@ class Derivation:
         return out
 
 
-def _scale(r) -> float:
+def reading_scale(r) -> float:
     kind, size = tolerance(r)
     return size * abs(r.value) if kind == "relative" else size
 
@@ -117,7 +117,7 @@ def residual_function(profile, readings, runs, names=JOINT_READINGS):
 
     def residuals(x):
         q = exact(_fitted(x, profile), readings, {})
-        return np.array([(model_value(q, r, readings, runs) - r.value) / _scale(r) for r in rows])
+        return np.array([(model_value(q, r, readings, runs) - r.value) / reading_scale(r) for r in rows])
 
     return residuals
 
