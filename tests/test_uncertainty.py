@@ -219,3 +219,16 @@ def test_the_interval_is_the_5th_to_95th_percentile_and_spanning_zero_is_undecid
     assert u.interval([3.0]) == (3.0, 3.0)
     assert u.answer((-5.0, -0.1)) == "gain" and u.answer((0.1, 4.0)) == "loss"
     assert u.answer((-2.0, 1.0)) == "undecided" and u.answer((0.0, 0.0)) == "undecided"
+
+
+# -- held-out workloads ------------------------------------------------------------------------------
+
+def test_a_seed_shaped_trace_the_derivation_never_saw_keeps_the_ladders_sign(seed):
+    from hicache_ref.sim.held_out import held_out
+
+    profile, readings, _ = seed
+    (row,) = held_out(profile, readings, seeds=(3,), pd=(True,), requests=600)
+    for end, word in (("first_build", "loss"), ("all_fixes", "gain")):
+        lo, hi = row[end]["ttft_change_pct_interval"]
+        assert lo <= row[end]["ttft_change_pct"] <= hi and row[end]["answer"] == word, row
+    assert row["sign_kept"]
