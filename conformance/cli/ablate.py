@@ -124,16 +124,23 @@ def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
 def readings_lines(r: dict) -> list[str]:
     """The readings table: seed vs model, tolerance, within."""
     rows = r["readings"]
-    lines = [f"{'reading':<34} {'seed':>10} {'model':>10} {'unit':<9} {'tolerance':<12} within"]
+    lines = [f"{'reading':<34} {'seed':>10} {'model':>10} {'unit':<9} {'tolerance':<12} within {'left out':>10} within"]
     for x in rows:
         t = x["tolerance"]
         tol = {"relative": f"+-{t['size'] * 100:g}%", "points": f"+-{t['size']:g} pt"}.get(t["kind"], t["kind"])
         model = "n/m" if x["model"] is None else f"{x['model']:.4g}"
         verdict = "n/m" if x["within"] is None else ("yes" if x["within"] else "NO")
-        lines.append(f"{x['reading']:<34} {x['seed']:>10.4g} {model:>10} {x['unit']:<9} {tol:<12} {verdict}")
+        loo = "" if x.get("loo_within") is None else (
+            f" {_num(x['loo_model'], '.4g'):>10} {'yes' if x['loo_within'] else 'NO'}")
+        lines.append(f"{x['reading']:<34} {x['seed']:>10.4g} {model:>10} {x['unit']:<9} {tol:<12} {verdict:<6}{loo}")
     ok = sum(1 for x in rows if x["within"])
     lines.append(f"{ok} of {len(rows)} readings within tolerance")
     ans = r["answer"]
+    if ans.get("readings_loo_total"):
+        worst = "; ".join(f"{w['reading']} {_num(w['left_out'], '.4g')} vs {w['seed']:.4g} {w['unit']}"
+                          for w in ans.get("loo_worst") or [])
+        lines.append(f"left out: {ans['readings_loo_within']} of {ans['readings_loo_total']} jointly fitted readings "
+                     f"predicted within tolerance by a fit without them" + (f" (worst: {worst})" if worst else ""))
     if ans["ttft_change_pct"] is not None:
         lines.append(f"answer: with every fix, HiCache changes TTFT by {ans['ttft_change_pct']:+.1f}% against HiCache "
                      f"off ({'a gain' if ans['gain'] else 'a loss'}; the seed measured {ans['seed_ttft_change_pct']:+.2f}%)")

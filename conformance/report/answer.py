@@ -2,7 +2,8 @@
 
 Taken from the reading rows (conformance.targets.readings): the model's TTFT change with every fix
 on against HiCache off (the `ttft_all_fixes` reading), gain or loss, the seed's figure beside it,
-and how many readings the model meets. A profile without readings has no scenario to answer on.
+and how many readings the model meets: in sample, and left out (each jointly fitted reading
+predicted by a fit without it, hicache_ref.sim.loo). A profile without readings has no scenario.
 """
 
 from __future__ import annotations
@@ -29,6 +30,27 @@ def _elsewhere(profile) -> str:
             f"`hicache replay --profile {p} --trace YOURS.jsonl` the team's own traffic")
 
 
+LOO_WORST = 3  # out-of-sample misses the answer names
+
+
+def left_out(readings: list[dict]) -> dict:
+    """readings_loo_within / readings_loo_total, each left-out prediction, and the worst misses,
+    from the reading rows' seed rows (`loo_model`, `loo_within`)."""
+    preds = []
+    for r in readings:
+        seed = r.get("reading") or {}
+        if seed.get("loo_within") is None:
+            continue
+        preds.append({"reading": r["name"], "seed": r["target"], "unit": r["unit"], "in_sample": seed.get("model"),
+                      "left_out": seed.get("loo_model"), "within": bool(seed["loo_within"])})
+
+    def miss(p):
+        return abs(p["left_out"] - p["seed"]) / (abs(p["seed"]) or 1.0) if p["left_out"] is not None else float("inf")
+    worst = sorted((p for p in preds if not p["within"]), key=miss, reverse=True)[:LOO_WORST]
+    return {"readings_loo_within": sum(p["within"] for p in preds) if preds else None,
+            "readings_loo_total": len(preds) if preds else None, "loo_predictions": preds, "loo_worst": worst}
+
+
 def answer(profile, rows: list[dict]) -> dict:
     """The `answer` of report.json and summary.json (conformance.report.schema.ANSWER)."""
     readings = [r for r in rows if r.get("kind") == "reading"]
@@ -37,7 +59,7 @@ def answer(profile, rows: list[dict]) -> dict:
     out = {"scenario": _scenario(profile) if readings else None, "ttft_change_pct": None,
            "seed_ttft_change_pct": None, "gain": None, "readings_within": within, "readings_outside": outside,
            "readings_not_measured": len(readings) - within - outside, "readings_total": len(readings),
-           "net_seconds": None}
+           "net_seconds": None, **left_out(readings)}
     key = next((r for r in readings if r["name"] == ANSWER_READING), None)
     name = "no profile" if profile is None else f"profile {profile.name}"
     if key is None:
@@ -64,5 +86,8 @@ def answer(profile, rows: list[dict]) -> dict:
     if out["readings_not_measured"]:
         out["text"] += f", {out['readings_not_measured']} not measured"
     out["text"] += f" of {len(readings)}"
+    if out["readings_loo_total"]:
+        out["text"] += (f"; left out of the fit, {out['readings_loo_within']} of {out['readings_loo_total']} "
+                        "jointly fitted readings predicted within tolerance")
     return out
 

@@ -62,6 +62,10 @@ ANSWER = {
         "scenario": _STR_OR_NULL, "ttft_change_pct": _NUMBER_OR_NULL, "seed_ttft_change_pct": _NUMBER_OR_NULL,
         "gain": {"type": ["boolean", "null"]}, "text": {"type": "string", "minLength": 1},
         "net_seconds": _NUMBER_OR_NULL,  # busy seconds saved vs HiCache off, where the reading's row gives them
+        # leave-one-out (conformance.report.answer.left_out): null without jointly fitted readings
+        **{k: {"type": ["integer", "null"], "minimum": 0} for k in ("readings_loo_within", "readings_loo_total")},
+        **{k: {"type": "array", "items": {"type": "object", "required": ["reading", "seed", "left_out", "within"]}}
+           for k in ("loo_predictions", "loo_worst")},
         **{k: {"type": "integer", "minimum": 0}
            for k in ("readings_within", "readings_outside", "readings_not_measured", "readings_total")},
     },

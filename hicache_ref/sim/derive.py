@@ -42,7 +42,7 @@ def with_values(profile, **values):
                                            for sec, kw in sections.items()})
 
 
-def _exact(p, readings, notes):
+def exact(p, readings, notes):
     """The parameters one reading each fixes: floor, H2D bandwidth, L2 path, kernel item, and the
     per-token prefill given the pair term (break-even: prefill(n) = all-hit(n) there)."""
     R, sc, st, g = readings.reading, readings.scenario, readings.states, SEED_GEOMETRY
@@ -101,7 +101,7 @@ class Derivation:
         return out
 
 
-def _scale(r) -> float:
+def reading_scale(r) -> float:
     kind, size = tolerance(r)
     return size * abs(r.value) if kind == "relative" else size
 
@@ -116,15 +116,17 @@ def residual_function(profile, readings, runs, names=JOINT_READINGS):
     rows = [readings.reading(n) for n in names]
 
     def residuals(x):
-        q = _exact(_fitted(x, profile), readings, {})
-        return np.array([(model_value(q, r, readings, runs) - r.value) / _scale(r) for r in rows])
+        q = exact(_fitted(x, profile), readings, {})
+        return np.array([(model_value(q, r, readings, runs) - r.value) / reading_scale(r) for r in rows])
 
     return residuals
 
 
 def derive_fit(profile, readings, runs, names=JOINT_READINGS) -> Derivation:
     """Every derived parameter of `profile` from `readings` on `runs`, the joint fit over the
-    readings `names` (JOINT_READINGS, or a subset to leave some out), with its statistics."""
+    readings `names` (JOINT_READINGS, or a subset to leave some out), with its statistics. The fit
+    starts from JOINT's starting scale, never the profile's values: the same readings give the same
+    parameters whatever the profile held, and a refit without a reading inherits nothing from it."""
     from scipy.optimize import least_squares
 
     notes: dict[str, str] = {}
@@ -132,12 +134,15 @@ def derive_fit(profile, readings, runs, names=JOINT_READINGS) -> Derivation:
     hi = np.array([hi for _, _, hi, _ in JOINT])
     x_scale = np.array([x0 for *_, x0 in JOINT])
     p = profile
-    x = np.array([np.clip(value(p, k) if value(p, k) is not None else x0, a, b) for k, a, b, x0 in JOINT])
+    x = np.array([np.clip(x0, a, b) for _, a, b, x0 in JOINT])
     for _ in range(4):  # the exact parameters move a little with the fitted factors: settle both
         fit = least_squares(residual_function(p, readings, runs, names), x, bounds=(lo, hi), x_scale=x_scale,
                             method="trf", xtol=1e-12, ftol=1e-12)
+        settled = np.allclose(fit.x, x, rtol=1e-9, atol=0)
         x = fit.x
-        p = _exact(_fitted(x, p), readings, notes)
+        p = exact(_fitted(x, p), readings, notes)
+        if settled:
+            break
     fun = residual_function(p, readings, runs, names)
     res = fun(x)
     jac = fit_stats.jacobian(fun, x, lo, hi, x_scale)
