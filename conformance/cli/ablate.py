@@ -104,6 +104,14 @@ def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
         raise CliError(given, "the seed scenario sets it (its trace, tiers, geometry and serving: hardware_profiles/"
                        f"readings/{profile.readings or SEED_READINGS}, `scenario`); drop it or leave out --scenario")
     if readings is None:  # no readings of its own: the seed's workload priced on this profile
+        from hicache_ref.sim.mechanisms import Unpriced
+        from hicache_ref.sim.prefill_model import require_compute
+
+        try:
+            require_compute(profile)
+        except Unpriced as e:
+            raise CliError("--scenario", f"profile {profile.name} names no readings file (`readings:`) and cannot "
+                           f"price the seed's workload: {e}") from None
         result = seed_workload(profile, plateau_gain=a.plateau_gain,
                                progress=bar("hicache ablate", a.quiet, " replays"), engine=engine)
         a_ = result["answer"]
