@@ -115,3 +115,15 @@ def test_the_seed_scenario_on_a_profile_without_readings_prices_the_seeds_worklo
     doc = json.loads(capsys.readouterr().out)
     assert doc["readings"] == [] and isinstance(doc["answer"]["ttft_change_pct"], float)
     assert doc["scenario"]["priced_with"] == "p900" and doc["configuration"]["tp"] == 8
+
+
+def test_p900s_assumed_figures_are_the_p800s_current_ones():
+    """p900 takes the P800's seed-derived figures as its central values: they move together."""
+    p800, p900 = load_profile("p800"), load_profile("p900")
+    for section, keys in (("compute", ("prefill_fixed_s", "prefill_per_token_s", "prefill_per_token_pair_s",
+                                       "l2_path_fixed_s")),
+                          ("link", ("per_segment_us", "per_launch_us", "kernel_per_item_us")),
+                          ("host_costs", ("submit_contention", "d2h_interference", "translation_slowdown_per_mentry",
+                                          "registered_slowdown_per_gb", "numa_remote_bw_factor"))):
+        for key in keys:
+            assert getattr(getattr(p900, section), key) == pytest.approx(getattr(getattr(p800, section), key)), key
