@@ -44,6 +44,9 @@ def test_a_replay_on_the_profile_is_priced(name, trace):
     for key in ("net_benefit_seconds", "modeled_ttft_change_pct", "modeled_prefill_seconds_saved",
                 "modeled_prefill_compute_seconds"):
         assert isinstance(fig[key], float), (key, fig.get("net_benefit_reason"))
+    # and its interval over the profile's ensemble, drawn from the ranges of its assumed values
+    lo, hi = fig["ttft_change_pct_interval"]
+    assert lo < fig["modeled_ttft_change_pct"] < hi and fig["answer"] in ("gain", "loss", "undecided")
     _, text = _replay(name, trace)
     assert "n/m" not in text and "not modeled" not in text and "net benefit over an L1-only cache" in text
 
@@ -101,6 +104,10 @@ def test_a_range_wider_than_the_effect_gives_undecided(trace, tmp_path):
     assert cost.replay_figures(wide, fig)["modeled_ttft_change_pct"] == fig["modeled_ttft_change_pct"]  # same centre
     spread = interval(_over_range(wide, key, fig))
     assert spread[0] < 0 < spread[1] and answer(spread) == "undecided", spread
+    # the same through the command and the profile's own ensemble (hicache_ref.sim.uncertainty)
+    assert _replay("h200", trace, "--json")[0]["answer"] == "gain"
+    out, _ = _replay(str(wide_path), trace, "--json")
+    assert out["answer"] == "undecided" and out["ttft_change_pct_interval"][0] < 0 < out["ttft_change_pct_interval"][1]
 
 
 def test_the_seed_scenario_on_a_profile_without_readings_prices_the_seeds_workload(monkeypatch, capsys, trace):

@@ -34,7 +34,7 @@ def ensemble(profile) -> tuple:
     k = derivation_cache.key(profile)
     if k not in _MEMBERS:
         _MEMBERS[k] = _draw(profile, derivation_cache.stats(profile))
-    return _MEMBERS[k]
+    return (profile, *_MEMBERS[k][1:])  # the same profile loaded again is member 0 itself
 
 
 def _draw(profile, stats) -> tuple:
