@@ -116,6 +116,17 @@ COMPUTE_BOUNDS = {
 COMPUTE_OPTIONAL_BOUNDS = {
     "prefill_per_token_pair_s": Bound("seconds per token pair", 0, 1e-3),
     "l2_path_fixed_s": Bound("seconds", 0, 3600),
+    # the first-principles prefill (hicache_ref.sim.prefill_model) where the terms above are unknown:
+    # the share of the device's peak a prefill sustains, and the TP group its FLOPs are split over
+    "prefill_mfu": Bound("fraction of peak FLOPS", 0, 1, lo_open=True),
+    "prefill_tp": Bound("TP ranks", 1, 1024, integer=True),
+}
+# Optional device keys: public datasheet figures, what a first-principles prefill and the host
+# link's ceiling are computed from.
+DEVICE_OPTIONAL_BOUNDS = {
+    "peak_bf16_tflops": Bound("dense bf16 TFLOPS", 0, 100_000, lo_open=True),
+    "hbm_gbps": Bound("GB/s", 0, 100_000, lo_open=True),
+    "host_link_gbps": Bound("GB/s per direction", 0, 1000, lo_open=True),
 }
 # Optional `host_costs` section: the host-side mechanisms the link model alone does not show
 # (hicache_ref.sim.mechanisms prices them; docs/model.md says what each is).
@@ -123,6 +134,7 @@ HOST_COST_BOUNDS = {
     "submit_contention": Bound("fraction of submission time", 0, 1),
     "d2h_interference": Bound("fraction of D2H device time", 0, 1),
     "translation_slowdown_per_mentry": Bound("DMA slowdown per million translation entries", 0, 10),
+    "registered_slowdown_per_gb": Bound("DMA slowdown per GB of registered host memory", 0, 1),
     "numa_remote_bw_factor": Bound("fraction of DMA bandwidth", 0, 1, lo_open=True),
     "ido_shared_d2h_factor": Bound("fraction of D2H bandwidth", 0, 1, lo_open=True),
 }
@@ -212,6 +224,9 @@ class ComputeModel:
     prefill_curve: tuple[tuple[int, float], ...] | None = None  # (tokens, seconds), tokens ascending
     prefill_per_token_pair_s: float | None = None  # absent: 0 (a linear prefill)
     l2_path_fixed_s: float | None = None
+    prefill_mfu: float | None = None  # first principles: share of peak a prefill sustains
+    prefill_tp: int | None = None  # first principles: TP ranks the FLOPs are split over
+    prefill_model: str | None = None  # first principles: the served model (hicache_ref.models preset)
 
     def __post_init__(self):
         _check_bounded(self, COMPUTE_BOUNDS)
@@ -254,6 +269,7 @@ class HostCosts:
     submit_contention: float | None = None
     d2h_interference: float | None = None
     translation_slowdown_per_mentry: float | None = None
+    registered_slowdown_per_gb: float | None = None
     numa_remote_bw_factor: float | None = None
     ido_shared_d2h_factor: float | None = None
 
@@ -296,6 +312,12 @@ class DeviceSpec:
     model: str | None  # None: unknown, like every other value written `unknown`
     hbm_gib: float | None
     devices_per_node: int | None
+    peak_bf16_tflops: float | None = None  # dense (no sparsity), per device
+    hbm_gbps: float | None = None  # HBM bandwidth, decimal GB/s
+    host_link_gbps: float | None = None  # the device's host interface, one direction: the H2D/D2H ceiling
+
+    def __post_init__(self):
+        _check_bounded(self, DEVICE_OPTIONAL_BOUNDS)
 
 
 @dataclass(frozen=True)
@@ -380,6 +402,10 @@ class Profile:
     readings: str | None = None  # file name of the profile's measured readings (hardware_profiles/readings/)
     # key path -> where its value comes from, for every value written with a source
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # key path -> (low, high) a value is plausible in (`range:`, stated beside an assumed value)
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # key path -> the standard error of a measured value (`stderr:`)
+    stderrs: dict[str, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def target(self, name: str) -> Target:
         for t in self.targets:

@@ -35,7 +35,7 @@ QUANTITIES = {
 # state switch -> allowed values (absent: the first build's value, the first listed)
 SWITCHES = {
     "hicache": (True, False), "host_layout": ("page_first_direct", "layer_first"),
-    "submission": ("inline", "daemon"), "host_pages": ("4k", "thp"), "numa": ("remote", "local", "interleave"),
+    "submission": ("inline", "daemon"), "host_pages": ("4k", "thp"), "numa": ("remote", "local", "interleave", "one_to_one"),
     "ido": (False, True), "hit_count": ("per_insert", "per_request"), "ghost": (False, True),
     "tp_shared": (False, True),
 }

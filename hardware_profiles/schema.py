@@ -21,6 +21,7 @@ from hardware_profiles.model import (
     COMPARATORS,
     COMPUTE_BOUNDS,
     COMPUTE_OPTIONAL_BOUNDS,
+    DEVICE_OPTIONAL_BOUNDS,
     HOST_COST_BOUNDS,
     IDO_STATES,
     KERNEL_BOUNDS,
@@ -174,6 +175,8 @@ class _Reader:
     def __init__(self, file: str):
         self.file = file
         self.sources: dict[str, str] = {}
+        self.ranges: dict[str, tuple[float, float]] = {}
+        self.stderrs: dict[str, float] = {}
 
     def fail(self, key_path: str, expected: str, got: str) -> NoReturn:
         raise ProfileError(self.file, key_path, expected, got)
@@ -197,11 +200,7 @@ class _Reader:
             self.fail(p, expected, _MISSING)
         raw = parent[key]
         if isinstance(raw, dict):
-            self.section(raw, p, ("value", "source", "stderr"))
-            if "stderr" in raw and not (is_number(raw["stderr"]) and math.isfinite(raw["stderr"])
-                                        and raw["stderr"] >= 0):
-                self.fail(f"{p}.stderr", "a non-negative number (the value's standard error, its unit)",
-                          shown(raw["stderr"]))
+            self.section(raw, p, ("value", "source", "range", "stderr"))
             if "value" not in raw:
                 self.fail(f"{p}.value", expected, _MISSING)
             source = raw.get("source")
@@ -209,10 +208,38 @@ class _Reader:
                 self.fail(f"{p}.source", "a non-empty string saying where the value comes from",
                           _MISSING if "source" not in raw else shown(source))
             self.sources[p] = source.strip()
+            self.spread(raw, p)
             return raw["value"], f"{p}.value"
         if sourced and raw != UNKNOWN:
             self.fail(p, f"{{value: <{expected}>, source: <where it comes from>}} or 'unknown'", shown(raw))
         return raw, p
+
+    def spread(self, raw: dict, p: str) -> None:
+        """A value's stated uncertainty: `range: [low, high]` around an assumed value (low <= value <=
+        high, low < high), or `stderr:` (> 0) of a measured one; the value's own bound is checked
+        with the value (`bounded`), so a range outside it fails there."""
+        assumed = str(raw["source"]).strip().lower().startswith("assumed")
+        value = raw["value"]
+        if "range" in raw:
+            r = raw["range"]
+            ok = (isinstance(r, list) and len(r) == 2 and all(is_number(x) and math.isfinite(x) for x in r)
+                  and r[0] < r[1])
+            if not ok:
+                self.fail(f"{p}.range", "[low, high]: two finite numbers, low below high", shown(r))
+            if not assumed:
+                self.fail(f"{p}.range", "a range only beside an assumed value (source 'assumed: ...'); "
+                          "a measured value states its stderr", shown(r))
+            if is_number(value) and not r[0] <= value <= r[1]:
+                self.fail(f"{p}.range", f"a range that holds the value {value!r}", shown(r))
+            self.ranges[p] = (float(r[0]), float(r[1]))
+        if "stderr" in raw:
+            e = raw["stderr"]
+            if not is_number(e) or not math.isfinite(e) or e < 0:
+                self.fail(f"{p}.stderr", "a non-negative number (the value's standard error, its unit)", shown(e))
+            if assumed:
+                self.fail(f"{p}.stderr", "a stderr only beside a measured value; an assumed one states "
+                          "its range", shown(e))
+            self.stderrs[p] = float(e)
 
     def number(self, parent, key, path, unit, lo, hi, *, integer=False, lo_open=False, sourced=False):
         return self.bounded(parent, key, path, Bound(unit, lo, hi, integer, lo_open), sourced)
@@ -223,7 +250,16 @@ class _Reader:
         if raw == UNKNOWN:
             return None
         try:
-            return bound.check(key, raw)
+            out = bound.check(key, raw)
+            spread = self.ranges.get(_join(path, key))
+            if spread is not None:  # the range's ends must be values the key may take
+                at = f"{_join(path, key)}.range"
+                for end in spread:
+                    try:
+                        bound.check(key, end)
+                    except FieldError as e:
+                        self.fail(at, e.expected, shown(list(spread)))
+            return out
         except FieldError as e:
             self.fail(p, e.expected, e.got)
 
@@ -250,22 +286,25 @@ class _Reader:
         device = self.device(top["device"])
         host = self.host(top["host"])
         topology = self.topology(top["topology"], device, host) if "topology" in top else None
-        return Profile(
+        profile = Profile(
             name=path.stem, path=path, description=self.text(top, "description", "", may_be_unknown=False),
             device=device, host=host, topology=topology, link=self.link(top["link"]),
             compute=self.compute(top["compute"]), targets=self.targets(top["targets"]),
             host_costs=self.host_costs(top["host_costs"]) if "host_costs" in top else HostCosts(),
             l3_link=self.l3_link(top["l3_link"]) if "l3_link" in top else L3LinkModel(),
             readings=self.text(top, "readings", "", may_be_unknown=False) if "readings" in top else None,
-            sources=dict(self.sources),
+            sources=dict(self.sources), ranges=dict(self.ranges), stderrs=dict(self.stderrs),
         )
+        return profile
 
     def device(self, data) -> DeviceSpec:
-        d = self.section(data, "device", ("model", "hbm_gib", "devices_per_node"))
+        d = self.section(data, "device", ("model", "hbm_gib", "devices_per_node", *DEVICE_OPTIONAL_BOUNDS))
         return DeviceSpec(
             model=self.text(d, "model", "device"),
             hbm_gib=self.number(d, "hbm_gib", "device", "GiB", 0, 4096, lo_open=True),
             devices_per_node=self.number(d, "devices_per_node", "device", "devices", 1, 64, integer=True),
+            **{name: self.bounded(d, name, "device", bound, sourced=True)
+               for name, bound in DEVICE_OPTIONAL_BOUNDS.items() if name in d},
         )
 
     def host(self, data) -> HostSpec:
@@ -322,7 +361,7 @@ class _Reader:
 
     def compute(self, data) -> ComputeModel:
         c = self.section(data, "compute", ("prefill_fixed_s", "prefill_per_token_s", "prefill_curve",
-                                           *COMPUTE_OPTIONAL_BOUNDS))
+                                           "prefill_model", *COMPUTE_OPTIONAL_BOUNDS))
         curve = None
         if "prefill_curve" in c:
             expected = "a list of at least 2 [tokens, seconds] pairs, tokens ascending"
@@ -342,6 +381,8 @@ class _Reader:
                 curve = tuple(points)
         optional = {name: self.bounded(c, name, "compute", bound, sourced=True)
                     for name, bound in COMPUTE_OPTIONAL_BOUNDS.items() if name in c}
+        if "prefill_model" in c:
+            optional["prefill_model"] = self.text(c, "prefill_model", "compute")
         return ComputeModel(**{name: self.bounded(c, name, "compute", bound, sourced=True)
                                for name, bound in COMPUTE_BOUNDS.items()}, prefill_curve=curve, **optional)
 

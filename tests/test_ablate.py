@@ -178,9 +178,9 @@ def test_same_input_same_json_bit_for_bit(seed_rows):
 
 def test_a_parameter_the_profile_marks_unknown_leaves_the_rungs_that_need_it_not_measured(tmp_path):
     rows = by_step(run_ladder(profile_yaml(tmp_path, host_costs__numa_remote_bw_factor="unknown")))
-    assert rows["numa"]["net_benefit_seconds"] is not None and rows["numa"]["not_measured"] == {}  # local memory
-    for step in ("baseline", "layer_first", "daemon_threads", "thp", "tp_shared", "per_request_hits",
-                 "plateau_capacity"):  # remote, then interleaved over the 8 NUMA nodes
+    for step in ("numa", "tp_shared", "per_request_hits", "plateau_capacity"):  # local, then interleaved
+        assert rows[step]["net_benefit_seconds"] is not None and rows[step]["not_measured"] == {}, step
+    for step in ("baseline", "layer_first", "daemon_threads", "thp"):  # remote
         assert rows[step]["net_benefit_seconds"] is None and rows[step]["ttft_change_seconds"] is None
         assert rows[step]["not_measured"]["net_benefit_seconds"] == \
             "profile custom has no host_costs.numa_remote_bw_factor"
@@ -190,11 +190,11 @@ def test_a_parameter_the_profile_marks_unknown_leaves_the_rungs_that_need_it_not
     assert "compute model" in rows["baseline"]["not_measured"]["net_benefit_seconds"]
 
 
-def test_the_ido_factor_is_needed_only_where_two_cards_write_through_one_uplink(tmp_path):
+def test_the_ido_factor_is_needed_only_where_two_cards_write_to_different_nodes_through_one_uplink(tmp_path):
+    # strict PCIe ordering holds up writes under one-to-one binding (card i on node i), which no rung
+    # uses: the first build's remote pools and the NUMA-local ones are priced without the factor
     rows = by_step(run_ladder(profile_yaml(tmp_path, host_costs__ido_shared_d2h_factor="unknown")))
-    for step in ("baseline", "layer_first", "daemon_threads", "thp"):  # IDO off, both cards of an uplink write
-        assert "host_costs.ido_shared_d2h_factor" in rows[step]["not_measured"]["net_benefit_seconds"]
-    assert all(rows[k]["not_measured"] == {} for k in ("numa", "tp_shared", "per_request_hits"))
+    assert all(r["not_measured"] == {} for r in rows.values())
     alone = profile_yaml(tmp_path, "alone", host_costs__ido_shared_d2h_factor="unknown")
     doc = yaml.safe_load(Path(alone).read_text())
     doc["topology"]["devices_per_switch"] = 1

@@ -108,9 +108,18 @@ def test_moments_reprice_a_run_under_other_compute_parameters():
 # the all-hit request and break-even on p800, against the seed
 
 def test_p800_all_hit_fit_and_break_even_reproduce_the_seed_within_1pct():
+    from hardware_profiles.readings import load_readings
+    from hicache_ref.sim.seed_scenario import seed_host_state
+
     p = load_profile("p800")
-    fit = cost.allhit_fit(p, LAYERS, TOKEN_BYTES)
+    r = load_readings(p)
+    # in the state the seed measured it: one card, every host fix, its 75 GB pool registered
+    measured = seed_host_state(r.states[r.reading("allhit_slope").state], r.scenario, r.scenario["l2_gb_per_card"], p)
+    pts = [(n, cost.allhit_seconds(p, n, LAYERS, TOKEN_BYTES, measured)) for n in cost.ALLHIT_TOKENS]
+    fit = cost.fit_line([n for n, _ in pts], [s for _, s in pts])
     assert fit.a == pytest.approx(SEED_A, rel=0.01) and fit.b == pytest.approx(SEED_B, rel=0.01)
+    # with nothing registered the same loads run faster: registered size is itself a cost
+    assert cost.allhit_fit(p, LAYERS, TOKEN_BYTES).b < fit.b
     assert cost.break_even_tokens(p, LAYERS, TOKEN_BYTES) == pytest.approx(SEED_BREAK_EVEN, rel=0.01)
     n = cost.break_even_tokens(p, LAYERS, TOKEN_BYTES)
     # there, loading the prompt's KV and recomputing it cost the same
@@ -356,7 +365,9 @@ def test_without_a_compute_model_prefill_and_break_even_are_unpriced_naming_the_
     for price in (lambda: cost.prefill_seconds(emu, {}), lambda: cost.break_even_tokens(emu, LAYERS, TOKEN_BYTES)):
         with pytest.raises(mech.Unpriced) as e:
             price()
-        assert str(e.value) == "profile emu has no compute model (compute.prefill_*)"
+        assert str(e.value) == ("profile emu has no compute model (compute.prefill_*): no served model to count its "
+                                "FLOPs (compute.prefill_model); measure it: hicache calibrate --prefill TTFT.jsonl "
+                                "--profile emu --out emu-measured.yaml")
 
 
 def test_a_curve_profile_reads_each_prefill_from_the_replays_own_tally():

@@ -5,6 +5,7 @@ one layer is 8 bytes and a page of one part in one layer 16 bytes. Profile emu: 
 launch, 1 us per segment, 0.01 us per kernel item (assumed), 7.4 GB/s both ways.
 """
 
+import dataclasses
 import json
 
 import numpy as np
@@ -59,8 +60,7 @@ def test_a_load_priced_by_hand_for_both_io_backends(count):
 
 
 def test_kernel_pricing_is_unknown_without_a_per_item_cost():
-    link = load_profile("h200").link
-    assert link.kernel_per_item_us is None
+    link = dataclasses.replace(load_profile("h200").link, kernel_per_item_us=None)
     assert link.kernel_seconds("h2d", 0, 0, 0) == 0.0
     assert link.kernel_seconds("h2d", 128, 8, 2) is None  # not modeled, rather than guessed
 

@@ -86,8 +86,15 @@ def test_p800_records_the_seed_figures():
     p = load_profile("p800")
     assert p.device.devices_per_node == 8 and p.host.numa_nodes == 8 and p.host.cpu_vendor == "Hygon"
     assert p.topology.devices_per_switch == 2 and p.topology.uplink_lanes == 16
-    # the measured 7.40 GB/s, divided by the (tiny) translation and NUMA factors of the state it was read in
-    assert p.link.h2d_gbps == pytest.approx(7.40, rel=1e-3) and p.sources["link.h2d_gbps"].startswith("derived:")
+    # the measured 7.40 GB/s, divided by the translation, registration and NUMA factors of the state it was read in
+    from hardware_profiles.readings import load_readings
+    from hicache_ref.sim import mechanisms as mech
+    from hicache_ref.sim.seed_scenario import seed_host_state
+
+    r = load_readings(p)
+    read_in = seed_host_state(r.states[r.reading("h2d_bandwidth").state], r.scenario, r.scenario["l2_gb_per_card"], p)
+    assert mech.dma_gbps(p, "h2d", read_in) == pytest.approx(7.40, rel=1e-3)
+    assert p.link.h2d_gbps > 7.40 and p.sources["link.h2d_gbps"].startswith("derived:")
     expect = {
         "plan_segments_layer_first_seed": 78,
         "plan_segments_page_first_direct_seed": 39936,
@@ -124,16 +131,20 @@ def test_p800_link_model_shows_why_many_segments_hurt():
     assert link.seconds("h2d", nbytes, 39936) > link.seconds("h2d", nbytes, 78)
 
 
-def test_p900_leaves_unknowns_unknown():
+def test_p900_leaves_what_is_not_published_unknown_and_assumes_the_rest_with_ranges():
     p = load_profile("p900")
     assert p.device.model == "Kunlunxin P900"
-    assert p.device.hbm_gib is None and p.device.devices_per_node is None
-    assert p.host == type(p.host)(None, None, None, None)
-    assert p.link == LinkModel(None, None, None, None, None)
-    assert p.compute.prefill_seconds(100) is None and p.link.seconds("h2d", 1 << 20, 1) is None
-    assert p.sources == {} and p.topology is None
+    assert p.device.hbm_gib is None and p.device.devices_per_node is None and p.device.peak_bf16_tflops is None
+    assert p.device.host_link_gbps is None and p.host == type(p.host)(None, None, None, None)
+    assert p.link.registration_s_per_gib is None
     with pytest.raises(ProfileError, match="p900 has no topology"):
         p.require_topology()
+    # every number a replay prices with is assumed, with the range its interval is drawn over
+    for key, source in p.sources.items():
+        assert source.startswith("assumed:") and key in p.ranges, key
+        lo, hi = p.ranges[key]
+        assert lo < hi, key
+    assert p.compute.prefill_seconds(100) is not None and p.link.seconds("h2d", 1 << 20, 1) is not None
 
 
 def test_emu_targets_are_ratios_and_plan_bounds():

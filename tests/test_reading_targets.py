@@ -97,7 +97,9 @@ def test_a_profile_without_readings_has_no_reading_rows():
         a = answer(profile, [])
         assert a["scenario"] is None and a["ttft_change_pct"] is None and a["readings_total"] == 0
         assert a["text"] == f"no scenario: profile {name} has no readings, so this report cannot say whether " \
-                            "HiCache pays off"
+                            f"HiCache pays off here; `hicache ablate --scenario seed --profile {name}` prices the " \
+                            f"seed's workload on it and `hicache replay --profile {name} --trace YOURS.jsonl` the " \
+                            "team's own traffic"
 
 
 def _reading(name, verdict, value, seed=-36.0):

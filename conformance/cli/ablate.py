@@ -33,7 +33,8 @@ def add_arguments(p) -> None:
     1/4 of the trace's tokens here, --tp to the profile's devices per node) and the local ones."""
     p.add_argument("--scenario", choices=SCENARIOS,
                    help="seed: the seed's scenario (its trace, TP 8, PD, concurrency 10, tiers per "
-                        "hardware_profiles/readings/<profile>.yaml) and its readings, seed vs model")
+                        "hardware_profiles/readings/<profile>.yaml) and its readings, seed vs model; a profile "
+                        "without readings: the seed's workload priced with it, no readings")
     add_local(p, "--trace")
     add_local(p, "--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
               help=f"the capacity step's plateau threshold (default {DEFAULT_PLATEAU_GAIN})")
@@ -103,16 +104,30 @@ def _fixed_by_scenario(a) -> str | None:
 def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
     """The seed scenario: the ladder on the scenario's trace and tiers, and every reading."""
     from hardware_profiles.readings import load_readings
-    from hicache_ref.sim.seed_report import seed_ladder
+    from hicache_ref.sim.seed_report import SEED_READINGS, seed_ladder, seed_workload
 
     readings = load_readings(profile)
-    if readings is None:
-        raise CliError("--scenario", f"profile {profile.name} names no readings file (`readings:`): the seed "
-                       "scenario is built from one")
     given = _fixed_by_scenario(a)
     if given:
         raise CliError(given, "the seed scenario sets it (its trace, tiers, geometry and serving: hardware_profiles/"
-                       f"readings/{profile.readings}, `scenario`); drop it or leave out --scenario")
+                       f"readings/{profile.readings or SEED_READINGS}, `scenario`); drop it or leave out --scenario")
+    if readings is None:  # no readings of its own: the seed's workload priced on this profile
+        from hicache_ref.sim.mechanisms import Unpriced
+        from hicache_ref.sim.prefill_model import require_compute
+
+        try:
+            require_compute(profile)
+        except Unpriced as e:
+            raise CliError("--scenario", f"profile {profile.name} names no readings file (`readings:`) and cannot "
+                           f"price the seed's workload: {e}") from None
+        result = seed_workload(profile, plateau_gain=a.plateau_gain,
+                               progress=bar("hicache ablate", a.quiet, " replays"), engine=engine)
+        a_ = result["answer"]
+        change = "not priced" if a_["ttft_change_pct"] is None else f"TTFT {a_['ttft_change_pct']:+.2f}%"
+        emit_result(result, out, "ablate", ablate_plot, a.json, table_lines(result) + [
+            "", f"the seed's workload (hardware_profiles/readings/{SEED_READINGS}, scenario) priced with profile "
+                f"{profile.name}: {change} vs HiCache off at {a_['step']}; no readings of {profile.name} to check"])
+        return 0
     result = seed_ladder(profile, readings, plateau_gain=a.plateau_gain,
                          progress=bar("hicache ablate", a.quiet, " replays"), engine=engine)
     from conformance.cli.plots import readings_plot
@@ -127,16 +142,23 @@ def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
 def readings_lines(r: dict) -> list[str]:
     """The readings table: seed vs model, tolerance, within."""
     rows = r["readings"]
-    lines = [f"{'reading':<34} {'seed':>10} {'model':>10} {'unit':<9} {'tolerance':<12} within"]
+    lines = [f"{'reading':<34} {'seed':>10} {'model':>10} {'unit':<9} {'tolerance':<12} within {'left out':>10} within"]
     for x in rows:
         t = x["tolerance"]
         tol = {"relative": f"+-{t['size'] * 100:g}%", "points": f"+-{t['size']:g} pt"}.get(t["kind"], t["kind"])
         model = "n/m" if x["model"] is None else f"{x['model']:.4g}"
         verdict = "n/m" if x["within"] is None else ("yes" if x["within"] else "NO")
-        lines.append(f"{x['reading']:<34} {x['seed']:>10.4g} {model:>10} {x['unit']:<9} {tol:<12} {verdict}")
+        loo = "" if x.get("loo_within") is None else (
+            f" {_num(x['loo_model'], '.4g'):>10} {'yes' if x['loo_within'] else 'NO'}")
+        lines.append(f"{x['reading']:<34} {x['seed']:>10.4g} {model:>10} {x['unit']:<9} {tol:<12} {verdict:<6}{loo}")
     ok = sum(1 for x in rows if x["within"])
     lines.append(f"{ok} of {len(rows)} readings within tolerance")
     ans = r["answer"]
+    if ans.get("readings_loo_total"):
+        worst = "; ".join(f"{w['reading']} {_num(w['left_out'], '.4g')} vs {w['seed']:.4g} {w['unit']}"
+                          for w in ans.get("loo_worst") or [])
+        lines.append(f"left out: {ans['readings_loo_within']} of {ans['readings_loo_total']} jointly fitted readings "
+                     f"predicted within tolerance by a fit without them" + (f" (worst: {worst})" if worst else ""))
     if ans["ttft_change_pct"] is not None:
         lo, hi = ans["ttft_change_pct_interval"] or (ans["ttft_change_pct"],) * 2
         lines.append(f"answer: {ans['answer']}: with every fix, HiCache changes TTFT by {ans['ttft_change_pct']:+.1f}% "

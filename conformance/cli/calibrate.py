@@ -45,6 +45,16 @@ def add_arguments(p) -> None:
                    "(file:DIR, memory:, mooncake:...): put/get over object sizes, per-batch and per-object "
                    "latency, and the uplink it shares with D2H on --backend (both at once); --out writes the base "
                    "profile with its l3_link measured")
+    p.add_argument("--prefill", default=None, metavar="FILE", help="fit the prefill instead: measured no-hit TTFT "
+                   "against prompt length (SGLang bench_serving --output-details JSONL, vLLM benchmark_serving "
+                   "--save-result JSON, or CSV with input_len and ttft_s/ttft_ms), fixed + linear + quadratic with "
+                   "standard errors; --out writes them into --profile as measured")
+    p.add_argument("--allhit", default=None, metavar="FILE", help="with --prefill (or a profile with a known fixed "
+                   "part): an all-hit TTFT table of the same shape, whose line gives the L2 path (and the kernel's "
+                   "per-item cost where the profile knows H2D)")
+    p.add_argument("--model", default=None, help="with --allhit: the served model whose layers and KV bytes the "
+                   "all-hit slope is split by (a preset or YAML; default the profile's compute.prefill_model, else "
+                   "the seed geometry)")
     p.add_argument("--json", action="store_true", help="print the samples, fits and link figures as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress line")
 
@@ -57,6 +67,10 @@ def run(a) -> int:
 
     if a.storage is not None:
         return _storage(a)
+    if a.prefill is not None or a.allhit is not None:
+        from conformance.cli.calibrate_prefill import run_prefill
+
+        return run_prefill(a)
     sizes = transfer_sizes(a.sizes)
     regions = region_sizes(a.translation_sizes)
     out = None if a.out is None else new_file("--out", a.out, (".yaml", ".yml"))

@@ -2,7 +2,8 @@
 
 Taken from the reading rows (conformance.targets.readings): the model's TTFT change with every fix
 on against HiCache off (the `ttft_all_fixes` reading), gain or loss, the seed's figure beside it,
-and how many readings the model meets. A profile without readings has no scenario to answer on.
+and how many readings the model meets: in sample, and left out (each jointly fitted reading
+predicted by a fit without it, hicache_ref.sim.loo). A profile without readings has no scenario.
 """
 
 from __future__ import annotations
@@ -27,6 +28,36 @@ def _scenario(profile) -> str | None:
     return None if readings is None else " ".join(str(readings.scenario["description"]).split())
 
 
+def _elsewhere(profile) -> str:
+    """Where a profile without readings gets its answer: the seed's workload, or the team's own trace."""
+    if profile is None:
+        return ""
+    p = profile.name
+    return (f" here; `hicache ablate --scenario seed --profile {p}` prices the seed's workload on it and "
+            f"`hicache replay --profile {p} --trace YOURS.jsonl` the team's own traffic")
+
+
+LOO_WORST = 3  # out-of-sample misses the answer names
+
+
+def left_out(readings: list[dict]) -> dict:
+    """readings_loo_within / readings_loo_total, each left-out prediction, and the worst misses,
+    from the reading rows' seed rows (`loo_model`, `loo_within`)."""
+    preds = []
+    for r in readings:
+        seed = r.get("reading") or {}
+        if seed.get("loo_within") is None:
+            continue
+        preds.append({"reading": r["name"], "seed": r["target"], "unit": r["unit"], "in_sample": seed.get("model"),
+                      "left_out": seed.get("loo_model"), "within": bool(seed["loo_within"])})
+
+    def miss(p):
+        return abs(p["left_out"] - p["seed"]) / (abs(p["seed"]) or 1.0) if p["left_out"] is not None else float("inf")
+    worst = sorted((p for p in preds if not p["within"]), key=miss, reverse=True)[:LOO_WORST]
+    return {"readings_loo_within": sum(p["within"] for p in preds) if preds else None,
+            "readings_loo_total": len(preds) if preds else None, "loo_predictions": preds, "loo_worst": worst}
+
+
 def answer(profile, rows: list[dict]) -> dict:
     """The `answer` of report.json and summary.json (conformance.report.schema.ANSWER)."""
     readings = [r for r in rows if r.get("kind") == "reading"]
@@ -35,13 +66,14 @@ def answer(profile, rows: list[dict]) -> dict:
     out = {"scenario": _scenario(profile) if readings else None, "ttft_change_pct": None,
            "seed_ttft_change_pct": None, "gain": None, "readings_within": within, "readings_outside": outside,
            "readings_not_measured": len(readings) - within - outside, "readings_total": len(readings),
-           "net_seconds": None, **dict.fromkeys(INTERVAL_KEYS)}
+           "net_seconds": None, **dict.fromkeys(INTERVAL_KEYS), **left_out(readings)}
     key = next((r for r in readings if r["name"] == ANSWER_READING), None)
     name = "no profile" if profile is None else f"profile {profile.name}"
     if key is None:
         out["scenario"] = None
         out["text"] = (f"no scenario: {name} has no readings, so this report cannot say whether HiCache pays off"
-                       if not readings else f"no scenario: {name}'s readings have no {ANSWER_READING} reading")
+                       + _elsewhere(profile) if not readings
+                       else f"no scenario: {name}'s readings have no {ANSWER_READING} reading")
         return out
     out["seed_ttft_change_pct"] = key["target"]
     # busy seconds saved against HiCache off, when the reading's row gives them (`net_seconds`)
@@ -65,5 +97,8 @@ def answer(profile, rows: list[dict]) -> dict:
     if out["readings_not_measured"]:
         out["text"] += f", {out['readings_not_measured']} not measured"
     out["text"] += f" of {len(readings)}"
+    if out["readings_loo_total"]:
+        out["text"] += (f"; left out of the fit, {out['readings_loo_within']} of {out['readings_loo_total']} "
+                        "jointly fitted readings predicted within tolerance")
     return out
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hicache_ref.sim import cost
 from hicache_ref.sim import mechanisms as mech
+from hicache_ref.sim.prefill_model import compute_of
 
 SWEEP_BYTES = (1 << 20, 4 << 20, 16 << 20, 64 << 20)
 SWEEP_REPEAT = 5
@@ -22,14 +23,14 @@ def allhit_curve(profile) -> dict | None:
         return None
     from hal.transfer.seed import SEED_GEOMETRY as g
 
-    compute = profile.compute
+    compute = compute_of(profile)
     try:
         fit = cost.allhit_fit(profile, g.layers, g.token_bytes)
         be = cost.break_even_tokens(profile, g.layers, g.token_bytes)
     except mech.Unpriced:
         return None
     grid = [256, 1024, 2048, 3000, 4096, 8192, 16384, 32768]
-    prefill = [[n, compute.prefill_seconds(n)] for n in grid] if compute.known else None
+    prefill = [[n, compute.prefill_seconds(n)] for n in grid] if compute is not None else None
     return {"fit": fit.to_json(), "break_even_tokens": be, "prefill": prefill,
             "floor_s": compute.prefill_fixed_s, "l2_path_s": compute.l2_path_fixed_s}
 

@@ -62,5 +62,8 @@ def answer_block(report: dict) -> str:
               f"<b>{a['readings_outside']}</b> outside, {a['readings_not_measured']} not measured, of "
               f"{a['readings_total']} (the model's verdict; the node's is the badge above)</p>"
               if a["readings_total"] else "")
+    if a.get("readings_loo_total"):
+        counts += (f"<p>left out of the fit: <b>{a['readings_loo_within']}</b> of {a['readings_loo_total']} "
+                   "jointly fitted readings predicted within tolerance by a fit without them</p>")
     scenario = f"<p class='small muted'>scenario: {escape(a['scenario'])}</p>" if a.get("scenario") else ""
     return f'<div class="answer" id="answer"><h2>Does HiCache pay off here?</h2>{head}{counts}{scenario}</div>'

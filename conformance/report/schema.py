@@ -62,6 +62,10 @@ ANSWER = {
         "scenario": _STR_OR_NULL, "ttft_change_pct": _NUMBER_OR_NULL, "seed_ttft_change_pct": _NUMBER_OR_NULL,
         "gain": {"type": ["boolean", "null"]}, "text": {"type": "string", "minLength": 1},
         "net_seconds": _NUMBER_OR_NULL,  # busy seconds saved vs HiCache off, where the reading's row gives them
+        # leave-one-out (conformance.report.answer.left_out): null without jointly fitted readings
+        **{k: {"type": ["integer", "null"], "minimum": 0} for k in ("readings_loo_within", "readings_loo_total")},
+        **{k: {"type": "array", "items": {"type": "object", "required": ["reading", "seed", "left_out", "within"]}}
+           for k in ("loo_predictions", "loo_worst")},
         # the answer word and 5-95% intervals over the parameter ensemble (hicache_ref.sim.spread)
         "answer": {"enum": ["gain", "loss", "undecided", None]},
         **{k: {"anyOf": [{"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},

@@ -17,6 +17,7 @@ import numpy as np
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim import spread
 from hicache_ref.sim.figures import prefill_from_moments
+from hicache_ref.sim.prefill_model import FIRST_PRINCIPLES_KEYS, compute_of, require_compute
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def allhit_seconds(profile, tokens: int, layers: int, token_bytes: int, state: m
     """Modeled time of a request whose whole prompt of `tokens` is loaded from L2: prefill's fixed
     part, the L2 path, and the H2D of its KV as layer_first kernel loads (one launch per layer,
     one item per token and layer). Unpriced when the profile lacks a parameter."""
-    c = profile.compute
+    c = compute_of(profile) or profile.compute  # first principles may give the fixed part
     fixed = mech.need(c.prefill_fixed_s, "compute.prefill_fixed_s", profile)
     path = mech.need(c.l2_path_fixed_s, "compute.l2_path_fixed_s", profile)
     h2d = mech.Traffic(bytes=tokens * token_bytes, launches=layers, items=tokens * layers, kernel=True)
@@ -94,9 +95,7 @@ def allhit_fit(profile, layers: int, token_bytes: int, tokens=ALLHIT_TOKENS) -> 
 def break_even_tokens(profile, layers: int, token_bytes: int, max_tokens: int = 10_000_000) -> float | None:
     """Prompt length above which loading the prompt's KV from L2 beats recomputing it, to half a
     token; None when loading never wins below max_tokens. Unpriced without a compute model."""
-    c = profile.compute
-    if not c.known:
-        raise mech.Unpriced(f"profile {profile.name} has no compute model (compute.prefill_*)")
+    c = require_compute(profile)
 
     def gap(n: float) -> float:  # > 0 while loading still costs more
         k = int(round(n))
@@ -115,11 +114,12 @@ def break_even_tokens(profile, layers: int, token_bytes: int, max_tokens: int = 
 
 # The profile keys each mechanism reads (for naming the assumed ones).
 COMPUTE_KEYS = ("compute.prefill_fixed_s", "compute.prefill_per_token_s", "compute.prefill_per_token_pair_s",
-                "compute.prefill_curve", "compute.l2_path_fixed_s")
-TRANSFER_KEYS = ("link.h2d_gbps", "link.d2h_gbps", "link.per_segment_us", "link.per_launch_us",
+                "compute.prefill_curve", "compute.l2_path_fixed_s", *FIRST_PRINCIPLES_KEYS)
+TRANSFER_KEYS = ("device.host_link_gbps", "link.h2d_gbps", "link.d2h_gbps", "link.per_segment_us", "link.per_launch_us",
                  "link.kernel_per_item_us")
 HOST_KEYS = tuple(f"host_costs.{k}" for k in ("submit_contention", "d2h_interference",
-                                              "translation_slowdown_per_mentry", "numa_remote_bw_factor",
+                                              "translation_slowdown_per_mentry", "registered_slowdown_per_gb",
+                                              "numa_remote_bw_factor",
                                               "ido_shared_d2h_factor"))
 
 
@@ -140,9 +140,7 @@ def traffic(fig: dict, direction: str) -> mech.Traffic:
 def prefill_seconds(profile, fig: dict, which: str = "compute") -> float:
     """A replay's prefill seconds under `profile`'s compute model: as cached ("compute"), with L1
     hits only ("l1_only") or with no cache ("no_cache"). Unpriced without a compute model."""
-    c = profile.compute
-    if not c.known:
-        raise mech.Unpriced(f"profile {profile.name} has no compute model (compute.prefill_*)")
+    c = require_compute(profile)
     if c.prefill_curve:  # not linear in the prompt moments: the replay's own tally
         return fig[{"compute": "modeled_prefill_compute_seconds", "l1_only": "modeled_prefill_l1_only_seconds",
                     "no_cache": "baseline_prefill_seconds"}[which]]

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from hal.transfer.seed import SEED_GEOMETRY
-from hicache_ref.sim import cost
+from hicache_ref.sim import cost, fit_stats
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.readings import model_value, tolerance
 from hicache_ref.sim.seed_scenario import seed_host_state
@@ -25,7 +25,8 @@ from hicache_ref.sim.seed_scenario import seed_host_state
 JOINT = (("compute.prefill_per_token_pair_s", 0.0, 1e-8, 1e-9), ("link.per_segment_us", 0.0, 10_000.0, 100.0),
          ("host_costs.submit_contention", 0.0, 1.0, 0.3), ("host_costs.d2h_interference", 0.0, 1.0, 0.5),
          ("host_costs.translation_slowdown_per_mentry", 0.0, 10.0, 0.01),
-         ("host_costs.numa_remote_bw_factor", 0.05, 1.0, 0.8))
+         ("host_costs.numa_remote_bw_factor", 0.05, 1.0, 0.8),
+         ("host_costs.registered_slowdown_per_gb", 0.0, 1.0, 0.001))
 JOINT_READINGS = ("first_request_off", "first_request_first_build", "d2h_submission_inline", "first_request_daemon",
                   "first_request_layer_first_daemon", "nonhit_slowdown_daemon", "registered_80gb", "registered_15gb",
                   "numa_remote", "numa_local", "ttft_before_transfer_fixes", "ttft_all_fixes")
@@ -41,7 +42,7 @@ def with_values(profile, **values):
                                            for sec, kw in sections.items()})
 
 
-def _exact(p, readings, notes):
+def exact(p, readings, notes):
     """The parameters one reading each fixes: floor, H2D bandwidth, L2 path, kernel item, and the
     per-token prefill given the pair term (break-even: prefill(n) = all-hit(n) there)."""
     R, sc, st, g = readings.reading, readings.scenario, readings.states, SEED_GEOMETRY
@@ -65,8 +66,7 @@ def _exact(p, readings, notes):
                                         f"{R('h2d_bandwidth').value:g} GB/s = {per_token_bw * 1e6:.4f} us) / "
                                         f"{g.layers} layers = {item_us:.6f} us per token-layer item")
     be = R("break_even").value
-    allhit = cost.allhit_seconds(p, int(be), g.layers, g.token_bytes,
-                                 seed_host_state(st[R("break_even").state], sc, sc["l2_gb_per_card"], p))
+    allhit = cost.allhit_seconds(p, int(be), g.layers, g.token_bytes)  # the host state break_even_tokens prices
     b = p.compute.prefill_per_token_pair_s or 0.0
     a = max(0.0, (allhit - floor - b * be * be) / be)  # a pair term too steep for break-even: a = 0
     p = with_values(p, **{"compute.prefill_per_token_s": a})
@@ -76,44 +76,96 @@ def _exact(p, readings, notes):
     return p
 
 
-def derive(profile, readings, runs) -> tuple[object, dict[str, str]]:
-    """(profile with every derived parameter set, {key: arithmetic}) from `readings` on `runs`."""
+@dataclasses.dataclass(frozen=True)
+class Derivation:
+    """The derivation's result: the profile with every derived value, the arithmetic, and the joint
+    fit's statistics (residuals in tolerances, Jacobian, covariance) over `readings_used`."""
+
+    profile: object
+    notes: dict
+    x: np.ndarray
+    jac: np.ndarray
+    residuals: np.ndarray
+    cov: np.ndarray
+    chi2_factor: float
+    readings_used: tuple[str, ...]
+
+    def estimates(self) -> list[fit_stats.Estimate]:
+        """Each jointly fitted parameter with its standard error and the readings that determine it."""
+        carried = fit_stats.determining(self.jac, self.readings_used)
+        out = []
+        for j, (key, lo, hi, _) in enumerate(JOINT):
+            v = float(self.x[j])
+            at = bool(np.isclose(v, lo, rtol=1e-6, atol=1e-12) or np.isclose(v, hi, rtol=1e-6, atol=1e-12))
+            out.append(fit_stats.Estimate(key, v, float(np.sqrt(max(self.cov[j, j], 0.0))), tuple(carried[j]), at))
+        return out
+
+
+def reading_scale(r) -> float:
+    kind, size = tolerance(r)
+    return size * abs(r.value) if kind == "relative" else size
+
+
+def _fitted(x, p):
+    return with_values(p, **{k: float(v) for (k, *_), v in zip(JOINT, x, strict=True)})
+
+
+def residual_function(profile, readings, runs, names=JOINT_READINGS):
+    """x (the JOINT parameters) -> the readings `names`' residuals in tolerances, the exact
+    parameters re-solved on top of `profile` for each x."""
+    rows = [readings.reading(n) for n in names]
+
+    def residuals(x):
+        q = exact(_fitted(x, profile), readings, {})
+        return np.array([(model_value(q, r, readings, runs) - r.value) / reading_scale(r) for r in rows])
+
+    return residuals
+
+
+def derive_fit(profile, readings, runs, names=JOINT_READINGS) -> Derivation:
+    """Every derived parameter of `profile` from `readings` on `runs`, the joint fit over the
+    readings `names` (JOINT_READINGS, or a subset to leave some out), with its statistics. The fit
+    starts from JOINT's starting scale, never the profile's values: the same readings give the same
+    parameters whatever the profile held, and a refit without a reading inherits nothing from it."""
     from scipy.optimize import least_squares
 
     notes: dict[str, str] = {}
-    rows = [readings.reading(n) for n in JOINT_READINGS]
-
-    def scale(r) -> float:
-        kind, size = tolerance(r)
-        return size * abs(r.value) if kind == "relative" else size
-
-    def fitted(x, p):
-        return with_values(p, **{k: float(v) for (k, *_), v in zip(JOINT, x, strict=True)})
-
-    def residuals(x, p):
-        q = _exact(fitted(x, p), readings, {})
-        return np.array([(model_value(q, r, readings, runs) - r.value) / scale(r) for r in rows])
-
+    lo = np.array([lo for _, lo, _, _ in JOINT])
+    hi = np.array([hi for _, _, hi, _ in JOINT])
+    x_scale = np.array([x0 for *_, x0 in JOINT])
     p = profile
-    x = np.array([np.clip(value(p, k) if value(p, k) is not None else x0, lo, hi) for k, lo, hi, x0 in JOINT])
+    x = np.array([np.clip(x0, a, b) for _, a, b, x0 in JOINT])
     for _ in range(4):  # the exact parameters move a little with the fitted factors: settle both
-        fit = least_squares(residuals, x, args=(p,), bounds=([lo for _, lo, _, _ in JOINT], [hi for _, _, hi, _ in JOINT]),
-                            x_scale=np.array([x0 for *_, x0 in JOINT]), method="trf", xtol=1e-12, ftol=1e-12)
+        fit = least_squares(residual_function(p, readings, runs, names), x, bounds=(lo, hi), x_scale=x_scale,
+                            method="trf", xtol=1e-12, ftol=1e-12)
+        settled = np.allclose(fit.x, x, rtol=1e-9, atol=0)
         x = fit.x
-        p = _exact(fitted(x, p), readings, notes)
-    res = residuals(x, p)
-    table = "; ".join(f"{r.name} {v:+.2f}" for r, v in zip(rows, res, strict=True))
+        p = exact(_fitted(x, p), readings, notes)
+        if settled:
+            break
+    fun = residual_function(p, readings, runs, names)
+    res = fun(x)
+    jac = fit_stats.jacobian(fun, x, lo, hi, x_scale)
+    cov, s2 = fit_stats.covariance(jac, res)
+    table = "; ".join(f"{n} {v:+.2f}" for n, v in zip(names, res, strict=True))
     first = JOINT[0][0]
     for k, *_ in JOINT:
-        notes[k] = (f"least squares with {', '.join(j for j, *_ in JOINT[1:])} over {len(rows)} readings, residuals "
+        notes[k] = (f"least squares with {', '.join(j for j, *_ in JOINT[1:])} over {len(names)} readings, residuals "
                     f"in tolerances: {table}" if k == first else f"the least squares of {first}")
-    return p, notes
+    return Derivation(p, notes, x, jac, res, cov, s2, tuple(names))
+
+
+def derive(profile, readings, runs, names=JOINT_READINGS) -> tuple[object, dict[str, str]]:
+    """(profile with every derived parameter set, {key: arithmetic}) from `readings` on `runs`."""
+    d = derive_fit(profile, readings, runs, names)
+    return d.profile, d.notes
 
 
 DERIVED_KEYS = ("compute.prefill_fixed_s", "compute.prefill_per_token_s", "compute.prefill_per_token_pair_s",
                 "compute.l2_path_fixed_s", "link.h2d_gbps", "link.kernel_per_item_us", "link.per_segment_us",
                 "host_costs.submit_contention", "host_costs.d2h_interference",
-                "host_costs.translation_slowdown_per_mentry", "host_costs.numa_remote_bw_factor")
+                "host_costs.translation_slowdown_per_mentry", "host_costs.numa_remote_bw_factor",
+                "host_costs.registered_slowdown_per_gb")
 
 
 def value(profile, key: str) -> float:
@@ -138,6 +190,23 @@ def profile_entries(profile, notes: dict[str, str]) -> dict[str, tuple[float, st
     return out
 
 
+def report_lines(d: Derivation) -> list[str]:
+    """Each jointly fitted parameter: value, standard error, the readings that determine it, and a
+    flag where fewer than two readings do (or it sits at a bound of the fit)."""
+    out = [f"# joint fit over {len(d.readings_used)} readings; covariance x {d.chi2_factor:.3g} "
+           f"(max(1, reduced chi-square))"]
+    for e in d.estimates():
+        rel = f" ({e.stderr / abs(e.value) * 100:.0f}%)" if e.value else ""
+        flag = []
+        if len(e.determined_by) < fit_stats.MIN_DETERMINING:
+            flag.append(f"determined by {len(e.determined_by)} reading{'s' if len(e.determined_by) != 1 else ''}")
+        if e.at_bound:
+            flag.append("at a bound of the fit: its standard error understates what is unknown")
+        out.append(f"# {e.key} = {e.value:.6g} +/- {e.stderr:.3g}{rel}; determined by "
+                   f"{', '.join(e.determined_by) or 'no reading'}" + (f"  [FLAG: {'; '.join(flag)}]" if flag else ""))
+    return out
+
+
 def main() -> None:  # python -m hicache_ref.sim.derive [PROFILE]: the derived values as YAML lines
     import sys
 
@@ -147,8 +216,12 @@ def main() -> None:  # python -m hicache_ref.sim.derive [PROFILE]: the derived v
 
     profile = load_profile(sys.argv[1] if len(sys.argv) > 1 else "p800")
     readings = load_readings(profile)
-    derived, notes = derive(profile, readings, seed_runs(readings, seed_requests(), profile))
-    for key, (v, src) in profile_entries(derived, notes).items():
+    if readings is None:
+        sys.exit(f"{profile.path}: readings: the profile names no readings file, so nothing is derived")
+    d = derive_fit(profile, readings, seed_runs(readings, seed_requests(), profile))
+    for line in report_lines(d):
+        print(line)
+    for key, (v, src) in profile_entries(d.profile, d.notes).items():
         print(f"{key}: {v!r}\n  source: {src!r}")
 
 

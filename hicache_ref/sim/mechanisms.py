@@ -3,10 +3,10 @@
 Every cost is a mechanism with parameters from the profile (link, compute, host_costs):
 prefill compute of the uncached tokens; the L2 load path; DMA submission per segment and per
 launch (direct copies) or per launch and item (kernel copies); bandwidth divided by the
-translation entries of registered memory (bytes / host page size, so THP changes it) and cut
-by remote NUMA memory or by two cards of one uplink writing without IDO; inline submission
-holding the scheduler; a daemon thread's submission contending with it; D2H device time
-interfering with prefill. The derivations of the parameters: hicache_ref/sim/derive.py.
+translation entries of registered memory (bytes / host page size, so THP changes it) and by the
+registered bytes themselves, cut by remote NUMA memory, and cut by two cards of one uplink writing
+to different nodes without IDO; inline submission holding the scheduler; a daemon thread's
+submission contending with it; D2H device time interfering with prefill. The derivations of the parameters: hicache_ref/sim/derive.py.
 The model in words: docs/model.md.
 """
 
@@ -18,7 +18,10 @@ from hardware_profiles import pricing
 
 PAGE_4K, PAGE_THP = 4096, 2 << 20  # host page sizes: base pages, transparent huge pages
 SUBMISSIONS = ("inline", "daemon")
-NUMA_PLACEMENTS = ("local", "remote", "interleave")
+# local: each card's pool on its uplink's node (both cards of a switch on one node); remote: on
+# another node; interleave: pages spread over every node (a TP-shared pool); one_to_one: card i on
+# node i, so the two cards behind one uplink write to different nodes.
+NUMA_PLACEMENTS = ("local", "remote", "interleave", "one_to_one")
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class HostState:
 
     submission: str = "daemon"  # inline: on the scheduler thread; daemon: a backup thread
     host_page_bytes: int = PAGE_THP
-    numa: str = "local"  # local | remote | interleave (over numa_nodes)
+    numa: str = "local"  # one of NUMA_PLACEMENTS
     ido: bool = True  # PCIe ID-based ordering on the shared uplink
     writers_per_uplink: int = 1  # cards behind one uplink that write D2H at the same time
     registered_bytes: int = 0  # host memory registered by each card
@@ -80,15 +83,22 @@ def need(value, key: str, profile):
 
 
 def numa_factor(profile, state: HostState) -> float:
-    """DMA bandwidth factor of where host memory sits: 1 local, the remote factor remote, and
-    interleaved over N nodes the harmonic mix of 1/N local and (N-1)/N remote."""
-    if state.numa == "local" or (state.numa == "interleave" and state.numa_nodes == 1):
+    """DMA bandwidth factor of where host memory sits: 1 local and 1 interleaved (seed work (P800
+    acceptance runs): with the TP group's shared pool interleaved over all nodes, binding each card to
+    its node becomes optional, so interleaved memory costs no more than local); the remote factor on a
+    remote node and under one-to-one binding (half the cards' pools sit off their uplink's node, and
+    a TP group runs at the pace of its slowest card)."""
+    if state.numa in ("local", "interleave") or (state.numa == "one_to_one" and state.numa_nodes == 1):
         return 1.0
-    nu = need(profile.host_costs.numa_remote_bw_factor, "host_costs.numa_remote_bw_factor", profile)
-    if state.numa == "remote":
-        return nu
-    n = state.numa_nodes
-    return 1.0 / (1.0 / n + (n - 1) / n / nu)
+    return need(profile.host_costs.numa_remote_bw_factor, "host_costs.numa_remote_bw_factor", profile)
+
+
+def strict_ordering(state: HostState) -> bool:
+    """Whether two cards' D2H writes block each other: they share an uplink, write at once, to
+    different NUMA nodes (one-to-one binding), with strict PCIe ordering. Seed work (P800
+    acceptance runs): ID-based ordering is the fix for one-to-one binding, where forcing every node
+    collapsed D2H bandwidth."""
+    return state.writers_per_uplink > 1 and not state.ido and state.numa == "one_to_one"
 
 
 def bandwidth_factor(profile, direction: str, state: HostState) -> float:
@@ -99,8 +109,11 @@ def bandwidth_factor(profile, direction: str, state: HostState) -> float:
     f = numa_factor(profile, state)
     if state.translation_entries:
         rho = need(hc.translation_slowdown_per_mentry, "host_costs.translation_slowdown_per_mentry", profile)
-        f /= 1.0 + rho * state.translation_entries / 1e6
-    if direction == "d2h" and state.writers_per_uplink > 1 and not state.ido:
+        sigma = need(hc.registered_slowdown_per_gb, "host_costs.registered_slowdown_per_gb", profile)
+        # Seed work (P800 acceptance runs): registered size is itself a cost that slows DMA, beyond
+        # the page-table entries huge pages remove; so a pool past the hit-rate plateau is slower.
+        f /= 1.0 + rho * state.translation_entries / 1e6 + sigma * state.registered_bytes / 1e9
+    if direction == "d2h" and strict_ordering(state):
         f *= need(hc.ido_shared_d2h_factor, "host_costs.ido_shared_d2h_factor", profile)
     return f
 

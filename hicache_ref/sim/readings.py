@@ -17,6 +17,7 @@ from hal.transfer.plan import plan_pool_transfer
 from hal.transfer.seed import SEED_GEOMETRY, seed_plan
 from hicache_ref.sim import cost, spread
 from hicache_ref.sim import mechanisms as mech
+from hicache_ref.sim.prefill_model import require_compute
 from hicache_ref.sim.scenario import host_state
 from hicache_ref.sim.seed_scenario import l2_tokens, seed_host_state
 
@@ -40,9 +41,7 @@ def chunk_traffic(layout: str, chunk: int) -> mech.Traffic:
 def first_request(profile, state: dict, scenario: dict, tokens: int | None = None) -> float:
     """TTFT of the first prompt a fresh server sees: its prefill and each chunk's backup."""
     n = tokens or scenario["first_request_tokens"]
-    compute = profile.compute.prefill_seconds(n)
-    if compute is None:
-        raise mech.Unpriced(f"profile {profile.name} has no compute model (compute.prefill_*)")
+    compute = require_compute(profile).prefill_seconds(n)
     if not state["hicache"]:
         return compute
     chunk = scenario["chunk_tokens"]
@@ -109,7 +108,7 @@ def model_value(profile, reading, readings, runs) -> float:
         fit = cost.fit_line([n for n, _ in pts], [s for _, s in pts])
         return fit.a * 1e3 if q == "allhit_intercept" else fit.b * 1e6
     if q == "deployment_floor":
-        return mech.need(profile.compute.prefill_fixed_s, "compute.prefill_fixed_s", profile) * 1e3
+        return require_compute(profile).prefill_fixed_s * 1e3
     if q == "h2d_gbps":
         return mech.dma_gbps(profile, "h2d", hs)
     if q == "break_even_tokens":

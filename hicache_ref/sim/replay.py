@@ -19,6 +19,7 @@ from hicache_ref.core.cache import HiCache
 from hicache_ref.sim import cost, spread
 from hicache_ref.sim.baseline import is_off, off_spec
 from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
+from hicache_ref.sim.prefill_model import compute_of
 from hicache_ref.sim.stack_distance import stack_profile
 from hicache_ref.sim.trace import BLOCK_TOKENS, TraceRequest, read_trace, trace_tokens
 from hicache_ref.sim.trace_stats import FITS_IN_L1
@@ -49,7 +50,7 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
     backend, own_backend = spec.open_backend()
     totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
                   truncated_requests=0, kv_mismatch_tokens=0, l3_hit_tokens=0)
-    tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
+    tally = ComputeTally(compute_of(getattr(backend, "profile", None)))
     t0 = time.perf_counter()
     with frozen_heap():  # a full collection would walk every object made before the replay
         try:

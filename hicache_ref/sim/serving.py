@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from hicache_ref.core.allocator import pages_to_slots
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, figures, run_config
+from hicache_ref.sim.prefill_model import compute_of
 from hicache_ref.sim.replay import fits_in_l1, inline_transfers, off_figures
 from hicache_ref.sim.steps import run_steps
 from hicache_ref.sim.trace import TraceRequest, request_tokens
@@ -92,7 +93,7 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, o
                   truncated_requests=0, kv_mismatch_tokens=0)
     if spec.storage.l3 is not None:  # the model L3 (hicache_ref.storage.model) serves served replays too
         totals["l3_hit_tokens"] = 0
-    tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
+    tally = ComputeTally(compute_of(getattr(backend, "profile", None)))
     t0 = time.perf_counter()
     try:
         cache = spec.build(backend, whole, inline=inline_transfers(spec, backend))

@@ -3,8 +3,9 @@ re-priced across it, and the answer word that follows from the interval.
 
 A replay's cache decisions do not depend on the profile's parameters, so a figure's interval comes
 from pricing one replay once per ensemble member. Member 0 is the profile itself (the central value);
-the others are plausible parameter sets (a seeded bootstrap over the readings, and each `assumed:`
-value drawn over its stated range): same profile, same members, bit for bit.
+the others are plausible parameter sets (the derived parameters drawn from their covariance, each
+`assumed:` value over its stated range, each measured value by its standard error): same profile,
+same members, bit for bit.
 """
 
 from __future__ import annotations
@@ -16,9 +17,66 @@ INTERVAL_PCT = (5.0, 95.0)  # the reported interval: 5th to 95th percentile over
 ANSWERS = ("gain", "loss", "undecided")
 
 
+ENSEMBLE_SIZE = 64  # members, the profile itself included: enough for a 5-95% interval, cheap to price
+ENSEMBLE_SEED = 37
+_MEMBERS: dict[tuple, tuple] = {}
+
+
 def ensemble(profile) -> tuple:
-    """Plausible parameter sets of `profile`, member 0 the profile itself. Deterministic."""
-    return (profile,)
+    """Plausible parameter sets of `profile`, member 0 the profile itself. Deterministic (seeded),
+    cached per profile. The other members draw, together: the jointly derived parameters from
+    their covariance (hicache_ref.sim.derive; clipped to the fit's bounds, the exact ones solved
+    again), each assumed value uniformly over its stated `range` (moving the derived ones as a refit
+    would), each measured value with a `stderr` from a normal (clipped to its bound). A profile
+    with none of these has ENSEMBLE_SIZE copies of itself; an unknown value stays unknown."""
+    from hicache_ref.sim import derivation_cache
+
+    k = derivation_cache.key(profile)
+    if k not in _MEMBERS:
+        _MEMBERS[k] = _draw(profile, derivation_cache.stats(profile))
+    return (profile, *_MEMBERS[k][1:])  # the same profile loaded again is member 0 itself
+
+
+def _draw(profile, stats) -> tuple:
+    import numpy as np
+
+    from hardware_profiles.model import COMPUTE_BOUNDS, COMPUTE_OPTIONAL_BOUNDS, HOST_COST_BOUNDS, \
+        KERNEL_BOUNDS, L3_LINK_BOUNDS, LINK_BOUNDS
+    from hicache_ref.sim import derive as d
+
+    bounds = {**{f"link.{k}": b for k, b in {**LINK_BOUNDS, **KERNEL_BOUNDS}.items()},
+              **{f"compute.{k}": b for k, b in {**COMPUTE_BOUNDS, **COMPUTE_OPTIONAL_BOUNDS}.items()},
+              **{f"host_costs.{k}": b for k, b in HOST_COST_BOUNDS.items()},
+              **{f"l3_link.{k}": b for k, b in L3_LINK_BOUNDS.items()}}
+    ranged = sorted(k for k in profile.ranges if k in bounds and d.value(profile, k) is not None)
+    measured = sorted(k for k in profile.stderrs if k in bounds and d.value(profile, k) is not None)
+    rng = np.random.default_rng(ENSEMBLE_SEED)
+    if stats is not None:
+        fit = stats.derivation
+        w, v = np.linalg.eigh((fit.cov + fit.cov.T) / 2)
+        root = v * np.sqrt(np.clip(w, 0.0, None))  # cov = root root^T, positive semi-definite or not
+        lo, hi = np.array([j[1] for j in d.JOINT]), np.array([j[2] for j in d.JOINT])
+    members = [profile]
+    for _ in range(ENSEMBLE_SIZE - 1):
+        values = {}
+        for k in ranged:
+            a, b = profile.ranges[k]
+            values[k] = float(rng.uniform(a, b))
+        for k in measured:
+            b = bounds[k]
+            x = float(rng.normal(d.value(profile, k), profile.stderrs[k]))
+            values[k] = min(max(x, b.lo + (1e-12 if b.lo_open else 0.0)), b.hi)
+        if stats is not None:
+            x = fit.x + root @ rng.standard_normal(len(fit.x))
+            for k, shift in stats.shift.items():
+                x = x + shift * (values[k] - d.value(profile, k))
+            x = np.clip(x, lo, hi)
+            values.update({j[0]: float(xi) for j, xi in zip(d.JOINT, x, strict=True)})
+            q = d.with_values(profile, **values)
+            members.append(d.exact(q, stats.readings, {}))
+        else:
+            members.append(d.with_values(profile, **values) if values else profile)
+    return tuple(members)
 
 
 def interval(values: Sequence[float], pct: tuple[float, float] = INTERVAL_PCT) -> tuple[float, float]:

@@ -21,6 +21,7 @@ from hicache_ref.engines.sglang.pricing import FullGeometryPricer, narrow_spec
 from hicache_ref.engines.sglang.stores import open_store
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
+from hicache_ref.sim.prefill_model import compute_of
 from hicache_ref.sim.serving import served_figures
 from hicache_ref.sim.steps import run_steps
 from hicache_ref.sim.trace import read_trace, trace_tokens
@@ -140,7 +141,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     hal_kvcacheio.set_backend(backend)
     totals = dict(requests=0, input_tokens=0, l1_hit_tokens=0, l2_hit_tokens=0, l2_unloaded_tokens=0,
                   truncated_requests=0, kv_mismatch_tokens=0, l3_hit_tokens=0)
-    tally = ComputeTally(getattr(getattr(backend, "profile", None), "compute", None))
+    tally = ComputeTally(compute_of(getattr(backend, "profile", None)))
     token_bytes = spec.geometry.token_bytes  # every layer, K and V (MHA, all heads) or the latent (MLA)
     t0 = time.perf_counter()
     up = store = None

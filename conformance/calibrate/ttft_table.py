@@ -1,0 +1,154 @@
+"""A table of measured TTFT against prompt length, as serving benchmarks write it.
+
+Read: SGLang's `python -m sglang.bench_serving --output-file F.jsonl` (one JSON result per line, per
+run) and vLLM's `benchmark_serving.py --save-result` (one JSON result): each result's `input_lens`
+(prompt tokens) and `ttfts` (seconds) side by side, a request whose `errors` entry is non-empty
+left out; per-request lines or CSV rows with a length column (input_len, prompt_len, input_tokens,
+prompt_tokens) and a TTFT column (ttft or ttft_s in seconds, ttft_ms in milliseconds). Bounded: the
+file's size, the rows, the digits of a number; a bad row is one line naming the file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+MAX_TABLE_BYTES = 64 << 20
+MAX_ROWS = 1_000_000
+MAX_TOKENS = 10_000_000  # a prompt longer than this is a unit or column mistake
+MAX_TTFT_S = 86_400.0
+LENGTH_KEYS = ("input_len", "prompt_len", "input_tokens", "prompt_tokens")
+TTFT_KEYS = {"ttft": 1.0, "ttft_s": 1.0, "ttft_ms": 1e-3}
+BENCH_KEYS = ("input_lens", "ttfts")  # SGLang bench_serving and vLLM benchmark_serving results
+
+
+class TableError(ValueError):
+    """One line: `FILE: line N: what` (or `FILE: what` for the file as a whole)."""
+
+
+def read_table(path: str | Path) -> list[tuple[int, float, int]]:
+    """(prompt tokens, TTFT seconds, line) of every measured request in `path`. TableError for a
+    file too large, not UTF-8, in no known shape, or with a bad row (naming its line)."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_TABLE_BYTES:
+        raise TableError(f"{path}: {size:,} bytes, over the {MAX_TABLE_BYTES >> 20} MiB a TTFT table may take")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise TableError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    if path.suffix.lower() == ".csv":
+        rows = _csv_rows(path, text)
+    else:
+        rows = _json_rows(path, text)
+    if not rows:
+        raise TableError(f"{path}: no measured request (expected {', '.join(BENCH_KEYS)} arrays, or rows with one of "
+                         f"{', '.join(LENGTH_KEYS)} and one of {', '.join(TTFT_KEYS)})")
+    return rows
+
+
+def _json_rows(path: Path, text: str) -> list:
+    stripped = text.strip()
+    if stripped.startswith("{") and "\n{" not in stripped:  # one result (vLLM), maybe pretty-printed
+        return _record(path, _loads(path, stripped, 1), 1, [])
+    rows: list = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            _record(path, _loads(path, line, n), n, rows)
+    return rows
+
+
+def _loads(path: Path, text: str, line: int):
+    try:
+        return json.loads(text, parse_float=_bounded_float, parse_int=_bounded_int)
+    except (ValueError, RecursionError) as e:
+        raise TableError(f"{path}: line {line}: not JSON ({str(e)[:60]})") from None
+
+
+def _bounded_int(s: str) -> int:
+    if len(s.lstrip("-")) > 18:
+        raise ValueError(f"an integer of {len(s)} digits")
+    return int(s)
+
+
+def _bounded_float(s: str) -> float:
+    if len(s) > 40:
+        raise ValueError(f"a number of {len(s)} characters")
+    return float(s)
+
+
+def _record(path: Path, obj, line: int, rows: list) -> list:
+    """Add the requests of one JSON object (a benchmark result or one request) to `rows`."""
+    if not isinstance(obj, dict):
+        raise TableError(f"{path}: line {line}: expected a JSON object, got {type(obj).__name__}")
+    if any(k in obj for k in BENCH_KEYS):
+        lens, ttfts = obj.get("input_lens"), obj.get("ttfts")
+        if not isinstance(lens, list) or not isinstance(ttfts, list):
+            missing = "input_lens (run SGLang's bench_serving with --output-details)" if not isinstance(lens, list) \
+                else "ttfts"
+            raise TableError(f"{path}: line {line}: a benchmark result without the list {missing}")
+        if len(lens) != len(ttfts):
+            raise TableError(f"{path}: line {line}: {len(lens)} input_lens but {len(ttfts)} ttfts")
+        errors = obj.get("errors") or [""] * len(lens)
+        for i, (n, t) in enumerate(zip(lens, ttfts, strict=True)):
+            if i < len(errors) and errors[i]:
+                continue  # a failed request measured nothing
+            rows.append((_tokens(path, line, n), _seconds(path, line, t, 1.0), line))
+    else:
+        rows.append(_row(path, line, obj))
+    _cap(path, line, rows)
+    return rows
+
+
+def _row(path: Path, line: int, row: dict) -> tuple[int, float, int]:
+    length = next((k for k in LENGTH_KEYS if k in row and row[k] not in ("", None)), None)
+    ttft = next((k for k in TTFT_KEYS if k in row and row[k] not in ("", None)), None)
+    if length is None or ttft is None:
+        what = f"one of {', '.join(LENGTH_KEYS)}" if length is None else f"one of {', '.join(TTFT_KEYS)}"
+        raise TableError(f"{path}: line {line}: no {what}")
+    return _tokens(path, line, row[length]), _seconds(path, line, row[ttft], TTFT_KEYS[ttft]), line
+
+
+def _csv_rows(path: Path, text: str) -> list:
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames:
+        raise TableError(f"{path}: line 1: no header row")
+    rows: list = []
+    for rec in reader:
+        line = reader.line_num
+        if None in rec:
+            raise TableError(f"{path}: line {line}: more fields than the header names")
+        if (rec.get("error") or rec.get("errors") or "").strip():
+            continue
+        rows.append(_row(path, line, {k.strip(): (v or "").strip() for k, v in rec.items()}))
+        _cap(path, line, rows)
+    return rows
+
+
+def _cap(path: Path, line: int, rows: list) -> None:
+    if len(rows) > MAX_ROWS:
+        raise TableError(f"{path}: line {line}: over {MAX_ROWS:,} requests; a fit needs a few hundred")
+
+
+def _tokens(path: Path, line: int, v) -> int:
+    try:
+        n = int(v) if not isinstance(v, bool) and float(v) == int(float(v)) else None
+    except (TypeError, ValueError, OverflowError):
+        n = None
+    if n is None or not 0 < n <= MAX_TOKENS:
+        raise TableError(f"{path}: line {line}: prompt length {str(v)[:24]!r} is not a whole number of tokens in "
+                         f"1..{MAX_TOKENS:,}")
+    return n
+
+
+def _seconds(path: Path, line: int, v, scale: float) -> float:
+    try:
+        s = float(v) * scale if not isinstance(v, bool) and len(str(v)) <= 40 else math.nan
+    except (TypeError, ValueError):
+        s = math.nan
+    if not (math.isfinite(s) and 0 < s <= MAX_TTFT_S):
+        raise TableError(f"{path}: line {line}: TTFT {str(v)[:24]!r} is not a time in (0, {MAX_TTFT_S:g}] s")
+    return s
