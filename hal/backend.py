@@ -17,6 +17,7 @@ from hal.memory.registration import HostRegistrar, HostRegistration
 from hal.registry import ENTRY_POINT_GROUP, available_backends, backend_class, get_backend, register
 from hal.topology.discover import discover, has_hardware
 from hal.topology.model import Topology
+from hal.transfer import kvcacheio
 from hal.transfer.direction import Direction
 from hal.transfer.plan import CopyGroup, TransferPlan, check_group
 
@@ -194,3 +195,7 @@ class Backend(TransferEngine, HostRegistrar, TopologySource):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# The op set runs on emu unless a caller sets another backend (kvcacheio.set_backend / use).
+kvcacheio.set_default_factory(lambda: get_backend("emu"))
