@@ -1,6 +1,6 @@
 """Files a hostile or unlucky user hands the harness: links planted where it writes, folders it does
-not own, full and read-only disks, pipes and FIFOs for traces, alias bombs for profiles. Each case
-is one the harness got wrong once (issue 22); each runs the real thing (real links, FIFOs, tmpfs)."""
+not own, full and read-only disks, pipes and FIFOs for traces, alias bombs for profiles. Each runs
+the real thing (real links, FIFOs, tmpfs)."""
 
 from __future__ import annotations
 

@@ -196,7 +196,7 @@ def test_every_package_says_what_lives_in_it(name):
     assert doc and len(doc) > 30, f"{name}/__init__.py: add a docstring saying what lives in this package"
 
 
-# Forwarders other worktrees of issue 19 remove (module.Class.method). The lead empties this at merge.
+# Methods that only forward, each kept for the reason above it (module.Class.method).
 KNOWN_FORWARDERS = {
     # the mapping protocol of a checked tensor set: callers iterate it as they would the dict it checked
     "hal.transfer.kvcheck.Checked.items",
