@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conformance.report.summary import format_table, is_reading_test, module_of, summarize_junit, write_json
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
@@ -221,6 +223,7 @@ def test_the_table_lists_twenty_failures_cut_to_300_characters(tmp_path):
     assert f"  ... and 1 more in {tmp_path / 'junit21.xml'}" in more
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_pytests_console_shows_a_missed_reading_as_the_models_not_as_a_failure(tmp_path):
     """What conform's child prints: a seed reading outside tolerance is the model's section (its
     junit record stays a failure, which the summary counts as the model's verdict)."""

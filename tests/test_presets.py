@@ -237,6 +237,7 @@ def test_a_bad_prefetch_switch_is_refused_naming_its_option(field, option):
         StorageSpec(**{field: "issue"})
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_cli_refuses_a_bad_switch_in_one_line():
     run = subprocess.run([sys.executable, "-m", "conformance.cli.main", "replay", "--host-reclaim", "nope"],
                          capture_output=True, text=True)
