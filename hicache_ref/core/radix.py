@@ -311,6 +311,38 @@ class RadixTree:
                     return i
         return -1
 
+    # -- pages for a prefill, pages from L3 -------------------------------------------------
+    def take_device_pages(self, need: int, extend_tokens: int) -> np.ndarray:
+        """Up to `need` L1 pages for a prefill extending by `extend_tokens`, evicting L1 as the
+        tree's eviction size says (TierMoves.take_pages with the extend's demand); fewer when
+        locked nodes hold the rest."""
+        t = self.tiers
+        return t.take_pages(self.device, need, t.evict, partial=True, evict_tokens=t.extend_demand(extend_tokens))
+
+    def insert_host_pages(self, data: bytes, match: PageMatch, host_pages: np.ndarray,
+                          hashes: list[bytes]) -> PageMatch:
+        """Add `host_pages` (allocated in the host allocator, holding the KV of the pages right after
+        `match` of the request whose page keys are `data`) as one host-only child of the match's last
+        node, with their chained `hashes`; the extended match. The match ends at a node boundary
+        (the walk splits a node where a match ends inside it), so the pages continue its path."""
+        P = self.page_bytes
+        have = len(match.device_pages) + len(match.host_pages)
+        start, end = have * P, (have + len(host_pages)) * P
+        parent = match.last_host_node
+        first = data[start: start + P]
+        if first in parent.children or end > len(data):
+            raise ValueError("host_pages: the match does not end where the fetched pages begin")
+        node = Node(next(self._ids), parent, data[start:end], None, np.asarray(host_pages, dtype=np.int64).copy())
+        node.last_access = self.clock()
+        node.hashes = list(hashes[: len(host_pages)])
+        parent.children[first] = node
+        self.tiers.host_pages += len(host_pages)
+        self.tiers.num_nodes += 1
+        self.tiers.note(node)
+        self.tiers.note(parent)
+        return PageMatch(match.device_pages, np.concatenate([match.host_pages, node.host]), match.last_device_node,
+                         node)
+
     # -- lock and hashes ----------------------------------------------------------------
     def lock(self, node: Node) -> None:
         """Protect `node` and its ancestors from eviction on both tiers until unlock(node)."""

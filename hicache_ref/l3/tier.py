@@ -15,8 +15,8 @@ import numpy as np
 
 from hicache_ref.core.node import lock_path, node_hashes, unlock_path
 from hicache_ref.l3.guard import FaultGuard
-from hicache_ref.l3.host_nodes import insert_host_pages, missing_hashes
-from hicache_ref.l3.policy import DEFAULT_PREFETCH_POLICY, L3Link, PrefetchPolicy, make_prefetch_policy
+from hicache_ref.l3.host_nodes import missing_hashes
+from hicache_ref.l3.policy import L3Link, PrefetchPolicy, make_prefetch_policy
 from hicache_ref.l3.staging import StagedPages
 from hicache_ref.l3.worker import L3Job, L3Worker
 
@@ -58,11 +58,15 @@ class L3Tier:
             raise ValueError(f"tp_rank: expected a non-negative integer, got {tp_rank!r}")
         if not deadline_s > 0:
             raise ValueError(f"deadline_s: expected positive seconds, got {deadline_s!r}")
-        # A StorageSpec made outside a root spec leaves the preset's switches None: the reference's.
-        self.policy = policy if policy is not None else make_prefetch_policy(
-            spec.prefetch_policy or DEFAULT_PREFETCH_POLICY, spec.prefetch_timeout_start or "issue")
-        self.limit_rule = spec.prefetch_limit_rule or "cut"
-        self.anchor_rule = spec.prefetch_anchor or "any"
+        # A StorageSpec made outside a root spec leaves the preset's switches None: the default preset's.
+        spec = spec.with_preset_defaults()
+        for name in ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule", "prefetch_anchor"):
+            if getattr(spec, name) is None:
+                raise ValueError(f"spec.{name}: not resolved (give a StorageSpec, whose preset fills it)")
+        self.policy = policy if policy is not None else make_prefetch_policy(spec.prefetch_policy,
+                                                                             spec.prefetch_timeout_start)
+        self.limit_rule = spec.prefetch_limit_rule
+        self.anchor_rule = spec.prefetch_anchor
         self.storage, self.tree, self.host, self.geom, self.key_fn = storage, tree, host_pool, geom, key_fn
         self.moves_bytes = getattr(storage, "moves_bytes", True)
         self.ps = geom.page_size
@@ -228,7 +232,7 @@ class L3Tier:
             return match, 0
         self.counters["l3_pages_read"] += got
         self.stall_seconds += max(0.0, self.link.read_seconds(used) - self.slack)  # it waited for all it asked
-        return insert_host_pages(tree, data, match, pages[:got], hashes), got
+        return tree.insert_host_pages(data, match, pages[:got], hashes), got
 
     def _host_pages(self, match, used: int):
         """Host pages for `used` prefetched pages, as upstream's allocate_storage_hit: short, evict
