@@ -37,7 +37,8 @@ from hicache_ref.core.tiers import TierMoves
 
 # The seed's SGLang write_backup (a node once its parent is backed up); every unbacked ancestor with
 # it (SGLang 0.5.23, unified_tree_core.py _build_backup_kv_action).
-BACKUP_SCOPES = ("node", "path")
+BACKUP_SCOPE_PATH = {"node": False, "path": True}  # whether a due backup takes its unbacked ancestors too
+BACKUP_SCOPES = tuple(BACKUP_SCOPE_PATH)
 
 __all__ = ["EvictHostResult", "EvictResult", "InsertResult", "MatchResult", "Node", "PageMatch", "RadixTree",
            "TierCopy"]
@@ -79,6 +80,7 @@ class RadixTree:
         if backup_scope not in BACKUP_SCOPES:
             raise ValueError(f"backup_scope: {backup_scope!r} is not one of {', '.join(BACKUP_SCOPES)}")
         self.page_size, self.backup_scope = page_size, backup_scope
+        self._backs_up_path = BACKUP_SCOPE_PATH[backup_scope]
         self.keys = make_page_keys(page_keys, page_size)
         self.page_bytes = self.keys.page_bytes  # key bytes per page
         self.policy = make_policy(spec.tiers.write_policy, hit_count=sem.hit_count)
@@ -271,7 +273,7 @@ class RadixTree:
         def due(node: Node) -> bool:
             return self.policy.should_back_up(node.hit_count) and (counted is None or node.id in counted)
 
-        if self.backup_scope == "path":  # the deepest node due, with its ancestors (0.5.23's chain)
+        if self._backs_up_path:  # the deepest node due, with its ancestors (0.5.23's chain)
             for i, node in enumerate(path):
                 if node.host is None and due(node):
                     deepest = i
