@@ -17,7 +17,7 @@ from conformance.common.errors import EXIT_NOT_RUN, CliError, clip, clip_path, e
 from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
+from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hal.units import HELP as UNITS
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.sweep import METHODS, sweep
@@ -85,8 +85,18 @@ def run_l3(a, spec, trace) -> int:
         print(f"hicache: warning: {result['warning']}", file=sys.stderr, flush=True)
     from conformance.cli.plots import sweep_l3_plot
 
-    emit_result(result, out, "sweep", sweep_l3_plot, a.json, summary_l3_lines(result))
+    lines = summary_l3_lines(result)
+    emit_result(result, out, "sweep", sweep_l3_plot, a.json, lines, report=_page(out, result, lines))
     return 0
+
+
+def _page(out, result: dict, lines: list[str]) -> str | None:
+    """report.html's text with --out, made before any file is written."""
+    if out is None:
+        return None
+    from conformance.report.team_results import sweep_page
+
+    return sweep_page(result, lines)
 
 
 def answer_line(r: dict, tier: str) -> str:
@@ -152,7 +162,8 @@ def run(a) -> int:
     result["trace"] = str(trace)
     from conformance.cli.plots import sweep_plot
 
-    emit_result(result, out, "sweep", sweep_plot, a.json, summary_lines(result))
+    lines = sizing_lines(spec) + summary_lines(result)
+    emit_result(result, out, "sweep", sweep_plot, a.json, lines, report=_page(out, result, lines))
     return 0
 
 

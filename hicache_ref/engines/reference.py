@@ -16,9 +16,10 @@ def _honoured(node: str, *names: str) -> dict:
 
 
 SUPPORT = {
-    **_honoured("geometry", "attention", "layers", "heads", "kv_dim", "dtype", "page_size"),
+    **_honoured("geometry", "attention", "layers", "heads", "kv_dim", "dtype", "page_size", "model"),
     **_honoured("tiers", "l1_tokens", "l2_tokens", "hicache_ratio", "hicache_size", "write_policy", "ghost",
-                "ghost_entries", "free_list", "host_free_list", "host_layout", "io_backend", "materialize"),
+                "ghost_entries", "free_list", "host_free_list", "host_layout", "io_backend", "materialize",
+                "mem_fraction_static"),
     **_honoured("semantics", "preset", "hit_count", "backup_scope", "backup_alloc", "evict_size", "host_reclaim",
                 "io_resolution", "host_sizing", "load_back_threshold", "load_back_quota"),
     **_honoured("storage", "l3", "l3_tokens", "prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule",

@@ -138,6 +138,8 @@ SUPPORT = {
     "geometry.kv_dim": Honoured("upstream's pools", _rows),
     "geometry.dtype": Honoured("upstream's pools"),
     "geometry.page_size": Honoured("upstream's page_size"),
+    "geometry.model": Honoured("resolved by the spec into the geometry upstream's pools take"),
+    "tiers.mem_fraction_static": Honoured("resolved by the spec into --l1-tokens, as upstream sizes its KV pool"),
     "semantics.preset": Refused(f"the sglang engine makes SGLang {SGLANG_VERSION}'s decisions: give "
                                 f"--semantics {SEMANTICS_PRESET} or leave it out",
                                 lambda s, v: v in ("reference", SEMANTICS_PRESET)),
