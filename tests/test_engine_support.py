@@ -52,7 +52,6 @@ def test_an_undeclared_option_given_a_value_is_refused_naming_it():
 @pytest.mark.parametrize("fields, option", [
     (dict(ghost=True), "--ghost"),
     (dict(tp=2, shared_host=True), "--shared-host"),
-    (dict(tp=2, concurrency=4), "--tp"),
     (dict(hit_count="per_insert"), "--hit-count"),
     (dict(free_list="upstream_l1"), "--free-list"),
     (dict(load_back_quota=64), "--load-back-quota"),

@@ -13,6 +13,7 @@ from hicache_ref.advise.ranking import decide, ranked
 from hicache_ref.advise.replays import Replays
 from hicache_ref.advise.search import Search, l3_priced
 from hicache_ref.advise.space import host_budget_tokens, l2_tiers
+from hicache_ref.sim.baseline import off_spec
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.stack_distance import stack_profile
 from hicache_ref.sim.trace import TraceRequest
@@ -67,7 +68,7 @@ def _one(profile, spec, requests, replays, stack, plateau_gain) -> dict:
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
     budget, budget_line = host_budget_tokens(profile, tb, max(tp, profile.device.devices_per_node or 1))
     tiers = l2_tiers(l1, ps, tb, whole, budget)
-    off = replays.figures(base.replace(l2_tokens=0))
+    off = replays.figures(off_spec(base))
     search = Search(base, profile, tp, replays, off)
     rates = [float(x) for x in sp.hit_rate([t for _, t in tiers])] if tiers else []
     l1_alone = float(sp.hit_rate([l1])[0])

@@ -56,7 +56,7 @@ class Pricer:
             self.off_why = "no request replayed"
             return
         try:
-            self._off_total = [cost.run_service(m, off_fig, mech.HostState()).total for m in self.members]
+            self._off_total = [cost.off_price(m, off_fig)["busy_seconds"] for m in self.members]
         except mech.Unpriced as e:
             self.off_why = str(e)
 

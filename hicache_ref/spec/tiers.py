@@ -44,9 +44,11 @@ class TiersSpec:
                                                "trace stats": {"shown_default": "none: no L1 figure"},
                                                "ablate": {"shown_default": "1/16 of the trace's tokens, per rank"}})
     l2_tokens: int | None = param(None, "--l2-tokens", f"host (L2) capacity in tokens ({SIZE_HELP}); 0: no L2",
-                                  parse=parse_tokens, shown_default="unlimited", commands={"replay", "ablate"},
+                                  parse=parse_tokens, shown_default="unlimited",
+                                  commands={"replay", "ablate", "trace stats"},
                                   per_command={"ablate": {"shown_default": "1/4 of the trace's tokens, per rank; "
-                                                          "at least the sweep's 8 tiers of whole pages per rank"}})
+                                                          "at least the sweep's 8 tiers of whole pages per rank"},
+                                               "trace stats": {"shown_default": "none: no L2 figure"}})
     mem_fraction_static: float | None = param(None, "--mem-fraction-static", "share of device memory SGLang "
                                               "gives weights and the KV pool (its option of that name); with "
                                               "--model it sizes L1 when --l1-tokens is not given",

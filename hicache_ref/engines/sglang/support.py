@@ -91,9 +91,7 @@ def _not_a_store_setting(what: str = _NO_NAMESPACE) -> Refused:
 
 SUPPORT = {
     "tp.shared_host": Refused("SGLang 0.5.23 keeps a private host pool per rank (drop --shared-host)"),
-    "tp.ranks": Honoured("one rank stands for the group (upstream's ranks hold the same tree)",
-                         lambda s: "applies to a serial replay (one rank stands for the group); drop --concurrency"
-                         if s.tp.ranks is not None and s.serving.concurrency is not None else None),
+    "tp.ranks": Honoured("one rank stands for the group (upstream's ranks hold the same tree)"),
     "storage.l3": Honoured("upstream's HiCacheFile or MooncakeStore", _l3),
     "storage.key_scheme": Refused("upstream's store holds upstream's objects: give --l3-keys sglang",
                                   lambda s, v: v in (None, "sglang")),
