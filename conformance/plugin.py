@@ -217,3 +217,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
         report.user_properties.append((BODY_NOT_RUN, "1"))
     return report
+
+
+# -- the console: a seed reading the model misses is the model's, not a failed test of this node --
+# (its junit record stays a failure: conformance.report.summary counts it as the model's verdict)
+MODEL_READINGS = "modeled readings outside tolerance"
+
+
+def _is_reading(report) -> bool:
+    from conformance.report.summary import is_reading_test
+
+    return report.when == "call" and "test_targets.py::" in report.nodeid and is_reading_test(report.nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_teststatus(report, config):
+    if report.failed and _is_reading(report):
+        return MODEL_READINGS, "m", "MODEL: OUTSIDE TOLERANCE"
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    missed = terminalreporter.stats.get(MODEL_READINGS, [])
+    if not missed:
+        return
+    terminalreporter.write_sep("=", f"the model: {len(missed)} seed readings outside tolerance "
+                                    "(the model's verdict, not this node's)")
+    for report in missed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        why = crash.message if crash is not None else str(report.longrepr).strip()
+        first = why.strip().splitlines()[0] if why.strip() else "no message"
+        terminalreporter.write_line(f"{report.nodeid.rpartition('::')[2]}: {first.removeprefix('AssertionError: ')}")

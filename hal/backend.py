@@ -9,14 +9,18 @@ What each contract and hook covers: docs/architecture.md, "Design notes".
 from __future__ import annotations
 
 import abc
-from typing import Any, NamedTuple
+import dataclasses
+import threading
+from typing import Any
 
 import torch
 
+from hal.memory.cpu_device import CpuDeviceMemory
 from hal.memory.registration import HostRegistrar, HostRegistration
 from hal.registry import ENTRY_POINT_GROUP, available_backends, backend_class, get_backend, register
 from hal.topology.discover import discover, has_hardware
 from hal.topology.model import Topology
+from hal.transfer import kvcacheio
 from hal.transfer.direction import Direction
 from hal.transfer.plan import CopyGroup, TransferPlan, check_group
 
@@ -26,7 +30,13 @@ __all__ = [
 ]
 
 
-class Capabilities(NamedTuple):
+_CPU_DEVICE_LOCK = threading.Lock()  # makes each backend's CpuDeviceMemory once
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """What a backend can do here, every field named where it is made."""
+
     name: str
     available: bool
     reason: str  # why the backend cannot run here, "" when it can
@@ -89,8 +99,22 @@ class TransferEngine(abc.ABC):
         """A buffer in this backend's device memory."""
 
     def is_device(self, tensor: torch.Tensor) -> bool:
-        """True when `tensor` lives in this backend's device memory (decides d2h vs h2d)."""
-        return tensor.device.type == self.device_type and self.device_type != "cpu"
+        """True when `tensor` lives in this backend's device memory (decides d2h vs h2d): a
+        tensor of the device's type, or on a CPU device one that alloc_cpu_device made."""
+        if self.device_type == "cpu":
+            return tensor in self._cpu_device_memory()
+        return tensor.device.type == self.device_type
+
+    def alloc_cpu_device(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A CPU buffer standing for device memory (a backend whose device is the CPU): its own
+        mapping, which is_device recognises until it is freed (hal.memory.cpu_device)."""
+        return self._cpu_device_memory().alloc(tuple(shape), dtype)
+
+    def _cpu_device_memory(self) -> CpuDeviceMemory:
+        with _CPU_DEVICE_LOCK:
+            if "_cpu_device" not in self.__dict__:
+                self._cpu_device = CpuDeviceMemory()
+            return self._cpu_device
 
     @abc.abstractmethod
     def new_stream(self) -> Stream:
@@ -183,7 +207,8 @@ class Backend(TransferEngine, HostRegistrar, TopologySource):
     def capabilities(self) -> Capabilities:
         """What this backend can do here; suites skip on these, never on the backend's name."""
         ok, why = self.probe()
-        return Capabilities(self.name, ok, why, self.device_type, False, False)
+        return Capabilities(name=self.name, available=ok, reason=why, device_type=self.device_type,
+                            modeled_clock=False, host_registration=False)
 
     def close(self) -> None:
         """Release the streams this backend made; device buffers stay valid while referenced."""
@@ -194,3 +219,7 @@ class Backend(TransferEngine, HostRegistrar, TopologySource):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# The op set runs on emu unless a caller sets another backend (kvcacheio.set_backend / use).
+kvcacheio.set_default_factory(lambda: get_backend("emu"))

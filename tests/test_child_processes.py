@@ -102,6 +102,7 @@ def sems() -> set[str]:
 SWEEP = ["sweep", "--method", "replay", "--l1-tokens", "256K", "--l2-tokens", "512K,1M,2M,4M", "--quiet"]
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_killed_replay_sweep_leaves_no_worker_and_no_semaphore(tmp_path, sig):
     before = sems()
@@ -111,6 +112,7 @@ def test_a_killed_replay_sweep_leaves_no_worker_and_no_semaphore(tmp_path, sig):
     assert_nothing_left(proc, mark, sig, tmp_path, before)
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_killed_spmd_leaves_no_rank_no_forkserver_and_no_shared_file(tmp_path, sig):
     shared = tmp_path / "shared"
@@ -124,6 +126,7 @@ def test_a_killed_spmd_leaves_no_rank_no_forkserver_and_no_shared_file(tmp_path,
         assert list(shared.iterdir()) == []
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_ctrl_c_on_a_replay_sweep_is_one_line_without_worker_tracebacks(tmp_path):
     # the workers are in their own process group: a terminal's Ctrl-C reaches the parent, which stops them
     before = sems()
@@ -144,6 +147,7 @@ def test_ctrl_c_on_a_replay_sweep_is_one_line_without_worker_tracebacks(tmp_path
     assert not (sems() - before) - mapped_shm()
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_conform_on_mooncake_auto_says_the_clients_listen_on_every_interface(tmp_path):
     from hicache_ref.storage import mooncake_cluster
 

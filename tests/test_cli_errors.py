@@ -216,6 +216,7 @@ SUBPROCESS_CASES = ["plan-kv-dim-0", "replay-trace-gzip", "conform-out-file", "d
                     "bench-transfer-tokens-negative", "bench-memory-30GiB", "bench-replay-empty"]
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("case", SUBPROCESS_CASES)
 def test_bad_input_through_the_interpreter(tmp_path, case):
     argv, code, named = next(c[1:] for c in CASES if c[0] == case)
@@ -229,6 +230,7 @@ def test_bad_input_through_the_interpreter(tmp_path, case):
     assert list(work.iterdir()) == [] and processes_with(marker) == []
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_read_only_working_folder_is_refused_naming_out():
     # /proc takes no new folders, even for root: conform's default OUT cannot be made there.
     proc, _ = hicache(["conform"], Path("/proc"))
@@ -242,6 +244,7 @@ def test_version_prints_one_line_and_exits_0(tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("hicache ") and len(proc.stdout.splitlines()) == 1
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_memlock_without_cap_ipc_lock_is_refused_naming_sizes(tmp_path):
     wrap = ["prlimit", "--memlock=65536", "setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock"]
     if any(subprocess.run(["which", w], capture_output=True).returncode for w in ("prlimit", "setpriv")):

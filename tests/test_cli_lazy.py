@@ -36,11 +36,13 @@ def _imported(*argv: str) -> dict:
     return json.loads(r.stderr.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["-h"], []], ids=["version", "help", "h", "none"])
 def test_version_and_help_import_no_subcommand_nor_torch(argv):
     assert _imported(*argv) == {"heavy": [], "subcommands": ["conformance.cli.bench"]}
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_subcommand_imports_only_its_own_module():
     got = _imported("backends", "--help")  # backends' own imports are light too
     assert got == {"heavy": [], "subcommands": ["conformance.cli.backends"]}

@@ -86,6 +86,7 @@ def long_trace(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_ctrl_c_mid_replay_is_one_line_and_exit_130(tmp_path, long_trace):
     proc = start(["replay", "--trace", str(long_trace), "--materialize", "--layers", "4", "--kv-dim", "64",
                   "--l1-tokens", "1M", "--l2-tokens", "2M"], tmp_path)
@@ -95,6 +96,7 @@ def test_ctrl_c_mid_replay_is_one_line_and_exit_130(tmp_path, long_trace):
     assert not any(n.startswith(f"hicache-kv-{proc.pid}-") for n in os.listdir("/dev/shm"))
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_sigkill_mid_replay_leaves_no_shared_files(tmp_path, long_trace):
     proc = start(["replay", "--trace", str(long_trace), "--materialize", "--layers", "4", "--kv-dim", "64"], tmp_path)
     wait_for_replay_threads(proc)
@@ -107,6 +109,7 @@ def test_sigkill_mid_replay_leaves_no_shared_files(tmp_path, long_trace):
 CONFORM = ["conform", "--backend", "emu", "--profile", "emu", "-n", "0", "-k", "test_layout_equivalence"]
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_ctrl_c_mid_conform_stops_pytest_and_leaves_no_verdict(tmp_path):
     out = tmp_path / "report"
     out.mkdir()
@@ -122,6 +125,7 @@ def test_ctrl_c_mid_conform_stops_pytest_and_leaves_no_verdict(tmp_path):
     assert [p.name for p in out.iterdir()] == [".hicache-manifest.json"]  # no lock, ini or work folder left
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_sigkill_of_the_parent_takes_the_pytest_child_down(tmp_path):
     proc = start([*CONFORM, "--out", str(tmp_path / "report")], tmp_path)
     kids = wait_for_children(proc)

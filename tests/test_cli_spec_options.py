@@ -107,3 +107,16 @@ def test_no_command_makes_a_spec_option_by_hand():
                 by_hand.add((command, option))
     assert by_hand <= set(HAND_MADE), f"made by hand, take the spec's option: {sorted(by_hand - set(HAND_MADE))}"
     assert set(HAND_MADE) <= by_hand, f"no longer made by hand, drop from HAND_MADE: {sorted(set(HAND_MADE) - by_hand)}"
+
+
+def test_help_groups_the_spec_options_by_their_node():
+    from conformance.cli.main import build_parser
+    from hicache_ref.spec import NODES
+
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    groups = {g.title: {a.option_strings[-1] for a in g._group_actions} for g in sub.choices["replay"]._action_groups}
+    assert set(NODES) | {"spec"} <= set(groups)
+    assert {"--l1-tokens", "--host-layout"} <= groups["tiers"] and "--kv-dim" in groups["geometry"]
+    assert "--l3" in groups["storage"] and "--tp" in groups["tp"] and "--profile" in groups["spec"]
+    own = groups.get("options") or groups["optional arguments"]  # its title before Python 3.10
+    assert "--trace" in own and "--trace" not in set().union(*(groups[n] for n in NODES))

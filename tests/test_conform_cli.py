@@ -75,6 +75,7 @@ def previous_report(out, **files) -> None:
     (out / MANIFEST_NAME).write_text(json.dumps({"written": sorted(RESULTS + (WORK_NAME,))}))
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_emu_subset_is_partial_not_pass_and_writes_reports(tmp_path, capfd):
     out = tmp_path / "report"
     # -k leaves most of the deciding suites out: nothing failed, but that is no sign-off
@@ -92,6 +93,7 @@ def test_emu_subset_is_partial_not_pass_and_writes_reports(tmp_path, capfd):
     assert "PASS" not in printed
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_full_run_passes_and_leaves_only_the_reports(tmp_path, capfd):
     out = tmp_path / "report"
     # every test of the deciding suites selected (-k drops only the SPMD processes): PASS, exit 0
@@ -104,6 +106,7 @@ def test_a_full_run_passes_and_leaves_only_the_reports(tmp_path, capfd):
     assert "PASS:" in capfd.readouterr().out
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_one_wrong_byte_fails_the_run(tmp_path, capfd, backends_module):
     out = tmp_path / "report"
     rc = conform(out, "--backend", "one_bad_byte", "--profile", "emu", "--backend-module", backends_module,
@@ -115,6 +118,7 @@ def test_one_wrong_byte_fails_the_run(tmp_path, capfd, backends_module):
     assert "FAIL:" in capfd.readouterr().out
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_absent_hardware_is_not_run_exit_3_and_not_ok(tmp_path, capfd, backends_module):
     out = tmp_path / "report"
     assert conform(out, "--backend", "absent", "--backend-module", backends_module, "-k", SUBSET) == 3
@@ -202,6 +206,7 @@ SWALLOWING_PLUGIN = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_failed_target_whose_test_passed_still_fails_the_run(tmp_path, capfd, backends_module):
     """The target rows decide: a plugin that hides the failed test cannot turn the verdict."""
     (tmp_path / "swallow_failures.py").write_text(SWALLOWING_PLUGIN)  # on the child's PYTHONPATH (fixture)
@@ -219,6 +224,7 @@ def test_a_failed_target_whose_test_passed_still_fails_the_run(tmp_path, capfd, 
     assert rc == 1
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_second_run_on_a_locked_out_is_refused_and_old_results_stay(tmp_path, capfd):
     out = tmp_path / "report"
     previous_report(out, **{"summary.json": '{"ok": true}'})
@@ -250,6 +256,7 @@ def test_default_folders_tell_same_stem_profiles_apart(tmp_path):
     assert default_out("emu", "p800").name == "hicache-conform-emu-p800"
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_out_that_is_a_file_is_refused(tmp_path, capfd):
     f = tmp_path / "taken"
     f.write_text("mine")
@@ -259,6 +266,7 @@ def test_out_that_is_a_file_is_refused(tmp_path, capfd):
     assert f.read_text() == "mine"
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("args, named", [
     (["--backend", "no_such_backend"], "--backend"),
     (["--profile", "no_such_profile"], "no_such_profile"),
@@ -270,6 +278,7 @@ def test_bad_arguments_exit_2_with_a_message(tmp_path, capfd, args, named):
     assert not (tmp_path / "report" / "junit.xml").exists()
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_reused_out_says_the_report_is_replaced_and_keeps_only_the_reports(tmp_path, capfd):
     out = tmp_path / "report"
     out.mkdir()
@@ -289,6 +298,7 @@ def test_a_reused_out_says_the_report_is_replaced_and_keeps_only_the_reports(tmp
     assert capfd.readouterr().err == ""
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_an_out_holding_other_files_is_refused_and_left_alone(tmp_path, capfd):
     out = tmp_path / "mine"
     previous_report(out, **{"summary.json": '{"ok": true}'})

@@ -27,6 +27,7 @@ NOT_RUN_PREFIX = f"NOT RUN: engine sglang: {_WHY}" if _WHY is not None else "NOT
 REPLAYED = ("hit_rate_hicache", "ttft_all_fixes", "numa_local")  # HiCache-on states of the seed scenario
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_bad_engine_is_one_line_naming_the_option(capsys, tmp_path):
     assert main(["conform", "--engine", "vllm", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
@@ -34,6 +35,7 @@ def test_bad_engine_is_one_line_naming_the_option(capsys, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_an_engine_with_storage_is_refused_not_ignored(capsys, tmp_path):
     assert main(["conform", "--storage", "memory:", "--engine", "sglang", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
@@ -55,6 +57,7 @@ def test_the_engine_reaches_the_suites():
     )
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.needs_sglang  # in both environments: NOT RUN without SGLang, judged with it
 def test_replayed_readings_are_not_run_on_an_engine_that_does_not_run_them(tmp_path):
     out = tmp_path / "out"

@@ -43,6 +43,7 @@ def p800_run(tmp_path_factory):
     return rc, out
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_report_json_matches_its_schema_and_lists_every_target(p800_run):
     rc, out = p800_run
     assert rc == 4  # a subset of the deciding suites: PARTIAL
@@ -68,6 +69,7 @@ def test_report_json_matches_its_schema_and_lists_every_target(p800_run):
     assert len(report["tests"]) == report["summary"]["totals"]["tests"]
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_report_html_is_self_contained_with_plots_and_every_target(p800_run):
     _, out = p800_run
     page = (out / "report.html").read_text()
@@ -90,6 +92,7 @@ def test_a_schema_violation_is_caught():
         jsonschema.validate(bad, schema.TARGET_ROW)  # not_measured without a reason
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_deselected_targets_are_listed_not_measured(tmp_path, child_sees_this_checkout, capsys):
     rc = main(["conform", "--out", str(tmp_path), "-n", "0", "--profile", "p800", "-k",
                "test_target and ghost and not test_reading"])
@@ -105,6 +108,7 @@ def test_deselected_targets_are_listed_not_measured(tmp_path, child_sees_this_ch
     assert "unchecked targets (not measured):" in printed and "assumed inputs" in printed
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_an_unavailable_backend_reports_measured_targets_not_measured(tmp_path, child_sees_this_checkout):
     rc = main(["conform", "--out", str(tmp_path), "-n", "0", "--backend", "xpu", "--profile", "p800",
                "-k", "test_target and not test_reading"])
@@ -118,6 +122,7 @@ def test_an_unavailable_backend_reports_measured_targets_not_measured(tmp_path, 
     assert report["figures"]["bandwidth"] is None
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_failed_target_fails_the_run_and_is_named(tmp_path, child_sees_this_checkout, capsys):
     text = (ROOT / "hardware_profiles" / "emu.yaml").read_text()
     text += ('  ghost_entry_bytes:\n    comparator: "<="\n    value: 1\n    tolerance: 0\n    unit: B\n'

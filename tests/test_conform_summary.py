@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conformance.report.summary import format_table, is_reading_test, module_of, summarize_junit, write_json
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
@@ -167,23 +169,24 @@ def test_the_whole_table_with_the_answer_the_node_and_the_models_verdicts(tmp_pa
     s.answer = {"text": "yes: HiCache saves 12% of busy seconds"}
     # the model line counts the report's rows (here one more miss than the junit shows), not the failures
     s.target_counts = {"reading_pass": 3, "reading_fail": 2, "reading_not_measured": 2}
-    head = "module                     tests   passed   failed   errors  skipped  xfailed"
+    head = "module                     tests   passed   failed   errors  skipped  xfailed    model"
     assert format_table(s) == "\n".join([
         "hicache conform: backend emu, profile none",
         "answer: yes: HiCache saves 12% of busy seconds",
         head,
         "-" * len(head),
-        "test_bad_input                 1        1        0        0        0        0",
-        "test_layout_equivalence        1        1        0        0        0        0",
-        "test_targets                   3        0        1        0        1        1",
+        "test_bad_input                 1        1        0        0        0        0        0",
+        "test_layout_equivalence        1        1        0        0        0        0        0",
+        "test_targets                   3        0        0        0        1        1        1",
         "-" * len(head),
-        "total                          5        2        1        0        1        1",
+        "total                          5        2        0        0        1        1        1",
+        # a seed reading the model misses is the model's section, not a failed check of the node
+        "the model: 1 seed readings outside tolerance (the model's verdict, not a failed check of the node):",
+        "  test_reading[ttft]: ttft 2.1 s, target 1.8",
         "skipped:",
         "      1 x no L3 here",
         "expected failures:",
         "      1 x known gap",
-        "failed (1):",
-        "  test_targets::test_reading[ttft]: ttft 2.1 s, target 1.8",
         # a seed reading the model misses is the model's verdict, not the node's
         "PASS: 2 passed, 0 failed, 1 seed readings outside tolerance, 1 skipped of 5",
         "model FAIL: 3 of the profile's seed readings within tolerance, 2 outside, 2 not measured (modeled on the "
@@ -218,3 +221,30 @@ def test_the_table_lists_twenty_failures_cut_to_300_characters(tmp_path):
     more = format_table(summarize_junit(failing(21), "emu", "p800")).splitlines()
     assert sum(ln.startswith("  test_bad_input::") for ln in more) == 20
     assert f"  ... and 1 more in {tmp_path / 'junit21.xml'}" in more
+
+
+@pytest.mark.slow  # runs the command or pytest in a child process
+def test_pytests_console_shows_a_missed_reading_as_the_models_not_as_a_failure(tmp_path):
+    """What conform's child prints: a seed reading outside tolerance is the model's section (its
+    junit record stays a failure, which the summary counts as the model's verdict)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_targets.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.parametrize('name', ['ttft', 'hits'])\n"
+        "def test_reading(name):\n"
+        "    assert name == 'hits', f'reading {name}: model 2.1 s vs seed 1.8 s: outside the tolerance'\n\n"
+        "def test_other():\n"
+        "    assert False, 'a real failure'\n", encoding="utf-8")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conformance.plugin", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "--junitxml", str(tmp_path / "junit.xml"), str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = proc.stdout
+    assert proc.returncode == 1, out
+    assert "the model: 1 seed readings outside tolerance" in out
+    assert "test_reading[ttft]: reading ttft: model 2.1 s vs seed 1.8 s: outside the tolerance" in out
+    assert "1 failed" in out and "1 modeled readings outside tolerance" in out  # the real failure alone
+    assert "_ test_other _" in out and "_ test_reading[ttft] _" not in out  # FAILURES: the real one only
+    assert len(summarize_junit(tmp_path / "junit.xml", "emu", None).reading_failures) == 1

@@ -46,6 +46,7 @@ def _calls(tmp_path) -> list[str]:
     return (tmp_path / "calls.log").read_text().splitlines()
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("args, message", [
     ([], "device-check: OUTDIR: missing"),
     (["--backend"], "device-check: --backend: expects cuda, xpu or emu"),
@@ -59,6 +60,7 @@ def test_bad_arguments_are_one_line_exit_2(tmp_path, args, message):
     assert r.stderr.startswith(message)
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_used_outdir_is_refused(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "old.json").write_text("{}")
@@ -66,6 +68,7 @@ def test_a_used_outdir_is_refused(tmp_path):
     assert r.returncode == 2 and "exists and is not an empty folder" in r.stderr
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_device_run_runs_every_step_with_the_backend_profile_and_both_copy_modes(tmp_path):
     out = tmp_path / "out"
     r = _run(["--backend", "cuda", str(out)], tmp_path)
@@ -85,6 +88,7 @@ def test_device_run_runs_every_step_with_the_backend_profile_and_both_copy_modes
     assert (out / "summary.txt").read_text().startswith("device check: PASS (backend cuda, profile h200")
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_xpu_defaults_to_p800_and_a_build_without_calibrate_skips_it_saying_so(tmp_path):
     out = tmp_path / "out"
     r = _run(["--backend=xpu", str(out)], tmp_path, {"FAKE_CALIBRATE": "0"})
@@ -95,6 +99,7 @@ def test_xpu_defaults_to_p800_and_a_build_without_calibrate_skips_it_saying_so(t
     assert step["exit"] is None and "no calibrate subcommand" in step["reason"]
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("rc, status", [(3, "NOT RUN"), (1, "FAIL")])
 def test_the_conformance_verdict_decides_the_exit(tmp_path, rc, status):
     out = tmp_path / "out"
@@ -104,6 +109,7 @@ def test_the_conformance_verdict_decides_the_exit(tmp_path, rc, status):
     assert report["status"] == status and report["profile"] == "p900"
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_dry_run_on_emu_passes_and_writes_the_report(tmp_path):
     out = tmp_path / "dry"
     r = _run(["--backend", "emu", "--quick", str(out)], tmp_path, real=True)

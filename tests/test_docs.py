@@ -13,12 +13,10 @@ README = ROOT / "README.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 MAX_MEAN_WORDS = 25
 
-# Examples written in the spellings of issue 19's option table that the parsers on this branch
-# do not take yet (another part of the issue renames them). Marked strict: each fails here and
-# must pass once that part is merged, when an XPASS fails the run and its entry is removed.
-# An example not listed here that stops parsing fails outright.
+# README examples known not to parse yet, each with the reason (strict xfail: one that starts to
+# parse fails the run until its entry goes). Any other example that stops parsing fails outright.
 PENDING_EXAMPLES: dict[str, str] = {}
-# Files the docs link to that another part of the issue writes (strict, as above).
+# Files the docs link to that do not exist yet, each with the reason (strict, as above).
 PENDING_FILES: dict[str, str] = {}
 
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)

@@ -1,6 +1,6 @@
 """Files a hostile or unlucky user hands the harness: links planted where it writes, folders it does
-not own, full and read-only disks, pipes and FIFOs for traces, alias bombs for profiles. Each case
-is one the harness got wrong once (issue 22); each runs the real thing (real links, FIFOs, tmpfs)."""
+not own, full and read-only disks, pipes and FIFOs for traces, alias bombs for profiles. Each runs
+the real thing (real links, FIFOs, tmpfs)."""
 
 from __future__ import annotations
 
@@ -102,6 +102,7 @@ def test_a_lock_file_that_is_a_link_or_a_hard_link_is_refused_and_its_target_unt
 
 # ---- conform's --out ----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_conform_refuses_a_lock_planted_as_a_link_and_leaves_the_victim(tmp_path, capsys):
     out, victim = tmp_path / "out", tmp_path / "victim"
     out.mkdir()
@@ -112,6 +113,7 @@ def test_conform_refuses_a_lock_planted_as_a_link_and_leaves_the_victim(tmp_path
     assert LOCK_NAME in one_line_err(capsys) and victim.read_text() == "precious"
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_users_own_targets_folder_is_refused_named_and_kept(tmp_path, capsys):
     out = tmp_path / "out"
     (out / "targets").mkdir(parents=True)
@@ -167,6 +169,7 @@ def test_a_cut_short_junit_is_one_line_naming_it_not_a_traceback(tmp_path):
 
 # ---- conform's arguments ------------------------------------------------------------------------------
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("args, named", [
     (["-k", "(("], "-k: '((' is not a pytest -k expression"),
     (["--", "--junitxml=x.xml"], "--junitxml: conform sets it itself"),
@@ -211,6 +214,7 @@ def test_conform_workers_past_the_cores_are_cut_to_the_cores(capsys):
     assert bound_workers("1") == "1" and bound_workers("auto") == "auto"
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_conform_storage_too_small_for_a_page_is_bad_input(tmp_path, capsys):
     store = tmp_path / "kv"
     store.mkdir()
@@ -218,6 +222,7 @@ def test_conform_storage_too_small_for_a_page_is_bad_input(tmp_path, capsys):
     assert "cannot hold one page" in one_line_err(capsys) and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_conform_storage_on_a_read_only_folder_is_bad_input(tmp_path, capsys):
     with mounted_tmpfs(tmp_path / "ro", "size=1M,ro") as store:
         rc = main(["conform", "--storage", f"file:{store},max_bytes=1M", "--out", str(tmp_path / "out")])

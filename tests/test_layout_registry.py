@@ -1,5 +1,6 @@
-"""A host layout is one class registered by name: the planner, the pool ops, the pools and the
-controller take it with no other change; and no module outside a layout's own compares its name."""
+"""A host layout is one class registered by name: the planner, the pool ops, the pools, the
+controller and the spec take it with no other change (one with no upstream op is moved by the
+base's plan-based copy); and no module outside a layout's own compares its name."""
 
 from __future__ import annotations
 
@@ -62,13 +63,42 @@ class SlotsReversed(HostLayout):
         return kvcacheio.active_backend().execute(plan, kvcacheio.current_stream())
 
 
-@pytest.fixture
-def reversed_layout(monkeypatch):
-    """SlotsReversed registered under its name for one test (the registry is restored after)."""
+class TokenMajorMHA(HostLayout):
+    """MHA only, no upstream op: every layer of a token together, K and V apart. Its shape and
+    address math are the whole file; the base copies it by a plan from them."""
+
+    name = "token_major_mha"
+    attentions = ("mha",)
+
+    def shape(self, geom, size):
+        return (2, size, geom.layers, geom.heads, geom.head_dim)
+
+    def piece_offsets(self, geom, size, tokens):
+        return tokens.astype(np.int64)[:, None] * (geom.layers * geom.item_size)
+
+    def layer_shift(self, geom, size, layer):
+        return layer * geom.item_size
+
+    def slots(self, geom, part):
+        return part.shape[0]
+
+
+def _registered(monkeypatch, cls) -> str:
+    """`cls` registered under its name for one test (the registry is restored after)."""
     monkeypatch.setattr(registry.REGISTRY, "_classes", dict(registry.REGISTRY._classes))
     monkeypatch.setattr(registry, "_instances", dict(registry._instances))
-    registry.register_layout(SlotsReversed)
-    return SlotsReversed.name
+    registry.register_layout(cls)
+    return cls.name
+
+
+@pytest.fixture
+def reversed_layout(monkeypatch):
+    return _registered(monkeypatch, SlotsReversed)
+
+
+@pytest.fixture
+def token_major(monkeypatch):
+    return _registered(monkeypatch, TokenMajorMHA)
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +167,65 @@ def test_the_controller_moves_and_counts_a_new_layout_like_its_plan(reversed_lay
     assert (s.d2h.tokens, s.d2h.bytes, s.d2h.segments) == (len(hi), full.nbytes, full.num_segments)
 
 
+# -- an MHA layout no upstream op moves: the base's plan-based copy, the spec, a replay --------
+
+def test_an_mha_only_layout_without_an_op_is_listed_for_mha_only(token_major):
+    assert token_major in layouts.HOST_LAYOUTS and token_major not in layouts.MLA_LAYOUTS
+    assert registry.get_layout(token_major).ops(GEOMS["mha"]) is None
+    with pytest.raises(ValueError, match="layout: 'token_major_mha' is not a MLA host layout"):
+        layouts.check_layout(token_major, GEOMS["mla"])
+
+
+def test_the_base_copies_a_layout_without_an_op_bit_for_bit(token_major, emu):
+    geom = GEOMS["mha"]
+    dp = DevicePool(geom, 32, backend=emu, materialize=True)
+    hp = HostPool(geom, 64, token_major, backend=emu, materialize=True)
+    gen = torch.Generator().manual_seed(2)
+    for part in dp.buffers:
+        for t in part:
+            t.copy_(torch.randn(t.shape, generator=gen).to(t.dtype))
+    di, hi, back = _pages([0, 5]), _pages([9, 1]), _pages([6, 2])
+    with kvcacheio.use(emu):
+        pool_ops.backup(token_major, geom, hp.buffers, dp.buffers, hi, di).wait()
+        for p, part in enumerate(dp.buffers):
+            for layer, t in enumerate(part):
+                assert torch.equal(hp.buffers[p][hi, layer], t[di])  # every layer of a token together
+        for e in pool_ops.load_all_layers(token_major, geom, hp.buffers, dp.buffers, hi, back):
+            e.wait()
+        with pytest.raises(ValueError, match="^dst_indices: index 99 is outside"):
+            pool_ops.backup(token_major, geom, hp.buffers, dp.buffers, np.array([99]), np.array([0]))
+    for part in dp.buffers:
+        for t in part:
+            assert torch.equal(t[back], t[di])
+    with pytest.raises(LookupError, match="token_major_mha: no upstream op"):  # no vendor kernel either
+        registry.get_layout(token_major).backup(geom, hp.buffers, dp.buffers, hi, di, kv=object())
+
+
+def test_the_controller_and_a_replay_take_a_layout_registered_at_run_time(token_major, emu):
+    from hicache_ref.sim.replay import replay
+    from hicache_ref.sim.trace import TraceRequest
+    from hicache_ref.spec import CacheSpec
+
+    geom = GEOMS["mha"]
+    dp = DevicePool(geom, 32, backend=emu, materialize=True)
+    hp = HostPool(geom, 64, token_major, backend=emu, materialize=True)
+    di, hi = _pages([0, 1]), _pages([4, 5])
+    with CacheController(dp, hp, emu) as ctl:
+        ctl.write(di, hi).wait()
+        s = ctl.stats()
+    full = pool_ops.plan_for(token_major, geom, 64, hi, di, "d2h")
+    assert (s.d2h.tokens, s.d2h.bytes, s.d2h.segments) == (len(hi), full.nbytes, full.num_segments)
+    # the spec reads the registry when it checks: a layout registered now is a --host-layout
+    kw = dict(attention="mha", heads=2, kv_dim=4, layers=3, page_size=16, l1_tokens=64, l2_tokens=1024,
+              write_policy="write_through", host_layout=token_major)
+    reqs = [TraceRequest(0.0, 96, 1, (i % 3, 7, 8)) for i in range(8)]
+    real, priced = replay(CacheSpec.of(materialize=True, **kw), reqs), replay(CacheSpec.of(**kw), reqs)
+    assert real["kv_mismatch_tokens"] == 0 and real["l2_hit_tokens"] > 0
+    assert (real["h2d_bytes"], real["d2h_bytes"]) == (priced["h2d_bytes"], priced["d2h_bytes"])
+    with pytest.raises(ValueError, match="^--host-layout: 'token_major_mha' is not an MLA host layout"):
+        CacheSpec.of(host_layout=token_major)
+
+
 # -- no module outside a layout's own switches on its name ---------------------------------
 
 BUILT_IN = set(layouts.HOST_LAYOUTS)
@@ -185,8 +274,11 @@ def test_no_layout_name_is_compared_outside_its_own_module():
 def test_the_built_in_layouts_are_the_layouts_packages_modules_but_base():
     files = {p.stem for p in (ROOT / "hal" / "transfer" / "layouts").glob("*.py")} - {"__init__", "base"}
     assert registry.layout_names() == tuple(sorted(files))
-    assert "page_head" in files and "base" not in registry.layout_names()
-    assert registry.layout_names("mla") == tuple(sorted(files - {"page_head"}))  # page_head holds MHA only
+    assert "base" not in registry.layout_names()
+    # each layout says which attention kinds it holds; whichever hold MHA only are not MLA layouts
+    mha_only = {n for n in files if registry.get_layout(n).attentions == ("mha",)}
+    assert "page_head" in mha_only
+    assert registry.layout_names("mla") == tuple(sorted(files - mha_only))
     assert registry.layout_names("mha") == tuple(sorted(files))
 
 

@@ -264,6 +264,7 @@ def _spawn_holder(directory) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_files_of_a_killed_process_are_reaped_by_the_next_allocation(plain_tmpfs):
     proc = _spawn_holder(plain_tmpfs)
     try:
@@ -306,6 +307,7 @@ def test_dead_files_of_other_users_and_symlinks_are_left_alone(tmp_path):
     assert foreign.stat().st_uid == 65534
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_interpreter_exit_removes_kept_files(plain_tmpfs):
     code = (
         "from hal.memory.host import allocate_host\n"

@@ -126,6 +126,7 @@ s.close()
 """
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_another_process_reads_what_this_one_wrote(client, mooncake_cluster):
     src = random_pool(MHA, "page_first", 5)
     key = _unique("x")
@@ -242,6 +243,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_killed_owner_leaves_no_cluster_behind(tmp_path):
     # SIGKILL runs no cleanup: the servers must go anyway (a Ctrl-C'd conform child is killed so).
     why = cluster_mod.unavailable_reason()
@@ -336,6 +338,7 @@ def test_unreachable_cluster_is_one_line_naming_the_part(mooncake_cluster):
     assert "MASTER_ADDR: nothing answers at 127.0.0.1" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_missing_wheel_is_one_line_naming_the_spec():
     code = ("import sys; sys.modules['mooncake'] = None; sys.modules['mooncake.store'] = None\n"
             f"sys.path.insert(0, {ROOT!r})\n"

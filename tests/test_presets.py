@@ -237,6 +237,7 @@ def test_a_bad_prefetch_switch_is_refused_naming_its_option(field, option):
         StorageSpec(**{field: "issue"})
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_cli_refuses_a_bad_switch_in_one_line():
     run = subprocess.run([sys.executable, "-m", "conformance.cli.main", "replay", "--host-reclaim", "nope"],
                          capture_output=True, text=True)
@@ -260,7 +261,7 @@ def test_the_table_has_a_row_per_switch_naming_an_upstream_file_and_function():
 # -- the slice, against SGLang 0.5.23's own figures ------------------------------------------------
 
 def test_the_conversation_slice_with_pd_gives_0_5_23s_hit_rate_and_d2h():
-    # Issue 21 measured SGLang 0.5.23 itself on this slice with PD disaggregation: hit rate 0.1210,
+    # SGLang 0.5.23 itself, run on this slice with PD disaggregation, gives hit rate 0.1210 and
     # 78.63 GiB D2H (the seed's per_insert gives 0.2524 and 1,711.73 GiB).
     from hicache_ref.sim.run import run_replay
     from hicache_ref.sim.trace import find_trace

@@ -299,6 +299,7 @@ def test_same_operations_give_same_indices_on_every_rank(policy, order):
     assert transcript(policy, order) == first
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_indices_do_not_depend_on_hash_seed_or_process():
     import json
     import os

@@ -158,6 +158,7 @@ def wrong_run(tmp_path_factory):
     return rc, out, printed.getvalue().splitlines()
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_the_wrong_profile_fails_the_model_naming_the_readings_not_the_node(wrong_run):
     """A reading the model misses is the model's verdict (model_verdict FAIL, named), not the node's:
     the subset run is PARTIAL (-k) whatever the readings say."""
@@ -177,6 +178,7 @@ def test_the_wrong_profile_fails_the_model_naming_the_readings_not_the_node(wron
         assert f'name="test_reading[{name}]"' in junit
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_summary_and_report_open_with_the_answer(wrong_run):
     _, out, _ = wrong_run
     report = json.loads((out / "report.json").read_text())
@@ -202,6 +204,7 @@ def test_summary_and_report_open_with_the_answer(wrong_run):
         assert k in summary
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_modeled_pass_is_drawn_apart_from_a_measured_one(wrong_run):
     _, out, _ = wrong_run
     report = json.loads((out / "report.json").read_text())
@@ -220,6 +223,7 @@ def test_a_modeled_pass_is_drawn_apart_from_a_measured_one(wrong_run):
     assert c["measured_pass"] >= 1 and c["reading_pass"] >= 1 and c["reading_fail"] >= len(SEGMENT_READINGS)
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_the_printed_summary_opens_with_the_answer_and_names_failed_readings(wrong_run):
     _, _, printed = wrong_run
     head = next(i for i, line in enumerate(printed) if line.startswith("hicache conform: backend emu, profile "))

@@ -416,6 +416,7 @@ def test_replay_and_bench_replay_work_from_a_wheel_install_with_no_checkout(tmp_
     assert bench["requests"] == 20 and bench["trace"] == fig["trace"]
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_huge_capacity_takes_memory_for_what_the_trace_uses_not_for_capacity():
     """`replay --limit 50 --l1-tokens 50G` took 6.3 GB of free list for 781M pages it never used.
     Compared with the same replay at 64K tokens in the same environment, so what is measured is

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from hicache_ref.engines import refusal
 from hicache_ref.engines.sglang import storage, stores
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.trace import find_trace, read_trace
@@ -40,21 +41,19 @@ def _spec(**over):
     (dict(l3="mooncake:auto", extra_key="lora"), "--l3-extra-key"),
 ])
 def test_the_engine_refuses_what_upstreams_store_does_not_do_naming_the_option(over, option):
-    spec = _spec(**over)
-    with pytest.raises(ValueError) as e:
-        storage.refuse_unsupported(spec.storage, spec.semantics.overrides)
-    assert str(e.value).startswith(f"{option}:") and "\n" not in str(e.value)
+    why = refusal("sglang", _spec(**over))
+    assert why is not None and why.startswith(f"{option}:") and "\n" not in why
 
 
 def test_a_preset_that_models_no_gate_is_not_a_request_to_upstream():
     spec = CacheSpec.preset("reference", **L3)  # its prefetch_anchor is "any": the reference's model
     assert spec.storage.prefetch_anchor == "any" and "prefetch_anchor" not in spec.semantics.overrides
-    storage.refuse_unsupported(spec.storage, spec.semantics.overrides)
+    assert refusal("sglang", spec) is None
 
 
 def test_a_plain_file_store_is_upstreams_hicache_file_in_that_directory(tmp_path):
     spec = _spec(l3=f"file:{tmp_path}", prefetch_threshold=64, l3_model="org/m")
-    storage.refuse_unsupported(spec.storage)
+    assert refusal("sglang", spec) is None
     fields = stores.open_store(spec.storage).server_fields()
     assert fields["hicache_storage_backend"] == "file" and fields["file_storage_path"] == str(tmp_path)
     assert json.loads(fields["hicache_storage_backend_extra_config"]) == {"prefetch_threshold": 64}
@@ -65,7 +64,7 @@ def test_a_mooncake_store_is_upstreams_mooncake_store_on_that_cluster():
     """An explicit cluster is only named (nothing connects before upstream's own client does); the
     reference spec's segment and host become upstream's settings, the tenant tag its backend tag."""
     spec = _spec(l3="mooncake:http://127.0.0.1:8080/metadata,127.0.0.1:50051,segment=1GiB", l3_tag="t1")
-    storage.refuse_unsupported(spec.storage)
+    assert refusal("sglang", spec) is None
     store = stores.open_store(spec.storage)
     assert store.cluster is None
     fields = store.server_fields()
@@ -77,8 +76,8 @@ def test_a_mooncake_store_is_upstreams_mooncake_store_on_that_cluster():
 
 
 def test_the_tenant_tag_is_refused_on_a_file_store_only():
-    with pytest.raises(ValueError, match="^--l3-tag: "):
-        storage.refuse_unsupported(_spec(l3_tag="t1").storage)
+    assert refusal("sglang", _spec(l3_tag="t1")).startswith("--l3-tag: ")
+    assert refusal("sglang", _spec(l3="mooncake:auto", l3_tag="t1")) is None
 
 
 def test_the_mooncake_store_counts_the_pages_upstreams_puts_stored():

@@ -38,6 +38,7 @@ def _check_rows(backend: dict, peer: bool) -> None:
             assert row["set_ratio"] is None and row["get_ratio"] is None
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_file_and_memory(tmp_path):
     r = _bench("--storage", f"file:{tmp_path / 'kv'}", "--storage", "memory:", "--json", *SMALL)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -50,6 +51,7 @@ def test_file_and_memory(tmp_path):
     assert [n for n in os.listdir(tmp_path / "kv") if not n.startswith(".")] == []  # its objects were removed
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_mooncake_auto():
     why = mooncake_cluster.unavailable_reason()
     if why:
@@ -61,6 +63,7 @@ def test_mooncake_auto():
     _check_rows(backend, peer=True)
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("args,needle", [
     (["--digest", "md5"], "hicache: --digest:"),
     (["--host-layout", "page_head"], "hicache: --host-layout:"),
@@ -73,6 +76,7 @@ def test_bad_options_name_the_option(args, needle):
     assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) <= 3
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_default_file_store_leaves_no_directory_behind(tmp_path):
     r = subprocess.run([sys.executable, "-m", "conformance.cli.main", "bench", "l3", "--json", *SMALL],
                        capture_output=True, text=True, timeout=300, cwd=ROOT,

@@ -42,6 +42,7 @@ def _summary(out):
     return json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_file_backend_passes(tmp_path):
     out = tmp_path / "out"
     r = _conform("--storage", f"file:{tmp_path / 'store'}", "--out", str(out), "-n", "0")
@@ -58,6 +59,7 @@ def test_file_backend_passes(tmp_path):
     assert not [p.name for p in (tmp_path / "store").iterdir() if p.name.startswith("hcconform-")]
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_mooncake_auto_passes(tmp_path):
     why = mooncake_cluster.unavailable_reason()
     if why:
@@ -71,6 +73,7 @@ def test_mooncake_auto_passes(tmp_path):
     assert restart["passed"] == 2  # the master restart ran, it was not skipped
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_contract_breaker_fails(tmp_path):
     (tmp_path / "leaky_storage.py").write_text(LEAKY)
     out = tmp_path / "out"
@@ -81,6 +84,7 @@ def test_contract_breaker_fails(tmp_path):
     assert s["verdict"] == "FAIL" and any("test_leading_run" in f["test"] for f in s["failures"])
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_unreachable_store_is_not_run_with_the_reason(tmp_path):
     dead = mooncake_cluster.free_port()
     out = tmp_path / "out"
@@ -93,6 +97,7 @@ def test_unreachable_store_is_not_run_with_the_reason(tmp_path):
     assert ("nothing answers" in s["not_run_reason"]) or ("wheel" in s["not_run_reason"])
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("spec,needle", [
     ("nosuch:x", "unknown backend 'nosuch'"),
     ("file:/tmp/x,max_bytes=lots", "max_bytes"),
@@ -118,6 +123,7 @@ def test_device_conform_leaves_the_storage_suite_out(tmp_path):
     assert cmd[cmd.index("--ignore-glob") + 1] == "*/conformance/suites/storage/*"
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_subset_of_the_deciding_storage_suites_is_partial_and_out_holds_only_reports(tmp_path):
     # -k leaves test_exists and test_integrity out: nothing failed, but a PASS would claim them.
     out = tmp_path / "out"

@@ -142,6 +142,7 @@ def _where(backend, request, tmp_path):
     return where
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("backend,attention,order,layout,seed", CASES)
 def test_upstream_writes_the_harness_reads(sglang_python, backend, attention, order, layout, seed, request, tmp_path):
     where = _where(backend, request, tmp_path)
@@ -164,6 +165,7 @@ def test_upstream_writes_the_harness_reads(sglang_python, backend, attention, or
         peer.close()
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("backend,attention,order,layout,seed", CASES)
 def test_the_harness_writes_upstream_reads(sglang_python, backend, attention, order, layout, seed, request, tmp_path):
     where = _where(backend, request, tmp_path)

@@ -15,13 +15,8 @@ PACKAGES = ("hal", "hicache_ref", "conformance", "hardware_profiles")
 # second concept unnoticed.
 MAX_LINES = 800
 
-# Package edges (importer -> imported) other worktrees of issue 19 remove; the test skips them so
-# this branch stays green. The lead empties this at merge.
-KNOWN_CYCLES: set[tuple[str, str]] = {
-    # hal/transfer/kvcacheio.py builds its default backend with hal.backend.get_backend (hal/transfer is
-    # wt-transfer's); the lead empties this at merge
-    ("hal.transfer", "hal"),
-}
+# Package edges (importer -> imported) allowed to close a cycle: none.
+KNOWN_CYCLES: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:
@@ -201,7 +196,7 @@ def test_every_package_says_what_lives_in_it(name):
     assert doc and len(doc) > 30, f"{name}/__init__.py: add a docstring saying what lives in this package"
 
 
-# Forwarders other worktrees of issue 19 remove (module.Class.method). The lead empties this at merge.
+# Methods that only forward, each kept for the reason above it (module.Class.method).
 KNOWN_FORWARDERS = {
     # the mapping protocol of a checked tensor set: callers iterate it as they would the dict it checked
     "hal.transfer.kvcheck.Checked.items",

@@ -259,8 +259,10 @@ def test_has_hardware_comes_from_capabilities():
 
     assert not has_hardware(get_backend("emu").capabilities())  # device buffers are CPU memory
     assert not has_hardware(get_backend("count").capabilities())  # moves no bytes
-    assert has_hardware(Capabilities("gpu", True, "", "cuda", False, True))
-    assert not has_hardware(Capabilities("gpu", False, "no device", "cuda", False, True))
+    assert has_hardware(Capabilities(name="gpu", available=True, reason="", device_type="cuda", modeled_clock=False,
+                                     host_registration=True))
+    assert not has_hardware(Capabilities(name="gpu", available=False, reason="no device", device_type="cuda",
+                                         modeled_clock=False, host_registration=True))
 
 
 def test_discover_bad_input_raises_value_error():

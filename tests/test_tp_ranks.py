@@ -50,6 +50,7 @@ def test_the_same_seed_gives_the_same_report(shared_dir):
     assert report(other, launch(other, 2)[0].payload)["digest"] != a["digest"]
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_group_runs_under_torchrun(shared_dir):
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                           "-m", "hicache_ref.tp.worker",
@@ -128,6 +129,7 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+@pytest.mark.slow  # runs the command or pytest in a child process
 def test_sigkill_of_hicache_spmd_takes_its_ranks_down_and_leaves_no_file(shared_dir):
     import signal
     import time

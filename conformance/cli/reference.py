@@ -1,7 +1,7 @@
 """The CLI reference, docs/cli.md, written from the parsers: `python -m conformance.cli.reference > docs/cli.md`.
 
-Every command and subcommand gets its usage and a table of its options (name, default, help),
-after the table of one spelling and one default per concept. `DIFFERENCES` lists the options
+Every command and subcommand gets its usage and tables of its options (name, default, help), one
+per help group (its own options, then one per spec node), after the table of one spelling and one default per concept. `DIFFERENCES` lists the options
 that mean something else in one command, each with its reason; tests/test_cli_reference.py
 checks that docs/cli.md is current and that no other option differs between commands.
 """
@@ -131,9 +131,17 @@ def render(parser: argparse.ArgumentParser) -> str:
         if p.description:
             lines += [_cell(p.description), ""]
         lines += ["```", p.format_usage().strip(), "```"]
-        rows = [f"| `{', '.join(a.option_strings)}` | {_cell(_default(a))} | {_help(formatter, a)} |" for a in options(p)]
-        if rows:
-            lines += ["", "| option | default | help |", "|---|---|---|", *rows]
+        # one table per help group: the command's own options, then one per spec node
+        shown = set(options(p))
+        for group in p._action_groups:
+            acts = [a for a in group._group_actions if a in shown]
+            if not acts:
+                continue
+            if group.title not in ("options", "optional arguments"):
+                lines += ["", f"*{group.title}*" + (f": {_cell(group.description)}" if group.description else "")]
+            lines += ["", "| option | default | help |", "|---|---|---|",
+                      *(f"| `{', '.join(a.option_strings)}` | {_cell(_default(a))} | {_help(formatter, a)} |"
+                        for a in acts)]
     return "\n".join(lines) + "\n"
 
 

@@ -63,11 +63,24 @@ def shown_default(f: dataclasses.Field, command: str | None = None) -> str:
     return "off" if meta.get("flag") else "none" if f.default is None else str(f.default)
 
 
+def _group_title(node: str) -> tuple[str, str]:
+    """(title, description) of the help group of a spec node's options: the node's name and the
+    first line of its docstring."""
+    if node == ROOT:
+        return "spec", "The spec's own fields: the hardware profile that prices what runs."
+    doc = (NODES[node].__doc__ or "").strip().splitlines()
+    return node, (doc[0] if doc else None)
+
+
 def add_spec_options(p, command: str, filled: bool = False) -> None:
-    """Add an option for every spec field that applies to `command`. Left out it is None, so the
-    spec's default applies when spec_from_args builds the spec; `filled`: the spec's default itself,
-    for tools that read the values rather than build a spec."""
-    for _, f in spec_fields(command):
+    """Add an option for every spec field that applies to `command`, grouped in --help by its
+    spec node (geometry, tiers, semantics, storage, serving, tp; the root's as "spec"). Left out
+    it is None, so the spec's default applies when spec_from_args builds the spec; `filled`: the
+    spec's default itself, for tools that read the values rather than build a spec."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for node, f in spec_fields(command):
+        if node not in groups:
+            groups[node] = p.add_argument_group(*_group_title(node))
         meta = f.metadata
         here = meta.get("per_command", {}).get(command, {})
         shown = "required" if here.get("required") else f"default: {shown_default(f, command)}"
@@ -83,7 +96,7 @@ def add_spec_options(p, command: str, filled: bool = False) -> None:
                 kw["choices"] = meta["choices"]
             if meta["metavar"]:
                 kw["metavar"] = meta["metavar"]
-        action = p.add_argument(meta["option"], **kw)
+        action = groups[node].add_argument(meta["option"], **kw)
         # What the option means when left out (the spec's default), for the CLI reference and the
         # test that an option means the same in every command.
         action.spec_default = False if meta["flag"] else f.default

@@ -218,25 +218,39 @@ def summarize_junit(path: str | Path, backend: str, profile: str | None, unavail
 
 def format_table(s: Summary, max_failures: int = 20) -> str:
     width = max([len("module"), len("total"), *(len(m.module) for m in s.modules)])
-    cols = ("tests", *OUTCOMES)
-    head = f"{'module':<{width}}  " + "  ".join(f"{c:>7}" for c in cols)
     lines = [f"hicache conform: backend {s.backend}, profile {s.profile or 'none'}"]
     if s.answer:  # the report opens with what the harness exists to say
         lines.append(f"answer: {s.answer['text']}")
+    # A seed reading the model misses is the model's section below, not a failed test of the node.
+    readings = s.reading_failures
+    node_failures = [f for f in s.failures if not is_reading_test(f["test"])]
+    missed = Counter(f["test"].partition("::")[0] for f in readings)
+    cols = ("tests", *OUTCOMES, *(("model",) if readings else ()))  # model: its readings outside tolerance
+    head = f"{'module':<{width}}  " + "  ".join(f"{c:>7}" for c in cols)
     lines += [head, "-" * len(head)]
+
+    def row(name: str, counts: dict, model: int) -> str:
+        shown = {**counts, "failed": counts["failed"] - model, "model": model}
+        return f"{name:<{width}}  " + "  ".join(f"{shown[c]:>7}" for c in cols)
+
     for m in s.modules:
-        lines.append(f"{m.module:<{width}}  " + "  ".join(f"{getattr(m, c):>7}" for c in cols))
+        lines.append(row(m.module, {c: getattr(m, c) for c in ("tests", *OUTCOMES)}, missed[m.module]))
     lines.append("-" * len(head))
-    lines.append(f"{'total':<{width}}  {s.tests:>7}  " + "  ".join(f"{s.total(o):>7}" for o in OUTCOMES))
+    lines.append(row("total", {"tests": s.tests, **{o: s.total(o) for o in OUTCOMES}}, len(readings)))
+    if readings:
+        lines.append(f"the model: {len(readings)} seed readings outside tolerance (the model's verdict, "
+                     "not a failed check of the node):")
+        lines.extend(f"  {f['test'].rpartition('::')[2]}: {_first_line(f['message'])[:300]}"
+                     for f in readings[:max_failures])
     for title, reasons in (("skipped", s.skip_reasons), ("expected failures", s.xfail_reasons)):
         if reasons:
             lines.append(f"{title}:")
             lines.extend(f"  {n:>5} x {reason}" for reason, n in reasons.items())
-    if s.failures:
-        lines.append(f"failed ({len(s.failures)}):")
-        lines.extend(f"  {f['test']}: {f['message'][:300]}" for f in s.failures[:max_failures])
-        if len(s.failures) > max_failures:
-            lines.append(f"  ... and {len(s.failures) - max_failures} more in {s.junit}")
+    if node_failures:
+        lines.append(f"failed ({len(node_failures)}):")
+        lines.extend(f"  {f['test']}: {f['message'][:300]}" for f in node_failures[:max_failures])
+        if len(node_failures) > max_failures:
+            lines.append(f"  ... and {len(node_failures) - max_failures} more in {s.junit}")
     missed = len(s.reading_failures)
     counts = (f"{s.total('passed')} passed, {s.total('failed') + s.total('errors') - missed} failed, "
               + (f"{missed} seed readings outside tolerance, " if missed else "")

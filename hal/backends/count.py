@@ -67,7 +67,8 @@ class CountBackend(HostFactorsMixin, Backend):
         return True, ""  # needs nothing but torch
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(self.name, True, "", self.device_type, True, False, moves_bytes=False)
+        return Capabilities(name=self.name, available=True, reason="", device_type=self.device_type, modeled_clock=True,
+                            host_registration=False, moves_bytes=False)
 
     def alloc_device(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(shape, dtype=dtype, device="meta")

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import math
-import mmap
 import os
 import queue
 import threading
@@ -189,9 +187,6 @@ class EmuBackend(HostFactorsMixin, Backend):
 
     def __init__(self, profile: Any = None):
         super().__init__(modeled_profile(profile, self.default_profile))
-        # storage data_ptr -> the mapping's registration token (see alloc_device)
-        self._device_storages: dict[int, object] = {}
-        self._device_lock = threading.Lock()
         self._streams_made = 0
         self._streams: weakref.WeakSet[EmuStream] = weakref.WeakSet()
         self._default: EmuStream | None = None
@@ -201,27 +196,12 @@ class EmuBackend(HostFactorsMixin, Backend):
         return True, ""
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(self.name, True, "", "cpu", True, True)
+        return Capabilities(name=self.name, available=True, reason="", device_type="cpu", modeled_clock=True,
+                            host_registration=True)
 
     def alloc_device(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        # A mapping of its own per buffer, apart from host memory. The tensor's storage keeps
-        # the mapping alive; when the last view dies the finalizer forgets the address, so a
-        # host buffer later placed there is not mistaken for device memory. The finalizer
-        # forgets only its own registration: the mapping is unmapped before it runs (possibly
-        # on a stream thread dropping the last plan that held it), so a new device buffer
-        # can already sit at the same address, and popping the address would make that
-        # buffer host memory (its plans then priced as host-to-host: 0 s).
-        nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-        region = mmap.mmap(-1, max(nbytes, 1))
-        t = torch.frombuffer(region, dtype=torch.uint8)[:nbytes].view(dtype).view(shape)
-        ptr, token = t.untyped_storage().data_ptr(), object()
-        with self._device_lock:
-            self._device_storages[ptr] = token
-        weakref.finalize(region, _forget_mapping, self._device_storages, self._device_lock, ptr, token)
-        return t
-
-    def is_device(self, tensor: torch.Tensor) -> bool:
-        return tensor.untyped_storage().data_ptr() in self._device_storages
+        # CPU memory standing for the device, told apart by address until freed (the base's)
+        return self.alloc_cpu_device(shape, dtype)
 
     def new_stream(self) -> EmuStream:
         self._streams_made += 1
@@ -266,13 +246,6 @@ class EmuBackend(HostFactorsMixin, Backend):
     def _unregister_range(self, handle: tuple[int, int]) -> None:
         address, nbytes = handle
         _libc.munlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes))
-
-
-def _forget_mapping(storages: dict[int, object], lock: threading.Lock, ptr: int, token: object) -> None:
-    """A device mapping died: forget its address unless a newer mapping registered it since."""
-    with lock:
-        if storages.get(ptr) is token:
-            del storages[ptr]
 
 
 def _extents(plan: TransferPlan) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:

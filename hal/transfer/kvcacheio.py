@@ -19,6 +19,14 @@ from hal.transfer.plan import LAYER_BUFFERS, Side, TransferPlan, plan_copy
 _state = threading.local()
 _default_lock = threading.Lock()
 _default_backend = None
+_default_factory = None  # makes the default on first use; hal.backend sets it (emu)
+
+
+def set_default_factory(factory) -> None:
+    """`factory() -> backend` makes the process-wide default when none was set (hal.backend
+    names emu, so this module needs no backend registry)."""
+    global _default_factory
+    _default_factory = factory
 
 
 def set_backend(backend) -> None:
@@ -35,9 +43,9 @@ def active_backend():
     global _default_backend
     with _default_lock:
         if _default_backend is None:
-            from hal.backend import get_backend
-
-            _default_backend = get_backend("emu")
+            if _default_factory is None:
+                raise RuntimeError("hal.transfer.kvcacheio: no backend: call set_backend(b) or run in use(b)")
+            _default_backend = _default_factory()
         return _default_backend
 
 

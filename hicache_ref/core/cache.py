@@ -16,6 +16,7 @@ from hicache_ref.core.block_tokens import TraceTokens
 from hicache_ref.core.controller import CacheController
 from hicache_ref.core.ghost import GhostList
 from hicache_ref.core.pools import DevicePool, HostPool
+from hicache_ref.core.prefill import Prefill
 from hicache_ref.core.radix import RadixTree, TierCopy
 from hicache_ref.core.synthetic_kv import KVWriter
 
@@ -103,7 +104,6 @@ class HiCache:
         if not isinstance(tokens, TraceTokens):  # those stay hash ids unless bytes are touched
             tokens = np.asarray(tokens)
         ps, n = self.page_size, len(tokens)
-        full = n // ps * ps
         if self.l3 is not None:  # before this request's backups are handed to it (see hicache_ref.l3.tier)
             self.l3.settle(wait=self.sync)
         if self.controller is not None and not in_step:
@@ -116,55 +116,43 @@ class HiCache:
         if self.l3 is not None:
             m, l3 = self.l3.prefetch(tokens, m)
         tree.lock(m.last_device_node)  # our L1 prefix must survive the evictions below
-        locked = [m.last_device_node]
-        l1, host_len = len(m.device_pages) * ps, len(m.host_pages) * ps
-        l2, unloaded, loaded, load = 0, 0, m.device_pages[:0], None
+        fill, load = Prefill(tree, m, n), None
+
+        def submit_load(copy) -> None:
+            nonlocal load
+            load = self.controller.load_pages(copy.host_pages, copy.device_pages, tag=copy, owned=True)
+            if l3:
+                self.l3.hit(l3)
+
         try:
-            if host_len:
-                t = tree.tiers.load_back(m, self.load_back_threshold, self.load_back_quota)
-                if t is None:
-                    unloaded = host_len
-                else:
-                    l2, loaded = host_len, t.device_pages
-                    load = self.controller.load_pages(t.host_pages, t.device_pages, tag=t, owned=True)
-                    if l3:
-                        self.l3.hit(l3)
+            fill.admit(self.load_back_threshold, self.load_back_quota, on_load=submit_load)
+            l1, l2, prefix = fill.l1, fill.prefix - fill.l1, fill.prefix
             l3 = l3 * ps if l2 else 0
-            prefix = l1 + l2
-            need_pages = -(-n // ps) - prefix // ps
-            new_pages = tree.tiers.take_pages(tree.device, need_pages, tree.tiers.evict, partial=True,
-                                              evict_tokens=tree.tiers.extend_demand(n - prefix))
-            truncated = len(new_pages) < need_pages
+            new_pages = fill.new_pages
             mismatch = 0
             if self.materialize:
                 if not in_step:
                     if load is not None:
                         load.wait_all()
-                    hit = pages_to_slots(np.concatenate([m.device_pages, loaded]), ps)
+                    hit = pages_to_slots(np.concatenate([m.device_pages, fill.loaded]), ps)
                     mismatch = self.kv.mismatches(np.asarray(tokens[:prefix]), hit)
                 new = pages_to_slots(new_pages, ps)
                 self.kv.write(np.asarray(tokens[prefix: prefix + len(new)]), prefix, new)
-            cached_len = min(full, prefix + len(new_pages) * ps)
             cached = prefix
-            kept = (cached_len - prefix) // ps
-            if cached_len > 0:
-                pages = np.concatenate([m.device_pages, loaded, new_pages[:kept]])
-                # pd_disagg: one id ties the two inserts together (per_request counts them once).
-                rid = request_id if request_id is not None or not self.pd_disagg else object()
-                res = tree.insert_pages(tokens[:cached_len], pages, request_id=rid, finished=not self.pd_disagg,
-                                        owned=True)
+            # pd_disagg: one id ties the two inserts together (per_request counts them once).
+            rid = request_id if request_id is not None or not self.pd_disagg else object()
+            res = fill.insert(tokens, request_id=rid, finished=not self.pd_disagg, owned=True)
+            if res is not None:
                 if res.prefix_len != prefix:  # only concurrent inserts could do this; replay is serial
                     raise RuntimeError(f"tree: insert found {res.prefix_len} cached tokens, match said {prefix}")
-                cached = cached_len
+                cached = fill.cached_len
                 self._back_up(res.backups)
-                if self.pd_disagg:  # the tree now owns `pages` for the whole prefix: nothing is adopted
-                    self._back_up(tree.insert_pages(tokens[:cached_len], pages, request_id=rid, owned=True).backups)
-            if len(new_pages) > kept:  # the live partial page (or pages beyond what was cached)
-                self.device.allocator.free_pages(new_pages[kept:])
+                if self.pd_disagg:  # the tree now owns the pages for the whole prefix: nothing is adopted
+                    self._back_up(fill.insert(tokens, request_id=rid, owned=True).backups)
+            fill.release()  # the live partial page (or pages beyond what was cached)
         finally:
-            for node in locked:
-                tree.unlock(node)
-        return RequestResult(n, l1, l2 - l3, unloaded, cached, truncated, mismatch, l3)
+            tree.unlock(m.last_device_node)
+        return RequestResult(n, l1, l2 - l3, fill.unloaded, cached, fill.truncated, mismatch, l3)
 
     # -- teardown ----------------------------------------------------------------------------
     def close(self, timeout: float = 30.0) -> None:

@@ -10,10 +10,31 @@ over leaves (`LeafHeap`). Details: hicache_ref/README.md, "Hit counting".
 from __future__ import annotations
 
 import heapq
+from typing import NamedTuple
 
 POLICIES = ("write_back", "write_through", "write_through_selective")
+
+
+class HitCount(NamedTuple):
+    """One way of counting hits: whether a chunked insert counts, whether write_back counts at
+    all, whether a request counts each node once, and whether only counted nodes back up."""
+
+    counts_chunked: bool
+    counts_write_back: bool
+    once_per_request: bool
+    counted_only_back_up: bool
+
+
 # The seed's SGLang, the reference's, SGLang 0.5.23's (see the module docstring).
-HIT_COUNTS = ("per_insert", "per_request", "per_request_insert")
+HIT_COUNT_RULES = {
+    "per_insert": HitCount(counts_chunked=False, counts_write_back=False, once_per_request=False,
+                           counted_only_back_up=False),
+    "per_request": HitCount(counts_chunked=True, counts_write_back=True, once_per_request=True,
+                            counted_only_back_up=False),
+    "per_request_insert": HitCount(counts_chunked=True, counts_write_back=False, once_per_request=True,
+                                   counted_only_back_up=True),
+}
+HIT_COUNTS = tuple(HIT_COUNT_RULES)
 
 
 class WritePolicy:
@@ -27,6 +48,7 @@ class WritePolicy:
         if hit_count not in HIT_COUNTS:
             raise ValueError(f"hit_count: {hit_count!r} is not one of {', '.join(HIT_COUNTS)}")
         self.name, self.hit_count = name, hit_count
+        self._counting = HIT_COUNT_RULES[hit_count]
         # Hit count at which insert backs a node up; None: only eviction writes (write_back).
         self.threshold: int | None = {"write_back": None, "write_through": 1}.get(name, threshold)
         self._counted: dict = {}  # request id -> leading pages that request has already counted
@@ -43,29 +65,26 @@ class WritePolicy:
         (the seed's SGLang) skips chunked inserts and write_back; per_request_insert (0.5.23,
         unified_tree_core.py _inc_hit_count_and_check) skips write_back only, a chunk counting
         past what the request already inserted; per_request counts every insert."""
-        if self.hit_count == "per_request":
-            return True
-        if self.hit_count == "per_request_insert":
-            return self.name != "write_back"
-        return not chunked and self.name != "write_back"
+        c = self._counting
+        return (c.counts_chunked or not chunked) and (c.counts_write_back or not self.writes_back_on_evict)
 
     @property
     def backs_up_counted_only(self) -> bool:
         """Whether only the nodes this insert counted can queue a backup (0.5.23: a backup is
         fired from the hit increment, _finish_insert_walk_node / _should_backup_after_insert)."""
-        return self.hit_count == "per_request_insert"
+        return self._counting.counted_only_back_up
 
     # -- once-per-request hit counting ---------------------------------------------
     def counted_pages(self, request_id) -> int:
         """Leading pages of this request's path that already counted a hit (0 if none/None;
         always 0 per_insert, where every insert counts)."""
-        if request_id is None or self.hit_count == "per_insert":
+        if request_id is None or not self._counting.once_per_request:
             return 0
         return self._counted.get(request_id, 0)
 
     def record(self, request_id, pages: int, finished: bool) -> None:
         """After an insert of `pages` pages: remember them until the request finishes (per_request)."""
-        if request_id is None or self.hit_count == "per_insert":
+        if request_id is None or not self._counting.once_per_request:
             return
         if finished:
             self._counted.pop(request_id, None)

@@ -37,7 +37,8 @@ from hicache_ref.core.tiers import TierMoves
 
 # The seed's SGLang write_backup (a node once its parent is backed up); every unbacked ancestor with
 # it (SGLang 0.5.23, unified_tree_core.py _build_backup_kv_action).
-BACKUP_SCOPES = ("node", "path")
+BACKUP_SCOPE_PATH = {"node": False, "path": True}  # whether a due backup takes its unbacked ancestors too
+BACKUP_SCOPES = tuple(BACKUP_SCOPE_PATH)
 
 __all__ = ["EvictHostResult", "EvictResult", "InsertResult", "MatchResult", "Node", "PageMatch", "RadixTree",
            "TierCopy"]
@@ -79,6 +80,7 @@ class RadixTree:
         if backup_scope not in BACKUP_SCOPES:
             raise ValueError(f"backup_scope: {backup_scope!r} is not one of {', '.join(BACKUP_SCOPES)}")
         self.page_size, self.backup_scope = page_size, backup_scope
+        self._backs_up_path = BACKUP_SCOPE_PATH[backup_scope]
         self.keys = make_page_keys(page_keys, page_size)
         self.page_bytes = self.keys.page_bytes  # key bytes per page
         self.policy = make_policy(spec.tiers.write_policy, hit_count=sem.hit_count)
@@ -271,7 +273,7 @@ class RadixTree:
         def due(node: Node) -> bool:
             return self.policy.should_back_up(node.hit_count) and (counted is None or node.id in counted)
 
-        if self.backup_scope == "path":  # the deepest node due, with its ancestors (0.5.23's chain)
+        if self._backs_up_path:  # the deepest node due, with its ancestors (0.5.23's chain)
             for i, node in enumerate(path):
                 if node.host is None and due(node):
                     deepest = i
@@ -310,6 +312,38 @@ class RadixTree:
                         path[i] = self._split(path[i], j + 1)
                     return i
         return -1
+
+    # -- pages for a prefill, pages from L3 -------------------------------------------------
+    def take_device_pages(self, need: int, extend_tokens: int) -> np.ndarray:
+        """Up to `need` L1 pages for a prefill extending by `extend_tokens`, evicting L1 as the
+        tree's eviction size says (TierMoves.take_pages with the extend's demand); fewer when
+        locked nodes hold the rest."""
+        t = self.tiers
+        return t.take_pages(self.device, need, t.evict, partial=True, evict_tokens=t.extend_demand(extend_tokens))
+
+    def insert_host_pages(self, data: bytes, match: PageMatch, host_pages: np.ndarray,
+                          hashes: list[bytes]) -> PageMatch:
+        """Add `host_pages` (allocated in the host allocator, holding the KV of the pages right after
+        `match` of the request whose page keys are `data`) as one host-only child of the match's last
+        node, with their chained `hashes`; the extended match. The match ends at a node boundary
+        (the walk splits a node where a match ends inside it), so the pages continue its path."""
+        P = self.page_bytes
+        have = len(match.device_pages) + len(match.host_pages)
+        start, end = have * P, (have + len(host_pages)) * P
+        parent = match.last_host_node
+        first = data[start: start + P]
+        if first in parent.children or end > len(data):
+            raise ValueError("host_pages: the match does not end where the fetched pages begin")
+        node = Node(next(self._ids), parent, data[start:end], None, np.asarray(host_pages, dtype=np.int64).copy())
+        node.last_access = self.clock()
+        node.hashes = list(hashes[: len(host_pages)])
+        parent.children[first] = node
+        self.tiers.host_pages += len(host_pages)
+        self.tiers.num_nodes += 1
+        self.tiers.note(node)
+        self.tiers.note(parent)
+        return PageMatch(match.device_pages, np.concatenate([match.host_pages, node.host]), match.last_device_node,
+                         node)
 
     # -- lock and hashes ----------------------------------------------------------------
     def lock(self, node: Node) -> None:

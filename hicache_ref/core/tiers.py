@@ -39,15 +39,59 @@ from hicache_ref.core.policy import LeafHeap, WritePolicy
 #   plus one page, allocation.py alloc_paged_token_slots_extend; with pages of 1 token its tokens
 #   alone, alloc_token_slots) exceeds the free tokens by
 #   (allocator/base.py evict_to_free_tokens); elsewhere (load_back, backups) the shortfall.
-EVICT_SIZES = ("whole", "shortfall", "demand_shortfall")
+
+
+class Shortfall:
+    """Evict only what the allocation is missing."""
+
+    def extend_demand(self, tokens: int, page_size: int) -> int:
+        return tokens + page_size
+
+    def take(self, allocator, need: int, evict: Callable, partial: bool, evict_tokens: int | None, ps: int):
+        pages = allocator.alloc_pages(need)
+        if pages is None:
+            evict((need - allocator.available_pages) * ps)
+            pages = allocator.alloc_pages(min(need, allocator.available_pages) if partial else need)
+        return pages
+
+
+class Whole(Shortfall):
+    """Evict the allocation's whole size (`evict_tokens`, default the need) once fewer tokens are free."""
+
+    def take(self, allocator, need, evict, partial, evict_tokens, ps):
+        want = need * ps if evict_tokens is None else evict_tokens
+        if need and allocator.available_pages * ps < want:
+            evict(want)
+        return allocator.alloc_pages(min(need, allocator.available_pages) if partial else need)
+
+
+class DemandShortfall(Shortfall):
+    """Evict what the demand (`evict_tokens`) exceeds the free tokens by; without a demand, the shortfall."""
+
+    def extend_demand(self, tokens: int, page_size: int) -> int:
+        return tokens + (0 if page_size == 1 else page_size)  # pages of 1 token: the extend alone
+
+    def take(self, allocator, need, evict, partial, evict_tokens, ps):
+        if evict_tokens is None:
+            return super().take(allocator, need, evict, partial, evict_tokens, ps)
+        short = evict_tokens - allocator.available_pages * ps
+        if need and short > 0:
+            evict(short)
+        return allocator.alloc_pages(min(need, allocator.available_pages) if partial else need)
+
+
+EVICT_RULES = {"whole": Whole(), "shortfall": Shortfall(), "demand_shortfall": DemandShortfall()}
+EVICT_SIZES = tuple(EVICT_RULES)
 # How a backup of several nodes takes host slots: all at once or none (the seed's SGLang), or node
 # by node top-down, stopping at the first that finds no room (SGLang 0.5.23,
-# unified_radix_cache.py _execute_and_commit_kv_backup).
-BACKUP_ALLOCS = ("whole_chain", "per_node")
+# unified_radix_cache.py _execute_and_commit_kv_backup). The value: whether node by node.
+BACKUP_ALLOC_PER_NODE = {"whole_chain": False, "per_node": True}
+BACKUP_ALLOCS = tuple(BACKUP_ALLOC_PER_NODE)
 # What L2 eviction frees first under write_back: host-only leaves (the seed's SGLang), or first the
 # host copies of nodes also in L1 (SGLang 0.5.23, unified_tree_core.py drive_host_eviction,
-# _reclaim_full_host_duplicates), sparing L1 leaves on a first pass.
-HOST_RECLAIMS = ("leaves", "duplicates_first")
+# _reclaim_full_host_duplicates), sparing L1 leaves on a first pass. The value: whether duplicates first.
+HOST_RECLAIM_DUPLICATES_FIRST = {"leaves": False, "duplicates_first": True}
+HOST_RECLAIMS = tuple(HOST_RECLAIM_DUPLICATES_FIRST)
 
 
 def _device_leaf(x: Node) -> bool:
@@ -72,6 +116,9 @@ class TierMoves:
             if value not in choices:
                 raise ValueError(f"{name}: {value!r} is not one of {', '.join(choices)}")
         self.evict_size, self.backup_alloc, self.host_reclaim = evict_size, backup_alloc, host_reclaim
+        self._evict_rule = EVICT_RULES[evict_size]
+        self._per_node_backup = BACKUP_ALLOC_PER_NODE[backup_alloc]
+        self._duplicates_first = HOST_RECLAIM_DUPLICATES_FIRST[host_reclaim]
         # Nodes that became resident on both tiers (load_back, an insert re-adopting a host-only node),
         # oldest first: what duplicates_first reclaims. Entries go stale lazily.
         self._duplicates: dict[int, Node] = {}
@@ -108,8 +155,7 @@ class TierMoves:
         """Tokens an extend of `tokens` allocates for, as eviction counts them: upstream's paged
         allocation asks for the extend plus one page per request; SGLang 0.5.23's token allocator
         (pages of 1 token, demand_shortfall) for the extend alone (alloc_token_slots)."""
-        ps = self.page_size
-        return tokens + (0 if ps == 1 and self.evict_size == "demand_shortfall" else ps)
+        return self._evict_rule.extend_demand(tokens, self.page_size)
 
     def take_pages(self, allocator, need: int, evict: Callable, partial: bool = False,
                    evict_tokens: int | None = None) -> np.ndarray | None:
@@ -121,27 +167,12 @@ class TierMoves:
 
         Still short after that (locked nodes): None, or with `partial` the pages that are free.
         """
-        ps = self.page_size
-        if self.evict_size == "demand_shortfall" and evict_tokens is not None:
-            short = evict_tokens - allocator.available_pages * ps
-            if need and short > 0:
-                evict(short)
-            return allocator.alloc_pages(min(need, allocator.available_pages) if partial else need)
-        if self.evict_size == "whole":
-            want = need * ps if evict_tokens is None else evict_tokens
-            if need and allocator.available_pages * ps < want:
-                evict(want)
-            return allocator.alloc_pages(min(need, allocator.available_pages) if partial else need)
-        pages = allocator.alloc_pages(need)
-        if pages is None:
-            evict((need - allocator.available_pages) * ps)
-            pages = allocator.alloc_pages(min(need, allocator.available_pages) if partial else need)
-        return pages
+        return self._evict_rule.take(allocator, need, evict, partial, evict_tokens, self.page_size)
 
     # -- backup (insert) ----------------------------------------------------------
     def back_up(self, nodes: list[Node]) -> TierCopy | None:
         """Give `nodes` (root-first, on device, no host copy) host slots; lock them until complete()."""
-        if self.backup_alloc == "per_node":
+        if self._per_node_backup:
             return self._back_up_per_node(nodes)
         need = sum(len(x.dev) for x in nodes)
         self.lock(nodes[-1])  # keep them in L1 while host eviction runs and the copy is in flight
@@ -179,7 +210,7 @@ class TierMoves:
 
     def note_duplicate(self, node: Node) -> None:
         """`node` is now in L1 and in L2 (duplicates_first reclaims such copies first)."""
-        if self.host_reclaim == "duplicates_first":
+        if self._duplicates_first:
             self._duplicates[node.id] = node
 
     def _reclaim_duplicates(self, n_tokens: int) -> tuple[int, list]:
@@ -308,7 +339,7 @@ class TierMoves:
         if not isinstance(n_tokens, (int, np.integer)) or n_tokens < 0:
             raise ValueError(f"n_tokens: must be a non-negative integer, got {n_tokens!r}")
         freed, locked, evicted = [], {}, 0
-        if self.host_reclaim == "duplicates_first" and self.policy.writes_back_on_evict and self._duplicates:
+        if self._duplicates_first and self.policy.writes_back_on_evict and self._duplicates:
             evicted, freed = self._reclaim_duplicates(n_tokens)
             if freed and self.host is not None:  # (a dropped leaf's slots are freed by _drop)
                 self.host.free_pages(np.concatenate(freed))

@@ -1,8 +1,9 @@
 """Replay engines: `reference` (hicache_ref's own cache) and `sglang` (SGLang's, on the HAL).
 
 `ENGINES` names them; `replay_with(engine, spec, trace, limit)` runs one and returns the same
-figures (same keys) either way. An engine that cannot run here raises EngineNotRun; `refusal`
-says which spec an engine does not run; `engine_for` gives the ladder and the readings an Engine
+figures (same keys) either way. An engine that cannot run here raises EngineNotRun. Each engine
+declares every spec field honoured or refused (`support_table`: hicache_ref.engines.reference,
+hicache_ref.engines.sglang.support); `refusal` says which option of a spec an engine does not run; `engine_for` gives the ladder and the readings an Engine
 (they report a state it does not run as not run).
 """
 
@@ -27,18 +28,23 @@ def not_run_reason(engine: str) -> str | None:
     return unavailable_reason()
 
 
+def support_table(engine: str) -> dict:
+    """`engine`'s declaration of every spec field: {path: Honoured | Refused} (spec.engine_support)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine: {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine == "reference":
+        from hicache_ref.engines.reference import SUPPORT
+    else:
+        from hicache_ref.engines.sglang.support import SUPPORT
+    return SUPPORT
+
+
 def refusal(engine: str, spec) -> str | None:
     """Why `engine` does not replay `spec` (the option it does not run, named first); None when it
     does. Asked before any work, so a caller can report that run as not run and go on."""
-    if engine == "reference":
-        return None
-    from hicache_ref.engines.sglang.replay import refuse_unsupported
+    from hicache_ref.spec.engine_support import first_refusal
 
-    try:
-        refuse_unsupported(spec)
-    except ValueError as e:
-        return str(e)
-    return None
+    return first_refusal(engine, support_table(engine), spec)
 
 
 class Engine:
@@ -65,8 +71,12 @@ def engine_for(name: str) -> Engine | None:
 
 
 def replay_with(engine: str, spec, trace, limit: int | None = None, off: bool | None = None) -> dict:
-    """Replay on `engine`: the reference's run_replay, or SGLang's cache (EngineNotRun when absent);
-    priced against HiCache off (hicache_ref.sim.baseline), or not at all with `off` False."""
+    """Replay on `engine`: the reference's run_replay, or SGLang's cache; priced against HiCache
+    off (hicache_ref.sim.baseline), or not at all with `off` False. An option the engine does not
+    run is a ValueError naming it (before the engine is looked for: bad input first);
+    EngineNotRun when the engine is absent."""
+    if (refused := refusal(engine, spec)) is not None:
+        raise ValueError(refused)
     why = not_run_reason(engine)
     if why is not None:
         raise EngineNotRun(f"engine {engine}: {why}")

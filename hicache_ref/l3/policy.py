@@ -128,7 +128,9 @@ class WaitComplete(PrefetchPolicy):
 # Where the timeout's budget starts: at issue, or at the first admission poll that finds the
 # prefetch not done, i.e. after the queue time (SGLang 0.5.23, unified_radix_cache.py
 # _start_storage_prefetch_wait).
-TIMEOUT_STARTS = ("issue", "first_blocked_poll")
+# Whether the timeout's budget starts after the queue time (first blocked poll) or at issue.
+TIMEOUT_AFTER_QUEUE = {"issue": False, "first_blocked_poll": True}
+TIMEOUT_STARTS = tuple(TIMEOUT_AFTER_QUEUE)
 
 
 class Timeout(PrefetchPolicy):
@@ -142,12 +144,13 @@ class Timeout(PrefetchPolicy):
         if start not in TIMEOUT_STARTS:
             raise ValueError(f"prefetch_timeout_start: {start!r} is not one of {', '.join(TIMEOUT_STARTS)}")
         self.base_s, self.per_ki_token_s, self.start = base_s, per_ki_token_s, start
+        self._after_queue = TIMEOUT_AFTER_QUEUE[start]
 
     def limit_seconds(self, tokens: int) -> float:
         return self.base_s + self.per_ki_token_s * tokens / 1024
 
     def window_seconds(self, tokens, slack_seconds):
-        if self.start == "first_blocked_poll":
+        if self._after_queue:
             return slack_seconds + self.limit_seconds(tokens)
         return max(slack_seconds, self.limit_seconds(tokens))
 

@@ -10,13 +10,14 @@ The steps, rate limit and fault rules: hicache_ref/README.md, "Design notes".
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 
 from hicache_ref.core.node import lock_path, node_hashes, unlock_path
 from hicache_ref.l3.guard import FaultGuard
-from hicache_ref.l3.host_nodes import insert_host_pages, missing_hashes
-from hicache_ref.l3.policy import DEFAULT_PREFETCH_POLICY, L3Link, PrefetchPolicy, make_prefetch_policy
+from hicache_ref.l3.host_nodes import missing_hashes
+from hicache_ref.l3.policy import L3Link, PrefetchPolicy, make_prefetch_policy
 from hicache_ref.l3.staging import StagedPages
 from hicache_ref.l3.worker import L3Job, L3Worker
 
@@ -27,11 +28,21 @@ LIMIT_SHARE_OF_L2 = 0.8  # default rate limit, tokens in flight: this share of L
 # The rate limit's rule: `cut` keeps in-flight tokens plus the new prefetch under 0.8 x L2, cutting
 # it to fit; `decline` refuses a prefetch once in-flight tokens reach 0.5 x L2 and never cuts one
 # (SGLang 0.5.23, managers/cache_controller.py prefetch_rate_limited).
-LIMIT_RULES = {"cut": LIMIT_SHARE_OF_L2, "decline": 0.5}
+
+
+class LimitRule(NamedTuple):
+    """A rate limit's rule: its share of L2 in flight, and whether it declines (never cuts) a prefetch."""
+
+    share_of_l2: float
+    declines: bool
+
+
+LIMIT_RULES = {"cut": LimitRule(LIMIT_SHARE_OF_L2, declines=False), "decline": LimitRule(0.5, declines=True)}
 # Which matches a prefetch may extend: `any`, or `backed_up`: only a match whose last node has an L2
 # copy, or an empty one (SGLang 0.5.23's scheduler asks L3 nothing past a prefix held in L1 only,
 # since under write_through such a prefix means its continuation was never stored).
-ANCHOR_RULES = ("any", "backed_up")
+ANCHOR_NEEDS_BACKUP = {"any": False, "backed_up": True}  # whether the match's last node needs an L2 copy
+ANCHOR_RULES = tuple(ANCHOR_NEEDS_BACKUP)
 
 
 def _leading_true(flags, n: int) -> int | None:
@@ -58,11 +69,16 @@ class L3Tier:
             raise ValueError(f"tp_rank: expected a non-negative integer, got {tp_rank!r}")
         if not deadline_s > 0:
             raise ValueError(f"deadline_s: expected positive seconds, got {deadline_s!r}")
-        # A StorageSpec made outside a root spec leaves the preset's switches None: the reference's.
-        self.policy = policy if policy is not None else make_prefetch_policy(
-            spec.prefetch_policy or DEFAULT_PREFETCH_POLICY, spec.prefetch_timeout_start or "issue")
-        self.limit_rule = spec.prefetch_limit_rule or "cut"
-        self.anchor_rule = spec.prefetch_anchor or "any"
+        # A StorageSpec made outside a root spec leaves the preset's switches None: the default preset's.
+        spec = spec.with_preset_defaults()
+        for name in ("prefetch_policy", "prefetch_timeout_start", "prefetch_limit_rule", "prefetch_anchor"):
+            if getattr(spec, name) is None:
+                raise ValueError(f"spec.{name}: not resolved (give a StorageSpec, whose preset fills it)")
+        self.policy = policy if policy is not None else make_prefetch_policy(spec.prefetch_policy,
+                                                                             spec.prefetch_timeout_start)
+        self.limit_rule = spec.prefetch_limit_rule
+        self.anchor_rule = spec.prefetch_anchor
+        self._limit, self._anchor_needs_backup = LIMIT_RULES[self.limit_rule], ANCHOR_NEEDS_BACKUP[self.anchor_rule]
         self.storage, self.tree, self.host, self.geom, self.key_fn = storage, tree, host_pool, geom, key_fn
         self.moves_bytes = getattr(storage, "moves_bytes", True)
         self.ps = geom.page_size
@@ -70,7 +86,7 @@ class L3Tier:
         self.link = link or L3Link(self.page_bytes)
         self.threshold = spec.prefetch_threshold
         limit = spec.prefetch_limit_tokens
-        self.limit = limit if limit is not None else int(host_pool.num_tokens * LIMIT_RULES[self.limit_rule])
+        self.limit = limit if limit is not None else int(host_pool.num_tokens * self._limit.share_of_l2)
         self.slack = float(spec.prefetch_slack_seconds)
         self.writes = not (geom.attention == "mla" and tp_rank != 0)
         self.deadline = deadline_s
@@ -168,7 +184,7 @@ class L3Tier:
         if missing * ps < self.threshold or missing <= 0:
             return match, 0
         anchor = match.last_host_node
-        if self.anchor_rule == "backed_up" and not (anchor is tree.root or anchor.backed_up):
+        if self._anchor_needs_backup and not (anchor is tree.root or anchor.backed_up):
             self.counters["l3_unbacked_anchor"] += 1
             return match, 0
         if self.policy.decide(self.link, missing, ps, self.slack)[0] * ps < max(self.threshold, 1):
@@ -178,7 +194,7 @@ class L3Tier:
             return match, 0
         in_flight = self._in_flight_tokens()
         room = (self.limit - in_flight) // ps
-        if (in_flight >= self.limit) if self.limit_rule == "decline" else room * ps < max(self.threshold, 1):
+        if (in_flight >= self.limit) if self._limit.declines else room * ps < max(self.threshold, 1):
             self.counters["l3_rate_limited"] += 1
             return match, 0
         data = tree.keys.encode(tokens)  # the tree's spelling of the request's whole pages
@@ -197,7 +213,7 @@ class L3Tier:
             self.counters["l3_miss_pages"] += missing
             return match, 0
         used, _ = self.policy.decide(self.link, held, ps, self.slack)
-        if used > room and self.limit_rule == "cut":
+        if used > room and not self._limit.declines:
             used = room
             self.counters["l3_rate_limited"] += 1
         if used * ps < max(self.threshold, 1):
@@ -228,7 +244,7 @@ class L3Tier:
             return match, 0
         self.counters["l3_pages_read"] += got
         self.stall_seconds += max(0.0, self.link.read_seconds(used) - self.slack)  # it waited for all it asked
-        return insert_host_pages(tree, data, match, pages[:got], hashes), got
+        return tree.insert_host_pages(data, match, pages[:got], hashes), got
 
     def _host_pages(self, match, used: int):
         """Host pages for `used` prefetched pages, as upstream's allocate_storage_hit: short, evict

@@ -16,7 +16,7 @@ from typing import Any
 
 from hal.backend import get_backend
 from hal.transfer.io_backend import effective_host_layout
-from hal.transfer.layouts import MLA_LAYOUTS, get_layout
+from hal.transfer.layouts import get_layout, layout_names
 from hicache_ref.spec import sizing
 from hicache_ref.spec.fields import ALL_COMMANDS, SpecError, fail, param
 from hicache_ref.spec.geometry import GeometrySpec, unaligned_rows
@@ -91,8 +91,8 @@ class CacheSpec:
         self._check_capacities()
         self._resolve_semantics()
         t = self.tiers
-        if g.attention == "mla" and t.host_layout not in MLA_LAYOUTS:
-            raise fail(t, "host_layout", f"{t.host_layout!r} is not an MLA host layout ({', '.join(MLA_LAYOUTS)})")
+        if g.attention == "mla" and t.host_layout not in (mla := layout_names("mla")):
+            raise fail(t, "host_layout", f"{t.host_layout!r} is not an MLA host layout ({', '.join(mla)})")
         self._resolve_io()
         t = self.tiers
         object.__setattr__(self, "effective_host_layout", effective_host_layout(t.host_layout, t.io_backend))

@@ -11,6 +11,7 @@ limit's rule from the semantics preset, by the root spec).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from hicache_ref.l3.policy import DEFAULT_PREFETCH_POLICY, PREFETCH_POLICIES, TIMEOUT_STARTS
@@ -131,6 +132,15 @@ class StorageSpec:
         whole(self, "prefetch_limit_tokens", 0, none_ok=True)
         real(self, "prefetch_slack_seconds")
         self._resolve_keys()
+
+    def with_preset_defaults(self, preset_name: str | None = None) -> StorageSpec:
+        """This node with the prefetch switches it leaves None given preset `preset_name`'s values
+        (default: the default preset's); a root spec has resolved them already (its preset's)."""
+        from hicache_ref.spec.presets import DEFAULT_PRESET, STORAGE_SWITCHES, preset
+
+        values = preset(preset_name or DEFAULT_PRESET)
+        unset = {name: values[name] for name in STORAGE_SWITCHES if getattr(self, name) is None}
+        return dataclasses.replace(self, **unset) if unset and self.l3 is not None else self
 
     def _resolve_keys(self) -> None:
         if self.key_scheme is None:

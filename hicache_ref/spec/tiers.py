@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hal.transfer.io_backend import IO_BACKENDS
-from hal.transfer.layouts import HOST_LAYOUTS
+from hal.transfer.layouts import HOST_LAYOUTS, layout_names
 from hal.units import HELP as UNITS
 from hicache_ref.core.allocator import ORDERS
 from hicache_ref.core.policy import POLICIES
@@ -113,7 +113,7 @@ class TiersSpec:
         if self.io_backend is not None:
             one_of(self, "io_backend", IO_BACKENDS)
         if self.host_layout is not None:
-            one_of(self, "host_layout", HOST_LAYOUTS)
+            one_of(self, "host_layout", layout_names())  # the registry now: a layout registered at run time too
         flag(self, "materialize")
 
     def sizing_option(self) -> str | None:

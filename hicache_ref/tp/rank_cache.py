@@ -19,8 +19,8 @@ import torch
 from hal.transfer import layouts
 from hicache_ref.core.allocator import pages_to_slots
 from hicache_ref.core.controller import CacheController
-from hicache_ref.core.node import NO_PAGES
 from hicache_ref.core.pools import DevicePool, HostPool
+from hicache_ref.core.prefill import Prefill
 from hicache_ref.core.radix import RadixTree
 from hicache_ref.core.synthetic_kv import KVWriter, synthetic_kv
 from hicache_ref.spec import CacheSpec
@@ -157,27 +157,18 @@ class RankCache:
 
     def _op_insert(self, op: Op) -> None:
         tree, ps, tokens = self.tree, self.ps, op.tokens
-        n = len(tokens)
         m = tree.match_pages(tokens)
         tree.lock(m.last_device_node)
         try:
-            l1 = len(m.device_pages) * ps
             self._check(tokens, 0, m.device_pages)
-            loaded = NO_PAGES
-            if len(m.host_pages) and (t := tree.tiers.load_back(m)) is not None:
-                self._load(t, tokens, l1)
-                loaded = t.device_pages
-            prefix = l1 + len(loaded) * ps
-            new_pages = tree.tiers.take_pages(tree.device, -(-n // ps) - prefix // ps, tree.tiers.evict, partial=True)
-            self.kv.write(tokens[prefix: prefix + len(new_pages) * ps], prefix, pages_to_slots(new_pages, ps))
-            cached = min(n // ps * ps, prefix + len(new_pages) * ps)
-            kept = (cached - prefix) // ps
-            if cached > 0:
-                res = tree.insert_pages(tokens[:cached], np.concatenate([m.device_pages, loaded, new_pages[:kept]]))
-                for b in res.backups:
-                    self._back_up(b)
-            if len(new_pages) > kept:
-                self.device.allocator.free_pages(new_pages[kept:])
+            fill = Prefill(tree, m, len(tokens))
+            fill.admit(on_load=lambda copy: self._load(copy, tokens, fill.l1))
+            prefix = fill.prefix
+            self.kv.write(tokens[prefix: prefix + len(fill.new_pages) * ps], prefix, pages_to_slots(fill.new_pages, ps))
+            res = fill.insert(tokens)
+            for b in res.backups if res is not None else ():
+                self._back_up(b)
+            fill.release()
         finally:
             tree.unlock(m.last_device_node)
 

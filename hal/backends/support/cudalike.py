@@ -170,7 +170,8 @@ class CudaLikeBackend(Backend):
 
     def capabilities(self) -> Capabilities:
         ok, why = self.probe()
-        return Capabilities(self.name, ok, why, self.device_type, False, True)
+        return Capabilities(name=self.name, available=ok, reason=why, device_type=self.device_type,
+                            modeled_clock=False, host_registration=True)
 
     def is_device(self, tensor: torch.Tensor) -> bool:
         return isinstance(tensor, torch.Tensor) and tensor.is_cuda

@@ -55,18 +55,45 @@ class HostLayout:
         """Token slots one host part tensor (shaped as `shape` minus the part axis) holds."""
         raise NotImplementedError
 
-    def ops(self, geom) -> tuple[str, str]:
-        """Names of the kvcacheio ops (all-layer backup D2H, per-layer load H2D) for `geom`."""
-        raise NotImplementedError
+    def ops(self, geom) -> tuple[str, str] | None:
+        """Names of the kvcacheio ops (all-layer backup D2H, per-layer load H2D) for `geom`;
+        None where upstream has no op for this layout (backup and load_layer then run a plan
+        made from the address math above)."""
+        return None
 
-    def backup(self, geom, host_bufs, device_bufs, host_indices, device_indices):
-        """D2H, all layers, through this layout's backup op: host[host_indices] =
-        device[device_indices]. Buffers as in hal.transfer.pool_ops; returns the op's Event."""
-        raise NotImplementedError
+    def backup(self, geom, host_bufs, device_bufs, host_indices, device_indices, kv=None):
+        """D2H, all layers: host[host_indices] = device[device_indices]. Buffers as in
+        hal.transfer.pool_ops; returns the copy's Event. `kv`: the op set to call (default
+        hal.transfer.kvcacheio; a vendor's kernels behind the same names). This default copies
+        by a plan from the layout's address math, on kvcacheio's active backend and stream."""
+        return self._plan_copy(geom, host_bufs, device_bufs, host_indices, device_indices, "d2h",
+                               range(geom.layers), kv)
 
-    def load_layer(self, geom, host_bufs, device_bufs, host_indices, device_indices, layer: int):
-        """H2D of one layer through this layout's load op; returns the op's Event."""
-        raise NotImplementedError
+    def load_layer(self, geom, host_bufs, device_bufs, host_indices, device_indices, layer: int, kv=None):
+        """H2D of one layer; returns the copy's Event (`kv` and the default as in backup)."""
+        return self._plan_copy(geom, host_bufs, device_bufs, host_indices, device_indices, "h2d", [layer], kv)
+
+    def _plan_copy(self, geom, host_bufs, device_bufs, host_indices, device_indices, direction, layers, kv):
+        from hal.transfer import kvcacheio
+        from hal.transfer.kvcheck import Checked, indices
+        from hal.transfer.plan import plan_pool_transfer
+
+        if kv is not None and kv is not kvcacheio:
+            raise LookupError(f"host layout {self.name}: no upstream op moves it, so no vendor kernel does")
+        checked = Checked(**{f"host_bufs[{p}]": b for p, b in enumerate(host_bufs)},
+                          **{f"device_bufs[{p}][{i}]": t for p, part in enumerate(device_bufs)
+                             for i, t in enumerate(part) if i in layers})
+        host_slots, device_slots = self.slots(geom, host_bufs[0]), int(device_bufs[0][0].shape[0])
+        if direction == "d2h":
+            di, hi = indices(device_indices, host_indices, device_slots, host_slots)
+        else:
+            hi, di = indices(host_indices, device_indices, host_slots, device_slots)
+        plan = plan_pool_transfer(self, geom, host_slots, hi, di, direction, layers=layers, host_bufs=list(host_bufs),
+                                  device_bufs=[{i: part[i] for i in layers} for part in device_bufs],
+                                  op=f"{direction}_{self.name}")
+        backend = kvcacheio.active_backend()
+        checked.check_devices(backend)
+        return backend.execute(plan, kvcacheio.current_stream())
 
     def under(self, io_backend: str | None) -> HostLayout:
         """The layout a pool really uses under `io_backend` (hal.transfer.io_backend): itself

@@ -38,8 +38,10 @@ class LayerFirst(HostLayout):
             return "transfer_kv_all_layer_mla", "transfer_kv_per_layer_mla"
         return "transfer_kv_all_layer", "transfer_kv_per_layer"
 
-    def backup(self, geom, host_bufs, device_bufs, host_indices, device_indices):
-        from hal.transfer import kvcacheio as kv
+    def backup(self, geom, host_bufs, device_bufs, host_indices, device_indices, kv=None):
+        from hal.transfer import kvcacheio
+
+        kv = kvcacheio if kv is None else kv
 
         L, item = geom.layers, geom.item_size
         if geom.attention == "mla":
@@ -50,8 +52,10 @@ class LayerFirst(HostLayout):
         return kv.transfer_kv_all_layer(list(dk), [hk[i] for i in range(L)], list(dv), [hv[i] for i in range(L)],
                                         device_indices, host_indices, item, L)
 
-    def load_layer(self, geom, host_bufs, device_bufs, host_indices, device_indices, layer):
-        from hal.transfer import kvcacheio as kv
+    def load_layer(self, geom, host_bufs, device_bufs, host_indices, device_indices, layer, kv=None):
+        from hal.transfer import kvcacheio
+
+        kv = kvcacheio if kv is None else kv
 
         if geom.attention == "mla":
             (host,), (dev,) = host_bufs, device_bufs

@@ -42,8 +42,10 @@ class PageFirst(HostLayout):
 
         return get_layout("page_first_direct") if io_backend == "direct" else self
 
-    def backup(self, geom, host_bufs, device_bufs, host_indices, device_indices):
-        from hal.transfer import kvcacheio as kv
+    def backup(self, geom, host_bufs, device_bufs, host_indices, device_indices, kv=None):
+        from hal.transfer import kvcacheio
+
+        kv = kvcacheio if kv is None else kv
 
         L, item, ldim = geom.layers, geom.item_size, geom.layout_dim
         if geom.attention == "mla":
@@ -52,8 +54,10 @@ class PageFirst(HostLayout):
         (hk, hv), (dk, dv) = host_bufs, device_bufs
         return kv.transfer_kv_all_layer_lf_pf(list(dk), hk, list(dv), hv, device_indices, host_indices, item, ldim, L)
 
-    def load_layer(self, geom, host_bufs, device_bufs, host_indices, device_indices, layer):
-        from hal.transfer import kvcacheio as kv
+    def load_layer(self, geom, host_bufs, device_bufs, host_indices, device_indices, layer, kv=None):
+        from hal.transfer import kvcacheio
+
+        kv = kvcacheio if kv is None else kv
 
         item, ldim = geom.item_size, geom.layout_dim
         if geom.attention == "mla":

@@ -37,15 +37,19 @@ class PageFirstDirect(HostLayout):
     def ops(self, geom):
         return "transfer_kv_all_layer_direct_lf_pf", "transfer_kv_per_layer_direct_pf_lf"
 
-    def backup(self, geom, host_bufs, device_bufs, host_indices, device_indices):
-        from hal.transfer import kvcacheio as kv
+    def backup(self, geom, host_bufs, device_bufs, host_indices, device_indices, kv=None):
+        from hal.transfer import kvcacheio
+
+        kv = kvcacheio if kv is None else kv
 
         device = [t for part in device_bufs for t in part]  # K layers then V layers (MHA)
         return kv.transfer_kv_all_layer_direct_lf_pf(device, list(host_bufs), device_indices, host_indices,
                                                      geom.page_size)
 
-    def load_layer(self, geom, host_bufs, device_bufs, host_indices, device_indices, layer):
-        from hal.transfer import kvcacheio as kv
+    def load_layer(self, geom, host_bufs, device_bufs, host_indices, device_indices, layer, kv=None):
+        from hal.transfer import kvcacheio
+
+        kv = kvcacheio if kv is None else kv
 
         return kv.transfer_kv_per_layer_direct_pf_lf(list(host_bufs), [part[layer] for part in device_bufs],
                                                      host_indices, device_indices, layer, geom.page_size)

@@ -39,16 +39,20 @@ class PageHead(HostLayout):
     def ops(self, geom):
         return "transfer_kv_all_layer_lf_ph", "transfer_kv_per_layer_ph_lf"
 
-    def backup(self, geom, host_bufs, device_bufs, host_indices, device_indices):
-        from hal.transfer import kvcacheio as kv
+    def backup(self, geom, host_bufs, device_bufs, host_indices, device_indices, kv=None):
+        from hal.transfer import kvcacheio
+
+        kv = kvcacheio if kv is None else kv
 
         (hk, hv), (dk, dv) = host_bufs, device_bufs
         return kv.transfer_kv_all_layer_lf_ph(list(dk), hk, list(dv), hv, device_indices, host_indices,
                                               geom.item_size, geom.layout_dim, geom.layers, geom.page_size,
                                               geom.heads)
 
-    def load_layer(self, geom, host_bufs, device_bufs, host_indices, device_indices, layer):
-        from hal.transfer import kvcacheio as kv
+    def load_layer(self, geom, host_bufs, device_bufs, host_indices, device_indices, layer, kv=None):
+        from hal.transfer import kvcacheio
+
+        kv = kvcacheio if kv is None else kv
 
         (hk, hv), (dk, dv) = host_bufs, device_bufs
         return kv.transfer_kv_per_layer_ph_lf(hk, dk[layer], hv, dv[layer], host_indices, device_indices, layer,

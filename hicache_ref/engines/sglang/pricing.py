@@ -38,7 +38,7 @@ def op_layouts(attention: str) -> dict[str, str]:
     geom = KVGeometry(attention, 1, 1, 128, torch.bfloat16, 1)  # the op names depend on the attention only
     out = {DIRECT_OP: "layer_first"}
     for name in layout_names(attention):
-        for op in get_layout(name).ops(geom):
+        for op in get_layout(name).ops(geom) or ():  # a layout no upstream op moves: none
             out.setdefault(op, name)
     return out
 

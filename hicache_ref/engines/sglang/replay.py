@@ -11,23 +11,20 @@ from __future__ import annotations
 import time
 
 from hal.backend import get_backend
-from hal.memory.budget import shortfall
 from hal.transfer import kvcacheio as hal_kvcacheio
 from hal.transfer.direction import POOL_DIRECTIONS
-from hal.transfer.layout_registry import get_layout
 from hicache_ref.engines.sglang import kernel_shim, storage
 from hicache_ref.engines.sglang.prefetch import l3_figures
 from hicache_ref.engines.sglang.pricing import FullGeometryPricer, narrow_spec
 from hicache_ref.engines.sglang.stores import open_store
+from hicache_ref.engines.sglang.support import ENGINE, SUPPORT, pools_shortfall, refuse_pools
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
 from hicache_ref.sim.prefill_model import compute_of
 from hicache_ref.sim.serving import served_figures
 from hicache_ref.sim.steps import run_steps
 from hicache_ref.sim.trace import read_trace, trace_tokens
-from hicache_ref.spec.geometry import unaligned_rows
-
-ENGINE = "sglang"
+from hicache_ref.spec.engine_support import first_refusal
 
 
 class _Stats:
@@ -54,36 +51,11 @@ class _Figured:
 
 
 def refuse_unsupported(spec) -> None:
-    """ValueError naming the option the engine does not run (before anything is built)."""
-    if spec.tp.shared_host:
-        # 0.5.23's MLA host dedup (mem_cache/mla_host_dedup.py: rank 0's host copy, loads broadcast
-        # over NCCL) has no caller; every rank keeps its own host pool.
-        raise ValueError("--shared-host: SGLang 0.5.23 keeps a private host pool per rank (drop --shared-host)")
-    if spec.storage.l3 is not None:
-        storage.refuse_unsupported(spec.storage, spec.semantics.overrides)
-    if spec.tiers.ghost:
-        raise ValueError("--ghost: not an SGLang switch")
-    if not get_layout(spec.tiers.host_layout).upstream_direct and spec.tiers.io_backend == "direct":
-        raise ValueError(f"--io-backend: SGLang moves the {spec.tiers.host_layout} host layout by kernel only "
-                         "(give --io-backend kernel, or --semantics sglang-0.5.23)")
-    if why := unaligned_rows(spec.geometry):
-        raise ValueError(f"--kv-dim: {why}, so SGLang cannot run these rows (the reference prices any width)")
-    t = spec.tiers
-    refuse_pools(narrow_spec(spec), t.l1_tokens or 0, t.l2_tokens or 0)
-
-
-def pools_shortfall(spec, l1: int, l2: int) -> str | None:
-    """Why upstream's pools of `l1` + `l2` tokens of `spec`'s rows do not fit in this machine's
-    memory (they are real tensors, unlike the reference's count-backend pools), or None."""
-    return shortfall((l1 + l2) * spec.geometry.token_bytes, f"SGLang's device and host KV pools, L1 {l1:,} + L2 {l2:,} "
-                     f"tokens of {spec.geometry.token_bytes:,}-byte rows")
-
-
-def refuse_pools(spec, l1: int, l2: int) -> None:
-    """ValueError naming --l1-tokens when upstream's pools cannot fit even on `spec`'s rows."""
-    why = pools_shortfall(spec, l1, l2)
+    """ValueError naming the first option the engine does not run (before anything is built):
+    its declaration of every spec field (hicache_ref.engines.sglang.support)."""
+    why = first_refusal(ENGINE, SUPPORT, spec)
     if why is not None:
-        raise ValueError(f"--l1-tokens: the sglang engine {why}")
+        raise ValueError(why)
 
 
 def rows_for(spec, l1: int, l2: int, rows: str):

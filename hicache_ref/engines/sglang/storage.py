@@ -1,48 +1,15 @@
-"""L3 on the sglang engine: what it refuses, the object order it writes, the rank it stamps.
+"""L3 on the sglang engine: the object order it writes, the rank it stamps.
 
 The engine runs upstream's own storage backend (hicache_ref.engines.sglang.stores) and prefetch
-(hicache_ref.engines.sglang.prefetch); the options here are the reference's that upstream has no
-setting for, refused with one line naming each before anything is built.
+(hicache_ref.engines.sglang.prefetch); the L3 options upstream has no setting for are refused
+with the rest (hicache_ref.engines.sglang.support).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from hicache_ref.engines.sglang.stores import STORES, mooncake_parts
 from hicache_ref.storage.objects import DEFAULT_OBJECT_ORDER
-from hicache_ref.storage.registry import split_spec
-
-
-def refuse_unsupported(storage, overrides=()) -> None:
-    """ValueError naming the option the engine cannot run with an L3 (before anything is built);
-    `overrides`: the semantics switches given against the preset (a preset's own value of a switch
-    upstream has no setting for is the reference's model, not a request to upstream)."""
-    name, args = split_spec(storage.l3)
-    if name not in STORES:
-        raise ValueError(f"--l3: the sglang engine runs upstream's own stores: file:DIR (HiCacheFile) or "
-                         f"mooncake:... (MooncakeStore); {name}: is the reference engine's")
-    if name == "file" and ("," in args or not args.strip()):
-        raise ValueError("--l3: the sglang engine takes file:DIR only (HiCacheFile has no max_bytes or digest)")
-    if name == "mooncake":
-        mooncake_parts(storage.l3)
-    if storage.key_scheme != "sglang":
-        raise ValueError("--l3-keys: upstream's store holds upstream's objects: give --l3-keys sglang")
-    for option, value in (("--l3-tag", storage.l3_tag if name == "file" else None),  # MooncakeStore's tag
-                          ("--l3-trailer", storage.trailer if storage.trailer == "on" else None),
-                          ("--l3-extra-key", storage.extra_key), ("--l3-cache-salt", storage.cache_salt),
-                          ("--prefetch-limit", storage.prefetch_limit_tokens)):
-        if value is not None:
-            raise ValueError(f"{option}: not a setting of the sglang engine's L3 (upstream's {name} store; "
-                             "the engine's requests carry no namespace)")
-    if storage.prefetch_policy != "wait_complete":
-        raise ValueError("--prefetch-policy: the sglang engine pins upstream's timing (every prefetch completes "
-                         "before admission): give --prefetch-policy wait_complete")
-    if storage.prefetch_anchor != "backed_up" and "prefetch_anchor" in overrides:
-        raise ValueError("--prefetch-anchor: upstream's scheduler prefetches past a backed-up prefix only "
-                         "(give --prefetch-anchor backed_up, or leave it out)")
-    if storage.prefetch_slack_seconds:
-        raise ValueError("--prefetch-slack-ms: the sglang engine models no queue time (give 0)")
 
 
 def with_upstream_order(spec):
