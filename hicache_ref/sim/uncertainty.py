@@ -40,8 +40,14 @@ def ensemble(profile) -> tuple:
 def _draw(profile, stats) -> tuple:
     import numpy as np
 
-    from hardware_profiles.model import COMPUTE_BOUNDS, COMPUTE_OPTIONAL_BOUNDS, HOST_COST_BOUNDS, \
-        KERNEL_BOUNDS, L3_LINK_BOUNDS, LINK_BOUNDS
+    from hardware_profiles.model import (
+        COMPUTE_BOUNDS,
+        COMPUTE_OPTIONAL_BOUNDS,
+        HOST_COST_BOUNDS,
+        KERNEL_BOUNDS,
+        L3_LINK_BOUNDS,
+        LINK_BOUNDS,
+    )
     from hicache_ref.sim import derive as d
 
     bounds = {**{f"link.{k}": b for k, b in {**LINK_BOUNDS, **KERNEL_BOUNDS}.items()},
