@@ -202,8 +202,8 @@ class _Reader:
             self.ranges[p] = (float(r[0]), float(r[1]))
         if "stderr" in raw:
             e = raw["stderr"]
-            if not is_number(e) or not math.isfinite(e) or e <= 0:
-                self.fail(f"{p}.stderr", "a positive finite number, in the value's unit", shown(e))
+            if not is_number(e) or not math.isfinite(e) or e < 0:
+                self.fail(f"{p}.stderr", "a non-negative number (the value's standard error, its unit)", shown(e))
             if assumed:
                 self.fail(f"{p}.stderr", "a stderr only beside a measured value; an assumed one states "
                           "its range", shown(e))

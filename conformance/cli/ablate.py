@@ -135,8 +135,10 @@ def readings_lines(r: dict) -> list[str]:
         lines.append(f"left out: {ans['readings_loo_within']} of {ans['readings_loo_total']} jointly fitted readings "
                      f"predicted within tolerance by a fit without them" + (f" (worst: {worst})" if worst else ""))
     if ans["ttft_change_pct"] is not None:
-        lines.append(f"answer: with every fix, HiCache changes TTFT by {ans['ttft_change_pct']:+.1f}% against HiCache "
-                     f"off ({'a gain' if ans['gain'] else 'a loss'}; the seed measured {ans['seed_ttft_change_pct']:+.2f}%)")
+        lo, hi = ans["ttft_change_pct_interval"] or (ans["ttft_change_pct"],) * 2
+        lines.append(f"answer: {ans['answer']}: with every fix, HiCache changes TTFT by {ans['ttft_change_pct']:+.1f}% "
+                     f"[{lo:+.1f}%, {hi:+.1f}%, 5-95%] against HiCache off (the seed measured "
+                     f"{ans['seed_ttft_change_pct']:+.2f}%)")
     return lines
 
 
@@ -144,22 +146,37 @@ def _num(v, fmt: str) -> str:
     return "n/m" if v is None else format(v, fmt)
 
 
+def _interval(iv) -> str:
+    return "n/m" if iv is None else f"[{iv[0]:+.2f}, {iv[1]:+.2f}]"
+
+
+def answer_line(ans: dict) -> str:
+    """The first line: the ladder's answer (its last priced rung, every fix on) with its intervals."""
+    if ans.get("answer") is None:
+        return "answer: not modeled (no rung could be priced: see n/m below)"
+    from hicache_ref.sim.spread import phrase
+
+    return phrase(ans, f"HiCache off, every fix on ({ans['step']})")
+
+
 def table_lines(r: dict) -> list[str]:
     c = r["configuration"]
     gib = 2**30
     served = "serial" if c["concurrency"] is None else f"concurrency {c['concurrency']}"
     engine = f", rungs on engine {c['engine']} (HiCache off on the reference)" if "engine" in c else ""
-    lines = [f"{c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}, L1 {c['l1_tokens']:,} / L2 "
+    lines = [answer_line(r["answer"]),
+             f"{c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}, L1 {c['l1_tokens']:,} / L2 "
              f"{c['l2_tokens']:,} tokens per rank, {served}{engine}",
              f"{'step':<17} {'hit rate':>8} {'D2H seg':>9} {'H2D seg':>9} {'D2H GiB':>8} {'H2D GiB':>8} "
-             f"{'xfer s':>9} {'TTFT chg s':>11} {'TTFT %':>8} {'net s':>11}"]
+             f"{'xfer s':>9} {'TTFT chg s':>11} {'TTFT %':>8} {'TTFT % 5-95':>17} {'net s':>11} answer"]
     for s in r["steps"]:
         lines.append(f"{s['step']:<17} {_num(s['hit_rate'], '.4f'):>8} {_num(s['d2h_segments'], ','):>9} "
                      f"{_num(s['h2d_segments'], ','):>9} "
                      f"{_num(None if s['d2h_bytes'] is None else s['d2h_bytes'] / gib, '.2f'):>8} "
                      f"{_num(None if s['h2d_bytes'] is None else s['h2d_bytes'] / gib, '.2f'):>8} "
                      f"{_num(s['modeled_transfer_seconds'], '.3f'):>9} {_num(s['ttft_change_seconds'], '+.4f'):>11} "
-                     f"{_num(s.get('ttft_change_pct'), '+.2f'):>8} {_num(s['net_benefit_seconds'], '+.2f'):>11}")
+                     f"{_num(s.get('ttft_change_pct'), '+.2f'):>8} {_interval(s.get('ttft_change_pct_interval')):>17} "
+                     f"{_num(s['net_benefit_seconds'], '+.2f'):>11} {s.get('answer') or 'n/m'}")
     unmeasured = [(s["step"], why) for s in r["steps"] for why in sorted(set(s["not_measured"].values()))]
     if unmeasured:
         lines.append("n/m: not measured:")

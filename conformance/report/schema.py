@@ -66,6 +66,11 @@ ANSWER = {
         **{k: {"type": ["integer", "null"], "minimum": 0} for k in ("readings_loo_within", "readings_loo_total")},
         **{k: {"type": "array", "items": {"type": "object", "required": ["reading", "seed", "left_out", "within"]}}
            for k in ("loo_predictions", "loo_worst")},
+        # the answer word and 5-95% intervals over the parameter ensemble (hicache_ref.sim.spread)
+        "answer": {"enum": ["gain", "loss", "undecided", None]},
+        **{k: {"anyOf": [{"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},
+                         {"type": "null"}]}
+           for k in ("ttft_change_pct_interval", "net_benefit_seconds_interval", "busy_seconds_interval")},
         **{k: {"type": "integer", "minimum": 0}
            for k in ("readings_within", "readings_outside", "readings_not_measured", "readings_total")},
     },

@@ -9,7 +9,7 @@ fix against HiCache off, and the model's score in sample and left out.
 from __future__ import annotations
 
 from hardware_profiles.readings import load_readings
-from hicache_ref.sim import derivation_cache, loo
+from hicache_ref.sim import derivation_cache, loo, spread
 from hicache_ref.sim.ablate import ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.readings import ANSWER_READING, evaluate
@@ -57,15 +57,18 @@ def seed_ladder(profile, readings, plateau_gain: float | None = None, progress=N
     runs = Runs(base, requests, sc["tp"], engine=engine)
     if engine is None:  # the ensemble's derivation (hicache_ref.sim.uncertainty) reuses these replays
         derivation_cache.remember(profile, runs)
+    ensemble = spread.members(profile)
     result = ablate(base.replace(tp=sc["tp"]), requests, plateau_gain if plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
-                    progress=progress, profile=profile, runs=runs)
-    rows, left_out = with_loo(profile, readings, runs, evaluate(profile, readings, runs))
+                    progress=progress, profile=profile, runs=runs, ensemble=ensemble)
+    rows, left_out = with_loo(profile, readings, runs, evaluate(profile, readings, runs, ensemble))
     by = {r["reading"]: r for r in rows}
     final = by.get(ANSWER_READING)
     change = None if final is None else final["model"]
+    # the answer word and intervals of the answer reading (hicache_ref.sim.spread); its TTFT change is the reading's
+    priced = {k: (final or {}).get(k) for k in spread.KEYS}
     result.update(readings=rows, scenario=dict(sc, readings_file=str(readings.path), trace="seed_requests()"),
-                  answer=dict(ttft_change_pct=change, gain=None if change is None else change < 0,
+                  answer=dict(priced, ttft_change_pct=change, gain=None if change is None else change < 0,
                               seed_ttft_change_pct=None if final is None else final["seed"],
                               net_seconds=None if final is None else final.get("net_seconds"),
-                              **score(rows, left_out)))
+                              step=ANSWER_READING, **score(rows, left_out)))
     return result
