@@ -20,6 +20,7 @@ ANSWERS = ("gain", "loss", "undecided")
 ENSEMBLE_SIZE = 64  # members, the profile itself included: enough for a 5-95% interval, cheap to price
 ENSEMBLE_SEED = 37
 _MEMBERS: dict[tuple, tuple] = {}
+_DRAWING: set = set()  # profiles whose members are being drawn (their derivation replays the seed scenario)
 
 
 def ensemble(profile) -> tuple:
@@ -33,8 +34,15 @@ def ensemble(profile) -> tuple:
 
     k = derivation_cache.key(profile)
     if k not in _MEMBERS:
-        _MEMBERS[k] = _draw(profile, derivation_cache.stats(profile))
-    return _MEMBERS[k]
+        if k in _DRAWING:  # the derivation's own replays price themselves: with the profile alone
+            return (profile,)
+        _DRAWING.add(k)
+        try:
+            _MEMBERS[k] = _draw(profile, derivation_cache.stats(profile))
+        finally:
+            _DRAWING.discard(k)
+    out = _MEMBERS[k]
+    return out if out[0] is profile else (profile, *out[1:])  # an equal profile loaded again: itself first
 
 
 def _draw(profile, stats) -> tuple:
