@@ -209,14 +209,16 @@ def test_a_served_replay_prices_its_busy_seconds_under_its_concurrency():
                                      concurrency=2), _doc_trace())
     assert fig["net_benefit_seconds"] is not None
     assert fig["modeled_ttft_seconds"] == pytest.approx(2 * fig["net_benefit_service"]["total"] / fig["requests"])
-    assert fig["modeled_ttft_l1_only_seconds"] == pytest.approx(2 * fig["modeled_prefill_l1_only_seconds"]
-                                                                / fig["requests"])
+    # HiCache off: the served L1-alone replay, its busy seconds under the same concurrency
+    assert fig["modeled_ttft_l1_only_seconds"] == pytest.approx(2 * fig["hicache_off"]["busy_seconds"] / fig["requests"])
 
 
 def test_no_profile_no_compute_model_or_no_request_gives_no_net_benefit_and_says_why():
     fig = replay(CacheSpec.of(profile="p800", l2_tokens=8192), _small_trace(), None)
-    none = cost.replay_figures(None, fig)
+    none = cost.replay_figures(None, fig, fig)
     assert none == {"net_benefit_seconds": None, "net_benefit_reason": "no profile", **dict.fromkeys(spread.KEYS)}
+    unpriced = cost.replay_figures(load_profile("p800"), fig, None)  # the caller prices it against its off run
+    assert unpriced["net_benefit_seconds"] is None and "HiCache-off run" in unpriced["net_benefit_reason"]
     emu = replay(CacheSpec.of(profile="emu"), _small_trace(), None)
     assert emu["net_benefit_seconds"] is None and "compute model" in emu["net_benefit_reason"]
     assert [x for x in summary_lines(emu) if x.startswith("net benefit")][0].startswith("net benefit: not modeled")
@@ -378,10 +380,11 @@ def test_the_replays_net_benefit_reason_and_host_state_say_how_it_was_priced():
     fig = replay(CacheSpec.of(profile="p800", l1_tokens=4096, l2_tokens=16384, write_policy="write_through"),
                  _doc_trace(), None)
     assert fig["net_benefit_reason"] == (
-        "busy seconds of an L1-only cache - this run's (compute saved - L2 path, loads, backup hold and "
-        "interference); " + cost.REPLAY_STATE_NOTE)
+        "busy seconds of HiCache off - this run's (compute saved - L2 path, loads, backup hold and "
+        "interference); " + cost.OFF_REASON + "; " + cost.REPLAY_STATE_NOTE)
     assert fig["registered_bytes"] > 0  # the host pool each card registers: its translation entries cost
-    assert fig["net_benefit_host_state"] == mech.HostState(registered_bytes=fig["registered_bytes"]).to_json()
+    assert fig["net_benefit_host_state"] == mech.HostState(registered_bytes=fig["registered_bytes"],
+                                                           numa_nodes=load_profile("p800").host.numa_nodes).to_json()
     assert not any(k.startswith("l3_link") for k in fig["net_benefit_assumed_inputs"])  # no L3: no L3 keys
     assert "l3_service_seconds" not in fig and fig["net_benefit_service"]["l3"] == 0.0
     empty = replay(CacheSpec.of(profile="p800"), [], None)

@@ -102,7 +102,13 @@ def test_the_l3_sweep_plateaus_on_a_trace_built_to_plateau():
     rates = [t["hit_rate"] for t in r["tiers"]]
     assert rates == sorted(rates) and rates[0] > r["without_l3_hit_rate"]
     assert rates[-1] == rates[-2] and r["tiers"][-1]["marginal_gain"] == 0
-    assert r["on_plateau"] and r["plateau_l3_tokens"] < tiers[-1]
+    from hicache_ref.sim.plateau import find_plateau
+
+    # the hit-rate curve is flat past the trace's pages; priced on p800 every L3 tier loses more than the
+    # same L1 and L2 without L3, so the sweep names no plateau and says none pays
+    assert find_plateau(tiers, rates, r["without_l3_hit_rate"], 0.001).plateau_l2_tokens < tiers[-1]
+    assert all(t["net_benefit_seconds"] < r["without_l3_net_benefit_seconds"] for t in r["tiers"])
+    assert r["none_pays"] and r["plateau_l3_tokens"] is None and not r["on_plateau"]
     assert all(t["l3_bytes_written"] > 0 for t in r["tiers"]) and r["tiers"][-1]["l3_bytes_read"] > 0
     assert all(t["net_benefit_seconds"] is not None for t in r["tiers"])
     # every tier, and the top at the capacity to deploy, carries the answer and its intervals
@@ -110,8 +116,8 @@ def test_the_l3_sweep_plateaus_on_a_trace_built_to_plateau():
         lo, hi = t["ttft_change_pct_interval"]
         assert t["answer"] in ("gain", "loss", "undecided") and lo <= t["ttft_change_pct"] <= hi
         assert len(t["net_benefit_seconds_interval"]) == 2
-    at = next(t for t in r["tiers"] if t["l3_tokens"] == r["answer_l3_tokens"] == r["plateau_l3_tokens"])
-    assert (r["answer"], r["ttft_change_pct_interval"]) == (at["answer"], at["ttft_change_pct_interval"])
+    # no tier pays, so there is no capacity to deploy and no answer at the top of its own
+    assert r["answer_l3_tokens"] is None and r["answer"] is None and r["ttft_change_pct_interval"] is None
 
 
 def test_shared_uplink_raises_modeled_seconds_only_when_both_run():

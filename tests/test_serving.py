@@ -90,6 +90,6 @@ def test_replay_cli_concurrency(tmp_path, trace, capsys):
     out = capsys.readouterr().out.splitlines()
     served = [x for x in out if x.startswith("served:")]
     assert len(served) == 1 and "up to 3 requests in flight" in served[0] and "(--pd-disagg)" in served[0]
-    assert any(x.startswith("net benefit over an L1-only cache") for x in out)
+    assert any(x.startswith("net benefit against HiCache off") for x in out)
     assert main(text) == 0
     assert "served:" not in capsys.readouterr().out

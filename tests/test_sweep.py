@@ -71,7 +71,9 @@ def test_one_pass_curve_equals_per_tier_replays_exactly():
     for a, b in zip(one["tiers"], per["tiers"], strict=True):
         assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
     assert len({t["hit_rate"] for t in one["tiers"]}) > 2  # the curve really moves over these tiers
-    assert one["plateau_l2_tokens"] == per["plateau_l2_tokens"] and one["on_plateau"] == per["on_plateau"]
+    # one pass prices nothing, so its plateau is the hit-rate rule's; the replays' is among the tiers that pay
+    rule = find_plateau(tiers, [t["hit_rate"] for t in per["tiers"]], per["l1_alone_hit_rate"])
+    assert (one["plateau_l2_tokens"], one["on_plateau"]) == (rule.plateau_l2_tokens, rule.on_plateau)
 
 
 def test_one_pass_refuses_a_tier_below_l1():
@@ -209,7 +211,8 @@ def test_cli_says_when_tiers_rise_again_after_the_plateau_and_warns_on_tiers_not
              tiers=[dict(l2_tokens=l2, hit_rate=h, marginal_gain=g, d2h_bytes=0, h2d_bytes=0, registered_bytes=0,
                          net_benefit_reason="x") for l2, h, g in ((100, 0.10, 0.0), (200, 0.15, 0.05))])
     where = summary_lines(r)[-2]
-    assert where.startswith("plateau at L2 0 tokens") and "later tiers gain again (+0.0500 at 200)" in where
+    assert where.startswith("L1 alone is already on the plateau") and "later tiers gain again (+0.0500 at 200)" in where
+    assert "0 tokens" not in where
     r["tiers"][1]["marginal_gain"] = 0.001  # flat after the step: no such note
     assert "later tiers" not in summary_lines(r)[-2]
 
@@ -221,3 +224,50 @@ def test_cli_warns_on_l2_tiers_not_above_l1(capsys):
                "--quiet"])
     err = capsys.readouterr().err
     assert rc == 0 and "hicache: warning: --l2-tokens 64,000: not above --l1-tokens 64,000" in err
+
+
+@pytest.mark.parametrize(("rates", "nets", "plateau", "on", "none"), [
+    ([0.30, 0.40, 0.45, 0.455, 0.46], [-1.0, -0.5, -0.2, -0.1, -0.3], None, False, True),  # every tier loses
+    ([0.30, 0.40, 0.45, 0.455, 0.46], [-1.0, 0.5, 0.2, 0.1, -0.3], 300, True, False),  # the rule among payers
+    ([0.105, 0.2, 0.3, 0.4, 0.5], [0.1, 0.2, 0.3, 0.4, 0.5], 100, True, False),  # flat first payer: never L1 alone
+    ([0.30, 0.40, 0.50, 0.60, 0.70], [-1.0, -1.0, -1.0, 0.1, 0.2], 500, False, False),  # payers still rising
+    ([0.30, 0.40, 0.45, 0.455, 0.46], [None] * 5, 300, True, False),  # unpriced: the hit-rate rule
+])
+def test_the_plateau_is_named_only_among_tiers_that_pay(rates, nets, plateau, on, none):
+    from hicache_ref.sim.plateau import paying_plateau
+
+    p = paying_plateau(TIERS, rates, 0.10, nets, 0.01)
+    assert (p.plateau_l2_tokens, p.on_plateau, p.none_pays) == (plateau, on, none)
+    assert p.marginal_gains == find_plateau(TIERS, rates, 0.10, 0.01).marginal_gains
+
+
+def test_a_sweep_where_no_tier_pays_says_so_and_names_no_plateau(capsys):
+    """Every tier loses against HiCache off (inline submission on remote 4 KB pages is not what replay
+    prices, so a tiny L1 with a huge write-through L2 and nothing to reuse does it): no plateau."""
+    from conformance.cli.sweep import summary_lines
+
+    reqs = [TraceRequest(float(i), 1024, 1, tuple(range(2 * i, 2 * i + 2))) for i in range(30)]  # no reuse
+    spec = CacheSpec.of(page_size=64, l1_tokens=4096, write_policy="write_through", profile="p800")
+    r = sweep(spec, reqs, [8192, 16384], method="replay", workers=1)
+    assert all(t["net_benefit_seconds"] < 0 for t in r["tiers"])
+    assert r["none_pays"] and r["plateau_l2_tokens"] is None and not r["on_plateau"]
+    where = summary_lines(r)[-2]
+    assert where.startswith("no L2 tier pays") and "plateau at" not in where
+
+
+def test_the_sweep_plots_net_benefit_without_an_axis_offset(tmp_path, monkeypatch):
+    """0.3 ms of difference near 1.2 s is drawn as such, not as a cliff under a "+1.2" offset, and the
+    axis shows where net benefit changes sign."""
+    pytest.importorskip("matplotlib")
+    from conformance.cli import plots
+
+    seen = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: (fig.canvas.draw(), seen.append(fig)))
+    tiers = [dict(l2_tokens=t, hit_rate=0.3 + t / 1e4, net_benefit_seconds=1.2 + t * 1e-6) for t in TIERS]
+    plots.sweep_plot(tmp_path / "s.png", dict(tiers=tiers, l1_alone_hit_rate=0.2, plateau_l2_tokens=300,
+                                              on_plateau=True, none_pays=False))
+    net_axis = seen[0].axes[1]
+    assert net_axis.get_ylabel().startswith("net benefit, s")
+    assert net_axis.yaxis.get_major_formatter().get_offset() == ""
+    low, high = net_axis.get_ylim()
+    assert low <= 0 <= high  # zero drawn: a gain or a loss reads from the axis itself

@@ -64,8 +64,9 @@ def test_cli_replay_tp(capsys):
     assert main.main(args + ["--shared-host"]) == 2
     assert capsys.readouterr().err.strip() == ("hicache: --shared-host: shares one host pool among the ranks of "
                                               "--tp N; give --tp")
-    assert main.main(args + ["--tp", "2", "--concurrency", "4"]) == 2
-    assert capsys.readouterr().err.startswith("hicache: --tp: applies to a serial replay")
+    assert main.main(args + ["--tp", "2", "--concurrency", "4", "--json"]) == 0  # served, as ablate's TP rungs
+    fig = json.loads(capsys.readouterr().out)
+    assert fig["tp"] == 2 and fig["concurrency"] == 4 and fig["net_benefit_seconds"] is not None
     assert main.main(args + ["--tp", "0"]) == 2
     assert capsys.readouterr().err.startswith("hicache: --tp: must be positive")
 

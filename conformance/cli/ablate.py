@@ -17,7 +17,7 @@ from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path
 from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
+from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hicache_ref.sim.ablate import ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.trace import read_trace
@@ -69,8 +69,18 @@ def run(a) -> int:
     result = ablate(spec, requests_of("--trace", trace, read_trace(trace, a.limit)), plateau_gain=a.plateau_gain,
                     progress=bar("hicache ablate", a.quiet, " replays"), l3_tokens=l3, engine=engine)
     result["configuration"]["trace"] = str(trace)
-    emit_result(result, out, "ablate", ablate_plot, a.json, table_lines(result))
+    lines = sizing_lines(spec) + table_lines(result)
+    emit_result(result, out, "ablate", ablate_plot, a.json, lines, report=_page(out, result, lines))
     return 0
+
+
+def _page(out, result: dict, lines: list[str]) -> str | None:
+    """report.html's text with --out, made before any file is written."""
+    if out is None:
+        return None
+    from conformance.report.team_results import ablate_page
+
+    return ablate_page(result, lines)
 
 
 SCENARIO_OWN = ("scenario", "profile", "plateau_gain", "engine", "out", "json", "quiet")  # what --scenario seed leaves to the user
@@ -109,8 +119,9 @@ def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
                          progress=bar("hicache ablate", a.quiet, " replays"), engine=engine)
     from conformance.cli.plots import readings_plot
 
+    lines = table_lines(result) + [""] + readings_lines(result)
     emit_result(result, out, "ablate", lambda path, r: (ablate_plot(path, r), readings_plot(
-        Path(path).with_name("readings.png"), r)), a.json, table_lines(result) + [""] + readings_lines(result))
+        Path(path).with_name("readings.png"), r)), a.json, lines, report=_page(out, result, lines))
     return 0
 
 

@@ -48,6 +48,12 @@ def trace_stats_plot(path: str | Path, stats: dict, lengths: list[int]) -> None:
     plt.close(fig)
 
 
+def plain_axis(ax) -> None:
+    """Tick labels as the values themselves: no offset or scale factor, so a difference of 0.3 ms
+    near 1.2 s reads as 1.2003 - 1.2000, not as a cliff from 0 to 3 with "+1.2" in a corner."""
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+
+
 def sweep_plot(path: str | Path, result: dict) -> None:
     """Hit rate and net benefit vs L2 capacity, the plateau marked."""
     plt = _pyplot()
@@ -63,12 +69,17 @@ def sweep_plot(path: str | Path, result: dict) -> None:
         other = ax.twinx()
         other.plot(xs, benefit, marker="s", color="#cc6677", label="net benefit")
         _band(other, xs, tiers)
+        other.axhline(0.0, linewidth=0.8, color="#cc6677", alpha=0.4)  # above: a gain against HiCache off
         other.set_ylabel("net benefit, s (band: 5-95% over the parameter ensemble)")
+        plain_axis(other)
     else:
         ax.set_title("net benefit not modeled: " + tiers[0].get("net_benefit_reason", ""), fontsize=8)
     plateau = result["plateau_l2_tokens"]
-    label = f"plateau {plateau:,}" if result["on_plateau"] else f"largest tier {plateau:,} (not on the plateau)"
-    ax.axvline(plateau, linestyle="--", color="#228833", label=label)
+    if result.get("none_pays"):
+        ax.plot([], [], " ", label="no tier pays: no plateau")
+    elif plateau:
+        label = f"plateau {plateau:,}" if result["on_plateau"] else f"largest tier {plateau:,} (not on the plateau)"
+        ax.axvline(plateau, linestyle="--", color="#228833", label=label)
     ax.legend(loc="lower right")
     fig.tight_layout()
     _save(fig, path)
@@ -106,8 +117,8 @@ def sweep_l3_plot(path: str | Path, result: dict) -> None:
     title = "net benefit, s: " + ", ".join(f"{b:+.1f}" for b in benefit) if all(b is not None for b in benefit) \
         else "net benefit not modeled: " + (tiers[0].get("net_benefit_reason") or "")
     ax.set_title(title, fontsize=8)
-    if result["on_plateau"]:
-        ax.axvline(max(result["plateau_l3_tokens"], xs[0] if xs else 0), linestyle="--", color="#228833",
+    if result["on_plateau"] and result["plateau_l3_tokens"]:
+        ax.axvline(result["plateau_l3_tokens"], linestyle="--", color="#228833",
                    label=f"plateau {result['plateau_l3_tokens']:,}")
     ax.legend(loc="lower right")
     other.legend(loc="upper left")
@@ -150,6 +161,7 @@ def ablate_plot(path: str | Path, result: dict) -> None:
     ax.margins(y=0.12)  # room for the labels above the highest bar
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("modeled net benefit, s (bars: 5-95%)")
+    plain_axis(ax)
     c = result["configuration"]
     ax.set_title(f"ablate: {c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}", fontsize=9)
     fig.tight_layout()

@@ -45,6 +45,7 @@ DIFFERENCES: dict[str, dict[str, str]] = {
         "conform": "the profile of the machine under test: by default the backend's own (emu for emu)",
         "calibrate": "the base profile the measured one extends: by default the backend's own",
         "doctor": "optional: given, its topology is emulated; absent, this machine is checked as it is",
+        "advise": "repeatable: several profiles are compared side by side on the same replays (default p800)",
     },
     "--limit": {"bench l3_hits": "the benchmark's fixed slice: the first 1500 requests"},
     "--ops": {"bench spmd": "timing needs a longer run than the check: 1000 ops"},
@@ -53,7 +54,9 @@ DIFFERENCES: dict[str, dict[str, str]] = {
     "--storage": {"bench l3": "repeatable: every backend given is timed", "conform": "one L3 backend spec"},
     "--tokens": {"plan": "required: the transfer to plan", "bench transfer": "a fixed timed copy of 8192 tokens"},
     "--free-list": {"spmd": "the TP workload's allocator has fifo and lifo only"},
-    "--out": {"trace synth": "required: the JSONL file it writes (elsewhere a result folder)"},
+    "--out": {"trace synth": "required: the JSONL file it writes (elsewhere a result folder)",
+              "trace convert": "required: the JSONL file it writes", "trace gsp": "required: the JSONL file it writes"},
+    "--seed": {"trace gsp": "bench_serving's own default seed, 1, so its shape reads as upstream's arguments"},
     "--l1-tokens": {"sweep": "required: the L1 every tier is swept under"},
     "--l2-tokens": {"sweep": "required: the comma list of L2 tiers swept"},
 }

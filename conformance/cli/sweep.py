@@ -17,7 +17,7 @@ from conformance.common.errors import EXIT_NOT_RUN, CliError, clip, clip_path, e
 from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
+from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hal.units import HELP as UNITS
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.sweep import METHODS, sweep
@@ -85,8 +85,18 @@ def run_l3(a, spec, trace) -> int:
         print(f"hicache: warning: {result['warning']}", file=sys.stderr, flush=True)
     from conformance.cli.plots import sweep_l3_plot
 
-    emit_result(result, out, "sweep", sweep_l3_plot, a.json, summary_l3_lines(result))
+    lines = summary_l3_lines(result)
+    emit_result(result, out, "sweep", sweep_l3_plot, a.json, lines, report=_page(out, result, lines))
     return 0
+
+
+def _page(out, result: dict, lines: list[str]) -> str | None:
+    """report.html's text with --out, made before any file is written."""
+    if out is None:
+        return None
+    from conformance.report.team_results import sweep_page
+
+    return sweep_page(result, lines)
 
 
 def answer_line(r: dict, tier: str) -> str:
@@ -112,10 +122,9 @@ def summary_l3_lines(r: dict) -> list[str]:
         lines.append(f"{t['l3_tokens']:>14,} {t['hit_rate']:>9.4f} {t['marginal_gain']:>+8.4f} "
                      f"{t['l3_bytes_read'] / gib:>12.2f} {t['l3_bytes_written'] / gib:>15.2f} "
                      + (f"{net:>+10.2f}" if net is not None else f"{'n/m':>10}"))
-    where = (f"plateau at L3 {r['plateau_l3_tokens']:,} tokens (next tier gains < {r['plateau_gain']})"
-             if r["on_plateau"] else f"not on the plateau yet: every tier gains >= {r['plateau_gain']}")
+    where = plateau_words(r, "L3", r["plateau_l3_tokens"], "the same L1 and L2 without L3")
     how = r["tiers"][0].get("net_benefit_reason", "") if r["tiers"] else ""
-    return lines + [where, "net s: net benefit over an L1-only cache, n/m: not measured; first tier: " + how]
+    return lines + [where, "net s: net benefit against HiCache off (L1 alone), n/m: not measured; first tier: " + how]
 
 
 def run(a) -> int:
@@ -152,7 +161,8 @@ def run(a) -> int:
     result["trace"] = str(trace)
     from conformance.cli.plots import sweep_plot
 
-    emit_result(result, out, "sweep", sweep_plot, a.json, summary_lines(result))
+    lines = sizing_lines(spec) + summary_lines(result)
+    emit_result(result, out, "sweep", sweep_plot, a.json, lines, report=_page(out, result, lines))
     return 0
 
 
@@ -169,7 +179,24 @@ def engine_replay(a):
     if why is not None:
         print(f"hicache sweep: NOT RUN: engine {a.engine}: {why}", flush=True)
         return True
-    return lambda spec, requests: replay_with(a.engine, spec, requests)
+    return lambda spec, requests: replay_with(a.engine, spec, requests, off=False)  # priced against the sweep's L1-alone run
+
+
+def plateau_words(r: dict, tier: str, at: int | None, against: str) -> str:
+    """The plateau line of a sweep: none pays (every tier's net benefit a loss against `against`), L1
+    alone (or no L3) already on the plateau, the plateau tier, or not yet on the plateau."""
+    if r.get("none_pays"):
+        return (f"no {tier} tier pays: every tier's net benefit is a loss against {against}, so there is no "
+                f"plateau to deploy; leave {tier} {'off' if tier == 'L3' else 'and HiCache off'} at these sizes "
+                "(hicache ablate prices the host fixes that may turn it)")
+    basis = "" if all(t.get("net_benefit_seconds") is not None for t in r["tiers"]) else \
+        " (by hit rate alone: net benefit not modeled)"
+    if r["on_plateau"] and not at:
+        first = "without L3" if tier == "L3" else "L1 alone"
+        return f"{first} is already on the plateau: the first {tier} tier gains < {r['plateau_gain']} hit rate" + basis
+    if r["on_plateau"]:
+        return f"plateau at {tier} {at:,} tokens (next paying tier gains < {r['plateau_gain']})" + basis
+    return f"not on the plateau yet: every paying tier gains >= {r['plateau_gain']}; largest {at:,}" + basis
 
 
 def summary_lines(r: dict) -> list[str]:
@@ -183,14 +210,12 @@ def summary_lines(r: dict) -> list[str]:
         lines.append(f"{t['l2_tokens']:>14,} {t['hit_rate']:>9.4f} {t['marginal_gain']:>+8.4f} "
                      f"{t['d2h_bytes'] / gib:>9.2f} {t['h2d_bytes'] / gib:>9.2f} {t['registered_bytes'] / gib:>15.2f} "
                      + (f"{net:>+10.2f}" if net is not None else f"{'n/m':>10}"))
-    where = (f"plateau at L2 {r['plateau_l2_tokens']:,} tokens (next tier gains < {r['plateau_gain']})"
-             if r["on_plateau"] else f"not on the plateau yet: every tier gains >= {r['plateau_gain']}; "
-             f"largest tier {r['plateau_l2_tokens']:,}")
-    later = [t for t in r["tiers"] if r["on_plateau"] and t["l2_tokens"] > r["plateau_l2_tokens"]
-             and t["marginal_gain"] >= r["plateau_gain"]]
+    where = plateau_words(r, "L2", r["plateau_l2_tokens"], "HiCache off (L1 alone)")
+    later = [t for t in r["tiers"] if r["on_plateau"] and r["plateau_l2_tokens"] is not None
+             and t["l2_tokens"] > r["plateau_l2_tokens"] and t["marginal_gain"] >= r["plateau_gain"]]
     if later:  # the rule stops at the first flat step; say when the curve rises again after it
         rises = ", ".join(f"{t['marginal_gain']:+.4f} at {t['l2_tokens']:,}" for t in later)
         where += f"; but later tiers gain again ({rises}): the curve is not flat past that step, look at the tiers above it"
     # The reason text is the first tier's (its figures quoted); the column has every tier's.
     how = r["tiers"][0]["net_benefit_reason"] if r["tiers"] else ""
-    return lines + [where, "net s: net benefit over an L1-only cache, n/m: not measured; first tier: " + how]
+    return lines + [where, "net s: net benefit against HiCache off (L1 alone), n/m: not measured; first tier: " + how]

@@ -1,4 +1,5 @@
-"""`hicache trace stats|synth`: what a Mooncake trace asks of a cache, and synthetic ones shaped like yours."""
+"""`hicache trace stats|synth|convert|gsp`: what a Mooncake trace asks of a cache, synthetic ones shaped like
+yours, and traces in other formats converted (conformance.cli.trace_convert)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from conformance.cli.trace_convert import add_parsers
 from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
 from conformance.common.inputs import new_file, requests_of, trace_file
@@ -14,10 +16,10 @@ from conformance.common.spec_options import add_spec_options
 from hal.units import HELP as UNITS
 from hal.units import parse_size
 from hicache_ref.sim.trace import read_trace
-from hicache_ref.sim.trace_stats import prefix_reuse_tokens, trace_stats
+from hicache_ref.sim.trace_stats import FITS_IN_L1, prefix_reuse_tokens, trace_stats
 from hicache_ref.sim.trace_synth import global_share, synthesize_trace, write_trace
 
-HELP = "trace statistics (reuse rate, reuse distances) and synthetic Mooncake traces"
+HELP = "trace statistics (reuse rate, reuse distances, pressure on the tiers), synthetic and converted Mooncake traces"
 REUSE_TOLERANCE = 0.02  # synth warns when the trace it wrote misses --reuse by more
 
 
@@ -63,6 +65,7 @@ def add_arguments(p) -> None:
     y.add_argument("--seed", type=types.count(0), default=0, help="the same seed writes the same trace")
     y.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     y.set_defaults(_trace_run=_synth)
+    add_parsers(sub)
 
 
 def run(a) -> int:
@@ -76,7 +79,9 @@ def _stats(a) -> int:
         if Path(a.plot).suffix.lower() != ".png":  # checked before the work, not by matplotlib after it
             raise CliError("--plot", f"{clip_path(Path(a.plot))}: the plot is a PNG: name it *.png")
     requests = requests_of("path", path, read_trace(path))
-    stats = trace_stats(requests, a.page_size, l1_tokens=a.l1_tokens)
+    if a.l2_tokens is not None and a.l1_tokens is None:
+        raise CliError("--l2-tokens", "needs --l1-tokens: L2 pressure is against L1 + L2")
+    stats = trace_stats(requests, a.page_size, l1_tokens=a.l1_tokens, l2_tokens=a.l2_tokens)
     stats["trace"] = str(path)
     if a.plot is not None:
         from conformance.cli.plots import trace_stats_plot
@@ -99,7 +104,23 @@ def stats_lines(s: dict) -> list[str]:
             f"{s['unlimited_hit_rate']:.4f} (page {s['page_size']})",
             f"reuse distance (tokens) over {s['reused_pages']:,} reused pages: {fmt(rd) or 'none'}"] + (
         [] if s.get("l1_tokens") is None else
-        [f"L1 alone of {s['l1_tokens']:,} tokens (LRU, whole pages): hit rate {s['l1_hit_rate']:.4f}"])
+        [f"L1 alone of {s['l1_tokens']:,} tokens (LRU, whole pages): hit rate {s['l1_hit_rate']:.4f}"]) + \
+        pressure_lines(s["pressure"])
+
+
+def pressure_lines(p: dict) -> list[str]:
+    """The working set against the tiers, and the fits-in-L1 word (trace_stats' `pressure`)."""
+    line = f"block size {p['block_tokens']} tokens (hash_ids); working set {p['working_set_tokens']:,} tokens"
+    if p.get("l1_tokens"):
+        line += f" = {p['working_set_over_l1']:.2f} x L1"
+    if p.get("l2_tokens") is not None and p.get("working_set_over_l1_l2") is not None:
+        line += f", {p['working_set_over_l1_l2']:.2f} x L1 + L2 (hit rate with both {p['l1_l2_hit_rate']:.4f})"
+    out = [line]
+    if p.get("fits_in_l1"):
+        out.append(FITS_IN_L1)
+    elif p.get("fits_in_l1_l2"):
+        out.append("fits in L1 + L2: an L2 of this size reaches every reuse the trace has")
+    return out
 
 
 def _synth(a) -> int:

@@ -55,7 +55,8 @@ class Engine:
         return None if why is None else f"NOT RUN on engine {self.name}: {why}"
 
     def replay(self, spec, requests) -> dict:
-        return replay_with(self.name, spec, requests)
+        """The engine's figures for `spec`, not priced: Runs prices them against its own HiCache-off run."""
+        return replay_with(self.name, spec, requests, off=False)
 
 
 def engine_for(name: str) -> Engine | None:
@@ -63,25 +64,26 @@ def engine_for(name: str) -> Engine | None:
     return None if name == DEFAULT_ENGINE else Engine(name)
 
 
-def replay_with(engine: str, spec, trace, limit: int | None = None) -> dict:
-    """Replay on `engine`: the reference's run_replay, or SGLang's cache (EngineNotRun when absent)."""
+def replay_with(engine: str, spec, trace, limit: int | None = None, off: bool | None = None) -> dict:
+    """Replay on `engine`: the reference's run_replay, or SGLang's cache (EngineNotRun when absent);
+    priced against HiCache off (hicache_ref.sim.baseline), or not at all with `off` False."""
     why = not_run_reason(engine)
     if why is not None:
         raise EngineNotRun(f"engine {engine}: {why}")
     if engine == "reference":
         from hicache_ref.sim.run import run_replay
 
-        return run_replay(spec, trace, limit)
+        return run_replay(spec, trace, limit, off=off)
     from hicache_ref.engines.sglang.replay import replay_sglang
     from hicache_ref.spec.memory import check_capacity
 
     check_capacity(spec)
     if spec.tp.ranks is None:
-        fig = replay_sglang(spec, trace, limit)
+        fig = replay_sglang(spec, trace, limit, off=off)
     else:  # one rank stands for the group, as the reference's TP replay (engines.sglang.replay says why)
         from hicache_ref.sim.replay_tp import tp_group_figures
 
-        fig = tp_group_figures(spec, replay_sglang(spec.tp_rank(), trace, limit))
+        fig = tp_group_figures(spec, replay_sglang(spec.tp_rank(), trace, limit, off=off))
     if spec.host_sizing is not None:
         fig["host_sizing"] = spec.host_sizing
     return fig

@@ -134,12 +134,11 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
         runs = Runs(spec, requests, tp, engine=engine)
     runs.progress = tick
     off = runs.figures(state(hicache=False), 0)
-    try:  # HiCache off priced, or why not (then no rung is)
-        off_svc, off_why = (cost.run_service(profile, off, mech.HostState()), None) if off["requests"] \
-            else (None, "no request replayed")
+    try:  # HiCache off priced (hicache_ref.sim.baseline, as every command prices it), or why not (then no rung is)
+        off_price, off_why = (cost.off_price(profile, off), None) if off["requests"] else (None, "no request replayed")
     except mech.Unpriced as e:
-        off_svc, off_why = None, str(e)
-    priced_off = (off_svc, off_why, spread.members(profile) if ensemble is None else ensemble)
+        off_price, off_why = None, str(e)
+    priced_off = (off_price, off_why, spread.members(profile) if ensemble is None else ensemble)
     rows = [_row(step, change, st, per_rank, runs, profile, tp, off, priced_off) for step, change, st in ladder]
     # the capacity step goes on top of the better of the last two: the write-policy fix is conditional
     pick = min((-1, -2), key=lambda i: (rows[i]["modeled_ttft_seconds"] is None, rows[i]["modeled_ttft_seconds"] or 0))
@@ -166,7 +165,8 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
                   sweep_l2_tokens=tiers, sweep_hit_rates=None if figs is None else [f["hit_rate"] for f in figs],
                   plateau_l2_tokens=None if plateau is None else plateau.plateau_l2_tokens,
                   on_plateau=None if plateau is None else plateau.on_plateau,
-                  hit_rate_l1_only=off["hit_rate"], modeled_ttft_l1_only_seconds=_ttft(off_svc, off),
+                  hit_rate_l1_only=off["hit_rate"],
+                  modeled_ttft_l1_only_seconds=None if off_price is None else off_price["modeled_ttft_seconds"],
                   request_counting=True, unpriced=[], l3_tokens=l3_tokens)
     if runs.engine is not None:  # as `hicache sweep --engine`: which engine replayed what
         config.update(engine=runs.engine.name, l1_only_engine="reference")
@@ -179,10 +179,6 @@ def ladder_answer(rows: list[dict]) -> dict:
     if last is None:
         return dict(spread.unpriced(), step=None)
     return dict({k: last[k] for k in spread.KEYS}, step=last["step"])
-
-
-def _ttft(svc, fig) -> float | None:
-    return None if svc is None else mech.mean_ttft_seconds(svc.total, fig["requests"], fig.get("concurrency"))
 
 
 def _l3_notes(fig: dict) -> list[str]:
@@ -214,7 +210,7 @@ def _not_run(step, change, st, per_rank, runs, profile, tp, why) -> dict:
 
 
 def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict:
-    off_svc, off_why, ensemble = priced_off
+    off_price, off_why, ensemble = priced_off
     try:
         fig = runs.figures(st, per_rank)
     except NotRunOnEngine as e:
@@ -229,7 +225,7 @@ def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict
                truncated_requests=fig["truncated_requests"], notes=_l3_notes(fig),
                assumed_inputs=list(cost.assumed_inputs(profile)))
     try:
-        if off_svc is None:
+        if off_price is None:
             raise mech.Unpriced(off_why)
         svc = cost.run_service(profile, fig, hs)
         priced = spread.spread(ensemble, lambda m: rung_busy(m, fig, hs, off))
@@ -239,21 +235,18 @@ def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict
                 "ttft_change_pct": None, "net_benefit_seconds": None, "service": None, "modeled_ttft_seconds": None,
                 "not_measured": {k: why for k in ("modeled_transfer_seconds", "ttft_change_seconds",
                                                   "net_benefit_seconds")}}
-    ttft, ttft_off = _ttft(svc, fig), _ttft(off_svc, off)
-    return dict(priced, **row, modeled_transfer_seconds=svc.total - svc.compute, ttft_change_seconds=ttft - ttft_off,
-                ttft_change_pct=(ttft / ttft_off - 1) * 100 if ttft_off else None,
-                net_benefit_seconds=off_svc.total - svc.total, service=svc.to_json(), modeled_ttft_seconds=ttft,
-                not_measured={})
+    vs_off = cost.against_off(svc, fig, off_price)  # the one pricing against HiCache off (replay's too)
+    return dict(priced, **row, modeled_transfer_seconds=svc.total - svc.compute,
+                ttft_change_seconds=vs_off["ttft_change_seconds"], ttft_change_pct=vs_off["modeled_ttft_change_pct"],
+                net_benefit_seconds=vs_off["net_benefit_seconds"], service=svc.to_json(),
+                modeled_ttft_seconds=vs_off["modeled_ttft_seconds"], not_measured={})
 
 
 def rung_busy(profile, fig: dict, hs: mech.HostState, off: dict) -> tuple[float, float, float | None]:
     """(busy seconds of a rung in host state `hs`, of HiCache off, TTFT change in %) under `profile`:
     what the rung's interval re-prices per ensemble member (hicache_ref.sim.spread)."""
     busy = cost.run_service(profile, fig, hs).total
-    base = cost.run_service(profile, off, mech.HostState()).total
-    ttft, ttft_off = _ttft_of(busy, fig), _ttft_of(base, off)
-    return busy, base, (ttft / ttft_off - 1) * 100 if ttft_off else None
-
-
-def _ttft_of(busy: float, fig: dict) -> float:
-    return mech.mean_ttft_seconds(busy, fig["requests"], fig.get("concurrency"))
+    base = cost.off_price(profile, off)
+    ttft = mech.mean_ttft_seconds(busy, fig["requests"], fig.get("concurrency"))
+    ttft_off = base["modeled_ttft_seconds"]
+    return busy, base["busy_seconds"], (ttft / ttft_off - 1) * 100 if ttft_off else None

@@ -1,12 +1,13 @@
 """Net benefit: is tiered caching a gain on this machine, and by how much.
 
 Arithmetic over a replay's figures and the profile's mechanisms (hicache_ref.sim.mechanisms): the
-all-hit request and its fit, break-even, and net benefit over an L1-only cache with its assumed
-inputs named. No device, no bytes, deterministic. The model in words: docs/model.md.
+all-hit request and its fit, break-even, and net benefit against HiCache off (L1 alone,
+hicache_ref.sim.baseline) with its assumed inputs named. No device, no bytes, deterministic. The model in words: docs/model.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -174,7 +175,8 @@ def run_service(profile, fig: dict, state: mech.HostState) -> mech.Service:
 
 
 def replay_state(registered_bytes: int) -> mech.HostState:
-    """The host state a replay is priced in: every host fix on, its host pool registered."""
+    """The host state a replay is priced in: every host fix on, its host pool registered (one rank,
+    no TP group; replay_host_state adds the group)."""
     return mech.HostState(registered_bytes=int(registered_bytes))
 
 
@@ -199,46 +201,78 @@ def clock_in_replay_state(backend, cache):
         setter(before)
 
 
-REPLAY_STATE_NOTE = ("priced with every host fix on (daemon-thread submission, THP, NUMA-local memory, IDO): "
-                     "hicache ablate prices the states before them")
+REPLAY_STATE_NOTE = ("priced with every host fix on (daemon-thread submission, THP, NUMA-local memory, IDO; a pool "
+                     "the TP group shares interleaved over the NUMA nodes, as hicache ablate's rung): hicache ablate "
+                     "prices the states before them")
+OFF_REASON = "HiCache off: the same trace and spec through L1 alone (hicache_ref.sim.baseline)"
 
 
-def replay_figures(profile, fig: dict, ensemble=None) -> dict:
-    """The net-benefit keys of a replay's JSON: busy seconds of an L1-only cache with the same L1
-    contents minus this run's (compute saved - transfer costs), the mean TTFT of both under the
-    run's concurrency, and the assumed inputs; net_benefit_seconds None with net_benefit_reason
-    when the profile cannot say or nothing was replayed. With them the answer and the intervals
-    over `ensemble` (default: the profile's, hicache_ref.sim.spread), the same figures re-priced."""
+def replay_host_state(profile, fig: dict) -> mech.HostState:
+    """The host side a replay's net benefit is priced with: replay_state, and the TP group as its spec
+    says (hicache_ref.sim.scenario.host_state of the ladder's last host fix, for this run's pool)."""
+    tp_node = fig.get("spec", {}).get("tp") or {}
+    tp, shared = tp_node.get("ranks") or 1, bool(tp_node.get("shared_host"))
+    per_switch = (profile.topology.devices_per_switch if profile.topology else None) or 1
+    return dataclasses.replace(replay_state(fig.get("registered_bytes", 0)), numa="interleave" if shared else "local",
+                               writers_per_uplink=1 if shared else min(per_switch, tp),
+                               numa_nodes=profile.host.numa_nodes or 1)
+
+
+def off_price(profile, off: dict) -> dict:
+    """HiCache off priced (`off`: the figures of hicache_ref.sim.baseline.off_spec's replay): nothing
+    registered, nothing moved; its hit rate, busy seconds and mean TTFT. Unpriced when it cannot be."""
+    svc = run_service(profile, off, mech.HostState())
+    return dict(hit_rate=off["hit_rate"], busy_seconds=svc.total, prefill_seconds=svc.compute,
+                modeled_ttft_seconds=mech.mean_ttft_seconds(svc.total, off["requests"], off.get("concurrency")))
+
+
+def against_off(svc: mech.Service, fig: dict, off: dict) -> dict:
+    """A run's busy seconds `svc` against HiCache off (`off`: off_price's dict): net benefit (off's busy
+    seconds minus the run's), the compute it saved and the transfers it paid, the mean TTFT of both
+    under the run's concurrency and the change."""
+    ttft, ttft_off = mech.mean_ttft_seconds(svc.total, fig["requests"], fig.get("concurrency")), off["modeled_ttft_seconds"]
+    return dict(net_benefit_seconds=off["busy_seconds"] - svc.total,
+                net_benefit_compute_saved_seconds=off["prefill_seconds"] - svc.compute,
+                net_benefit_transfer_seconds=svc.total - svc.compute, modeled_ttft_seconds=ttft,
+                modeled_ttft_l1_only_seconds=ttft_off, ttft_change_seconds=ttft - ttft_off,
+                modeled_ttft_change_pct=(ttft / ttft_off - 1) * 100 if ttft_off else None)
+
+
+def replay_figures(profile, fig: dict, off: dict | None, ensemble=None) -> dict:
+    """The net-benefit keys of a replay's JSON against HiCache off (`off`: the figures of its replay,
+    hicache_ref.sim.baseline): net benefit, TTFT of both and the change (against_off), HiCache off's
+    own figures (`hicache_off`) and the assumed inputs; net_benefit_seconds None with
+    net_benefit_reason when the profile cannot say, nothing was replayed, or no off run is given
+    (the caller prices the run itself). With them the answer and the intervals over `ensemble`
+    (default: the profile's, hicache_ref.sim.spread), the same figures re-priced."""
     if not fig["requests"]:
         return {**spread.unpriced(), "net_benefit_seconds": None,
                 "net_benefit_reason": "no request replayed: no prefill to save and nothing moved"}
     if profile is None:
         return {**spread.unpriced(), "net_benefit_seconds": None, "net_benefit_reason": "no profile"}
-    state = replay_state(fig.get("registered_bytes", 0))
+    if off is None:
+        return {**spread.unpriced(), "net_benefit_seconds": None,
+                "net_benefit_reason": "not priced here: its caller prices it against the HiCache-off run it shares"}
+    state = replay_host_state(profile, fig)
     try:
         svc = run_service(profile, fig, state)
+        base = off_price(profile, off)
         priced = spread.spread(spread.members(profile) if ensemble is None else ensemble,
-                               lambda m: replay_busy(m, fig, state))
+                               lambda m: replay_busy(m, fig, state, off))
     except mech.Unpriced as e:
         return {**spread.unpriced(), "net_benefit_seconds": None, "net_benefit_reason": str(e)}
-    l1_only = prefill_seconds(profile, fig, "l1_only")
     l3 = l3_link_figures(profile, fig, state)
-    conc = fig.get("concurrency")
-    ttft, ttft_l1 = (mech.mean_ttft_seconds(b, fig["requests"], conc) for b in (svc.total, l1_only))
     keys = (*COMPUTE_KEYS, *TRANSFER_KEYS, *HOST_KEYS, *(L3_KEYS if l3 else ()))
-    return {**l3, "net_benefit_seconds": l1_only - svc.total, "net_benefit_compute_saved_seconds": l1_only - svc.compute,
-            "net_benefit_transfer_seconds": svc.total - svc.compute, "net_benefit_service": svc.to_json(),
+    return {**l3, **against_off(svc, fig, base), "hicache_off": base, "net_benefit_service": svc.to_json(),
             "net_benefit_host_state": state.to_json(), "net_benefit_assumed_inputs": list(assumed_inputs(profile, keys)),
-            "net_benefit_reason": "busy seconds of an L1-only cache - this run's (compute saved - L2 path, loads, "
-                                  "backup hold and interference); " + REPLAY_STATE_NOTE,
-            "modeled_ttft_seconds": ttft, "modeled_ttft_l1_only_seconds": ttft_l1,
-            "modeled_ttft_change_pct": (ttft / ttft_l1 - 1) * 100 if ttft_l1 else None, **priced}
+            "net_benefit_reason": "busy seconds of HiCache off - this run's (compute saved - L2 path, loads, "
+                                  "backup hold and interference); " + OFF_REASON + "; " + REPLAY_STATE_NOTE, **priced}
 
 
-def replay_busy(profile, fig: dict, state: mech.HostState) -> tuple[float, float, float | None]:
-    """(busy seconds of the run, of an L1-only cache with the same L1 contents, TTFT change in %) under
+def replay_busy(profile, fig: dict, state: mech.HostState, off: dict) -> tuple[float, float, float | None]:
+    """(busy seconds of the run, of HiCache off (`off`: its replay's figures), TTFT change in %) under
     `profile`: what `spread.spread` re-prices per ensemble member."""
-    busy, base = run_service(profile, fig, state).total, prefill_seconds(profile, fig, "l1_only")
-    conc = fig.get("concurrency")
-    ttft, ttft_base = (mech.mean_ttft_seconds(b, fig["requests"], conc) for b in (busy, base))
-    return busy, base, (ttft / ttft_base - 1) * 100 if ttft_base else None
+    busy, base = run_service(profile, fig, state).total, off_price(profile, off)
+    ttft = mech.mean_ttft_seconds(busy, fig["requests"], fig.get("concurrency"))
+    ttft_base = base["modeled_ttft_seconds"]
+    return busy, base["busy_seconds"], (ttft / ttft_base - 1) * 100 if ttft_base else None

@@ -22,7 +22,8 @@ def run_config(spec, backend, l1: int, l2: int) -> dict:
 class ComputeTally:
     """Modeled prefill seconds of the requests replayed, three ways: as cached (`compute`: each
     request's uncached tokens, its L1, L2 and L3 hits on the device), with L1 hits only
-    (`l1_only`: an L1-only cache with the same L1 contents, what HiCache's gain is counted over)
+    (`l1_only`: this run's L1 hits alone; net benefit is counted against HiCache off, its own L1-alone
+    replay, hicache_ref.sim.baseline)
     and with no cache (`no_cache`); `l2_hit_requests`: requests that loaded from L2 or L3. All
     None once the profile cannot say (no compute model)."""
 
@@ -55,7 +56,8 @@ class ComputeTally:
 
     @property
     def saved_over_l1(self) -> float | None:
-        """What the L2 and L3 hits save over an L1-only cache (the compute side of net benefit)."""
+        """What this run's L2 and L3 hits save over its own L1 hits (a figure; net benefit's compute side
+        is taken against HiCache off, hicache_ref.sim.cost.against_off)."""
         return None if self.compute is None else self.l1_only - self.compute
 
     def to_json(self) -> dict:

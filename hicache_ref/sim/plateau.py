@@ -2,6 +2,9 @@
 
 Past the plateau, more L2 only adds registered (pinned) memory, which slows DMA and RDMA
 registration, for almost no hits: the capacity to deploy is the last tier that still gained.
+Where each tier's net benefit is known, the rule runs over the tiers that pay only (paying_plateau):
+a tier that loses against HiCache off is never the capacity to deploy, and when none pays there is
+no plateau to name (`none_pays`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ class Plateau(NamedTuple):
     marginal_gains: list[float]  # per tier: hit rate minus the previous tier's (the first: minus L1 alone)
     plateau_l2_tokens: int  # the capacity to deploy (0: L1 alone already on the plateau)
     on_plateau: bool  # False: no tier gained less than the threshold, the curve may still rise
+    none_pays: bool = False  # every tier's net benefit is a loss: plateau_l2_tokens is None
 
 
 def find_plateau(l2_tokens: list[int], hit_rates: list[float], l1_alone_hit_rate: float,
@@ -38,3 +42,23 @@ def find_plateau(l2_tokens: list[int], hit_rates: list[float], l1_alone_hit_rate
         if g < plateau_gain:
             return Plateau(gains, l2_tokens[i - 1] if i else 0, True)
     return Plateau(gains, l2_tokens[-1], False)
+
+
+def paying_plateau(l2_tokens: list[int], hit_rates: list[float], l1_alone_hit_rate: float,
+                   net_benefits: list[float | None], plateau_gain: float = DEFAULT_PLATEAU_GAIN,
+                   floor: float = 0.0) -> Plateau:
+    """The plateau among the tiers whose net benefit is above `floor` (0: a gain against HiCache off):
+    find_plateau over those tiers alone, in order, and never below the first of them (it pays, so L1
+    alone is not the answer). None of them: plateau None, none_pays. Any net benefit unknown (None):
+    find_plateau over every tier, by hit rate alone. marginal_gains are every tier's, as find_plateau's."""
+    every = find_plateau(l2_tokens, hit_rates, l1_alone_hit_rate, plateau_gain)
+    if len(net_benefits) != len(l2_tokens):
+        raise ValueError(f"net_benefits: {len(net_benefits)} values for {len(l2_tokens)} tiers")
+    if any(n is None for n in net_benefits):
+        return every
+    paying = [i for i, n in enumerate(net_benefits) if n > floor]
+    if not paying:
+        return Plateau(every.marginal_gains, None, False, True)
+    among = find_plateau([l2_tokens[i] for i in paying], [hit_rates[i] for i in paying], l1_alone_hit_rate,
+                         plateau_gain)
+    return Plateau(every.marginal_gains, among.plateau_l2_tokens or l2_tokens[paying[0]], among.on_plateau)

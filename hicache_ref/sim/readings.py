@@ -67,8 +67,9 @@ def workload_ttft(profile, runs, state: dict, l2_gb: float) -> tuple[float, dict
 
 
 def workload_change_pct(profile, runs, state: dict, l2_gb: float, states: dict) -> float:
+    """TTFT change (%) of `state` against HiCache off priced as every command prices it (cost.off_price)."""
     on, _ = workload_ttft(profile, runs, state, l2_gb)
-    off, _ = workload_ttft(profile, runs, states["hicache_off"], l2_gb)
+    off = cost.off_price(profile, runs.figures(states["hicache_off"], l2_tokens(l2_gb)))["modeled_ttft_seconds"]
     return (on / off - 1) * 100
 
 

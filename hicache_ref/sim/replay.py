@@ -17,8 +17,11 @@ from pathlib import Path
 
 from hicache_ref.core.cache import HiCache
 from hicache_ref.sim import cost, spread
+from hicache_ref.sim.baseline import is_off, off_spec
 from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
+from hicache_ref.sim.stack_distance import stack_profile
 from hicache_ref.sim.trace import BLOCK_TOKENS, TraceRequest, read_trace, trace_tokens
+from hicache_ref.sim.trace_stats import FITS_IN_L1
 from hicache_ref.spec import CacheSpec
 
 JSON_KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_rate", "d2h_tokens", "h2d_tokens",
@@ -26,10 +29,13 @@ JSON_KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_
              "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written")
 
 
-def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest], limit: int | None = None) -> dict:
+def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest], limit: int | None = None,
+           off: dict | bool | None = None) -> dict:
     """Replay the first `limit` requests of `trace` (a JSONL path, a packaged trace from
     find_trace, or a list of read requests; all when None)
-    on the cache `spec` describes, and return the figures (JSON_KEYS and more)."""
+    on the cache `spec` describes, and return the figures (JSON_KEYS and more).
+    `off`: HiCache off's figures to price against (hicache_ref.sim.baseline); None: replayed here
+    after the run; False: not priced (the caller prices against the off run it shares)."""
     if not isinstance(spec, CacheSpec):
         raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
@@ -69,8 +75,35 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
     fig = figures(totals, cache, wall, read_seconds, tally, cache.tree.ghost, run_config(spec, backend, l1, l2))
     fig.update(_l3_figures(cache, spec))
     fig["registered_bytes"] = cache.host.nbytes if cache.host is not None else 0
-    fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
+    profile = getattr(backend, "profile", None)
+    base = off_figures(spec, requests, fig, off, profile, replay)
+    fig.update(cost.replay_figures(profile, fig, base), fits_in_l1=fits_in_l1(fig, base, requests, ps))
     return fig
+
+
+def fits_in_l1(fig: dict, off: dict | None, requests: list, page_size: int) -> bool | None:
+    """Whether the trace fits in L1 (hicache_ref.sim.trace_stats.FITS_IN_L1): HiCache off already
+    hits every page an unlimited cache would (one LRU pass over the trace), so L2 and L3 cannot add
+    a hit. None without an off run to tell; False as soon as L2 or L3 served a hit."""
+    if off is None or not fig["requests"]:
+        return None
+    if fig["l2_hit_tokens"] or fig.get("l3_hit_tokens"):
+        return False
+    unlimited = int(stack_profile(requests, page_size).seen_pages.sum()) * page_size
+    return off["l1_hit_tokens"] >= unlimited
+
+
+def off_figures(spec: CacheSpec, requests: list, fig: dict, off, profile, run) -> dict | None:
+    """The HiCache-off figures `fig` is priced against: `off` when given, None when False, `fig`
+    itself when it is off already or cannot be priced anyway, else `run` (the replay that made
+    `fig`: serial or served) of hicache_ref.sim.baseline.off_spec over the same requests."""
+    if off is False:
+        return None
+    if off is not None:
+        return off
+    if is_off(spec) or not fig["requests"] or profile is None or not profile.compute.known:
+        return fig
+    return run(off_spec(spec), requests, off=False)
 
 
 def inline_transfers(spec: CacheSpec, backend) -> bool:
@@ -166,15 +199,17 @@ def _semantics_lines(fig: dict) -> list[str]:
 
 
 def _net_benefit_lines(fig: dict) -> list[str]:
-    """Net benefit: HiCache's gain over an L1-only cache (hicache_ref.sim.cost.replay_figures)."""
+    """Net benefit: HiCache's gain over HiCache off (hicache_ref.sim.cost.replay_figures), and the
+    fits-in-L1 word where L1 alone already gets every hit."""
     net = fig.get("net_benefit_seconds")
     if net is None:
-        return [f"net benefit: not modeled ({fig.get('net_benefit_reason') or 'no profile'})"]
+        return [f"net benefit: not modeled ({fig.get('net_benefit_reason') or 'no profile'})"] + \
+            ([FITS_IN_L1] if fig.get("fits_in_l1") else [])
     svc, assumed = fig["net_benefit_service"], fig.get("net_benefit_assumed_inputs") or []
     change = fig.get("modeled_ttft_change_pct")
-    return [f"net benefit over an L1-only cache {net:+.3f} s = compute saved {fig['net_benefit_compute_saved_seconds']:.3f} s"
+    return [f"net benefit against HiCache off (L1 alone) {net:+.3f} s = compute saved {fig['net_benefit_compute_saved_seconds']:.3f} s"
             f" - L2 path {svc['l2_path']:.3f} s - loads {svc['load']:.3f} s - backup hold {svc['hold']:.3f} s - "
             f"interference {svc['interference']:.3f} s" + (f" - L3 {svc['l3']:.3f} s" if svc.get("l3") else "")
             + " (every host fix on)"
             + ("" if change is None else f"; modeled TTFT {change:+.1f}% against L1 alone")
-            + (f"; assumed inputs: {', '.join(assumed)}" if assumed else "")]
+            + (f"; assumed inputs: {', '.join(assumed)}" if assumed else "")] + ([FITS_IN_L1] if fig.get("fits_in_l1") else [])

@@ -8,14 +8,21 @@ and only rank 0 writes (D2H 1/N). Host memory is the same either way; sharing ch
 from __future__ import annotations
 
 from hicache_ref.sim.replay import replay
+from hicache_ref.sim.serving import replay_served
+from hicache_ref.sim.trace import read_trace
 from hicache_ref.spec import CacheSpec
 
 
-def tp_replay(spec: CacheSpec, trace, limit: int | None = None) -> dict:
-    """hicache_ref.sim.replay.replay for one rank of the TP group `spec.tp` describes, plus the group's figures."""
+def tp_replay(spec: CacheSpec, trace, limit: int | None = None, off: bool | None = None) -> dict:
+    """hicache_ref.sim.replay.replay for one rank of the TP group `spec.tp` describes, plus the group's
+    figures; served (hicache_ref.sim.serving) when the spec has a concurrency, as ablate's TP rungs are:
+    every rank schedules the same batches, so one rank's served replay stands for the group too."""
     if spec.tp.ranks is None:
         raise ValueError("--tp: a TP replay needs tp.ranks")
-    return tp_group_figures(spec, replay(spec.tp_rank(), trace, limit))
+    if spec.serving.concurrency is None:
+        return tp_group_figures(spec, replay(spec.tp_rank(), trace, limit, off=off))
+    requests = list(trace)[:limit] if isinstance(trace, (list, tuple)) else read_trace(trace, limit)
+    return tp_group_figures(spec, replay_served(spec.tp_rank(), requests, off=off))
 
 
 def tp_group_figures(spec: CacheSpec, fig: dict) -> dict:

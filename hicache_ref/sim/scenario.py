@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from hal.transfer.layout_registry import get_layout
 from hardware_profiles.readings import SWITCHES
+from hicache_ref.sim.baseline import off_spec
 from hicache_ref.sim.mechanisms import PAGE_4K, PAGE_THP, HostState, Unpriced
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.serving import replay_served
@@ -42,8 +43,10 @@ def cache_key(st: dict, l2_per_card: int) -> tuple:
 
 def cache_spec(st: dict, base: CacheSpec, l2_per_card: int, tp: int) -> CacheSpec:
     """The spec one rank replays in `st`: `base` (L1, geometry, serving, profile) with L2 of
-    `l2_per_card` tokens (the TP group's whole pool when shared; none when HiCache is off)."""
-    l2 = 0 if not st["hicache"] else l2_per_card * (tp if st["tp_shared"] else 1)
+    `l2_per_card` tokens (the TP group's whole pool when shared); HiCache off is baseline.off_spec's."""
+    if not st["hicache"]:
+        return off_spec(base)
+    l2 = l2_per_card * (tp if st["tp_shared"] else 1)
     layout = st["host_layout"]
     return base.replace(l2_tokens=l2, host_layout=layout, io_backend=get_layout(layout).native_io_backend,
                         write_policy="write_through_selective", hit_count=st["hit_count"], ghost=st["ghost"],
@@ -96,7 +99,7 @@ class Runs:
                 self._figs[key] = self.engine.replay(spec, self.requests)
             else:
                 run = replay_served if spec.serving.concurrency is not None else replay
-                self._figs[key] = run(spec, self.requests)
+                self._figs[key] = run(spec, self.requests, off=False)  # priced by the caller against "off"
             if self.progress is not None:
                 self.progress(len(self._figs))
         return self._figs[key]

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from hicache_ref.core.allocator import pages_to_slots
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, figures, run_config
-from hicache_ref.sim.replay import inline_transfers
+from hicache_ref.sim.replay import fits_in_l1, inline_transfers, off_figures
 from hicache_ref.sim.steps import run_steps
 from hicache_ref.sim.trace import TraceRequest, request_tokens
 from hicache_ref.spec import CacheSpec
@@ -71,12 +71,13 @@ def _check_hits(cache, batch) -> int:
 
 
 def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, on_request=None,
-                  on_build=None) -> dict:
+                  on_build=None, off: dict | bool | None = None) -> dict:
     """Replay `requests` as `spec.serving` says (concurrency, timestamps, PD release, decode step;
     see the module docstring); the figures of hicache_ref.sim.replay.replay plus `concurrency`,
     `steps`, `max_in_flight`. `on_step(cache, in_flight_nodes)`, if given, runs after each step's
     prefills; `on_request(index, result)` after each prefill, `on_build(cache)` once the cache is
-    built, before the first step (tests, the differential suite)."""
+    built, before the first step (tests, the differential suite). `off`: as replay's (HiCache off,
+    replayed served here when None)."""
     if not isinstance(spec, CacheSpec):
         raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
     serving = spec.serving
@@ -116,7 +117,9 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, o
         from hicache_ref.sim.replay import _l3_figures
 
         fig.update(_l3_figures(cache, spec))
-    fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
+    profile = getattr(backend, "profile", None)
+    base = off_figures(spec, requests, fig, off, profile, replay_served)
+    fig.update(cost.replay_figures(profile, fig, base), fits_in_l1=fits_in_l1(fig, base, requests, ps))
     return fig
 
 

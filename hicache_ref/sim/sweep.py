@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 
 from hicache_ref.sim import cost, spread
-from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
+from hicache_ref.sim.baseline import off_spec
+from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau, paying_plateau
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.stack_distance import stack_profile
 from hicache_ref.sim.sweep_pool import replay_in_workers
@@ -70,7 +71,7 @@ def _replays(specs: list[CacheSpec], requests: list[TraceRequest], workers: int 
     if workers == 1 or replay_tier is not None:  # another engine's replay runs here, one tier at a time
         out = []
         for s in specs:
-            out.append((replay_tier or replay)(s, requests))
+            out.append(replay_tier(s, requests) if replay_tier is not None else replay(s, requests, off=False))
             tick()
         return out
     # fresh interpreters, not forks: the parent may hold transfer threads (a fork would copy their locks mid-use)
@@ -106,9 +107,9 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
 
     t0 = time.perf_counter()
     ensemble = sweep_ensemble(spec)
-    alone_spec = spec.replace(l2_tokens=0)
+    alone_spec = off_spec(spec)
     if use == "one_pass":
-        alone = replay(alone_spec, requests)
+        alone = replay(alone_spec, requests, off=False)
         tick()
         if alone["truncated_requests"]:
             if method == "one_pass":
@@ -126,19 +127,25 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
         else:
             figs = _replays([spec.replace(l2_tokens=t) for t in tiers], requests, workers, tick, replay_tier)
             alone = _replays([alone_spec], requests, 1, tick)[0]
-        rows = [{"l2_tokens": t, "hit_rate": f["hit_rate"], **{k: f[k] for k in _TIER_KEYS},
-                 **{k: v for k, v in f.items() if k.startswith("net_benefit")}, **tier_spread(f, ensemble)}
-                for t, f in zip(tiers, figs, strict=True)]
-    plateau = find_plateau(tiers, [r["hit_rate"] for r in rows], alone["hit_rate"], plateau_gain)
+        rows = []
+        for t, f in zip(tiers, figs, strict=True):  # each tier against the L1-alone run, as replay prices itself
+            priced = tier_spread(f, alone, ensemble)
+            rows.append({"l2_tokens": t, "hit_rate": f["hit_rate"], **{k: f[k] for k in _TIER_KEYS},
+                         **{k: v for k, v in priced.items() if k.startswith(("net_benefit", "modeled_ttft"))},
+                         **{k: priced.get(k) for k in spread.KEYS}})
+    plateau = paying_plateau(tiers, [r["hit_rate"] for r in rows], alone["hit_rate"],
+                             [r.get("net_benefit_seconds") for r in rows], plateau_gain)
     for row, gain in zip(rows, plateau.marginal_gains, strict=True):
         row["marginal_gain"] = gain
         row["registered_bytes"] = row["l2_tokens"] // ps * ps * token_bytes
         if "net_benefit_seconds" not in row:  # one pass: the tier's own replay did not run
             row.update(spread.unpriced(), net_benefit_seconds=None, net_benefit_reason=NET_ONE_PASS)
-    # the answer at the capacity worth deploying (none when L1 alone is already on the plateau)
+    # the answer at the capacity worth deploying (none when L1 alone is already on the plateau or none pays)
     at = next((r for r in rows if r["l2_tokens"] == plateau.plateau_l2_tokens), dict.fromkeys(("l2_tokens", *spread.KEYS)))
-    return dict(method=use, **{k: at[k] for k in spread.KEYS}, answer_l2_tokens=at["l2_tokens"], one_pass_refusal=refusal, tiers=rows, plateau_l2_tokens=plateau.plateau_l2_tokens,
-                on_plateau=plateau.on_plateau, plateau_gain=plateau_gain, l1_tokens=alone["l1_tokens"],
+    return dict(method=use, **{k: at[k] for k in spread.KEYS}, answer_l2_tokens=at["l2_tokens"],
+                one_pass_refusal=refusal, tiers=rows, plateau_l2_tokens=plateau.plateau_l2_tokens,
+                on_plateau=plateau.on_plateau, none_pays=plateau.none_pays, plateau_gain=plateau_gain,
+                l1_tokens=alone["l1_tokens"],
                 l1_alone_hit_rate=alone["hit_rate"], requests=alone["requests"], input_tokens=alone["input_tokens"],
                 page_size=ps, write_policy=spec.tiers.write_policy, host_layout=spec.tiers.host_layout,
                 profile=alone["profile"], geometry=spec.geometry.config(), token_bytes=token_bytes,
@@ -154,13 +161,10 @@ def sweep_ensemble(spec: CacheSpec) -> tuple | None:
     return spread.members(load_profile(spec.profile))
 
 
-def tier_spread(fig: dict, ensemble) -> dict:
-    """A tier's answer and intervals, priced here over `ensemble` (its replay may have run in another
-    process), or the replay's own keys when it has none to price."""
-    if ensemble is None or fig.get("net_benefit_seconds") is None:
-        return {k: fig.get(k) for k in spread.KEYS}
-    priced = cost.replay_figures(ensemble[0], fig, ensemble)
-    return {k: priced[k] for k in spread.KEYS}
+def tier_spread(fig: dict, alone: dict, ensemble) -> dict:
+    """A tier's net-benefit keys, answer and intervals against the sweep's L1-alone run `alone`, priced
+    here over `ensemble` (its replay may have run in another process; None: no profile to price with)."""
+    return cost.replay_figures(None if ensemble is None else ensemble[0], fig, alone, ensemble)
 
 
 def _one_pass_rows(spec: CacheSpec, requests, tiers: list[int], alone: dict, token_bytes: int) -> list[dict]:

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 
 from hicache_ref.sim import spread
-from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
+from hicache_ref.sim.baseline import off_spec
+from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau, paying_plateau
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.trace import TraceRequest
 from hicache_ref.spec import CacheSpec
@@ -75,14 +76,15 @@ def sweep_l3(spec: CacheSpec, requests: list[TraceRequest], l3_tokens, plateau_g
     storage = spec.storage if spec.storage.l3 is not None else None
     t0 = time.perf_counter()
     total = len(tiers) + 1
-    without = replay(base, requests)
+    off = replay(off_spec(spec), requests, off=False)  # HiCache off, shared by every replay below
+    without = replay(base, requests, off=off)
     if progress is not None:
         progress(1, total)
     rows = []
     most_served = 0
     for i, t in enumerate(tiers):
         extra = {} if storage is None else {k: getattr(storage, k) for k in _CARRIED if getattr(storage, k) is not None}
-        f = replay(base.replace(l3=f"{MODEL_STORE}:", l3_tokens=t, **extra), requests)
+        f = replay(base.replace(l3=f"{MODEL_STORE}:", l3_tokens=t, **extra), requests, off=off)
         most_served = max(most_served, f.get("l3_hit_tokens", 0))
         rows.append({"l3_tokens": t, "hit_rate": f["hit_rate"], **{k: f[k] for k in TIER_KEYS},
                      **{k: v for k, v in f.items() if k.startswith("net_benefit") or k.startswith("l3_link_")
@@ -90,15 +92,19 @@ def sweep_l3(spec: CacheSpec, requests: list[TraceRequest], l3_tokens, plateau_g
                      **{k: f.get(k) for k in spread.KEYS}})
         if progress is not None:
             progress(i + 2, total)
-    plateau = find_plateau(tiers, [r["hit_rate"] for r in rows], without["hit_rate"], plateau_gain)
+    # an L3 tier pays when it beats the same L1 and L2 without L3 (its net benefit above that run's)
+    plateau = paying_plateau(tiers, [r["hit_rate"] for r in rows], without["hit_rate"],
+                             [r.get("net_benefit_seconds") for r in rows], plateau_gain,
+                             floor=without.get("net_benefit_seconds") or 0.0)
     for row, gain in zip(rows, plateau.marginal_gains, strict=True):
         row["marginal_gain"] = gain
     trace_tokens = without["input_tokens"]
     probe = spec.replace(l3=f"{MODEL_STORE}:") if spec.storage.l3 is None else spec
-    # the answer at the capacity worth deploying (none when L1 alone is already on the plateau)
+    # the answer at the capacity worth deploying (none when no L3 tier is, or none pays)
     at = next((r for r in rows if r["l3_tokens"] == plateau.plateau_l2_tokens), dict.fromkeys(("l3_tokens", *spread.KEYS)))
-    return dict(method="replay", **{k: at[k] for k in spread.KEYS}, answer_l3_tokens=at["l3_tokens"], tiers=rows, plateau_l3_tokens=plateau.plateau_l2_tokens,
-                on_plateau=plateau.on_plateau, plateau_gain=plateau_gain, l1_tokens=without["l1_tokens"],
+    return dict(method="replay", **{k: at[k] for k in spread.KEYS}, answer_l3_tokens=at["l3_tokens"], tiers=rows,
+                plateau_l3_tokens=plateau.plateau_l2_tokens, on_plateau=plateau.on_plateau, none_pays=plateau.none_pays,
+                plateau_gain=plateau_gain, l1_tokens=without["l1_tokens"],
                 l2_tokens=without["l2_tokens"], without_l3_hit_rate=without["hit_rate"],
                 without_l3_net_benefit_seconds=without.get("net_benefit_seconds"),
                 requests=without["requests"], input_tokens=trace_tokens, page_size=spec.page_size,

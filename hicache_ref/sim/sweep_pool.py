@@ -34,7 +34,7 @@ def worker_main() -> None:
         except EOFError:
             return
         try:
-            frame = ("ok", replay(spec, requests))
+            frame = ("ok", replay(spec, requests, off=False))  # the sweep prices each tier against its own L1-alone run
         except Exception as e:  # noqa: BLE001 - the parent raises it as the sequential sweep would
             frame = ("error", e)
         try:
@@ -46,7 +46,8 @@ def worker_main() -> None:
 
 
 def replay_in_workers(specs: list, requests: list, workers: int, tick: Callable[[], None]) -> list[dict]:
-    """`replay(spec, requests)` for every spec on `workers` processes; results in `specs` order."""
+    """`replay(spec, requests, off=False)` for every spec on `workers` processes (not priced: the caller
+    prices against its HiCache-off run); results in `specs` order."""
     procs = []
     try:
         for _ in range(workers):  # all started first: they import in parallel

@@ -24,7 +24,7 @@ from hicache_ref.core.block_tokens import BLOCK_TOKENS, TraceTokens, request_tok
 
 # Re-exported: a reader of traces turns requests into tokens with these (hicache_ref.core.block_tokens).
 __all__ = ["BLOCK_TOKENS", "TraceOrderWarning", "TraceRequest", "TraceTokens", "find_trace", "packaged_traces",
-           "read_trace", "request_tokens", "trace_tokens"]
+           "read_json_lines", "read_trace", "request_tokens", "trace_tokens"]
 _ENV = "HICACHE_TRACES"
 
 
@@ -123,6 +123,28 @@ def read_trace(path: str | Path | Traversable, limit: int | None = None, ordered
             f"{path}: {back:,} request(s) with a timestamp earlier than the line before (first: line {line_no} at {ts:g} ms, "
             f"after line {prev_line} at {prev_ts:g} ms); requests are replayed in file order"), stacklevel=2)
     return out
+
+
+def read_json_lines(path: str | Path | Traversable):
+    """(line number, JSON object) of each non-blank line of a JSONL file, read as read_trace reads one
+    (a .gz name through gzip, lines bounded by MAX_LINE_BYTES, UTF-8, a leading BOM dropped): what
+    the trace converters (hicache_ref.sim.convert) read through. ValueError naming the file and line."""
+    path = Path(path) if isinstance(path, str) else path
+    try:
+        with _open_bytes(path) as f:
+            for line_no, raw in enumerate(_lines(path, f), 1):
+                line = _text(path, line_no, raw.removeprefix(_BOM) if line_no == 1 else raw)
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}: line {line_no}: not JSON ({e.msg})") from None
+                if not isinstance(obj, dict):
+                    raise _bad(path, line_no, "(line)", "a JSON object", type(obj).__name__)
+                yield line_no, obj
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise ValueError(f"{path}: not a readable gzip file ({e})") from None
 
 
 def _lines(path, f):

@@ -59,11 +59,38 @@ def capacity_points(whole_tokens: int, page_size: int) -> list[int]:
     return points + [max(whole_tokens, page_size)]
 
 
-def trace_stats(requests: list[TraceRequest], page_size: int = 64, l1_tokens: int | None = None) -> dict:
+FITS_IN_L1 = ("fits in L1: L1 alone already hits every prefix this trace reuses, so HiCache (L2, L3) cannot "
+              "help it; it can only add transfers")
+
+
+def pressure(profile, page_size: int, l1_tokens: int | None, l2_tokens: int | None) -> dict:
+    """What the trace asks of the tiers: its working set (the distinct whole pages it caches, tokens)
+    against L1 and L1 + L2, and whether L1 alone, or L1 and L2, reach every reuse an unlimited cache
+    gets (fits_in_l1: HiCache cannot help; LRU over pages, one pass, an upper bound of a replay)."""
+    # distinct pages: each request caches its full pages past the leading ones already cached
+    whole = int((profile.full_pages - profile.seen_pages).clip(min=0).sum()) * page_size
+    unlimited = int(profile.seen_pages.sum()) * page_size
+    out = dict(block_tokens=BLOCK_TOKENS, working_set_tokens=whole, unlimited_hit_tokens=unlimited)
+    if l1_tokens is not None:
+        l1_hits = int(profile.hit_pages([l1_tokens // page_size])[0]) * page_size
+        out.update(l1_tokens=l1_tokens, working_set_over_l1=whole / l1_tokens if l1_tokens else None,
+                   fits_in_l1=l1_hits >= unlimited)
+        if l2_tokens is not None:
+            both = l1_tokens + l2_tokens
+            hits = int(profile.hit_pages([both // page_size])[0]) * page_size
+            out.update(l2_tokens=l2_tokens, working_set_over_l1_l2=whole / both if both else None,
+                       fits_in_l1_l2=hits >= unlimited, l1_l2_hit_rate=hits / max(profile.input_tokens, 1))
+    return out
+
+
+def trace_stats(requests: list[TraceRequest], page_size: int = 64, l1_tokens: int | None = None,
+                l2_tokens: int | None = None) -> dict:
     """The figures of the module docstring for `requests` (in trace order) at `page_size`; with
-    `l1_tokens`, also `l1_hit_rate`: the hit rate of an LRU cache of that many tokens alone."""
-    if l1_tokens is not None and (isinstance(l1_tokens, bool) or not isinstance(l1_tokens, int) or l1_tokens < 0):
-        raise ValueError(f"l1_tokens: expected a whole number of tokens >= 0, got {l1_tokens!r}")
+    `l1_tokens`, also `l1_hit_rate`: the hit rate of an LRU cache of that many tokens alone; always
+    `pressure` (the working set against the tiers given, `fits_in_l1` with an L1)."""
+    for name, v in (("l1_tokens", l1_tokens), ("l2_tokens", l2_tokens)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ValueError(f"{name}: expected a whole number of tokens >= 0, got {v!r}")
     profile = stack_profile(requests, page_size)
     lengths = [r.input_length for r in requests]
     total = sum(lengths)
@@ -84,4 +111,5 @@ def trace_stats(requests: list[TraceRequest], page_size: int = 64, l1_tokens: in
         hit_rate_by_capacity=[dict(capacity_tokens=c, hit_rate=float(h))
                               for c, h in zip(caps, profile.hit_rate(caps), strict=True)],
         duration_seconds=span, requests_per_second=(len(requests) - 1) / span if span > 0 else None,
+        pressure=pressure(profile, page_size, l1_tokens, l2_tokens),
         **({} if l1_tokens is None else dict(l1_tokens=l1_tokens, l1_hit_rate=float(profile.hit_rate([l1_tokens])[0]))))

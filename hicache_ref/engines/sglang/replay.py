@@ -58,8 +58,6 @@ def refuse_unsupported(spec) -> None:
         # 0.5.23's MLA host dedup (mem_cache/mla_host_dedup.py: rank 0's host copy, loads broadcast
         # over NCCL) has no caller; every rank keeps its own host pool.
         raise ValueError("--shared-host: SGLang 0.5.23 keeps a private host pool per rank (drop --shared-host)")
-    if spec.tp.ranks is not None and spec.serving.concurrency is not None:
-        raise ValueError("--tp: applies to a serial replay (one rank stands for the group); drop --concurrency")
     if spec.storage.l3 is not None:
         storage.refuse_unsupported(spec.storage, spec.semantics.overrides)
     if spec.tiers.ghost:
@@ -99,7 +97,8 @@ def rows_for(spec, l1: int, l2: int, rows: str):
     return run
 
 
-def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: str = "auto") -> dict:
+def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: str = "auto",
+                  off: dict | bool | None = None) -> dict:
     """Replay the first `limit` requests of `trace` through SGLang's cache, serially or served
     (spec.serving.concurrency: hicache_ref.engines.sglang.served); the reference's figures, same keys.
     Under --tp this is one rank of the group (hicache_ref.engines.replay_with adds the group's
@@ -107,7 +106,8 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     (driver: pinned timing), its all-reduce of completed acks (MIN over ranks) is what one rank sees.
     `on_request(index, result, tallies)`, when given, sees every request's result and the running
     per-direction tallies (the differential suite's per-request view). `rows`: see rows_for; on
-    narrow rows the figures are the spec's geometry's and `geometry.engine_rows` names the rows run."""
+    narrow rows the figures are the spec's geometry's and `geometry.engine_rows` names the rows run.
+    `off`: HiCache off's figures to price against (None: the reference replays it here; False: not priced)."""
     from hicache_ref.engines.sglang.build import build
     from hicache_ref.engines.sglang.driver import RequestDriver
     from hicache_ref.engines.sglang.served import UpstreamSteps
@@ -186,6 +186,11 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
         fig.update(served_figures(serving, *served))
         for k in ("l3", "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written"):
             fig.pop(k, None)
-    fig.update(cost.replay_figures(getattr(backend, "profile", None), fig))
+    profile = getattr(backend, "profile", None)
+    if off is None and fig["requests"] and profile is not None and profile.compute.known:
+        from hicache_ref.sim.run import off_replay
+
+        off = off_replay(spec, requests)  # HiCache off stays the reference's, as in sweep and ablate
+    fig.update(cost.replay_figures(profile, fig, off or None))
     return fig
 
