@@ -39,6 +39,21 @@ class Stats:
 
     def __init__(self, derivation, shift: dict, readings):
         self.derivation, self.shift, self.readings = derivation, shift, readings
+        w, v = np.linalg.eigh((derivation.cov + derivation.cov.T) / 2)
+        self.root = v * np.sqrt(np.clip(w, 0.0, None))  # cov = root root^T
+        self.lo, self.hi = np.array([j[1] for j in d.JOINT]), np.array([j[2] for j in d.JOINT])
+
+    def member(self, profile, values: dict, rng):
+        """`profile` with `values` (drawn assumed and measured ones), the fitted parameters drawn from
+        the covariance and shifted by the drawn assumed values as a refit would, clipped to the fit's
+        bounds, and the exact ones solved again."""
+        fit = self.derivation
+        x = fit.x + self.root @ rng.standard_normal(len(fit.x))
+        for k, shift in self.shift.items():
+            x = x + shift * (values[k] - d.value(profile, k))
+        x = np.clip(x, self.lo, self.hi)
+        q = d.with_values(profile, **values, **{j[0]: float(xi) for j, xi in zip(d.JOINT, x, strict=True)})
+        return d.exact(q, self.readings, {})
 
 
 def stats(profile):
@@ -81,3 +96,8 @@ def _shifts(fit, readings, runs) -> dict:
         y, *_ = np.linalg.lstsq(fit.jac * scale, -dr, rcond=None)
         out[k] = y * scale
     return out
+
+
+from hicache_ref.sim import uncertainty  # noqa: E402  (the registry it fills)
+
+uncertainty.register_stats(stats)

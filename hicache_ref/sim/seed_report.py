@@ -9,7 +9,7 @@ fix against HiCache off, and the model's score in sample and left out.
 from __future__ import annotations
 
 from hardware_profiles.readings import load_readings
-from hicache_ref.sim import loo, spread
+from hicache_ref.sim import derivation_cache, loo, spread  # noqa: F401  (registers the derivation)
 from hicache_ref.sim.ablate import ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.readings import ANSWER_READING, evaluate
