@@ -24,6 +24,7 @@ import threading
 import time
 import warnings
 
+import hicache_ref.sim.derivation_cache  # noqa: F401  (every command's ensemble draws the derived parameters)
 from conformance.common.errors import (
     ECHO_CHARS,
     EXIT_BAD_INPUT,

@@ -3,7 +3,8 @@
 The joint fit (hicache_ref.sim.derive.derive_fit) on the seed scenario's replays, and how its
 optimum moves with each assumed value the readings depend on (d x* / d a, by the linearised fit:
 -(J^T J)^-1 J^T dr/da), so a member that draws an assumed value shifts the fitted parameters the
-way a refit would. A command that already replayed the scenario hands its replays over (`remember`).
+way a refit would. The seed scenario's replays are kept per readings file (`remember` hands over
+ones already made): they price themselves with the profile alone while its ensemble is drawn.
 """
 
 from __future__ import annotations
@@ -23,8 +24,14 @@ def key(profile) -> tuple:
 
 
 def remember(profile, runs) -> None:
-    """Replays of `profile`'s seed scenario (hicache_ref.sim.scenario.Runs) to reuse here."""
-    _RUNS.setdefault(key(profile), runs)
+    """Replays of `profile`'s seed scenario (hicache_ref.sim.scenario.Runs) to reuse here. A replay's
+    cache decisions do not depend on the profile's parameters, so every profile naming the same
+    readings file shares them."""
+    from hardware_profiles.readings import load_readings
+
+    readings = load_readings(profile)
+    if readings is not None:
+        _RUNS.setdefault(str(readings.path), runs)
 
 
 class Stats:
@@ -32,6 +39,21 @@ class Stats:
 
     def __init__(self, derivation, shift: dict, readings):
         self.derivation, self.shift, self.readings = derivation, shift, readings
+        w, v = np.linalg.eigh((derivation.cov + derivation.cov.T) / 2)
+        self.root = v * np.sqrt(np.clip(w, 0.0, None))  # cov = root root^T
+        self.lo, self.hi = np.array([j[1] for j in d.JOINT]), np.array([j[2] for j in d.JOINT])
+
+    def member(self, profile, values: dict, rng):
+        """`profile` with `values` (drawn assumed and measured ones), the fitted parameters drawn from
+        the covariance and shifted by the drawn assumed values as a refit would, clipped to the fit's
+        bounds, and the exact ones solved again."""
+        fit = self.derivation
+        x = fit.x + self.root @ rng.standard_normal(len(fit.x))
+        for k, shift in self.shift.items():
+            x = x + shift * (values[k] - d.value(profile, k))
+        x = np.clip(x, self.lo, self.hi)
+        q = d.with_values(profile, **values, **{j[0]: float(xi) for j, xi in zip(d.JOINT, x, strict=True)})
+        return d.exact(q, self.readings, {})
 
 
 def stats(profile):
@@ -45,7 +67,8 @@ def stats(profile):
     readings = load_readings(profile)
     out = None
     if readings is not None:
-        runs = _RUNS.get(k) or seed_runs(readings, seed_requests(), profile)
+        runs = _RUNS.setdefault(str(readings.path), None) or seed_runs(readings, seed_requests(), profile)
+        _RUNS[str(readings.path)] = runs
         try:
             fit = d.derive_fit(profile, readings, runs)
             out = Stats(fit, _shifts(fit, readings, runs), readings)
@@ -73,3 +96,8 @@ def _shifts(fit, readings, runs) -> dict:
         y, *_ = np.linalg.lstsq(fit.jac * scale, -dr, rcond=None)
         out[k] = y * scale
     return out
+
+
+from hicache_ref.sim import uncertainty  # noqa: E402  (the registry it fills)
+
+uncertainty.register_stats(stats)

@@ -3,8 +3,10 @@
 Each parameter comes from the readings that constrain it (`derives` in the readings file): solved
 exactly where one reading fixes one parameter (floor, H2D bandwidth, L2 path, kernel item, the
 per-token prefill at break-even), least squares where several readings each depend on several
-parameters (JOINT: residuals in tolerances, shown). tests/test_derive.py checks the profile
-against this; `python -m hicache_ref.sim.derive` prints the values to write.
+parameters (JOINT: residuals in tolerances, shown), with the fit's covariance, each parameter's
+standard error and the readings that determine it (hicache_ref.sim.fit_stats). tests/test_derive.py
+checks the profile against this; `python -m hicache_ref.sim.derive` prints the standard errors
+(flagging a parameter fewer than two readings determine) and the values to write.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hicache_ref.sim import derivation_cache  # noqa: F401  (registers the derivation)
 from hicache_ref.sim.readings import workload_change_pct
 from hicache_ref.sim.scenario import Runs
 from hicache_ref.sim.seed_scenario import seed_base

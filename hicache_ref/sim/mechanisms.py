@@ -103,8 +103,8 @@ def strict_ordering(state: HostState) -> bool:
 
 def bandwidth_factor(profile, direction: str, state: HostState) -> float:
     """What `state` does to DMA bandwidth of `direction` ("h2d" or "d2h"): the NUMA factor, divided by
-    the translation slowdown of the registered memory, and for D2H times the ordering factor when
-    cards behind one uplink write at once without IDO."""
+    the translation and registration slowdown of the registered memory, and for D2H times the
+    ordering factor when cards behind one uplink write at once to different nodes without IDO."""
     hc = profile.host_costs
     f = numa_factor(profile, state)
     if state.translation_entries:

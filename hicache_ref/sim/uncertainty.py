@@ -20,6 +20,17 @@ ANSWERS = ("gain", "loss", "undecided")
 ENSEMBLE_SIZE = 64  # members, the profile itself included: enough for a 5-95% interval, cheap to price
 ENSEMBLE_SEED = 37
 _MEMBERS: dict[tuple, tuple] = {}
+_STATS_SOURCE: list = []  # the derivation's statistics of a profile (hicache_ref.sim.derivation_cache registers)
+
+
+def register_stats(source) -> None:
+    """`source(profile)` -> the derivation's statistics or None: what members draw derived values from.
+    Registered by hicache_ref.sim.derivation_cache when imported (the derivation prices with the
+    mechanisms, whose figures carry intervals: a registry keeps the imports one way)."""
+    _STATS_SOURCE[:] = [source]
+
+
+_DRAWING: set = set()  # profiles whose members are being drawn (their derivation replays the seed scenario)
 
 
 def ensemble(profile) -> tuple:
@@ -29,33 +40,55 @@ def ensemble(profile) -> tuple:
     again), each assumed value uniformly over its stated `range` (moving the derived ones as a refit
     would), each measured value with a `stderr` from a normal (clipped to its bound). A profile
     with none of these has ENSEMBLE_SIZE copies of itself; an unknown value stays unknown."""
-    from hicache_ref.sim import derivation_cache
-
-    k = derivation_cache.key(profile)
+    k = (profile, tuple(sorted(profile.ranges.items())), tuple(sorted(profile.stderrs.items())))
     if k not in _MEMBERS:
-        _MEMBERS[k] = _draw(profile, derivation_cache.stats(profile))
-    return (profile, *_MEMBERS[k][1:])  # the same profile loaded again is member 0 itself
+        if k in _DRAWING:  # the derivation's own replays price themselves: with the profile alone
+            return (profile,)
+        _DRAWING.add(k)
+        try:
+            _MEMBERS[k] = _draw(profile, _STATS_SOURCE[0](profile) if _STATS_SOURCE else None)
+        finally:
+            _DRAWING.discard(k)
+    out = _MEMBERS[k]
+    return out if out[0] is profile else (profile, *out[1:])  # an equal profile loaded again: itself first
+
+
+def _value(profile, key: str):
+    sec, name = key.split(".")
+    return getattr(getattr(profile, sec), name)
+
+
+def _with(profile, values: dict):
+    """`profile` with `section.key` values replaced."""
+    import dataclasses
+
+    sections: dict = {}
+    for key, v in values.items():
+        sec, name = key.split(".")
+        sections.setdefault(sec, {})[name] = v
+    return dataclasses.replace(profile, **{sec: dataclasses.replace(getattr(profile, sec), **kw)
+                                           for sec, kw in sections.items()})
 
 
 def _draw(profile, stats) -> tuple:
     import numpy as np
 
-    from hardware_profiles.model import COMPUTE_BOUNDS, COMPUTE_OPTIONAL_BOUNDS, HOST_COST_BOUNDS, \
-        KERNEL_BOUNDS, L3_LINK_BOUNDS, LINK_BOUNDS
-    from hicache_ref.sim import derive as d
+    from hardware_profiles.model import (
+        COMPUTE_BOUNDS,
+        COMPUTE_OPTIONAL_BOUNDS,
+        HOST_COST_BOUNDS,
+        KERNEL_BOUNDS,
+        L3_LINK_BOUNDS,
+        LINK_BOUNDS,
+    )
 
     bounds = {**{f"link.{k}": b for k, b in {**LINK_BOUNDS, **KERNEL_BOUNDS}.items()},
               **{f"compute.{k}": b for k, b in {**COMPUTE_BOUNDS, **COMPUTE_OPTIONAL_BOUNDS}.items()},
               **{f"host_costs.{k}": b for k, b in HOST_COST_BOUNDS.items()},
               **{f"l3_link.{k}": b for k, b in L3_LINK_BOUNDS.items()}}
-    ranged = sorted(k for k in profile.ranges if k in bounds and d.value(profile, k) is not None)
-    measured = sorted(k for k in profile.stderrs if k in bounds and d.value(profile, k) is not None)
+    ranged = sorted(k for k in profile.ranges if k in bounds and _value(profile, k) is not None)
+    measured = sorted(k for k in profile.stderrs if k in bounds and _value(profile, k) is not None)
     rng = np.random.default_rng(ENSEMBLE_SEED)
-    if stats is not None:
-        fit = stats.derivation
-        w, v = np.linalg.eigh((fit.cov + fit.cov.T) / 2)
-        root = v * np.sqrt(np.clip(w, 0.0, None))  # cov = root root^T, positive semi-definite or not
-        lo, hi = np.array([j[1] for j in d.JOINT]), np.array([j[2] for j in d.JOINT])
     members = [profile]
     for _ in range(ENSEMBLE_SIZE - 1):
         values = {}
@@ -64,18 +97,12 @@ def _draw(profile, stats) -> tuple:
             values[k] = float(rng.uniform(a, b))
         for k in measured:
             b = bounds[k]
-            x = float(rng.normal(d.value(profile, k), profile.stderrs[k]))
+            x = float(rng.normal(_value(profile, k), profile.stderrs[k]))
             values[k] = min(max(x, b.lo + (1e-12 if b.lo_open else 0.0)), b.hi)
-        if stats is not None:
-            x = fit.x + root @ rng.standard_normal(len(fit.x))
-            for k, shift in stats.shift.items():
-                x = x + shift * (values[k] - d.value(profile, k))
-            x = np.clip(x, lo, hi)
-            values.update({j[0]: float(xi) for j, xi in zip(d.JOINT, x, strict=True)})
-            q = d.with_values(profile, **values)
-            members.append(d.exact(q, stats.readings, {}))
+        if stats is not None:  # the derived values, drawn jointly, then the exact ones solved again
+            members.append(stats.member(profile, values, rng))
         else:
-            members.append(d.with_values(profile, **values) if values else profile)
+            members.append(_with(profile, values) if values else profile)
     return tuple(members)
 
 
