@@ -2,7 +2,7 @@
 
 Asked of the backend classes (hal.registry), never by name: a backend says what it has through
 `probe()`, `device_type`, `copy_modes` and, where it drives a device, `device_inventory()` and
-`vendor_ops()`. Nothing is constructed and no device is touched for an unavailable backend.
+`vendor_ops()`, and a backend with a vendor software stack its versions (`stack_versions()`). Nothing is constructed and no device is touched for an unavailable backend.
 """
 
 from __future__ import annotations
@@ -39,7 +39,12 @@ def describe_backend(name: str) -> dict[str, Any]:
     else:
         ops, why = find()
         row["vendor_kernels"] = {"source": ops.source if ops else None, "ops": sorted(ops.ops) if ops else [],
-                                 "reason": why}
+                                 "reason": why,
+                                 # each op's declared arguments: what the adapter binds by name
+                                 "schemas": {op: ops.schema(op) for op in sorted(ops.ops)} if ops else {}}
+    versions = getattr(cls, "stack_versions", None)
+    if ok and versions is not None:
+        row["stack"] = versions()
     return row
 
 
