@@ -147,6 +147,8 @@ class XpuBackend(CudaLikeBackend):
         return name, _xpu_count(torch_xmlir) or count
 
     def _registrar(self):
+        import torch_xmlir  # noqa: F401 - importing it maps the runtime, the only one ever used
+
         path = find_libxpurt()
         if path:
             try:

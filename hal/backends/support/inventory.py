@@ -17,7 +17,8 @@ def describe_backend(name: str) -> dict[str, Any]:
     """One backend as `hicache backends --json` reports it."""
     row: dict[str, Any] = {"name": name, "available": False, "reason": "", "device_type": None,
                            "device_name": None, "device_count": 0, "copy_modes": [], "copy_mode": None,
-                           "vendor_kernels": {"source": None, "ops": [], "reason": "not looked for"}}
+                           "vendor_kernels": {"source": None, "ops": [], "reason": "not looked for", "schemas": {}},
+                           "stack": None}
     try:
         cls = backend_class(name)
     except Exception as e:  # noqa: BLE001 - a backend that cannot import here is reported, not fatal
