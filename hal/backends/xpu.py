@@ -17,7 +17,12 @@ import os
 import torch
 
 from hal.backends.support import kunlun_stack
-from hal.backends.support.cudalike import CudaLikeBackend, CudartRegistrar, loaded_library
+from hal.backends.support.cudalike import (
+    CudaLikeBackend,
+    CudartRegistrar,
+    kunlun_runtime_sign,
+    loaded_library,
+)
 from hal.backends.support.vendor_ops import VendorSearch
 from hal.topology.discover import from_xpusmi_command, has_hardware
 from hal.topology.model import Topology
@@ -127,9 +132,13 @@ class XpuBackend(CudaLikeBackend):
         return VendorSearch(vendor_module(), torch_namespace="xspeedgate_ops")
 
     @classmethod
-    def preflight(cls) -> tuple[list[str], dict]:
-        """(one line per refusal, the stack's versions and mapped runtime): hal.backends.support.kunlun_stack."""
-        return kunlun_stack.preflight(os.environ, vendor_module())
+    def preflight(cls, hardware: bool | None = None) -> tuple[list[str], dict]:
+        """(one line per refusal, the stack's versions and mapped runtime): hal.backends.support.kunlun_stack.
+        Without `hardware` (default: where a Kunlun runtime is installed or loaded) only the
+        environment is checked and no runtime is imported."""
+        if hardware is None:
+            hardware = bool(kunlun_runtime_sign())
+        return kunlun_stack.preflight(os.environ, vendor_module(), hardware)
 
     @classmethod
     def stack_versions(cls) -> dict:

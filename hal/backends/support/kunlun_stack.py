@@ -146,9 +146,14 @@ def stack_versions(vendor_module: str, smi: str | None) -> dict[str, str | None]
             "libxpurt": mapped[0] if mapped else None}
 
 
-def preflight(environ: Mapping[str, str], vendor_module: str) -> tuple[list[str], dict[str, str | None]]:
-    """(refusals, versions) on this node: imports torch_xmlir (which maps the runtime) and asks xpu-smi."""
+def preflight(environ: Mapping[str, str], vendor_module: str,
+              hardware: bool = True) -> tuple[list[str], dict[str, str | None]]:
+    """(refusals, versions) on this node. The environment is always checked; with `hardware` (an
+    XPU node) torch_xmlir is imported (it maps the runtime), the runtime must be mapped once and
+    torch's device order must be xpu-smi's."""
     refusals = environment_refusals(environ)
+    if not hardware:
+        return refusals, stack_versions(vendor_module, smi_text())
     try:
         importlib.import_module("torch_xmlir")
     except Exception as e:  # noqa: BLE001 - reported as the refusal below
