@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hardware_profiles import pricing
 from hardware_profiles.values import is_int, is_number, non_negative_int
 
 SCHEMA_VERSION = 1
@@ -166,41 +167,33 @@ class LinkModel:
         _check_bounded(self, LINK_BOUNDS)
         _check_bounded(self, KERNEL_BOUNDS)
 
-    def seconds(self, direction: str, nbytes: int, segments: int, launches: int = 1) -> float | None:
-        """Modeled seconds for one transfer, or None when it cannot be modeled.
+    def seconds(self, direction: str, nbytes: int, segments: int, launches: int = 1,
+                factor: float = 1.0) -> float | None:
+        """Modeled seconds for one transfer (hardware_profiles.pricing, the bytes at the link's rate x
+        `factor`, the host state's), or None when it cannot be modeled.
 
         None when a term with a nonzero count needs a value the profile leaves unknown, and
         for d2d/h2h, which a host-link model does not cover: guessing would hide the gap.
         """
+        return self._priced(direction, nbytes, segments, launches, 0, False, factor)
+
+    def kernel_seconds(self, direction: str, nbytes: int, items: int, launches: int = 1,
+                       factor: float = 1.0) -> float | None:
+        """Modeled seconds for one kernel copy of `items` token-layer items in `launches` kernel
+        launches, or None when it cannot be modeled (as `seconds`; no per-segment term)."""
+        return self._priced(direction, nbytes, 0, launches, non_negative_int("items", items), True, factor)
+
+    def _priced(self, direction, nbytes, segments, launches, items, kernel, factor) -> float | None:
         if direction not in DIRECTIONS:
             raise ValueError(f"direction: expected one of {', '.join(DIRECTIONS)}, got {direction!r}")
         nbytes, segments, launches = (non_negative_int(name, n) for name, n in
                                       (("nbytes", nbytes), ("segments", segments), ("launches", launches)))
         if direction not in HOST_LINK_DIRECTIONS:
             return None
-        total = 0.0
-        bandwidth = self.h2d_gbps if direction == "h2d" else self.d2h_gbps
-        for count, cost_us in ((launches, self.per_launch_us), (segments, self.per_segment_us)):
-            if count:
-                if cost_us is None:
-                    return None
-                total += int(count) * cost_us * 1e-6
-        if nbytes:
-            if bandwidth is None:
-                return None
-            total += int(nbytes) / (bandwidth * 1e9)
-        return total
-
-    def kernel_seconds(self, direction: str, nbytes: int, items: int, launches: int = 1) -> float | None:
-        """Modeled seconds for one kernel copy of `items` token-layer items in `launches` kernel
-        launches, or None when it cannot be modeled (as `seconds`; no per-segment term)."""
-        items = non_negative_int("items", items)
-        launched = self.seconds(direction, nbytes, 0, launches)
-        if launched is None or not items:
-            return launched
-        if self.kernel_per_item_us is None:
+        try:
+            return pricing.host_link_seconds(self, direction, nbytes, segments, launches, items, kernel, factor)
+        except pricing.UnknownValue:
             return None
-        return launched + int(items) * self.kernel_per_item_us * 1e-6
 
     def registration_seconds(self, nbytes: int) -> float | None:
         nbytes = non_negative_int("nbytes", nbytes)

@@ -8,6 +8,7 @@ dozen characters of it however large it is.
 
 from __future__ import annotations
 
+import math
 import re
 import reprlib
 from pathlib import Path
@@ -165,7 +166,11 @@ class _Reader:
             self.fail(p, expected, _MISSING)
         raw = parent[key]
         if isinstance(raw, dict):
-            self.section(raw, p, ("value", "source"))
+            self.section(raw, p, ("value", "source", "stderr"))
+            if "stderr" in raw and not (is_number(raw["stderr"]) and math.isfinite(raw["stderr"])
+                                        and raw["stderr"] >= 0):
+                self.fail(f"{p}.stderr", "a non-negative number (the value's standard error, its unit)",
+                          shown(raw["stderr"]))
             if "value" not in raw:
                 self.fail(f"{p}.value", expected, _MISSING)
             source = raw.get("source")

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+import yaml
 
 from conformance.cli.main import main
 from hardware_profiles import load_profile
@@ -36,6 +37,20 @@ def test_calibrate_writes_a_loadable_measured_profile(calibrated):
         assert getattr(profile.link, key) is not None
     assert not any(k.startswith("link.") for k in profile.assumptions())  # the link's assumptions are replaced
     assert profile.targets == load_profile("emu").targets  # everything but the link kept from the base
+
+
+def test_each_measured_link_value_is_written_with_its_standard_error(calibrated):
+    """stderr: beside value and source: the median bandwidth's over its repeats, a slope's from its fit."""
+    _, out = calibrated
+    doc = yaml.safe_load(out.read_text())
+    cal = json.loads(out.with_name("thisbox.calibration.json").read_text())
+    for key in ("h2d_gbps", "d2h_gbps", "per_segment_us", "per_launch_us", "registration_s_per_gib"):
+        leaf = doc["link"][key]
+        assert isinstance(leaf["stderr"], float) and leaf["stderr"] >= 0, key
+    rows = cal["bandwidth"]["h2d"]
+    assert doc["link"]["h2d_gbps"]["stderr"] == float(f"{rows[-1]['gbps_stderr']:.4g}")
+    fit = cal["fit_quality"]["fits"]["per_launch_us"]
+    assert doc["link"]["per_launch_us"]["stderr"] == float(f"{fit['se_b'] * 1e6:.4g}")
 
 
 def test_calibrated_profile_has_the_measured_translation_slowdown_or_says_why_not(calibrated):

@@ -85,6 +85,7 @@ HAND_MADE = {
     ("bench spmd", "--tp"): "ranks of the SPMD benchmark (real processes)",
     ("conform", "--profile"): "the profile whose targets are judged: the backend's own by default",
     ("calibrate", "--profile"): "the profile the measured link section is written into: the backend's own by default",
+    ("advise", "--profile"): "repeatable: profiles compared side by side on the same replays",
     ("doctor", "--profile"): "the topology to emulate where the host reports none (default: none)",
 }
 

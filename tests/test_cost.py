@@ -12,7 +12,7 @@ import yaml
 import hardware_profiles
 from hardware_profiles import load_profile
 from hardware_profiles.model import ComputeModel
-from hicache_ref.sim import cost
+from hicache_ref.sim import cost, spread
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.derive import with_values
 from hicache_ref.sim.figures import ComputeTally, prefill_from_moments
@@ -207,7 +207,7 @@ def test_a_served_replay_prices_its_busy_seconds_under_its_concurrency():
 def test_no_profile_no_compute_model_or_no_request_gives_no_net_benefit_and_says_why():
     fig = replay(CacheSpec.of(profile="p800", l2_tokens=8192), _small_trace(), None)
     none = cost.replay_figures(None, fig)
-    assert none == {"net_benefit_seconds": None, "net_benefit_reason": "no profile"}
+    assert none == {"net_benefit_seconds": None, "net_benefit_reason": "no profile", **dict.fromkeys(spread.KEYS)}
     emu = replay(CacheSpec.of(profile="emu"), _small_trace(), None)
     assert emu["net_benefit_seconds"] is None and "compute model" in emu["net_benefit_reason"]
     assert [x for x in summary_lines(emu) if x.startswith("net benefit")][0].startswith("net benefit: not modeled")

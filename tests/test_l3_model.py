@@ -105,6 +105,13 @@ def test_the_l3_sweep_plateaus_on_a_trace_built_to_plateau():
     assert r["on_plateau"] and r["plateau_l3_tokens"] < tiers[-1]
     assert all(t["l3_bytes_written"] > 0 for t in r["tiers"]) and r["tiers"][-1]["l3_bytes_read"] > 0
     assert all(t["net_benefit_seconds"] is not None for t in r["tiers"])
+    # every tier, and the top at the capacity to deploy, carries the answer and its intervals
+    for t in r["tiers"]:
+        lo, hi = t["ttft_change_pct_interval"]
+        assert t["answer"] in ("gain", "loss", "undecided") and lo <= t["ttft_change_pct"] <= hi
+        assert len(t["net_benefit_seconds_interval"]) == 2
+    at = next(t for t in r["tiers"] if t["l3_tokens"] == r["answer_l3_tokens"] == r["plateau_l3_tokens"])
+    assert (r["answer"], r["ttft_change_pct_interval"]) == (at["answer"], at["ttft_change_pct_interval"])
 
 
 def test_shared_uplink_raises_modeled_seconds_only_when_both_run():

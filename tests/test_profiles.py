@@ -368,3 +368,16 @@ def test_profile_directions_are_hals():
 
     assert set(DIRECTIONS) == {d.value for d in Direction}
     assert set(HOST_LINK_DIRECTIONS) == {d.value for d in Direction if d.crosses_host_link}
+
+
+def test_a_value_may_carry_its_standard_error_and_a_bad_one_is_named(tmp_path):
+    doc = yaml.safe_load(load_profile("p800").path.read_text())
+    doc["link"]["h2d_gbps"] = {"value": 7.4, "source": "measured: a test", "stderr": 0.05}
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(doc))
+    assert load_profile(good).link.h2d_gbps == 7.4
+    doc["link"]["h2d_gbps"]["stderr"] = -1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ProfileError, match=r"link\.h2d_gbps\.stderr: expected a non-negative number"):
+        load_profile(bad)

@@ -111,10 +111,20 @@ def test_the_answer_is_the_ttft_change_with_every_fix_on():
     assert (gain["ttft_change_pct"], gain["seed_ttft_change_pct"], gain["gain"]) == (-12.5, -36.0, True)
     assert (gain["readings_within"], gain["readings_outside"], gain["readings_not_measured"],
             gain["readings_total"]) == (1, 1, 1, 3)
-    assert gain["text"].startswith("HiCache pays off on profile p800's scenario: TTFT -12.50% vs HiCache off")
+    # a row without an ensemble's intervals: the central value decides, shown as its own interval
+    assert gain["answer"] == "gain" and gain["ttft_change_pct_interval"] is None
+    assert gain["text"].startswith("gain: HiCache pays off on profile p800's scenario: TTFT -12.50% "
+                                   "[-12.50%, -12.50%, 5-95%] vs HiCache off")
     assert gain["scenario"] == " ".join(load_readings(p800).scenario["description"].split())
     loss = answer(p800, [_reading(ANSWER_READING, "fail", 4.0)])
-    assert loss["gain"] is False and loss["text"].startswith("HiCache does not pay off")
+    assert loss["gain"] is False and loss["text"].startswith("loss: HiCache does not pay off")
+    spread_row = {**_reading(ANSWER_READING, "pass", -3.0),
+                  "reading": {"answer": "undecided", "ttft_change_pct_interval": [-9.0, 2.5],
+                              "net_benefit_seconds_interval": [-10.0, 40.0], "ensemble_members": 64}}
+    undecided = answer(p800, [spread_row])
+    assert undecided["answer"] == "undecided" and undecided["gain"] is True  # gain: the central value's sign
+    assert undecided["text"].startswith("undecided: the model cannot tell whether HiCache pays off on profile p800's "
+                                        "scenario: TTFT -3.00% [-9.00%, +2.50%, 5-95%]")
     assert loss["net_seconds"] is None
     net = answer(p800, [{**_reading(ANSWER_READING, "pass", -30.0), "reading": {"net_seconds": 812.5}}])
     assert net["net_seconds"] == 812.5 and ", net +812.5 s of prefill-server time;" in net["text"]
@@ -173,12 +183,19 @@ def test_summary_and_report_open_with_the_answer(wrong_run):
     for a in (summary["answer"], report["answer"]):
         assert a["ttft_change_pct"] == key["value"] and a["gain"] == (key["value"] < 0)
         assert a["seed_ttft_change_pct"] == key["target"] and a["scenario"]
+        # the answer word and its intervals over the ensemble (one member here: the profile itself)
+        assert a["answer"] in ("gain", "loss", "undecided") and a["ensemble_members"] >= 1
+        lo, hi = a["ttft_change_pct_interval"]
+        assert lo <= a["ttft_change_pct"] <= hi and len(a["net_benefit_seconds_interval"]) == 2
+        assert len(a["busy_seconds_interval"]) == 2
         readings = [r for r in report["targets"] if r["kind"] == "reading"]
         assert a["readings_total"] == len(readings)
         assert a["readings_outside"] == sum(r["verdict"] == "fail" for r in readings) >= len(SEGMENT_READINGS)
     page = (out / "report.html").read_text()
     assert page.index('id="answer"') < page.index("<h2>Targets</h2>") < page.index("<h2>Readings")
-    assert f"TTFT <b>{key['value']:+.2f}%</b>" in page
+    lo, hi = report["answer"]["ttft_change_pct_interval"]
+    assert f"<span class='{report['answer']['answer']}'>{report['answer']['answer']}</span>: TTFT " \
+           f"<b>{key['value']:+.2f}%</b> [{lo:+.2f}%, {hi:+.2f}%]" in page
     for k in ("verdict", "ok", "totals", "modules", "skip_reasons", "failures"):  # the keys scripts read, kept
         assert k in summary
 
@@ -204,7 +221,8 @@ def test_a_modeled_pass_is_drawn_apart_from_a_measured_one(wrong_run):
 def test_the_printed_summary_opens_with_the_answer_and_names_failed_readings(wrong_run):
     _, _, printed = wrong_run
     head = next(i for i, line in enumerate(printed) if line.startswith("hicache conform: backend emu, profile "))
-    assert printed[head + 1].startswith("answer: HiCache ")
+    assert re.match(r"answer: (gain|loss|undecided): .* TTFT [-+]\d+\.\d\d% \[[-+]\d+\.\d\d%, [-+]\d+\.\d\d%, 5-95%\]",
+                    printed[head + 1]), printed[head + 1]
     assert any(re.match(r"readings \(modeled on the seed scenario, not measured here\): [1-9]\d* PASS \(modeled\), "
                         r"[2-9]\d* FAIL \(modeled\)", line) for line in printed), printed
     for name in SEGMENT_READINGS:

@@ -8,6 +8,8 @@ import pytest
 import hicache_ref.core.direction_worker as direction_worker
 from conformance.cli.main import main as cli_main
 from hardware_profiles import load_profile
+from hicache_ref.sim import cost
+from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.trace import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
@@ -94,7 +96,9 @@ def test_pinned_figures_on_fixed_slices_of_both_packaged_traces(trace_name, limi
     got = replay(CacheSpec.of(**spec), trace[:limit])
     assert {k: got[k] for k in expected} == expected
     # the modeled seconds are the profile's link model over exactly those counters (direct copies:
-    # linear in launches, segments and bytes), whatever the profile's values are today
-    link = load_profile(got["profile"]).link
-    priced = sum(link.seconds(d, got[f"{d}_bytes"], got[f"{d}_segments"], got[f"{d}_launches"]) for d in ("d2h", "h2d"))
+    # linear in launches, segments and bytes) in the replay's host state, whatever the profile's values are today
+    profile = load_profile(got["profile"])
+    factors = mech.bandwidth_factors(profile, cost.replay_state(got["registered_bytes"]))
+    priced = sum(profile.link.seconds(d, got[f"{d}_bytes"], got[f"{d}_segments"], got[f"{d}_launches"],
+                                      factors.of(d)) for d in ("d2h", "h2d"))
     assert got["modeled_transfer_seconds"] == pytest.approx(priced, rel=1e-9)

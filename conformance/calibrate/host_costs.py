@@ -12,13 +12,14 @@ to the device's node and to each other node; the factor is remote / local bandwi
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import statistics
 
 import numpy as np
 import torch
 
-from conformance.calibrate.probe import run_once
+from conformance.calibrate.probe import median_stderr, run_once
 from conformance.calibrate.slowdown_fit import slowdown_fit
 from hal.memory.budget import refuse_over
 from hal.memory.host import allocate_host
@@ -199,10 +200,13 @@ def _compare(backend, local: int, remotes: list[int], rounds: int, nbytes: int) 
     finally:
         for b in buffers.values():
             b.close()
-    ratios = [statistics.median(lt / rt for lt, rt in zip(walls[0], walls[i], strict=True))
-              for i in range(1, len(remotes) + 1)]
+    per_round = [[lt / rt for lt, rt in zip(walls[0], walls[i], strict=True)] for i in range(1, len(remotes) + 1)]
+    ratios = [statistics.median(r) for r in per_round]
+    ses = [median_stderr(r) for r in per_round]
     return {"measured": True, "local": local, "bytes": nbytes, "rounds": rounds,
             "local_gbps": nbytes / statistics.median(walls[0]) / 1e9,
             "remote": {str(n): {"gbps": nbytes / statistics.median(walls[i + 1]) / 1e9, "factor": ratios[i]}
                        for i, n in enumerate(remotes)},
-            "factor": min(1.0, statistics.fmean(ratios))}
+            "factor": min(1.0, statistics.fmean(ratios)),
+            # the mean's standard error from each node's median's (None when a node has too few rounds)
+            "factor_stderr": None if None in ses else math.sqrt(sum(e * e for e in ses)) / len(ses)}

@@ -39,7 +39,8 @@ def bandwidth(backend, sizes, repeat: int) -> tuple[dict, dict]:
         buffers = Buffers(backend, nbytes)
         for direction in rows:
             t, peer = paired(backend, buffers, direction, repeat, SIZE_SEGMENTS)
-            rows[direction].append({"bytes": nbytes, "median_s": t.median_s, "gbps": t.gbps, "spread": t.spread,
+            rows[direction].append({"bytes": nbytes, "median_s": t.median_s, "gbps": t.gbps,
+                                    "gbps_stderr": t.gbps_stderr, "spread": t.spread,
                                     "best_gbps": t.best_gbps, "modeled_gbps": t.modeled_gbps,
                                     "memcpy_gbps": peer.gbps, "memcpy_best_gbps": peer.best_gbps,
                                     "memcpy_spread": peer.spread, "ratio_vs_memcpy": paired_ratio(t, peer)})

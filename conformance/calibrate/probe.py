@@ -9,6 +9,7 @@ directly), so a figure can be read as a ratio on any host. Used by the target su
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -45,6 +46,12 @@ class Sample:
         return self.nbytes / self.median_s / 1e9
 
     @property
+    def gbps_stderr(self) -> float | None:
+        """Standard error of `gbps`: the median's (sqrt(pi/2) x the repeats' standard deviation /
+        sqrt(n), its large-sample value) carried to bytes / median; None with fewer than 3 repeats."""
+        return median_rate_stderr(self.nbytes, self.wall_s)
+
+    @property
     def best_gbps(self) -> float:
         """From the fastest repeat: the least disturbed one on a shared host."""
         return self.nbytes / min(self.wall_s) / 1e9
@@ -57,6 +64,21 @@ class Sample:
         return {"bytes": self.nbytes, "segments": self.segments, "launches": self.launches,
                 "median_s": self.median_s, "spread": self.spread, "gbps": self.gbps, "best_gbps": self.best_gbps,
                 "modeled_s": self.modeled_s, "repeats": len(self.wall_s)}
+
+
+def median_stderr(samples) -> float | None:
+    """Standard error of the median of `samples`: sqrt(pi / 2) x standard deviation / sqrt(n); None
+    below 3 samples (no spread worth the name)."""
+    if len(samples) < 3:
+        return None
+    return math.sqrt(math.pi / 2) * statistics.stdev(samples) / math.sqrt(len(samples))
+
+
+def median_rate_stderr(nbytes: int, seconds) -> float | None:
+    """Standard error of nbytes / median(seconds) in GB/s (the median's, relative, carried over)."""
+    se = median_stderr(seconds)
+    med = statistics.median(seconds)
+    return None if se is None or med <= 0 else nbytes / med / 1e9 * se / med
 
 
 class Buffers:

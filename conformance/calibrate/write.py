@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import platform
 import socket
@@ -81,7 +82,7 @@ def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
         source = f"{who}: {HOW[key].format(**fields)}"
         if key in accepted:  # written only because --accept-poor-fit said so: the source says it
             source += f"; poor fit accepted with --accept-poor-fit ({accepted[key]})"
-        link[key] = {"value": round(float(value), 6), "source": source}
+        link[key] = with_stderr({"value": round(float(value), 6), "source": source}, link_stderr(cal, key))
     data["link"] = link
     data["host_costs"] = host_costs_section(data.get("host_costs") or {}, cal, who)
     data["description"] = (f"{base.description} Link and host costs calibrated by hicache calibrate on "
@@ -89,6 +90,29 @@ def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
     header = (f"# Calibrated from profile {base.name} by `{command}` on {m['host']}, {when}.\n"
               f"# Samples and fits: the .calibration.json beside this file.\n")
     return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+
+
+# Fitted link figures: the fit's slope is in seconds per count (us figures) or seconds per GiB.
+SLOPE_SCALE = {"per_segment_us": 1e6, "per_launch_us": 1e6, "registration_s_per_gib": 1.0}
+
+
+def link_stderr(cal: dict, key: str) -> float | None:
+    """The standard error of a measured link figure: the median bandwidth's (its repeats) at the
+    largest size, a fitted figure's slope's (conformance.calibrate.fit_quality); None where unknown."""
+    if key in ("h2d_gbps", "d2h_gbps"):
+        rows = (cal.get("bandwidth") or {}).get(key[:3]) or []
+        return rows[-1].get("gbps_stderr") if rows else None
+    from conformance.calibrate.measure import fit_judgements
+
+    j = fit_judgements(cal).get(key)
+    return None if j is None else j["se_b"] * SLOPE_SCALE[key]
+
+
+def with_stderr(leaf: dict, se) -> dict:
+    """`leaf` ({value, source}) with `stderr:` beside them where the standard error is a finite number."""
+    if se is None or not math.isfinite(se):
+        return leaf
+    return {**leaf, "stderr": float(f"{abs(float(se)):.4g}")}
 
 
 def _translation_source(t: dict) -> str:
@@ -124,7 +148,8 @@ def host_costs_section(base: dict, cal: dict, who: str) -> dict:
     t, value = cal["translation"], cal["host_costs"][key]["value"]
     held = section.get(key)
     if value is not None:
-        section[key] = {"value": round(float(value), 6), "source": f"{who}: {_translation_source(t)}"}
+        section[key] = with_stderr({"value": round(float(value), 6), "source": f"{who}: {_translation_source(t)}"},
+                                   t.get("se"))
     elif isinstance(held, dict) and held.get("value") not in (None, "unknown"):
         section[key] = {"value": held["value"], "source": f"{held['source'].rstrip()}; kept: {who}: "
                         f"{_translation_source(t)}"}
@@ -132,8 +157,8 @@ def host_costs_section(base: dict, cal: dict, who: str) -> dict:
         section[key] = {"value": "unknown", "source": f"{who}: {_translation_source(t)}"}
     n = cal["numa"]
     if n["measured"]:
-        section["numa_remote_bw_factor"] = {"value": round(float(n["factor"]), 6),
-                                            "source": f"{who}: {_numa_source(n)}"}
+        section["numa_remote_bw_factor"] = with_stderr({"value": round(float(n["factor"]), 6),
+                                                        "source": f"{who}: {_numa_source(n)}"}, n.get("factor_stderr"))
     return {k: section[k] for k in HOST_COST_BOUNDS if k in section}
 
 

@@ -17,7 +17,7 @@ from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path
 from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
+from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hicache_ref.sim.ablate import ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.trace import read_trace
@@ -69,8 +69,18 @@ def run(a) -> int:
     result = ablate(spec, requests_of("--trace", trace, read_trace(trace, a.limit)), plateau_gain=a.plateau_gain,
                     progress=bar("hicache ablate", a.quiet, " replays"), l3_tokens=l3, engine=engine)
     result["configuration"]["trace"] = str(trace)
-    emit_result(result, out, "ablate", ablate_plot, a.json, table_lines(result))
+    lines = sizing_lines(spec) + table_lines(result)
+    emit_result(result, out, "ablate", ablate_plot, a.json, lines, report=_page(out, result, lines))
     return 0
+
+
+def _page(out, result: dict, lines: list[str]) -> str | None:
+    """report.html's text with --out, made before any file is written."""
+    if out is None:
+        return None
+    from conformance.report.team_results import ablate_page
+
+    return ablate_page(result, lines)
 
 
 SCENARIO_OWN = ("scenario", "profile", "plateau_gain", "engine", "out", "json", "quiet")  # what --scenario seed leaves to the user
@@ -109,8 +119,9 @@ def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
                          progress=bar("hicache ablate", a.quiet, " replays"), engine=engine)
     from conformance.cli.plots import readings_plot
 
+    lines = table_lines(result) + [""] + readings_lines(result)
     emit_result(result, out, "ablate", lambda path, r: (ablate_plot(path, r), readings_plot(
-        Path(path).with_name("readings.png"), r)), a.json, table_lines(result) + [""] + readings_lines(result))
+        Path(path).with_name("readings.png"), r)), a.json, lines, report=_page(out, result, lines))
     return 0
 
 
@@ -128,8 +139,10 @@ def readings_lines(r: dict) -> list[str]:
     lines.append(f"{ok} of {len(rows)} readings within tolerance")
     ans = r["answer"]
     if ans["ttft_change_pct"] is not None:
-        lines.append(f"answer: with every fix, HiCache changes TTFT by {ans['ttft_change_pct']:+.1f}% against HiCache "
-                     f"off ({'a gain' if ans['gain'] else 'a loss'}; the seed measured {ans['seed_ttft_change_pct']:+.2f}%)")
+        lo, hi = ans["ttft_change_pct_interval"] or (ans["ttft_change_pct"],) * 2
+        lines.append(f"answer: {ans['answer']}: with every fix, HiCache changes TTFT by {ans['ttft_change_pct']:+.1f}% "
+                     f"[{lo:+.1f}%, {hi:+.1f}%, 5-95%] against HiCache off (the seed measured "
+                     f"{ans['seed_ttft_change_pct']:+.2f}%)")
     return lines
 
 
@@ -137,22 +150,37 @@ def _num(v, fmt: str) -> str:
     return "n/m" if v is None else format(v, fmt)
 
 
+def _interval(iv) -> str:
+    return "n/m" if iv is None else f"[{iv[0]:+.2f}, {iv[1]:+.2f}]"
+
+
+def answer_line(ans: dict) -> str:
+    """The first line: the ladder's answer (its last priced rung, every fix on) with its intervals."""
+    if ans.get("answer") is None:
+        return "answer: not modeled (no rung could be priced: see n/m below)"
+    from hicache_ref.sim.spread import phrase
+
+    return phrase(ans, f"HiCache off, every fix on ({ans['step']})")
+
+
 def table_lines(r: dict) -> list[str]:
     c = r["configuration"]
     gib = 2**30
     served = "serial" if c["concurrency"] is None else f"concurrency {c['concurrency']}"
     engine = f", rungs on engine {c['engine']} (HiCache off on the reference)" if "engine" in c else ""
-    lines = [f"{c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}, L1 {c['l1_tokens']:,} / L2 "
+    lines = [answer_line(r["answer"]),
+             f"{c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}, L1 {c['l1_tokens']:,} / L2 "
              f"{c['l2_tokens']:,} tokens per rank, {served}{engine}",
              f"{'step':<17} {'hit rate':>8} {'D2H seg':>9} {'H2D seg':>9} {'D2H GiB':>8} {'H2D GiB':>8} "
-             f"{'xfer s':>9} {'TTFT chg s':>11} {'TTFT %':>8} {'net s':>11}"]
+             f"{'xfer s':>9} {'TTFT chg s':>11} {'TTFT %':>8} {'TTFT % 5-95':>17} {'net s':>11} answer"]
     for s in r["steps"]:
         lines.append(f"{s['step']:<17} {_num(s['hit_rate'], '.4f'):>8} {_num(s['d2h_segments'], ','):>9} "
                      f"{_num(s['h2d_segments'], ','):>9} "
                      f"{_num(None if s['d2h_bytes'] is None else s['d2h_bytes'] / gib, '.2f'):>8} "
                      f"{_num(None if s['h2d_bytes'] is None else s['h2d_bytes'] / gib, '.2f'):>8} "
                      f"{_num(s['modeled_transfer_seconds'], '.3f'):>9} {_num(s['ttft_change_seconds'], '+.4f'):>11} "
-                     f"{_num(s.get('ttft_change_pct'), '+.2f'):>8} {_num(s['net_benefit_seconds'], '+.2f'):>11}")
+                     f"{_num(s.get('ttft_change_pct'), '+.2f'):>8} {_interval(s.get('ttft_change_pct_interval')):>17} "
+                     f"{_num(s['net_benefit_seconds'], '+.2f'):>11} {s.get('answer') or 'n/m'}")
     unmeasured = [(s["step"], why) for s in r["steps"] for why in sorted(set(s["not_measured"].values()))]
     if unmeasured:
         lines.append("n/m: not measured:")

@@ -36,7 +36,7 @@ from conformance.common.errors import (
 # Each module defines HELP, add_arguments(parser) and run(args) -> int (exit code).
 PACKAGE = "conformance.cli"
 COMMANDS = ("plan", "conform", "bench", "doctor", "replay", "calibrate", "trace", "sweep", "backends", "spmd",
-            "ablate")
+            "ablate", "advise")
 
 
 class UsageError(ValueError):

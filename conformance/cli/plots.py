@@ -62,7 +62,8 @@ def sweep_plot(path: str | Path, result: dict) -> None:
     if all(b is not None for b in benefit):
         other = ax.twinx()
         other.plot(xs, benefit, marker="s", color="#cc6677", label="net benefit")
-        other.set_ylabel("net benefit, s")
+        _band(other, xs, tiers)
+        other.set_ylabel("net benefit, s (band: 5-95% over the parameter ensemble)")
     else:
         ax.set_title("net benefit not modeled: " + tiers[0].get("net_benefit_reason", ""), fontsize=8)
     plateau = result["plateau_l2_tokens"]
@@ -72,6 +73,13 @@ def sweep_plot(path: str | Path, result: dict) -> None:
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)
+
+
+def _band(ax, xs, tiers) -> None:
+    """The net benefit's 5-95% interval per tier as a shaded band (where every tier has one)."""
+    ivs = [t.get("net_benefit_seconds_interval") for t in tiers]
+    if xs and all(iv is not None for iv in ivs):
+        ax.fill_between(xs, [iv[0] for iv in ivs], [iv[1] for iv in ivs], color="#cc6677", alpha=0.25, linewidth=0)
 
 
 def sweep_l3_plot(path: str | Path, result: dict) -> None:
@@ -89,6 +97,12 @@ def sweep_l3_plot(path: str | Path, result: dict) -> None:
     other.plot(xs, [t["l3_bytes_written"] / 2**30 for t in tiers], marker="v", color="#aa3377", label="L3 written GiB")
     other.set_ylabel("L3 GiB moved")
     benefit = [t.get("net_benefit_seconds") for t in tiers]
+    if all(b is not None for b in benefit):
+        third = ax.twinx()
+        third.spines["right"].set_position(("axes", 1.12))
+        third.plot(xs, benefit, marker="s", color="#cc6677", label="net benefit, s")
+        _band(third, xs, tiers)
+        third.set_ylabel("net benefit, s (band: 5-95%)")
     title = "net benefit, s: " + ", ".join(f"{b:+.1f}" for b in benefit) if all(b is not None for b in benefit) \
         else "net benefit not modeled: " + (tiers[0].get("net_benefit_reason") or "")
     ax.set_title(title, fontsize=8)
@@ -105,7 +119,8 @@ def sweep_l3_plot(path: str | Path, result: dict) -> None:
 def ablate_plot(path: str | Path, result: dict) -> None:
     """Waterfall of net benefit per ablate step: the first bar the baseline, then each step's
     change over the last step that was priced (a step that changes nothing is a thin line, labelled
-    with its change), steps not measured drawn as hatched gaps, and a last bar with the total."""
+    with its change), steps not measured drawn as hatched gaps, and a last bar with the total; each
+    priced step's net benefit carries its 5-95% interval as an error bar."""
     plt = _pyplot()
     steps = result["steps"]
     fig, ax = plt.subplots(figsize=(10, 4.5))
@@ -121,6 +136,10 @@ def ablate_plot(path: str | Path, result: dict) -> None:
                linewidth=0.5)
         ax.annotate(f"{net - base:+.0f} s" if level is not None else f"{net:.0f} s", (i, max(net, base)),
                     ha="center", va="bottom", fontsize=7)
+        iv = s.get("net_benefit_seconds_interval")
+        if iv is not None:  # the rung's net benefit, 5-95% over the parameter ensemble
+            ax.errorbar(i, net, yerr=[[net - iv[0]], [iv[1] - net]], fmt="none", ecolor="black", capsize=3,
+                        linewidth=0.8)
         level = net
     labels = [s["step"] for s in steps]
     if level is not None:  # the total after every priced step
@@ -130,7 +149,7 @@ def ablate_plot(path: str | Path, result: dict) -> None:
     ax.axhline(0, color="black", linewidth=0.6)
     ax.margins(y=0.12)  # room for the labels above the highest bar
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("modeled net benefit, s")
+    ax.set_ylabel("modeled net benefit, s (bars: 5-95%)")
     c = result["configuration"]
     ax.set_title(f"ablate: {c['requests']:,} requests, profile {c['profile']}, TP {c['tp']}", fontsize=9)
     fig.tight_layout()

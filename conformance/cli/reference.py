@@ -45,6 +45,7 @@ DIFFERENCES: dict[str, dict[str, str]] = {
         "conform": "the profile of the machine under test: by default the backend's own (emu for emu)",
         "calibrate": "the base profile the measured one extends: by default the backend's own",
         "doctor": "optional: given, its topology is emulated; absent, this machine is checked as it is",
+        "advise": "repeatable: several profiles are compared side by side on the same replays (default p800)",
     },
     "--limit": {"bench l3_hits": "the benchmark's fixed slice: the first 1500 requests"},
     "--ops": {"bench spmd": "timing needs a longer run than the check: 1000 ops"},

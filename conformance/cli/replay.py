@@ -15,14 +15,14 @@ from conformance.common import args as types
 from conformance.common.errors import EXIT_NOT_RUN, CliError, clip_path, engine_error
 from conformance.common.inputs import load_profile_arg, trace_file
 from conformance.common.progress import ticker
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
+from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hicache_ref.engines import EngineNotRun, replay_with
 from hicache_ref.sim.replay import summary_lines
 from hicache_ref.sim.replay_tp import tp_summary_line
 from hicache_ref.sim.trace import find_trace
 
 HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, L2 host) and report hits and transfers"
-LOCAL_OPTIONS = ("--trace", "--limit", "--engine", "--json", "--quiet")  # the rest are spec fields
+LOCAL_OPTIONS = ("--trace", "--limit", "--engine", "--out", "--json", "--quiet")  # the rest are spec fields
 
 
 def add_arguments(p) -> None:
@@ -30,6 +30,7 @@ def add_arguments(p) -> None:
     add_local(p, "--limit", type=types.count(0))
     add_local(p, "--engine")
     add_spec_options(p, "replay")
+    add_local(p, "--out", help="directory for replay.json and report.html")
     add_local(p, "--json")
     add_local(p, "--quiet")
 
@@ -48,6 +49,11 @@ def warn(message: str) -> None:
 
 
 def run(a) -> int:
+    from pathlib import Path
+
+    out = Path(a.out) if a.out else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
     trace = trace_arg(a.trace)
     spec = spec_from_args(a, "replay")
     load_profile_arg("--profile", spec.profile)
@@ -68,10 +74,16 @@ def run(a) -> int:
     except UnicodeDecodeError as e:
         raise CliError("--trace", f"{clip_path(trace)}: not UTF-8 text (byte {e.start} of a line)") from None
     fig["trace"] = str(trace)
-    if a.json:
-        print(json.dumps(fig, indent=2))
-    else:
-        print("\n".join(summary_lines(fig) + ([tp_summary_line(fig)] if spec.tp.ranks is not None else [])))
+    lines = sizing_lines(spec) + summary_lines(fig) + ([tp_summary_line(fig)] if spec.tp.ranks is not None else [])
+    if out is not None:
+        from conformance.common.safe_write import write_text
+        from conformance.report.team_results import replay_page
+
+        page = replay_page(fig, lines)
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(out / "replay.json", json.dumps(fig, indent=2) + "\n")
+        write_text(out / "report.html", page)
+    print(json.dumps(fig, indent=2) if a.json else "\n".join(lines))
     if not fig["requests"]:
         warn(f"--trace {clip_path(trace)}: no request replayed (empty trace or --limit 0); every figure is zero")
     elif fig["truncated_requests"]:

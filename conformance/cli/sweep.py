@@ -17,7 +17,7 @@ from conformance.common.errors import EXIT_NOT_RUN, CliError, clip, clip_path, e
 from conformance.common.inputs import load_profile_arg, page_tokens, requests_of
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
-from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
+from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hal.units import HELP as UNITS
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.sweep import METHODS, sweep
@@ -85,13 +85,36 @@ def run_l3(a, spec, trace) -> int:
         print(f"hicache: warning: {result['warning']}", file=sys.stderr, flush=True)
     from conformance.cli.plots import sweep_l3_plot
 
-    emit_result(result, out, "sweep", sweep_l3_plot, a.json, summary_l3_lines(result))
+    lines = summary_l3_lines(result)
+    emit_result(result, out, "sweep", sweep_l3_plot, a.json, lines, report=_page(out, result, lines))
     return 0
+
+
+def _page(out, result: dict, lines: list[str]) -> str | None:
+    """report.html's text with --out, made before any file is written."""
+    if out is None:
+        return None
+    from conformance.report.team_results import sweep_page
+
+    return sweep_page(result, lines)
+
+
+def answer_line(r: dict, tier: str) -> str:
+    """The first line: the answer at the capacity worth deploying, with its intervals."""
+    at = r.get(f"answer_{tier}_tokens")
+    if r.get("answer") is None:
+        why = r["tiers"][0].get("net_benefit_reason") if r["tiers"] else None
+        if at is None and r["tiers"]:
+            why = "the smallest tier is already on the plateau: no capacity to answer for"
+        return f"answer: not modeled ({why or 'no profile'})"
+    from hicache_ref.sim.spread import phrase
+
+    return phrase(r, f"L1 alone, at {tier[:2].upper()} {at:,} tokens (the capacity to deploy)")
 
 
 def summary_l3_lines(r: dict) -> list[str]:
     gib = 2**30
-    lines = [f"{r['requests']:,} requests, L1 {r['l1_tokens']:,}, L2 {r['l2_tokens']:,} tokens ({r['write_policy']}), "
+    lines = [answer_line(r, "l3"), f"{r['requests']:,} requests, L1 {r['l1_tokens']:,}, L2 {r['l2_tokens']:,} tokens ({r['write_policy']}), "
              f"without L3: hit rate {r['without_l3_hit_rate']:.4f}",
              f"{'L3 tokens':>14} {'hit rate':>9} {'gain':>8} {'L3 read GiB':>12} {'L3 written GiB':>15} {'net s':>10}"]
     for t in r["tiers"]:
@@ -139,7 +162,8 @@ def run(a) -> int:
     result["trace"] = str(trace)
     from conformance.cli.plots import sweep_plot
 
-    emit_result(result, out, "sweep", sweep_plot, a.json, summary_lines(result))
+    lines = sizing_lines(spec) + summary_lines(result)
+    emit_result(result, out, "sweep", sweep_plot, a.json, lines, report=_page(out, result, lines))
     return 0
 
 
@@ -161,7 +185,7 @@ def engine_replay(a):
 
 def summary_lines(r: dict) -> list[str]:
     gib = 2**30
-    lines = [f"{r['requests']:,} requests, L1 {r['l1_tokens']:,} tokens alone: hit rate {r['l1_alone_hit_rate']:.4f} "
+    lines = [answer_line(r, "l2"), f"{r['requests']:,} requests, L1 {r['l1_tokens']:,} tokens alone: hit rate {r['l1_alone_hit_rate']:.4f} "
              f"({r['method']}{'; ' + r['one_pass_refusal'] if r['method'] == 'replay' and r['one_pass_refusal'] else ''})",
              f"{'L2 tokens':>14} {'hit rate':>9} {'gain':>8} {'D2H GiB':>9} {'H2D GiB':>9} {'registered GiB':>15} "
              f"{'net s':>10}"]

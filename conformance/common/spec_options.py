@@ -103,5 +103,14 @@ def spec_from_args(a, command: str, **fixed) -> CacheSpec:
         if value is not None:
             nodes.setdefault(node, {})[f.name] = value
     root = nodes.pop(ROOT, {})
-    spec = CacheSpec(**{n: NODES[n](**kw) for n, kw in nodes.items()}, **root)
-    return spec.replace(**fixed) if fixed else spec
+    if not fixed:
+        return CacheSpec(**{n: NODES[n](**kw) for n, kw in nodes.items()}, **root)
+    # fixed fields join the options before the spec is made: what it resolves (--model's sizes
+    # against the profile) sees them
+    flat = {k: v for kw in nodes.values() for k, v in kw.items()}
+    return CacheSpec.of(**{**flat, **root, **fixed})
+
+
+def sizing_lines(spec: CacheSpec) -> list[str]:
+    """How --model sized the spec (hicache_ref.spec.machine), one line of arithmetic each; [] without --model."""
+    return [f"sizes: {line}" for line in (spec.machine_sizing or {}).get("arithmetic", [])]

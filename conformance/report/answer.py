@@ -7,7 +7,14 @@ and how many readings the model meets. A profile without readings has no scenari
 
 from __future__ import annotations
 
+from hicache_ref.sim import uncertainty
 from hicache_ref.sim.readings import ANSWER_READING
+
+# The answer word (hicache_ref.sim.spread) and the intervals a reading row carries for the answer reading.
+INTERVAL_KEYS = ("answer", "ttft_change_pct_interval", "net_benefit_seconds_interval", "busy_seconds",
+                 "busy_seconds_interval", "ensemble_members")
+HEADLINES = {"gain": "gain: HiCache pays off", "loss": "loss: HiCache does not pay off",
+             "undecided": "undecided: the model cannot tell whether HiCache pays off"}
 
 
 def _scenario(profile) -> str | None:
@@ -28,7 +35,7 @@ def answer(profile, rows: list[dict]) -> dict:
     out = {"scenario": _scenario(profile) if readings else None, "ttft_change_pct": None,
            "seed_ttft_change_pct": None, "gain": None, "readings_within": within, "readings_outside": outside,
            "readings_not_measured": len(readings) - within - outside, "readings_total": len(readings),
-           "net_seconds": None}
+           "net_seconds": None, **dict.fromkeys(INTERVAL_KEYS)}
     key = next((r for r in readings if r["name"] == ANSWER_READING), None)
     name = "no profile" if profile is None else f"profile {profile.name}"
     if key is None:
@@ -45,9 +52,13 @@ def answer(profile, rows: list[dict]) -> dict:
                        f"the seed measured {key['target']:+.2f}%")
     else:
         out.update(ttft_change_pct=change, gain=change < 0)
-        verdict = "HiCache pays off" if change < 0 else "HiCache does not pay off"
-        out["text"] = (f"{verdict} on {name}'s scenario: TTFT {change:+.2f}% vs HiCache off with every fix on "
-                       f"({'a gain' if change < 0 else 'a loss'}, modeled; the seed measured {key['target']:+.2f}%)")
+        # the answer word and the intervals over the parameter ensemble (hicache_ref.sim.spread)
+        out.update({k: (key.get("reading") or {}).get(k) for k in INTERVAL_KEYS})
+        word = out["answer"] or uncertainty.answer((change, change))  # a row without an ensemble: its central value
+        out["answer"] = word
+        lo, hi = out["ttft_change_pct_interval"] or (change, change)
+        out["text"] = (f"{HEADLINES[word]} on {name}'s scenario: TTFT {change:+.2f}% [{lo:+.2f}%, {hi:+.2f}%, 5-95%] "
+                       f"vs HiCache off with every fix on (modeled; the seed measured {key['target']:+.2f}%)")
         if out["net_seconds"] is not None:
             out["text"] += f", net {out['net_seconds']:+.1f} s of prefill-server time"
     out["text"] += f"; readings: {within} within tolerance, {outside} outside"

@@ -22,6 +22,7 @@ th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums
 .pass-modeled{background:#fff;color:#1565c0;border:2px dashed #1565c0} .fail-modeled{background:#fff;color:#c62828;border:2px dashed #c62828}
 .answer{border:2px solid #1565c0;border-radius:6px;padding:8px 14px;margin:12px 0;background:#f5f9ff}
 .answer .gain{color:#2e7d32;font-weight:700} .answer .loss{color:#c62828;font-weight:700}
+.answer .undecided{color:#ef6c00;font-weight:700}
 .ok{color:#2e7d32;font-weight:600} .warn{color:#ef6c00;font-weight:600} .bad{color:#c62828;font-weight:600}
 .muted{color:#666} .small{font-size:12px} img{max-width:100%;border:1px solid #eee;margin:6px 0}
 .grid{display:flex;flex-wrap:wrap;gap:12px} .grid img{max-width:640px}

@@ -48,10 +48,15 @@ def answer_block(report: dict) -> str:
     if a["ttft_change_pct"] is None:
         head = "<p class='muted'>no answer: " + escape(a["text"]) + "</p>"
     else:
-        word = "gain" if a["gain"] else "loss"
-        head = (f"<p><span class='{word}'>{'HiCache pays off' if a['gain'] else 'HiCache does not pay off'}"
-                f"</span>: TTFT <b>{a['ttft_change_pct']:+.2f}%</b> vs HiCache off with every fix on (a {word}, "
-                f"modeled; the seed measured {a['seed_ttft_change_pct']:+.2f}%)</p>")
+        word = a.get("answer") or ("gain" if a["gain"] else "loss")
+        lo, hi = a.get("ttft_change_pct_interval") or (a["ttft_change_pct"],) * 2
+        net = a.get("net_benefit_seconds_interval")
+        members = a.get("ensemble_members") or 1
+        head = (f"<p><span class='{word}'>{escape(word)}</span>: TTFT <b>{a['ttft_change_pct']:+.2f}%</b> "
+                f"[{lo:+.2f}%, {hi:+.2f}%] vs HiCache off with every fix on"
+                + (f", net benefit [{net[0]:+.1f} s, {net[1]:+.1f} s]" if net else "")
+                + f" (modeled, 5-95% over {members} parameter set{'s' * (members != 1)}; the seed measured "
+                f"{a['seed_ttft_change_pct']:+.2f}%)</p>")
     mv = report.get("model_verdict")
     counts = (f"<p>model {escape(str(mv))}: <b>{a['readings_within']}</b> seed readings within tolerance, "
               f"<b>{a['readings_outside']}</b> outside, {a['readings_not_measured']} not measured, of "

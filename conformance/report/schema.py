@@ -62,6 +62,11 @@ ANSWER = {
         "scenario": _STR_OR_NULL, "ttft_change_pct": _NUMBER_OR_NULL, "seed_ttft_change_pct": _NUMBER_OR_NULL,
         "gain": {"type": ["boolean", "null"]}, "text": {"type": "string", "minLength": 1},
         "net_seconds": _NUMBER_OR_NULL,  # busy seconds saved vs HiCache off, where the reading's row gives them
+        # the answer word and 5-95% intervals over the parameter ensemble (hicache_ref.sim.spread)
+        "answer": {"enum": ["gain", "loss", "undecided", None]},
+        **{k: {"anyOf": [{"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},
+                         {"type": "null"}]}
+           for k in ("ttft_change_pct_interval", "net_benefit_seconds_interval", "busy_seconds_interval")},
         **{k: {"type": "integer", "minimum": 0}
            for k in ("readings_within", "readings_outside", "readings_not_measured", "readings_total")},
     },

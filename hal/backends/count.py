@@ -14,7 +14,12 @@ from typing import Any
 import torch
 
 from hal.backend import Backend, Capabilities, Event, Stream
-from hal.backends.support.modeled_clock import ModeledClock, modeled_profile, plan_seconds
+from hal.backends.support.modeled_clock import (
+    HostFactorsMixin,
+    ModeledClock,
+    modeled_profile,
+    plan_seconds,
+)
 from hal.transfer.plan import TransferPlan
 
 
@@ -45,7 +50,7 @@ class CountStream(Stream):
         return None
 
 
-class CountBackend(Backend):
+class CountBackend(HostFactorsMixin, Backend):
     name = "count"
     device_type = "meta"
     default_profile = "emu"
@@ -80,7 +85,7 @@ class CountBackend(Backend):
 
     def model_seconds(self, plan: TransferPlan) -> float | None:
         """Modeled cost of `plan` on the profile's link, or None when the profile can't say."""
-        return plan_seconds(self.profile.link, plan)
+        return plan_seconds(self.profile.link, plan, self.host_factors)
 
     def _execute(self, plan: TransferPlan, stream: CountStream) -> CountEvent:
         stream.clock.advance(self.model_seconds(plan))

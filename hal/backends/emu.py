@@ -23,7 +23,12 @@ from typing import Any
 import torch
 
 from hal.backend import Backend, Capabilities, Event, Stream
-from hal.backends.support.modeled_clock import ModeledClock, modeled_profile, plan_seconds
+from hal.backends.support.modeled_clock import (
+    HostFactorsMixin,
+    ModeledClock,
+    modeled_profile,
+    plan_seconds,
+)
 from hal.transfer import segcopy
 from hal.transfer.plan import TransferPlan
 
@@ -175,7 +180,7 @@ class EmuStream(Stream):
             self._thread.join(timeout)
 
 
-class EmuBackend(Backend):
+class EmuBackend(HostFactorsMixin, Backend):
     name = "emu"
     device_type = "cpu"
     default_profile = "emu"
@@ -245,7 +250,7 @@ class EmuBackend(Backend):
 
     def model_seconds(self, plan: TransferPlan) -> float | None:
         """Modeled cost of `plan` on the profile's link, or None when the profile can't say."""
-        return plan_seconds(self.profile.link, plan)
+        return plan_seconds(self.profile.link, plan, self.host_factors)
 
     def _execute(self, plan: TransferPlan, stream: EmuStream) -> EmuEvent:
         stream.submit("plan", plan)

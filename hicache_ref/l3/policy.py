@@ -9,7 +9,10 @@ The model: hicache_ref/README.md, "Design notes".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from hardware_profiles import pricing
+from hardware_profiles.model import L3LinkModel
 
 # Assumed link of the L3 store where the profile has no l3_link section: a pooled-DRAM store over RDMA,
 # one round trip per batch and a streaming rate per direction. Reported with the figures.
@@ -32,6 +35,9 @@ class L3Link:
     latency_s: float = ASSUMED_L3_LATENCY_S  # one round trip per batch
     per_object_s: float = 0.0  # what each object adds beyond its bytes (a transfer posted per object)
     basis: str = "assumed"  # where the values come from: "assumed" or "profile NAME" (with its assumed keys)
+    # what prices it (hardware_profiles.pricing.l3_seconds, as the simulator's L3 terms): the profile's
+    # l3_link itself, else one made of the values above
+    model: L3LinkModel | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_profile(cls, profile, page_bytes: int) -> L3Link:
@@ -42,7 +48,7 @@ class L3Link:
             return cls(page_bytes)
         assumed = sorted(k for k in profile.assumptions() if k.startswith("l3_link."))
         basis = f"profile {profile.name}" + (f" (assumed: {', '.join(assumed)})" if assumed else "")
-        return cls(page_bytes, m.read_gbps, m.write_gbps, m.per_batch_us * 1e-6, m.per_object_us * 1e-6, basis)
+        return cls(page_bytes, m.read_gbps, m.write_gbps, m.per_batch_us * 1e-6, m.per_object_us * 1e-6, basis, m)
 
     def __post_init__(self):
         for name in ("read_gbps", "write_gbps"):
@@ -53,16 +59,20 @@ class L3Link:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ValueError(f"{name}: expected a non-negative number of seconds, got {v!r}")
+        if self.model is None:
+            object.__setattr__(self, "model", L3LinkModel(self.read_gbps, self.write_gbps, self.latency_s * 1e6,
+                                                          self.per_object_s * 1e6))
 
     def read_seconds(self, pages: int) -> float:
         """Modeled seconds from issue until `pages` pages have landed (0 for none)."""
-        return self._seconds(pages, self.read_gbps)
+        return self._seconds(pages, "read")
 
     def write_seconds(self, pages: int) -> float:
-        return self._seconds(pages, self.write_gbps)
+        return self._seconds(pages, "write")
 
-    def _seconds(self, pages: int, gbps: float) -> float:
-        return self.latency_s + pages * self.page_bytes / (gbps * 1e9) + pages * self.per_object_s if pages else 0.0
+    def _seconds(self, pages: int, direction: str) -> float:
+        """One batch of `pages` objects, priced as every L3 transfer is (hardware_profiles.pricing)."""
+        return pricing.l3_seconds(self.model, direction, pages, pages * self.page_bytes, 1) if pages else 0.0
 
     def pages_within(self, seconds: float) -> float:
         """Pages landed `seconds` after issue (a float; inf for an unbounded wait)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hardware_profiles import load_profile
-from hicache_ref.sim import cost
+from hicache_ref.sim import cost, spread
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
 from hicache_ref.sim.scenario import NotRunOnEngine, Runs, cache_spec, host_state, state
@@ -102,14 +102,16 @@ def rungs(shared_uplink: bool, l3_tokens: int | None = None) -> list[tuple[str, 
 
 def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = DEFAULT_PLATEAU_GAIN,
            workers: int | None = None, progress: Callable[[int, int], None] | None = None,
-           profile=None, runs: Runs | None = None, l3_tokens: int | None = None, engine=None) -> dict:
+           profile=None, runs: Runs | None = None, l3_tokens: int | None = None, engine=None,
+           ensemble=None) -> dict:
     """The ladder over `requests` from `spec` (its capacities, geometry, page size, profile, TP ranks
     and concurrency; its layout, write policy and request counting are the ladder's own; L1/L2 left
     unlimited are sized as fractions of the trace). `profile`: a loaded profile to price with
     instead of the spec's; `runs`: replays to share (hicache_ref.sim.scenario.Runs over the same sized
     spec and trace); `l3_tokens`: the pooled L3 rung's capacity (None: unlimited); `engine`: what
     replays the rungs (a hicache_ref.engines.Engine; None: the reference; HiCache off stays the
-    reference's), a rung it does not run is not measured with the reason. `workers` is accepted for the command's sake
+    reference's), a rung it does not run is not measured with the reason; `ensemble`: the parameter sets each
+    rung's interval is priced over (hicache_ref.sim.spread; None: the profile's). `workers` is accepted for the command's sake
     (each replay runs here). `progress(done, total)` after each replay."""
     _check(spec, requests, plateau_gain)
     if l3_tokens is not None and (isinstance(l3_tokens, bool) or not isinstance(l3_tokens, int) or l3_tokens <= 0):
@@ -137,7 +139,7 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
             else (None, "no request replayed")
     except mech.Unpriced as e:
         off_svc, off_why = None, str(e)
-    priced_off = (off_svc, off_why)
+    priced_off = (off_svc, off_why, spread.members(profile) if ensemble is None else ensemble)
     rows = [_row(step, change, st, per_rank, runs, profile, tp, off, priced_off) for step, change, st in ladder]
     # the capacity step goes on top of the better of the last two: the write-policy fix is conditional
     pick = min((-1, -2), key=lambda i: (rows[i]["modeled_ttft_seconds"] is None, rows[i]["modeled_ttft_seconds"] or 0))
@@ -168,7 +170,15 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
                   request_counting=True, unpriced=[], l3_tokens=l3_tokens)
     if runs.engine is not None:  # as `hicache sweep --engine`: which engine replayed what
         config.update(engine=runs.engine.name, l1_only_engine="reference")
-    return dict(steps=rows, configuration=config, spec=spec.to_dict())
+    return dict(steps=rows, configuration=config, spec=spec.to_dict(), answer=ladder_answer(rows))
+
+
+def ladder_answer(rows: list[dict]) -> dict:
+    """The ladder's answer: the last priced rung's (every fix on) answer word and intervals."""
+    last = next((r for r in reversed(rows) if r["answer"] is not None), None)
+    if last is None:
+        return dict(spread.unpriced(), step=None)
+    return dict({k: last[k] for k in spread.KEYS}, step=last["step"])
 
 
 def _ttft(svc, fig) -> float | None:
@@ -196,7 +206,7 @@ def _not_run(step, change, st, per_rank, runs, profile, tp, why) -> dict:
     """The row of a rung the engine did not run: its state and host side, no figure (the reason for each)."""
     spec = cache_spec(st, runs.base, per_rank, tp)
     hs = host_state(st, profile, per_rank, runs.base.geometry.token_bytes, tp)
-    return dict({k: None for k in REPLAYED_KEYS}, step=step, change=change, l2_tokens=spec.tiers.l2_tokens,
+    return dict({**spread.unpriced(), **{k: None for k in REPLAYED_KEYS}}, step=step, change=change, l2_tokens=spec.tiers.l2_tokens,
                 host_layout=spec.tiers.host_layout, state=dict(st), host_state=hs.to_json(), d2h_bytes_all_ranks=None,
                 host_pool_bytes_all_ranks=None, truncated_requests=None, notes=[],
                 assumed_inputs=list(cost.assumed_inputs(profile)), service=None, modeled_ttft_seconds=None,
@@ -204,7 +214,7 @@ def _not_run(step, change, st, per_rank, runs, profile, tp, why) -> dict:
 
 
 def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict:
-    off_svc, off_why = priced_off
+    off_svc, off_why, ensemble = priced_off
     try:
         fig = runs.figures(st, per_rank)
     except NotRunOnEngine as e:
@@ -222,14 +232,28 @@ def _row(step, change, st, per_rank, runs, profile, tp, off, priced_off) -> dict
         if off_svc is None:
             raise mech.Unpriced(off_why)
         svc = cost.run_service(profile, fig, hs)
+        priced = spread.spread(ensemble, lambda m: rung_busy(m, fig, hs, off))
     except mech.Unpriced as e:
         why = str(e)
-        return dict(row, modeled_transfer_seconds=None, ttft_change_seconds=None, ttft_change_pct=None,
-                    net_benefit_seconds=None, service=None, modeled_ttft_seconds=None,
-                    not_measured={k: why for k in ("modeled_transfer_seconds", "ttft_change_seconds",
-                                                    "net_benefit_seconds")})
+        return {**spread.unpriced(), **row, "modeled_transfer_seconds": None, "ttft_change_seconds": None,
+                "ttft_change_pct": None, "net_benefit_seconds": None, "service": None, "modeled_ttft_seconds": None,
+                "not_measured": {k: why for k in ("modeled_transfer_seconds", "ttft_change_seconds",
+                                                  "net_benefit_seconds")}}
     ttft, ttft_off = _ttft(svc, fig), _ttft(off_svc, off)
-    return dict(row, modeled_transfer_seconds=svc.total - svc.compute, ttft_change_seconds=ttft - ttft_off,
+    return dict(priced, **row, modeled_transfer_seconds=svc.total - svc.compute, ttft_change_seconds=ttft - ttft_off,
                 ttft_change_pct=(ttft / ttft_off - 1) * 100 if ttft_off else None,
                 net_benefit_seconds=off_svc.total - svc.total, service=svc.to_json(), modeled_ttft_seconds=ttft,
                 not_measured={})
+
+
+def rung_busy(profile, fig: dict, hs: mech.HostState, off: dict) -> tuple[float, float, float | None]:
+    """(busy seconds of a rung in host state `hs`, of HiCache off, TTFT change in %) under `profile`:
+    what the rung's interval re-prices per ensemble member (hicache_ref.sim.spread)."""
+    busy = cost.run_service(profile, fig, hs).total
+    base = cost.run_service(profile, off, mech.HostState()).total
+    ttft, ttft_off = _ttft_of(busy, fig), _ttft_of(base, off)
+    return busy, base, (ttft / ttft_off - 1) * 100 if ttft_off else None
+
+
+def _ttft_of(busy: float, fig: dict) -> float:
+    return mech.mean_ttft_seconds(busy, fig["requests"], fig.get("concurrency"))

@@ -8,11 +8,13 @@ inputs named. No device, no bytes, deterministic. The model in words: docs/model
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from hicache_ref.sim import mechanisms as mech
+from hicache_ref.sim import spread
 from hicache_ref.sim.figures import prefill_from_moments
 
 
@@ -170,25 +172,54 @@ def run_service(profile, fig: dict, state: mech.HostState) -> mech.Service:
                         traffic(fig, "h2d"), traffic(fig, "d2h"), state, l3_s=l3)
 
 
+def replay_state(registered_bytes: int) -> mech.HostState:
+    """The host state a replay is priced in: every host fix on, its host pool registered."""
+    return mech.HostState(registered_bytes=int(registered_bytes))
+
+
+@contextmanager
+def clock_in_replay_state(backend, cache):
+    """While a replay runs on `cache`: `backend`'s modeled clock (where it has one) prices each plan in
+    the replay's host state (`replay_state`), so its modeled seconds are the net benefit's terms;
+    the backend's own factors come back after."""
+    setter = getattr(backend, "set_host_factors", None)
+    profile = getattr(backend, "profile", None)
+    if setter is None or profile is None:
+        yield
+        return
+    before = backend.host_factors
+    try:
+        setter(mech.bandwidth_factors(profile, replay_state(cache.host.nbytes if cache.host is not None else 0)))
+    except mech.Unpriced:  # no host cost to price with: the link's own rate (and no net benefit either)
+        pass
+    try:
+        yield
+    finally:
+        setter(before)
+
+
 REPLAY_STATE_NOTE = ("priced with every host fix on (daemon-thread submission, THP, NUMA-local memory, IDO): "
                      "hicache ablate prices the states before them")
 
 
-def replay_figures(profile, fig: dict) -> dict:
+def replay_figures(profile, fig: dict, ensemble=None) -> dict:
     """The net-benefit keys of a replay's JSON: busy seconds of an L1-only cache with the same L1
     contents minus this run's (compute saved - transfer costs), the mean TTFT of both under the
     run's concurrency, and the assumed inputs; net_benefit_seconds None with net_benefit_reason
-    when the profile cannot say or nothing was replayed."""
+    when the profile cannot say or nothing was replayed. With them the answer and the intervals
+    over `ensemble` (default: the profile's, hicache_ref.sim.spread), the same figures re-priced."""
     if not fig["requests"]:
-        return {"net_benefit_seconds": None,
+        return {**spread.unpriced(), "net_benefit_seconds": None,
                 "net_benefit_reason": "no request replayed: no prefill to save and nothing moved"}
     if profile is None:
-        return {"net_benefit_seconds": None, "net_benefit_reason": "no profile"}
-    state = mech.HostState(registered_bytes=fig.get("registered_bytes", 0))
+        return {**spread.unpriced(), "net_benefit_seconds": None, "net_benefit_reason": "no profile"}
+    state = replay_state(fig.get("registered_bytes", 0))
     try:
         svc = run_service(profile, fig, state)
+        priced = spread.spread(spread.members(profile) if ensemble is None else ensemble,
+                               lambda m: replay_busy(m, fig, state))
     except mech.Unpriced as e:
-        return {"net_benefit_seconds": None, "net_benefit_reason": str(e)}
+        return {**spread.unpriced(), "net_benefit_seconds": None, "net_benefit_reason": str(e)}
     l1_only = prefill_seconds(profile, fig, "l1_only")
     l3 = l3_link_figures(profile, fig, state)
     conc = fig.get("concurrency")
@@ -200,4 +231,13 @@ def replay_figures(profile, fig: dict) -> dict:
             "net_benefit_reason": "busy seconds of an L1-only cache - this run's (compute saved - L2 path, loads, "
                                   "backup hold and interference); " + REPLAY_STATE_NOTE,
             "modeled_ttft_seconds": ttft, "modeled_ttft_l1_only_seconds": ttft_l1,
-            "modeled_ttft_change_pct": (ttft / ttft_l1 - 1) * 100 if ttft_l1 else None}
+            "modeled_ttft_change_pct": (ttft / ttft_l1 - 1) * 100 if ttft_l1 else None, **priced}
+
+
+def replay_busy(profile, fig: dict, state: mech.HostState) -> tuple[float, float, float | None]:
+    """(busy seconds of the run, of an L1-only cache with the same L1 contents, TTFT change in %) under
+    `profile`: what `spread.spread` re-prices per ensemble member."""
+    busy, base = run_service(profile, fig, state).total, prefill_seconds(profile, fig, "l1_only")
+    conc = fig.get("concurrency")
+    ttft, ttft_base = (mech.mean_ttft_seconds(b, fig["requests"], conc) for b in (busy, base))
+    return busy, base, (ttft / ttft_base - 1) * 100 if ttft_base else None

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from hardware_profiles import pricing
+
 PAGE_4K, PAGE_THP = 4096, 2 << 20  # host page sizes: base pages, transparent huge pages
 SUBMISSIONS = ("inline", "daemon")
 NUMA_PLACEMENTS = ("local", "remote", "interleave")
@@ -89,34 +91,51 @@ def numa_factor(profile, state: HostState) -> float:
     return 1.0 / (1.0 / n + (n - 1) / n / nu)
 
 
-def dma_gbps(profile, direction: str, state: HostState) -> float:
-    """Effective DMA bandwidth (decimal GB/s) of `direction` ("h2d" or "d2h") under `state`."""
-    link, hc = profile.link, profile.host_costs
-    bw = need(link.h2d_gbps if direction == "h2d" else link.d2h_gbps, f"link.{direction}_gbps", profile)
-    bw *= numa_factor(profile, state)
+def bandwidth_factor(profile, direction: str, state: HostState) -> float:
+    """What `state` does to DMA bandwidth of `direction` ("h2d" or "d2h"): the NUMA factor, divided by
+    the translation slowdown of the registered memory, and for D2H times the ordering factor when
+    cards behind one uplink write at once without IDO."""
+    hc = profile.host_costs
+    f = numa_factor(profile, state)
     if state.translation_entries:
         rho = need(hc.translation_slowdown_per_mentry, "host_costs.translation_slowdown_per_mentry", profile)
-        bw /= 1.0 + rho * state.translation_entries / 1e6
+        f /= 1.0 + rho * state.translation_entries / 1e6
     if direction == "d2h" and state.writers_per_uplink > 1 and not state.ido:
-        bw *= need(hc.ido_shared_d2h_factor, "host_costs.ido_shared_d2h_factor", profile)
-    return bw
+        f *= need(hc.ido_shared_d2h_factor, "host_costs.ido_shared_d2h_factor", profile)
+    return f
+
+
+def bandwidth_factors(profile, state: HostState) -> pricing.BandwidthFactors:
+    """Both directions' bandwidth factors of `state`: what a modeled backend's clock prices with
+    (hal/backends/support/modeled_clock.py), so it agrees with `device_seconds`."""
+    return pricing.BandwidthFactors(h2d=bandwidth_factor(profile, "h2d", state),
+                                    d2h=bandwidth_factor(profile, "d2h", state))
+
+
+def priced(profile, price, *args):
+    """`price(*args)` (a hardware_profiles.pricing function), Unpriced naming the key it lacks."""
+    try:
+        return price(*args)
+    except pricing.UnknownValue as e:
+        raise Unpriced(f"profile {profile.name} has no {e.key}") from None
+
+
+def dma_gbps(profile, direction: str, state: HostState) -> float:
+    """Effective DMA bandwidth (decimal GB/s) of `direction` ("h2d" or "d2h") under `state`."""
+    bw = need(profile.link.h2d_gbps if direction == "h2d" else profile.link.d2h_gbps, f"link.{direction}_gbps",
+              profile)
+    return bw * bandwidth_factor(profile, direction, state)
 
 
 def submission_seconds(profile, t: Traffic) -> float:
     """CPU time to submit the copies: per launch, plus per merged segment for direct copies."""
-    link = profile.link
-    s = t.launches * need(link.per_launch_us, "link.per_launch_us", profile) * 1e-6 if t.launches else 0.0
-    if not t.kernel and t.segments:
-        s += t.segments * need(link.per_segment_us, "link.per_segment_us", profile) * 1e-6
-    return s
+    return priced(profile, pricing.submission_seconds, profile.link, t.launches, t.segments, t.kernel)
 
 
 def device_seconds(profile, direction: str, t: Traffic, state: HostState) -> float:
     """Time the copy occupies the link: bytes at the effective bandwidth, plus per item for kernels."""
-    s = t.bytes / (dma_gbps(profile, direction, state) * 1e9) if t.bytes else 0.0
-    if t.kernel and t.items:
-        s += t.items * need(profile.link.kernel_per_item_us, "link.kernel_per_item_us", profile) * 1e-6
-    return s
+    factor = bandwidth_factor(profile, direction, state) if t.bytes else 1.0
+    return priced(profile, pricing.device_seconds, profile.link, direction, t.bytes, t.items, t.kernel, factor)
 
 
 @dataclass(frozen=True)
@@ -156,15 +175,10 @@ def backup_seconds(profile, d2h: Traffic, state: HostState) -> tuple[float, floa
 
 def l3_seconds(profile, direction: str, objects: int, nbytes: int, batches: int) -> float:
     """Seconds the L3 store's link (profile l3_link: Mooncake's transfer engine over the NIC) is busy
-    moving `objects` objects of `nbytes` in all, in `batches` batches, `direction` "read" or "write":
-    a round trip per batch, a cost per object, the bytes at the direction's rate. Unpriced naming the
-    key when the profile lacks one."""
-    if not (objects or nbytes or batches):
-        return 0.0
-    m = profile.l3_link
-    gbps = need(m.read_gbps if direction == "read" else m.write_gbps, f"l3_link.{direction}_gbps", profile)
-    return (batches * need(m.per_batch_us, "l3_link.per_batch_us", profile) * 1e-6
-            + objects * need(m.per_object_us, "l3_link.per_object_us", profile) * 1e-6 + nbytes / (gbps * 1e9))
+    moving `objects` objects of `nbytes` in all, in `batches` batches, `direction` "read" or "write"
+    (hardware_profiles.pricing.l3_seconds, as the L3 tier's prefetch clock prices). Unpriced naming
+    the key when the profile lacks one."""
+    return priced(profile, pricing.l3_seconds, profile.l3_link, direction, objects, nbytes, batches)
 
 
 def shared_uplink_seconds(profile, d2h_bytes: int, l3_bytes: int, l3_busy_s: float, state: HostState) -> float:

@@ -15,7 +15,7 @@ from hal.transfer.direction import Direction
 from hal.transfer.layout_registry import get_layout
 from hal.transfer.plan import plan_pool_transfer
 from hal.transfer.seed import SEED_GEOMETRY, seed_plan
-from hicache_ref.sim import cost
+from hicache_ref.sim import cost, spread
 from hicache_ref.sim import mechanisms as mech
 from hicache_ref.sim.scenario import host_state
 from hicache_ref.sim.seed_scenario import l2_tokens, seed_host_state
@@ -173,8 +173,26 @@ def detail(reading, model: float) -> str:
     return f"model {model:.4g} {unit} vs seed {seed:.4g} {unit}: {off / seed * 100:+.1f}% (tolerance {tol * 100:g}%)"
 
 
-def evaluate(profile, readings, runs) -> list[dict]:
-    """One row per reading (ROW_KEYS and `derives`, `quantity`, `measured`, `detail`, `not_measured`)."""
+def workload_spread(profile, runs, reading, readings, ensemble) -> dict:
+    """A workload TTFT reading's answer and intervals (hicache_ref.sim.spread): its state against
+    HiCache off, the same replays priced per member of `ensemble`."""
+    gb = reading.l2_gb_per_card or readings.scenario["l2_gb_per_card"]
+    on, off = readings.states[reading.state], readings.states["hicache_off"]
+
+    def price(m):
+        busy, fig = workload_busy(m, runs, on, gb)
+        base, fig_off = workload_busy(m, runs, off, gb)
+        conc = runs.base.serving.concurrency
+        ttft, ttft_off = (mech.mean_ttft_seconds(b, f["requests"], conc) for b, f in ((busy, fig), (base, fig_off)))
+        return busy, base, (ttft / ttft_off - 1) * 100
+
+    return spread.spread(ensemble, price)
+
+
+def evaluate(profile, readings, runs, ensemble=None) -> list[dict]:
+    """One row per reading (ROW_KEYS and `derives`, `quantity`, `measured`, `detail`, `not_measured`);
+    a workload TTFT reading adds its answer and intervals over `ensemble` (default: the profile's)."""
+    ensemble = spread.members(profile) if ensemble is None else ensemble
     rows = []
     for r in readings.readings:
         kind, tol = tolerance(r)
@@ -189,6 +207,7 @@ def evaluate(profile, readings, runs) -> list[dict]:
                 gb = r.l2_gb_per_card or readings.scenario["l2_gb_per_card"]
                 row["net_seconds"] = (workload_busy(profile, runs, readings.states["hicache_off"], gb)[0]
                                       - workload_busy(profile, runs, readings.states[r.state], gb)[0])
+                row.update(workload_spread(profile, runs, r, readings, ensemble))
         except mech.Unpriced as e:
             row.update(model=None, within=None, not_measured=str(e), detail=f"not measured: {e}")
         rows.append(row)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hicache_ref.core.cache import HiCache
-from hicache_ref.sim import cost
+from hicache_ref.sim import cost, spread
 from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
 from hicache_ref.sim.trace import BLOCK_TOKENS, TraceRequest, read_trace, trace_tokens
 from hicache_ref.spec import CacheSpec
@@ -56,12 +56,14 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
             cache = spec.build(backend, whole, page_keys="runs" if BLOCK_TOKENS % ps == 0 else "tokens",
                                inline=inline_transfers(spec, backend))
             try:
-                for tokens in trace_tokens(requests, ps):
-                    res = cache.request(tokens)
-                    count_request(totals, res)
-                    totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
-                    totals["l3_hit_tokens"] += res.l3_hit_tokens
-                    tally.add(res)
+                with cost.clock_in_replay_state(backend, cache):
+                    for tokens in trace_tokens(requests, ps):
+                        res = cache.request(tokens)
+                        count_request(totals, res)
+                        totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
+                        totals["l3_hit_tokens"] += res.l3_hit_tokens
+                        tally.add(res)
+                    cache.close()  # its last transfers are priced in the same state
             finally:
                 cache.close()
         finally:
@@ -113,6 +115,7 @@ def summary_lines(fig: dict) -> list[str]:
     m = fig.get("modeled_transfer_seconds")
     cap = lambda k: "unlimited" if fig.get(f"{k}_unlimited") else f"{fig[f'{k}_tokens']:,}"  # noqa: E731
     return [
+        answer_line(fig),
         f"requests {fig['requests']:,}, input tokens {fig['input_tokens']:,} (page {fig['page_size']}, "
         f"L1 {cap('l1')}, L2 {cap('l2')}, {fig['write_policy']}, {fig['host_layout']}, free list {fig['free_list']})",
         f"hit rate {fig['hit_rate']:.4f}: L1 {fig['l1_hit_tokens']:,} + L2 {fig['l2_hit_tokens']:,}"
@@ -125,6 +128,13 @@ def summary_lines(fig: dict) -> list[str]:
         f"{(fig['tokens_per_second'] or 0) / 1e6:.1f} M tokens/s",
     ] + _served_lines(fig) + _l3_lines(fig) + _net_benefit_lines(fig) \
         + ([f"KV mismatches: {fig['kv_mismatch_tokens']:,} tokens"] if fig["materialize"] else []) + _semantics_lines(fig)
+
+
+def answer_line(fig: dict) -> str:
+    """The first line: gain, loss or undecided against L1 alone, the TTFT change with its interval."""
+    if fig.get("answer") is None:
+        return f"answer: not modeled ({fig.get('net_benefit_reason') or 'no profile'})"
+    return spread.phrase(fig, "L1 alone, every host fix on")
 
 
 def _served_lines(fig: dict) -> list[str]:

@@ -8,6 +8,7 @@ with every fix against HiCache off.
 from __future__ import annotations
 
 from hardware_profiles.readings import load_readings
+from hicache_ref.sim import spread
 from hicache_ref.sim.ablate import ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.readings import ANSWER_READING, evaluate
@@ -33,15 +34,19 @@ def seed_ladder(profile, readings, plateau_gain: float | None = None, progress=N
     sc = readings.scenario
     base = seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"]))
     runs = Runs(base, requests, sc["tp"], engine=engine)
+    ensemble = spread.members(profile)
     result = ablate(base.replace(tp=sc["tp"]), requests, plateau_gain if plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
-                    progress=progress, profile=profile, runs=runs)
-    rows = evaluate(profile, readings, runs)
+                    progress=progress, profile=profile, runs=runs, ensemble=ensemble)
+    rows = evaluate(profile, readings, runs, ensemble)
     by = {r["reading"]: r for r in rows}
     final = by.get(ANSWER_READING)
     change = None if final is None else final["model"]
+    # the answer word and intervals of the answer reading (hicache_ref.sim.spread); its TTFT change is the reading's
+    priced = {k: (final or {}).get(k) for k in spread.KEYS}
     result.update(readings=rows, scenario=dict(sc, readings_file=str(readings.path), trace="seed_requests()"),
-                  answer=dict(ttft_change_pct=change, gain=None if change is None else change < 0,
+                  answer=dict(priced, ttft_change_pct=change, gain=None if change is None else change < 0,
                               seed_ttft_change_pct=None if final is None else final["seed"],
                               net_seconds=None if final is None else final.get("net_seconds"),
-                              readings_within=sum(1 for r in rows if r["within"]), readings_total=len(rows)))
+                              readings_within=sum(1 for r in rows if r["within"]), readings_total=len(rows),
+                              step=ANSWER_READING))
     return result

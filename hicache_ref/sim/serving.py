@@ -100,7 +100,9 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, o
                 on_build(cache)
             steps = _ReferenceSteps(cache, totals, tally, spec.tiers.materialize, on_request)
             each_step = None if on_step is None else (lambda locks: on_step(cache, [lk[0] for lk in locks]))
-            step, max_in_flight = run_steps(requests, serving, steps, each_step)
+            with cost.clock_in_replay_state(backend, cache):
+                step, max_in_flight = run_steps(requests, serving, steps, each_step)
+                cache.close()  # its last transfers are priced in the same state
         finally:
             cache.close()
     finally:

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable
 
+from hicache_ref.sim import cost, spread
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.stack_distance import stack_profile
@@ -104,6 +105,7 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
             progress(done[0], total)
 
     t0 = time.perf_counter()
+    ensemble = sweep_ensemble(spec)
     alone_spec = spec.replace(l2_tokens=0)
     if use == "one_pass":
         alone = replay(alone_spec, requests)
@@ -124,22 +126,41 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
         else:
             figs = _replays([spec.replace(l2_tokens=t) for t in tiers], requests, workers, tick, replay_tier)
             alone = _replays([alone_spec], requests, 1, tick)[0]
-        rows = [dict(l2_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in _TIER_KEYS},
-                     **{k: v for k, v in f.items() if k.startswith("net_benefit")})
+        rows = [{"l2_tokens": t, "hit_rate": f["hit_rate"], **{k: f[k] for k in _TIER_KEYS},
+                 **{k: v for k, v in f.items() if k.startswith("net_benefit")}, **tier_spread(f, ensemble)}
                 for t, f in zip(tiers, figs, strict=True)]
     plateau = find_plateau(tiers, [r["hit_rate"] for r in rows], alone["hit_rate"], plateau_gain)
     for row, gain in zip(rows, plateau.marginal_gains, strict=True):
         row["marginal_gain"] = gain
         row["registered_bytes"] = row["l2_tokens"] // ps * ps * token_bytes
         if "net_benefit_seconds" not in row:  # one pass: the tier's own replay did not run
-            row["net_benefit_seconds"] = None
-            row["net_benefit_reason"] = NET_ONE_PASS
-    return dict(method=use, one_pass_refusal=refusal, tiers=rows, plateau_l2_tokens=plateau.plateau_l2_tokens,
+            row.update(spread.unpriced(), net_benefit_seconds=None, net_benefit_reason=NET_ONE_PASS)
+    # the answer at the capacity worth deploying (none when L1 alone is already on the plateau)
+    at = next((r for r in rows if r["l2_tokens"] == plateau.plateau_l2_tokens), dict.fromkeys(("l2_tokens", *spread.KEYS)))
+    return dict(method=use, **{k: at[k] for k in spread.KEYS}, answer_l2_tokens=at["l2_tokens"], one_pass_refusal=refusal, tiers=rows, plateau_l2_tokens=plateau.plateau_l2_tokens,
                 on_plateau=plateau.on_plateau, plateau_gain=plateau_gain, l1_tokens=alone["l1_tokens"],
                 l1_alone_hit_rate=alone["hit_rate"], requests=alone["requests"], input_tokens=alone["input_tokens"],
                 page_size=ps, write_policy=spec.tiers.write_policy, host_layout=spec.tiers.host_layout,
                 profile=alone["profile"], geometry=spec.geometry.config(), token_bytes=token_bytes,
                 spec=spec.to_dict(), wall_seconds=time.perf_counter() - t0)
+
+
+def sweep_ensemble(spec: CacheSpec) -> tuple | None:
+    """The parameter ensemble every tier is priced over (hicache_ref.sim.spread), None without a profile."""
+    if spec.profile is None:
+        return None
+    from hardware_profiles import load_profile
+
+    return spread.members(load_profile(spec.profile))
+
+
+def tier_spread(fig: dict, ensemble) -> dict:
+    """A tier's answer and intervals, priced here over `ensemble` (its replay may have run in another
+    process), or the replay's own keys when it has none to price."""
+    if ensemble is None or fig.get("net_benefit_seconds") is None:
+        return {k: fig.get(k) for k in spread.KEYS}
+    priced = cost.replay_figures(ensemble[0], fig, ensemble)
+    return {k: priced[k] for k in spread.KEYS}
 
 
 def _one_pass_rows(spec: CacheSpec, requests, tiers: list[int], alone: dict, token_bytes: int) -> list[dict]:

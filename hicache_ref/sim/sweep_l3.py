@@ -11,6 +11,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+from hicache_ref.sim import spread
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.trace import TraceRequest
@@ -83,9 +84,10 @@ def sweep_l3(spec: CacheSpec, requests: list[TraceRequest], l3_tokens, plateau_g
         extra = {} if storage is None else {k: getattr(storage, k) for k in _CARRIED if getattr(storage, k) is not None}
         f = replay(base.replace(l3=f"{MODEL_STORE}:", l3_tokens=t, **extra), requests)
         most_served = max(most_served, f.get("l3_hit_tokens", 0))
-        rows.append(dict(l3_tokens=t, hit_rate=f["hit_rate"], **{k: f[k] for k in TIER_KEYS},
-                         **{k: v for k, v in f.items() if k.startswith("net_benefit") or k.startswith("l3_link_")
-                            or k in ("l3_shared_uplink_seconds", "l3_service_seconds", "l3_link")}))
+        rows.append({"l3_tokens": t, "hit_rate": f["hit_rate"], **{k: f[k] for k in TIER_KEYS},
+                     **{k: v for k, v in f.items() if k.startswith("net_benefit") or k.startswith("l3_link_")
+                        or k in ("l3_shared_uplink_seconds", "l3_service_seconds", "l3_link")},
+                     **{k: f.get(k) for k in spread.KEYS}})
         if progress is not None:
             progress(i + 2, total)
     plateau = find_plateau(tiers, [r["hit_rate"] for r in rows], without["hit_rate"], plateau_gain)
@@ -93,7 +95,9 @@ def sweep_l3(spec: CacheSpec, requests: list[TraceRequest], l3_tokens, plateau_g
         row["marginal_gain"] = gain
     trace_tokens = without["input_tokens"]
     probe = spec.replace(l3=f"{MODEL_STORE}:") if spec.storage.l3 is None else spec
-    return dict(method="replay", tiers=rows, plateau_l3_tokens=plateau.plateau_l2_tokens,
+    # the answer at the capacity worth deploying (none when L1 alone is already on the plateau)
+    at = next((r for r in rows if r["l3_tokens"] == plateau.plateau_l2_tokens), dict.fromkeys(("l3_tokens", *spread.KEYS)))
+    return dict(method="replay", **{k: at[k] for k in spread.KEYS}, answer_l3_tokens=at["l3_tokens"], tiers=rows, plateau_l3_tokens=plateau.plateau_l2_tokens,
                 on_plateau=plateau.on_plateau, plateau_gain=plateau_gain, l1_tokens=without["l1_tokens"],
                 l2_tokens=without["l2_tokens"], without_l3_hit_rate=without["hit_rate"],
                 without_l3_net_benefit_seconds=without.get("net_benefit_seconds"),

@@ -16,7 +16,7 @@ MAX_LAYERS, MAX_PAGE_SIZE, MAX_DIM, MAX_HEADS = 4096, 1 << 16, 1 << 16, 1024
 _SEED_DTYPE = next(name for name, dt in DTYPES.items() if dt == SEED_GEOMETRY.dtype)
 
 
-GEOMETRY_COMMANDS = ALL_COMMANDS | {"plan"}  # plan counts one transfer of this geometry
+GEOMETRY_COMMANDS = ALL_COMMANDS | {"plan", "advise"}  # plan counts one transfer of this geometry
 SHAPE_COMMANDS = GEOMETRY_COMMANDS | {"bench transfer", "bench l3"}  # benchmarks that move seed-shaped KV
 # every command that pages tokens
 PAGE_COMMANDS = SHAPE_COMMANDS | {"bench replay", "bench memory", "bench sweep", "bench l3_hits", "trace stats"}
@@ -39,8 +39,14 @@ class GeometrySpec:
                        commands=GEOMETRY_COMMANDS)
     page_size: int = param(SEED_GEOMETRY.page_size, "--page-size", f"tokens per page (at most {MAX_PAGE_SIZE:,})",
                            parse=parse_int(1, MAX_PAGE_SIZE), commands=PAGE_COMMANDS)
+    model: str | None = param(None, "--model", "served model: a preset name (hicache_ref/models/presets.py) or a "
+                              "model YAML; sets the KV geometry of one rank of the TP group and, with the profile's "
+                              "HBM and --mem-fraction-static, L1 as SGLang sizes its KV pool", metavar="MODEL",
+                              shown_default="none: the geometry options", commands=ALL_COMMANDS | {"advise"})
 
     def __post_init__(self):
+        if self.model is not None and (not isinstance(self.model, str) or not self.model):
+            raise fail(self, "model", f"expected a preset name or a YAML path, got {self.model!r}")
         one_of(self, "attention", ("mla", "mha"))
         whole(self, "layers", 1, MAX_LAYERS)
         whole(self, "heads", 1, MAX_HEADS)

@@ -78,6 +78,7 @@ class CacheSpec:
     # Resolved at construction (not given): the host layout the pool uses, and upstream sizing's report.
     effective_host_layout: str = field(default="", init=False)
     host_sizing: dict | None = field(default=None, init=False, compare=False)
+    machine_sizing: dict | None = field(default=None, init=False, compare=False)  # what --model resolved
 
     def __post_init__(self):
         for name, cls in NODES.items():
@@ -86,6 +87,7 @@ class CacheSpec:
         g, t, st = self.geometry, self.tiers, self.storage
         if not isinstance(self.profile, str) or not self.profile:
             raise fail(self, "profile", f"expected a profile name or YAML path, got {self.profile!r}")
+        self._resolve_machine()
         self._check_capacities()
         self._resolve_semantics()
         t = self.tiers
@@ -113,6 +115,46 @@ class CacheSpec:
                        "(unmaterialized caches run on a backend that moves none, such as count)")
 
     # -- resolution -------------------------------------------------------------------------
+    def _resolve_machine(self) -> None:
+        """--model: the geometry of one rank and, without --l1-tokens, L1 from the profile's HBM
+        (hicache_ref.spec.machine). Resolved once: the model and share are cleared, the geometry and
+        L1 hold the result, `machine_sizing` the arithmetic."""
+        g, t = self.geometry, self.tiers
+        if g.model is None:
+            if t.mem_fraction_static is not None and t.l1_tokens is None:
+                raise fail(t, "mem_fraction_static", "sizes L1 from a model's weights and KV bytes: give --model")
+            return
+        from hicache_ref.models.presets import load_model
+        from hicache_ref.spec import machine
+
+        try:
+            model = load_model(g.model)
+        except ValueError as e:
+            raise fail(g, "model", str(e).removeprefix("--model: ")) from None
+        default = GeometrySpec()
+        clash = [f.metadata["option"] for f in dataclasses.fields(GeometrySpec)
+                 if f.name in ("attention", "layers", "heads", "kv_dim", "dtype")
+                 and getattr(g, f.name) != getattr(default, f.name)]
+        if clash:
+            raise fail(g, "model", f"sets the KV geometry itself; drop {', '.join(clash)}")
+        profile = None
+        if t.l1_tokens is None or self.tp.ranks is None:
+            from hardware_profiles import load_profile
+
+            try:
+                profile = load_profile(self.profile)
+            except ValueError as e:
+                raise fail(self, "profile", str(e)) from None
+        try:
+            sized = machine.resolve(model, profile, self.tp.ranks, t.l1_tokens, t.mem_fraction_static, g.page_size)
+        except ValueError as e:  # the model's own gap names --model; a size that does not fit, --l1-tokens
+            node, name = (g, "model") if str(e).startswith("model ") else (t, "l1_tokens")
+            raise fail(node, name, str(e)) from None
+        object.__setattr__(self, "geometry", dataclasses.replace(g, model=None, **sized.geometry))
+        l1 = t.l1_tokens if sized.l1_tokens is None else sized.l1_tokens
+        object.__setattr__(self, "tiers", dataclasses.replace(t, l1_tokens=l1, mem_fraction_static=None))
+        object.__setattr__(self, "machine_sizing", sized.to_json())
+
     def _check_capacities(self) -> None:
         t, ps = self.tiers, self.geometry.page_size
         for name in ("l1_tokens", "l2_tokens"):

@@ -21,7 +21,7 @@ class ServingSpec:
     PATH = "serving"
     concurrency: int | None = param(None, "--concurrency", "serve up to N requests at once, each holding its KV in "
                                     "L1 until its output_length decode steps end", parse=parse_int(1, 100_000),
-                                    shown_default="serial replay", commands={"replay", "ablate"})
+                                    shown_default="serial replay", commands={"replay", "ablate", "advise"})
     timestamps: bool = param(False, "--timestamps", "with --concurrency: admit requests at the trace's arrival "
                              "times (decode steps of --step-ms)", flag=True, commands={"replay"})
     pd_disagg: bool = param(False, "--pd-disagg", "a PD-disaggregated prefill node: every request is inserted "

@@ -39,7 +39,7 @@ class TiersSpec:
 
     PATH = "tiers"
     l1_tokens: int | None = param(None, "--l1-tokens", f"device (L1) capacity in tokens ({SIZE_HELP})",
-                                  parse=parse_tokens, shown_default="unlimited", commands=ALL_COMMANDS | {"trace stats"},
+                                  parse=parse_tokens, shown_default="unlimited", commands=ALL_COMMANDS | {"trace stats", "advise"},
                                   per_command={"sweep": {"required": True},  # a sweep needs a finite L1
                                                "trace stats": {"shown_default": "none: no L1 figure"},
                                                "ablate": {"shown_default": "1/16 of the trace's tokens, per rank"}})
@@ -47,6 +47,12 @@ class TiersSpec:
                                   parse=parse_tokens, shown_default="unlimited", commands={"replay", "ablate"},
                                   per_command={"ablate": {"shown_default": "1/4 of the trace's tokens, per rank; "
                                                           "at least the sweep's 8 tiers of whole pages per rank"}})
+    mem_fraction_static: float | None = param(None, "--mem-fraction-static", "share of device memory SGLang "
+                                              "gives weights and the KV pool (its option of that name); with "
+                                              "--model it sizes L1 when --l1-tokens is not given",
+                                              parse=parse_real(1.0), metavar="F",
+                                              shown_default="0.85 with --model (say yours)",
+                                              commands=ALL_COMMANDS | {"advise"})
     hicache_ratio: float | None = param(None, "--hicache-ratio", "L2 = this x L1 tokens, aligned up to pages "
                                         "plus one, as upstream (needs --l1-tokens)", parse=parse_real(),
                                         metavar="R", commands={"replay"})
@@ -82,6 +88,9 @@ class TiersSpec:
         if self.l1_tokens == 0:
             raise fail(self, "l1_tokens", "0 tokens hold no page: L1 needs at least one page")
         real(self, "hicache_ratio", positive=True, none_ok=True)
+        real(self, "mem_fraction_static", positive=True, none_ok=True)
+        if self.mem_fraction_static is not None and self.mem_fraction_static > 1:
+            raise fail(self, "mem_fraction_static", f"a share of device memory is at most 1, got {self.mem_fraction_static!r}")
         whole(self, "hicache_size", 1, none_ok=True)
         if self.hicache_ratio is not None and self.hicache_size is not None:
             raise fail(self, "hicache_size", "overrides --hicache-ratio (as upstream); give one of the two")

@@ -13,8 +13,9 @@ class TPSpec:
 
     PATH = "tp"
     ranks: int | None = param(None, "--tp", "TP ranks sharing the trace (figures for the group)",
-                              parse=parse_int(1, 1024), shown_default="one rank", commands={"replay", "ablate"},
-                              per_command={"ablate": {"shown_default": "the profile's devices per node"}})
+                              parse=parse_int(1, 1024), shown_default="one rank", commands={"replay", "ablate", "advise"},
+                              per_command={cmd: {"shown_default": "the profile's devices per node"}
+                                           for cmd in ("ablate", "advise")})
     shared_host: bool = param(False, "--shared-host", "with --tp: one host KV copy for the group (effective L2 "
                               "N x --l2-tokens, only rank 0 writes)", flag=True, commands={"replay"})
 

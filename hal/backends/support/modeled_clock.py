@@ -10,6 +10,7 @@ from typing import Any
 
 from hal.transfer.direction import Direction
 from hal.transfer.plan import TransferPlan
+from hardware_profiles.pricing import LINK_RATE, BandwidthFactors
 
 
 def modeled_profile(profile: Any, default: str) -> Any:
@@ -22,16 +23,31 @@ def modeled_profile(profile: Any, default: str) -> Any:
     return load_profile(default)
 
 
-def plan_seconds(link: Any, plan: TransferPlan) -> float | None:
-    """Modeled seconds of `plan` on `link` (a hardware_profiles LinkModel), or None when the
-    profile leaves a needed value unknown. A kernel plan (`kernel_items` set) is priced per
-    launch and item, a direct one per launch and merged segment. Device-to-device and
-    host-to-host copies do not cross the host link the model prices: 0."""
+def plan_seconds(link: Any, plan: TransferPlan, factors: BandwidthFactors = LINK_RATE) -> float | None:
+    """Modeled seconds of `plan` on `link` (a hardware_profiles LinkModel, priced by
+    hardware_profiles.pricing with the host state's bandwidth `factors`), or None when the profile
+    leaves a needed value unknown. A kernel plan (`kernel_items` set) is priced per launch and
+    item, a direct one per launch and merged segment. Device-to-device and host-to-host copies do
+    not cross the host link the model prices: 0."""
     if (not plan.groups and plan.totals is None) or plan.direction in (Direction.D2D, Direction.H2H):
         return 0.0
+    factor = factors.of(plan.direction)
     if plan.kernel_items is not None:  # kernel io backend: launches and items, no descriptors
-        return link.kernel_seconds(plan.direction, plan.nbytes, plan.kernel_items, plan.launches)
-    return link.seconds(plan.direction, plan.nbytes, plan.num_segments, plan.launches)
+        return link.kernel_seconds(plan.direction, plan.nbytes, plan.kernel_items, plan.launches, factor)
+    return link.seconds(plan.direction, plan.nbytes, plan.num_segments, plan.launches, factor)
+
+
+class HostFactorsMixin:
+    """A modeled backend's host state as bandwidth factors (hardware_profiles.pricing): the link's own
+    rate until a caller that knows the host state (a replay: its registered pool) sets them, so the
+    clock prices a plan as the simulator prices the same traffic."""
+
+    host_factors: BandwidthFactors = LINK_RATE
+
+    def set_host_factors(self, factors: BandwidthFactors) -> None:
+        if not isinstance(factors, BandwidthFactors):
+            raise ValueError(f"factors: expected a BandwidthFactors, got {type(factors).__name__}")
+        self.host_factors = factors
 
 
 class ModeledClock:

@@ -1,0 +1,99 @@
+"""The configurations upstream accepts, as the search walks them.
+
+Layout x io backend: SGLang 0.5.23 resolves the pair before it builds the host pool
+(hicache_ref.spec.root's io resolution mirrors it): page_first with direct becomes
+page_first_direct, page_first_direct always moves by direct, page_head moves by kernel only.
+Pairs that resolve to the same pool are one candidate, named by the flags that ask for it.
+L2 tiers are --hicache-ratio steps over L1, sized as upstream does (hicache_ref.spec.sizing),
+up to what host memory holds and no further than the whole trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hal.transfer.io_backend import IO_BACKENDS, effective_host_layout
+from hal.transfer.layout_registry import get_layout
+from hal.transfer.layouts import HOST_LAYOUTS, MLA_LAYOUTS
+from hicache_ref.core.policy import POLICIES
+from hicache_ref.spec import sizing
+
+UPSTREAM_DEFAULT_POLICY = "write_through"  # SGLang 0.5.23's --hicache-write-policy default
+RATIOS = (1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One HiCache configuration: the flags' values and the deployment's host-pool sharing."""
+
+    layout: str  # --hicache-mem-layout as given
+    io_backend: str  # --hicache-io-backend as resolved
+    write_policy: str
+    ratio: float  # --hicache-ratio: L2 per rank = this x L1, as upstream rounds it
+    l2_per_rank: int
+    tp_shared: bool = False
+    l3: bool = False
+
+    def but(self, **changes) -> Candidate:
+        return replace(self, **changes)
+
+    def label(self) -> str:
+        return (f"{self.layout}+{self.io_backend}, {self.write_policy}, ratio {self.ratio:g}"
+                + (", TP-shared" if self.tp_shared else "") + (", L3" if self.l3 else ""))
+
+    def to_json(self) -> dict:
+        return dict(layout=self.layout, io_backend=self.io_backend, write_policy=self.write_policy,
+                    hicache_ratio=self.ratio, l2_tokens_per_rank=self.l2_per_rank, tp_shared=self.tp_shared,
+                    l3=self.l3, label=self.label())
+
+
+def layout_io_pairs(attention: str) -> list[tuple[str, str]]:
+    """(layout, io backend) pairs upstream accepts for `attention`, one per distinct resolved pool."""
+    layouts = MLA_LAYOUTS if attention == "mla" else HOST_LAYOUTS
+    seen, out = set(), []
+    for layout in layouts:
+        for io in IO_BACKENDS:
+            lay = get_layout(layout)
+            if io == "direct" and not lay.upstream_direct:
+                continue  # page_head: kernel only
+            resolved_io = "direct" if lay.native_io_backend == "direct" else io
+            pool = (effective_host_layout(layout, resolved_io), resolved_io)
+            if pool not in seen:
+                seen.add(pool)
+                out.append(pool)  # named as the pool upstream builds
+    return out
+
+
+def write_policies() -> tuple[str, ...]:
+    """The write policies upstream takes, its default first."""
+    return (UPSTREAM_DEFAULT_POLICY, *[p for p in POLICIES if p != UPSTREAM_DEFAULT_POLICY])
+
+
+def host_budget_tokens(profile, token_bytes: int, ranks: int) -> tuple[int | None, str]:
+    """Host tokens one rank's pool may take: the node's memory less upstream's 10 GiB reserve, over
+    the ranks that share the node; (None, why) when the profile does not give host memory."""
+    h = profile.host
+    if not h.numa_nodes or not h.memory_per_node_gib:
+        return None, f"profile {profile.name} gives no host memory (host.numa_nodes, host.memory_per_node_gib)"
+    total = h.numa_nodes * h.memory_per_node_gib * 2**30
+    free = total - sizing.HOST_MEMORY_RESERVE_BYTES
+    per_rank = int(free // ranks)
+    tokens = per_rank // token_bytes
+    return tokens, (f"host: {h.numa_nodes} nodes x {h.memory_per_node_gib:g} GiB = {total / 1e9:,.1f} GB, less "
+                    f"upstream's 10 GiB reserve, over {ranks} ranks = {per_rank / 1e9:,.1f} GB per rank = "
+                    f"{tokens:,} tokens of {token_bytes:,} B")
+
+
+def l2_tiers(l1_tokens: int, page_size: int, token_bytes: int, whole_tokens: int,
+             budget_tokens: int | None) -> list[tuple[float, int]]:
+    """(ratio, L2 tokens per rank) of each --hicache-ratio step: above L1 (upstream requires it),
+    within the host budget, the first step at or past the whole trace the last."""
+    out = []
+    for r in RATIOS:
+        tokens = sizing.host_tokens(l1_tokens, page_size, token_bytes, ratio=r)
+        if tokens <= l1_tokens or (budget_tokens is not None and tokens > budget_tokens):
+            continue
+        out.append((r, tokens))
+        if tokens >= whole_tokens:
+            break
+    return out
