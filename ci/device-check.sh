@@ -4,7 +4,10 @@
 #   ci/device-check.sh [--backend cuda|xpu|emu] [--profile P] [--quick] OUTDIR
 #
 # Steps (each with its own time limit, so the whole check ends within ~8 minutes):
-#   env        hicache/torch versions, nvidia-smi / xpu-smi inventory when present  -> env.txt
+#   preflight  (xpu) refuses, one line naming the variable, with XPU_DUMMY_EVENT set, unequal
+#              XPU_/CUDA_VISIBLE_DEVICES, no or two libxpurt mapped, or torch's device order not xpu-smi's
+#   env        hicache/torch versions, nvidia-smi / xpu-smi inventory when present, the stack's
+#              versions and mapped runtime (xpu)                                     -> env.txt
 #   backends   hicache backends --json                                             -> backends.json
 #   doctor     hicache doctor --backend B --profile P --json                        -> doctor.json
 #   calibrate  hicache calibrate ... (skipped, saying so, where the build has no such subcommand)
@@ -16,7 +19,8 @@
 # Needs no network: nothing is installed or downloaded (pip and hub lookups are switched off).
 # `--backend emu` is the dry run: the same steps on this CPU (no copy modes: one benchmark).
 # `--quick` shrinks the conformance selection and benchmark sizes (the harness's own test).
-# Exit: 0 conform passed and every step ran; 1 a step failed or timed out; 2 bad arguments;
+# Exit: 0 conform passed and every step ran; 1 a step failed or timed out; 2 bad arguments or a
+# preflight refusal (nothing written);
 # 3 conform NOT RUN (the backend is unavailable here); 4 conform PARTIAL (its deciding suites ran
 # only in part, as with --quick's selection: no sign-off). doctor/calibrate/bench findings (their
 # exit 1) are reported in the summary, not turned into a failure of the check.
@@ -32,7 +36,7 @@ while [ $# -gt 0 ]; do
         --profile) [ $# -ge 2 ] || die "--profile: expects a profile name or YAML path"; profile="$2"; shift 2 ;;
         --profile=*) profile="${1#*=}"; shift ;;
         --quick) quick=1; shift ;;
-        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         --) shift; break ;;
         -*) die "$1: unknown option (see --help)" ;;
         *) [ -z "$out" ] || die "$1: one OUTDIR only (already $out)"; out="$1"; shift ;;
@@ -46,6 +50,23 @@ case "$backend" in cuda|xpu|emu) ;; *) die "--backend: '${backend:0:40}' is not 
 [ -n "$out" ] || die "OUTDIR: missing (usage: ci/device-check.sh [--backend cuda|xpu|emu] [--profile P] OUTDIR)"
 if [ -z "$profile" ]; then
     case "$backend" in cuda) profile=h200 ;; xpu) profile=p800 ;; emu) profile=p800 ;; esac
+fi
+# Preflight of the Kunlun stack (hal.backends.support.kunlun_stack), before anything is written or
+# timed: XPU_DUMMY_EVENT unset, XPU_VISIBLE_DEVICES = CUDA_VISIBLE_DEVICES and, on an XPU node, one
+# mapped libxpurt and torch's device order = xpu-smi's. Each refusal is one line naming the variable.
+stack=""
+if [ "$backend" = xpu ]; then
+    preflight=$("${PYTHON:-python}" -c '
+import json
+from hal.backends.xpu import XpuBackend
+refusals, stack = XpuBackend.preflight()
+print("\n".join(["STACK " + json.dumps(stack)] + ["REFUSE " + r for r in refusals]))' 2>&1) ||
+        die "preflight: $(printf '%s' "$preflight" | tail -1)"
+    stack=$(printf '%s\n' "$preflight" | sed -n 's/^STACK //p')
+    if printf '%s\n' "$preflight" | grep -q '^REFUSE '; then
+        printf '%s\n' "$preflight" | sed -n 's/^REFUSE /device-check: /p' >&2
+        exit 2
+    fi
 fi
 if [ -e "$out" ] && { [ ! -d "$out" ] || [ -n "$(ls -A "$out" 2>/dev/null)" ]; }; then
     die "OUTDIR: $out exists and is not an empty folder (one check per folder)"
@@ -95,6 +116,7 @@ skip_step() { printf '%s\tskipped\t0\t%s\n' "$1" "$2" >> "$steps"; echo "device-
     "$PYTHON" -c 'import torch; print("torch:", torch.__version__, "cuda build:", torch.version.cuda)' 2>&1
     command -v nvidia-smi >/dev/null && timeout "$T_ENV" nvidia-smi -L 2>&1
     command -v xpu-smi >/dev/null && timeout "$T_ENV" xpu-smi 2>&1 | head -40
+    [ -n "$stack" ] && echo "stack: $stack"  # python, torch, torch_xmlir, vendor ops, driver, mapped libxpurt
 } > "$out/env.txt" 2>&1
 
 run_step backends "$T_BACKENDS" backends.json "${hicache[@]}" backends --json

@@ -34,6 +34,7 @@ def die_with_parent(parent: int | None = None) -> None:
 
 def _preexec(parent: int):
     def preexec() -> None:  # between fork and exec: async-signal-safe calls only
+        os.setpgid(0, 0)  # Popen's process_group=0, which Python 3.10 lacks
         die_with_parent(parent)
 
     return preexec
@@ -41,7 +42,7 @@ def _preexec(parent: int):
 
 def start(cmd: list[str], **popen_kwargs) -> subprocess.Popen:
     """`subprocess.Popen(cmd, **popen_kwargs)` in its own process group, killed when we die."""
-    return subprocess.Popen(cmd, process_group=0, preexec_fn=_preexec(os.getpid()), **popen_kwargs)
+    return subprocess.Popen(cmd, preexec_fn=_preexec(os.getpid()), **popen_kwargs)
 
 
 def stop(proc: subprocess.Popen, grace: float = STOP_GRACE_SECONDS) -> None:

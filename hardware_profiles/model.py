@@ -102,9 +102,11 @@ LINK_BOUNDS = {
     "per_launch_us": Bound("microseconds", 0, 100_000),
     "registration_s_per_gib": Bound("seconds per GiB", 0, 1000),
 }
-# Optional link keys (a profile without them leaves them unknown): the kernel io path.
+# Optional link keys (a profile without them leaves them unknown): the kernel io path, and the
+# largest host range the driver registers in one call (the xpu backend's per-buffer limit).
 KERNEL_BOUNDS = {
     "kernel_per_item_us": Bound("microseconds", 0, 1000),
+    "max_registration_bytes": Bound("bytes", 0, 2.0**50, integer=True, lo_open=True),
 }
 COMPUTE_BOUNDS = {
     "prefill_fixed_s": Bound("seconds", 0, 3600),
@@ -171,6 +173,7 @@ class LinkModel:
     per_launch_us: float | None
     registration_s_per_gib: float | None
     kernel_per_item_us: float | None = None  # per token-layer item of a kernel copy
+    max_registration_bytes: int | None = None  # one host registration's limit; None: the backend's default
 
     def __post_init__(self):
         _check_bounded(self, LINK_BOUNDS)

@@ -8,7 +8,7 @@ from conformance.cli.main import main
 from hal.backend import available_backends, backend_class
 
 KEYS = {"name", "available", "reason", "device_type", "device_name", "device_count", "copy_modes", "copy_mode",
-        "vendor_kernels"}
+        "vendor_kernels", "stack"}
 
 
 def _rows(capsys, *extra):
@@ -23,7 +23,7 @@ def test_json_lists_every_backend_with_every_key(capsys):
         assert set(row) == KEYS
         ok, why = backend_class(name).probe()
         assert (row["available"], row["reason"]) == (ok, why)
-        assert set(row["vendor_kernels"]) == {"source", "ops", "reason"}
+        assert set(row["vendor_kernels"]) == {"source", "ops", "reason", "schemas"}
         if not row["available"]:
             assert row["reason"] and row["device_count"] == 0
 

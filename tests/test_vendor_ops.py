@@ -3,6 +3,8 @@ kvcacheio behind upstream's calling convention, defined below) on emu: no vendor
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -52,19 +54,20 @@ class StandInVendor:
         return [self._at(int(p), item_size) for p in table.tolist()]
 
     def op(self, name: str):
-        def call(*args):
-            self.calls.append((name, args))
-            harness = list(args)
-            params = kvcacheio_params(name)
-            for pos, arg in enumerate(params[:len(args)]):
+        def call(**kwargs):
+            self.calls.append((name, kwargs))
+            harness = dict(kwargs)
+            for arg in harness:
                 if arg in POINTER_TABLES.get(name, ()):
-                    harness[pos] = self._layers(harness[pos], args[params.index("item_size")])
+                    harness[arg] = self._layers(harness[arg], kwargs["item_size"])
                 if arg in ("src_indices", "dst_indices"):
                     want = "cpu" if name in DIRECT_OPS else self.backend.device_type
-                    assert harness[pos].device.type == want and harness[pos].dtype == torch.int64
+                    assert harness[arg].device.type == want and harness[arg].dtype == torch.int64
             with kvcacheio.use(self.backend, self.stream):
-                getattr(kvcacheio, name)(*harness)
+                getattr(kvcacheio, name)(**harness)
             return None  # upstream returns nothing: the work is on the current stream
+        # Declares kvcacheio's (upstream's) argument names, as a vendor's Python wrapper would.
+        call.__signature__ = inspect.signature(getattr(kvcacheio, name))
         return call
 
     def vendor_ops(self, names=kvcacheio.OPS) -> VendorOps:
@@ -75,11 +78,6 @@ class StandInVendor:
 
         return StreamHooks("cpu", contextlib.nullcontext, lambda keep: self.stream.record())
 
-
-def kvcacheio_params(name: str) -> list[str]:
-    import inspect
-
-    return list(inspect.signature(getattr(kvcacheio, name)).parameters)
 
 class Memory:
     """kv_memory for emu, remembering every buffer so the stand-in can resolve pointers."""
@@ -138,8 +136,10 @@ def test_all_layer_ops_get_pointer_tables_in_upstream_order(standin):
     bound.transfer_kv_all_layer_mla(src, dst, idx, idx + 2, 16, 3).wait(le.WAIT_S)
     name, args = vendor.calls[-1]
     assert name == "transfer_kv_all_layer_mla" and len(args) == 6  # tuning arguments left to the vendor
-    assert args[0].tolist() == [t.data_ptr() for t in src] and args[1].tolist() == [t.data_ptr() for t in dst]
-    assert args[2].tolist() == [0, 1, 2, 3] and args[3].tolist() == [2, 3, 4, 5] and args[4:] == (16, 3)
+    assert args["src_layers"].tolist() == [t.data_ptr() for t in src]
+    assert args["dst_layers"].tolist() == [t.data_ptr() for t in dst]
+    assert args["src_indices"].tolist() == [0, 1, 2, 3] and args["dst_indices"].tolist() == [2, 3, 4, 5]
+    assert (args["item_size"], args["num_layers"]) == (16, 3)
 
 
 def test_direct_ops_keep_lists_and_take_cpu_indices(standin):
@@ -148,38 +148,57 @@ def test_direct_ops_keep_lists_and_take_cpu_indices(standin):
     dst = [mem.device((8, 1, 8), torch.bfloat16) for _ in range(2)]
     bound.transfer_kv_direct(src, dst, [0, 1, 2, 3], [4, 5, 6, 7], 4).wait(le.WAIT_S)
     name, args = vendor.calls[-1]
-    assert name == "transfer_kv_direct" and args[0] is src and args[1] is dst
-    assert args[2].device.type == "cpu" and args[2].dtype == torch.int64 and args[4] == 4
+    assert name == "transfer_kv_direct" and args["src_layers"] is src and args["dst_layers"] is dst
+    assert args["src_indices"].device.type == "cpu" and args["src_indices"].dtype == torch.int64
+    assert args["page_size"] == 4
 
 
 def test_tuning_arguments_pass_through_when_given(standin):
     vendor, bound, mem = standin
     src, dst = mem.device((8, 1, 8), torch.bfloat16), mem.device((8, 1, 8), torch.bfloat16)
     bound.transfer_kv_per_layer_mla(src, dst, [0], [1], 16, block_quota=4, num_warps_per_block=8).wait(le.WAIT_S)
-    assert vendor.calls[-1][1][-2:] == (4, 8)
+    got = vendor.calls[-1][1]
+    assert (got["block_quota"], got["num_warps_per_block"]) == (4, 8)
 
 
 class _SchemaOp:
-    """Looks like a torch op whose schema has `n` arguments and no defaults."""
+    """Looks like a torch op whose schema declares `names` (none with a default)."""
 
-    def __init__(self, n):
-        self.default = type("Overload", (), {"_schema": type("S", (), {"arguments": list(range(n))})()})()
+    def __init__(self, *names):
+        arg = type("Arg", (), {"has_default_value": lambda self: False})
+        args = [type("A", (arg,), {"name": n})() for n in names]
+        self.default = type("Overload", (), {"_schema": type("S", (), {"arguments": args})()})()
         self.got = None
 
-    def __call__(self, *args):
-        self.got = args
+    def __call__(self, **kwargs):
+        self.got = kwargs
+
+
+MLA_PER_LAYER = ("src", "dst", "src_indices", "dst_indices", "item_size")
+MLA_ARGS = (torch.zeros(2), torch.zeros(2), [0], [1], 16)
 
 
 def test_schema_ops_without_defaults_get_upstreams_tuning_values():
-    op = _SchemaOp(7)  # transfer_kv_per_layer_mla: src, dst, si, di, item_size, block_quota, num_warps
-    vendor = VendorOps("schema", {"transfer_kv_per_layer_mla": op})
-    args, _ = vendor.upstream_args("transfer_kv_per_layer_mla", (torch.zeros(2), torch.zeros(2), [0], [1], 16), {},
-                                   "cpu")
-    assert args[4:] == [16, TUNING_DEFAULTS["block_quota"], TUNING_DEFAULTS["num_warps_per_block"]]
-    vendor = VendorOps("schema", {"transfer_kv_per_layer_mla": _SchemaOp(5)})
-    args, _ = vendor.upstream_args("transfer_kv_per_layer_mla", (torch.zeros(2), torch.zeros(2), [0], [1], 16), {},
-                                   "cpu")
-    assert len(args) == 5
+    vendor = VendorOps("schema", {"transfer_kv_per_layer_mla": _SchemaOp(*MLA_PER_LAYER, *TUNING_DEFAULTS)})
+    args, _ = vendor.upstream_args("transfer_kv_per_layer_mla", MLA_ARGS, {}, "cpu")
+    assert args["item_size"] == 16 and {k: args[k] for k in TUNING_DEFAULTS} == TUNING_DEFAULTS
+    vendor = VendorOps("schema", {"transfer_kv_per_layer_mla": _SchemaOp(*MLA_PER_LAYER)})
+    args, _ = vendor.upstream_args("transfer_kv_per_layer_mla", MLA_ARGS, {}, "cpu")
+    assert sorted(args) == sorted(MLA_PER_LAYER)
+
+
+def test_arguments_go_by_the_schemas_names_in_any_order():
+    op = _SchemaOp("item_size", "dst_indices", "dst", "src_indices", "src")
+    vendor = VendorOps("permuted", {"transfer_kv_per_layer_mla": op})
+    args, _ = vendor.upstream_args("transfer_kv_per_layer_mla", MLA_ARGS, {}, "cpu")
+    assert args["src"] is MLA_ARGS[0] and args["dst"] is MLA_ARGS[1] and args["item_size"] == 16
+    assert args["src_indices"].tolist() == [0] and args["dst_indices"].tolist() == [1]
+
+
+def test_a_schema_name_kvcacheio_lacks_is_refused_naming_it():
+    vendor = VendorOps("odd", {"transfer_kv_per_layer_mla": _SchemaOp(*MLA_PER_LAYER, "stream_id")})
+    with pytest.raises(ValueError, match="odd.transfer_kv_per_layer_mla takes 'stream_id'"):
+        vendor.upstream_args("transfer_kv_per_layer_mla", MLA_ARGS, {}, "cpu")
 
 
 def test_bad_names_are_refused():

@@ -15,6 +15,7 @@ from typing import Any
 
 from conformance.doctor.advice import advise_binding, advise_pool_size, advise_write_policy
 from conformance.doctor.host_memory import check_host_memory
+from conformance.doctor.preflight import preflight_checks
 from conformance.doctor.records import GIB, MIB, STATUSES, Check, fmt_bytes
 from hal.memory import shm, vm
 from hal.topology.binding import plan_binding
@@ -50,6 +51,7 @@ class DoctorReport:
     pool_bytes: int
     pool_source: str
     checks: list[Check]
+    stack: dict[str, Any] | None = None  # the device software stack's versions, where the backend has one
 
     def exit_code(self) -> int:
         return 1 if any(c.status == "fail" for c in self.checks) else 0
@@ -64,6 +66,7 @@ class DoctorReport:
             "pool_bytes": self.pool_bytes,
             "pool_source": self.pool_source,
             "checks": [c._asdict() for c in self.checks],
+            **({"stack": self.stack} if self.stack is not None else {}),
         }
 
     def to_json(self) -> str:
@@ -74,6 +77,8 @@ class DoctorReport:
                 f"topology {self.topology.describe()}, pool {fmt_bytes(self.pool_bytes)} ({self.pool_source})")
         width = max(len(c.name) for c in self.checks)
         lines = [head, "", f"{'CHECK'.ljust(width)}  STATUS   VALUE"]
+        if self.stack is not None:
+            lines[1:1] = ["stack: " + ", ".join(f"{k} {v if v is not None else '-'}" for k, v in self.stack.items())]
         for c in self.checks:
             lines.append(f"{c.name.ljust(width)}  {c.status.ljust(7)}  {c.value}")
             if c.status != "ok" and c.fix:
@@ -303,6 +308,7 @@ def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None
         except ValueError as e:
             raise ValueError(f"--profile: {e}") from e
     hardware = _drives_hardware(backend, profile)
+    preflight, stack = preflight_checks(backend)
     missing = None  # why the box's layout or memory is not known, when it is not
     if profile is not None and not hardware and profile.topology is None:
         # Host-side checks still run on this host; what needs the box's layout says unknown.
@@ -329,6 +335,7 @@ def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None
     thp_mode = vm.thp_mode(os.path.join(paths.sys_root, "kernel/mm/transparent_hugepage/enabled"))
     numa_check, coverage = check_numa_placement(topology)
     checks = [
+        *preflight,
         check_pcie_ordering(topology) if not uplinks_unknown else
         Check("pcie_ordering", "unknown", f"{uplinks_unknown}: uplink sharing unknown",
               f"fill topology.devices_per_switch in {profile.path}, or run on the accelerator host"),
@@ -343,4 +350,5 @@ def run_doctor(backend: str = "emu", profile: Any = None, pool_bytes: int | None
         advise_pool_size(profile, pool_bytes),
         advise_write_policy(topology),
     ]
-    return DoctorReport(backend, None if profile is None else profile.name, topology, pool_bytes, source, checks)
+    return DoctorReport(backend, None if profile is None else profile.name, topology, pool_bytes, source, checks,
+                        stack)

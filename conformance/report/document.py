@@ -47,7 +47,7 @@ def build(summary, out: Path, profile, backend=None, backend_reason: str | None 
         "assumptions": {} if profile is None else dict(profile.assumptions()),
         "environment": env_mod.environment(summary.backend, profile, backend_reason),
         "figures": figures.gather(profile, backend),
-        "generated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
 

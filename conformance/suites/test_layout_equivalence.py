@@ -26,12 +26,14 @@ WAIT_S = 120
 
 @dataclass(frozen=True)
 class Case:
-    """One geometry and transfer: attention kind, page size, dtype, tokens moved."""
+    """One geometry and transfer: attention kind, page size, dtype, tokens moved. With
+    row_tokens > 1 each row (item) holds that many tokens: a whole page moved as one item."""
 
     attention: str
     page_size: int
     dtype: torch.dtype
     tokens: int
+    row_tokens: int = 1
 
     @property
     def heads(self) -> int:
@@ -39,7 +41,7 @@ class Case:
 
     @property
     def dim(self) -> int:
-        return MHA_HEAD_DIM if self.attention == "mha" else MLA_KV_DIM
+        return (MHA_HEAD_DIM if self.attention == "mha" else MLA_KV_DIM) * self.row_tokens
 
     @property
     def parts(self) -> int:
@@ -212,9 +214,12 @@ def test_per_layer_load_matches_reference(kv, kv_memory, layout, c):
     host, dev = host_pool(kv_memory, c, layout, gen), device_pool(kv_memory, c, None)
     dev_idx, host_idx = index_pair(c, seed)
     before = ref.device_to_logical(dev)
+    # Read before the load: a load that wrote the host instead would otherwise compare with itself.
+    source = host_logical(c, layout, host).clone()
     wait_all([load_layer(kv, c, layout, host, dev, host_idx, dev_idx, layer) for layer in LOADED_LAYERS])
-    expected = ref.scatter(before, host_logical(c, layout, host), host_idx, dev_idx, LOADED_LAYERS)
+    expected = ref.scatter(before, source, host_idx, dev_idx, LOADED_LAYERS)
     ref.assert_same_bits(ref.device_to_logical(dev), expected, f"device after per-layer load from {layout}")
+    ref.assert_same_bits(host_logical(c, layout, host), source, f"host {layout} (the source) after a per-layer load")
 
 
 @pytest.mark.parametrize("kind", ["per_layer", "all_layer", "direct"])
@@ -364,6 +369,24 @@ def _vendor(call):
         pytest.skip(str(e))
 
 
+# The public regime first: the Kunlun caller (sglang-kunlun's HiCache hooks) moves whole pages
+# through the MLA layer_first ops, indices as page rows and item_size one page's bytes. A row of
+# page_size tokens is one item here, so the same reference checks the same bytes.
+PAGE_ROW_CASES = [pytest.param(Case("mla", 1, dtype, pages, row_tokens=ps), id=f"mla-pagerows-ps{ps}-{dname}-{pages}p")
+                  for ps in PAGE_SIZES[1:] for dname, dtype in DTYPES.items() for pages in (1, 16, 128)]
+
+
+@pytest.mark.parametrize("c", PAGE_ROW_CASES)
+def test_vendor_page_rows_d2h_matches_reference(vendor_kv, kv_memory, c):
+    _vendor(lambda: test_all_layer_backup_matches_reference(vendor_kv, kv_memory, "layer_first", c))
+
+
+@pytest.mark.parametrize("c", PAGE_ROW_CASES)
+def test_vendor_page_rows_h2d_matches_reference(vendor_kv, kv_memory, c):
+    _vendor(lambda: test_per_layer_load_matches_reference(vendor_kv, kv_memory, "layer_first", c))
+
+
+# Then the token-granular cases: every layout, one token per item.
 @pytest.mark.parametrize("layout, c", LAYOUT_CASES)
 def test_vendor_all_layer_d2h_matches_reference(vendor_kv, kv_memory, layout, c):
     _vendor(lambda: test_all_layer_backup_matches_reference(vendor_kv, kv_memory, layout, c))

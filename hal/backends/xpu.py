@@ -1,21 +1,28 @@
 """Kunlunxin P800/P900 XPUs through torch_xmlir, which presents them to torch as device "cuda".
 
 Streams, events and copies are the shared CUDA-like code; this file probes for torch_xmlir and
-registers host memory through the Kunlun runtime (cudaHostRegister as the fallback), in pieces
-small enough for the driver. The runtime facts it relies on, and their sources:
-docs/acceptance.md, "What the device code takes on trust".
+registers host memory through the Kunlun runtime already mapped into the process (never a second
+copy of it; cudaHostRegister as the fallback), one registration per host buffer up to the driver's
+limit (`max_registration_bytes`: the profile's link.max_registration_bytes where it has one), since
+the driver refuses a copy that crosses two registered ranges. Its probe refuses the environment
+kunlun_stack refuses (XPU_DUMMY_EVENT, unequal visible-device lists). The runtime facts it relies
+on, and their sources: docs/acceptance.md, "What the device code takes on trust".
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
-from pathlib import Path
 
 import torch
 
-from hal.backends.support.cudalike import CudaLikeBackend, CudartRegistrar, loaded_library
+from hal.backends.support import kunlun_stack
+from hal.backends.support.cudalike import (
+    CudaLikeBackend,
+    CudartRegistrar,
+    kunlun_runtime_sign,
+    loaded_library,
+)
 from hal.backends.support.vendor_ops import VendorSearch
 from hal.topology.discover import from_xpusmi_command, has_hardware
 from hal.topology.model import Topology
@@ -38,20 +45,29 @@ def _xpu_count(torch_xmlir) -> int | None:
     return None
 
 
-def find_libxpurt() -> str | None:
-    """Path of the Kunlun runtime library: the one already loaded, else torch_xmlir's copy."""
-    path = loaded_library("libxpurt")
-    if path:
-        return path
-    try:
-        import torch_xmlir
+# One registration of a 512 GiB or larger range overflows the driver's 32-bit size (LMCache's
+# Kunlun port registers at most 128 GiB at once); a profile may state its node's own limit.
+DEFAULT_MAX_REGISTRATION_BYTES = 128 << 30
 
-        bundled = Path(torch_xmlir.__file__).parent / "xre" / "so" / "libxpurt.so"
-        if bundled.exists():
-            return str(bundled)
-    except Exception:  # noqa: BLE001 - fall through to the loader's search path
-        pass
-    return ctypes.util.find_library("xpurt")
+
+def max_registration_bytes(profile) -> int:
+    """The largest host range one xpu_host_register may cover: the profile's
+    link.max_registration_bytes where it gives one, else DEFAULT_MAX_REGISTRATION_BYTES."""
+    value = getattr(getattr(profile, "link", None), "max_registration_bytes", None)
+    return int(value) if value else DEFAULT_MAX_REGISTRATION_BYTES
+
+
+def find_libxpurt() -> str | None:
+    """Path of the Kunlun runtime library mapped into this process (torch_xmlir maps it), or None.
+
+    Never a path to load afresh: a second runtime beside the mapped one breaks the first's
+    context (CUDA_ERROR_NOT_INITIALIZED in the Kunlun notes)."""
+    return loaded_library("libxpurt")
+
+
+def vendor_module() -> str:
+    """The module whose import registers torch.ops.xspeedgate_ops ($HICACHE_XPU_VENDOR_MODULE)."""
+    return os.environ.get("HICACHE_XPU_VENDOR_MODULE", "").strip() or "xspeedgate_ops"
 
 
 class XpurtRegistrar:
@@ -80,10 +96,17 @@ class XpurtRegistrar:
 class XpuBackend(CudaLikeBackend):
     name = "xpu"
     default_profile = "p800"
-    max_registration_bytes = 128 << 30  # see the module docstring
+    max_registration_bytes = DEFAULT_MAX_REGISTRATION_BYTES  # per instance: the profile's (module docstring)
+
+    def __init__(self, profile=None, copy_mode: str | None = None):
+        super().__init__(profile, copy_mode)
+        self.max_registration_bytes = max_registration_bytes(self.profile)
 
     @classmethod
     def probe(cls) -> tuple[bool, str]:
+        refusals = kunlun_stack.environment_refusals(os.environ)
+        if refusals:
+            return False, "; ".join(refusals)
         # Importing torch_xmlir is the only way to ask; it patches torch, which this backend
         # needs anyway.
         try:
@@ -106,8 +129,21 @@ class XpuBackend(CudaLikeBackend):
     @classmethod
     def vendor_search(cls) -> VendorSearch:
         """The rebuilt Kunlun ops in torch.ops.xspeedgate_ops (see the module docstring)."""
-        module = os.environ.get("HICACHE_XPU_VENDOR_MODULE", "").strip() or "xspeedgate_ops"
-        return VendorSearch(module, torch_namespace="xspeedgate_ops")
+        return VendorSearch(vendor_module(), torch_namespace="xspeedgate_ops")
+
+    @classmethod
+    def preflight(cls, hardware: bool | None = None) -> tuple[list[str], dict]:
+        """(one line per refusal, the stack's versions and mapped runtime): hal.backends.support.kunlun_stack.
+        Without `hardware` (default: where a Kunlun runtime is installed or loaded) only the
+        environment is checked and no runtime is imported."""
+        if hardware is None:
+            hardware = bool(kunlun_runtime_sign())
+        return kunlun_stack.preflight(os.environ, vendor_module(), hardware)
+
+    @classmethod
+    def stack_versions(cls) -> dict:
+        """Python, torch, torch_xmlir, vendor ops, driver versions and the mapped runtime (for the inventory)."""
+        return kunlun_stack.stack_versions(vendor_module(), kunlun_stack.smi_text())
 
     @classmethod
     def device_inventory(cls) -> tuple[str | None, int]:
@@ -120,6 +156,8 @@ class XpuBackend(CudaLikeBackend):
         return name, _xpu_count(torch_xmlir) or count
 
     def _registrar(self):
+        import torch_xmlir  # noqa: F401 - importing it maps the runtime, the only one ever used
+
         path = find_libxpurt()
         if path:
             try:

@@ -34,10 +34,24 @@ from hal.memory.vm import (
     unmap_aligned,
 )
 
-DEFAULT_REGISTER_CHUNK_BYTES = 1 << 30
+# None: one registration per buffer. A device driver may refuse a copy whose host range crosses
+# two registered ranges (Kunlun's does), so a buffer registered in pieces could hold a copy no
+# plan may make; a buffer larger than the backend's one-registration limit is refused instead.
+DEFAULT_REGISTER_CHUNK_BYTES = None
 # move_pages is asked about at most this many pages; bigger buffers are sampled evenly.
 NUMA_SAMPLE_PAGES = 1 << 16
 WELL_COVERED = 0.99
+
+
+def _check_registration(backend, chunk: int | None, nbytes: int, arg: str) -> int | None:
+    """`chunk` checked (None or a positive int); with None, `nbytes` must fit one registration."""
+    if chunk is not None:
+        return positive_int("register_chunk_bytes", chunk)
+    limit = getattr(backend, "max_registration_bytes", None)
+    if backend is not None and limit is not None and nbytes > limit:
+        raise ValueError(f"{arg}: {nbytes} bytes is over backend {backend.name!r}'s one-registration limit of "
+                         f"{limit} bytes; a copy may not cross two registrations, so use several buffers")
+    return None
 
 
 def _parse_numa(numa) -> tuple[int, list[int]] | None:
@@ -53,9 +67,10 @@ def _parse_numa(numa) -> tuple[int, list[int]] | None:
     return _numa.MODES[numa[0]], _numa.validate_nodes(numa[1], arg="numa")
 
 
-def _register(backend: HostRegistrar, address: int, length: int, chunk: int) -> tuple[list[Any], float]:
-    """Register in chunks of `chunk` bytes, all or nothing (hal.memory.registration)."""
-    chunk = -(-chunk // PAGE) * PAGE  # pinning is per page; a chunk boundary inside a page would pin it twice
+def _register(backend: HostRegistrar, address: int, length: int, chunk: int | None) -> tuple[list[Any], float]:
+    """Register in chunks of `chunk` bytes (None: the whole range at once), all or nothing
+    (hal.memory.registration)."""
+    chunk = length if chunk is None else -(-chunk // PAGE) * PAGE  # pinning is per page: no boundary inside one
     t0 = time.perf_counter()
     handles = register_ranges(backend.register_host, backend.unregister_host, address, length, chunk)
     return handles, time.perf_counter() - t0
@@ -259,18 +274,18 @@ def allocate_host(
     numa=None,
     shared_dir=None,
     backend: HostRegistrar | None = None,
-    register_chunk_bytes: int = DEFAULT_REGISTER_CHUNK_BYTES,
+    register_chunk_bytes: int | None = DEFAULT_REGISTER_CHUNK_BYTES,
     keep_name: bool = False,
 ) -> HostBuffer:
     """Map `nbytes` of host memory, anonymous private or (with shared_dir) a MAP_SHARED file.
 
     numa: None, ("bind", [nodes]) or ("interleave", [nodes]). backend: register the range with
-    it in chunks of register_chunk_bytes (None: no registration). keep_name: leave the shared
+    it (None: no registration), in one registration unless register_chunk_bytes asks for pieces
+    (a copy across two pieces is one some drivers refuse). keep_name: leave the shared
     file's name in place for attach_host until HostBuffer.unlink() or close().
     """
     nbytes = positive_int("nbytes", nbytes)
     huge_pages, keep_name = boolean("huge_pages", huge_pages), boolean("keep_name", keep_name)
-    register_chunk_bytes = positive_int("register_chunk_bytes", register_chunk_bytes)
     policy = _parse_numa(numa)
     if backend is not None and not isinstance(backend, HostRegistrar):
         raise ValueError(f"backend: expected a hal.backend.Backend or None, got {type(backend).__name__}")
@@ -281,6 +296,7 @@ def allocate_host(
     mapped = -(-nbytes // granule) * granule
     if why := map_size_problem(mapped):
         raise ValueError(f"nbytes: {nbytes} bytes (mapped as {mapped}) {why}")
+    register_chunk_bytes = _check_registration(backend, register_chunk_bytes, mapped, "nbytes")
     warnings: list[str] = []
     if huge_pages and (why := thp_disabled_reason(shared_dir is not None)):
         warnings.append(why)
@@ -326,7 +342,7 @@ def attach_host(
     *,
     huge_pages: bool = True,
     backend: HostRegistrar | None = None,
-    register_chunk_bytes: int = DEFAULT_REGISTER_CHUNK_BYTES,
+    register_chunk_bytes: int | None = DEFAULT_REGISTER_CHUNK_BYTES,
 ) -> HostBuffer:
     """Map a file made by allocate_host(shared_dir=..., keep_name=True) in another process.
 
@@ -334,7 +350,8 @@ def attach_host(
     not remove the file; HostBuffer.unlink() does, once every user has attached.
     """
     huge_pages = boolean("huge_pages", huge_pages)
-    register_chunk_bytes = positive_int("register_chunk_bytes", register_chunk_bytes)
+    if register_chunk_bytes is not None:
+        register_chunk_bytes = positive_int("register_chunk_bytes", register_chunk_bytes)
     if backend is not None and not isinstance(backend, HostRegistrar):
         raise ValueError(f"backend: expected a hal.backend.Backend or None, got {type(backend).__name__}")
     if not isinstance(path, str | os.PathLike):
@@ -348,6 +365,7 @@ def attach_host(
             raise ValueError(f"path: {path} has {size} bytes, not a whole number of pages")
         if why := map_size_problem(size):
             raise ValueError(f"path: {path} has {size} bytes, which {why}")
+        register_chunk_bytes = _check_registration(backend, register_chunk_bytes, size, "path")
         if huge_pages and (why := shm.huge_page_warning(os.path.dirname(os.path.abspath(path)))):
             warnings.append(why)
         address, method = _map_and_prepare(size, fd, bool(huge_pages), None, False, warnings)

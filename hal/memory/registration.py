@@ -34,8 +34,9 @@ def register_ranges(register: Callable[[int, int], Any], unregister: Callable[[A
         for start, length in split_range(address, nbytes, limit):
             handles.append(register(start, length))
     except BaseException as e:
-        e.add_note(f"host registration failed at chunk {len(handles)}; "
-                   f"chunks 0..{len(handles) - 1} rolled back")
+        # What add_note does, spelled so Python 3.10 (which lacks it) keeps the note too.
+        e.__notes__ = [*getattr(e, "__notes__", ()), f"host registration failed at chunk {len(handles)}; "
+                       f"chunks 0..{len(handles) - 1} rolled back"]
         release(unregister, handles)
         raise
     return handles

@@ -6,14 +6,16 @@ the same as Direction.D2H; code that takes a direction accepts either.
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import Enum
 
 
-class Direction(StrEnum):
+class Direction(str, Enum):
     D2H = "d2h"  # device pool -> host pool: a backup (write)
     H2D = "h2d"  # host pool -> device pool: a load
     D2D = "d2d"  # within device memory: does not cross the host link
     H2H = "h2h"  # within host memory: does not cross the host link
+
+    __str__ = str.__str__  # the value, as a StrEnum prints (Python 3.10 has no StrEnum)
 
     @classmethod
     def of(cls, src_on_device: bool, dst_on_device: bool) -> Direction:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import time
 from contextlib import contextmanager
-from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from hicache_ref.core.cache import HiCache
@@ -24,6 +23,11 @@ from hicache_ref.sim.stack_distance import stack_profile
 from hicache_ref.sim.trace import BLOCK_TOKENS, TraceRequest, read_trace, trace_tokens
 from hicache_ref.sim.trace_stats import FITS_IN_L1
 from hicache_ref.spec import CacheSpec
+
+try:
+    from importlib.resources.abc import Traversable
+except ImportError:  # Python 3.10 keeps it in importlib.abc
+    from importlib.abc import Traversable
 
 JSON_KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_rate", "d2h_tokens", "h2d_tokens",
              "d2h_bytes", "h2d_bytes", "d2h_segments", "h2d_segments", "modeled_transfer_seconds", "wall_seconds",

@@ -16,12 +16,16 @@ import os
 import warnings
 import zlib
 from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import NamedTuple
 
 from hardware_profiles.bounded import MAX_LINES, MAX_REQUESTS, BoundError, check_gzip, json_value
 from hicache_ref.core.block_tokens import BLOCK_TOKENS, TraceTokens, request_tokens, trace_tokens
+
+try:
+    from importlib.resources.abc import Traversable
+except ImportError:  # Python 3.10 keeps it in importlib.abc
+    from importlib.abc import Traversable
 
 # Re-exported: a reader of traces turns requests into tokens with these (hicache_ref.core.block_tokens).
 __all__ = ["BLOCK_TOKENS", "TraceOrderWarning", "TraceRequest", "TraceTokens", "find_trace", "packaged_traces",

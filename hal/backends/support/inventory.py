@@ -2,7 +2,7 @@
 
 Asked of the backend classes (hal.registry), never by name: a backend says what it has through
 `probe()`, `device_type`, `copy_modes` and, where it drives a device, `device_inventory()` and
-`vendor_ops()`. Nothing is constructed and no device is touched for an unavailable backend.
+`vendor_ops()`, and a backend with a vendor software stack its versions (`stack_versions()`). Nothing is constructed and no device is touched for an unavailable backend.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ def describe_backend(name: str) -> dict[str, Any]:
     """One backend as `hicache backends --json` reports it."""
     row: dict[str, Any] = {"name": name, "available": False, "reason": "", "device_type": None,
                            "device_name": None, "device_count": 0, "copy_modes": [], "copy_mode": None,
-                           "vendor_kernels": {"source": None, "ops": [], "reason": "not looked for"}}
+                           "vendor_kernels": {"source": None, "ops": [], "reason": "not looked for", "schemas": {}},
+                           "stack": None}
     try:
         cls = backend_class(name)
     except Exception as e:  # noqa: BLE001 - a backend that cannot import here is reported, not fatal
@@ -39,7 +40,12 @@ def describe_backend(name: str) -> dict[str, Any]:
     else:
         ops, why = find()
         row["vendor_kernels"] = {"source": ops.source if ops else None, "ops": sorted(ops.ops) if ops else [],
-                                 "reason": why}
+                                 "reason": why,
+                                 # each op's declared arguments: what the adapter binds by name
+                                 "schemas": {op: ops.schema(op) for op in sorted(ops.ops)} if ops else {}}
+    versions = getattr(cls, "stack_versions", None)
+    if ok and versions is not None:
+        row["stack"] = versions()
     return row
 
 

@@ -36,11 +36,25 @@ def pointer_table(tensors, device) -> torch.Tensor:
     return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.uint64, device=device)
 
 
-def _schema_arity(fn: Callable) -> int | None:
-    """Arguments of a torch op's schema, None for a plain Python function."""
-    overload = getattr(fn, "default", fn)
-    schema = getattr(overload, "_schema", None)
-    return None if schema is None else len(schema.arguments)
+class VendorParam(NamedTuple):
+    """One argument a vendor op declares: its name and whether it may be left out."""
+
+    name: str
+    has_default: bool
+
+
+def vendor_params(fn: Callable) -> list[VendorParam]:
+    """The arguments `fn` declares, in its order: a torch op's schema, else the Python signature."""
+    schema = op_schema(fn)
+    if schema is not None:
+        return [VendorParam(a.name, a.has_default_value()) for a in schema.arguments]
+    return [VendorParam(n, p.default is not inspect.Parameter.empty)
+            for n, p in inspect.signature(fn).parameters.items()]
+
+
+def op_schema(fn: Callable):
+    """The torch.FunctionSchema of a torch op (its default overload), None for a Python function."""
+    return getattr(getattr(fn, "default", fn), "_schema", None)
 
 
 class StreamHooks(NamedTuple):
@@ -66,19 +80,30 @@ class VendorOps:
     def has(self, op: str) -> bool:
         return op in self.ops
 
-    def upstream_args(self, op: str, args: tuple, kwargs: dict, device) -> tuple[list, list]:
-        """(positional arguments for the vendor op, tensors made for it that must outlive the call)."""
+    def schema(self, op: str) -> str:
+        """The op's declaration as the vendor module states it (for `hicache backends --json`)."""
+        fn = self.ops[op]
+        schema = op_schema(fn)
+        return str(schema) if schema is not None else f"{op}{inspect.signature(fn)}"
+
+    def upstream_args(self, op: str, args: tuple, kwargs: dict, device) -> tuple[dict, list]:
+        """(keyword arguments for the vendor op, tensors made for it that must outlive the call).
+
+        Every argument goes by the name the vendor's own schema declares, as the public Kunlun
+        caller passes them, so an installed build whose positional order differs still gets each
+        value where it belongs. A declared name kvcacheio has no value for is refused, naming it.
+        """
         if op not in self.ops:
             raise ValueError(f"op: {self.source} has no {op}")
-        bound = inspect.signature(getattr(kvcacheio, op)).bind(*args, **kwargs)
-        given = bound.arguments
-        arity = _schema_arity(self.ops[op])
-        out, made = [], []
-        for name in inspect.signature(getattr(kvcacheio, op)).parameters:
-            if name in TUNING_DEFAULTS and name not in given:
-                if arity is None or len(out) >= arity:
-                    break  # the vendor's own default applies (Python wrappers, or a schema default)
-                out.append(TUNING_DEFAULTS[name])
+        given = inspect.signature(getattr(kvcacheio, op)).bind(*args, **kwargs).arguments
+        out, made = {}, []
+        for name, has_default in vendor_params(self.ops[op]):
+            if name not in given:
+                if name in TUNING_DEFAULTS and not has_default:
+                    out[name] = TUNING_DEFAULTS[name]  # the values the public caller passes
+                elif not has_default:
+                    raise ValueError(f"op: {self.source}.{op} takes {name!r}, which kvcacheio.{op} "
+                                     "has no argument for")
                 continue
             value = given[name]
             if name in POINTER_TABLES.get(op, ()):
@@ -90,14 +115,14 @@ class VendorOps:
                 if moved is not value:
                     made.append(moved)
                 value = moved
-            out.append(value)
+            out[name] = value
         return out, made
 
     def call(self, hooks: StreamHooks, op: str, *args, **kwargs):
         """Queue the vendor's `op` on the hooked stream; return the event recorded after it."""
         with hooks.enter():
             upstream, made = self.upstream_args(op, args, kwargs, hooks.device)
-            self.ops[op](*upstream)
+            self.ops[op](**upstream)
             return hooks.record(made)
 
     def bind(self, hooks: StreamHooks) -> BoundVendorOps:
