@@ -74,35 +74,36 @@ def test_h200s_link_range_sits_below_its_public_ceiling():
         assert lo == pytest.approx(0.5 * ceiling, abs=0.05) and hi == pytest.approx(0.9 * ceiling, abs=0.05)
 
 
-def _one_at_a_time(profile, fig: dict) -> list[float]:
+def _one_at_a_time(profile, fig: dict, off: dict) -> list[float]:
     """The TTFT change with each ranged value at each end of its range (the others central)."""
-    out = [cost.replay_figures(profile, fig)["modeled_ttft_change_pct"]]
+    out = [cost.replay_figures(profile, fig, off)["modeled_ttft_change_pct"]]
     for key, ends in sorted(profile.ranges.items()):
-        out += [cost.replay_figures(with_values(profile, **{key: v}), fig)["modeled_ttft_change_pct"] for v in ends]
+        out += [cost.replay_figures(with_values(profile, **{key: v}), fig, off)["modeled_ttft_change_pct"] for v in ends]
     return out
 
 
-def _over_range(profile, key: str, fig: dict, points: int = 21) -> list[float]:
+def _over_range(profile, key: str, fig: dict, off: dict, points: int = 21) -> list[float]:
     """The TTFT change with `key` at evenly spaced points of its range (the others central)."""
     lo, hi = profile.ranges[key]
-    return [cost.replay_figures(with_values(profile, **{key: lo + (hi - lo) * i / (points - 1)}), fig)
+    return [cost.replay_figures(with_values(profile, **{key: lo + (hi - lo) * i / (points - 1)}), fig, off)
             ["modeled_ttft_change_pct"] for i in range(points)]
 
 
 def test_a_range_wider_than_the_effect_gives_undecided(trace, tmp_path):
     fig, _ = _replay("h200", trace, "--json")
+    off, _ = _replay("h200", trace, "--json", "--l2-tokens", "0")  # HiCache off: L1 alone
     h200 = load_profile("h200")
-    assert answer(interval(_one_at_a_time(h200, fig))) == "gain"  # on the profile's own ranges the gain holds
+    assert answer(interval(_one_at_a_time(h200, fig, off))) == "gain"  # on the profile's own ranges the gain holds
     key = "compute.l2_path_fixed_s"
-    assert answer(interval(_over_range(h200, key, fig))) == "gain"
+    assert answer(interval(_over_range(h200, key, fig, off))) == "gain"
     # the same profile with the L2 path's range widened past the saving: a load may cost more than it saves
     data = yaml.safe_load(Path(str(h200.path)).read_text())
     data["compute"]["l2_path_fixed_s"]["range"] = [0.005, 1.0]
     wide_path = tmp_path / "h200-wide.yaml"
     wide_path.write_text(yaml.safe_dump(data, sort_keys=False))
     wide = load_profile(wide_path)
-    assert cost.replay_figures(wide, fig)["modeled_ttft_change_pct"] == fig["modeled_ttft_change_pct"]  # same centre
-    spread = interval(_over_range(wide, key, fig))
+    assert cost.replay_figures(wide, fig, off)["modeled_ttft_change_pct"] == fig["modeled_ttft_change_pct"]  # same centre
+    spread = interval(_over_range(wide, key, fig, off))
     assert spread[0] < 0 < spread[1] and answer(spread) == "undecided", spread
     # the same through the command and the profile's own ensemble (hicache_ref.sim.uncertainty)
     assert _replay("h200", trace, "--json")[0]["answer"] == "gain"

@@ -106,7 +106,7 @@ def off_figures(spec: CacheSpec, requests: list, fig: dict, off, profile, run) -
         return None
     if off is not None:
         return off
-    if is_off(spec) or not fig["requests"] or profile is None or not profile.compute.known:
+    if is_off(spec) or not fig["requests"] or compute_of(profile) is None:  # nothing to price against
         return fig
     return run(off_spec(spec), requests, off=False)
 

@@ -160,7 +160,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
         for k in ("l3", "l3_hit_tokens", "l3_errors", "l3_bytes_read", "l3_bytes_written"):
             fig.pop(k, None)
     profile = getattr(backend, "profile", None)
-    if off is None and fig["requests"] and profile is not None and profile.compute.known:
+    if off is None and fig["requests"] and compute_of(profile) is not None:
         from hicache_ref.sim.run import off_replay
 
         off = off_replay(spec, requests)  # HiCache off stays the reference's, as in sweep and ablate
