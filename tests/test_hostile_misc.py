@@ -74,3 +74,20 @@ def test_a_file_name_that_is_not_utf8_is_valid_unicode_in_json(tmp_path, capsys)
     out.encode("utf-8")  # no lone surrogate left
     assert json.loads(out)["out"].endswith("bad\\xff.jsonl")
     assert clean_text({"a": [name]}) == {"a": ["bad\\xff.jsonl"]} and json_text("ok") == '"ok"'
+
+
+@pytest.mark.parametrize("key,value", [("concurrency", 10**9), ("tp", 100_000)])
+def test_a_readings_scenario_out_of_range_names_the_file_and_its_key_not_an_option(key, value):
+    import dataclasses
+
+    from hardware_profiles import load_profile
+    from hardware_profiles.readings import load_readings
+    from hicache_ref.sim.seed_scenario import seed_base
+
+    profile = load_profile("p800")
+    readings = load_readings(profile)
+    bad = dataclasses.replace(readings, scenario={**readings.scenario, key: value})
+    with pytest.raises(ValueError) as err:
+        seed_base(bad, profile)
+    msg = str(err.value)
+    assert msg.startswith(f"{readings.path}: scenario.{key}:") and "--" not in msg

@@ -17,8 +17,21 @@ def seed_base(readings, profile) -> CacheSpec:
     """The spec the scenario's states replay from: its L1 and serving, the seed geometry."""
     sc = readings.scenario
     profile = profile if isinstance(profile, str) else str(profile.path)
-    return CacheSpec.of(profile=profile, l1_tokens=sc["l1_tokens"], pd_disagg=sc["pd_disagg"],
-                        concurrency=sc["concurrency"], page_size=SEED_GEOMETRY.page_size)
+    try:
+        base = CacheSpec.of(profile=profile, l1_tokens=sc["l1_tokens"], pd_disagg=sc["pd_disagg"],
+                            concurrency=sc["concurrency"], page_size=SEED_GEOMETRY.page_size)
+        base.replace(tp=sc["tp"])  # the ladder's TP group: checked here, with the rest of the scenario
+    except ValueError as e:  # the scenario's values, not options the user gave: name the file's keys
+        msg = str(e)
+        for option, key in SCENARIO_OPTIONS.items():
+            msg = msg.replace(option, f"scenario.{key}")
+        raise ValueError(f"{readings.path}: {msg}") from None
+    return base
+
+
+# the spec options a readings file's scenario sets, by the scenario key that sets each
+SCENARIO_OPTIONS = {"--l1-tokens": "l1_tokens", "--pd-disagg": "pd_disagg", "--concurrency": "concurrency",
+                    "--tp": "tp"}
 
 
 def seed_runs(readings, requests, profile, progress=None, engine=None) -> Runs:
