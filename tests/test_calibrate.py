@@ -77,6 +77,14 @@ def test_calibrated_profile_has_the_measured_translation_slowdown_or_says_why_no
     t = cal["translation"]
     assert [p["pages"] for p in t["points"]] == ["4k", "thp"] * 3 and t["fit"]["residuals"]
     assert t["sizes"] == [64 << 20, 256 << 20, 1 << 30]  # the defaults: fit a 2-core 24 GiB box
+    # the cost per registered GB, measured on THP beside it: written with its error, or why not
+    reg, entry = cal["translation"]["registered"], cal["host_costs"]["registered_slowdown_per_gb"]
+    source = profile.sources["host_costs.registered_slowdown_per_gb"]
+    assert "on the GB registered" in source and entry["written"] == reg["accepted"]
+    if reg["accepted"]:
+        assert profile.host_costs.registered_slowdown_per_gb == round(reg["value"], 6) and "+/- " in source
+    else:
+        assert "not written: " in source and reg["why"] in source
 
 
 def test_numa_on_one_node_is_not_invented(calibrated):
@@ -99,7 +107,8 @@ def test_a_calibration_on_p800_keeps_its_other_host_costs_with_their_sources(tmp
     out = tmp_path / "p800here.yaml"
     assert main([*SMALL, "--profile", "p800", "--out", str(out), "--accept-poor-fit", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert set(printed["host_costs"]) == {"translation_slowdown_per_mentry", "numa_remote_bw_factor"}
+    assert set(printed["host_costs"]) == {"translation_slowdown_per_mentry", "registered_slowdown_per_gb",
+                                          "numa_remote_bw_factor"}
     base, mine = load_profile("p800"), load_profile(out)
     written = yaml.safe_load(out.read_text())["host_costs"]
     assert list(written) == list(yaml.safe_load(base.path.read_text())["host_costs"])  # same keys, same order

@@ -170,7 +170,8 @@ def test_the_node_comparison_runs_on_real_bound_memory_and_writes_a_loadable_fac
            "host_costs": {"translation_slowdown_per_mentry": {"value": None}, "numa_remote_bw_factor": {}}}
     section = host_costs_section({"submit_contention": {"value": 0.3, "source": "assumed: a test"}}, cal,
                                  "measured: a test")
-    assert list(section) == ["submit_contention", "translation_slowdown_per_mentry", "numa_remote_bw_factor"]
+    assert list(section) == ["submit_contention", "translation_slowdown_per_mentry", "registered_slowdown_per_gb",
+                             "numa_remote_bw_factor"]
     assert section["translation_slowdown_per_mentry"] == {"value": "unknown",
                                                           "source": "measured: a test: not measured: not measured "
                                                                     "in this test"}

@@ -3,7 +3,8 @@
 Translation: host buffers registered with the backend (hal.memory.allocate_host) at a few sizes,
 on 4 KB pages and on THP; a fixed amount of H2D in PIECE-sized pieces at random offsets over the
 whole region, so the copy walks many translation entries; seconds per byte fitted on million
-entries (conformance.calibrate.slowdown_fit). On emu the copy is the CPU's, so this is the
+entries (conformance.calibrate.slowdown_fit), and on THP alone the cost per registered GB that
+is left (conformance.calibrate.registered_fit). On emu the copy is the CPU's, so this is the
 host's own TLB cost; on a device backend, its copy path's.
 NUMA: where the machine has more than one node with memory, the same transfer from memory bound
 to the device's node and to each other node; the factor is remote / local bandwidth.
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from conformance.calibrate.probe import median_stderr, run_once
+from conformance.calibrate.registered_fit import registered_fit
 from conformance.calibrate.slowdown_fit import slowdown_fit
 from hal.memory.budget import refuse_over
 from hal.memory.host import allocate_host
@@ -93,6 +95,7 @@ def translation(backend, sizes=TRANSLATION_SIZES, rounds: int = 9, progress=None
     n = MOVED // PIECE
     dropped = 0
     points, samples = [], {"mentries": [], "seconds_per_byte": [], "groups": []}
+    thp = {"gb": [], "entries": [], "seconds_per_byte": []}  # the registered-size fit's points
     for size in sorted(sizes):
         say(f"translation entries: {size >> 20} MiB regions")
         offsets = rng.integers(0, size // PIECE, n) * PIECE
@@ -116,13 +119,18 @@ def translation(backend, sizes=TRANSLATION_SIZES, rounds: int = 9, progress=None
                     samples["mentries"].append(e / 1e6)
                     samples["seconds_per_byte"].append(walls[kind][i] / MOVED)
                     samples["groups"].append(f"{size}:{i}")
+                    if kind == "thp":
+                        thp["gb"].append(size / 1e9)
+                        thp["entries"].append(e)
+                        thp["seconds_per_byte"].append(walls[kind][i] / MOVED)
         except (OSError, RuntimeError, ValueError) as e:  # what allocation and registration raise
             return {"error": f"{size >> 20} MiB regions: {e}", "points": points}
         finally:
             for b in buffers.values():
                 b.close()
     fit = slowdown_fit(samples["mentries"], samples["seconds_per_byte"], samples["groups"])
-    return {"points": points, "moved_bytes": MOVED, "piece_bytes": PIECE, "rounds": rounds,
+    registered = registered_fit(thp["gb"], thp["entries"], thp["seconds_per_byte"], fit.get("value") or 0.0)
+    return {"registered": registered, "points": points, "moved_bytes": MOVED, "piece_bytes": PIECE, "rounds": rounds,
             "dropped_rounds": dropped, "sizes": sorted(sizes), **fit}
 
 

@@ -137,6 +137,10 @@ def calibrate(backend, *, sizes=SIZES, repeat: int = 5, translation_sizes=None, 
             "translation_slowdown_per_mentry": {
                 "value": trans.get("value"), "measured": "error" not in trans,
                 "written": bool(trans.get("accepted")), "why": trans.get("error") or trans.get("why", "")},
+            "registered_slowdown_per_gb": {
+                "value": (trans.get("registered") or {}).get("value"), "measured": "error" not in trans,
+                "written": bool((trans.get("registered") or {}).get("accepted")),
+                "why": trans.get("error") or (trans.get("registered") or {}).get("why", "")},
             "numa_remote_bw_factor": {
                 "value": numa.get("factor"), "measured": numa["measured"], "written": numa["measured"],
                 "why": numa.get("why", "")},

@@ -138,6 +138,32 @@ def _numa_source(n: dict) -> str:
             f"({n['local_how']}, {n['local_gbps']:.2f} GB/s); {per}; the mean of the nodes' factors, at most 1")
 
 
+def _registered_source(t: dict) -> str:
+    if "error" in t or "registered" not in t:
+        return f"not measured: {t.get('error', 'no THP points')}"
+    r = t["registered"]
+    how = (f"least squares of THP H2D seconds per byte (the translation fit's rho per million entries divided out) "
+           f"on the GB registered, regions of {'/'.join(str(s >> 20) for s in t['sizes'])} MiB")
+    if not r["accepted"]:
+        return f"not written: {r['why']} ({how})"
+    return (f"{how}: sigma = slope / intercept = {r['sigma']:.4g} +/- {r['se']:.2g} per GB"
+            + (" (negative within its error: written 0)" if r["sigma"] < 0 else ""))
+
+
+def _registered(section: dict, cal: dict, who: str) -> None:
+    """host_costs.registered_slowdown_per_gb: written where the fit is accepted; else a known base value
+    is kept with why it was not replaced, or unknown with the reason."""
+    key, t = "registered_slowdown_per_gb", cal["translation"]
+    r, held = t.get("registered") or {}, section.get(key)
+    if r.get("accepted"):
+        section[key] = with_stderr({"value": round(float(r["value"]), 6), "source": f"{who}: {_registered_source(t)}"},
+                                   r.get("se"))
+    elif isinstance(held, dict) and held.get("value") not in (None, "unknown"):
+        section[key] = {**held, "source": f"{held['source'].rstrip()}; kept: {who}: {_registered_source(t)}"}
+    else:
+        section[key] = {"value": "unknown", "source": f"{who}: {_registered_source(t)}"}
+
+
 def host_costs_section(base: dict, cal: dict, who: str) -> dict:
     """The base profile's host_costs (values and sources kept) with what calibrate measured.
     A refused translation fit leaves a known base value in place, its source saying why it was
@@ -155,6 +181,7 @@ def host_costs_section(base: dict, cal: dict, who: str) -> dict:
                         f"{_translation_source(t)}"}
     else:
         section[key] = {"value": "unknown", "source": f"{who}: {_translation_source(t)}"}
+    _registered(section, cal, who)
     n = cal["numa"]
     if n["measured"]:
         section["numa_remote_bw_factor"] = with_stderr({"value": round(float(n["factor"]), 6),
