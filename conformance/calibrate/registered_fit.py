@@ -10,9 +10,7 @@ sigma is negative beyond twice it; a negative sigma within its error is written 
 
 from __future__ import annotations
 
-import math
-
-from conformance.calibrate.slowdown_fit import RESOLUTION, line_with_errors
+from conformance.calibrate.slowdown_fit import judge_ratio, line_with_errors
 from hardware_profiles.model import HOST_COST_BOUNDS
 
 SIGMA_MAX = HOST_COST_BOUNDS["registered_slowdown_per_gb"].hi
@@ -26,26 +24,8 @@ def registered_fit(gb, entries, seconds_per_byte, rho: float) -> dict:
         line = line_with_errors(gb, ys)
     except ValueError as e:
         return {"sigma": None, "se": None, "accepted": False, "value": None, "why": f"no fit: {e}"}
-    a, b, x_max = line["a"], line["b"], float(max(gb))
+    x_max = float(max(gb))
     out = {"fit": line, "x_max_gb": x_max, "rho_divided_out": rho}
-    if not a > 0:
-        return {**out, "sigma": None, "se": None, "accepted": False, "value": None,
-                "why": f"the line's intercept ({a:.3g} s/B) is not positive: no transfer time to scale"}
-    sigma = b / a
-    se = math.sqrt(max(0.0, (line["se_b"] ** 2 + sigma * sigma * line["se_a"] ** 2 - 2 * sigma * line["cov_ab"])
-                       / (a * a)))
-    resolution = RESOLUTION / max(x_max, 1e-12)
-    out.update(sigma=sigma, se=se, resolution=resolution)
-    if se > max(sigma, resolution):
-        why = (f"sigma {sigma:.4g} +/- {se:.2g} per GB: the standard error exceeds the estimate and the resolution "
-               f"{resolution:.2g} (a {RESOLUTION:.0%} slowdown at {x_max:.3g} GB); regions this small cannot "
-               "resolve it: retake with larger --translation-sizes on a quieter host")
-        return {**out, "accepted": False, "value": None, "why": why}
-    if sigma < 0 and sigma + 2 * se < 0:
-        return {**out, "accepted": False, "value": None,
-                "why": f"sigma {sigma:.4g} +/- {se:.2g} per GB is negative beyond twice its standard error: "
-                       "something other than the registered size varies with the region; retake on a quieter host"}
-    if sigma > SIGMA_MAX:
-        return {**out, "accepted": False, "value": None,
-                "why": f"sigma {sigma:.4g} per GB is above the profile's bound {SIGMA_MAX:g}"}
-    return {**out, "accepted": True, "value": max(0.0, sigma), "why": ""}
+    return {**out, **judge_ratio(line, x_max, "sigma", "per GB", "GB", SIGMA_MAX, "the registered size",
+                                 "regions this small cannot resolve it: retake with larger --translation-sizes "
+                                 "on a quieter host")}

@@ -63,27 +63,37 @@ def slowdown_fit(mentries, seconds_per_byte, groups=None) -> dict:
     error (first order in the fit's errors), and the verdict: 'accepted' with the value to write
     (rho floored at 0, as the profile bounds it), or not with the reason."""
     line = line_with_errors(mentries, seconds_per_byte, groups)
-    a, b = line["a"], line["b"]
     x_max = float(max(mentries))
     out = {"fit": line, "x_max_mentries": x_max}
+    return {**out, **judge_ratio(line, x_max, "rho", "per million entries", "M entries", RHO_MAX,
+                                 "the entries", "retake with more --repeat on a quieter host")}
+
+
+def judge_ratio(line: dict, x_max: float, symbol: str, per: str, x_unit: str, bound: float, what: str,
+                retake: str) -> dict:
+    """slope / intercept of a fitted line (`symbol`: its name in the reasons; `per`: its unit), its
+    standard error, and whether to write it: refused when the error exceeds both the estimate and
+    the resolution (RESOLUTION's slowdown at `x_max`), when negative beyond twice its error (`what`
+    else must vary), or past `bound`; a negative value within its error is written 0."""
+    a, b = line["a"], line["b"]
     if not a > 0:
-        return {**out, "rho": None, "se": None, "accepted": False, "value": None,
+        return {symbol: None, "se": None, "accepted": False, "value": None,
                 "why": f"the line's intercept ({a:.3g} s/B) is not positive: no transfer time to scale"}
-    rho = b / a
-    var = (line["se_b"] ** 2 + rho * rho * line["se_a"] ** 2 - 2 * rho * line["cov_ab"]) / (a * a)
+    ratio = b / a
+    var = (line["se_b"] ** 2 + ratio * ratio * line["se_a"] ** 2 - 2 * ratio * line["cov_ab"]) / (a * a)
     se = math.sqrt(max(0.0, var))
     resolution = RESOLUTION / max(x_max, 1e-12)
-    out.update(rho=rho, se=se, resolution=resolution)
-    if se > max(rho, resolution):  # a negative estimate resolves no slowdown: only the resolution counts
+    out = {symbol: ratio, "se": se, "resolution": resolution}
+    if se > max(ratio, resolution):  # a negative estimate resolves no slowdown: only the resolution counts
         return {**out, "accepted": False, "value": None,
-                "why": f"rho {rho:.4g} +/- {se:.2g} per million entries: the standard error exceeds the estimate "
-                       f"and the resolution {resolution:.2g} (a {RESOLUTION:.0%} slowdown at {x_max:.3g} M entries); "
-                       "retake with more --repeat on a quieter host"}
-    if rho < 0 and rho + 2 * se < 0:
+                "why": f"{symbol} {ratio:.4g} +/- {se:.2g} {per}: the standard error exceeds the estimate "
+                       f"and the resolution {resolution:.2g} (a {RESOLUTION:.0%} slowdown at {x_max:.3g} {x_unit}); "
+                       f"{retake}"}
+    if ratio < 0 and ratio + 2 * se < 0:
         return {**out, "accepted": False, "value": None,
-                "why": f"rho {rho:.4g} +/- {se:.2g} per million entries is negative beyond twice its standard error: "
-                       "something other than the entries varies with the region; retake on a quieter host"}
-    if rho > RHO_MAX:
+                "why": f"{symbol} {ratio:.4g} +/- {se:.2g} {per} is negative beyond twice its standard error: "
+                       f"something other than {what} varies with the region; retake on a quieter host"}
+    if ratio > bound:
         return {**out, "accepted": False, "value": None,
-                "why": f"rho {rho:.4g} per million entries is above the profile's bound {RHO_MAX:g}"}
-    return {**out, "accepted": True, "value": max(0.0, rho), "why": ""}
+                "why": f"{symbol} {ratio:.4g} {per} is above the profile's bound {bound:g}"}
+    return {**out, "accepted": True, "value": max(0.0, ratio), "why": ""}
