@@ -84,6 +84,8 @@ HAND_MADE = {
     ("spmd", "--free-list"): "the self-check's allocator order (fifo or lifo)",
     ("bench spmd", "--tp"): "ranks of the SPMD benchmark (real processes)",
     ("conform", "--profile"): "the profile whose targets are judged: the backend's own by default",
+    ("calibrate", "--model"): "with --allhit: the model whose layers and KV bytes price the all-hit table's loads "
+                              "(calibrate builds no cache spec)",
     ("calibrate", "--profile"): "the profile the measured link section is written into: the backend's own by default",
     ("advise", "--profile"): "repeatable: profiles compared side by side on the same replays",
     ("doctor", "--profile"): "the topology to emulate where the host reports none (default: none)",

@@ -55,7 +55,10 @@ def test_measured_targets_are_measured_on_the_backend(emu_rows):
     assert emu_rows["transfer_ratio_vs_memcpy"]["basis"] == "measured"
     # emu has a modeled clock: its bandwidth is the link model's, with the wall figure beside it
     h2d = emu_rows["h2d_gbps"]
-    assert h2d["basis"] == "modeled" and h2d["value"] == pytest.approx(7.40, rel=0.01)
+    # the raw link, slowed only by the small buffer this run registers: between the seed's 7.40 GB/s
+    # (read with a 75 GB pool registered) and the profile's unslowed figure
+    raw = load_profile("p800").link.h2d_gbps
+    assert h2d["basis"] == "modeled" and 7.40 <= h2d["value"] <= raw * (1 + 1e-9)
     assert h2d["details"]["ratio_vs_memcpy"] > 0 and "link.h2d_gbps" in h2d["inputs"]
 
 

@@ -160,8 +160,14 @@ def test_the_ensemble_is_the_profile_then_seeded_draws_the_same_bit_for_bit(seed
     assert min(seg) < profile.link.per_segment_us < max(seg)  # a derived value spread by its covariance
 
 
-def test_a_profile_without_readings_or_ranges_has_copies_of_itself_and_unknowns_stay_unknown():
-    p = load_profile("h200")
+def test_a_profile_without_readings_or_ranges_has_copies_of_itself_and_unknowns_stay_unknown(tmp_path):
+    import re
+
+    text = re.sub(r"\n *range: \[[^\]]*\]", "", load_profile("h200").path.read_text(encoding="utf-8"))
+    path = tmp_path / "h200-no-ranges.yaml"
+    path.write_text(text, encoding="utf-8")
+    p = load_profile(path)
+    assert not p.ranges and not p.stderrs and p.link.registration_s_per_gib is None
     members = u.ensemble(p)
     assert len(members) == u.ENSEMBLE_SIZE and all(m == p for m in members)
 

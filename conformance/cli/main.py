@@ -24,7 +24,6 @@ import threading
 import time
 import warnings
 
-import hicache_ref.sim.derivation_cache  # noqa: F401  (every command's ensemble draws the derived parameters)
 from conformance.common.errors import (
     ECHO_CHARS,
     EXIT_BAD_INPUT,
@@ -231,6 +230,9 @@ def _main(argv: list[str] | None) -> int:
             from hal.memory.budget import check_env
 
             check_env()
+        # every command's ensemble draws the derived parameters (imported here, not at the top:
+        # --help and --version load no torch)
+        importlib.import_module("hicache_ref.sim.derivation_cache")
         with warnings.catch_warnings():  # restores showwarning and the filters when the command ends
             _show_user_warnings()
             return int(args._run(args) or 0)
