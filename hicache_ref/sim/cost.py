@@ -177,11 +177,17 @@ def replay_state(registered_bytes: int) -> mech.HostState:
     return mech.HostState(registered_bytes=int(registered_bytes))
 
 
-@contextmanager
 def clock_in_replay_state(backend, cache):
     """While a replay runs on `cache`: `backend`'s modeled clock (where it has one) prices each plan in
     the replay's host state (`replay_state`), so its modeled seconds are the net benefit's terms;
     the backend's own factors come back after."""
+    return clock_in_state(backend, cache.host.nbytes if cache.host is not None else 0)
+
+
+@contextmanager
+def clock_in_state(backend, registered_bytes: int):
+    """clock_in_replay_state for a host pool of `registered_bytes` (an engine whose pool is not the
+    reference's cache)."""
     setter = getattr(backend, "set_host_factors", None)
     profile = getattr(backend, "profile", None)
     if setter is None or profile is None:
@@ -189,7 +195,7 @@ def clock_in_replay_state(backend, cache):
         return
     before = backend.host_factors
     try:
-        setter(mech.bandwidth_factors(profile, replay_state(cache.host.nbytes if cache.host is not None else 0)))
+        setter(mech.bandwidth_factors(profile, replay_state(registered_bytes)))
     except mech.Unpriced:  # no host cost to price with: the link's own rate (and no net benefit either)
         pass
     try:

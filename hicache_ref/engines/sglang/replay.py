@@ -21,6 +21,7 @@ from hicache_ref.engines.sglang.support import ENGINE, SUPPORT, pools_shortfall,
 from hicache_ref.sim import cost
 from hicache_ref.sim.figures import ComputeTally, count_request, figures, run_config
 from hicache_ref.sim.prefill_model import compute_of
+from hicache_ref.sim.replay import fits_in_l1
 from hicache_ref.sim.serving import served_figures
 from hicache_ref.sim.steps import run_steps
 from hicache_ref.sim.trace import read_trace, trace_tokens
@@ -120,24 +121,25 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     try:
         store = open_store(spec.storage)  # mooncake:auto starts its cluster here
         up = build(run_spec, backend, l1, l2, store)
-        driver = RequestDriver(up, serving.pd_disagg, l3=store is not None, kv=spec.tiers.materialize)
-        seen = None if on_request is None else (lambda i, res: on_request(i, res, pricer.tallies))
-        if serving.concurrency is not None:
-            served = run_steps(requests, serving, UpstreamSteps(driver, totals, tally, seen))
-        else:
-            for i, tokens in enumerate(trace_tokens(requests, ps)):
-                res = driver.request(tokens)
-                count_request(totals, res)
-                totals["l3_hit_tokens"] += res.l3_hit_tokens
-                totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
-                tally.add(res)
-                if seen is not None:
-                    seen(i, res)
-            driver.settle()
-        written = store.written() if store is not None else 0
         host_bytes = sum(e.host_pool.kv_buffer.nbytes for e in up.cache.cache_controller.mem_pool_host.entries)
         # the host pool the spec's rows would register: the same slots, each row as wide as the spec's
         host_bytes = host_bytes // run_spec.geometry.token_bytes * token_bytes
+        driver = RequestDriver(up, serving.pd_disagg, l3=store is not None, kv=spec.tiers.materialize)
+        seen = None if on_request is None else (lambda i, res: on_request(i, res, pricer.tallies))
+        with cost.clock_in_state(backend, host_bytes):  # each copy priced in the replay's host state
+            if serving.concurrency is not None:
+                served = run_steps(requests, serving, UpstreamSteps(driver, totals, tally, seen))
+            else:
+                for i, tokens in enumerate(trace_tokens(requests, ps)):
+                    res = driver.request(tokens)
+                    count_request(totals, res)
+                    totals["l3_hit_tokens"] += res.l3_hit_tokens
+                    totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
+                    tally.add(res)
+                    if seen is not None:
+                        seen(i, res)
+                driver.settle()
+        written = store.written() if store is not None else 0
     finally:
         if up is not None:
             up.close()
@@ -164,6 +166,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
         from hicache_ref.sim.run import off_replay
 
         off = off_replay(spec, requests)  # HiCache off stays the reference's, as in sweep and ablate
-    fig.update(cost.replay_figures(profile, fig, off or None))
+    fig.update(cost.replay_figures(profile, fig, off or None),
+               fits_in_l1=fits_in_l1(fig, off or None, requests, spec.page_size))
     return fig
 
