@@ -86,12 +86,20 @@ class Runs:
         self._figs: dict[tuple, dict] = {}
         self.progress = progress
 
+    def _for_engine(self, st: dict) -> dict:
+        """`st` as an engine replays it: the ladder's default hit counting is the engine's own decision
+        (the base's switches, no override to refuse); a rung that changes the counting keeps its
+        switches, for the engine to run or refuse naming the option."""
+        if self.engine is None or (st["hit_count"], st["ghost"]) != (FIRST_BUILD["hit_count"], FIRST_BUILD["ghost"]):
+            return st
+        return dict(st, hit_count=self.base.semantics.hit_count, ghost=self.base.tiers.ghost)
+
     def figures(self, st: dict, l2_per_card: int) -> dict:
         """The replay of `st`; NotRunOnEngine when the engine cannot run here or does not run `st`
         (before any work)."""
         key = cache_key(st, l2_per_card)
         if key not in self._figs:
-            spec = cache_spec(st, self.base, l2_per_card, self.tp)
+            spec = cache_spec(self._for_engine(st), self.base, l2_per_card, self.tp)
             if self.engine is not None and st["hicache"]:
                 why = self.engine.not_run(spec)
                 if why is not None:
