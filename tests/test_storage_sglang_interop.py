@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sglang_side import kvfill
 
 from hal.transfer.layouts import KVGeometry
 from hicache_ref.core.hashing import page_hashes
@@ -26,7 +27,6 @@ from hicache_ref.core.pools import HostPool
 from hicache_ref.storage.file import FileStorage
 from hicache_ref.storage.keys import namespace_seed, upstream_keys
 from hicache_ref.storage.objects import ObjectFormat
-from sglang_side import kvfill
 
 PEER = Path(__file__).resolve().parent / "sglang_side" / "upstream_peer.py"
 PS, PAGES, LAYERS, DIM = 4, 5, 3, 8
