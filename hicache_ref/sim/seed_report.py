@@ -9,7 +9,7 @@ fix against HiCache off, and the model's score in sample and left out.
 from __future__ import annotations
 
 from hardware_profiles.readings import load_readings
-from hicache_ref.sim import derivation_cache, loo, spread  # noqa: F401  (registers the derivation)
+from hicache_ref.sim import derivation_cache, loo, spread
 from hicache_ref.sim.ablate import ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.readings import ANSWER_READING, evaluate
@@ -55,6 +55,8 @@ def seed_ladder(profile, readings, plateau_gain: float | None = None, progress=N
     sc = readings.scenario
     base = seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"]))
     runs = Runs(base, requests, sc["tp"], engine=engine)
+    if engine is None:  # the ensemble's derivation reuses these replays rather than making its own
+        derivation_cache.remember(profile, runs)
     ensemble = spread.members(profile)
     result = ablate(base.replace(tp=sc["tp"]), requests, plateau_gain if plateau_gain is not None else DEFAULT_PLATEAU_GAIN,
                     progress=progress, profile=profile, runs=runs, ensemble=ensemble)
