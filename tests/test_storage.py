@@ -240,6 +240,27 @@ def test_atomic_overwrite_never_shows_a_partial_object(tmp_path):
     assert [n for n in store_listing(tmp_path) if n.startswith(".tmp-")] == []
 
 
+def test_an_object_replaced_between_open_and_read_is_still_read_whole(tmp_path, monkeypatch):
+    """A writer's rename after a reader's open leaves the open file with no name (nlink 0): the
+    reader still has one whole object, the one it opened, and takes it."""
+    geom = MHA
+    a, b = random_pool(geom, "page_first_direct", 10), random_pool(geom, "page_first_direct", 11)
+    writer, reader = FileStorage(str(tmp_path)), FileStorage(str(tmp_path))
+    writer.set(["k"], a, [0])
+    real_fstat, replaced = os.fstat, []
+
+    def fstat_after_a_replace(fd):
+        if not replaced:
+            replaced.append(True)
+            writer.set(["k"], b, [0])
+        return real_fstat(fd)
+
+    monkeypatch.setattr("hicache_ref.storage.file.os.fstat", fstat_after_a_replace)
+    dst = poisoned_pool(geom, "layer_first")
+    assert reader.get(["k"], dst, [1]) == [True] and replaced
+    assert page_bits(dst, 1).numpy().tobytes() == page_bits(a, 0).numpy().tobytes()
+
+
 def test_memory_backend_is_bounded_lru():
     obj = PAGE_BYTES["mla"] + 48
     s = MemoryStorage(max_bytes=2 * obj)

@@ -345,7 +345,9 @@ class FileStorage(StorageBackend):
             raise
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:  # not one it wrote
+            # a hard link is another file's name, not one it wrote; no link at all (0) is an object a
+            # writer replaced after this open: the open file is still that whole object
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink > 1:
                 return -1
             size = st.st_size
             views, off = _views(targets), 0
