@@ -1,7 +1,7 @@
 """`hicache ablate --scenario seed --json --quiet` with a hand-built parameter ensemble of N members
 (BENCHMARKS.md, "ablate --scenario seed with intervals"): the profile and N-1 copies with each jointly
 fitted parameter scaled by a seeded factor in [0.9, 1.1]. Prints the wall, the answer and the seconds
-spent pricing across the ensemble (every call of hicache_ref.sim.spread.spread), on stderr.
+spent pricing across the ensemble (every call of hicache_ref.sim.price.spread.spread), on stderr.
 
 Usage: PYTHONPATH=$PWD python ci/bench-ablate-intervals.py 64
 """
@@ -13,8 +13,8 @@ import random
 import sys
 import time
 
-from hicache_ref.sim import spread, uncertainty
-from hicache_ref.sim.derive import JOINT, with_values
+from hicache_ref.sim.fit.derive import JOINT, with_values
+from hicache_ref.sim.price import spread, uncertainty
 
 MEMBERS = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 

@@ -138,7 +138,7 @@ def backend_name(pytestconfig: pytest.Config) -> str:
 
 @pytest.fixture(scope="session")
 def profile(pytestconfig: pytest.Config):
-    """The loaded hardware_profiles.model.Profile, or None when --profile was not given and none is the default."""
+    """The loaded hardware_profiles.profile.Profile, or None when --profile was not given and none is the default."""
     state = pytestconfig.stash[_STATE]
     if state["profile"] is None and state["profile_name"] is not None:
         state["profile"] = _load_profile(state["profile_name"])
@@ -213,19 +213,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     is marked in its report, so junit carries it and the summary counts it not run, never passed."""
     report = yield
     if call.when == "teardown" and not item.stash.get(_BODY_RAN, False):
-        from conformance.report.summary import BODY_NOT_RUN
+        from conformance.report.run_verdict import BODY_NOT_RUN
 
         report.user_properties.append((BODY_NOT_RUN, "1"))
     return report
 
 
 # -- the console: a seed reading the model misses is the model's, not a failed test of this node --
-# (its junit record stays a failure: conformance.report.summary counts it as the model's verdict)
+# (its junit record stays a failure: conformance.report.run_verdict counts it as the model's verdict)
 MODEL_READINGS = "modeled readings outside tolerance"
 
 
 def _is_reading(report) -> bool:
-    from conformance.report.summary import is_reading_test
+    from conformance.report.run_verdict import is_reading_test
 
     return report.when == "call" and "test_targets.py::" in report.nodeid and is_reading_test(report.nodeid)
 

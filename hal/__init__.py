@@ -1,7 +1,8 @@
 """Hardware-abstraction layer: the backend contract and what it is built from.
 
 `backend` (the contract: TransferEngine + HostRegistrar + TopologySource), `registry` (backend
-names -> classes, get_backend), `named_registry` (the one lookup-by-name rule), `checks` (argument checks), `units` (sizes on the command line), `transfer/` (layouts, planner, op set,
+names -> classes, get_backend), `common/` (argument checks, command-line sizes, the lookup-by-name
+rule; imports nothing else of hal), `transfer/` (layouts, planner, op set,
 CPU copy engine, seed transfer, Direction), `memory/` (host buffers and registration),
 `topology/` (NUMA/PCIe model and sources, binding planner), `backends/` (emu, count, cuda, xpu).
 """

@@ -19,7 +19,7 @@ from hal.memory.cpu_device import CpuDeviceMemory
 from hal.memory.registration import HostRegistrar, HostRegistration
 from hal.registry import ENTRY_POINT_GROUP, available_backends, backend_class, get_backend, register
 from hal.topology.discover import discover, has_hardware
-from hal.topology.model import Topology
+from hal.topology.topology_model import Topology
 from hal.transfer import kvcacheio
 from hal.transfer.direction import Direction
 from hal.transfer.plan import CopyGroup, TransferPlan, check_group

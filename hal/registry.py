@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hal.named_registry import Registry
+from hal.common.named_registry import Registry
 
 ENTRY_POINT_GROUP = "hicache.backends"
 

@@ -7,7 +7,7 @@ sit below hal and import nothing of it; the public API is re-exported here.
 """
 
 from hardware_profiles.loader import list_profiles, load_profile
-from hardware_profiles.model import (
+from hardware_profiles.profile import (
     METRICS,
     SCHEMA_VERSION,
     UNKNOWN,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from hardware_profiles.model import Profile, ProfileError
-from hardware_profiles.schema import build, yaml_text
+from hardware_profiles.profile import Profile, ProfileError
+from hardware_profiles.profile_schema import build, yaml_text
 
 _PACKAGE = "hardware_profiles"
 

@@ -7,5 +7,5 @@
 - pools, controller, controller_state, direction_worker, pool_mover, handles: KV pools and the
   threads that move KV between them (through hal), their shared state, handles and counters.
 - synthetic_kv: the deterministic KV a materialized cache writes and checks (through hal).
-- trace, replay, traces/: Mooncake traces (two ship as package data) and their replay.
+- sim: the simulator: traces (two ship as package data), replay, pricing, sweeps, the fix ladder, the fit.
 """

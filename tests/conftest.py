@@ -9,7 +9,7 @@ import pytest
 # The ensembles every command draws include the derived parameters' covariance once this is imported
 # (the CLI imports it before a command runs); imported here so no test's intervals depend on which
 # tests ran before it in the same process.
-import hicache_ref.sim.derivation_cache  # noqa: F401
+import hicache_ref.sim.fit.derivation_cache  # noqa: F401
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -53,7 +53,7 @@ def fresh_mooncake_cluster(tmp_path, request):
 @pytest.fixture(scope="session")
 def synthetic():
     """The packaged synthetic trace (the L3 tests replay its first 1,500 requests)."""
-    from hicache_ref.sim.trace import find_trace
+    from hicache_ref.sim.trace.reader import find_trace
 
     path = find_trace("synthetic_trace.jsonl")
     assert path is not None, "the packaged synthetic trace is missing"

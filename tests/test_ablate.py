@@ -12,9 +12,9 @@ import yaml
 import hardware_profiles
 from conformance.cli.main import main
 from hardware_profiles import load_profile
-from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.ablate import EXTRA_KEYS, ROW_KEYS, STEPS, ablate, sweep_tiers
-from hicache_ref.sim.trace_synth import Workload, synthesize, write_trace
+from hicache_ref.sim.ladder.ablate import EXTRA_KEYS, ROW_KEYS, STEPS, ablate, sweep_tiers
+from hicache_ref.sim.price import mechanisms as mech
+from hicache_ref.sim.trace.synth import Workload, synthesize, write_trace
 from hicache_ref.spec import CacheSpec
 
 P800 = Path(hardware_profiles.__file__).parent / "p800.yaml"

@@ -11,8 +11,8 @@ import pytest
 from conformance.cli.main import main
 from hicache_ref.engines import Engine
 from hicache_ref.engines.sglang import SEMANTICS_PRESET, unavailable_reason
-from hicache_ref.sim.ablate import REPLAYED_KEYS, ablate
-from hicache_ref.sim.trace import find_trace, read_trace
+from hicache_ref.sim.ladder.ablate import REPLAYED_KEYS, ablate
+from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 
 _WHY = unavailable_reason()
@@ -61,7 +61,7 @@ def test_rungs_the_engine_refuses_are_not_measured_with_the_reason(monkeypatch):
         assert all(s[k] is None for k in REPLAYED_KEYS), s["step"]
         assert set(s["not_measured"]) == set(REPLAYED_KEYS)
         reasons = {*s["not_measured"].values()}
-        # the rungs on the model L3 are refused for it first (hicache_ref.engines.sglang.replay)
+        # the rungs on the model L3 are refused for it first (hicache_ref.engines.sglang.engine_replay)
         prefix = L3_NOT_RUN if _WHY is None and s["step"] in REFUSED else NOT_RUN_PREFIX
         assert len(reasons) == 1 and reasons.pop().startswith(prefix), (s["step"], reasons)
     c = up["configuration"]

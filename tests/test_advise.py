@@ -10,11 +10,11 @@ import pytest
 from hardware_profiles import load_profile
 from hicache_ref.advise.advisor import advise
 from hicache_ref.advise.space import host_budget_tokens, l2_tiers, layout_io_pairs, write_policies
-from hicache_ref.sim import cost
-from hicache_ref.sim.baseline import off_spec
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.scenario import host_state, state
-from hicache_ref.sim.trace import TraceRequest, find_trace, read_trace
+from hicache_ref.sim.ladder.scenario import host_state, state
+from hicache_ref.sim.price import cost
+from hicache_ref.sim.run.baseline import off_spec
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.trace.reader import TraceRequest, find_trace, read_trace
 from hicache_ref.spec import CacheSpec, SpecError
 
 SEMANTICS = "sglang-0.5.23"
@@ -166,7 +166,7 @@ def test_the_host_ladder_ends_at_the_picks_own_price():
 def test_intervals_come_from_the_profiles_ensemble(monkeypatch):
     import dataclasses
 
-    from hicache_ref.sim import uncertainty
+    from hicache_ref.sim.price import uncertainty
 
     profile = load_profile("p800")
     slow = dataclasses.replace(profile, link=dataclasses.replace(profile.link, h2d_gbps=profile.link.h2d_gbps / 50,

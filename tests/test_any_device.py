@@ -14,10 +14,10 @@ import yaml
 
 from conformance.cli.main import main
 from hardware_profiles import load_profile
-from hicache_ref.sim import cost
-from hicache_ref.sim.derive import with_values
-from hicache_ref.sim.trace_synth import synthesize_trace, write_trace
-from hicache_ref.sim.uncertainty import answer, interval
+from hicache_ref.sim.fit.derive import with_values
+from hicache_ref.sim.price import cost
+from hicache_ref.sim.price.uncertainty import answer, interval
+from hicache_ref.sim.trace.synth import synthesize_trace, write_trace
 
 
 @pytest.fixture(scope="module")
@@ -105,15 +105,15 @@ def test_a_range_wider_than_the_effect_gives_undecided(trace, tmp_path):
     assert cost.replay_figures(wide, fig, off)["modeled_ttft_change_pct"] == fig["modeled_ttft_change_pct"]  # same centre
     spread = interval(_over_range(wide, key, fig, off))
     assert spread[0] < 0 < spread[1] and answer(spread) == "undecided", spread
-    # the same through the command and the profile's own ensemble (hicache_ref.sim.uncertainty)
+    # the same through the command and the profile's own ensemble (hicache_ref.sim.price.uncertainty)
     assert _replay("h200", trace, "--json")[0]["answer"] == "gain"
     out, _ = _replay(str(wide_path), trace, "--json")
     assert out["answer"] == "undecided" and out["ttft_change_pct_interval"][0] < 0 < out["ttft_change_pct_interval"][1]
 
 
 def test_the_seed_scenario_on_a_profile_without_readings_prices_the_seeds_workload(monkeypatch, capsys, trace):
-    from hicache_ref.sim import seed_report
-    from hicache_ref.sim.trace import read_trace
+    from hicache_ref.sim.fit import seed_report
+    from hicache_ref.sim.trace.reader import read_trace
 
     monkeypatch.setattr(seed_report, "seed_requests", lambda: read_trace(trace))  # a small stand-in trace
     assert main(["ablate", "--scenario", "seed", "--profile", "h200", "--quiet"]) == 0

@@ -185,7 +185,7 @@ def _timings(intercept, slope, noise):
 
 def test_a_flat_precisely_measured_slope_is_accepted_though_its_r2_is_near_0():
     from conformance.calibrate.fit_quality import judge
-    from hicache_ref.sim.cost import fit_line
+    from hicache_ref.sim.price.cost import fit_line
 
     # emu's per-segment cost: 12 ms for 16 MiB whatever the segments (the copy engine merges
     # them), 0.001 us each, the timings within 0.3%

@@ -12,7 +12,7 @@ import pytest
 from conformance.calibrate import prefill_fit, ttft_table
 from conformance.cli.main import main
 from hardware_profiles import load_profile
-from hicache_ref.sim.prefill_model import require_compute
+from hicache_ref.sim.price.prefill_model import require_compute
 
 FIXED, A, B = 0.30, 2.0e-5, 1.5e-9  # s, s/token, s/pair
 LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)

@@ -1,9 +1,9 @@
-"""hal.checks: the one rule for counts and flags (numpy ints yes, bools never a number)."""
+"""hal.common.checks: the one rule for counts and flags (numpy ints yes, bools never a number)."""
 
 import numpy as np
 import pytest
 
-from hal.checks import boolean, is_int, is_number, non_negative_int, positive_int
+from hal.common.checks import boolean, is_int, is_number, non_negative_int, positive_int
 from hal.transfer.layouts import positive_int as layouts_positive_int
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from conformance.cli.main import build_parser, main
 from conformance.common import args as types
-from hal.units import HELP as UNITS
+from hal.common.units import HELP as UNITS
 
 PLAN_MHA = ["plan", "--host-layout", "layer_first", "--attention", "mha", "--tokens", "4096", "--page-size", "16",
             "--layers", "2", "--heads", "4", "--json"]

@@ -15,7 +15,7 @@ from conformance.cli.conform import default_out
 from conformance.cli.main import main
 from conformance.cli.out_folder import LOCK_NAME, MANIFEST_NAME, RESULTS, WORK_NAME
 from conformance.common.errors import EXIT_PARTIAL
-from conformance.report.summary import ModuleResult, Summary
+from conformance.report.run_verdict import ModuleResult, Summary
 
 SUBSET = "test_targets or (backup and mla-ps16-bf16-128) or (load and mha-ps1-fp32-1page)"
 

@@ -20,7 +20,7 @@ _WHY = unavailable_reason()
 # Where SGLang is absent the replayed readings are left out with the reason. Installed, the seed
 # scenario's pools (400K L1 and 75 GB of L2 per card: ~103 GiB at its rows, ~592 GiB with the TP
 # group's shared pool) do not fit a 64 GiB budget, so upstream runs on one-layer rows priced at the
-# scenario's (hicache_ref.engines.sglang.pricing) and the readings are judged. The budget stands for
+# scenario's (hicache_ref.engines.sglang.copy_pricing) and the readings are judged. The budget stands for
 # the machine's memory: installed, 4 GiB holds the one-layer pools (~1.8 GB with the shared pool).
 BUDGET = "64GiB" if _WHY is not None else "4GiB"
 NOT_RUN_PREFIX = f"NOT RUN: engine sglang: {_WHY}" if _WHY is not None else "NOT RUN on engine sglang: "

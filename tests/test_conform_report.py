@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conformance.cli.main import main
-from conformance.report import schema
-from conformance.targets.readings import reading_names
+from conformance.report import report_schema as schema
+from conformance.targets.reading_rows import reading_names
 from hardware_profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]

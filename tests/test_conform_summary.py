@@ -1,4 +1,4 @@
-"""conformance.report.summary read from a small hand-written junit: what conform's table, summary.json
+"""conformance.report.run_verdict read from a small hand-written junit: what conform's table, summary.json
 and verdict are made of (per-module counts, skip and xfail reasons, failure messages)."""
 
 from __future__ import annotations
@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from conformance.report.summary import format_table, is_reading_test, module_of, summarize_junit, write_json
+from conformance.report.run_verdict import (
+    format_table,
+    is_reading_test,
+    module_of,
+    summarize_junit,
+    write_json,
+)
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest">

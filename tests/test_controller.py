@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from conformance.suites import reference as ref
+from conformance.suites import transfer_reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
 from hal.transfer import pool_ops

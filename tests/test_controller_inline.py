@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.suites import reference as ref
+from conformance.suites import transfer_reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
 from hicache_ref.core.controller import CacheController

@@ -11,13 +11,14 @@ import yaml
 
 import hardware_profiles
 from hardware_profiles import load_profile
-from hardware_profiles.model import ComputeModel
-from hicache_ref.sim import cost, spread
-from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.derive import with_values
-from hicache_ref.sim.figures import ComputeTally, prefill_from_moments
-from hicache_ref.sim.replay import replay, summary_lines
-from hicache_ref.sim.trace import TraceRequest
+from hardware_profiles.profile import ComputeModel
+from hicache_ref.sim.fit.derive import with_values
+from hicache_ref.sim.price import cost, spread
+from hicache_ref.sim.price import mechanisms as mech
+from hicache_ref.sim.price.prefill_model import prefill_from_moments
+from hicache_ref.sim.run.replay import replay, summary_lines
+from hicache_ref.sim.run.replay_figures import ComputeTally
+from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.spec import CacheSpec
 
 SEED_A, SEED_B, SEED_BREAK_EVEN = 0.7791, 13.539e-6, 3000
@@ -108,8 +109,8 @@ def test_moments_reprice_a_run_under_other_compute_parameters():
 # the all-hit request and break-even on p800, against the seed
 
 def test_p800_all_hit_fit_and_break_even_reproduce_the_seed_within_1pct():
-    from hardware_profiles.readings import load_readings
-    from hicache_ref.sim.seed_scenario import seed_host_state
+    from hardware_profiles.measured_readings import load_readings
+    from hicache_ref.sim.ladder.seed_scenario import seed_host_state
 
     p = load_profile("p800")
     r = load_readings(p)
@@ -203,7 +204,7 @@ def test_with_only_l1_hits_hicache_saves_no_compute_and_pays_for_its_backups():
 
 
 def test_a_served_replay_prices_its_busy_seconds_under_its_concurrency():
-    from hicache_ref.sim.serving import replay_served
+    from hicache_ref.sim.run.served_replay import replay_served
 
     fig = replay_served(CacheSpec.of(profile="p800", l1_tokens=4096, l2_tokens=16384, write_policy="write_through",
                                      concurrency=2), _doc_trace())

@@ -1,4 +1,4 @@
-"""The P800 profile's derived parameters are what hicache_ref.sim.derive computes from the seed's
+"""The P800 profile's derived parameters are what hicache_ref.sim.fit.derive computes from the seed's
 readings (hardware_profiles/readings/p800.yaml) on the seed scenario, and the readings file is
 schema-checked like a profile."""
 
@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 
 from hardware_profiles import ProfileError, load_profile
-from hardware_profiles.readings import build_readings, load_readings
-from hicache_ref.sim import derive as d
-from hicache_ref.sim.readings import evaluate
-from hicache_ref.sim.seed_scenario import seed_requests, seed_runs
+from hardware_profiles.measured_readings import build_readings, load_readings
+from hicache_ref.sim.fit import derive as d
+from hicache_ref.sim.fit.modeled_readings import evaluate
+from hicache_ref.sim.ladder.seed_scenario import seed_requests, seed_runs
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_a_bad_readings_file_names_the_key(tmp_path, old, new, key):
 
 
 def _reading(unit, value, quantity="workload_ttft_change"):
-    from hardware_profiles.readings import Reading
+    from hardware_profiles.measured_readings import Reading
 
     return Reading("r", "m", quantity, value, unit, "i")
 
@@ -118,7 +118,7 @@ def _reading(unit, value, quantity="workload_ttft_change"):
     ("s", 10.0, float("nan"), False),
 ])
 def test_within_the_tolerance_and_the_sign(unit, seed, model, ok):
-    from hicache_ref.sim.readings import within
+    from hicache_ref.sim.fit.modeled_readings import within
 
     assert bool(within(_reading(unit, seed), model)) is ok
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 import xxhash
 
-from conformance.suites.storage.cases import MHA, MLA, page_bits, poisoned_pool, random_pool
+from conformance.suites.storage.page_pools import MHA, MLA, page_bits, poisoned_pool, random_pool
 from hal.transfer import digestcopy
-from hicache_ref.l3.staging import StagedPages
+from hicache_ref.l3.write_snapshot import StagedPages
 from hicache_ref.storage import integrity, pages
 from hicache_ref.storage.file import FileStorage, file_name
 

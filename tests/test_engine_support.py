@@ -12,7 +12,7 @@ from hicache_ref.engines import ENGINES, refusal, support_table
 from hicache_ref.spec import CacheSpec
 from hicache_ref.spec.engine_support import Honoured, Refused, first_refusal, spec_fields, undeclared
 
-TABLE_FILE = {"reference": "hicache_ref/engines/reference.py", "sglang": "hicache_ref/engines/sglang/support.py"}
+TABLE_FILE = {"reference": "hicache_ref/engines/reference_support.py", "sglang": "hicache_ref/engines/sglang/support.py"}
 
 
 @pytest.mark.parametrize("engine", ENGINES)

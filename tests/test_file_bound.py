@@ -17,11 +17,11 @@ import torch
 from mounts import mounted_tmpfs
 
 from conformance.cli.main import main as cli_main
-from conformance.suites import reference
-from conformance.suites.storage.cases import page_bits, poisoned_pool
+from conformance.suites import transfer_reference as reference
+from conformance.suites.storage.page_pools import page_bits, poisoned_pool
 from hal.transfer.layouts import KVGeometry
 from hicache_ref.core.pools import HostPool
-from hicache_ref.sim.replay import replay
+from hicache_ref.sim.run.replay import replay
 from hicache_ref.spec import CacheSpec
 from hicache_ref.storage.file import MARKER, FileStorage
 from hicache_ref.storage.registry import open_storage
@@ -148,7 +148,7 @@ def test_other_clients_objects_are_counted_once_a_sixteenth_of_the_bound_is_writ
     # A rescan stats every object; it comes once this client has written 1/16 of the bound since
     # the last one, however many objects there are: here 256 objects, where a count-based cadence
     # (every 64 writes below 1,024 objects) rescanned a store far below its bound four times as often.
-    from conformance.suites.storage.cases import MLA, random_pool
+    from conformance.suites.storage.page_pools import MLA, random_pool
 
     obj = 192 + 48  # the small MLA page with its trailer
     a = FileStorage(str(tmp_path), max_bytes=16 * 256 * obj)  # scanned at open: empty
@@ -167,7 +167,7 @@ def test_other_clients_objects_are_counted_once_a_sixteenth_of_the_bound_is_writ
 
 
 def test_a_rescan_over_the_bound_evicts_other_clients_older_objects(tmp_path):
-    from conformance.suites.storage.cases import MLA, random_pool
+    from conformance.suites.storage.page_pools import MLA, random_pool
 
     obj = 192 + 48
     a = FileStorage(str(tmp_path), max_bytes=16 * 16 * obj)  # 256 objects; a rescan every 16 written

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_storage_mutants import pool, same_page
 
-from conformance.suites.storage.cases import MHA, MLA, PAGE_BYTES
+from conformance.suites.storage.page_pools import MHA, MLA, PAGE_BYTES
 from hicache_ref.storage.file import MARKER, FileStorage
 
 

@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.suites import reference as ref
+from conformance.suites import transfer_reference as ref
 from hal.backend import get_backend, register
 from hal.backends.emu import EmuBackend, EmuStream
 from hicache_ref.core.controller import TransferError

@@ -18,7 +18,7 @@ from test_cli_signals import descendants, start
 from conformance.cli.conform import pytest_command
 from conformance.cli.conform_args import selected_nothing
 from conformance.cli.main import main
-from conformance.report.summary import BODY_NOT_RUN, summarize_junit
+from conformance.report.run_verdict import BODY_NOT_RUN, summarize_junit
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -318,7 +318,7 @@ def test_a_bom_is_read_as_text(tmp_path, capsys):
 
 
 def test_a_line_past_the_bound_is_refused_naming_the_file_and_line(tmp_path, capsys):
-    from hicache_ref.sim.trace import MAX_LINE_BYTES
+    from hicache_ref.sim.trace.reader import MAX_LINE_BYTES
 
     path = tmp_path / "huge.jsonl"
     with open(path, "w") as f:
@@ -397,8 +397,8 @@ def test_an_alias_bomb_profile_is_refused_at_once_naming_the_alias(tmp_path, cap
 
 
 def test_a_readings_file_goes_through_the_same_reader(tmp_path):
-    from hardware_profiles.model import ProfileError
-    from hardware_profiles.readings import build_readings
+    from hardware_profiles.measured_readings import build_readings
+    from hardware_profiles.profile import ProfileError
 
     with pytest.raises(ProfileError, match="aliases are not read"):
         build_readings(alias_bomb(4), tmp_path / "r.yaml")
@@ -408,7 +408,7 @@ def test_a_readings_file_goes_through_the_same_reader(tmp_path):
 
 
 def test_a_huge_bad_value_is_echoed_in_a_few_characters():
-    from hardware_profiles.schema import shown
+    from hardware_profiles.profile_schema import shown
 
     nested: list = ["x" * 100]
     for _ in range(200):

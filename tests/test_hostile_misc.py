@@ -81,8 +81,8 @@ def test_a_readings_scenario_out_of_range_names_the_file_and_its_key_not_an_opti
     import dataclasses
 
     from hardware_profiles import load_profile
-    from hardware_profiles.readings import load_readings
-    from hicache_ref.sim.seed_scenario import seed_base
+    from hardware_profiles.measured_readings import load_readings
+    from hicache_ref.sim.ladder.seed_scenario import seed_base
 
     profile = load_profile("p800")
     readings = load_readings(profile)

@@ -12,7 +12,7 @@ import pytest
 from conformance.cli.main import main
 from conformance.common import scratch
 from hal.memory import budget
-from hicache_ref.sim.trace import read_trace
+from hicache_ref.sim.trace.reader import read_trace
 from hicache_ref.storage.file import MARKER, FileStorage
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.bench.l3_hits import measure, summary_lines, tiers_for
-from hicache_ref.sim.trace import TraceRequest
+from hicache_ref.sim.trace.reader import TraceRequest
 
 
 def test_tiers_hold_the_longest_request():

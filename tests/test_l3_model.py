@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from hardware_profiles import load_profile
-from hicache_ref.sim import cost
-from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.sweep_l3 import starved_l3_warning, sweep_l3
-from hicache_ref.sim.trace import find_trace, read_trace
-from hicache_ref.sim.trace_synth import synthesize_trace
+from hicache_ref.sim.price import cost
+from hicache_ref.sim.price import mechanisms as mech
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.sweep.sweep_l3 import starved_l3_warning, sweep_l3
+from hicache_ref.sim.trace.reader import find_trace, read_trace
+from hicache_ref.sim.trace.synth import synthesize_trace
 from hicache_ref.spec import CacheSpec
 from hicache_ref.storage.integrity import TRAILER_BYTES
 from hicache_ref.storage.model import ModelStorage
@@ -102,7 +102,7 @@ def test_the_l3_sweep_plateaus_on_a_trace_built_to_plateau():
     rates = [t["hit_rate"] for t in r["tiers"]]
     assert rates == sorted(rates) and rates[0] > r["without_l3_hit_rate"]
     assert rates[-1] == rates[-2] and r["tiers"][-1]["marginal_gain"] == 0
-    from hicache_ref.sim.plateau import find_plateau
+    from hicache_ref.sim.sweep.plateau import find_plateau
 
     # the hit-rate curve is flat past the trace's pages; priced on p800 every L3 tier loses more than the
     # same L1 and L2 without L3, so the sweep names no plateau and says none pays
@@ -143,7 +143,7 @@ def test_shared_uplink_raises_modeled_seconds_only_when_both_run():
 
 
 def test_the_tier_link_and_the_mechanism_price_a_read_alike():
-    from hicache_ref.l3.policy import L3Link
+    from hicache_ref.l3.prefetch_policy import L3Link
 
     p800 = load_profile("p800")
     link = L3Link.from_profile(p800, 5_750_784)
@@ -173,7 +173,7 @@ def test_sweep_cli_grows_l3_over_one_l2_and_plots(tmp_path, capsys):
 
 
 def test_a_served_replay_takes_the_model_l3(synthetic):
-    from hicache_ref.sim.serving import replay_served
+    from hicache_ref.sim.run.served_replay import replay_served
 
     fig = replay_served(CacheSpec.of(l1_tokens=60_000, l2_tokens=120_000, write_policy="write_through",
                                      concurrency=8, l3="model:", profile="p800"), read_trace(synthetic, 80))

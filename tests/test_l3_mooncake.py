@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.trace import read_trace, request_tokens
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.trace.reader import read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
 
 SMALL = dict(page_size=256, attention="mla", layers=1, kv_dim=4, dtype="bf16", materialize=True,

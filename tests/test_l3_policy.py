@@ -7,7 +7,7 @@ import math
 import pytest
 
 from hicache_ref.l3.guard import FaultGuard
-from hicache_ref.l3.policy import (
+from hicache_ref.l3.prefetch_policy import (
     PREFETCH_POLICIES,
     BestEffort,
     L3Link,

@@ -11,7 +11,7 @@ import pytest
 
 from hicache_ref.core.hashing import page_hashes
 from hicache_ref.l3 import attach_l3
-from hicache_ref.l3.policy import L3Link, Timeout
+from hicache_ref.l3.prefetch_policy import L3Link, Timeout
 from hicache_ref.spec import CacheSpec, StorageSpec
 from hicache_ref.storage.file import FileStorage, file_name
 from hicache_ref.storage.keys import StorageIdentity

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from hardware_profiles import load_profile
-from hicache_ref.sim import cost
-from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.derive import with_values
-from hicache_ref.sim.mechanisms import PAGE_4K, PAGE_THP, HostState, Traffic
-from hicache_ref.sim.scenario import host_state, state
-from hicache_ref.sim.serving import replay_served
-from hicache_ref.sim.trace_synth import synthesize
+from hicache_ref.sim.fit.derive import with_values
+from hicache_ref.sim.ladder.scenario import host_state, state
+from hicache_ref.sim.price import cost
+from hicache_ref.sim.price import mechanisms as mech
+from hicache_ref.sim.price.mechanisms import PAGE_4K, PAGE_THP, HostState, Traffic
+from hicache_ref.sim.run.served_replay import replay_served
+from hicache_ref.sim.trace.synth import synthesize
 from hicache_ref.spec import CacheSpec
 
 GB = 10**9

@@ -11,9 +11,9 @@ import pytest
 from hal.backend import get_backend
 from hicache_ref.core.controller import CacheController
 from hicache_ref.core.pools import DevicePool, HostPool
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.serving import replay_served
-from hicache_ref.sim.trace import TraceRequest
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.served_replay import replay_served
+from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.spec import CacheSpec
 
 SPEC = CacheSpec.of(page_size=2, attention="mha", layers=2, heads=1, kv_dim=4, dtype="fp16")

@@ -4,7 +4,7 @@ import pytest
 
 from hal.transfer.seed import SEED_GEOMETRY
 from hicache_ref.models.architecture import ModelArch
-from hicache_ref.models.presets import PRESETS, load_model
+from hicache_ref.models.catalog import PRESETS, load_model
 
 
 def test_seed_preset_is_the_seed_geometry():

@@ -13,8 +13,8 @@ import pytest
 import torch
 from proc_state import alive
 
-from conformance.suites import reference
-from conformance.suites.storage.cases import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
+from conformance.suites import transfer_reference as reference
+from conformance.suites.storage.page_pools import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
 from hicache_ref.storage import mooncake_cluster as cluster_mod
 from hicache_ref.storage.registry import open_storage
 
@@ -116,7 +116,7 @@ def test_overwritten_object_is_corrupt_never_kv(client, monkeypatch, how, regist
 _READER = """
 import sys, torch
 sys.path.insert(0, {root!r})
-from conformance.suites.storage.cases import MHA, poisoned_pool, page_bits
+from conformance.suites.storage.page_pools import MHA, poisoned_pool, page_bits
 from hicache_ref.storage.registry import open_storage
 s = open_storage({spec!r})
 dst = poisoned_pool(MHA, "page_head")

@@ -38,7 +38,7 @@ def test_online_nodes_reads_the_sysfs_list_format(tmp_path, monkeypatch, text, n
 
 @pytest.mark.parametrize("text", ["3-1", "0-", "a", "0,,x"])
 def test_malformed_online_list_is_rejected_naming_the_file(tmp_path, monkeypatch, text):
-    # The same parser (and strictness) as hal.topology.model's cpulists: a reversed range is not "no nodes".
+    # The same parser (and strictness) as hal.topology.topology_model's cpulists: a reversed range is not "no nodes".
     online = tmp_path / "online"
     online.write_text(text)
     monkeypatch.setattr(numa, "NODE_ONLINE_PATH", str(online))

@@ -1,5 +1,5 @@
 """One baseline, one sign: replay, sweep, ablate and conform's pricing take the same configuration
-against the same HiCache off (hicache_ref.sim.baseline) and give the same TTFT change and net benefit."""
+against the same HiCache off (hicache_ref.sim.run.baseline) and give the same TTFT change and net benefit."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import json
 import pytest
 
 from hardware_profiles import load_profile
-from hicache_ref.sim import readings
-from hicache_ref.sim.ablate import ablate
-from hicache_ref.sim.baseline import is_off, off_spec
-from hicache_ref.sim.run import run_replay
-from hicache_ref.sim.scenario import Runs, state
-from hicache_ref.sim.sweep import sweep
-from hicache_ref.sim.trace import find_trace, read_trace
+from hicache_ref.sim.fit import modeled_readings as readings
+from hicache_ref.sim.ladder.ablate import ablate
+from hicache_ref.sim.ladder.scenario import Runs, state
+from hicache_ref.sim.run.baseline import is_off, off_spec
+from hicache_ref.sim.run.run_replay import run_replay
+from hicache_ref.sim.sweep.sweep_l2 import sweep
+from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 
 L1, L2 = 131_072, 524_288

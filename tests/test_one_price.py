@@ -1,16 +1,17 @@
 """One price per transfer: a replay's modeled clock and its net benefit's transfer terms are the same
-arithmetic (hardware_profiles.pricing), and so are the L3 tier's link and the simulator's L3 terms."""
+arithmetic (hardware_profiles.transfer_price), and so are the L3 tier's link and the simulator's L3 terms."""
 
 import math
 
 import pytest
 
-from hardware_profiles import load_profile, pricing
-from hicache_ref.l3.policy import L3Link
-from hicache_ref.sim import cost
-from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.trace import find_trace, read_trace
+from hardware_profiles import load_profile
+from hardware_profiles import transfer_price as pricing
+from hicache_ref.l3.prefetch_policy import L3Link
+from hicache_ref.sim.price import cost
+from hicache_ref.sim.price import mechanisms as mech
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 
 

@@ -1,4 +1,4 @@
-"""Prefill from first principles (hicache_ref.sim.prefill_model): FLOPs counted by hand for known
+"""Prefill from first principles (hicache_ref.sim.price.prefill_model): FLOPs counted by hand for known
 architectures, the exact mapping onto fixed + a (n - c) + b (n^2 - c^2), the check against the
 seed's derived terms on p800 (reported, not forced), and which compute model a profile prices with."""
 
@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 
 from hardware_profiles import load_profile
-from hicache_ref.models.presets import PRESETS
-from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim import prefill_model as pm
+from hicache_ref.models.catalog import PRESETS
+from hicache_ref.sim.price import mechanisms as mech
+from hicache_ref.sim.price import prefill_model as pm
 
 
 def test_flops_of_known_architectures_match_the_hand_count():

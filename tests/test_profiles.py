@@ -16,7 +16,7 @@ from hardware_profiles import (
     list_profiles,
     load_profile,
 )
-from hicache_ref.sim import cost
+from hicache_ref.sim.price import cost
 
 GOOD = {
     "schema": 1,
@@ -87,9 +87,9 @@ def test_p800_records_the_seed_figures():
     assert p.device.devices_per_node == 8 and p.host.numa_nodes == 8 and p.host.cpu_vendor == "Hygon"
     assert p.topology.devices_per_switch == 2 and p.topology.uplink_lanes == 16
     # the measured 7.40 GB/s, divided by the translation, registration and NUMA factors of the state it was read in
-    from hardware_profiles.readings import load_readings
-    from hicache_ref.sim import mechanisms as mech
-    from hicache_ref.sim.seed_scenario import seed_host_state
+    from hardware_profiles.measured_readings import load_readings
+    from hicache_ref.sim.ladder.seed_scenario import seed_host_state
+    from hicache_ref.sim.price import mechanisms as mech
 
     r = load_readings(p)
     read_in = seed_host_state(r.states[r.reading("h2d_bandwidth").state], r.scenario, r.scenario["l2_gb_per_card"], p)
@@ -358,7 +358,7 @@ def test_direct_construction_normalizes_like_the_loader():
 def test_a_profile_error_echoes_at_most_80_characters_of_what_it_got(tmp_path):
     """`--profile /etc/passwd` printed the whole file on one line."""
     from hardware_profiles.loader import load_profile
-    from hardware_profiles.model import ProfileError
+    from hardware_profiles.profile import ProfileError
 
     big = tmp_path / "passwd"
     big.write_text("".join(f"user{i}:x:{i}:{i}::/home/user{i}:/bin/sh\n" for i in range(200)))
@@ -375,7 +375,7 @@ def test_a_profile_error_echoes_at_most_80_characters_of_what_it_got(tmp_path):
 def test_profile_directions_are_hals():
     """Profiles sit below hal and name directions as strings: exactly the values of hal's Direction."""
     from hal.transfer.direction import Direction
-    from hardware_profiles.model import DIRECTIONS, HOST_LINK_DIRECTIONS
+    from hardware_profiles.profile import DIRECTIONS, HOST_LINK_DIRECTIONS
 
     assert set(DIRECTIONS) == {d.value for d in Direction}
     assert set(HOST_LINK_DIRECTIONS) == {d.value for d in Direction if d.crosses_host_link}

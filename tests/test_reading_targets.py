@@ -15,13 +15,13 @@ import jsonschema
 import pytest
 
 from conformance.cli.main import main
-from conformance.report import schema
+from conformance.report import report_schema as schema
 from conformance.report.answer import ANSWER_READING, answer
 from conformance.targets.evaluate import TargetContext
-from conformance.targets.readings import SHARED_ROWS, reading_names, reading_rows
-from conformance.targets.verdict import RESULTS_ENV
+from conformance.targets.judgment import RESULTS_ENV
+from conformance.targets.reading_rows import SHARED_ROWS, reading_names, reading_rows
 from hardware_profiles import load_profile
-from hardware_profiles.readings import load_readings
+from hardware_profiles.measured_readings import load_readings
 
 ROOT = Path(__file__).resolve().parents[1]
 # the readings a per-segment cost of 1 us cannot meet: the seed's inline submission of 9,984

@@ -14,9 +14,9 @@ import pytest
 
 from conformance.cli.main import main as cli_main
 from hal.backend import get_backend
-from hicache_ref.sim import replay as replay_module
-from hicache_ref.sim.replay import JSON_KEYS, inline_transfers, replay
-from hicache_ref.sim.trace import TraceRequest, find_trace, packaged_traces, read_trace, request_tokens
+from hicache_ref.sim.run.replay import JSON_KEYS, inline_transfers, replay
+from hicache_ref.sim.run.run_replay import replay as replay_module
+from hicache_ref.sim.trace.reader import TraceRequest, find_trace, packaged_traces, read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
 
 SMALL = dict(layers=2, kv_dim=8)  # geometry only sets bytes; hit counts do not depend on it
@@ -258,7 +258,7 @@ def test_cli_json_has_the_documented_keys(tmp_path):
     rc, out = _cli(["replay", "--trace", str(path), "--l1-tokens", "2k", "--l2-tokens", "8k", "--limit", "2"])
     assert rc == 0 and "hit rate" in out and "L1 1,984" in out  # 2k = 2000, rounded down to whole pages
     rc, out = _cli(["replay", "--trace", str(path), "--l1-tokens", "2KiB", "--limit", "2"])
-    assert rc == 0 and "L1 2,048" in out  # binary units too (hal.units), as in every other CLI
+    assert rc == 0 and "L1 2,048" in out  # binary units too (hal.common.units), as in every other CLI
 
 
 def test_cli_bad_input_names_the_argument(tmp_path, capsys):
@@ -342,7 +342,7 @@ def test_pyproject_package_data_covers_every_packaged_trace_file():
     root = Path(__file__).resolve().parent.parent
     globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["hicache_ref"]
     for name in PACKAGED:
-        assert any(fnmatch.fnmatch(f"sim/traces/{name}", g) for g in globs), name
+        assert any(fnmatch.fnmatch(f"sim/trace/data/{name}", g) for g in globs), name
 
 
 def test_gzipped_user_traces_read_like_plain_ones_and_hicache_traces_overrides(monkeypatch, tmp_path):

@@ -8,10 +8,10 @@ import pytest
 import hicache_ref.core.direction_worker as direction_worker
 from conformance.cli.main import main as cli_main
 from hardware_profiles import load_profile
-from hicache_ref.sim import cost
-from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.trace import find_trace, read_trace
+from hicache_ref.sim.price import cost
+from hicache_ref.sim.price import mechanisms as mech
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 
 WALL_KEYS = ("wall_seconds", "read_seconds", "tokens_per_second", "max_d2h_enqueue_seconds",
@@ -54,7 +54,7 @@ def test_two_default_replays_print_the_same_json_bit_for_bit(capsys):
 
 
 # Expected figures on fixed slices of the packaged traces, on the default (P800 seed) geometry
-# and profile, unmaterialized. Computed once by running this replay (hicache_ref.sim.replay.replay on
+# and profile, unmaterialized. Computed once by running this replay (hicache_ref.sim.run.replay.replay on
 # the slice and spec below) at the commit that added this table; the integer figures and
 # hit_rate were checked equal to those of the code before it (merge 46cd1bf), whose modeled
 # seconds differed only in the last digit (a running float sum; now an exactly rounded sum).

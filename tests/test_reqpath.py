@@ -11,8 +11,8 @@ import pytest
 from conformance.cli.main import main as cli_main
 from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.core.radix import RadixTree
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.trace import TraceRequest
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.spec import CacheSpec
 
 SMALL = dict(layers=2, kv_dim=8)  # bytes only; hits and tokens moved do not depend on it

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.serving import replay_served
-from hicache_ref.sim.trace_synth import synthesize, write_trace
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.served_replay import replay_served
+from hicache_ref.sim.trace.synth import synthesize, write_trace
 from hicache_ref.spec import CacheSpec
 
 KEYS = ("requests", "input_tokens", "l1_hit_tokens", "l2_hit_tokens", "hit_rate", "d2h_tokens", "h2d_tokens",

@@ -8,7 +8,7 @@ import pytest
 from conformance.cli.main import main as cli_main
 from hicache_ref.engines import ENGINES, EngineNotRun, not_run_reason, replay_with
 from hicache_ref.engines.sglang import SEMANTICS_PRESET, SGLANG_VERSION, unavailable_reason
-from hicache_ref.sim.trace import find_trace
+from hicache_ref.sim.trace.reader import find_trace
 from hicache_ref.spec import CacheSpec
 
 _WHY = unavailable_reason()
@@ -136,7 +136,7 @@ def test_narrow_rows_give_the_figures_of_the_specs_rows_and_the_references_price
     """Upstream on one-layer rows, its copies priced at the spec's geometry: every figure but wall
     times equals the run on the spec's own rows, and the copies cost what the reference says."""
     from conformance.suites import sglang_diff
-    from hicache_ref.engines.sglang.replay import replay_sglang
+    from hicache_ref.engines.sglang.engine_replay import replay_sglang
 
     geo = dict(attention="mha", heads=2, layers=3, kv_dim=32) if attention == "mha" else dict(layers=3, kv_dim=192)
     requests = sglang_diff.slice_of("conversation_trace.jsonl", 12)
@@ -162,7 +162,7 @@ def test_narrow_rows_give_the_figures_of_the_specs_rows_and_the_references_price
 
 @needs_sglang
 def test_the_seed_capacities_run_on_narrow_rows_where_the_specs_rows_do_not_fit(monkeypatch):
-    from hicache_ref.engines.sglang.replay import replay_sglang
+    from hicache_ref.engines.sglang.engine_replay import replay_sglang
 
     monkeypatch.setenv("HICACHE_MEMORY_BUDGET", "64MiB")  # 96K tokens of 256-byte rows fit, of 2 KiB ones not
     spec = CacheSpec.preset(SEMANTICS_PRESET, write_policy="write_through", layers=4, kv_dim=256,
@@ -180,9 +180,9 @@ def test_the_seed_scenario_on_narrow_rows_gives_the_references_0_5_23_figures():
     """The seed scenario's capacities and rows (400K L1, 75 GB of L2 a card at 78 x 576: ~103 GiB
     of pools) run upstream on one-layer rows; served at concurrency 10 with PD, every figure the
     reference's sglang-0.5.23 preset gives is upstream's too, segments and modeled seconds included."""
-    from hicache_ref.engines.sglang.replay import replay_sglang
-    from hicache_ref.sim.seed_report import seed_requests
-    from hicache_ref.sim.serving import replay_served
+    from hicache_ref.engines.sglang.engine_replay import replay_sglang
+    from hicache_ref.sim.fit.seed_report import seed_requests
+    from hicache_ref.sim.run.served_replay import replay_served
 
     requests = seed_requests()[:300]
     spec = CacheSpec.preset(SEMANTICS_PRESET, l1_tokens=400000, l2_tokens=834624, write_policy="write_through_selective",

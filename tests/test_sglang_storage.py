@@ -9,9 +9,10 @@ import json
 import pytest
 
 from hicache_ref.engines import refusal
-from hicache_ref.engines.sglang import storage, stores
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.trace import find_trace, read_trace
+from hicache_ref.engines.sglang import l3_objects as storage
+from hicache_ref.engines.sglang import stores
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 
 L3 = dict(l3="file:/tmp/hicache-unused", materialize=True, l2_tokens=4096, page_size=16, prefetch_policy="wait_complete")

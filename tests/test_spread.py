@@ -11,12 +11,12 @@ import pytest
 
 from conformance.cli.main import main
 from hardware_profiles import load_profile
-from hicache_ref.sim import cost, spread, uncertainty
-from hicache_ref.sim.ablate import ablate
-from hicache_ref.sim.derive import with_values
-from hicache_ref.sim.replay import replay, summary_lines
-from hicache_ref.sim.sweep import sweep
-from hicache_ref.sim.trace_synth import synthesize
+from hicache_ref.sim.fit.derive import with_values
+from hicache_ref.sim.ladder.ablate import ablate
+from hicache_ref.sim.price import cost, spread, uncertainty
+from hicache_ref.sim.run.replay import replay, summary_lines
+from hicache_ref.sim.sweep.sweep_l2 import sweep
+from hicache_ref.sim.trace.synth import synthesize
 from hicache_ref.spec import CacheSpec
 
 REQUESTS = synthesize(60, 2000, 12000, 0.8, sessions=4, seed=5)
@@ -99,7 +99,7 @@ def test_every_ablate_rung_and_the_ladders_answer(wide):
 
 def test_the_commands_json_carries_the_answer_and_is_the_same_twice(tmp_path, capsys, wide):
     """replay and ablate in process (the hand-built ensemble reaches them): same bytes twice."""
-    from hicache_ref.sim.trace_synth import write_trace
+    from hicache_ref.sim.trace.synth import write_trace
 
     trace = tmp_path / "t.jsonl"
     write_trace(trace, REQUESTS)

@@ -14,8 +14,8 @@ import pytest
 import torch
 import xxhash
 
-from conformance.suites import reference
-from conformance.suites.storage.cases import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
+from conformance.suites import transfer_reference as reference
+from conformance.suites.storage.page_pools import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
 from hicache_ref.core.hashing import page_hashes
 from hicache_ref.storage import base, pages
 from hicache_ref.storage.file import MARKER, FileStorage, file_name

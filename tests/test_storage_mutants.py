@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.suites import reference
-from conformance.suites.storage.cases import MHA, MLA, PAGE_BYTES, page_bits
+from conformance.suites import transfer_reference as reference
+from conformance.suites.storage.page_pools import MHA, MLA, PAGE_BYTES, page_bits
 from hicache_ref.core.pools import HostPool
-from hicache_ref.l3.staging import StagedPages
+from hicache_ref.l3.write_snapshot import StagedPages
 from hicache_ref.storage import integrity, objects
 from hicache_ref.storage.memory import MemoryStorage
 from hicache_ref.storage.objects import ObjectFormat
-from hicache_ref.storage.staging import StagingPool
+from hicache_ref.storage.staging_buffers import StagingPool
 
 PAGES = 12  # pages per test pool: enough for three chunks and every outcome in one batch
 

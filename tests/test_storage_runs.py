@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.suites import reference
-from conformance.suites.storage.cases import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
+from conformance.suites import transfer_reference as reference
+from conformance.suites.storage.page_pools import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
 from hicache_ref.storage import file as file_backend
 from hicache_ref.storage import integrity, pages
 from hicache_ref.storage.file import FileStorage

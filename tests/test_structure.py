@@ -203,10 +203,10 @@ KNOWN_FORWARDERS = {
     # hooks the inline worker overrides (InlineDirectionWorker runs the job instead of queueing it)
     "hicache_ref.core.direction_worker.DirectionWorker._new_stream",
     "hicache_ref.core.direction_worker.DirectionWorker.put",
-    # the step loop's StepCache protocol (hicache_ref.sim.steps), one adapter per engine
+    # the step loop's StepCache protocol (hicache_ref.sim.run.steps), one adapter per engine
     "hicache_ref.engines.sglang.served.UpstreamSteps.release",
     "hicache_ref.engines.sglang.served.UpstreamSteps.settle",
-    "hicache_ref.sim.serving._ReferenceSteps.settle",
+    "hicache_ref.sim.run.served_replay._ReferenceSteps.settle",
 }
 
 

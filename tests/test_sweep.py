@@ -8,12 +8,12 @@ import random
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.sim.plateau import find_plateau
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.stack_distance import stack_profile
-from hicache_ref.sim.sweep import NET_ONE_PASS, sweep
-from hicache_ref.sim.trace import TraceRequest
-from hicache_ref.sim.trace_synth import synthesize, write_trace
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.sweep.plateau import find_plateau
+from hicache_ref.sim.sweep.sweep_l2 import NET_ONE_PASS, sweep
+from hicache_ref.sim.trace.reader import TraceRequest
+from hicache_ref.sim.trace.stack_distance import stack_profile
+from hicache_ref.sim.trace.synth import synthesize, write_trace
 from hicache_ref.spec import CacheSpec
 
 TIERS = [100, 200, 300, 400, 500]
@@ -191,8 +191,8 @@ def test_synth_writes_gzip_where_the_name_says_gz(tmp_path):
     """A synthesized trace named .jsonl.gz is gzip, and reads back to the same requests."""
     import gzip
 
-    from hicache_ref.sim.trace import read_trace
-    from hicache_ref.sim.trace_synth import write_trace
+    from hicache_ref.sim.trace.reader import read_trace
+    from hicache_ref.sim.trace.synth import write_trace
 
     reqs = synthesize(20, 300, 3000, 0.5, sessions=3, seed=4)
     write_trace(tmp_path / "t.jsonl.gz", reqs)
@@ -234,7 +234,7 @@ def test_cli_warns_on_l2_tiers_not_above_l1(capsys):
     ([0.30, 0.40, 0.45, 0.455, 0.46], [None] * 5, 300, True, False),  # unpriced: the hit-rate rule
 ])
 def test_the_plateau_is_named_only_among_tiers_that_pay(rates, nets, plateau, on, none):
-    from hicache_ref.sim.plateau import paying_plateau
+    from hicache_ref.sim.sweep.plateau import paying_plateau
 
     p = paying_plateau(TIERS, rates, 0.10, nets, 0.01)
     assert (p.plateau_l2_tokens, p.on_plateau, p.none_pays) == (plateau, on, none)

@@ -7,14 +7,14 @@ import dataclasses
 import pytest
 
 from conformance.calibrate.probe import Sample, paired_ratio
-from conformance.targets import link
+from conformance.targets import link_measurers as link
 from conformance.targets.evaluate import MEASURERS, TargetContext, evaluate
-from conformance.targets.link import PROBE_BYTES
-from conformance.targets.verdict import ROW_KEYS, Outcome, describe, judge, not_measured
+from conformance.targets.judgment import ROW_KEYS, Outcome, describe, judge, not_measured
+from conformance.targets.link_measurers import PROBE_BYTES
 from hal.backend import get_backend
 from hal.transfer.seed import seed_plan
 from hardware_profiles import METRICS, load_profile
-from hardware_profiles.model import Target
+from hardware_profiles.profile import Target
 
 
 def _every_metric_profile():

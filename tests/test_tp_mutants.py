@@ -21,10 +21,10 @@ from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.tp.digest import DECISION_CHARS, DecisionLog, RecordingAllocator, SpmdCheck, SpmdDivergence
 from hicache_ref.tp.group import INT64_MAX
 from hicache_ref.tp.rank_cache import RankCache, geometry, host_pool_bytes
+from hicache_ref.tp.rank_worker import run_ops
 from hicache_ref.tp.report import KEYS, divergence_report, report
 from hicache_ref.tp.shared_pool import open_host_buffer
 from hicache_ref.tp.visibility import VisibilityGate
-from hicache_ref.tp.worker import run_ops
 from hicache_ref.tp.workload import Op, WorkloadConfig, make_ops
 
 

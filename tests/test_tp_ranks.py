@@ -53,7 +53,7 @@ def test_the_same_seed_gives_the_same_report(shared_dir):
 @pytest.mark.slow  # runs the command or pytest in a child process
 def test_a_group_runs_under_torchrun(shared_dir):
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          "-m", "hicache_ref.tp.worker",
+                          "-m", "hicache_ref.tp.rank_worker",
                           "--ops", "40", "--shared", "--shared-dir", shared_dir, "--timeout", "20"],
                          capture_output=True, text=True, env=ENV, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]

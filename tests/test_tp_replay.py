@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.replay_tp import tp_replay
-from hicache_ref.sim.trace import find_trace, read_trace
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.tp_replay import tp_replay
+from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 
 TRACE = find_trace("conversation_trace.jsonl")

@@ -1,4 +1,4 @@
-"""hicache_ref.sim.trace.read_trace on files that are not Mooncake JSONL text: one ValueError naming
+"""hicache_ref.sim.trace.reader.read_trace on files that are not Mooncake JSONL text: one ValueError naming
 the file (and line), never a UnicodeDecodeError or a gzip error from deep inside."""
 
 import gzip
@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from hicache_ref.sim.trace import read_trace
+from hicache_ref.sim.trace.reader import read_trace
 
 LINE = json.dumps({"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}) + "\n"
 
@@ -61,7 +61,7 @@ def test_a_negative_or_non_finite_timestamp_is_refused_naming_file_line_and_key(
 
 
 def test_out_of_order_timestamps_warn_in_file_order_and_are_refused_when_ordered(tmp_path):
-    from hicache_ref.sim.trace import TraceOrderWarning
+    from hicache_ref.sim.trace.reader import TraceOrderWarning
 
     # line 3 is blank: the line numbers are the file's, not the request's
     path = _trace(tmp_path, [0, 20, None, 10, 30, 5])

@@ -8,13 +8,13 @@ import json
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.sim.convert import read_format
-from hicache_ref.sim.convert.blocked import Labels
-from hicache_ref.sim.convert.reblock import reblock
-from hicache_ref.sim.convert.sglang_gsp import GspShape, gsp_requests
-from hicache_ref.sim.replay import replay, summary_lines
-from hicache_ref.sim.trace import TraceRequest, find_trace, read_trace
-from hicache_ref.sim.trace_stats import FITS_IN_L1, prefix_reuse_tokens, trace_stats
+from hicache_ref.sim.run.replay import replay, summary_lines
+from hicache_ref.sim.trace.convert import read_format
+from hicache_ref.sim.trace.convert.blocked import Labels
+from hicache_ref.sim.trace.convert.reblock import reblock
+from hicache_ref.sim.trace.convert.sglang_gsp import GspShape, gsp_requests
+from hicache_ref.sim.trace.reader import TraceRequest, find_trace, read_trace
+from hicache_ref.sim.trace.stats import FITS_IN_L1, prefix_reuse_tokens, trace_stats
 from hicache_ref.spec import CacheSpec
 
 SPEC = CacheSpec.of(l1_tokens=262_144, l2_tokens=4_194_304, profile="p800")

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.sim.stack_distance import stack_profile
-from hicache_ref.sim.synth_schedule import schedule
-from hicache_ref.sim.trace_stats import prefix_reuse_tokens, trace_stats
-from hicache_ref.sim.trace_synth import (
+from hicache_ref.sim.trace.stack_distance import stack_profile
+from hicache_ref.sim.trace.stats import prefix_reuse_tokens, trace_stats
+from hicache_ref.sim.trace.synth import (
     SEED_WORKLOAD,
     global_share,
     seed_trace,
@@ -21,6 +20,7 @@ from hicache_ref.sim.trace_synth import (
     synthesize_trace,
     write_trace,
 )
+from hicache_ref.sim.trace.synth_schedule import schedule
 
 LONG = dict(requests=600, min_tokens=24_000, max_tokens=64_000, reuse=0.82, rate=2.0, seed=3)
 

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.sim.trace import TraceRequest, read_trace
-from hicache_ref.sim.trace_stats import prefix_reuse_tokens, trace_stats
-from hicache_ref.sim.trace_synth import synthesize, write_trace
+from hicache_ref.sim.trace.reader import TraceRequest, read_trace
+from hicache_ref.sim.trace.stats import prefix_reuse_tokens, trace_stats
+from hicache_ref.sim.trace.synth import synthesize, write_trace
 
 
 def test_reuse_counts_the_leading_run_of_blocks_seen_with_the_same_prefix():

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from hardware_profiles import ProfileError, load_profile
-from hardware_profiles.readings import load_readings
-from hardware_profiles.schema import build
-from hicache_ref.sim import derive as d
-from hicache_ref.sim import fit_stats, loo
-from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim import uncertainty as u
-from hicache_ref.sim.readings import model_value
-from hicache_ref.sim.seed_scenario import seed_requests, seed_runs
+from hardware_profiles.measured_readings import load_readings
+from hardware_profiles.profile_schema import build
+from hicache_ref.sim.fit import derive as d
+from hicache_ref.sim.fit import fit_stats, loo
+from hicache_ref.sim.fit.modeled_readings import model_value
+from hicache_ref.sim.ladder.seed_scenario import seed_requests, seed_runs
+from hicache_ref.sim.price import mechanisms as mech
+from hicache_ref.sim.price import uncertainty as u
 
 # -- the covariance, on an analytic stand-in: y = a exp(-b t) + c, errors of known size -----------
 
@@ -143,7 +143,7 @@ def _members_json(profile) -> str:
 
 
 def test_the_ensemble_is_the_profile_then_seeded_draws_the_same_bit_for_bit(seed, monkeypatch):
-    from hicache_ref.sim import derivation_cache
+    from hicache_ref.sim.fit import derivation_cache
 
     profile, readings, runs = seed
     derivation_cache.remember(profile, runs)
@@ -230,7 +230,7 @@ def test_the_interval_is_the_5th_to_95th_percentile_and_spanning_zero_is_undecid
 # -- held-out workloads ------------------------------------------------------------------------------
 
 def test_a_seed_shaped_trace_the_derivation_never_saw_keeps_the_ladders_sign(seed):
-    from hicache_ref.sim.held_out import held_out
+    from hicache_ref.sim.fit.held_out import held_out
 
     profile, readings, _ = seed
     (row,) = held_out(profile, readings, seeds=(3,), pd=(True,), requests=600)

@@ -1,10 +1,10 @@
-"""hal.units.parse_size: K/M/G/T are powers of 1000, KiB/MiB/GiB/TiB powers of 1024, one reading for every CLI."""
+"""hal.common.units.parse_size: K/M/G/T are powers of 1000, KiB/MiB/GiB/TiB powers of 1024, one reading for every CLI."""
 
 from __future__ import annotations
 
 import pytest
 
-from hal.units import parse_size
+from hal.common.units import parse_size
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.suites import reference as ref
 from conformance.suites import test_layout_equivalence as le
+from conformance.suites import transfer_reference as ref
 from hal.backend import get_backend
 from hal.backends.cuda import CudaBackend
 from hal.backends.support.vendor_ops import (

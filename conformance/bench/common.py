@@ -42,7 +42,7 @@ def check_trace(a) -> None:
     bytes, which every repeat reads again."""
     from conformance.common.errors import CliError, clip_path
     from conformance.common.inputs import trace_file
-    from hicache_ref.sim.trace import find_trace, read_trace
+    from hicache_ref.sim.trace.reader import find_trace, read_trace
 
     given = a.trace if a.trace is not None else find_trace("conversation_trace.jsonl")
     if given is None:

@@ -15,8 +15,8 @@ from conformance.bench.common import check_trace, emit, machine
 from conformance.common import args as arg_types
 from conformance.common import scratch
 from conformance.common.spec_options import add_spec_options
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.trace import find_trace, read_trace
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 
 HELP = "hit rate and net benefit gained from an L3 (file, Mooncake) at a small L1/L2 on a trace"

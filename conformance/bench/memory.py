@@ -13,18 +13,18 @@ from conformance.bench.common import emit, machine
 from conformance.common import args as arg_types
 from conformance.common.errors import CliError
 from conformance.common.spec_options import add_spec_options
+from hal.common.units import HELP as UNITS_HELP
+from hal.common.units import parse_size
 from hal.memory import vm
 from hal.memory.budget import fmt, refuse_over
 from hal.memory.host import allocate_host
 from hal.transfer import kvcacheio, segcopy
-from hal.units import HELP as UNITS_HELP
-from hal.units import parse_size
 
 HELP = "host buffers: registration time vs size (4 KB vs THP pages) and emu H2D/D2H bandwidth, THP on vs off"
 
 
 def parse_sizes(text: str) -> list[int]:
-    """--sizes: comma-separated sizes (hal.units), each positive; ValueError naming --sizes."""
+    """--sizes: comma-separated sizes (hal.common.units), each positive; ValueError naming --sizes."""
     sizes = [parse_size(s, name="--sizes", minimum=1) for s in text.split(",") if s.strip()]
     if not sizes:
         raise ValueError("--sizes: no size given")

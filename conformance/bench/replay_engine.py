@@ -60,7 +60,7 @@ SMALL_ROWS = dict(layers=1, kv_dim=128)
 
 def time_sglang(spec, requests, repeat: int) -> dict:
     """The sglang engine on `requests`: import seconds, timed runs, one profiled run's breakdown."""
-    from hicache_ref.engines.sglang.replay import replay_sglang
+    from hicache_ref.engines.sglang.engine_replay import replay_sglang
 
     spec = spec.replace(**SMALL_ROWS)
 

@@ -17,6 +17,7 @@ from conformance.common.errors import CliError, clip
 from conformance.common.inputs import load_profile_arg
 from conformance.common.spec_options import add_spec_options
 from hal.backend import backend_class, get_backend
+from hal.common.units import HELP as UNITS
 from hal.memory.budget import refuse_over
 from hal.transfer import kvcacheio, segcopy
 from hal.transfer import pool_ops as pool_transfer
@@ -24,7 +25,6 @@ from hal.transfer.layouts import MLA_LAYOUTS, KVGeometry, host_shape
 from hal.transfer.plan import plan_pool_transfer
 from hal.transfer.seed import seed_geometry, seed_plan
 from hal.transfer.slots import INDEX_BYTES_PER_TOKEN, scattered_pool_slots, slot_indices
-from hal.units import HELP as UNITS
 
 HELP = "plan time for the seed config and transfer bandwidth per host layout vs a contiguous copy (emu or a device)"
 COPY_MODES = ("descriptor", "gather")

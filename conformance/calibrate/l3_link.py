@@ -3,7 +3,7 @@
 Batches of objects are put and got through the store's backend hooks (the bytes the store moves,
 without the integrity pass above them), over object sizes and batch lengths, each point the median
 of repeats. One least-squares fit per direction, seconds = per_batch + objects x per_object + bytes
-/ rate, gives the rate and the two latencies (hicache_ref.sim.mechanisms.l3_seconds prices with
+/ rate, gives the rate and the two latencies (hicache_ref.sim.price.mechanisms.l3_seconds prices with
 them). The shared uplink is measured beside it (conformance.calibrate.uplink) when a backend is
 given: D2H on that backend and puts to the store, alone and at once.
 """

@@ -13,7 +13,7 @@ import statistics
 
 from conformance.calibrate import fit_quality, host_costs
 from conformance.calibrate.probe import Buffers, paired, paired_ratio, probe
-from hicache_ref.sim.cost import LineFit, fit_line
+from hicache_ref.sim.price.cost import LineFit, fit_line
 
 MIB = 1 << 20
 SIZES = (1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB)

@@ -3,7 +3,7 @@
 No-hit table: TTFT = fixed + a n + b n^2 by ordinary least squares, the model's prefill of n tokens
 with nothing cached (hardware_profiles ComputeModel). All-hit table (every prompt page loaded from
 L2): TTFT = intercept + slope n, the seed's all-hit line; its intercept less the prefill's fixed
-part and the load's launches is the L2 path (hicache_ref.sim.cost.allhit_seconds). Standard errors
+part and the load's launches is the L2 path (hicache_ref.sim.price.cost.allhit_seconds). Standard errors
 from the residual variance and (X'X)^-1. A table that cannot tell the terms apart is refused,
 saying what to measure.
 """

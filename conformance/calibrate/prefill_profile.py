@@ -2,7 +2,7 @@
 into a profile as measured, each with its standard error, and the L2 path from an all-hit table.
 
 The all-hit line's intercept is the prefill's fixed part + the L2 path + one launch per layer
-(hicache_ref.sim.cost.allhit_seconds), so l2_path_fixed_s = intercept - fixed - layers x per_launch;
+(hicache_ref.sim.price.cost.allhit_seconds), so l2_path_fixed_s = intercept - fixed - layers x per_launch;
 its slope less the KV bytes per token over H2D, per layer, is the kernel's cost per item (written
 where H2D is known). Standard errors add in quadrature. Every other section of the base is kept.
 """
@@ -15,14 +15,14 @@ from pathlib import Path
 import yaml
 
 from conformance.calibrate.prefill_fit import Refused, written_terms
-from hardware_profiles.schema import build
+from hardware_profiles.profile_schema import build
 
 
 def geometry(profile, model_name: str | None) -> tuple[int, int, str]:
     """(layers, KV bytes per token per rank, what they are of): `model_name` or the profile's
     compute.prefill_model, else the seed's geometry."""
     from hal.transfer.seed import SEED_GEOMETRY
-    from hicache_ref.models.presets import load_model
+    from hicache_ref.models.catalog import load_model
 
     name = model_name or profile.compute.prefill_model
     if name is None:

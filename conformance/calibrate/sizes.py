@@ -15,7 +15,7 @@ MIN_SIZE = 4096
 
 
 def transfer_sizes(text: str, option: str = "--sizes") -> list[int]:
-    """The distinct sizes of a comma list (hal.units), increasing; CliError naming `option`."""
+    """The distinct sizes of a comma list (hal.common.units), increasing; CliError naming `option`."""
     parse = arg_types.size(minimum=MIN_SIZE)
     try:
         sizes = sorted({parse(part.strip()) for part in text.split(",") if part.strip()})

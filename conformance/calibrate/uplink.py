@@ -4,7 +4,7 @@ On a P800 node the two cross one path out of the card (the PCIe uplink the NIC s
 a CPU box, memory bandwidth. Each is timed alone, then both are started together (two threads
 released by one barrier) and timed to the later end: uplink_gbps = (D2H bytes + L3 bytes) / the
 seconds both took, the rate the path gave the two together, which is what
-hicache_ref.sim.mechanisms.shared_uplink_seconds prices with. When both at once take no longer
+hicache_ref.sim.price.mechanisms.shared_uplink_seconds prices with. When both at once take no longer
 than the longer one alone (within CONTENDED), they did not contend: the rate is then a lower
 bound of the path's, and the source says so.
 """

@@ -1,6 +1,6 @@
 """`hicache ablate`: the seed's fix ladder over a trace, one row per fix, each on top of the previous.
 
-Parse, build the spec (options from its fields), call hicache_ref.sim.ablate.ablate, print or write.
+Parse, build the spec (options from its fields), call hicache_ref.sim.ladder.ablate.ablate, print or write.
 `--engine sglang` replays each rung through SGLang's HiCache (hicache_ref.engines): a rung that
 needs a switch it does not run is not measured with the reason; where SGLang cannot run here:
 NOT RUN with the reason, exit 3, as replay.
@@ -18,9 +18,9 @@ from conformance.common.inputs import load_profile_arg, output_folder, page_toke
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
 from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
-from hicache_ref.sim.ablate import ablate
-from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
-from hicache_ref.sim.trace import read_trace
+from hicache_ref.sim.ladder.ablate import ablate
+from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN
+from hicache_ref.sim.trace.reader import read_trace
 
 HELP = "the seed's fix ladder over a trace: hit rate, transfers, modeled TTFT change and net benefit per fix"
 LOCAL_OPTIONS = ("--scenario", "--trace", "--plateau-gain", "--l3-tokens", "--limit", "--engine", "--out", "--json",
@@ -103,8 +103,8 @@ def _fixed_by_scenario(a) -> str | None:
 
 def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
     """The seed scenario: the ladder on the scenario's trace and tiers, and every reading."""
-    from hardware_profiles.readings import load_readings
-    from hicache_ref.sim.seed_report import SEED_READINGS, seed_ladder, seed_workload
+    from hardware_profiles.measured_readings import load_readings
+    from hicache_ref.sim.fit.seed_report import SEED_READINGS, seed_ladder, seed_workload
 
     readings = load_readings(profile)
     given = _fixed_by_scenario(a)
@@ -112,8 +112,8 @@ def _seed(a, spec, profile, out, ablate_plot, engine) -> int:
         raise CliError(given, "the seed scenario sets it (its trace, tiers, geometry and serving: hardware_profiles/"
                        f"readings/{profile.readings or SEED_READINGS}, `scenario`); drop it or leave out --scenario")
     if readings is None:  # no readings of its own: the seed's workload priced on this profile
-        from hicache_ref.sim.mechanisms import Unpriced
-        from hicache_ref.sim.prefill_model import require_compute
+        from hicache_ref.sim.price.mechanisms import Unpriced
+        from hicache_ref.sim.price.prefill_model import require_compute
 
         try:
             require_compute(profile)
@@ -179,7 +179,7 @@ def answer_line(ans: dict) -> str:
     """The first line: the ladder's answer (its last priced rung, every fix on) with its intervals."""
     if ans.get("answer") is None:
         return "answer: not modeled (no rung could be priced: see n/m below)"
-    from hicache_ref.sim.spread import phrase
+    from hicache_ref.sim.price.spread import phrase
 
     return phrase(ans, f"HiCache off, every fix on ({ans['step']})")
 

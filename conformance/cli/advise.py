@@ -17,8 +17,8 @@ from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
 from conformance.common.inputs import load_profile_arg, requests_of
 from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
-from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
-from hicache_ref.sim.trace import read_trace
+from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN
+from hicache_ref.sim.trace.reader import read_trace
 
 HELP = "on a trace: turn HiCache on or leave it off, the SGLang 0.5.23 flags, the TTFT change and how sure"
 LOCAL_OPTIONS = ("--scenario", "--trace", "--profile", "--limit", "--plateau-gain", "--out", "--json", "--quiet")
@@ -68,8 +68,8 @@ def _inputs(a) -> tuple[list, list, str]:
 
 
 def _seed(a, profiles) -> tuple[list, list, str]:
-    from hardware_profiles.readings import load_readings
-    from hicache_ref.sim.seed_scenario import seed_base, seed_requests
+    from hardware_profiles.measured_readings import load_readings
+    from hicache_ref.sim.ladder.seed_scenario import seed_base, seed_requests
 
     if a.trace is not None or a.limit is not None:
         raise CliError("--trace" if a.trace is not None else "--limit", "the seed scenario sets its own trace")

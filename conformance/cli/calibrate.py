@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 from conformance.common import args as arg_types
-from conformance.common.backends import check_backend
+from conformance.common.backend_choice import check_backend
 from conformance.common.errors import CliError, clip, clip_path
 from conformance.common.inputs import load_profile_arg, new_file
 from conformance.common.progress import ticker
-from hal.units import HELP as UNITS
+from hal.common.units import HELP as UNITS
 
 HELP = ("measure H2D/D2H bandwidth, per-segment, per-launch and registration costs, the translation-entry "
         "slowdown and the remote NUMA factor; write a measured profile")

@@ -24,8 +24,8 @@ def _table(option: str, path: str) -> list:
 
 def run_prefill(a) -> int:
     from conformance.calibrate import prefill_fit, prefill_profile, write
-    from hicache_ref.sim.mechanisms import Unpriced
-    from hicache_ref.sim.prefill_model import require_compute
+    from hicache_ref.sim.price.mechanisms import Unpriced
+    from hicache_ref.sim.price.prefill_model import require_compute
 
     out = None if a.out is None else new_file("--out", a.out, (".yaml", ".yml"))
     base = load_profile_arg("--profile", a.profile or "p800")

@@ -26,7 +26,7 @@ from conformance.cli.conform_args import (
 from conformance.cli.conform_storage import run_storage
 from conformance.cli.out_folder import TARGET_ROWS, WORK_NAME, claim_out, release_out
 from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
-from conformance.common.backends import check_backend
+from conformance.common.backend_choice import check_backend
 from conformance.common.errors import EXIT_BAD_INPUT, EXIT_NOT_RUN, EXIT_PARTIAL, CliError
 from conformance.common.inputs import is_path, load_profile_arg
 from conformance.common.safe_write import write_text
@@ -137,8 +137,8 @@ def write_reports(summary, out: Path, backend_name: str, profile: str | None, un
 
 def run(a) -> int:
     from conformance.plugin import backend_status
+    from conformance.report import run_verdict as report
     from conformance.report import selection
-    from conformance.report import summary as report
 
     check_keyword(a.keyword)
     check_child_args(a.pytest_args)
@@ -166,7 +166,7 @@ def run(a) -> int:
         if (engine_why := not_run_reason(a.engine)) is not None:
             print(f"hicache conform: NOT RUN: engine {a.engine}: {engine_why}\n"
                   "  the readings it would replay are not measured with that reason", flush=True)
-        from conformance.targets.verdict import RESULTS_ENV
+        from conformance.targets.judgment import RESULTS_ENV
 
         counts = work / "selection.json"
         env = {**os.environ, RESULTS_ENV: str(work / TARGET_ROWS), selection.SELECTION_ENV: str(counts)}

@@ -48,7 +48,7 @@ def _check_room(store) -> None:
     """CliError naming --storage for a store that cannot hold one page of the suite: a bound below a
     page, or a folder that cannot be written. Every test would fail on it, saying nothing about the
     backend."""
-    from conformance.suites.storage.cases import PAGE_BYTES
+    from conformance.suites.storage.page_pools import PAGE_BYTES
 
     page = max(PAGE_BYTES.values())
     bound = getattr(store, "max_bytes", None)
@@ -86,9 +86,9 @@ STORAGE_DECIDING = ("test_round_trip", "test_exists", "test_integrity")
 
 
 def run_storage(a) -> int:
+    from conformance.report import run_verdict as report
     from conformance.report import selection
-    from conformance.report import summary as report
-    from conformance.suites.storage.cases import SPEC_ENV
+    from conformance.suites.storage.page_pools import SPEC_ENV
 
     workers_args(a.workers)  # already bounded by conform.run
     for mod in a.backend_module:  # an out-of-tree storage backend registers itself at import

@@ -7,7 +7,7 @@ import sys
 from conformance.common.errors import CliError
 from conformance.common.inputs import load_profile_arg
 from conformance.doctor.checks import parse_bytes, run_doctor
-from hal.units import HELP as UNITS
+from hal.common.units import HELP as UNITS
 
 HELP = ("preflight: PCIe ordering on shared uplinks, NUMA placement, THP (anon, /dev/shm), page tables, "
         "memlock, registered size, then configuration advice; exit 1 if a check fails")

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 def _show_user_warnings() -> None:
     """Inside warnings.catch_warnings: library warnings meant for users (a trace's
     TraceOrderWarning) print as the one line `hicache: warning: ...`; others as before."""
-    from hicache_ref.sim.trace import TraceOrderWarning
+    from hicache_ref.sim.trace.reader import TraceOrderWarning
 
     shown = warnings.showwarning
 
@@ -232,7 +232,7 @@ def _main(argv: list[str] | None) -> int:
             check_env()
         # every command's ensemble draws the derived parameters (imported here, not at the top:
         # --help and --version load no torch)
-        importlib.import_module("hicache_ref.sim.derivation_cache")
+        importlib.import_module("hicache_ref.sim.fit.derivation_cache")
         with warnings.catch_warnings():  # restores showwarning and the filters when the command ends
             _show_user_warnings()
             return int(args._run(args) or 0)

@@ -9,10 +9,10 @@ import numpy as np
 
 from conformance.common import args as types
 from conformance.common.spec_options import add_spec_options, spec_from_args
+from hal.common.units import HELP as UNITS
 from hal.memory.budget import refuse_over
 from hal.transfer.plan import plan_pool_transfer
 from hal.transfer.slots import planned_bytes, scattered_pool_slots, slot_indices
-from hal.units import HELP as UNITS
 
 HELP = "count the merged DMA segments of a device<->host pool transfer in a given host layout"
 

@@ -17,9 +17,9 @@ from conformance.common.outputs import json_text
 from conformance.common.progress import ticker
 from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hicache_ref.engines import EngineNotRun, replay_with
-from hicache_ref.sim.replay import summary_lines
-from hicache_ref.sim.replay_tp import tp_summary_line
-from hicache_ref.sim.trace import find_trace
+from hicache_ref.sim.run.replay import summary_lines
+from hicache_ref.sim.run.tp_replay import tp_summary_line
+from hicache_ref.sim.trace.reader import find_trace
 
 HELP = "replay a Mooncake JSONL trace through the reference HiCache (L1 device, L2 host) and report hits and transfers"
 LOCAL_OPTIONS = ("--trace", "--limit", "--engine", "--out", "--json", "--quiet")  # the rest are spec fields
@@ -86,7 +86,7 @@ def run(a) -> int:
     elif fig["truncated_requests"]:
         warn(f"{fig['truncated_requests']:,} of {fig['requests']:,} requests did not fit in L1 (--l1-tokens) "
              "and were cut to what fits; their hits and transfers are partial")
-    from hicache_ref.sim.sweep_l3 import starved_l3_warning
+    from hicache_ref.sim.sweep.sweep_l3 import starved_l3_warning
 
     if fig["requests"] and (starved := starved_l3_warning(spec, fig["input_tokens"], fig.get("l3_hit_tokens"))):
         warn(starved)

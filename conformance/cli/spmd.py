@@ -14,8 +14,8 @@ import sys
 
 from conformance.common import args as types
 from hicache_ref.tp.launch import launch
-from hicache_ref.tp.preflight import checked_config
 from hicache_ref.tp.report import divergence_report, ok, report
+from hicache_ref.tp.spmd_preflight import checked_config
 from hicache_ref.tp.workload import WorkloadConfig
 
 HELP = "run a seeded workload on N TP ranks (processes) and check that they allocate alike (SPMD determinism)"

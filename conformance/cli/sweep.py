@@ -1,7 +1,7 @@
 """`hicache sweep`: grow L2 tier by tier over a trace; hit rate, transfers, registered bytes, plateau.
 
 Parse, build the spec (options from its fields; --l2-tokens here is the list of tiers), call
-hicache_ref.sim.sweep.sweep, print or write sweep.json and sweep.png. `--engine sglang` (with
+hicache_ref.sim.sweep.sweep_l2.sweep, print or write sweep.json and sweep.png. `--engine sglang` (with
 `--method replay`) replays every L2 tier through SGLang's HiCache (hicache_ref.engines); where
 it cannot run: NOT RUN with the reason, exit 3, as replay.
 """
@@ -17,10 +17,10 @@ from conformance.common.inputs import load_profile_arg, output_folder, page_toke
 from conformance.common.outputs import emit_result
 from conformance.common.progress import bar
 from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
-from hal.units import HELP as UNITS
-from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
-from hicache_ref.sim.sweep import METHODS, sweep
-from hicache_ref.sim.trace import read_trace
+from hal.common.units import HELP as UNITS
+from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN
+from hicache_ref.sim.sweep.sweep_l2 import METHODS, sweep
+from hicache_ref.sim.trace.reader import read_trace
 
 PLATEAU_GAIN = types.unit_interval("a hit-rate gain")  # --plateau-gain here and in ablate
 PLATEAU_HELP = "a tier gaining less hit rate than this is on the plateau"
@@ -60,8 +60,8 @@ def parse_tiers(text: str, page_size: int, option: str = "--l2-tokens") -> list[
 
 
 def run_l3(a, spec, trace) -> int:
-    """`--l3-tokens`: the model L3 grown tier by tier over one L1 and one L2 (hicache_ref.sim.sweep_l3)."""
-    from hicache_ref.sim.sweep_l3 import sweep_l3
+    """`--l3-tokens`: the model L3 grown tier by tier over one L1 and one L2 (hicache_ref.sim.sweep.sweep_l3)."""
+    from hicache_ref.sim.sweep.sweep_l3 import sweep_l3
 
     l2 = parse_tiers(a.l2_tokens, spec.page_size)
     if len(l2) != 1:
@@ -104,7 +104,7 @@ def answer_line(r: dict, tier: str) -> str:
         if at is None and r["tiers"]:
             why = "the smallest tier is already on the plateau: no capacity to answer for"
         return f"answer: not modeled ({why or 'no profile'})"
-    from hicache_ref.sim.spread import phrase
+    from hicache_ref.sim.price.spread import phrase
 
     return phrase(r, f"L1 alone, at {tier[:2].upper()} {at:,} tokens (the capacity to deploy)")
 

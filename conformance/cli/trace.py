@@ -13,11 +13,11 @@ from conformance.common.inputs import new_file, requests_of, trace_file
 from conformance.common.outputs import json_text
 from conformance.common.safe_write import atomic_file
 from conformance.common.spec_options import add_spec_options
-from hal.units import HELP as UNITS
-from hal.units import parse_size
-from hicache_ref.sim.trace import read_trace
-from hicache_ref.sim.trace_stats import FITS_IN_L1, prefix_reuse_tokens, trace_stats
-from hicache_ref.sim.trace_synth import global_share, synthesize_trace, write_trace
+from hal.common.units import HELP as UNITS
+from hal.common.units import parse_size
+from hicache_ref.sim.trace.reader import read_trace
+from hicache_ref.sim.trace.stats import FITS_IN_L1, prefix_reuse_tokens, trace_stats
+from hicache_ref.sim.trace.synth import global_share, synthesize_trace, write_trace
 
 HELP = "trace statistics (reuse rate, reuse distances, pressure on the tiers), synthetic and converted Mooncake traces"
 REUSE_TOLERANCE = 0.02  # synth warns when the trace it wrote misses --reuse by more

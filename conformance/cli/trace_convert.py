@@ -1,7 +1,7 @@
 """`hicache trace convert|gsp`: traces as teams have them, written as the harness's Mooncake JSONL.
 
 convert reads a Mooncake trace of any block size, a vLLM timed_trace or a token-id log
-(hicache_ref.sim.convert); gsp makes SGLang bench_serving's generated-shared-prefix shape from its
+(hicache_ref.sim.trace.convert); gsp makes SGLang bench_serving's generated-shared-prefix shape from its
 own arguments. Both write 512-token blocks (or --out-block-tokens), through a temporary file.
 """
 
@@ -13,13 +13,13 @@ from conformance.common import args as types
 from conformance.common.errors import CliError, clip_path
 from conformance.common.inputs import new_file, requests_of, text_file
 from conformance.common.safe_write import atomic_file
-from hicache_ref.sim.convert import DEFAULT_BLOCK_TOKENS, FORMATS, read_format
-from hicache_ref.sim.convert.blocked import Labels
-from hicache_ref.sim.convert.reblock import reblock
-from hicache_ref.sim.convert.sglang_gsp import GspShape, gsp_requests
-from hicache_ref.sim.trace import BLOCK_TOKENS
-from hicache_ref.sim.trace_stats import prefix_reuse_tokens
-from hicache_ref.sim.trace_synth import write_trace
+from hicache_ref.sim.trace.convert import DEFAULT_BLOCK_TOKENS, FORMATS, read_format
+from hicache_ref.sim.trace.convert.blocked import Labels
+from hicache_ref.sim.trace.convert.reblock import reblock
+from hicache_ref.sim.trace.convert.sglang_gsp import GspShape, gsp_requests
+from hicache_ref.sim.trace.reader import BLOCK_TOKENS
+from hicache_ref.sim.trace.stats import prefix_reuse_tokens
+from hicache_ref.sim.trace.synth import write_trace
 
 _BLOCK = types.count(1, 1 << 20)
 
@@ -51,7 +51,7 @@ def add_parsers(sub) -> None:
                                    "with --gsp-num-turns) as a Mooncake trace",
                        description="The shape of `sglang.bench_serving --dataset-name generated-shared-prefix` "
                                    "with the same arguments and defaults; distinct seeded tokens, all at time 0 "
-                                   "(hicache_ref/sim/convert/sglang_gsp.py says how turns are ordered).")
+                                   "(hicache_ref/sim/trace/convert/sglang_gsp.py says how turns are ordered).")
     g.add_argument("--out", required=True, help="JSONL file to write (.gz: gzip)")
     d = GspShape()
     for name in ("num_groups", "prompts_per_group", "system_prompt_len", "question_len", "output_len", "num_turns"):

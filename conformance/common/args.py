@@ -2,7 +2,7 @@
 
 Each type raises argparse.ArgumentTypeError, so argparse reports `argument --NAME: <what>`,
 which `conformance.cli.main` prints as the one line `hicache: --NAME: <what>`. Sizes go through
-hal.units.parse_size (K/M/G powers of 1000, KiB/MiB/GiB powers of 1024).
+hal.common.units.parse_size (K/M/G powers of 1000, KiB/MiB/GiB powers of 1024).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import sys
 
 from conformance.common.errors import clip
-from hal.units import parse_size
+from hal.common.units import parse_size
 
 
 def _int(text: str) -> int:
@@ -86,7 +86,7 @@ def unit_interval(what: str = "a number", top_open: bool = False):
 
 
 def size(minimum: int = 1):
-    """A size or token count as hal.units reads it ("32K", "2M", "75GiB", "4096"), >= minimum."""
+    """A size or token count as hal.common.units reads it ("32K", "2M", "75GiB", "4096"), >= minimum."""
     def parse(text: str) -> int:
         try:
             return parse_size(text, name="", minimum=minimum)

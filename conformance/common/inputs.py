@@ -19,7 +19,7 @@ from pathlib import Path
 from conformance.common.errors import CliError, clip, clip_path
 from conformance.common.safe_write import check_target
 from conformance.common.streamed import STDIN, StreamedInput, read_stream
-from hal.units import parse_size
+from hal.common.units import parse_size
 
 SNIFF_BYTES = 64 << 10
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
@@ -59,7 +59,7 @@ def text_file(option: str, path: str | os.PathLike, what: str = "JSONL text",
               streams: bool = False) -> Path | StreamedInput:
     """readable_file, and its first bytes are UTF-8 text, not a compressed or binary file.
 
-    A name ending in .gz is read through gzip (as hicache_ref.sim.trace reads it): its
+    A name ending in .gz is read through gzip (as hicache_ref.sim.trace.reader reads it): its
     decompressed head must be text. `streams`: as readable_file (traces pass it)."""
     p = readable_file(option, path, streams)
     with p.open("rb") as f:
@@ -143,7 +143,7 @@ def load_profile_arg(option: str, name_or_path: str):
 
 
 def page_tokens(option: str, text: str, page_size: int) -> int:
-    """A capacity in tokens (hal.units) holding at least one whole page; CliError naming `option`."""
+    """A capacity in tokens (hal.common.units) holding at least one whole page; CliError naming `option`."""
     tokens = parse_size(text, name=option, minimum=1)
     if tokens < page_size:
         raise CliError(option, f"{clip(text)} tokens hold no whole page of --page-size {page_size}")

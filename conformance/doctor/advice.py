@@ -10,7 +10,7 @@ from typing import Any
 
 from conformance.doctor.records import GIB, Check, fmt_bytes
 from hal.topology.binding import BindingPlan, uplink_warnings
-from hal.topology.model import Topology
+from hal.topology.topology_model import Topology
 
 
 def advise_binding(local: BindingPlan, interleave: BindingPlan, pool_bytes: int,

@@ -15,13 +15,13 @@ from typing import Any
 
 from conformance.doctor.advice import advise_binding, advise_pool_size, advise_write_policy
 from conformance.doctor.host_memory import check_host_memory
-from conformance.doctor.preflight import preflight_checks
 from conformance.doctor.records import GIB, MIB, STATUSES, Check, fmt_bytes
+from conformance.doctor.stack_preflight import preflight_checks
+from hal.common.units import parse_size
 from hal.memory import shm, vm
 from hal.topology.binding import plan_binding
 from hal.topology.discover import discover, has_hardware
-from hal.topology.model import Topology
-from hal.units import parse_size
+from hal.topology.topology_model import Topology
 
 __all__ = ["STATUSES", "Check", "DoctorReport", "HostPaths", "fmt_bytes", "parse_bytes", "run_doctor"]
 PAGE_4K, PAGE_2M, PTE_BYTES = 4096, 2 * MIB, 8
@@ -87,7 +87,7 @@ class DoctorReport:
 
 
 def parse_bytes(text: str | int, arg: str = "--pool-bytes") -> int:
-    """'80G' / '80GB' (decimal), '75GiB' (binary) or a plain integer -> bytes, > 0 (hal.units)."""
+    """'80G' / '80GB' (decimal), '75GiB' (binary) or a plain integer -> bytes, > 0 (hal.common.units)."""
     return parse_size(text, name=arg, minimum=1)
 
 

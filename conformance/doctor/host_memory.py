@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from conformance.doctor.records import Check, fmt_bytes
-from hal.topology.model import Topology
+from hal.topology.topology_model import Topology
 
 NAME = "host_memory"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hal.topology.model import GIB
+from hal.topology.topology_model import GIB
 
 STATUSES = ("ok", "warn", "fail", "unknown")
 MIB = 1 << 20

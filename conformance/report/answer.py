@@ -1,17 +1,17 @@
 """The answer a conformance report opens with: on this profile's scenario, does HiCache pay off?
 
-Taken from the reading rows (conformance.targets.readings): the model's TTFT change with every fix
+Taken from the reading rows (conformance.targets.reading_rows): the model's TTFT change with every fix
 on against HiCache off (the `ttft_all_fixes` reading), gain or loss, the seed's figure beside it,
 and how many readings the model meets: in sample, and left out (each jointly fitted reading
-predicted by a fit without it, hicache_ref.sim.loo). A profile without readings has no scenario.
+predicted by a fit without it, hicache_ref.sim.fit.loo). A profile without readings has no scenario.
 """
 
 from __future__ import annotations
 
-from hicache_ref.sim import uncertainty
-from hicache_ref.sim.readings import ANSWER_READING
+from hicache_ref.sim.fit.modeled_readings import ANSWER_READING
+from hicache_ref.sim.price import uncertainty
 
-# The answer word (hicache_ref.sim.spread) and the intervals a reading row carries for the answer reading.
+# The answer word (hicache_ref.sim.price.spread) and the intervals a reading row carries for the answer reading.
 INTERVAL_KEYS = ("answer", "ttft_change_pct_interval", "net_benefit_seconds_interval", "busy_seconds",
                  "busy_seconds_interval", "ensemble_members")
 HEADLINES = {"gain": "gain: HiCache pays off", "loss": "loss: HiCache does not pay off",
@@ -19,7 +19,7 @@ HEADLINES = {"gain": "gain: HiCache pays off", "loss": "loss: HiCache does not p
 
 
 def _scenario(profile) -> str | None:
-    from hardware_profiles.readings import load_readings
+    from hardware_profiles.measured_readings import load_readings
 
     try:
         readings = None if profile is None else load_readings(profile)
@@ -59,7 +59,7 @@ def left_out(readings: list[dict]) -> dict:
 
 
 def answer(profile, rows: list[dict]) -> dict:
-    """The `answer` of report.json and summary.json (conformance.report.schema.ANSWER)."""
+    """The `answer` of report.json and summary.json (conformance.report.report_schema.ANSWER)."""
     readings = [r for r in rows if r.get("kind") == "reading"]
     within = sum(r["verdict"] == "pass" for r in readings)
     outside = sum(r["verdict"] == "fail" for r in readings)
@@ -84,7 +84,7 @@ def answer(profile, rows: list[dict]) -> dict:
                        f"the seed measured {key['target']:+.2f}%")
     else:
         out.update(ttft_change_pct=change, gain=change < 0)
-        # the answer word and the intervals over the parameter ensemble (hicache_ref.sim.spread)
+        # the answer word and the intervals over the parameter ensemble (hicache_ref.sim.price.spread)
         out.update({k: (key.get("reading") or {}).get(k) for k in INTERVAL_KEYS})
         word = out["answer"] or uncertainty.answer((change, change))  # a row without an ensemble: its central value
         out["answer"] = word

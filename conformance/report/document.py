@@ -9,10 +9,11 @@ import textwrap
 from pathlib import Path
 
 from conformance.report import environment as env_mod
-from conformance.report import figures, html
+from conformance.report import html
+from conformance.report import plot_data as figures
 from conformance.report.answer import answer
-from conformance.report.cases import read_cases
-from conformance.report.schema import SCHEMA_ID
+from conformance.report.junit_cases import read_cases
+from conformance.report.report_schema import SCHEMA_ID
 from conformance.report.targets import collect, counts, split_counts
 
 TARGETS_DIR = "targets"  # OUT/targets/<target>.json, written by conformance/suites/test_targets.py

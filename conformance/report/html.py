@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
-from conformance.report import plots
+from conformance.report import html_plots as plots
 from conformance.report.html_parts import badge, fmt, table, verdict_badge
 from conformance.report.html_readings import answer_block, readings_table
 from conformance.report.targets import split_counts
@@ -53,7 +53,7 @@ def _images(report: dict) -> str:
     parts = []
     for title, png, note, missing in (
         ("All-hit fit and break-even", plots.allhit(f.get("allhit")),
-         "modeled points from the profile's compute model, fitted by least squares (hicache_ref.sim.cost)",
+         "modeled points from the profile's compute model, fitted by least squares (hicache_ref.sim.price.cost)",
          f"profile {env.get('profile')} cannot price an all-hit request "
          "(compute.prefill_fixed_s, compute.l2_path_fixed_s, the link)"),
         ("Bandwidth vs size, per direction", plots.bandwidth(f.get("bandwidth")),
@@ -161,7 +161,7 @@ with the inputs named. A target that cannot be measured here is <i>not_measured<
 {_targets(report)}
 <h2>Readings: the seed's measurements as modeled targets</h2>
 <p class="muted small">each reading of the profile's readings file, computed by the profile's model on its scenario
-(hicache_ref.sim.readings) and checked against the seed's value: a modeled pass says the model reproduces the
+(hicache_ref.sim.fit.modeled_readings) and checked against the seed's value: a modeled pass says the model reproduces the
 reading, not that this backend was measured.</p>
 {readings_table(report)}
 <h2>Assumptions the verdict rests on</h2>

@@ -1,5 +1,5 @@
 """report.html's opening answer (does HiCache pay off on the profile's scenario) and its table of
-readings, the seed's measurements as modeled targets (conformance.targets.readings)."""
+readings, the seed's measurements as modeled targets (conformance.targets.reading_rows)."""
 
 from __future__ import annotations
 

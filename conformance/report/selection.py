@@ -19,7 +19,7 @@ _DESELECTED: Counter[str] = Counter()
 
 
 def _module(item) -> str:
-    from conformance.report.summary import module_of
+    from conformance.report.run_verdict import module_of
 
     mod = getattr(item, "module", None)
     return module_of(getattr(mod, "__name__", "") or item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py"))

@@ -52,9 +52,9 @@ def collect(profile, results_dir: str | Path, cases: list[dict]) -> list[dict]:
 
 def reading_rows(profile, results_dir: Path, by_test: dict) -> list[dict]:
     """The kept row of each reading of the profile, or a not_measured one saying why there is none."""
-    from conformance.targets import readings as reading_targets
-    from hardware_profiles.readings import load_readings
-    from hicache_ref.sim.readings import tolerance
+    from conformance.targets import reading_rows as reading_targets
+    from hardware_profiles.measured_readings import load_readings
+    from hicache_ref.sim.fit.modeled_readings import tolerance
 
     try:
         readings = load_readings(profile)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hicache_ref.engines.sglang import SEMANTICS_PRESET
-from hicache_ref.sim.trace import BLOCK_TOKENS, find_trace, read_trace, trace_tokens
+from hicache_ref.sim.trace.reader import BLOCK_TOKENS, find_trace, read_trace, trace_tokens
 from hicache_ref.spec import CacheSpec
 
 # The preset that models the pinned SGLang release.
@@ -90,7 +90,7 @@ def spec_for(requests, page_size: int, policy: str, tight: bool, pd: bool, **swi
 
 
 def reference_rows(spec: CacheSpec, requests, l3_pages: dict | None = None) -> list[Row]:
-    """The reference engine, one request at a time (the loop hicache_ref.sim.replay runs). With an
+    """The reference engine, one request at a time (the loop hicache_ref.sim.run.replay runs). With an
     L3, `l3_pages` (when given) gets the pages read from and written to the store (L3_PAGES)."""
     ps = spec.page_size
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
@@ -124,7 +124,7 @@ def reference_rows(spec: CacheSpec, requests, l3_pages: dict | None = None) -> l
 def sglang_rows(spec: CacheSpec, requests, l3_pages: dict | None = None, figures: dict | None = None) -> list[Row]:
     """The sglang engine, one row per request from its per-request callback (`l3_pages`: as
     reference_rows, from its figures; `figures`, when given, gets all of them)."""
-    from hicache_ref.engines.sglang.replay import replay_sglang
+    from hicache_ref.engines.sglang.engine_replay import replay_sglang
 
     token_bytes = spec.geometry.token_bytes
     rows, last = [], [0, 0]
@@ -183,8 +183,8 @@ def served_spec(requests, page_size: int, policy: str, tight: bool, pd: bool, co
 
 
 def reference_served(spec: CacheSpec, requests) -> tuple[list[ServedRow], dict]:
-    """The reference's served replay (hicache_ref.sim.serving): a row per request, and its figures."""
-    from hicache_ref.sim.serving import replay_served
+    """The reference's served replay (hicache_ref.sim.run.served_replay): a row per request, and its figures."""
+    from hicache_ref.sim.run.served_replay import replay_served
 
     rows, count, last = [], [], [0, 0]
 
@@ -202,7 +202,7 @@ def reference_served(spec: CacheSpec, requests) -> tuple[list[ServedRow], dict]:
 
 def sglang_served(spec: CacheSpec, requests) -> tuple[list[ServedRow], dict]:
     """The sglang engine's served replay: a row per request, and its figures."""
-    from hicache_ref.engines.sglang.replay import replay_sglang
+    from hicache_ref.engines.sglang.engine_replay import replay_sglang
 
     rows = []
 

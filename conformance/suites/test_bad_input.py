@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.suites import reference as ref
+from conformance.suites import transfer_reference as ref
 
 LAYERS, HEADS, HEAD_DIM, KV_DIM = 2, 2, 4, 8
 PAGE = 4  # tokens per page

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.suites import reference as ref
+from conformance.suites import transfer_reference as ref
 
 # Small geometry so the 8192-token cases stay cheap; item_size is 16 B (bf16/fp16) or 32 B
 # (fp32), a multiple of 8 as upstream requires, and page_head splits it over 2 heads.

@@ -15,7 +15,7 @@ the conversation slice in every host layout and io backend upstream accepts, wri
 write_through, tight and loose, the layout and io backend resolved by upstream's handle_hicache.
 
 Served replay (--concurrency 4 and 10, with and without PD): both engines run the same steps
-(hicache_ref.sim.steps); every request's hits and evictions must be equal, and the replay's
+(hicache_ref.sim.run.steps); every request's hits and evictions must be equal, and the replay's
 schedule (steps, most in flight) and tokens and bytes moved (sglang_diff.SERVED_FIGURES).
 
 Runs only where SGLang imports at the pinned version (the [sglang] extra, ci/install-sglang.sh);
@@ -225,8 +225,8 @@ def test_a_store_either_engine_filled_serves_the_other_byte_for_byte(writer, lay
     hits L3 from its first request and every loaded prefix holds the writer's KV (kv_mismatch_tokens,
     checked on both engines against what compute wrote). Upstream's objects, in its host layout."""
     from conformance.suites import sglang_diff
-    from hicache_ref.engines.sglang.replay import replay_sglang
-    from hicache_ref.sim.replay import replay
+    from hicache_ref.engines.sglang.engine_replay import replay_sglang
+    from hicache_ref.sim.run.replay import replay
 
     requests = slices["synthetic_trace.jsonl"]
     io = "direct" if layout == "layer_first" else "kernel"
@@ -248,7 +248,7 @@ def test_the_engine_counts_a_hit_whose_kv_compute_never_wrote(slices, monkeypatc
     and every hit token past L1's counts as mismatched."""
     from conformance.suites import sglang_diff
     from hicache_ref.engines.sglang import kv
-    from hicache_ref.engines.sglang.replay import replay_sglang
+    from hicache_ref.engines.sglang.engine_replay import replay_sglang
 
     requests = slices["conversation_trace.jsonl"]
     spec = sglang_diff.spec_for(requests, 16, "write_through", True, False, materialize=True)

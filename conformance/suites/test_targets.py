@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.targets.verdict import RESULTS_ENV
+from conformance.targets.judgment import RESULTS_ENV
 from hal.transfer.seed import SEED_GEOMETRY, SEED_TOKENS, seed_plan
 
 # The P800 seed transfer (hal.transfer.seed). Its segment counts come from the seed
@@ -53,7 +53,7 @@ def _profile_targets(config) -> list[str]:
 def _profile_readings(config) -> list[str | None]:
     """The profile's reading names; [None] when its readings file cannot be read (the test then
     raises the file's error)."""
-    from conformance.targets.readings import reading_names
+    from conformance.targets.reading_rows import reading_names
 
     try:
         return reading_names(_profile(config))
@@ -100,7 +100,7 @@ def _keep(row: dict, prefix: str = "") -> None:
 def test_target(target_name, profile, target_context):
     """Each target gets its verdict; not_measured skips with the reason (never a pass)."""
     from conformance.targets.evaluate import evaluate
-    from conformance.targets.verdict import describe
+    from conformance.targets.judgment import describe
 
     if profile is None or target_name is None:
         pytest.skip("no profile targets: pass --profile" if profile is None else f"profile {profile.name} has no targets")
@@ -117,9 +117,9 @@ def test_target(target_name, profile, target_context):
 def test_reading(reading_name, profile, target_context):
     """Each reading is within its tolerance on the profile's model (the seed scenario), or fails
     with the model's value, the seed's and how the reading is read; not_measured skips with why."""
-    from conformance.targets.readings import FILE_PREFIX, reading_rows
-    from conformance.targets.verdict import describe
-    from hardware_profiles.readings import load_readings
+    from conformance.targets.judgment import describe
+    from conformance.targets.reading_rows import FILE_PREFIX, reading_rows
+    from hardware_profiles.measured_readings import load_readings
 
     if profile is None:
         pytest.skip("no profile readings: pass --profile")

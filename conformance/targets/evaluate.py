@@ -6,8 +6,9 @@ of any profile is silently left out; `evaluate(target, ctx)` returns the target'
 
 from __future__ import annotations
 
-from conformance.targets import host, link
-from conformance.targets.verdict import judge, not_measured
+from conformance.targets import host_measurers as host
+from conformance.targets import link_measurers as link
+from conformance.targets.judgment import judge, not_measured
 
 MEASURERS = {
     "plan_segments_layer_first_seed": link.plan_segments("layer_first"),
@@ -46,7 +47,7 @@ class TargetContext:
 
 
 def evaluate(target, ctx: TargetContext) -> dict:
-    """The report row of one target (conformance.targets.verdict.judge)."""
+    """The report row of one target (conformance.targets.judgment.judge)."""
     measure = MEASURERS.get(target.metric)
     if measure is None:
         return judge(target, not_measured("measured", f"no measurer for metric {target.metric!r}"))

@@ -25,7 +25,7 @@ from hal.backends.support.cudalike import (
 )
 from hal.backends.support.vendor_ops import VendorSearch
 from hal.topology.discover import from_xpusmi_command, has_hardware
-from hal.topology.model import Topology
+from hal.topology.topology_model import Topology
 
 
 def _hardware_name() -> str:

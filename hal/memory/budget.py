@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from hal.units import parse_size
+from hal.common.units import parse_size
 
 USABLE_FRACTION = 0.8  # leave room for the interpreter, torch and the page cache
 BUDGET_ENV = "HICACHE_MEMORY_BUDGET"

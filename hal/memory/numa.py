@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from hal.topology.model import parse_cpulist  # the one parser of the sysfs list format ('0-3,8')
+from hal.topology.topology_model import parse_cpulist  # the one parser of the sysfs list format ('0-3,8')
 
 # Syscall numbers differ per architecture; aarch64 uses the generic table.
 _SYSCALLS = {

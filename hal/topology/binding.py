@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hal.checks import non_negative_int
-from hal.topology.model import Topology
+from hal.common.checks import non_negative_int
+from hal.topology.topology_model import Topology
 
 POLICIES = ("local", "interleave")
 # 20% of each node kept for everything that is not the KV pool. With it, strict local binding on

@@ -14,8 +14,8 @@ import subprocess
 from typing import Any
 
 from hal.topology.emulate import from_profile
-from hal.topology.model import NumaNode, Topology
 from hal.topology.sysfs import from_sysfs, sysfs_numa_nodes
+from hal.topology.topology_model import NumaNode, Topology
 from hal.topology.xpusmi import parse_topo_matrix, to_topology
 
 XPUSMI_TIMEOUT_S = 30.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hal.topology.model import GIB, NumaNode, PciDevice, Topology, group_by_uplink
 from hal.topology.sysfs import sysfs_numa_nodes
+from hal.topology.topology_model import GIB, NumaNode, PciDevice, Topology, group_by_uplink
 
 
 def from_profile(profile: Any, sysfs_root: str = "/sys") -> Topology:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 
-from hal.topology.model import NumaNode, PciDevice, Topology, group_by_uplink, parse_cpulist
+from hal.topology.topology_model import NumaNode, PciDevice, Topology, group_by_uplink, parse_cpulist
 
 # PCI vendor id -> (vendor name, accepted class codes as (class >> 16) or (class >> 8) prefixes).
 # NVIDIA GPUs are display controllers (class 0x03xxxx: 0x0300 VGA, 0x0302 3D). Kunlunxin XPUs sit

@@ -2,7 +2,7 @@
 
 The matrix gives each device's link to every other device and NIC plus its CPU and NUMA affinity.
 Columns split on tabs or runs of spaces and cells may carry colour codes, so parsing is by header.
-`to_topology` turns the matrix into a hal.topology.model.Topology.
+`to_topology` turns the matrix into a hal.topology.topology_model.Topology.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from hal.topology.model import NumaNode, PciDevice, Topology, group_by_uplink, parse_cpulist
+from hal.topology.topology_model import NumaNode, PciDevice, Topology, group_by_uplink, parse_cpulist
 
 # Link kinds between two endpoints, nearest first (nvidia-smi's legend, which xpu-smi keeps,
 # plus XL). NV# / XL# carry a link count in the name.

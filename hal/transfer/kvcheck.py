@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hal.checks import is_int, positive_int
+from hal.common.checks import is_int, positive_int
 from hal.transfer.geometry import KVGeometry
 
 

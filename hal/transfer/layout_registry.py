@@ -1,4 +1,4 @@
-"""Host layouts by name, through the project's one Registry (hal.named_registry).
+"""Host layouts by name, through the project's one Registry (hal.common.named_registry).
 
 Built-ins are the modules of hal.transfer.layouts, one per layout, named as the layout and
 exposing its class as `LAYOUT`: adding a file adds the layout. They are loaded by name when
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pkgutil
 from pathlib import Path
 
-from hal.named_registry import Registry
+from hal.common.named_registry import Registry
 
 _NOT_LAYOUTS = {"base"}  # the layouts package's module that holds no layout (the contract)
 _BUILTIN = {m.name: f"hal.transfer.layouts.{m.name}:LAYOUT"

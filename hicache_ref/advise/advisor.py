@@ -13,10 +13,10 @@ from hicache_ref.advise.ranking import decide, ranked
 from hicache_ref.advise.replays import Replays
 from hicache_ref.advise.search import Search, l3_priced
 from hicache_ref.advise.space import host_budget_tokens, l2_tiers
-from hicache_ref.sim.baseline import off_spec
-from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
-from hicache_ref.sim.stack_distance import stack_profile
-from hicache_ref.sim.trace import TraceRequest
+from hicache_ref.sim.run.baseline import off_spec
+from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN
+from hicache_ref.sim.trace.reader import TraceRequest
+from hicache_ref.sim.trace.stack_distance import stack_profile
 from hicache_ref.spec import CacheSpec
 
 
@@ -32,7 +32,7 @@ def _check(pairs, requests) -> None:
         if spec.tiers.materialize or spec.storage.l3 is not None:
             raise ValueError("--l3: advise prices figures and tries L3 itself; drop it")
     if not isinstance(requests, list) or not all(isinstance(r, TraceRequest) for r in requests):
-        raise ValueError("requests: expected a list of TraceRequest (hicache_ref.sim.trace.read_trace)")
+        raise ValueError("requests: expected a list of TraceRequest (hicache_ref.sim.trace.reader.read_trace)")
 
 
 def reuse_of(requests, page_size: int):

@@ -1,6 +1,6 @@
 """Replays of one trace, each run once: keyed by everything that decides a replay's figures.
 
-The profile only prices a replay (hicache_ref.sim.cost), so specs that differ in the profile
+The profile only prices a replay (hicache_ref.sim.price.cost), so specs that differ in the profile
 alone share one replay, and so do the profiles of a side-by-side comparison.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from hicache_ref.sim.replay import replay
-from hicache_ref.sim.serving import replay_served
+from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.served_replay import replay_served
 from hicache_ref.spec import CacheSpec
 
 

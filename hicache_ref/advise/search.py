@@ -3,18 +3,18 @@ write policy, one host copy per TP group, L3; then the layout pairs again at the
 
 Each step keeps what the step before chose and tries its own values; host fixes are priced on the
 winner (they change no hit). Capacity comes from the one-pass stack-distance curve
-(hicache_ref.sim.stack_distance): it says where the hit rate stops rising, and only the tiers
+(hicache_ref.sim.trace.stack_distance): it says where the hit rate stops rising, and only the tiers
 around that point are replayed to price them.
 """
 
 from __future__ import annotations
 
-from hicache_ref.advise.pricing import Priced, Pricer, unpriced
+from hicache_ref.advise.candidate_pricing import Priced, Pricer, unpriced
 from hicache_ref.advise.replays import Replays
 from hicache_ref.advise.space import Candidate, layout_io_pairs, write_policies
-from hicache_ref.sim import cost
-from hicache_ref.sim import mechanisms as mech
-from hicache_ref.sim.scenario import host_state, state
+from hicache_ref.sim.ladder.scenario import host_state, state
+from hicache_ref.sim.price import cost
+from hicache_ref.sim.price import mechanisms as mech
 from hicache_ref.spec import CacheSpec
 
 DEFAULT_RATIO = 2.0  # SGLang 0.5.23's --hicache-ratio default: where the layout step runs

@@ -3,7 +3,7 @@
 A hash id h names the block of tokens h*512 .. h*512+511; a request's token ids are its blocks
 concatenated and cut to its length. TraceTokens holds a request that way and builds the array only
 when asked, so the radix tree can key most of a replay from the hash ids alone. It lives in the
-core because the cache recognizes it; hicache_ref.sim.trace reads the trace files.
+core because the cache recognizes it; hicache_ref.sim.trace.reader reads the trace files.
 """
 
 from __future__ import annotations

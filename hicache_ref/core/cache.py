@@ -96,7 +96,7 @@ class HiCache:
     # -- the request path -------------------------------------------------------------------
     def request(self, tokens, request_id=None, in_step: bool = False) -> RequestResult:
         """One prefill (module docstring). `in_step`: one of a scheduling step's prefills
-        (hicache_ref.sim.serving): the step applies completions once at its start and
+        (hicache_ref.sim.run.served_replay): the step applies completions once at its start and
         checks materialized hit KV at its end, so neither happens here and this request's
         load can be held for the step's merged submission (kv_mismatch_tokens is 0 here)."""
         if self._closed:

@@ -2,7 +2,7 @@
 
 `ENGINES` names them; `replay_with(engine, spec, trace, limit)` runs one and returns the same
 figures (same keys) either way. An engine that cannot run here raises EngineNotRun. Each engine
-declares every spec field honoured or refused (`support_table`: hicache_ref.engines.reference,
+declares every spec field honoured or refused (`support_table`: hicache_ref.engines.reference_support,
 hicache_ref.engines.sglang.support); `refusal` says which option of a spec an engine does not run; `engine_for` gives the ladder and the readings an Engine
 (they report a state it does not run as not run).
 """
@@ -33,7 +33,7 @@ def support_table(engine: str) -> dict:
     if engine not in ENGINES:
         raise ValueError(f"engine: {engine!r} is not one of {', '.join(ENGINES)}")
     if engine == "reference":
-        from hicache_ref.engines.reference import SUPPORT
+        from hicache_ref.engines.reference_support import SUPPORT
     else:
         from hicache_ref.engines.sglang.support import SUPPORT
     return SUPPORT
@@ -48,7 +48,7 @@ def refusal(engine: str, spec) -> str | None:
 
 
 class Engine:
-    """Another engine as hicache_ref.sim.scenario.Runs takes it (sim imports no engine): why a
+    """Another engine as hicache_ref.sim.ladder.scenario.Runs takes it (sim imports no engine): why a
     spec is not run on it (`not_run`, a NOT RUN line), and its replay."""
 
     def __init__(self, name: str):
@@ -72,7 +72,7 @@ def engine_for(name: str) -> Engine | None:
 
 def replay_with(engine: str, spec, trace, limit: int | None = None, off: bool | None = None) -> dict:
     """Replay on `engine`: the reference's run_replay, or SGLang's cache; priced against HiCache
-    off (hicache_ref.sim.baseline), or not at all with `off` False. An option the engine does not
+    off (hicache_ref.sim.run.baseline), or not at all with `off` False. An option the engine does not
     run is a ValueError naming it (before the engine is looked for: bad input first);
     EngineNotRun when the engine is absent."""
     if (refused := refusal(engine, spec)) is not None:
@@ -81,17 +81,17 @@ def replay_with(engine: str, spec, trace, limit: int | None = None, off: bool | 
     if why is not None:
         raise EngineNotRun(f"engine {engine}: {why}")
     if engine == "reference":
-        from hicache_ref.sim.run import run_replay
+        from hicache_ref.sim.run.run_replay import run_replay
 
         return run_replay(spec, trace, limit, off=off)
-    from hicache_ref.engines.sglang.replay import replay_sglang
+    from hicache_ref.engines.sglang.engine_replay import replay_sglang
     from hicache_ref.spec.memory import check_capacity
 
     check_capacity(spec)
     if spec.tp.ranks is None:
         fig = replay_sglang(spec, trace, limit, off=off)
     else:  # one rank stands for the group, as the reference's TP replay (engines.sglang.replay says why)
-        from hicache_ref.sim.replay_tp import tp_group_figures
+        from hicache_ref.sim.run.tp_replay import tp_group_figures
 
         fig = tp_group_figures(spec, replay_sglang(spec.tp_rank(), trace, limit, off=off))
     if spec.host_sizing is not None:

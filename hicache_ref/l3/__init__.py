@@ -11,8 +11,8 @@
 The storage backends themselves are hicache_ref.storage.
 """
 
-from hicache_ref.l3.build import attach_l3
-from hicache_ref.l3.policy import PREFETCH_POLICIES, L3Link, make_prefetch_policy
+from hicache_ref.l3.attach import attach_l3
+from hicache_ref.l3.prefetch_policy import PREFETCH_POLICIES, L3Link, make_prefetch_policy
 from hicache_ref.l3.tier import L3Tier
 
 __all__ = ["PREFETCH_POLICIES", "L3Link", "L3Tier", "attach_l3", "make_prefetch_policy"]

@@ -17,9 +17,9 @@ import numpy as np
 from hicache_ref.core.node import lock_path, node_hashes, unlock_path
 from hicache_ref.l3.guard import FaultGuard
 from hicache_ref.l3.host_nodes import missing_hashes
-from hicache_ref.l3.policy import L3Link, PrefetchPolicy, make_prefetch_policy
-from hicache_ref.l3.staging import StagedPages
-from hicache_ref.l3.worker import L3Job, L3Worker
+from hicache_ref.l3.io_threads import L3Job, L3Worker
+from hicache_ref.l3.prefetch_policy import L3Link, PrefetchPolicy, make_prefetch_policy
+from hicache_ref.l3.write_snapshot import StagedPages
 
 DEFAULT_THRESHOLD_TOKENS = 256  # upstream's prefetch_threshold default
 DEFAULT_DEADLINE_S = 5.0

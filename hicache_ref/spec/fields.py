@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from hal.units import parse_size
+from hal.common.units import parse_size
 
 ALL_COMMANDS = frozenset({"replay", "sweep", "ablate"})
 
@@ -93,7 +93,7 @@ def parse_int(minimum: int = 1, maximum: int | None = None):
 
 
 def parse_tokens(text: str) -> int:
-    """A token count with a size suffix (2M, 64K; hal.units)."""
+    """A token count with a size suffix (2M, 64K; hal.common.units)."""
     return parse_size(text, name="", minimum=0)
 
 

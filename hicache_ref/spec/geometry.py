@@ -39,7 +39,7 @@ class GeometrySpec:
                        commands=GEOMETRY_COMMANDS)
     page_size: int = param(SEED_GEOMETRY.page_size, "--page-size", f"tokens per page (at most {MAX_PAGE_SIZE:,})",
                            parse=parse_int(1, MAX_PAGE_SIZE), commands=PAGE_COMMANDS)
-    model: str | None = param(None, "--model", "served model: a preset name (hicache_ref/models/presets.py) or a "
+    model: str | None = param(None, "--model", "served model: a preset name (hicache_ref/models/catalog.py) or a "
                               "model YAML; sets the KV geometry of one rank of the TP group and, with the profile's "
                               "HBM and --mem-fraction-static, L1 as SGLang sizes its KV pool", metavar="MODEL",
                               shown_default="none: the geometry options", commands=ALL_COMMANDS | {"advise"})

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hicache_ref.core.allocator import UPSTREAM_ORDERS
-from hicache_ref.l3.policy import DEFAULT_PREFETCH_POLICY
+from hicache_ref.l3.prefetch_policy import DEFAULT_PREFETCH_POLICY
 
 
 class Switch(NamedTuple):

@@ -124,7 +124,7 @@ class CacheSpec:
             if t.mem_fraction_static is not None and t.l1_tokens is None:
                 raise fail(t, "mem_fraction_static", "sizes L1 from a model's weights and KV bytes: give --model")
             return
-        from hicache_ref.models.presets import load_model
+        from hicache_ref.models.catalog import load_model
         from hicache_ref.spec import machine
 
         try:
@@ -325,7 +325,7 @@ class CacheSpec:
         attached when the spec has one. `page_keys`: how its tree spells pages (hicache_ref.core.page_keys);
         `inline`: its transfers run on the calling thread (HiCache's `inline`)."""
         from hicache_ref.core.cache import HiCache
-        from hicache_ref.l3.build import StoreOpenError, attach_l3
+        from hicache_ref.l3.attach import StoreOpenError, attach_l3
 
         if backend.capabilities().moves_bytes != self.tiers.materialize:
             raise SpecError("--materialize", "tiers.materialize", f"backend {backend.name!r} does not match "

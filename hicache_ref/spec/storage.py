@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hicache_ref.l3.policy import DEFAULT_PREFETCH_POLICY, PREFETCH_POLICIES, TIMEOUT_STARTS
+from hicache_ref.l3.prefetch_policy import DEFAULT_PREFETCH_POLICY, PREFETCH_POLICIES, TIMEOUT_STARTS
 from hicache_ref.l3.tier import ANCHOR_RULES, DEFAULT_THRESHOLD_TOKENS, LIMIT_RULES
 from hicache_ref.spec.fields import fail, one_of, param, parse_int, parse_tokens, real, whole
 from hicache_ref.storage.objects import DEFAULT_KEY_SCHEME, DEFAULT_OBJECT_ORDER, KEY_SCHEMES

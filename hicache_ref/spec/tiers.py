@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hal.common.units import HELP as UNITS
 from hal.transfer.io_backend import IO_BACKENDS
 from hal.transfer.layouts import HOST_LAYOUTS, layout_names
-from hal.units import HELP as UNITS
 from hicache_ref.core.allocator import ORDERS
 from hicache_ref.core.policy import POLICIES
 from hicache_ref.spec.fields import (

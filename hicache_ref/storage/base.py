@@ -22,7 +22,7 @@ import torch
 
 from hicache_ref.storage import integrity, objects, pages, upstream_io
 from hicache_ref.storage.integrity import TRAILER_BYTES
-from hicache_ref.storage.staging import STAGING_KEEP_BYTES, StagingPool  # noqa: F401 - re-exported
+from hicache_ref.storage.staging_buffers import STAGING_KEEP_BYTES, StagingPool  # noqa: F401 - re-exported
 
 MAX_KEY_CHARS = 512
 # Pages go to the backend in chunks of about this many bytes: the unit of overlap between the

@@ -6,7 +6,7 @@ store does (a read or a rewrite makes an object recent), and counts reads and wr
 would, so the L3 tier above it (prefetch policies, threshold, rate limit, write-back after backup)
 decides exactly as over the file store. It runs on the count backend (no KV memory): `get` reports
 present objects read and `set` reports them stored without touching the host pool. What moving
-them would cost is the profile's l3_link (hicache_ref.sim.mechanisms).
+them would cost is the profile's l3_link (hicache_ref.sim.price.mechanisms).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from hicache_ref.storage.base import StorageBackend
 from hicache_ref.storage.integrity import DEFAULT_DIGEST, TRAILER_BYTES
 from hicache_ref.storage.mooncake_cluster import AUTO, client_with_own_cluster, import_store_module, listeners
 from hicache_ref.storage.registry import parse_options
-from hicache_ref.storage.staging import StagingPool
+from hicache_ref.storage.staging_buffers import StagingPool
 
 DEFAULT_SEGMENT = 256 << 20
 DEFAULT_BUFFER = 64 << 20

@@ -10,8 +10,8 @@ when asked for, so listing the names never imports the Mooncake wheel.
 
 from __future__ import annotations
 
-from hal.named_registry import Registry
-from hal.units import parse_size
+from hal.common.named_registry import Registry
+from hal.common.units import parse_size
 from hicache_ref.storage.integrity import check_digest
 
 ENTRY_POINT_GROUP = "hicache.storage"

@@ -2,5 +2,5 @@
 
 The process group with bounded collectives, a local launcher, the shared host pool, the visibility
 gate, the decision digest, the seeded workload, one rank's cache and its worker. `hicache replay --tp`
-is the simulator's (hicache_ref.sim.replay_tp).
+is the simulator's (hicache_ref.sim.run.tp_replay).
 """

@@ -1,7 +1,7 @@
 """A TP group of real processes under torch.distributed, with every collective bounded in time.
 
 Rendezvous is env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), what torchrun sets, so the
-same code runs as `torchrun --nproc-per-node 8 -m hicache_ref.tp.worker ...` on a node and
+same code runs as `torchrun --nproc-per-node 8 -m hicache_ref.tp.rank_worker ...` on a node and
 under hicache_ref.tp.launch for CI. A loopback MASTER_ADDR gets a store made here: rank 0's
 TCPStore listens on a socket bound to 127.0.0.1 (torch's own would listen on every interface);
 under torchrun, whose agent serves the store, the ranks connect to that one. The process-group backend follows the device: nccl where

@@ -19,7 +19,7 @@ from hal import children
 from hal.memory import shm
 from hicache_ref.tp.workload import WorkloadConfig
 
-PRELOAD = ["hicache_ref.tp.forkserver_guard", "torch", "torch.distributed", "hicache_ref.tp.worker"]
+PRELOAD = ["hicache_ref.tp.forkserver_guard", "torch", "torch.distributed", "hicache_ref.tp.rank_worker"]
 MARGIN_SECONDS = 10.0
 
 
@@ -45,7 +45,7 @@ def _rank_main(rank: int, world: int, port: int, cfg: WorkloadConfig, conn, fork
     import torch
 
     from hicache_ref.tp.digest import SpmdDivergence
-    from hicache_ref.tp.worker import run_rank
+    from hicache_ref.tp.rank_worker import run_rank
 
     torch.set_num_threads(1)  # N ranks share the cores
     try:

@@ -13,7 +13,7 @@ import secrets
 
 import pytest
 
-from conformance.suites.storage.cases import SPEC_ENV
+from conformance.suites.storage.page_pools import SPEC_ENV
 
 
 class Clients:

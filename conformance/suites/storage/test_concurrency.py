@@ -10,7 +10,7 @@ import threading
 
 import torch
 
-from conformance.suites.storage.cases import MHA, MLA, page_bits, poisoned_pool, random_pool
+from conformance.suites.storage.page_pools import MHA, MLA, page_bits, poisoned_pool, random_pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 THREADS = 4
@@ -49,7 +49,7 @@ def test_threads_share_one_client(store, unique):
 _CHILD = """
 import sys
 sys.path.insert(0, {root!r})
-from conformance.suites.storage.cases import MHA, poisoned_pool, random_pool, page_bits
+from conformance.suites.storage.page_pools import MHA, poisoned_pool, random_pool, page_bits
 from hicache_ref.storage.registry import open_storage
 s = open_storage({spec!r})
 mine = random_pool(MHA, "page_first", {seed})

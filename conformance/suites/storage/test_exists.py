@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.suites.storage.cases import MLA, random_pool
+from conformance.suites.storage.page_pools import MLA, random_pool
 
 
 def test_leading_run(store, unique):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.suites import reference
-from conformance.suites.storage.cases import MHA, page_bits, poisoned_pool, random_pool
+from conformance.suites import transfer_reference as reference
+from conformance.suites.storage.page_pools import MHA, page_bits, poisoned_pool, random_pool
 from hicache_ref.storage import integrity, pages
 
 

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from conformance.suites.storage.cases import MHA, MLA, page_bits, poisoned_pool, random_pool
+from conformance.suites.storage.page_pools import MHA, MLA, page_bits, poisoned_pool, random_pool
 
 RECONNECT_SECONDS = 30
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.suites import reference
-from conformance.suites.storage.cases import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
+from conformance.suites import transfer_reference as reference
+from conformance.suites.storage.page_pools import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
 
 GEOMS = {"mha": MHA, "mla": MLA}
 PAIRS = [(a, s, d) for a in ("mha", "mla") for s in reference.layouts_for(a) for d in reference.layouts_for(a)]

@@ -10,7 +10,7 @@ from typing import Any
 
 from hal.transfer.direction import Direction
 from hal.transfer.plan import TransferPlan
-from hardware_profiles.pricing import LINK_RATE, BandwidthFactors
+from hardware_profiles.transfer_price import LINK_RATE, BandwidthFactors
 
 
 def modeled_profile(profile: Any, default: str) -> Any:
@@ -25,7 +25,7 @@ def modeled_profile(profile: Any, default: str) -> Any:
 
 def plan_seconds(link: Any, plan: TransferPlan, factors: BandwidthFactors = LINK_RATE) -> float | None:
     """Modeled seconds of `plan` on `link` (a hardware_profiles LinkModel, priced by
-    hardware_profiles.pricing with the host state's bandwidth `factors`), or None when the profile
+    hardware_profiles.transfer_price with the host state's bandwidth `factors`), or None when the profile
     leaves a needed value unknown. A kernel plan (`kernel_items` set) is priced per launch and
     item, a direct one per launch and merged segment. Device-to-device and host-to-host copies do
     not cross the host link the model prices: 0."""
@@ -38,7 +38,7 @@ def plan_seconds(link: Any, plan: TransferPlan, factors: BandwidthFactors = LINK
 
 
 class HostFactorsMixin:
-    """A modeled backend's host state as bandwidth factors (hardware_profiles.pricing): the link's own
+    """A modeled backend's host state as bandwidth factors (hardware_profiles.transfer_price): the link's own
     rate until a caller that knows the host state (a replay: its registered pool) sets them, so the
     clock prices a plan as the simulator prices the same traffic."""
 

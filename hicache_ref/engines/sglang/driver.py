@@ -33,7 +33,7 @@ class UpstreamResult(NamedTuple):
 
 
 class RequestDriver:
-    """Runs requests on an UpstreamCache (hicache_ref.engines.sglang.build)."""
+    """Runs requests on an UpstreamCache (hicache_ref.engines.sglang.build_cache)."""
 
     def __init__(self, upstream, pd_disagg: bool, l3: bool = False, kv: bool = False):
         """`l3`: upstream's cache has a store (its L3 steps run); `kv`: write synthetic KV into the

@@ -5,7 +5,7 @@
 before the next decision: a prefetch is polled until upstream reports it complete
 (wait_complete, the only policy whose outcome does not depend on thread timing), and every
 storage write is acknowledged before the next request looks up L3 (the reference's rule).
-The store itself (which one, its lifetime, what it wrote): hicache_ref.engines.sglang.storage.
+The store itself (which one, its lifetime, what it wrote): hicache_ref.engines.sglang.l3_objects.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _waited(done, what: str) -> None:
 
 
 class StoragePrefetch:
-    """Upstream's L3 steps for one cache (hicache_ref.engines.sglang.build.UpstreamCache)."""
+    """Upstream's L3 steps for one cache (hicache_ref.engines.sglang.build_cache.UpstreamCache)."""
 
     def __init__(self, cache, page_size: int):
         self.cache, self.ps = cache, page_size
@@ -80,7 +80,7 @@ def l3_figures(spec, backend, prefetch: StoragePrefetch, written: int) -> dict:
     """The reference's L3 keys (hicache_ref.l3.tier.L3Tier.figures) from what upstream did: its reads
     and writes counted here, priced by the profile's L3 link as the reference prices them (a request
     waits for every page of its prefetch; writes are off the request path)."""
-    from hicache_ref.l3.policy import L3Link
+    from hicache_ref.l3.prefetch_policy import L3Link
 
     geom, st = spec.geometry, spec.storage
     page_bytes = geom.token_bytes * spec.page_size

@@ -1,6 +1,6 @@
 """`hicache replay --engine sglang --concurrency N`: SGLang's own HiCache served step by step.
 
-The steps are the reference's (hicache_ref.sim.steps: admission, locks through the step, release
+The steps are the reference's (hicache_ref.sim.run.steps: admission, locks through the step, release
 after the decode steps or at once under PD); each step drives upstream's cache as its scheduler
 does one batch: the step's ack poll at its start (check_hicache_events), every prefill matched,
 loaded back, allocated and inserted with its prefix then held locked, and at the batch's end the
@@ -9,12 +9,12 @@ step's loads submitted as one merged job and its backups as another (RequestDriv
 
 from __future__ import annotations
 
-from hicache_ref.sim.figures import count_request
-from hicache_ref.sim.trace import TraceRequest, request_tokens
+from hicache_ref.sim.run.replay_figures import count_request
+from hicache_ref.sim.trace.reader import TraceRequest, request_tokens
 
 
 class UpstreamSteps:
-    """A RequestDriver as hicache_ref.sim.steps drives it; a lock is upstream's TreeLock (or None)."""
+    """A RequestDriver as hicache_ref.sim.run.steps drives it; a lock is upstream's TreeLock (or None)."""
 
     def __init__(self, driver, totals: dict, tally, on_request=None):
         self.driver, self.totals, self.tally, self.on_request = driver, totals, tally, on_request

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hal.memory.budget import shortfall
 from hal.transfer.layout_registry import get_layout
 from hicache_ref.engines.sglang import SEMANTICS_PRESET, SGLANG_VERSION
-from hicache_ref.engines.sglang.pricing import narrow_spec
+from hicache_ref.engines.sglang.copy_pricing import narrow_spec
 from hicache_ref.engines.sglang.stores import STORES, mooncake_parts
 from hicache_ref.spec.engine_support import Honoured, Refused
 from hicache_ref.spec.geometry import unaligned_rows
@@ -150,7 +150,7 @@ SUPPORT = {
     "semantics.host_sizing": _switch("host_sizing", "--host-sizing"),
     "semantics.load_back_threshold": _switch("load_back_threshold", "--load-back-threshold"),
     "semantics.load_back_quota": Refused("upstream's mem_quota is not set by the sglang engine (leave it out)"),
-    "serving.concurrency": Honoured("upstream's cache under the reference's serving loop (hicache_ref.sim.steps)"),
+    "serving.concurrency": Honoured("upstream's cache under the reference's serving loop (hicache_ref.sim.run.steps)"),
     "serving.timestamps": Honoured("the reference's serving loop"),
     "serving.pd_disagg": Honoured("upstream's cache inserts each request unfinished, then finished"),
     "serving.step_ms": Honoured("the reference's serving loop"),
