@@ -1,1 +1,1 @@
-"""Reports of a conformance run: the JUnit summary table and summary.json (`summary`)."""
+"""Reports of a conformance run: the run's verdict from junit.xml, its table and summary.json (`run_verdict`)."""

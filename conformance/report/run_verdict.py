@@ -1,4 +1,5 @@
-"""Conformance reports: pytest writes junit.xml; this turns it into a per-module table and summary.json.
+"""The run's verdict: pytest writes junit.xml; this turns it into PASS, FAIL, NOT RUN or PARTIAL
+(each target's own pass/fail is conformance.targets.judgment), a per-module table and summary.json.
 
 The junit file is the record (CI systems read it); the table is what a person reads at the
 end of `hicache conform`, and summary.json is the same numbers for scripts. Skips are

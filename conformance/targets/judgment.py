@@ -1,4 +1,4 @@
-"""One target's verdict: what a measurer found (Outcome) judged against the target (row).
+"""One target's judgment: what a measurer found (Outcome) judged against the target (row).
 
 A row is what report.json lists under `targets`: name, value, target, comparator, unit,
 verdict, basis, reason, source (plus metric, tolerance, inputs and details). A value of None is
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-VERDICTS = ("pass", "fail", "not_measured")
+JUDGMENTS = ("pass", "fail", "not_measured")  # a row's `verdict` key
 BASES = ("measured", "modeled")
 ROW_KEYS = ("name", "value", "target", "comparator", "unit", "verdict", "basis", "reason", "source")
 # Where the targets suite writes each target's row (one JSON file per target); `hicache conform`
@@ -53,13 +53,13 @@ def judge(target, outcome: Outcome) -> dict:
         outcome = Outcome(None, outcome.basis, f"measurement gave {value!r}", outcome.inputs, outcome.details)
         value = None
     if value is None:
-        verdict = "not_measured"
+        judgment = "not_measured"
     else:
-        verdict = "pass" if target.check(value) else "fail"
+        judgment = "pass" if target.check(value) else "fail"
     return {
         "name": target.name, "kind": "target", "metric": target.metric, "value": value, "target": target.value,
         "tolerance": target.tolerance, "comparator": target.comparator, "unit": target.unit,
-        "verdict": verdict, "basis": outcome.basis, "reason": outcome.reason, "source": target.source,
+        "verdict": judgment, "basis": outcome.basis, "reason": outcome.reason, "source": target.source,
         "inputs": dict(outcome.inputs), "details": dict(outcome.details),
     }
 

@@ -80,7 +80,7 @@ def describe_tolerance(seed: float, tolerance: dict, unit: str) -> str:
     return "exactly" if kind == "exact" else "the same sign"
 
 
-def _verdict(row: dict) -> str:
+def _judgment(row: dict) -> str:
     if row["within"] is None:
         return "not_measured"
     return "pass" if row["within"] else "fail"
@@ -103,7 +103,7 @@ def _reason(row: dict, verdict: str) -> str:
 def report_row(row: dict, profile, source: str) -> dict:
     """The report row of one seed row (hicache_ref.sim.fit.modeled_readings.evaluate), shaped like a target's
     (conformance.targets.judgment.judge) with kind "reading" and the seed row under `reading`."""
-    verdict = _verdict(row)
+    verdict = _judgment(row)
     return {
         "name": row["reading"], "kind": KIND, "metric": f"reading.{row['quantity']}",
         "value": row["model"] if verdict != "not_measured" else None, "target": row["seed"],

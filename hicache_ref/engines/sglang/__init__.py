@@ -2,7 +2,7 @@
 cache controller and host pools, unmodified) replaying traces on the HAL.
 
 The seam is the device layer only: kernel_shim (sgl_kernel.kvcacheio from hal.transfer),
-memory (host buffers from hal.memory, device buffers from the backend), tally (what moved).
+pool_memory (host buffers from hal.memory, device buffers from the backend), tally (what moved).
 `unavailable_reason()` says why the engine cannot run here (None when it can).
 """
 

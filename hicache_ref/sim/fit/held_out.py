@@ -17,7 +17,7 @@ from hicache_ref.sim.ladder.scenario import Runs
 from hicache_ref.sim.ladder.seed_scenario import seed_base
 from hicache_ref.sim.price.uncertainty import answer, ensemble, interval
 
-HELD_OUT_SEEDS = (1, 2)  # trace_synth seeds other than the derivation's (0)
+HELD_OUT_SEEDS = (1, 2)  # trace.synth seeds other than the derivation's (0)
 LADDER_ENDS = ("first_build", "all_fixes")  # the readings file's states: loss as first built, gain at the end
 EXPECTED = {"first_build": "loss", "all_fixes": "gain"}
 

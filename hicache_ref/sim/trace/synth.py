@@ -165,7 +165,7 @@ def synthesize(requests: int, min_tokens: int, max_tokens: int, reuse: float, se
 
 
 def global_share(trace: Synthesized, reused_tokens: list[int]) -> float:
-    """Of the reused tokens (per request, trace_stats.prefix_reuse_tokens), the part in the global prefix."""
+    """Of the reused tokens (per request, stats.prefix_reuse_tokens), the part in the global prefix."""
     g = trace.global_prefix_tokens // BLOCK_TOKENS
     in_global = 0
     for r, reused in zip(trace.requests, reused_tokens, strict=True):
