@@ -1,5 +1,5 @@
 """report.html's plots, drawn with matplotlib (Agg: no display needed) and returned as base64
-PNG so the page is one self-contained file. Each function takes the data figures.py gathered
+PNG so the page is one self-contained file. Each function takes the data plot_data gathered
 and returns None when there is nothing to draw."""
 
 from __future__ import annotations
