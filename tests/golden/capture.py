@@ -13,7 +13,7 @@ sys.path.insert(0, str(HERE.parent))  # run as a script: tests/ is where pytest 
 
 from golden.cases import CASES, CONFORM_DETERMINISTIC, CONFORM_TARGETS  # noqa: E402
 
-from hicache_ref.sim.trace import find_trace  # noqa: E402
+from hicache_ref.sim.trace.reader import find_trace  # noqa: E402
 
 
 def run_case(name: str) -> dict:
