@@ -2,7 +2,7 @@
 
 Whole numbers are Python or numpy integers, never bools (True is an int to Python, never a size to
 us). Profiles sit below hal (hal's backends price plans with them), so the rule lives here and
-hal.common.checks builds its argument checks on it.
+hal.common.arg_checks builds its argument checks on it.
 """
 
 from __future__ import annotations

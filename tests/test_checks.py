@@ -1,9 +1,9 @@
-"""hal.common.checks: the one rule for counts and flags (numpy ints yes, bools never a number)."""
+"""hal.common.arg_checks: the one rule for counts and flags (numpy ints yes, bools never a number)."""
 
 import numpy as np
 import pytest
 
-from hal.common.checks import boolean, is_int, is_number, non_negative_int, positive_int
+from hal.common.arg_checks import boolean, is_int, is_number, non_negative_int, positive_int
 from hal.transfer.layouts import positive_int as layouts_positive_int
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hal.common.checks import boolean, positive_int
+from hal.common.arg_checks import boolean, positive_int
 from hal.memory import numa as _numa
 from hal.memory import shm
 from hal.memory.registration import HostRegistrar, register_ranges, release

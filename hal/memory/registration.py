@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hal.common.checks import positive_int
+from hal.common.arg_checks import positive_int
 
 
 def split_range(address: int, nbytes: int, limit: int | None) -> list[tuple[int, int]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hal.common.checks import non_negative_int
+from hal.common.arg_checks import non_negative_int
 from hal.topology.topology_model import Topology
 
 POLICIES = ("local", "interleave")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-from hal.common.checks import is_int, positive_int
+from hal.common.arg_checks import is_int, positive_int
 from hal.transfer.geometry import KVGeometry
 from hal.transfer.kvcheck import Checked, geometry, indices, min_slots, page_tokens, slots_of
 from hal.transfer.plan import LAYER_BUFFERS, Side, TransferPlan, plan_copy

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hal.common.checks import is_int, positive_int
+from hal.common.arg_checks import is_int, positive_int
 from hal.transfer.geometry import KVGeometry
 
 

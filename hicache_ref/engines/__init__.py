@@ -85,7 +85,7 @@ def replay_with(engine: str, spec, trace, limit: int | None = None, off: bool | 
 
         return run_replay(spec, trace, limit, off=off)
     from hicache_ref.engines.sglang.engine_replay import replay_sglang
-    from hicache_ref.spec.memory import check_capacity
+    from hicache_ref.spec.capacity_check import check_capacity
 
     check_capacity(spec)
     if spec.tp.ranks is None:

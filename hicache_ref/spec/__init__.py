@@ -4,7 +4,7 @@
 - geometry, tiers, semantics (+ presets), storage, serving, tp: one node each.
 - fields: each field's option metadata (conformance.common.spec_options makes the options) and
   SpecError, the one error (a ValueError naming the option and the field).
-- sizing: upstream's L2 sizing; memory: what a run would allocate, refused before it does.
+- sizing: upstream's L2 sizing; capacity_check: what a run would allocate, refused before it does.
 """
 
 from hicache_ref.spec.fields import SpecError

@@ -19,7 +19,7 @@ from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN, find_plateau
 from hicache_ref.sim.sweep.sweep_l3 import SELECTIVE, STARVED_L3_HIT_SHARE, TIGHT_L2_SHARE
 from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.spec import CacheSpec, SpecError
-from hicache_ref.spec.memory import check_capacity
+from hicache_ref.spec.capacity_check import check_capacity
 
 STEPS = ("baseline", "layer_first", "daemon_threads", "thp", "numa", "tp_shared", "l3_pooled", "per_request_hits",
          "plateau_capacity")

@@ -1,7 +1,7 @@
 """`hicache replay` as one library call: the spec's serving and tp nodes choose serial, served or TP.
 
 The capacities are checked against this machine's memory before anything is built
-(hicache_ref.spec.memory), and the figures carry the resolved spec under "spec".
+(hicache_ref.spec.capacity_check), and the figures carry the resolved spec under "spec".
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hicache_ref.sim.run.served_replay import replay_served
 from hicache_ref.sim.run.tp_replay import tp_replay
 from hicache_ref.sim.trace.reader import read_trace
 from hicache_ref.spec import CacheSpec
-from hicache_ref.spec.memory import check_capacity
+from hicache_ref.spec.capacity_check import check_capacity
 
 
 def run_replay(spec: CacheSpec, trace, limit: int | None = None, off: bool | None = None) -> dict:

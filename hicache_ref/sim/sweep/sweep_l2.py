@@ -20,7 +20,7 @@ from hicache_ref.sim.sweep.sweep_pool import replay_in_workers
 from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.sim.trace.stack_distance import stack_profile
 from hicache_ref.spec import CacheSpec
-from hicache_ref.spec.memory import check_capacity
+from hicache_ref.spec.capacity_check import check_capacity
 
 METHODS = ("auto", "one_pass", "replay")
 NET_ONE_PASS = ("one_pass: net benefit needs each request's hits (compute saved) and the modeled transfer "
