@@ -19,8 +19,8 @@ command -v mutmut >/dev/null || { echo "ci/mutation.sh: mutmut is not installed 
 
 # name | module mutated | pytest selection (test files, then -k ...): keep each to seconds, mutmut reruns it per mutant
 MODULES=(
-  "summary|conformance/report/run_verdict.py|tests/test_conform_cli.py tests/test_conform_summary.py -k deciding_suite|run_in_part|error_fails|conform_summary"
-  "verdict|conformance/targets/judgment.py|tests/test_target_verdicts.py -k judge|describe|without_a_backend|slower_directions"
+  "run_verdict|conformance/report/run_verdict.py|tests/test_conform_cli.py tests/test_conform_summary.py -k deciding_suite|run_in_part|error_fails|conform_summary"
+  "judgment|conformance/targets/judgment.py|tests/test_target_verdicts.py -k judge|describe|without_a_backend|slower_directions"
   "link|conformance/targets/link_measurers.py|tests/test_target_verdicts.py -k slower_directions|without_a_backend|probe_figures"
   "digest|hicache_ref/tp/digest.py|tests/test_tp_protocol.py tests/test_tp_mutants.py -k not test_gate_ and not test_report_ and not test_rank_cache_"
   "visibility|hicache_ref/tp/visibility.py|tests/test_tp_protocol.py tests/test_tp_mutants.py -k gate|waits|private|writes"
