@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hardware_profiles import transfer_price as pricing
+from hardware_profiles import transfer_price
 from hardware_profiles.values import is_int, is_number, non_negative_int
 
 SCHEMA_VERSION = 1
@@ -203,8 +203,8 @@ class LinkModel:
         if direction not in HOST_LINK_DIRECTIONS:
             return None
         try:
-            return pricing.host_link_seconds(self, direction, nbytes, segments, launches, items, kernel, factor)
-        except pricing.UnknownValue:
+            return transfer_price.host_link_seconds(self, direction, nbytes, segments, launches, items, kernel, factor)
+        except transfer_price.UnknownValue:
             return None
 
     def registration_seconds(self, nbytes: int) -> float | None:

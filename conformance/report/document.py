@@ -9,8 +9,7 @@ import textwrap
 from pathlib import Path
 
 from conformance.report import environment as env_mod
-from conformance.report import html
-from conformance.report import plot_data as figures
+from conformance.report import html, plot_data
 from conformance.report.answer import answer
 from conformance.report.junit_cases import read_cases
 from conformance.report.report_schema import SCHEMA_ID
@@ -47,7 +46,7 @@ def build(summary, out: Path, profile, backend=None, backend_reason: str | None 
         "failed_targets": failed,
         "assumptions": {} if profile is None else dict(profile.assumptions()),
         "environment": env_mod.environment(summary.backend, profile, backend_reason),
-        "figures": figures.gather(profile, backend),
+        "figures": plot_data.gather(profile, backend),
         "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
-from conformance.report import html_plots as plots
+from conformance.report import html_plots
 from conformance.report.html_parts import badge, fmt, table, verdict_badge
 from conformance.report.html_readings import answer_block, readings_table
 from conformance.report.targets import split_counts
@@ -52,15 +52,15 @@ def _images(report: dict) -> str:
     f, env = report["figures"], report["environment"]
     parts = []
     for title, png, note, missing in (
-        ("All-hit fit and break-even", plots.allhit(f.get("allhit")),
+        ("All-hit fit and break-even", html_plots.allhit(f.get("allhit")),
          "modeled points from the profile's compute model, fitted by least squares (hicache_ref.sim.price.cost)",
          f"profile {env.get('profile')} cannot price an all-hit request "
          "(compute.prefill_fixed_s, compute.l2_path_fixed_s, the link)"),
-        ("Bandwidth vs size, per direction", plots.bandwidth(f.get("bandwidth")),
+        ("Bandwidth vs size, per direction", html_plots.bandwidth(f.get("bandwidth")),
          f"measured on backend {env['backend']} in this run (median of 5; one segment per transfer), with a plain "
          "memcpy of the same bytes as the peer",
          f"backend {env['backend']} is not available here: nothing was measured"),
-        ("Seed transfer per host layout", plots.layouts(f.get("layouts")),
+        ("Seed transfer per host layout", html_plots.layouts(f.get("layouts")),
          "segments of the seed transfer and its time priced by the profile's link model", "no profile"),
     ):
         if png:
@@ -76,7 +76,7 @@ def _images(report: dict) -> str:
             [[fmt(up["devices_per_switch"]), escape(up["ido"]), fmt(up["d2h_gbps"]) + " GB/s",
               fmt(up["shared_d2h_gbps"]) + " GB/s", fmt(up["ido_on_d2h_gbps"]) + " GB/s",
               escape(up.get("factor_source") or "not given")]]))
-    cal = plots.calibration(f.get("calibration"))
+    cal = html_plots.calibration(f.get("calibration"))
     if cal:
         c = f["calibration"]
         parts.append(f"<h3>Calibration curves</h3><p class='muted small'>from {escape(str(c.get('command', '?')))} "

@@ -6,21 +6,20 @@ of any profile is silently left out; `evaluate(target, ctx)` returns the target'
 
 from __future__ import annotations
 
-from conformance.targets import host_measurers as host
-from conformance.targets import link_measurers as link
+from conformance.targets import host_measurers, link_measurers
 from conformance.targets.judgment import judge, not_measured
 
 MEASURERS = {
-    "plan_segments_layer_first_seed": link.plan_segments("layer_first"),
-    "plan_segments_page_first_direct_seed": link.plan_segments("page_first_direct"),
-    "plan_seconds_seed": link.plan_seconds,
-    "h2d_gbps": link.gbps("h2d"),
-    "d2h_gbps": link.gbps("d2h"),
-    "transfer_ratio_vs_memcpy": link.ratio_vs_memcpy,
-    "per_card_host_gib_local": host.per_card_host_gib_local,
-    "host_pool_page_bytes": host.host_pool_page_bytes,
-    "d2h_submit_block_s": host.d2h_submit_block_s,
-    "ghost_entry_bytes": host.ghost_entry_bytes,
+    "plan_segments_layer_first_seed": link_measurers.plan_segments("layer_first"),
+    "plan_segments_page_first_direct_seed": link_measurers.plan_segments("page_first_direct"),
+    "plan_seconds_seed": link_measurers.plan_seconds,
+    "h2d_gbps": link_measurers.gbps("h2d"),
+    "d2h_gbps": link_measurers.gbps("d2h"),
+    "transfer_ratio_vs_memcpy": link_measurers.ratio_vs_memcpy,
+    "per_card_host_gib_local": host_measurers.per_card_host_gib_local,
+    "host_pool_page_bytes": host_measurers.host_pool_page_bytes,
+    "d2h_submit_block_s": host_measurers.d2h_submit_block_s,
+    "ghost_entry_bytes": host_measurers.ghost_entry_bytes,
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from hardware_profiles import transfer_price as pricing
+from hardware_profiles import transfer_price
 from hardware_profiles.profile import L3LinkModel
 
 # Assumed link of the L3 store where the profile has no l3_link section: a pooled-DRAM store over RDMA,
@@ -72,7 +72,7 @@ class L3Link:
 
     def _seconds(self, pages: int, direction: str) -> float:
         """One batch of `pages` objects, priced as every L3 transfer is (hardware_profiles.transfer_price)."""
-        return pricing.l3_seconds(self.model, direction, pages, pages * self.page_bytes, 1) if pages else 0.0
+        return transfer_price.l3_seconds(self.model, direction, pages, pages * self.page_bytes, 1) if pages else 0.0
 
     def pages_within(self, seconds: float) -> float:
         """Pages landed `seconds` after issue (a float; inf for an unbounded wait)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from conformance.suites import transfer_reference as reference
+from conformance.suites import transfer_reference
 from hal.transfer.layouts import KVGeometry
 from hicache_ref.core.pools import HostPool
 
@@ -26,24 +26,24 @@ def host_tensor(pool: HostPool) -> torch.Tensor:
 
 def logical(pool: HostPool) -> torch.Tensor:
     """(parts, layers, tokens, heads, dim) of the pool, by the reference's own shape math."""
-    return reference.host_to_logical(pool.layout, pool.geom.attention, host_tensor(pool), pool.geom.page_size)
+    return transfer_reference.host_to_logical(pool.layout, pool.geom.attention, host_tensor(pool), pool.geom.page_size)
 
 
 def page_bits(pool: HostPool, page: int) -> torch.Tensor:
     ps = pool.geom.page_size
-    return reference.bits(logical(pool)[:, :, page * ps : (page + 1) * ps])
+    return transfer_reference.bits(logical(pool)[:, :, page * ps : (page + 1) * ps])
 
 
 def random_pool(geom: KVGeometry, layout: str, seed: int) -> HostPool:
     pool = HostPool(geom, TOKENS, layout, materialize=True)
     rng = np.random.default_rng(seed)
     for buf in pool.buffers:
-        reference.fill_random(buf, rng)
+        transfer_reference.fill_random(buf, rng)
     return pool
 
 
 def poisoned_pool(geom: KVGeometry, layout: str) -> HostPool:
     pool = HostPool(geom, TOKENS, layout, materialize=True)
     for buf in pool.buffers:
-        reference.poison(buf)
+        transfer_reference.poison(buf)
     return pool

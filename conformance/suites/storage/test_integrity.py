@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.suites import transfer_reference as reference
+from conformance.suites import transfer_reference
 from conformance.suites.storage.page_pools import MHA, page_bits, poisoned_pool, random_pool
 from hicache_ref.storage import integrity, pages
 
@@ -48,7 +48,7 @@ def test_damaged_object_is_a_counted_miss(store, unique, how, dst_layout):
     assert store.stats.corrupt == 1 and store.stats.objects_read == 1
     assert torch.equal(page_bits(dst, 0), page_bits(src, 0))
     if dst_layout == "page_first":  # read through staging: a failed page's slot is untouched
-        assert bool((page_bits(dst, 1).view(torch.uint8) == reference.POISON_BYTE).all())
+        assert bool((page_bits(dst, 1).view(torch.uint8) == transfer_reference.POISON_BYTE).all())
     # the damaged object was discarded, so a set stores the page again and it reads back
     assert store.exists([bad]) == 0
     assert store.set([bad], src, [1]) == [True] and store.get([bad], dst, [1]) == [True]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.suites import transfer_reference as reference
+from conformance.suites import transfer_reference
 from conformance.suites.storage.page_pools import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
 
 GEOMS = {"mha": MHA, "mla": MLA}
-PAIRS = [(a, s, d) for a in ("mha", "mla") for s in reference.layouts_for(a) for d in reference.layouts_for(a)]
+PAIRS = [(a, s, d) for a in ("mha", "mla") for s in transfer_reference.layouts_for(a) for d in transfer_reference.layouts_for(a)]
 
 
 @pytest.mark.parametrize("registered", [False, True], ids=["plain", "registered"])
@@ -27,7 +27,7 @@ def test_round_trip_bit_identical(store, register, unique, attention, src_layout
     assert torch.equal(page_bits(dst, 3), page_bits(src, 0))
     assert torch.equal(page_bits(dst, 0), page_bits(src, 2))
     assert torch.equal(page_bits(dst, 1), page_bits(src, 3))
-    assert bool((page_bits(dst, 2).view(torch.uint8) == reference.POISON_BYTE).all()), "an unasked page was written"
+    assert bool((page_bits(dst, 2).view(torch.uint8) == transfer_reference.POISON_BYTE).all()), "an unasked page was written"
 
 
 def test_stats_count_objects_and_bytes(store, unique):

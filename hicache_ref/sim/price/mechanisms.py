@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from hardware_profiles import transfer_price as pricing
+from hardware_profiles import transfer_price
 
 PAGE_4K, PAGE_THP = 4096, 2 << 20  # host page sizes: base pages, transparent huge pages
 SUBMISSIONS = ("inline", "daemon")
@@ -118,10 +118,10 @@ def bandwidth_factor(profile, direction: str, state: HostState) -> float:
     return f
 
 
-def bandwidth_factors(profile, state: HostState) -> pricing.BandwidthFactors:
+def bandwidth_factors(profile, state: HostState) -> transfer_price.BandwidthFactors:
     """Both directions' bandwidth factors of `state`: what a modeled backend's clock prices with
     (hal/backends/support/modeled_clock.py), so it agrees with `device_seconds`."""
-    return pricing.BandwidthFactors(h2d=bandwidth_factor(profile, "h2d", state),
+    return transfer_price.BandwidthFactors(h2d=bandwidth_factor(profile, "h2d", state),
                                     d2h=bandwidth_factor(profile, "d2h", state))
 
 
@@ -129,7 +129,7 @@ def priced(profile, price, *args):
     """`price(*args)` (a hardware_profiles.transfer_price function), Unpriced naming the key it lacks."""
     try:
         return price(*args)
-    except pricing.UnknownValue as e:
+    except transfer_price.UnknownValue as e:
         raise Unpriced(f"profile {profile.name} has no {e.key}") from None
 
 
@@ -142,13 +142,13 @@ def dma_gbps(profile, direction: str, state: HostState) -> float:
 
 def submission_seconds(profile, t: Traffic) -> float:
     """CPU time to submit the copies: per launch, plus per merged segment for direct copies."""
-    return priced(profile, pricing.submission_seconds, profile.link, t.launches, t.segments, t.kernel)
+    return priced(profile, transfer_price.submission_seconds, profile.link, t.launches, t.segments, t.kernel)
 
 
 def device_seconds(profile, direction: str, t: Traffic, state: HostState) -> float:
     """Time the copy occupies the link: bytes at the effective bandwidth, plus per item for kernels."""
     factor = bandwidth_factor(profile, direction, state) if t.bytes else 1.0
-    return priced(profile, pricing.device_seconds, profile.link, direction, t.bytes, t.items, t.kernel, factor)
+    return priced(profile, transfer_price.device_seconds, profile.link, direction, t.bytes, t.items, t.kernel, factor)
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def l3_seconds(profile, direction: str, objects: int, nbytes: int, batches: int)
     moving `objects` objects of `nbytes` in all, in `batches` batches, `direction` "read" or "write"
     (hardware_profiles.transfer_price.l3_seconds, as the L3 tier's prefetch clock prices). Unpriced naming
     the key when the profile lacks one."""
-    return priced(profile, pricing.l3_seconds, profile.l3_link, direction, objects, nbytes, batches)
+    return priced(profile, transfer_price.l3_seconds, profile.l3_link, direction, objects, nbytes, batches)
 
 
 def shared_uplink_seconds(profile, d2h_bytes: int, l3_bytes: int, l3_busy_s: float, state: HostState) -> float:
