@@ -20,8 +20,8 @@ from conformance.cli.main import main
 from conformance.common.errors import CliError
 from conformance.common.streamed import read_stream
 from hardware_profiles import ProfileError, bounded, load_profile
+from hicache_ref.sim.trace import reader as trace_mod
 from hicache_ref.sim.trace.reader import read_trace
-from hicache_ref.sim.trace.reader import reader as trace_mod
 
 REPO = Path(__file__).resolve().parents[1]
 
