@@ -16,8 +16,8 @@ from hardware_profiles.measured_readings import SWITCHES
 from hicache_ref.sim.price.mechanisms import PAGE_4K, PAGE_THP, HostState, Unpriced
 from hicache_ref.sim.run.baseline import off_spec
 from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.replay_workers import replay_in_workers
 from hicache_ref.sim.run.served_replay import replay_served
-from hicache_ref.sim.sweep.sweep_pool import replay_in_workers
 from hicache_ref.spec import CacheSpec
 
 FIRST_BUILD = {k: v[0] for k, v in SWITCHES.items()}  # every switch as first built (HiCache on)

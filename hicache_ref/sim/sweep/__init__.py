@@ -1,2 +1,2 @@
 """Capacity sweeps: one trace replayed at L2 (`sweep_l2`) or L3 (`sweep_l3`) capacity after
-capacity, in worker processes (`sweep_pool`), and where the curve stops paying (`plateau`)."""
+capacity, and where the curve stops paying (`plateau`)."""

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from hicache_ref.sim.price import cost, spread
 from hicache_ref.sim.run.baseline import off_spec
 from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.replay_workers import replay_in_workers
 from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN, find_plateau, paying_plateau
-from hicache_ref.sim.sweep.sweep_pool import replay_in_workers
 from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.sim.trace.stack_distance import stack_profile
 from hicache_ref.spec import CacheSpec

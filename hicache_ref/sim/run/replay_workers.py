@@ -21,7 +21,7 @@ from hal import children
 
 # The worker's interpreter sees the parent's sys.path, as multiprocessing's spawn arranges.
 _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
-         "from hicache_ref.sim.sweep.sweep_pool import worker_main; worker_main()")
+         "from hicache_ref.sim.run.replay_workers import worker_main; worker_main()")
 
 
 def worker_main() -> None:
