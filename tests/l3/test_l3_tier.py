@@ -1,5 +1,7 @@
-"""The L3 tier on small constructed workloads over the real file store: each prefetch policy,
-threshold and rate limit worked out by hand, corrupt objects, MLA rank-0 write-back, faults."""
+"""The L3 tier (hicache_ref.l3.tier) on small constructed workloads over the real file store: each
+prefetch policy, threshold and rate limit worked out by hand, the limit's default per rule and the
+preset's switches, store answers it cannot use, writes that skip held pages, corrupt objects, MLA
+rank-0 write-back, faults."""
 
 from __future__ import annotations
 
@@ -238,3 +240,88 @@ def test_a_hung_store_costs_the_scheduler_one_deadline_then_is_skipped(tmp_path)
     assert first.kv_mismatch_tokens == 0 and all(r.kv_mismatch_tokens == 0 for r in res)
     assert sum(r.l3_hit_tokens for r in res) > 0  # C, pushed out of L2 meanwhile, comes from L3 again
     store.close()
+
+
+# -- the tier's own rules: limits by rule, the preset's defaults, answers it cannot use, writes ------
+
+@pytest.mark.parametrize("rule, share", [("cut", 0.8), ("decline", 0.5)])
+def test_the_rate_limit_defaults_to_its_rules_share_of_l2(tmp_path, rule, share):
+    store = FileStorage(str(tmp_path / "l3"))
+    with _Cache(store, l2=80, limit_rule=rule) as c:
+        fig = c.l3.figures()
+    assert (fig["l3_limit_rule"], fig["l3_limit_tokens"]) == (rule, int(80 * share))
+    store.close()
+
+
+def test_switches_a_storage_node_leaves_unset_are_the_default_presets(tmp_path):
+    from hicache_ref.spec.presets import DEFAULT_PRESET, preset
+
+    store = FileStorage(str(tmp_path / "l3"))
+    with _Cache(store) as c:
+        fig = c.l3.figures()
+    want = preset(DEFAULT_PRESET)
+    assert (fig["l3_limit_rule"], fig["l3_anchor_rule"]) == (want["prefetch_limit_rule"], want["prefetch_anchor"])
+    store.close()
+
+
+class _Answers(FileStorage):
+    """The real file store, its lookups or reads answered by `exists_answer` / `get_answer` when set."""
+
+    exists_answer = get_answer = None
+
+    def exists(self, keys):
+        return super().exists(keys) if self.exists_answer is None else self.exists_answer
+
+    def get(self, keys, host_pool, pages):
+        flags = super().get(keys, host_pool, pages)
+        return flags if self.get_answer is None else self.get_answer(flags)
+
+
+@pytest.mark.parametrize("answer", [True, 11, -1, 2.0, "10"])
+def test_a_lookup_answer_no_store_could_give_is_an_error_and_the_request_goes_on(seeded, tmp_path, answer):
+    store = _Answers(seeded.directory)
+    store.exists_answer = answer
+    with _Cache(store) as c:
+        res = c.request(A)
+        fig = c.l3.figures()
+    assert res.l3_hit_tokens == 0 and res.kv_mismatch_tokens == 0
+    assert fig["l3_errors"] >= 1 and "exists: answered" in fig["l3_last_error"]
+    assert fig["l3_prefetches"] == 0  # nothing was read on it
+    store.close()
+
+
+@pytest.mark.parametrize("answer, l3_tokens", [
+    (lambda flags: flags[:-1], 0),  # one flag short: malformed, nothing used
+    (lambda flags: [1] * len(flags), 0),  # truthy is not True
+    (lambda flags: flags[:3] + [False] + flags[4:], 12),  # a hole: the leading run only
+])
+def test_only_the_leading_run_of_true_in_a_read_answer_is_used(seeded, answer, l3_tokens):
+    store = _Answers(seeded.directory)
+    store.get_answer = answer
+    with _Cache(store) as c:
+        res = c.request(A)
+        fig = c.l3.figures()
+        leaked = c.tree.host.used_tokens - c.tree.tiers.host_pages * PS  # L2 pages the tree does not hold
+    assert res.l3_hit_tokens == l3_tokens and res.kv_mismatch_tokens == 0
+    assert fig["l3_miss_pages"] == 10 - l3_tokens // PS
+    assert leaked == 0  # the pages read but not used went back to L2
+    store.close()
+
+
+def test_a_write_skips_the_pages_the_store_already_holds(seeded):
+    with _Cache(seeded, l1=128, l2=128, threshold_tokens=48) as c:  # no prefetch: A computed, backed up again
+        c.request(A)
+        c.request(np.concatenate([A, B]))  # A's pages are held, B's are new
+        c.settle()
+    fig = c.l3.figures()
+    # A's backup finds its 10 pages held and writes none; B's node (backed up alone) writes its 10
+    assert (fig["l3_pages_present"], fig["l3_pages_written"]) == (10, 10)
+    assert fig["l3_bytes_written"] == 10 * 32 and fig["l3_write_batches"] == 1
+    assert seeded.exists(_keys(np.concatenate([A, B]))) == 20
+
+
+@pytest.mark.parametrize("option, value", [("tp_rank", -1), ("tp_rank", True), ("deadline_s", 0)])
+def test_bad_tier_options_are_refused_naming_them(seeded, option, value):
+    with pytest.raises(ValueError, match=f"^{option}: "):
+        with _Cache(seeded, **{option: value}):
+            pass
