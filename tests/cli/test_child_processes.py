@@ -24,6 +24,9 @@ SHM = Path("/dev/shm")
 MARK = "HICACHE_TEST_RUN"
 
 
+pytestmark = pytest.mark.slow  # real hicache processes killed mid-run
+
+
 def marked(mark: str) -> set[int]:
     """Live (not zombie) processes whose environment carries MARK=mark."""
     needle = f"{MARK}={mark}".encode()

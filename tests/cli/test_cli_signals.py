@@ -18,6 +18,9 @@ from tests.proc_state import alive
 REPO = Path(__file__).resolve().parents[2]
 
 
+pytestmark = pytest.mark.slow  # real hicache processes signalled mid-run
+
+
 def _as_in_a_terminal() -> None:
     # A shell starts background jobs (`pytest ... &`) with SIGINT ignored, and Python then installs
     # no KeyboardInterrupt handler: give the command the disposition a terminal's Ctrl-C meets.

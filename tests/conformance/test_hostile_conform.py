@@ -28,6 +28,9 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 </testsuite></testsuites>"""
 
 
+pytestmark = pytest.mark.slow  # hicache conform runs pytest in a child process
+
+
 def test_a_test_whose_body_never_ran_is_not_run_never_passed(tmp_path):
     junit = tmp_path / "junit.xml"
     junit.write_text(JUNIT.format(props=f'<properties><property name="{BODY_NOT_RUN}" value="1"/></properties>'))

@@ -16,6 +16,9 @@ STANDIN = ROOT / "tests" / "fixtures" / "xpu_standin"
 TIMEOUT_S = 600
 
 
+pytestmark = pytest.mark.slow  # builds the stand-in runtime and runs it in child processes
+
+
 @pytest.fixture(scope="module")
 def standin_env(tmp_path_factory) -> dict[str, str]:
     """The environment of a child that imports the stand-in runtime (never this process: its

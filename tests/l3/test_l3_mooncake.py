@@ -15,6 +15,9 @@ SMALL = dict(page_size=256, attention="mla", layers=1, kv_dim=4, dtype="bf16", m
 SEGMENT = ",segment=512MiB"  # the 1,500 requests' pages are ~110 MB of objects
 
 
+pytestmark = pytest.mark.slow  # replays on a real loopback Mooncake cluster
+
+
 def test_tiny_l1_l2_over_mooncake_reach_the_unlimited_hit_rate(mooncake_cluster, synthetic):
     unlimited = replay(CacheSpec.of(**{k: v for k, v in SMALL.items() if not k.endswith("_tokens")}), synthetic, 1500)
     fig = replay(CacheSpec.of(**SMALL, l3=mooncake_cluster.spec + SEGMENT), synthetic, 1500)

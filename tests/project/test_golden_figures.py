@@ -15,6 +15,9 @@ from tests.golden.cases import CASES, VOLATILE
 HERE = Path(__file__).resolve().parents[1] / "golden"
 
 
+pytestmark = pytest.mark.slow  # each case runs hicache in a child process
+
+
 def _figures(value, path=""):
     """Leaves of a JSON document by path; volatile keys dropped at any depth."""
     if isinstance(value, dict):

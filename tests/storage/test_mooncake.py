@@ -24,6 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 USER_ADVERTISE = os.environ.get("MC_TCP_BIND_ADDRESS")
 
 
+pytestmark = pytest.mark.slow  # a real loopback Mooncake cluster
+
+
 @pytest.fixture(scope="module")
 def client(mooncake_cluster):
     s = open_storage(mooncake_cluster.spec + ",segment=64MiB,buffer=8MiB")

@@ -9,6 +9,9 @@ from hicache_ref.tp.report import report
 from hicache_ref.tp.workload import WorkloadConfig
 
 
+pytestmark = pytest.mark.slow  # real rank processes
+
+
 @pytest.mark.parametrize("order", ["upstream_l1", "upstream_l1_sorted"])
 def test_two_ranks_agree_and_a_rerun_reproduces_the_report(order):
     cfg = WorkloadConfig(ops=80, seed=11, free_list=order)

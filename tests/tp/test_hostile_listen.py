@@ -37,6 +37,9 @@ g.close()
 LOOPBACK = {"0100007F"}  # 127.0.0.1 in /proc/net/tcp's byte order
 
 
+pytestmark = pytest.mark.slow  # real rank processes and a Mooncake cluster
+
+
 def test_the_groups_rendezvous_store_listens_on_loopback_only():
     proc = subprocess.run([sys.executable, "-c", PROBE], env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=120)

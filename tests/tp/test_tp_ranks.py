@@ -18,6 +18,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ENV = dict(os.environ, PYTHONPATH=ROOT)
 
 
+pytestmark = pytest.mark.slow  # real rank processes
+
+
 @pytest.fixture
 def shared_dir():
     d = tempfile.mkdtemp(prefix="hicache-tp-test-", dir="/dev/shm")
