@@ -178,6 +178,6 @@ def test_intervals_come_from_the_profiles_ensemble(monkeypatch):
     r = advise([(profile, spec)], requests)["profiles"][0]
     top = r["ranked"][0]
     lo, hi = top["ttft_change_interval_pct"]
-    assert lo < hi  # two members priced apart: a real interval, no longer a point
+    assert lo < hi  # two members priced apart: a real interval, not a point
     # every configuration that loads from L2 is a loss at a fiftieth of the bandwidth: nothing is a sure gain
     assert not r["on"] and all(row["answer"] != "gain" for row in r["ranked"]), r["headline"]

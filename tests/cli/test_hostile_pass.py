@@ -1,4 +1,4 @@
-"""A hostile pass on issue 41's own fixes: the cases a user could still break them with, each a test."""
+"""The hostile-input guards against the cases a user could still break them with (docs/hostile-cases.md, P), each a test."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ def test_positive_and_non_negative_ints():
     for bad in (-1, False, 0.5, "0"):
         with pytest.raises(ValueError, match="^count: "):
             non_negative_int("count", bad)
-    assert layouts_positive_int is positive_int  # still importable where it used to live
+    assert layouts_positive_int is positive_int  # the layouts package hands out the same check
 
 
 def test_booleans_and_predicates():

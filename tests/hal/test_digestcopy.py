@@ -140,7 +140,7 @@ def test_fused_seal_detects_a_corrupted_page_exactly_as_before(tmp_path, digest,
 
 
 def _numpy_synthetic_kv(tokens, positions, part, layer, item_size):
-    """The numpy form of hicache_ref.core.synthetic_kv, as it was before the native writer."""
+    """The numpy form of hicache_ref.core.synthetic_kv: an independent statement of what the native writer writes."""
     mix = tokens.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ positions.astype(np.uint64) * np.uint64(
         0xC2B2AE3D27D4EB4F)
     mix ^= np.uint64((layer * 2 + part + 1) * 0x165667B19E3779F9 & 0xFFFFFFFFFFFFFFFF)

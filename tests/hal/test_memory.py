@@ -420,8 +420,8 @@ def test_bench_memory_reports_both_page_sizes(capsys):
 
 
 def test_bench_memory_defaults_keep_their_binary_sizes():
-    # The defaults were 64M,256M,1G when K/M/G meant powers of 1024 here; hal.units now reads
-    # those as powers of 1000, so the defaults say MiB/GiB and still time the same buffers.
+    # hal.units reads K/M/G as powers of 1000: the defaults say MiB/GiB, so the buffers timed
+    # are 64 MiB, 256 MiB and 1 GiB.
     import argparse
 
     from conformance.bench import memory as bench

@@ -89,7 +89,7 @@ def test_a_copy_across_two_registrations_is_refused_and_never_planned(standin_en
 
 
 def test_registering_in_pieces_is_what_the_driver_refuses(standin_env):
-    # The registration the harness no longer makes: the same plans then cross a boundary.
+    # Registered in pieces (what the harness avoids): the same plans then cross a boundary.
     got = _registration(standin_env, "chunked")
     assert got["registrations"] > 1 and got["refused_copies"] >= 1
     assert "error 1 (invalid argument)" in got["error"]

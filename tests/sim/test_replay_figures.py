@@ -54,15 +54,11 @@ def test_two_default_replays_print_the_same_json_bit_for_bit(capsys):
 
 
 # Expected figures on fixed slices of the packaged traces, on the default (P800 seed) geometry
-# and profile, unmaterialized. Computed once by running this replay (hicache_ref.sim.replay.replay on
-# the slice and spec below) at the commit that added this table; the integer figures and
-# hit_rate were checked equal to those of the code before it (merge 46cd1bf), whose modeled
-# seconds differed only in the last digit (a running float sum; now an exactly rounded sum).
+# and profile, unmaterialized, as this replay (hicache_ref.sim.replay.replay on the slice and spec
+# below) computes them; modeled seconds are an exactly rounded sum, so they repeat to the bit.
 # The capacities are small enough that both tiers evict and L2 hits are loaded back. A change
 # in matching, insertion, eviction order, write policy, free-list order, planning or pricing
 # changes some number here: update the table only for an intended change, and say why.
-# The lifo rows' segments and modeled seconds were updated when lifo stopped handing a freed
-# run back reversed (ascending runs merge again; hits, bytes and transfers unchanged).
 PINNED = [
     ("conversation", 1000, dict(l1_tokens=150_000, l2_tokens=600_000, write_policy="write_through", free_list="fifo"),
      dict(requests=1000, input_tokens=13732944, hit_rate=0.03925858869008714, l1_hit_tokens=511488,

@@ -8,7 +8,6 @@ from hicache_ref.tp.launch import launch
 from hicache_ref.tp.report import report
 from hicache_ref.tp.workload import WorkloadConfig
 
-
 pytestmark = pytest.mark.slow  # real rank processes
 
 
