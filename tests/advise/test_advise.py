@@ -47,6 +47,7 @@ def _grid_best(spec: CacheSpec, requests, profile, tp: int) -> tuple[float, tupl
 
 
 @pytest.mark.parametrize("trace, n", [("conversation_trace.jsonl", 80), ("synthetic_trace.jsonl", 40)])
+@pytest.mark.slow
 def test_pick_is_the_best_cell_of_an_independent_grid(trace, n):
     requests = _slice(trace, n)
     l1 = sum(r.input_length for r in requests) // 3  # a few L2 tiers before the whole slice fits
@@ -77,6 +78,7 @@ def test_leaves_it_off_when_the_trace_fits_in_l1():
     assert r["headline"].startswith("leave HiCache off") and "flags" not in r and "pick" not in r
 
 
+@pytest.mark.slow
 def test_leaves_it_off_when_nothing_is_reused():
     requests = _requests([tuple(range(10 * i, 10 * i + 10)) for i in range(60)])
     spec = CacheSpec.of(profile="p800", l1_tokens=4096, semantics=SEMANTICS)
@@ -85,6 +87,7 @@ def test_leaves_it_off_when_nothing_is_reused():
     assert "flags" not in r and r["headline"].startswith("leave HiCache off")
 
 
+@pytest.mark.slow
 def test_turns_it_on_when_long_prefixes_come_back_after_l1_forgets_them():
     # 40 distinct 16K-token prefixes, each asked twice, 40 requests apart: L1 holds 2, L2 holds all
     firsts = [tuple(range(100 * i, 100 * i + 32)) for i in range(40)]
@@ -127,6 +130,7 @@ def test_l2_tiers_follow_upstreams_ratio_rule_within_host_memory():
     assert all(t == (int(100_000 * r) // 64 + 1) * 64 for r, t in tiers)
 
 
+@pytest.mark.slow
 def test_the_cli_writes_the_report_and_the_same_json_twice(tmp_path, capsys):
     from conformance.cli.main import main
 
@@ -153,6 +157,7 @@ def test_the_cli_refuses_before_writing(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("hicache: --l1-tokens:") and not out.exists()
 
 
+@pytest.mark.slow
 def test_the_host_ladder_ends_at_the_picks_own_price():
     firsts = [tuple(range(100 * i, 100 * i + 32)) for i in range(40)]
     requests = _requests(firsts + [p + (10_000 + i,) for i, p in enumerate(firsts)])
@@ -163,6 +168,7 @@ def test_the_host_ladder_ends_at_the_picks_own_price():
     assert r["host_ladder"][0]["ttft_change_pct"] > pick["ttft_change_pct"]  # the first build pays for its host
 
 
+@pytest.mark.slow
 def test_intervals_come_from_the_profiles_ensemble(monkeypatch):
     import dataclasses
 

@@ -148,6 +148,7 @@ def test_pythons_own_errors_become_one_line_naming_file_and_line(tmp_path, capsy
     ("a:\n" + "".join("  " * i + f"b{i}:\n" for i in range(1, 40)), "nesting at most"),
     ("schema: 1\nschema: 2\n", "each key once"),
 ])
+@pytest.mark.slow
 def test_a_yaml_profile_is_read_within_the_same_bounds(tmp_path, text, says):
     path = tmp_path / "p.yaml"
     path.write_text(text)

@@ -192,6 +192,7 @@ SMALL_CONFORM = ["conform", "--backend", "emu", "--profile", "emu", "-n", "0", "
     ("40K", 16 << 10, "junit.xml"),  # the child's junit does not fit: it says so, no traceback
     ("128K", 0, "report.json"),      # the junit fits, the report does not: safe_write's line
 ])
+@pytest.mark.slow
 def test_conform_on_a_full_disk_is_one_line_naming_the_file_and_exit_2(tmp_path, capfd, size, filler, unwritten):
     with mounted_tmpfs(tmp_path / "disk", f"size={size}") as disk:
         (disk / "filler").write_bytes(b"x" * filler)
@@ -281,6 +282,7 @@ def bench_figures(capsys, name: str, path: str) -> dict:
 
 
 @pytest.mark.parametrize("name", ["replay", "sweep"])
+@pytest.mark.slow
 def test_bench_reads_a_fifo_once_and_times_the_file_s_requests(tmp_path, capsys, name):
     file = tmp_path / "t.jsonl"
     file.write_text(TRACE)
@@ -300,6 +302,7 @@ def test_bench_on_an_empty_stdin_is_refused_not_swapped_for_the_packaged_trace(c
     assert "stdin (-): holds no request" in one_line_err(capsys)
 
 
+@pytest.mark.slow
 def test_a_fifo_with_no_writer_yet_says_it_waits(tmp_path, capsys):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -365,6 +368,7 @@ def test_trace_synth_on_a_full_disk_is_one_line_and_no_partial_trace(tmp_path, c
 
 
 @pytest.mark.parametrize("command, l2", [("sweep", "64K,128K"), ("ablate", "64K")])
+@pytest.mark.slow
 def test_sweep_out_on_a_full_disk_names_the_file_and_leaves_nothing_half_written(tmp_path, capsys, command, l2):
     trace = tmp_path / "t.jsonl"
     trace.write_text(TRACE)
@@ -396,6 +400,7 @@ def test_an_alias_bomb_profile_is_refused_at_once_naming_the_alias(tmp_path, cap
     assert time.monotonic() - start < 30 and str(path) in err and "aliases are not read" in err and len(err) < 400
 
 
+@pytest.mark.slow
 def test_a_readings_file_goes_through_the_same_reader(tmp_path):
     from hardware_profiles.model import ProfileError
     from hardware_profiles.readings import build_readings
@@ -460,6 +465,7 @@ def test_trace_synth_refuses_an_out_that_is_a_link_before_the_work(tmp_path, cap
     assert "symbolic link" in one_line_err(capsys) and victim.read_text() == "precious"
 
 
+@pytest.mark.slow
 def test_a_plot_on_a_full_disk_leaves_no_partial_png(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     trace.write_text(TRACE)

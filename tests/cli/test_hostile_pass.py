@@ -46,6 +46,7 @@ def test_pytest_addopts_from_the_environment_cannot_slip_setup_only_in(tmp_path,
     assert "--setup-only" in one_line_err(capsys) and not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_stdin_closed_as_a_trace_is_one_line(tmp_path):
     proc = subprocess.run(f"{sys.executable} -m conformance.cli.main trace stats - <&-", shell=True, cwd=tmp_path,
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)

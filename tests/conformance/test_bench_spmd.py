@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conformance.cli import main
 
 
+@pytest.mark.slow
 def test_bench_spmd_reports_one_nth_host_and_d2h_bytes(capsys):
     assert main.main(["bench", "spmd", "--tp", "2", "--ops", "40", "--repeat", "1", "--json", "--quiet"]) == 0
     r = json.loads(capsys.readouterr().out)

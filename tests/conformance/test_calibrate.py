@@ -24,6 +24,7 @@ def calibrated(tmp_path_factory):
     return rc, out
 
 
+@pytest.mark.slow
 def test_calibrate_does_only_the_work_asked(calibrated):
     """The run is bounded by its arguments: the sizes and repeats given, no more (its speed is
     BENCHMARKS.md's, not a unit test's)."""
@@ -34,6 +35,7 @@ def test_calibrate_does_only_the_work_asked(calibrated):
     assert {d: [r["bytes"] for r in rows] for d, rows in cal["bandwidth"].items()} == {"h2d": sizes, "d2h": sizes}
 
 
+@pytest.mark.slow
 def test_calibrate_writes_a_loadable_measured_profile(calibrated):
     rc, out = calibrated
     assert rc == 0
@@ -45,6 +47,7 @@ def test_calibrate_writes_a_loadable_measured_profile(calibrated):
     assert profile.targets == load_profile("emu").targets  # everything but the link kept from the base
 
 
+@pytest.mark.slow
 def test_each_measured_link_value_is_written_with_its_standard_error(calibrated):
     """stderr: beside value and source: the median bandwidth's over its repeats, a slope's from its fit."""
     _, out = calibrated
@@ -59,6 +62,7 @@ def test_each_measured_link_value_is_written_with_its_standard_error(calibrated)
     assert doc["link"]["per_launch_us"]["stderr"] == float(f"{fit['se_b'] * 1e6:.4g}")
 
 
+@pytest.mark.slow
 def test_calibrated_profile_has_the_measured_translation_slowdown_or_says_why_not(calibrated):
     _, out = calibrated
     profile = load_profile(out)
@@ -86,6 +90,7 @@ def test_calibrated_profile_has_the_measured_translation_slowdown_or_says_why_no
         assert "not written: " in source and reg["why"] in source
 
 
+@pytest.mark.slow
 def test_numa_on_one_node_is_not_invented(calibrated):
     from hal.topology import sysfs_numa_nodes
 
@@ -100,6 +105,7 @@ def test_numa_on_one_node_is_not_invented(calibrated):
     assert "host_costs.numa_remote_bw_factor" not in profile.sources
 
 
+@pytest.mark.slow
 def test_a_calibration_on_p800_keeps_its_other_host_costs_with_their_sources(tmp_path, capsys):
     import yaml
 
@@ -122,6 +128,7 @@ def test_a_calibration_on_p800_keeps_its_other_host_costs_with_their_sources(tmp
         assert source.startswith("derived: ") and "; kept: measured: " in source and "not written: " in source
 
 
+@pytest.mark.slow
 def test_calibrated_bandwidth_is_reported_beside_a_memcpy_of_the_same_run(calibrated):
     """Each size's row carries the memcpy measured round by round beside it and their paired ratio;
     the profile's link is the largest size's median. (How near the two are is BENCHMARKS.md's.)"""
@@ -134,6 +141,7 @@ def test_calibrated_bandwidth_is_reported_beside_a_memcpy_of_the_same_run(calibr
         assert cal["link"][f"{d}_gbps"] == cal["bandwidth"][d][-1]["gbps"]
 
 
+@pytest.mark.slow
 def test_calibration_keeps_fits_with_residuals(calibrated):
     _, out = calibrated
     cal = json.loads(out.with_name("thisbox.calibration.json").read_text())
@@ -145,6 +153,7 @@ def test_calibration_keeps_fits_with_residuals(calibrated):
     assert cal["machine"]["host"] and cal["date"] and cal["command"].startswith("hicache calibrate")
 
 
+@pytest.mark.slow
 def test_calibration_records_fit_quality_and_marks_accepted_poor_fits(calibrated):
     _, out = calibrated
     cal = json.loads(out.with_name("thisbox.calibration.json").read_text())
@@ -217,6 +226,7 @@ def test_the_slopes_standard_error_is_the_textbook_one():
 SMALL = ["calibrate", "--sizes", "1MiB,2MiB", "--repeat", "3", "--translation-sizes", "2MiB,4MiB", "--quiet"]
 
 
+@pytest.mark.slow
 def test_a_poorly_known_slope_is_not_written_without_accept_poor_fit(tmp_path, capsys, monkeypatch):
     from conformance.calibrate import fit_quality
 

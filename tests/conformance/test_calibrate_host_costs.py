@@ -122,6 +122,7 @@ def test_entries_count_the_pages_the_buffer_is_on(emu):
             assert e == size // (2 << 20)
 
 
+@pytest.mark.slow
 def test_translation_measures_both_page_kinds_on_real_buffers(emu):
     from conformance.calibrate.host_costs import translation
 
@@ -150,6 +151,7 @@ def test_numa_on_one_node_is_not_measured_and_says_why(emu):
     assert numa(emu) == {"measured": False, "nodes": [sysfs_numa_nodes()[0].id], "why": "one NUMA node"}
 
 
+@pytest.mark.slow
 def test_the_node_comparison_runs_on_real_bound_memory_and_writes_a_loadable_factor(emu, tmp_path):
     """The measurement a several-node host runs, here between node 0 and itself (this machine may
     have one node): memory really bound by mbind, the factor ~1, its source written and loaded."""

@@ -20,6 +20,7 @@ def test_measure_fits_rate_and_latencies_from_put_get_timings():
     assert link["per_batch_us"] >= 0 and link["per_object_us"] >= 0
 
 
+@pytest.mark.slow
 def test_calibrate_storage_writes_the_l3_link_into_a_profile(tmp_path, capsys):
     out = tmp_path / "p.yaml"
     assert cli_main(["calibrate", "--storage", "memory:max_bytes=128M", "--repeat", "3", "--out", str(out),

@@ -74,6 +74,7 @@ def test_thp_checks_report_what_this_host_has(capsys):
             or "compact" in checks["thp_shmem"]["fix"] or "advise" in checks["thp_shmem"]["fix"]
 
 
+@pytest.mark.slow
 def test_p800_profile_is_emulated_with_shared_uplinks_and_local_capacity(capsys):
     rc, out = doctor_json(capsys, "--profile", "p800")
     assert rc == 0

@@ -95,6 +95,7 @@ def test_doctor_passes_the_preflight_in_a_clean_environment(monkeypatch):
 @pytest.mark.parametrize("env, variable", [({"XPU_DUMMY_EVENT": "1"}, "XPU_DUMMY_EVENT"),
                                            ({"XPU_VISIBLE_DEVICES": "1,0", "CUDA_VISIBLE_DEVICES": "0,1"},
                                             "XPU_VISIBLE_DEVICES")])
+@pytest.mark.slow
 def test_device_check_refuses_before_writing_anything(tmp_path, env, variable):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("XPU_", "CUDA_VISIBLE"))}
     run = subprocess.run(["bash", str(ROOT / "ci" / "device-check.sh"), "--backend", "xpu", str(tmp_path / "out")],

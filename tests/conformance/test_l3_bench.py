@@ -13,6 +13,7 @@ def test_tiers_hold_the_longest_request():
     assert tiers_for(reqs, 256) == (1024, 2048)
 
 
+@pytest.mark.slow
 def test_measure_file_store_on_the_conversation_trace():
     res = measure(limit=40, stores=("file",))
     row, base = res["stores"]["file"], res["without"]

@@ -53,6 +53,7 @@ def wrong(tmp_path_factory):
     return profile, rows, results
 
 
+@pytest.mark.slow
 def test_a_profile_in_another_folder_finds_the_packaged_readings(wrong):
     profile, rows, _ = wrong
     readings = load_readings(profile)
@@ -61,6 +62,7 @@ def test_a_profile_in_another_folder_finds_the_packaged_readings(wrong):
 
 
 @pytest.mark.parametrize("name", SEGMENT_READINGS)
+@pytest.mark.slow
 def test_a_wrong_per_segment_cost_fails_the_readings_it_decides_named(wrong, name):
     _, rows, _ = wrong
     row = rows[name]
@@ -75,6 +77,7 @@ def test_a_wrong_per_segment_cost_fails_the_readings_it_decides_named(wrong, nam
     assert "link.per_segment_us" in row["inputs"]
 
 
+@pytest.mark.slow
 def test_reading_rows_are_taken_once_per_run_and_shared(wrong):
     profile, rows, results = wrong
     kept = json.loads((results / SHARED_ROWS).read_text())

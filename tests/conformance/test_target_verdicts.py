@@ -38,6 +38,7 @@ def emu_rows():
 
 
 @pytest.mark.parametrize("metric", list(METRICS))
+@pytest.mark.slow
 def test_every_target_kind_is_evaluated_on_emu(emu_rows, metric):
     row = emu_rows[metric]
     assert set(ROW_KEYS) <= set(row)
@@ -47,6 +48,7 @@ def test_every_target_kind_is_evaluated_on_emu(emu_rows, metric):
         assert row["inputs"], f"{metric}: a modeled figure names the profile keys it rests on"
 
 
+@pytest.mark.slow
 def test_measured_targets_are_measured_on_the_backend(emu_rows):
     assert emu_rows["d2h_submit_block_s"]["basis"] == "measured"
     assert emu_rows["d2h_submit_block_s"]["value"] < 0.5  # write() queues; the copy runs on the D2H thread

@@ -518,6 +518,7 @@ class ControllerMachine(RuleBasedStateMachine):
 ControllerMachine.TestCase.settings = settings(max_examples=20, stateful_step_count=15, deadline=None,
                                                 suppress_health_check=[HealthCheck.too_slow])
 TestControllerMachine = ControllerMachine.TestCase
+TestControllerMachine.pytestmark = [pytest.mark.slow]  # many generated sequences of real transfers
 
 
 # -- layer-0 plans: what the controller counts ------------------------------------------------------

@@ -169,6 +169,7 @@ def _tokens(blocks, cut):
                          min_size=1, max_size=14),
        policy=st.sampled_from(["write_through", "write_back", "write_through_selective"]),
        layout=st.sampled_from(ref.MHA_LAYOUTS), l1_pages=st.integers(6, 16), l2_pages=st.integers(0, 24))
+@pytest.mark.slow
 def test_random_requests_keep_kv_exact_and_pools_consistent(requests, policy, layout, l1_pages, l2_pages):
     backend = get_backend("emu", "emu")
     with _cache(backend, "mha", layout, l1=l1_pages * PS, l2=l2_pages * PS, policy=policy) as cache:

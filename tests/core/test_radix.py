@@ -293,6 +293,7 @@ def transcript(policy, order, seed=3):
 
 @pytest.mark.parametrize("policy", ["write_back", "write_through", "write_through_selective"])
 @pytest.mark.parametrize("order", ["fifo", "lifo"])
+@pytest.mark.slow
 def test_same_operations_give_same_indices_on_every_rank(policy, order):
     first = transcript(policy, order)
     assert any(op[0] == "load" for op in first if isinstance(op[0], str))  # the sequence reaches load back

@@ -3,6 +3,7 @@
 import zlib
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -259,3 +260,4 @@ class TreeAndPools(RuleBasedStateMachine):
 TreeAndPools.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
                                           suppress_health_check=[HealthCheck.too_slow])
 test_tree_and_pools = TreeAndPools.TestCase
+test_tree_and_pools.pytestmark = [pytest.mark.slow]  # many generated sequences over real pools

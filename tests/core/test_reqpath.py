@@ -37,6 +37,7 @@ def _d2h(**kw) -> int:
     return replay(CacheSpec.of(**SMALL, **kw), TRACE)["d2h_tokens"]
 
 
+@pytest.mark.slow
 def test_selective_single_insert_backs_up_only_what_two_requests_shared():
     # r0 inserts node [1,2]: hit 1. r1 splits it: [1] keeps the hit and gets one more (2:
     # backed up, 512 tokens); [3] is new (1). r2: [4] new (1). Either hit count: 512.
@@ -275,6 +276,7 @@ def test_seed_preset_with_pd_disagg_degrades_selective_on_the_hand_trace():
         hit_count="per_insert", backup_scope="node", evict_size="whole", load_back_threshold=10)
 
 
+@pytest.mark.slow
 def test_cli_semantics_preset_and_override(tmp_path):
     geo = ["--layers", "2", "--kv-dim", "8", "--json", "--quiet", "--trace", _trace_file(tmp_path)]
     rc, out = _cli(*geo, "--semantics", "seed", "--pd-disagg")

@@ -45,6 +45,7 @@ def test_absent_sglang_ablate_is_not_run_with_the_reason(capsys):
     assert out.startswith("hicache ablate: NOT RUN: engine sglang: ") and _WHY in out
 
 
+@pytest.mark.slow
 def test_rungs_the_engine_refuses_are_not_measured_with_the_reason(monkeypatch):
     # Pools over the memory budget are refused by the sglang engine (its pools are real): every
     # HiCache-on rung of this served ladder is refused before anything is built, for that reason

@@ -119,6 +119,7 @@ def test_the_file_store_counts_hicache_files_it_gained_only(tmp_path):
     assert stores.stored_objects(str(store_dir)) == 3 and store.written() == 2
 
 
+@pytest.mark.slow
 def test_the_backed_up_anchor_keeps_write_back_from_asking_l3_past_an_l1_only_prefix():
     """Conversation requests all start with one shared block; under write_back it stays in L1 and is
     never backed up, so with SGLang 0.5.23's gate no request asks L3 anything, where the same

@@ -263,6 +263,7 @@ def test_the_name_finder_sees_a_comparison_a_membership_and_a_table(tmp_path):
     assert [f.split(": ")[1] for f in _name_switches(src, tmp_path)] == ["page_first", "page_head", "layer_first"]
 
 
+@pytest.mark.slow
 def test_no_layout_name_is_compared_outside_its_own_module():
     found = [f for pkg in ("hal", "hicache_ref") for p in sorted((ROOT / pkg).rglob("*.py"))
              for f in _name_switches(p)]

@@ -37,6 +37,7 @@ def _pair(tmp_path, trace, limit, policy, l1, l2, l3_pages, page_size, key_schem
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
 @pytest.mark.parametrize("l3_pages", [None, 300], ids=["loose", "tight"])
 @pytest.mark.parametrize("key_scheme", ["sglang", "harness"])
+@pytest.mark.slow
 def test_model_l3_decides_as_a_materialized_file_l3_synthetic(tmp_path, policy, l3_pages, key_scheme):
     real, model = _pair(tmp_path, "synthetic_trace.jsonl", 60, policy, 16_000, 32_000, l3_pages, 256, key_scheme)
     assert {k: model[k] for k in DECISIONS} == {k: real[k] for k in DECISIONS}
@@ -45,6 +46,7 @@ def test_model_l3_decides_as_a_materialized_file_l3_synthetic(tmp_path, policy, 
         assert real["l3_hit_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_a_tight_model_l3_holds_its_bound_and_loses_hits(tmp_path):
     _, loose = _pair(tmp_path / "a", "synthetic_trace.jsonl", 60, "write_through", 16_000, 32_000, None, 256)
     _, tight = _pair(tmp_path / "b", "synthetic_trace.jsonl", 60, "write_through", 16_000, 32_000, 300, 256)
@@ -91,6 +93,7 @@ def test_selective_writes_with_a_tight_l2_warn_naming_the_option():
     assert starved_l3_warning(spec, 10_000_000, l3_hit_tokens=100_000) is None
 
 
+@pytest.mark.slow
 def test_the_l3_sweep_plateaus_on_a_trace_built_to_plateau():
     # 24 conversations of short turns: every page the trace has fits in an L3 of 2M tokens, so
     # the curve rises while L3 grows towards that and is flat past it.
@@ -160,6 +163,7 @@ def test_replay_at_the_seed_geometry_takes_a_model_l3_in_seconds(synthetic):
     assert "l3_link.read_gbps" in fig["net_benefit_assumed_inputs"]
 
 
+@pytest.mark.slow
 def test_sweep_cli_grows_l3_over_one_l2_and_plots(tmp_path, capsys):
     from conformance.cli.main import main as cli_main
 

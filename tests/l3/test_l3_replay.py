@@ -20,6 +20,7 @@ TIERS = dict(l1_tokens=140_000, l2_tokens=280_000)  # the synthetic trace's long
 WALL = {"wall_seconds", "read_seconds", "tokens_per_second", "l3_wait_wall_seconds", "l3", "l3_max_bytes"}
 
 
+@pytest.mark.slow
 def test_tiny_l1_l2_with_a_large_l3_reach_the_unlimited_hit_rate(synthetic, tmp_path):
     unlimited = replay(CacheSpec.of(**SMALL), synthetic, 1500)
     without = replay(CacheSpec.of(**SMALL, **TIERS), synthetic, 1500)
@@ -33,12 +34,14 @@ def test_tiny_l1_l2_with_a_large_l3_reach_the_unlimited_hit_rate(synthetic, tmp_
     assert fig["l3_bytes_written"] > 0 and fig["l3_corrupt_pages"] == 0
 
 
+@pytest.mark.slow
 def test_l3_figures_are_reproducible_bit_for_bit(synthetic, tmp_path):
     figs = [replay(CacheSpec.of(**SMALL, **TIERS, l3=f"file:{tmp_path / str(i)}"), synthetic, 150) for i in range(2)]
     a, b = ({k: v for k, v in f.items() if k not in WALL and k != "spec" and not k.endswith("_enqueue_seconds")} for f in figs)
     assert a == b and a["l3_hit_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_a_warm_store_serves_a_new_cache(synthetic, tmp_path):
     spec = CacheSpec.of(**SMALL, **TIERS, l3=f"file:{tmp_path}")
     first = replay(spec, synthetic, 60)
@@ -78,6 +81,7 @@ BASE_ARGS = ["replay", "--page-size", "256", "--attention", "mla", "--layers", "
              "--materialize", "--write-policy", "write_through", "--l1-tokens", "140K", "--l2-tokens", "280K"]
 
 
+@pytest.mark.slow
 def test_cli_replay_with_l3(synthetic, tmp_path):
     rc, out = _cli([*BASE_ARGS, "--trace", str(synthetic), "--limit", "60", "--l3", f"file:{tmp_path}",
                     "--prefetch-policy", "timeout", "--json"])

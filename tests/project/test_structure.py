@@ -129,23 +129,27 @@ def test_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
+@pytest.mark.slow
 def test_no_import_cycles():
     cycles = _cycles(_graph())
     assert not cycles, "modules importing each other (directly or around a loop): " + "; ".join(
         " <-> ".join(c) for c in cycles)
 
 
+@pytest.mark.slow
 def test_no_cycles_between_packages():
     """Packages (directories) import each other one way only, function-level imports included."""
     cycles = _cycles(_package_graph())
     assert not cycles, "packages importing each other: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
+@pytest.mark.slow
 def test_no_cycles_between_top_level_packages():
     cycles = _cycles(_package_graph(depth=1))
     assert not cycles, "top-level packages importing each other: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
+@pytest.mark.slow
 def test_known_cycles_are_still_there():
     """An edge of KNOWN_CYCLES that is gone must leave the list, so it cannot come back unseen."""
     modules = _modules()
@@ -167,6 +171,7 @@ def _under(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
+@pytest.mark.slow
 def test_packages_do_not_import_upward():
     """Every import, lazy ones included, goes down the layers of FORBIDDEN."""
     bad = [(m, t) for m, deps in _graph().items() for t in deps
@@ -288,6 +293,7 @@ def test_forwarder_finder_finds_one():
     assert _forwards(f) and not _forwards(g)
 
 
+@pytest.mark.slow
 def test_no_forwarding_only_methods():
     """A method that only passes its arguments on to another object's method is a split that left a
     seam: callers should reach the object that does the work (or the work should live here)."""

@@ -60,6 +60,7 @@ def by_step(result: dict) -> dict:
     return {s["step"]: s for s in result["steps"]}
 
 
+@pytest.mark.slow
 def test_one_row_per_step_in_ladder_order_with_the_json_keys(seed_rows):
     assert list(STEPS) == LADDER
     assert [s["step"] for s in seed_rows["steps"]] == LADDER
@@ -72,6 +73,7 @@ def test_one_row_per_step_in_ladder_order_with_the_json_keys(seed_rows):
                                                          s["ttft_change_pct"], s["modeled_transfer_seconds"])
 
 
+@pytest.mark.slow
 def test_first_build_is_a_loss_and_the_tp_shared_pool_a_gain(seed_rows):
     rows = by_step(seed_rows)
     base, shared = rows["baseline"], rows["tp_shared"]
@@ -80,6 +82,7 @@ def test_first_build_is_a_loss_and_the_tp_shared_pool_a_gain(seed_rows):
     assert shared["hit_rate"] > seed_rows["configuration"]["hit_rate_l1_only"]
 
 
+@pytest.mark.slow
 def test_ttft_change_is_the_busy_seconds_saved_waited_by_every_client(seed_rows):
     c = seed_rows["configuration"]
     off = c["modeled_ttft_l1_only_seconds"]
@@ -90,6 +93,7 @@ def test_ttft_change_is_the_busy_seconds_saved_waited_by_every_client(seed_rows)
         assert s["modeled_transfer_seconds"] == pytest.approx(s["service"]["total"] - s["service"]["compute"])
 
 
+@pytest.mark.slow
 def test_layer_first_cuts_segments_and_the_inline_hold_and_moves_the_same_bytes(seed_rows):
     rows = by_step(seed_rows)
     base, lf = rows["baseline"], rows["layer_first"]
@@ -103,6 +107,7 @@ def test_layer_first_cuts_segments_and_the_inline_hold_and_moves_the_same_bytes(
     assert lf["net_benefit_seconds"] > base["net_benefit_seconds"]
 
 
+@pytest.mark.slow
 def test_daemon_threads_keep_the_contention_share_and_stop_hiding_device_time(seed_rows):
     rows = by_step(seed_rows)
     lf, dt = rows["layer_first"]["service"], rows["daemon_threads"]["service"]
@@ -121,6 +126,7 @@ def _load_gap(a: dict, b: dict, profile) -> float:
                                       for s, r in ((1, a), (-1, b)))
 
 
+@pytest.mark.slow
 def test_thp_and_local_numa_price_the_same_loads_faster_by_their_bandwidth(seed_rows):
     rows = by_step(seed_rows)
     p = load_profile("p800")
@@ -137,6 +143,7 @@ def test_thp_and_local_numa_price_the_same_loads_faster_by_their_bandwidth(seed_
     assert "IDO" in rows["numa"]["change"]  # p800: 2 cards per uplink
 
 
+@pytest.mark.slow
 def test_tp_shared_writes_one_copy_from_one_writer(seed_rows):
     rows = by_step(seed_rows)
     private, shared = rows["numa"], rows["tp_shared"]
@@ -149,6 +156,7 @@ def test_tp_shared_writes_one_copy_from_one_writer(seed_rows):
     assert shared["host_state"]["numa"] == "interleave"
 
 
+@pytest.mark.slow
 def test_per_request_counting_backs_up_less(seed_rows):
     rows = by_step(seed_rows)
     # under PD every request is inserted twice: per-insert counting backs up after one request
@@ -156,6 +164,7 @@ def test_per_request_counting_backs_up_less(seed_rows):
     assert rows["per_request_hits"]["state"]["ghost"] and rows["per_request_hits"]["state"]["tp_shared"]
 
 
+@pytest.mark.slow
 def test_plateau_step_takes_the_sweeps_capacity_on_top_of_the_better_last_rung(seed_rows):
     c, rows = seed_rows["configuration"], by_step(seed_rows)
     assert c["sweep_l2_tokens"] == sweep_tiers(TP * 200_000, TP, 64)
@@ -167,15 +176,18 @@ def test_plateau_step_takes_the_sweeps_capacity_on_top_of_the_better_last_rung(s
     assert plateau["state"] == rows[better]["state"]
 
 
+@pytest.mark.slow
 def test_small_ladder_plateau_tiers():
     c = run_ladder("p800")["configuration"]
     assert c["sweep_l2_tokens"] == sweep_tiers(2 * 16384, 2, 64) == [4096 * i for i in range(1, 9)]
 
 
+@pytest.mark.slow
 def test_same_input_same_json_bit_for_bit(seed_rows):
     assert json.dumps(seed_like_ladder()) == json.dumps(seed_rows)
 
 
+@pytest.mark.slow
 def test_a_parameter_the_profile_marks_unknown_leaves_the_rungs_that_need_it_not_measured(tmp_path):
     rows = by_step(run_ladder(profile_yaml(tmp_path, host_costs__numa_remote_bw_factor="unknown")))
     for step in ("numa", "tp_shared", "per_request_hits", "plateau_capacity"):  # local, then interleaved
@@ -190,6 +202,7 @@ def test_a_parameter_the_profile_marks_unknown_leaves_the_rungs_that_need_it_not
     assert "compute model" in rows["baseline"]["not_measured"]["net_benefit_seconds"]
 
 
+@pytest.mark.slow
 def test_the_ido_factor_is_needed_only_where_two_cards_write_to_different_nodes_through_one_uplink(tmp_path):
     # strict PCIe ordering holds up writes under one-to-one binding (card i on node i), which no rung
     # uses: the first build's remote pools and the NUMA-local ones are priced without the factor
@@ -211,6 +224,7 @@ def test_library_refuses_bad_arguments(kw, word):
         run_ladder("p800", **kw)
 
 
+@pytest.mark.slow
 def test_cli_writes_table_json_and_png(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     write_trace(trace, REQUESTS)

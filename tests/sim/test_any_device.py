@@ -38,6 +38,7 @@ def _replay(profile: str, trace: Path, *extra: str) -> tuple[dict, str]:
 
 
 @pytest.mark.parametrize("name", ["h200", "p900"])
+@pytest.mark.slow
 def test_a_replay_on_the_profile_is_priced(name, trace):
     fig, _ = _replay(name, trace, "--json")
     assert fig["l2_hit_tokens"] > 0
@@ -89,6 +90,7 @@ def _over_range(profile, key: str, fig: dict, off: dict, points: int = 21) -> li
             ["modeled_ttft_change_pct"] for i in range(points)]
 
 
+@pytest.mark.slow
 def test_a_range_wider_than_the_effect_gives_undecided(trace, tmp_path):
     fig, _ = _replay("h200", trace, "--json")
     off, _ = _replay("h200", trace, "--json", "--l2-tokens", "0")  # HiCache off: L1 alone
@@ -111,6 +113,7 @@ def test_a_range_wider_than_the_effect_gives_undecided(trace, tmp_path):
     assert out["answer"] == "undecided" and out["ttft_change_pct_interval"][0] < 0 < out["ttft_change_pct_interval"][1]
 
 
+@pytest.mark.slow
 def test_the_seed_scenario_on_a_profile_without_readings_prices_the_seeds_workload(monkeypatch, capsys, trace):
     from hicache_ref.sim import seed_report
     from hicache_ref.sim.trace import read_trace

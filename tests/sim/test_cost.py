@@ -228,6 +228,7 @@ def test_no_profile_no_compute_model_or_no_request_gives_no_net_benefit_and_says
         assert any(x.startswith("net benefit: not modeled (no request") for x in summary_lines(empty))
 
 
+@pytest.mark.slow
 def test_a_profile_missing_a_parameter_the_run_needs_names_it_in_the_replay(tmp_path):
     doc = yaml.safe_load((Path(hardware_profiles.__file__).parent / "p800.yaml").read_text())
     doc["compute"]["l2_path_fixed_s"] = "unknown"
@@ -240,6 +241,7 @@ def test_a_profile_missing_a_parameter_the_run_needs_names_it_in_the_replay(tmp_
     assert unhit["net_benefit_seconds"] is not None  # no request loaded from L2: nothing needs that key
 
 
+@pytest.mark.slow
 def test_a_curve_profile_prices_a_replay_from_its_own_tally(tmp_path):
     doc = yaml.safe_load((Path(hardware_profiles.__file__).parent / "p800.yaml").read_text())
     doc["compute"]["prefill_curve"] = {"value": [[0, 0.735], [10_000, 1.035]], "source": "assumed: test"}

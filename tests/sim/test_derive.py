@@ -24,6 +24,7 @@ def seed():
     return profile, readings, runs, derived, notes
 
 
+@pytest.mark.slow
 def test_every_derived_value_in_p800_is_the_derivation(seed):
     profile, _, _, derived, notes = seed
     entries = d.profile_entries(derived, notes)
@@ -32,6 +33,7 @@ def test_every_derived_value_in_p800_is_the_derivation(seed):
         assert profile.sources[key].startswith("derived:"), key
 
 
+@pytest.mark.slow
 def test_a_changed_reading_moves_the_parameters_it_derives(seed):
     profile, readings, runs, derived, _ = seed
     # one chunk's inline submission took 2.6 s instead of 1.3: the fitted per-segment cost rises
@@ -43,6 +45,7 @@ def test_a_changed_reading_moves_the_parameters_it_derives(seed):
     assert again.link.kernel_per_item_us == pytest.approx(derived.link.kernel_per_item_us, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_derives_lists_the_parameters_the_derivation_takes_from_each_reading(seed):
     _, readings, *_ = seed
     joint = {k for k, *_ in d.JOINT}
@@ -55,6 +58,7 @@ def test_derives_lists_the_parameters_the_derivation_takes_from_each_reading(see
     assert named == set(d.DERIVED_KEYS)
 
 
+@pytest.mark.slow
 def test_the_profile_as_derived_meets_the_readings_it_was_derived_from(seed):
     profile, readings, runs, *_ = seed
     rows = {r["reading"]: r for r in evaluate(profile, readings, runs)}
@@ -66,6 +70,7 @@ def test_the_profile_as_derived_meets_the_readings_it_was_derived_from(seed):
     assert rows["ttft_all_fixes"]["model"] < -20
 
 
+@pytest.mark.slow
 def test_a_wrong_parameter_fails_the_readings_it_governs(seed):
     profile, readings, runs, *_ = seed
     wrong = d.with_values(profile, **{"link.per_segment_us": 1.0})
@@ -117,6 +122,7 @@ def _reading(unit, value, quantity="workload_ttft_change"):
     ("sign", -1.0, -1.0, True), ("sign", -1.0, 1.0, False), ("sign", -1.0, 0.0, False),
     ("s", 10.0, float("nan"), False),
 ])
+@pytest.mark.slow
 def test_within_the_tolerance_and_the_sign(unit, seed, model, ok):
     from hicache_ref.sim.readings import within
 

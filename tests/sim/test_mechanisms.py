@@ -56,6 +56,7 @@ def test_a_kernel_copy_ignores_segments_and_pays_per_item():
     assert mech.device_seconds(PROFILE, "h2d", direct, HostState()) == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_a_replays_page_first_direct_traffic_costs_more_submission_than_layer_first(trace):
     base = CacheSpec.of(page_size=64, l1_tokens=8000, l2_tokens=60_000, profile="p800", concurrency=4)
     runs = {layout: replay_served(base.replace(host_layout=layout, io_backend=io), trace)

@@ -41,6 +41,7 @@ def _close(a: float, b: float) -> bool:
 @pytest.mark.parametrize(("extra", "step"), [({}, RUNG), (dict(tp=2, concurrency=4), RUNG),
                                              (dict(tp=2, concurrency=4, shared_host=True), "tp_shared")],
                          ids=["serial", "tp2-served", "tp2-shared-served"])
+@pytest.mark.slow
 def test_replay_and_ablate_give_one_ttft_change_and_net_benefit(requests, extra, step):
     """--tp with --concurrency runs in both; a shared host pool is ablate's tp_shared rung."""
     spec = CacheSpec.of(**CONFIG, **extra)
@@ -55,6 +56,7 @@ def test_replay_and_ablate_give_one_ttft_change_and_net_benefit(requests, extra,
     assert fig["net_benefit_seconds"] != 0
 
 
+@pytest.mark.slow
 def test_sweep_and_conform_pricing_agree_with_replay(requests):
     spec = CacheSpec.of(**CONFIG)
     fig = run_replay(spec, requests)

@@ -20,6 +20,7 @@ def requests():
 
 
 @pytest.mark.parametrize("io_backend", ["direct", "kernel"])
+@pytest.mark.slow
 def test_a_replays_modeled_transfer_seconds_are_its_net_benefit_terms(requests, io_backend):
     """The clock prices each plan in the replay's host state (its registered pool's translation
     entries), so per direction clock seconds = submission + device seconds of the net benefit; the

@@ -278,6 +278,7 @@ def test_conversation_slice_figures_are_consistent(conversation):
     assert fig["d2h_bytes"] == fig["d2h_tokens"] * 2 * 8 * 2  # layers x kv_dim x bf16
 
 
+@pytest.mark.slow
 def test_conversation_slice_materialized_matches_symbolic(conversation):
     kw = dict(limit=120, l1_tokens=120_000, l2_tokens=400_000, write_policy="write_through",
               host_layout="page_first_direct", layers=2, kv_dim=8)
@@ -287,6 +288,7 @@ def test_conversation_slice_materialized_matches_symbolic(conversation):
         assert real[key] == symbolic[key], key
 
 
+@pytest.mark.slow
 def test_bench_replay_runs_and_reports(tmp_path):
     path = _write_trace(tmp_path / "t.jsonl", [A, B_SHARES_TWO, A_AGAIN])
     rc, out = _cli(["bench", "replay", "--trace", str(path), "--repeat", "1", "--json"])
@@ -296,6 +298,7 @@ def test_bench_replay_runs_and_reports(tmp_path):
     assert cli_main(["bench", "replay", "--trace", str(path), "--sglang-root", str(tmp_path)]) == 2
 
 
+@pytest.mark.slow
 def test_bench_replay_measures_the_per_page_overhead(tmp_path):
     path = _write_trace(tmp_path / "t.jsonl", [A, B_SHARES_TWO, A_AGAIN])
     rc, out = _cli(["bench", "replay", "--trace", str(path), "--repeat", "1", "--overhead-requests", "3",
@@ -306,6 +309,7 @@ def test_bench_replay_measures_the_per_page_overhead(tmp_path):
     assert over["overhead_us_per_page"] >= 0 and over["kv_fill_and_check_seconds"] > 0
 
 
+@pytest.mark.slow
 def test_bench_replay_measures_a_file_l3_against_plain_file_io(tmp_path):
     path = _write_trace(tmp_path / "t.jsonl", [A, B_SHARES_TWO, A_AGAIN])
     rc, out = _cli(["bench", "replay", "--trace", str(path), "--repeat", "1", "--file-l3-requests", "3",
@@ -322,6 +326,7 @@ def test_bench_replay_measures_a_file_l3_against_plain_file_io(tmp_path):
 PACKAGED = ("conversation_trace.jsonl.gz", "synthetic_trace.jsonl.gz", "LICENSE-APACHE", "README.md")
 
 
+@pytest.mark.slow
 def test_the_mooncake_traces_ship_in_the_package_with_their_license(monkeypatch, tmp_path):
     monkeypatch.delenv("HICACHE_TRACES", raising=False)
     monkeypatch.chdir(tmp_path)  # found through the package, not the working directory

@@ -32,6 +32,7 @@ def synthetic():
     return read_trace(find_trace("synthetic_trace.jsonl"))
 
 
+@pytest.mark.slow
 def test_modeled_seconds_do_not_depend_on_how_timing_batched_the_transfers(conversation, monkeypatch):
     """Unlimited capacity applies completions as they come, so priced jobs are batched by thread
     timing; a batch priced as one plan rounds differently from its jobs (the 12th digit)."""
@@ -43,6 +44,7 @@ def test_modeled_seconds_do_not_depend_on_how_timing_batched_the_transfers(conve
     assert runs[1] == runs[0] and runs[2] == runs[0]
 
 
+@pytest.mark.slow
 def test_two_default_replays_print_the_same_json_bit_for_bit(capsys):
     """The default run (whole conversation trace, unlimited) twice: identical but for wall time."""
     outs = []
@@ -86,6 +88,7 @@ PINNED = [
 
 @pytest.mark.parametrize("trace_name, limit, spec, expected", PINNED,
                          ids=[f"{t}-{n}-{s['write_policy']}-{s['free_list']}" for t, n, s, _ in PINNED])
+@pytest.mark.slow
 def test_pinned_figures_on_fixed_slices_of_both_packaged_traces(trace_name, limit, spec, expected,
                                                                   conversation, synthetic):
     trace = {"conversation": conversation, "synthetic": synthetic}[trace_name]

@@ -23,6 +23,7 @@ def trace():
 
 @pytest.mark.parametrize("policy", ["write_through_selective", "write_back", "write_through"])
 @pytest.mark.parametrize("kw", [dict(), dict(timestamps=True), dict(pd_disagg=True)])
+@pytest.mark.slow
 def test_concurrency_one_equals_serial_replay(trace, policy, kw):
     spec = CacheSpec.of(page_size=64, l1_tokens=20_000, l2_tokens=60_000, write_policy=policy,
                         pd_disagg=kw.get("pd_disagg", False))
@@ -65,6 +66,7 @@ def test_served_replay_refuses_bad_arguments(trace):
         replay_served(spec, trace)  # serial: no concurrency
 
 
+@pytest.mark.slow
 def test_replay_cli_concurrency(tmp_path, trace, capsys):
     path = tmp_path / "t.jsonl"
     write_trace(path, trace)

@@ -68,12 +68,14 @@ def test_a_replay_is_priced_across_the_ensemble(wide):
     assert first.startswith("answer: undecided: modeled TTFT ") and "(5-95% over 9 parameter sets)" in first
 
 
+@pytest.mark.slow
 def test_a_narrow_ensemble_decides(narrow):
     fig = replay(SPEC, REQUESTS)
     lo, hi = fig["ttft_change_pct_interval"]
     assert lo < fig["ttft_change_pct"] < hi < 0 and fig["answer"] == "gain"
 
 
+@pytest.mark.slow
 def test_every_sweep_tier_and_the_answer_at_the_capacity_to_deploy(wide):
     result = sweep(SPEC, REQUESTS, [65536, 131072, 262144], method="replay", workers=2)
     for row in result["tiers"]:
@@ -83,6 +85,7 @@ def test_every_sweep_tier_and_the_answer_at_the_capacity_to_deploy(wide):
     assert result["answer_l2_tokens"] == result["plateau_l2_tokens"]
 
 
+@pytest.mark.slow
 def test_every_ablate_rung_and_the_ladders_answer(wide):
     result = ablate(CacheSpec.of(page_size=64, l1_tokens=8192, l2_tokens=65536, tp=2), REQUESTS, workers=1)
     priced = [r for r in result["steps"] if r["net_benefit_seconds"] is not None]
@@ -97,6 +100,7 @@ def test_every_ablate_rung_and_the_ladders_answer(wide):
     assert ans["step"] == priced[-1]["step"] and ans["answer"] == priced[-1]["answer"]
 
 
+@pytest.mark.slow
 def test_the_commands_json_carries_the_answer_and_is_the_same_twice(tmp_path, capsys, wide):
     """replay and ablate in process (the hand-built ensemble reaches them): same bytes twice."""
     from hicache_ref.sim.trace_synth import write_trace

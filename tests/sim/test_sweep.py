@@ -60,6 +60,7 @@ def _documents_trace(n=80, docs=7, pages=4, page_size=64, seed=1) -> list[TraceR
     return [TraceRequest(float(i), pages * page_size, 10, (d,)) for i, d in enumerate(order)]
 
 
+@pytest.mark.slow
 def test_one_pass_curve_equals_per_tier_replays_exactly():
     reqs = _documents_trace()
     spec = CacheSpec.of(page_size=64, l1_tokens=8 * 64, write_policy="write_through")
@@ -86,6 +87,7 @@ def test_one_pass_refuses_a_tier_below_l1():
     assert sweep(spec, reqs, [8 * 64 + 63, 12 * 64], method="one_pass")["method"] == "one_pass"
 
 
+@pytest.mark.slow
 def test_one_pass_is_an_upper_bound_close_to_replays_on_a_session_trace():
     reqs = synthesize(150, 600, 4000, 0.7, sessions=12, seed=5)
     whole = sum(r.input_length for r in reqs)
@@ -99,6 +101,7 @@ def test_one_pass_is_an_upper_bound_close_to_replays_on_a_session_trace():
         assert b["d2h_segments"] is not None and a["d2h_segments"] is None and "segments_reason" in a
 
 
+@pytest.mark.slow
 def test_stack_profile_unlimited_equals_unlimited_replay():
     reqs = synthesize(120, 300, 3000, 0.6, sessions=5, seed=2)
     for ps in (16, 64, 100):
@@ -122,6 +125,7 @@ def test_auto_falls_back_to_replays_where_one_pass_does_not_apply():
         sweep(spec, reqs, [16 * 64, 12 * 64])
 
 
+@pytest.mark.slow
 def test_sweep_cli_writes_json_and_png(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     write_trace(trace, _documents_trace())
@@ -159,6 +163,7 @@ def test_sweep_cli_refusals_are_one_line(tmp_path, capsys, args, where):
     assert len(err) == 1 and err[0].startswith(f"hicache: {where}"), err
 
 
+@pytest.mark.slow
 def test_bench_sweep_reports_the_ratio_and_the_largest_tier_check(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     write_trace(trace, synthesize(120, 500, 3000, 0.6, sessions=6, seed=3))
@@ -217,6 +222,7 @@ def test_cli_says_when_tiers_rise_again_after_the_plateau_and_warns_on_tiers_not
     assert "later tiers" not in summary_lines(r)[-2]
 
 
+@pytest.mark.slow
 def test_cli_warns_on_l2_tiers_not_above_l1(capsys):
     from conformance.cli.main import main
 

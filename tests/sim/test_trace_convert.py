@@ -39,6 +39,7 @@ def _write(path, rows) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_a_mooncake_trace_reblocked_to_16_and_back_gives_the_same_hits_at_512():
     requests = read_trace(find_trace("synthetic_trace.jsonl"), 150)
     small = reblock(requests, 512, 16)
@@ -129,6 +130,7 @@ def test_the_cli_writes_the_gsp_shape_and_refuses_a_bad_argument_in_one_line(tmp
     assert "\n" not in err and not (tmp_path / "o.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_trace_stats_says_fits_in_l1_and_reports_the_pressure(capsys):
     requests = read_trace(find_trace("synthetic_trace.jsonl"), 200)
     big = trace_stats(requests, 64, l1_tokens=64_000_000, l2_tokens=1_000_000)["pressure"]

@@ -67,6 +67,7 @@ def test_a_longer_think_time_lengthens_reuse_distances():
     assert all(a.conversation != b.conversation for a, b in zip(plan, plan[1:], strict=False))
 
 
+@pytest.mark.slow
 def test_long_pauses_put_reuse_beyond_a_large_cache_and_keep_the_reuse_rate():
     kw = dict(LONG, requests=1200, sessions=40, global_prefix_share=0.4)
     plain, paused = synthesize(**kw), synthesize(**kw, long_pause_share=0.4, long_pause=300.0)
@@ -95,6 +96,7 @@ def test_a_conversation_ends_after_its_turns():
     assert max(unlimited.values()) > 3
 
 
+@pytest.mark.slow
 def test_the_seed_trace_has_the_seed_s_structure():
     reqs = seed_trace()
     assert reqs == seed_trace()  # deterministic
@@ -111,6 +113,7 @@ def test_the_seed_trace_has_the_seed_s_structure():
     assert 300 <= len(reqs) <= 2000  # a served replay of it stays quick
 
 
+@pytest.mark.slow
 def test_trace_stats_l1_tokens_reads_the_one_pass_curve(tmp_path, capsys):
     path = tmp_path / "t.jsonl"
     reqs = synthesize(**LONG, sessions=60, global_prefix_share=0.4)

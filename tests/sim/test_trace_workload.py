@@ -88,6 +88,7 @@ def test_synth_refuses_bad_arguments(kw, word):
         synthesize(**args)
 
 
+@pytest.mark.slow
 def test_trace_cli_synth_then_stats(tmp_path, capsys):
     out = tmp_path / "t.jsonl"
     assert main(["trace", "synth", "--out", str(out), "--requests", "300", "--min-tokens", "4K",

@@ -40,6 +40,7 @@ def _fit(y):
     return x, np.sqrt(np.diag(cov))
 
 
+@pytest.mark.slow
 def test_the_fits_90pct_interval_covers_the_truth_in_about_90pct_of_seeded_trials():
     rng = np.random.default_rng(7)
     clean = TRUE[0] * np.exp(-TRUE[1] * T) + TRUE[2]
@@ -84,6 +85,7 @@ def _readings_from(profile, readings, runs, noise: float, seed: int):
     return dataclasses.replace(readings, readings=tuple(out))
 
 
+@pytest.mark.slow
 def test_the_derivation_recovers_known_parameters_within_their_standard_errors(seed):
     profile, readings, runs = seed
     truth = d.with_values(profile, **{"host_costs.numa_remote_bw_factor": 0.3})  # off its bound
@@ -95,6 +97,7 @@ def test_the_derivation_recovers_known_parameters_within_their_standard_errors(s
 
 # -- leave-one-out --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_leave_one_out_flags_a_corrupted_reading(seed):
     profile, readings, runs = seed
     clean = loo.leave_one_out(profile, readings, runs, names=("ttft_all_fixes",))
@@ -105,6 +108,7 @@ def test_leave_one_out_flags_a_corrupted_reading(seed):
     assert out["worst"][0]["reading"] == "ttft_all_fixes" and out["worst"][0]["miss_tolerances"] > 5
 
 
+@pytest.mark.slow
 def test_interleave_priced_as_the_harmonic_mix_lowers_the_leave_one_out_count(seed, monkeypatch):
     profile, readings, runs = seed
     names = ("ttft_before_transfer_fixes", "ttft_all_fixes", "numa_local")
@@ -142,6 +146,7 @@ def _members_json(profile) -> str:
     return json.dumps([[d.value(m, k) for k in keys] for m in u.ensemble(profile)])
 
 
+@pytest.mark.slow
 def test_the_ensemble_is_the_profile_then_seeded_draws_the_same_bit_for_bit(seed, monkeypatch):
     from hicache_ref.sim import derivation_cache
 
@@ -229,6 +234,7 @@ def test_the_interval_is_the_5th_to_95th_percentile_and_spanning_zero_is_undecid
 
 # -- held-out workloads ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_seed_shaped_trace_the_derivation_never_saw_keeps_the_ladders_sign(seed):
     from hicache_ref.sim.held_out import held_out
 

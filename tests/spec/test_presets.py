@@ -260,6 +260,7 @@ def test_the_table_has_a_row_per_switch_naming_an_upstream_file_and_function():
 
 # -- the slice, against SGLang 0.5.23's own figures ------------------------------------------------
 
+@pytest.mark.slow
 def test_the_conversation_slice_with_pd_gives_0_5_23s_hit_rate_and_d2h():
     # SGLang 0.5.23 itself, run on this slice with PD disaggregation, gives hit rate 0.1210 and
     # 78.63 GiB D2H (the seed's per_insert gives 0.2524 and 1,711.73 GiB).

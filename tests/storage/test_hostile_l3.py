@@ -140,6 +140,7 @@ def test_calibrate_measure_removes_its_objects_when_a_get_misses(tmp_path, monke
     assert [n for n in os.listdir(tmp_path) if n != MARKER] == []
 
 
+@pytest.mark.slow
 def test_a_replays_l3_line_names_the_stores_first_error(tmp_path, monkeypatch, capsys):
     from conformance.cli.main import main
 

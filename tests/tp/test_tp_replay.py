@@ -19,6 +19,7 @@ def requests():
     return read_trace(TRACE, 1500)
 
 
+@pytest.mark.slow
 def test_unlimited_l2_shared_writes_one_nth_of_private(requests):
     spec = CacheSpec.of(write_policy="write_through")
     private, shared = (tp_replay(spec.replace(tp=4, shared_host=s), requests) for s in (False, True))
@@ -30,6 +31,7 @@ def test_unlimited_l2_shared_writes_one_nth_of_private(requests):
     assert private["h2d_bytes_all_ranks"] == 4 * private["h2d_bytes"]
 
 
+@pytest.mark.slow
 def test_a_shared_pool_is_n_times_the_per_rank_l2_and_raises_the_hit_rate(requests):
     spec = CacheSpec.of(l1_tokens=1_000_000, l2_tokens=1_000_000, write_policy="write_through")
     private, shared = (tp_replay(spec.replace(tp=8, shared_host=s), requests) for s in (False, True))
@@ -52,6 +54,7 @@ def test_a_rank_of_a_shared_group_holds_n_times_the_l2_and_bad_groups_are_refuse
         spec.replace(shared_host=1)
 
 
+@pytest.mark.slow
 def test_cli_replay_tp(capsys):
     from conformance.cli import main
 
