@@ -105,11 +105,15 @@ def sems() -> set[str]:
 SWEEP = ["sweep", "--method", "replay", "--l1-tokens", "256K", "--l2-tokens", "512K,1M,2M,4M", "--quiet"]
 
 
+ABLATE_SEED = ["ablate", "--scenario", "seed", "--quiet"]  # its replays run ahead on the same workers
+
+
 @pytest.mark.slow  # runs the command or pytest in a child process
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_a_killed_replay_sweep_leaves_no_worker_and_no_semaphore(tmp_path, sig):
+@pytest.mark.parametrize("command", [SWEEP, ABLATE_SEED], ids=["sweep", "ablate"])
+def test_a_killed_replay_sweep_leaves_no_worker_and_no_semaphore(tmp_path, sig, command):
     before = sems()
-    proc, mark = start(SWEEP, tmp_path)
+    proc, mark = start(command, tmp_path)
     wait_for(mark, proc, min(2, os.cpu_count() or 1), tmp_path)
     time.sleep(3)  # the workers are replaying by now
     assert_nothing_left(proc, mark, sig, tmp_path, before)

@@ -45,10 +45,10 @@ def run_ladder(profile: str, tp: int = 2, concurrency=None, **kw) -> dict:
     return ablate(spec, REQUESTS, workers=1, **kw)
 
 
-def seed_like_ladder(profile="p800") -> dict:
+def seed_like_ladder(profile="p800", workers=None) -> dict:
     spec = CacheSpec.of(page_size=64, l1_tokens=100_000, l2_tokens=200_000, profile=profile, tp=TP,
                         concurrency=CONCURRENCY, pd_disagg=True)
-    return ablate(spec, SEED_LIKE)
+    return ablate(spec, SEED_LIKE, workers=workers)
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +185,11 @@ def test_small_ladder_plateau_tiers():
 @pytest.mark.slow
 def test_same_input_same_json_bit_for_bit(seed_rows):
     assert json.dumps(seed_like_ladder()) == json.dumps(seed_rows)
+
+
+@pytest.mark.slow
+def test_replays_in_worker_processes_give_the_ladder_made_here_bit_for_bit(seed_rows):
+    assert json.dumps(seed_like_ladder(workers=1)) == json.dumps(seed_like_ladder(workers=2)) == json.dumps(seed_rows)
 
 
 @pytest.mark.slow

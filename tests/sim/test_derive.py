@@ -11,7 +11,7 @@ import pytest
 from hardware_profiles import ProfileError, load_profile
 from hardware_profiles.readings import build_readings, load_readings
 from hicache_ref.sim import derive as d
-from hicache_ref.sim.readings import evaluate
+from hicache_ref.sim.readings import evaluate, replay_pairs
 from hicache_ref.sim.seed_scenario import seed_requests, seed_runs
 
 
@@ -139,3 +139,18 @@ def test_a_readings_file_for_another_profile_is_refused(tmp_path):
     with pytest.raises(ProfileError) as e:
         load_readings(load_profile(str(copy)))
     assert e.value.key_path == "profile"
+
+
+@pytest.mark.slow
+def test_the_replays_made_ahead_are_every_one_the_readings_price(seed, monkeypatch):
+    """Runs.prefetch(replay_pairs(...)) makes each replay the readings ask for, in worker processes
+    where there are cores, so pricing them replays nothing more, and makes none they do not ask for."""
+    from hicache_ref.sim.scenario import cache_key
+
+    profile, readings, _, _, _ = seed
+    runs = seed_runs(readings, seed_requests(), profile)
+    runs.prefetch(replay_pairs(readings), workers=1)
+    made, asked, figures = dict(runs._figs), set(), runs.figures
+    monkeypatch.setattr(runs, "figures", lambda st, l2: asked.add(cache_key(st, l2)) or figures(st, l2))
+    evaluate(profile, readings, runs, ensemble=(profile,))
+    assert runs._figs == made and asked == set(made)

@@ -244,3 +244,15 @@ def test_a_seed_shaped_trace_the_derivation_never_saw_keeps_the_ladders_sign(see
         lo, hi = row[end]["ttft_change_pct_interval"]
         assert lo <= row[end]["ttft_change_pct"] <= hi and row[end]["answer"] == word, row
     assert row["sign_kept"]
+
+
+def test_an_ensemble_without_the_derivation_registered_is_refused_not_narrowed():
+    """A library caller that never imported the derivation gets an error naming the import, never
+    members that leave the derived parameters' spread out (an interval too narrow to trust)."""
+    import subprocess
+    import sys
+
+    code = ("from hardware_profiles import load_profile\nfrom hicache_ref.sim import uncertainty\n"
+            "try:\n    uncertainty.ensemble(load_profile('p800'))\nexcept LookupError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert "import hicache_ref.sim.derivation_cache" in out.stdout
