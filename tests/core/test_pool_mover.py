@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.suites import reference as ref
+from conformance.suites import transfer_reference as ref
 from hal.backend import get_backend
 from hal.transfer import kvcacheio
 from hal.transfer.direction import Direction
