@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-
 from cgroups import memory_limited
+
 from conformance.cli.main import main
 from hal.memory import budget
 from hicache_ref.engines import replay_with
