@@ -7,8 +7,11 @@ sees available, less its reserve), and an allocation that fails anyway is one li
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from cgroups import memory_limited
@@ -120,3 +123,37 @@ def test_the_sglang_engine_in_a_tight_cgroup_is_one_line_not_upstreams_traceback
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hicache: --engine: sglang: SGLang's host pool") \
         and "cgroup" in err[0], err
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(k) for k in f.read().split()]
+
+
+@pytest.mark.slow  # runs conform and its pytest child
+def test_conforms_pytest_is_the_oom_killers_first_choice_and_its_kill_one_line(tmp_path):
+    """The OOM killer takes conform's pytest child, not conform (its oom_score_adj is the most),
+    and conform says so in one line with the memory this machine has: exit 137, not 247 unexplained."""
+    proc = subprocess.Popen([sys.executable, "-m", "conformance.cli.main", "conform", "--out", str(tmp_path / "r"),
+                             "-n", "0", "-k", "test_layout_equivalence"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (kids := _children(proc.pid)) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        assert kids, "conform started no pytest child"
+        with open(f"/proc/{kids[0]}/oom_score_adj") as f:
+            assert f.read().strip() == "1000"
+        with open(f"/proc/{proc.pid}/oom_score_adj") as f:
+            assert f.read().strip() != "1000"
+        os.kill(kids[0], signal.SIGKILL)  # as the OOM killer does
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 137, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hicache: pytest was killed (SIGKILL)") \
+        and "OOM killer" in lines[0] and "-n" in lines[0], lines
