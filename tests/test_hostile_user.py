@@ -1,0 +1,56 @@
+"""A hostile user's pass over replay, sweep, advise, ablate, calibrate, conform and trace (issue 41's
+own pass on its fixes): each case one line naming the option or file, exit 2, before any run or write."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from mounts import mounted_tmpfs
+
+from conformance.cli.main import main
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize("args", [
+    ["replay", "--out", ""], ["replay", "--out="], ["replay", "--trace", ""], ["replay", "--limit", ""],
+    ["sweep", "--l1-tokens", "64K", "--l2-tokens", ""], ["advise", "--out", ""], ["calibrate", "--out", ""],
+    ["conform", "--out", ""], ["trace", "synth", "--out", ""], ["trace", "stats", ""]])
+def test_an_empty_value_is_refused_naming_its_option_and_nothing_is_written(tmp_path, monkeypatch, capsys, args):
+    """`--out "$UNSET"` wrote replay.json into the current folder; `--trace ""` replayed the packaged trace."""
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    line = one_line(capsys)
+    named = next((a.partition("=")[0] for a in args if a.startswith("--") and (a.endswith("=") or
+                  args[args.index(a) + 1:args.index(a) + 2] == [""])), "path")
+    assert line.startswith(f"hicache: {named}: an empty value (an unset shell variable?)"), line
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["replay", "--limit", "5", "--out", "{ro}"], ["replay", "--limit", "5", "--out", "{ro}/new/deeper"],
+    ["sweep", "--l1-tokens", "64K", "--l2-tokens", "1M", "--limit", "5", "--out", "{ro}"],
+    ["advise", "--l1-tokens", "64K", "--limit", "5", "--out", "{ro}"], ["ablate", "--limit", "5", "--out", "{ro}"],
+    ["calibrate", "--out", "{ro}/x.yaml"],
+    ["trace", "synth", "--requests", "5", "--min-tokens", "10", "--max-tokens", "20", "--reuse", "0.5",
+     "--out", "{ro}/t.jsonl"]])
+def test_an_output_on_a_read_only_file_system_is_refused_before_the_run(tmp_path, capsys, args):
+    """It was found only at the write, after the run (calibrate: after measuring), and named no option."""
+    with mounted_tmpfs(tmp_path / "ro", "ro,size=1m") as ro:
+        assert main([a.format(ro=ro) for a in args]) == 2
+    line = one_line(capsys)
+    assert line.startswith(f"hicache: --out: {ro}") and "cannot be written: the file system is read-only" in line, line
+
+
+def test_advise_refuses_an_output_folder_that_is_a_link(tmp_path, capsys):
+    """advise alone took --out through a link (its files would land where it points)."""
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "victim")
+    assert main(["advise", "--l1-tokens", "64K", "--limit", "5", "--out", str(tmp_path / "link")]) == 2
+    assert "is a symbolic link" in one_line(capsys)
+    assert os.listdir(tmp_path / "victim") == []
