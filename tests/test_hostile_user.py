@@ -54,3 +54,24 @@ def test_advise_refuses_an_output_folder_that_is_a_link(tmp_path, capsys):
     assert main(["advise", "--l1-tokens", "64K", "--limit", "5", "--out", str(tmp_path / "link")]) == 2
     assert "is a symbolic link" in one_line(capsys)
     assert os.listdir(tmp_path / "victim") == []
+
+
+L3_RUN = ["replay", "--limit", "3", "--materialize", "--l1-tokens", "4096", "--l2-tokens", "4096", "--layers", "1"]
+
+
+@pytest.mark.parametrize("store", ["file:{tmp}/new-store,max_bytes=1", "memory:max_bytes=100"])
+def test_an_l3_bound_below_a_page_is_refused_and_leaves_no_store_folder(tmp_path, capsys, store):
+    """It ran, every write refused, exit 0 and no word (conform --storage refused it already)."""
+    spec = store.format(tmp=tmp_path)
+    assert main([*L3_RUN, "--l3", spec]) == 2
+    line = one_line(capsys)
+    assert line.startswith(f"hicache: --l3: {spec}: max_bytes=") and "cannot hold one page's object (73,728 bytes" \
+        in line, line
+    assert not (tmp_path / "new-store").exists()
+
+
+def test_an_l3_folder_that_cannot_be_made_is_named_without_pythons_errno(tmp_path, capsys):
+    with mounted_tmpfs(tmp_path / "ro", "ro,size=1m") as ro:
+        assert main([*L3_RUN, "--l3", f"file:{ro}/store"]) == 2
+    line = one_line(capsys)
+    assert line.endswith(f"DIR: {ro}/store: Read-only file system") and "[Errno" not in line, line

@@ -33,6 +33,7 @@ from hicache_ref.storage.file_folder import (
     is_object_name,
     is_own_object,
     mark,
+    unmark,
 )
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
 from hicache_ref.storage.objects import file_names
@@ -117,9 +118,17 @@ class FileStorage(StorageBackend):
         if self.max_bytes <= 0:
             raise ValueError(f"directory: the filesystem of {directory} has no free space for a store "
                              "(the default bound is half its free space); free some or give max_bytes")
+        self.made_directory = not os.path.isdir(directory)  # by this open: `abandon` takes it back
         os.makedirs(directory, mode=0o700, exist_ok=True)
         mark(directory)
         self._rescan()
+
+    def abandon(self) -> None:
+        """Close, and remove the folder this open made while it holds nothing but the marker (an
+        open refused by its caller leaves no store behind)."""
+        self.close()
+        if self.made_directory:
+            unmark(self.directory)
 
     @classmethod
     def from_spec(cls, args: str, spec: str) -> FileStorage:
@@ -131,7 +140,8 @@ class FileStorage(StorageBackend):
             return cls(parts[0].strip(), **opts)
         except (ValueError, OSError) as e:
             part = "" if str(e).startswith("max_bytes:") else "DIR: "
-            raise ValueError(f"storage spec {spec!r}: {part}{e}") from None
+            why = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.strerror and e.filename else e
+            raise ValueError(f"storage spec {spec!r}: {part}{why}") from None
 
     @staticmethod
     def filesystem_free_bytes(path: str) -> int:

@@ -64,3 +64,15 @@ def mark(directory: str) -> None:
         os.write(fd, _MARKER_TEXT)
     finally:
         os.close(fd)
+
+
+def unmark(directory: str) -> None:
+    """Remove `directory` when it holds only the marker (a store made and never written); else keep it."""
+    try:
+        with os.scandir(directory) as it:
+            if [e.name for e in it] != [MARKER]:
+                return
+        os.unlink(os.path.join(directory, MARKER))
+        os.rmdir(directory)
+    except OSError:
+        pass
