@@ -75,3 +75,21 @@ def test_an_l3_folder_that_cannot_be_made_is_named_without_pythons_errno(tmp_pat
         assert main([*L3_RUN, "--l3", f"file:{ro}/store"]) == 2
     line = one_line(capsys)
     assert line.endswith(f"DIR: {ro}/store: Read-only file system") and "[Errno" not in line, line
+
+
+NINES = "9" * 5000
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["sweep", "--l1-tokens", "64K", "--l2-tokens", f"1M,{NINES}"], "--l2-tokens: at most 9,223,372,036,854,775,807"),
+    (["replay", "--l2-tokens", "99999999999999999999TiB"], "--l2-tokens: at most 9,223,372,036,854,775,807"),
+    (["replay", "--limit", NINES], "--limit: a 5,000-digit number is past any count here"),
+    (["replay", "--concurrency", NINES], "--concurrency: at most 100,000, got a 5,000-digit number"),
+    (["replay", "--hicache-ratio", NINES], "--hicache-ratio: past the largest number a float holds"),
+    (["replay", "--concurrency", "2", "--step-ms", NINES], "--step-ms: past the largest number a float holds")])
+def test_a_number_past_what_python_holds_is_named_with_its_option(capsys, args, says):
+    """Sizes past 2**63 ended as `a value is out of range (int too large to convert to float)`, naming
+    no option; 5,000 digits as `expected a whole number`; a float overflowing to inf as `must be positive`."""
+    assert main(args) == 2
+    line = one_line(capsys)
+    assert line.startswith(f"hicache: {says}") and len(line) < 300, line
