@@ -61,6 +61,7 @@ def _cli(prefix, *args) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # runs the command in a child process
 def test_a_materialized_replay_in_a_tight_cgroup_is_refused_not_oom_killed():
     with memory_limited(int(1.5 * GIB)) as prefix:
         proc = _cli(prefix, "replay", "--limit", "5", "--quiet", "--materialize", "--l2-tokens", "9000")
@@ -114,6 +115,7 @@ def test_upstreams_own_refusal_in_the_build_is_one_line_without_its_logged_trace
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
 
 
+@pytest.mark.slow  # runs the command in a child process
 @needs_sglang
 def test_the_sglang_engine_in_a_tight_cgroup_is_one_line_not_upstreams_traceback():
     with memory_limited(2 * GIB) as prefix:
