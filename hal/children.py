@@ -4,8 +4,9 @@ Every child the harness starts (replay workers, the pytest child of conform, Moo
 comes from `start`: its own process group, so a terminal's Ctrl-C reaches only the parent, which
 then stops the group (no KeyboardInterrupt traceback from a child), and PR_SET_PDEATHSIG, so the
 kernel kills it when the parent dies, SIGKILL included (the `hicache` command turns SIGTERM into
-an interrupt, so the parent's cleanup stops them first). Linux only; elsewhere the parent-death
-signal is skipped.
+an interrupt, so the parent's cleanup stops them first), and the most of /proc's oom_score_adj, so
+the OOM killer takes a child before the parent, which lives to say which child and why. Linux
+only; elsewhere the parent-death signal and the OOM score are skipped.
 """
 
 from __future__ import annotations
@@ -32,10 +33,24 @@ def die_with_parent(parent: int | None = None) -> None:
         os._exit(1)
 
 
+OOM_SCORE_ADJ_MAX = b"1000"
+
+
+def oom_killed_first() -> None:
+    """This process is the OOM killer's first choice (any process may raise its own score)."""
+    with contextlib.suppress(OSError):
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, OOM_SCORE_ADJ_MAX)
+        finally:
+            os.close(fd)
+
+
 def _preexec(parent: int):
     def preexec() -> None:  # between fork and exec: async-signal-safe calls only
         os.setpgid(0, 0)  # Popen's process_group=0, which Python 3.10 lacks
         die_with_parent(parent)
+        oom_killed_first()
 
     return preexec
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from conformance.cli.replay import trace_arg
 from conformance.cli.sweep import PLATEAU_GAIN
 from conformance.common import args as types
-from conformance.common.errors import CliError, clip_path
-from conformance.common.inputs import load_profile_arg, requests_of
+from conformance.common.errors import CliError
+from conformance.common.inputs import load_profile_arg, output_folder, requests_of
 from conformance.common.spec_options import add_local, add_spec_options, spec_from_args
 from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.trace.reader import read_trace
@@ -85,9 +84,7 @@ def _seed(a, profiles) -> tuple[list, list, str]:
 
 
 def run(a) -> int:
-    out = Path(a.out) if a.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise CliError("--out", f"{clip_path(out)}: exists and is not a directory")
+    out = output_folder("--out", a.out)  # a file, a link or a folder that cannot be written: refused before the run
     pairs, requests, trace = _inputs(a)
     from hicache_ref.advise.advisor import advise
 
@@ -96,11 +93,12 @@ def run(a) -> int:
         sys.stderr.write("\r\033[K")
     result["trace"] = trace
     if out is not None:
-        from conformance.common.safe_write import write_text
+        from conformance.common.safe_write import check_targets, write_text
         from conformance.report.team_advise import advise_page
 
         page = advise_page(result)  # made before either file is written
         out.mkdir(parents=True, exist_ok=True)
+        check_targets([out / "advise.json", out / "report.html"])  # both, before the first is written
         write_text(out / "advise.json", json.dumps(result, indent=2) + "\n")
         write_text(out / "report.html", page)
     print(json.dumps(result, indent=2) if a.json else "\n".join(summary_lines(result)))

@@ -25,7 +25,7 @@ from conformance.cli.conform_args import (
 )
 from conformance.cli.conform_storage import run_storage
 from conformance.cli.out_folder import TARGET_ROWS, WORK_NAME, claim_out, release_out
-from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
+from conformance.cli.pytest_child import killed_line, pytest_exit, run_child, workers_args
 from conformance.common.backend_choice import check_backend
 from conformance.common.errors import EXIT_BAD_INPUT, EXIT_NOT_RUN, EXIT_PARTIAL, CliError
 from conformance.common.inputs import is_path, load_profile_arg
@@ -174,6 +174,9 @@ def run(a) -> int:
         if rc == EXIT_UNWRITTEN:  # the child said which file (write_guard); nothing to judge
             return EXIT_BAD_INPUT
         junit = take_junit(work / "junit.xml", out / "junit.xml")
+        if junit is None and (killed := killed_line(rc)) is not None:
+            print(f"hicache: {killed}", file=sys.stderr)
+            return 128 - rc
         if junit is None:
             print(f"hicache: {out / 'junit.xml'}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
             return 1 if rc in (0, EXIT_NOT_RUN) else pytest_exit(rc)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 from pathlib import Path
 
 from conformance.common.errors import EXIT_BAD_INPUT, CliError, clip
@@ -42,3 +43,23 @@ PYTEST_USAGE_ERROR = 4
 def pytest_exit(rc: int) -> int:
     """pytest's own exit status as ours: its usage error (4: a bad argument after --) is bad input."""
     return EXIT_BAD_INPUT if rc == PYTEST_USAGE_ERROR else rc
+
+
+def killed_line(rc: int) -> str | None:
+    """For pytest ended by a signal (`rc` < 0, as Popen says it): one line saying which and what
+    to change; None otherwise. A SIGKILL nobody here sent is most likely the OOM killer's (the
+    child is its first choice: hal.children), so the line gives the memory this machine has."""
+    if rc >= 0:
+        return None
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:
+        name = f"signal {-rc}"
+    if -rc != signal.SIGKILL:
+        return f"pytest was ended by {name} before it wrote its report"
+    from hal.memory.budget import available_bytes, fmt
+
+    room = available_bytes()
+    has = "" if room is None else f" (this machine has {fmt(room)} to give: the least of MemAvailable and the cgroup's room, x 0.8)"
+    return (f"pytest was killed (SIGKILL) before it wrote its report, most likely by the OOM killer{has}; "
+            "give the run more memory, or fewer workers (-n)")

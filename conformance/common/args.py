@@ -13,12 +13,15 @@ import sys
 
 from conformance.common.errors import clip
 from hal.common.units import parse_size
+from hicache_ref.spec.fields import past_floats, too_many_digits
 
 
 def _int(text: str) -> int:
     try:
         return int(text.replace("_", ""))
     except ValueError:
+        if (digits := too_many_digits(text)) is not None:
+            raise argparse.ArgumentTypeError(f"a {digits:,}-digit number is past any count here") from None
         raise argparse.ArgumentTypeError(f"expected a whole number, got {clip(repr(text))}") from None
 
 
@@ -49,6 +52,8 @@ def positive_real(what: str = "a number", maximum: float | None = None, unit: st
     error ("a ratio such as 2")."""
     def parse(text: str) -> float:
         value = _real(text, what)
+        if past_floats(text, value):
+            raise argparse.ArgumentTypeError(f"past the largest number a float holds (~1.8e308), got {clip(text)}")
         if not math.isfinite(value) or value <= 0:
             raise argparse.ArgumentTypeError(f"must be a positive number, got {clip(text)}")
         if value < sys.float_info.min:  # subnormal: its reciprocal (a rate's interval) overflows

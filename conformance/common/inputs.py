@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 
 from conformance.common.errors import CliError, clip, clip_path
-from conformance.common.safe_write import check_target
+from conformance.common.safe_write import check_target, unwritable
 from conformance.common.streamed import STDIN, StreamedInput, read_stream
 from hal.common.units import parse_size
 
@@ -120,6 +120,8 @@ def output_folder(option: str, path: str | os.PathLike | None) -> Path | None:
         raise CliError(option, f"{clip_path(out)}: is a symbolic link; name the folder it points at")
     if out.exists() and not out.is_dir():
         raise CliError(option, f"{clip_path(out)}: exists and is not a directory")
+    if (why := unwritable(out)) is not None:  # before the run, not after it
+        raise CliError(option, f"{clip_path(out)}: cannot be written: {why}")
     return out
 
 

@@ -77,7 +77,24 @@ def check_target(path: str | os.PathLike) -> Path:
                                           "it points at)")
     if not folder.is_dir():
         raise CliError(clip_path(folder), "no such folder")
+    if (why := unwritable(folder)) is not None:
+        raise CliError(clip_path(path), f"cannot be written: {why} (nothing written)")
     return path
+
+
+def unwritable(folder: str | os.PathLike) -> str | None:
+    """Why no file can be made in `folder`, or in its nearest existing parent when it is not there
+    yet (where it would be made): a read-only file system, no permission; None when one can."""
+    at = Path(folder)
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    if os.access(at, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(at).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return _FULL[errno.EROFS] if read_only else "permission denied"
 
 
 def check_targets(paths) -> list[Path]:

@@ -22,6 +22,9 @@ _SCALE = {
 _FORM = re.compile(r"\s*(\d+(?:_\d+)*(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
 
 
+MAX_SIZE = (1 << 63) - 1
+
+
 def parse_size(text: str | int, *, name: str, minimum: int = 0) -> int:
     """'80G' -> 80_000_000_000, '75GiB' -> 75 * 2**30, '4096' -> 4096; at least `minimum`.
     ValueError naming `name` (the argument) on anything else."""
@@ -36,6 +39,10 @@ def parse_size(text: str | int, *, name: str, minimum: int = 0) -> int:
     exact = Decimal(m.group(1).replace("_", "")) * _SCALE[m.group(2).lower()]
     if exact != exact.to_integral_value():
         raise ValueError(f"{name}: {text!r} is not a whole number")
+    if exact > MAX_SIZE:  # past any byte or token count; a float of it would overflow later, naming nothing
+        digits = len(m.group(1).replace("_", "").partition(".")[0].lstrip("0"))
+        unit = f" {m.group(2)}" if m.group(2) else ""
+        raise ValueError(f"{name}: at most {MAX_SIZE:,} (2**63 - 1), got a {digits:,}-digit number{unit}")
     value = int(exact)
     if value < minimum:
         bound = "positive" if minimum == 1 else f"at least {minimum}"

@@ -41,6 +41,7 @@ def attach_l3(cache, spec, *, storage=None, tp_rank: int = 0, tp_size: int = 1, 
         except (ValueError, RuntimeError, OSError) as e:  # named for the caller: the option and spec, then why
             why = str(e)  # open_storage's messages already start with the spec: not twice
             raise StoreOpenError(why if spec.l3 in why else f"{spec.l3}: {why}") from e
+        _refuse_below_a_page(storage, spec.l3, geom.token_bytes * geom.page_size)
     if hasattr(storage, "size_pages"):  # the model store: objects are this cache's pages, within --l3-tokens
         storage.size_pages(geom.page_size, geom.token_bytes * geom.page_size)
         storage.bound_tokens(getattr(spec, "l3_tokens", None))
@@ -60,6 +61,16 @@ def attach_l3(cache, spec, *, storage=None, tp_rank: int = 0, tp_size: int = 1, 
         raise
     cache.l3 = tier
     return tier
+
+
+def _refuse_below_a_page(storage, name: str, page: int) -> None:
+    """StoreOpenError (the store closed) when its bound cannot hold one page's object: every write
+    would be refused and the run would say nothing of L3."""
+    bound = getattr(storage, "max_bytes", None)
+    if isinstance(bound, int) and bound < page:
+        getattr(storage, "abandon", storage.close)()
+        raise StoreOpenError(f"{name}: max_bytes={bound:,} cannot hold one page's object ({page:,} bytes: "
+                             "--page-size tokens of every layer); give a larger bound")
 
 
 def object_format(spec, geom, tp_rank: int = 0, tp_size: int = 1):

@@ -78,16 +78,35 @@ def real(node, name: str, positive: bool = False, none_ok: bool = False) -> None
 
 
 # -- parsers for the options (text -> value; ValueError says what is wrong) ---------------------------
+def _echo(text: str) -> str:
+    """`text` as an error echoes it: a long one cut, with its length."""
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text):,} characters)"
+
+
+def too_many_digits(text: str) -> int | None:
+    """The digits of `text` when it is a whole number past Python's int-from-text limit, else None."""
+    digits = text.replace("_", "").strip().lstrip("+-")
+    return len(digits) if digits.isdigit() else None
+
+
+def past_floats(text: str, value: float) -> bool:
+    """Whether float(`text`) overflowed to infinity (`text` is a finite number written too large)."""
+    return math.isinf(value) and text.strip().lower().lstrip("+-") not in ("inf", "infinity")
+
+
 def parse_int(minimum: int = 1, maximum: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text.replace("_", ""))
         except ValueError:
-            raise ValueError(f"expected a whole number, got {text!r}") from None
+            if (digits := too_many_digits(text)) is not None:
+                raise ValueError(f"at most {maximum or (1 << 63) - 1:,}, got a {digits:,}-digit number") from None
+            raise ValueError(f"expected a whole number, got {_echo(text)}") from None
         if value < minimum:
-            raise ValueError(f"must be positive, got {text}" if minimum == 1 else f"must be at least {minimum}, got {text}")
+            raise ValueError(f"must be positive, got {_echo(text)}" if minimum == 1
+                             else f"must be at least {minimum}, got {_echo(text)}")
         if maximum is not None and value > maximum:
-            raise ValueError(f"at most {maximum:,}, got {text}")
+            raise ValueError(f"at most {maximum:,}, got {_echo(text)}")
         return value
     return parse
 
@@ -102,10 +121,12 @@ def parse_real(maximum: float | None = None):
         try:
             value = float(text.replace("_", ""))
         except ValueError:
-            raise ValueError(f"expected a number, got {text!r}") from None
+            raise ValueError(f"expected a number, got {_echo(text)}") from None
+        if past_floats(text, value):
+            raise ValueError(f"past the largest number a float holds (~1.8e308), got {_echo(text)}")
         if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"must be a positive number, got {text}")
+            raise ValueError(f"must be a positive number, got {_echo(text)}")
         if maximum is not None and value > maximum:
-            raise ValueError(f"at most {maximum:,g}, got {text}")
+            raise ValueError(f"at most {maximum:,g}, got {_echo(text)}")
         return value
     return parse

@@ -302,7 +302,23 @@ class CacheSpec:
         if self.tiers.materialize and size > MATERIALIZE_LIMIT_BYTES:
             raise fail(self.tiers, "materialize", f"pools of {size / 2**30:.1f} GiB exceed "
                        f"{MATERIALIZE_LIMIT_BYTES >> 30} GiB; give l1/l2 capacities, a limit, or a smaller geometry")
+        if self.tiers.materialize:
+            self._check_pools_fit(l1, l2, size)
         return l1, l2
+
+    def _check_pools_fit(self, l1: int, l2: int, size: int) -> None:
+        """SpecError naming the tier to cut when materialized pools of `l1` + `l2` tokens (`size`
+        bytes) exceed what this machine can give (hal.memory.budget: the cgroup's room included):
+        a tier not given first (it holds the whole trace), else the larger."""
+        from hal.memory.budget import shortfall
+
+        t = self.tiers
+        unsized = [n for n in ("l1_tokens", "l2_tokens") if getattr(t, n) is None]
+        name = unsized[0] if unsized else ("l1_tokens" if l1 >= l2 else "l2_tokens")
+        held = "" if not unsized else f"; {name.partition('_')[0].upper()} not given, so it holds the whole trace"
+        why = shortfall(size, f"materialized pools of L1 {l1:,} + L2 {l2:,} tokens{held}")
+        if why is not None:
+            raise fail(t, name, why)
 
     def tp_rank(self) -> CacheSpec:
         """The spec one rank of the TP group replays: with a shared host, L2 is N x per rank."""

@@ -5,12 +5,9 @@ the filesystem cannot hold it, or else by half of the room there at open. Writes
 file renamed into place, so readers never see part of an object; recency is the file's mtime,
 shared by every client. Reads and writes move the pool's runs with preadv/writev, no extra copy.
 
-The directory is the store's alone: it carries the marker file MARKER, written when the store
-is made in an empty or new folder (or in one holding only objects, as upstream HiCacheFile leaves
-it); a folder holding anything else is refused, so eviction never removes a user's files. Only
-regular files named as objects and owned by this user are counted, read or evicted: a symbolic
-link is never followed (O_NOFOLLOW), and an mtime is set only on an object the store opened.
-An eviction that fails (a file it may not remove) leaves the store refusing writes past its bound,
+The directory is the store's alone (hicache_ref.storage.file_folder: its marker, a user's folder
+refused, which files are its objects); a symbolic link is never followed (O_NOFOLLOW), and an
+mtime is set only on an object the store opened. An eviction that fails (a file it may not remove) leaves the store refusing writes past its bound,
 and `last_error` says which file and why.
 """
 
@@ -27,12 +24,21 @@ import threading
 from collections import OrderedDict
 
 from hicache_ref.storage.base import StorageBackend
+from hicache_ref.storage.file_folder import (
+    MARKER,  # noqa: F401 - the store's marker, named here too (its users import it with FileStorage)
+    SUFFIX,
+    TMP_PREFIX,
+    UPSTREAM_SUFFIX,
+    check_owned,
+    is_object_name,
+    is_own_object,
+    mark,
+    unmark,
+)
 from hicache_ref.storage.integrity import DEFAULT_DIGEST
 from hicache_ref.storage.objects import file_names
 from hicache_ref.storage.registry import parse_options
 
-SUFFIX = ".kv"
-UPSTREAM_SUFFIX = ".bin"  # upstream HiCacheFile's objects: `<its key>.bin`
 _PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 # Other clients' objects are seen at a rescan, which stats every object: one comes once this client
 # has written this share of the bound since the last. So the directory exceeds its bound by at most
@@ -40,12 +46,6 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 # store far below its bound (the common case) is not rescanned for nothing.
 RESCAN_SHARE = 16
 TMP_NAME_BYTES = 8  # random bytes in a temporary file's name (hex): unguessable by another user
-MARKER = ".hicache-file-store"  # the file that makes a directory a store's
-_TMP_PREFIX = ".tmp-"
-
-
-def _is_object_name(name: str) -> bool:
-    return name.endswith((SUFFIX, UPSTREAM_SUFFIX)) and not name.startswith(".")
 
 
 def file_name(key: str) -> str:
@@ -106,7 +106,7 @@ class FileStorage(StorageBackend):
         self._since_scan = 0  # bytes this client wrote since its last rescan
         self.last_error: str | None = None  # the first failure of a write or an eviction, with the file
         if os.path.isdir(directory):
-            self._check_owned(directory)
+            check_owned(directory)
             self._rescan()  # read only: the objects already there count as room
         free = self.filesystem_free_bytes(directory)
         room = free + self._bytes
@@ -118,43 +118,17 @@ class FileStorage(StorageBackend):
         if self.max_bytes <= 0:
             raise ValueError(f"directory: the filesystem of {directory} has no free space for a store "
                              "(the default bound is half its free space); free some or give max_bytes")
+        self.made_directory = not os.path.isdir(directory)  # by this open: `abandon` takes it back
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        self._mark(directory)
+        mark(directory)
         self._rescan()
 
-    @staticmethod
-    def _check_owned(directory: str) -> None:
-        """ValueError when `directory` holds anything but a store's marker, objects and temporary
-        files: a user's folder is not a store, and its files are never evicted."""
-        if os.path.islink(directory):
-            raise ValueError(f"directory: {directory} is a symbolic link; name the folder it points at")
-        try:
-            marker = os.lstat(os.path.join(directory, MARKER))
-        except FileNotFoundError:
-            marker = None
-        if marker is not None:
-            if not stat.S_ISREG(marker.st_mode):
-                raise ValueError(f"directory: {directory}/{MARKER} is not a regular file; it is not a store")
-            return
-        with os.scandir(directory) as it:
-            foreign = [e.name for e in it if not (_is_object_name(e.name) and e.is_file(follow_symlinks=False))
-                       and not e.name.startswith(_TMP_PREFIX)]
-        if foreign:
-            raise ValueError(f"directory: {directory} holds files a file store did not write (e.g. "
-                             f"{sorted(foreign)[0][:80]!r}) and no {MARKER} marker; give an empty or new folder")
-
-    @staticmethod
-    def _mark(directory: str) -> None:
-        """The marker file (O_EXCL, never through a link): this folder is a store's from now on."""
-        try:
-            fd = os.open(os.path.join(directory, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600)
-        except FileExistsError:
-            return
-        try:
-            os.write(fd, b"a hicache file L3 store: its objects are *.kv (and upstream *.bin) files here\n")
-        finally:
-            os.close(fd)
+    def abandon(self) -> None:
+        """Close, and remove the folder this open made while it holds nothing but the marker (an
+        open refused by its caller leaves no store behind)."""
+        self.close()
+        if self.made_directory:
+            unmark(self.directory)
 
     @classmethod
     def from_spec(cls, args: str, spec: str) -> FileStorage:
@@ -166,7 +140,8 @@ class FileStorage(StorageBackend):
             return cls(parts[0].strip(), **opts)
         except (ValueError, OSError) as e:
             part = "" if str(e).startswith("max_bytes:") else "DIR: "
-            raise ValueError(f"storage spec {spec!r}: {part}{e}") from None
+            why = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.strerror and e.filename else e
+            raise ValueError(f"storage spec {spec!r}: {part}{why}") from None
 
     @staticmethod
     def filesystem_free_bytes(path: str) -> int:
@@ -194,16 +169,14 @@ class FileStorage(StorageBackend):
 
     def _rescan(self) -> None:
         found = []
-        uid = os.geteuid()
         with os.scandir(self.directory) as it:
             for entry in it:
-                if _is_object_name(entry.name):
+                if is_object_name(entry.name):
                     try:
                         st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
-                    # never a link, a hard link to another file, or another user's
-                    if stat.S_ISREG(st.st_mode) and st.st_uid == uid and st.st_nlink == 1:
+                    if is_own_object(st):  # never a link, a hard link to another file, or another user's
                         found.append((st.st_mtime_ns, entry.name, st.st_size))
         with self._lock:
             self._since_scan = 0
@@ -284,7 +257,7 @@ class FileStorage(StorageBackend):
         size = sum(s.nbytes for s in segments)
         if size > self.max_bytes:
             return False
-        tmp = os.path.join(self.directory, f"{_TMP_PREFIX}{token or secrets.token_hex(TMP_NAME_BYTES)}")
+        tmp = os.path.join(self.directory, f"{TMP_PREFIX}{token or secrets.token_hex(TMP_NAME_BYTES)}")
         fd = None
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -345,9 +318,7 @@ class FileStorage(StorageBackend):
             raise
         try:
             st = os.fstat(fd)
-            # a hard link is another file's name, not one it wrote; no link at all (0) is an object a
-            # writer replaced after this open: the open file is still that whole object
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink > 1:
+            if not is_own_object(st):
                 return -1
             size = st.st_size
             views, off = _views(targets), 0

@@ -24,8 +24,11 @@ def unavailable_reason() -> str | None:
             return f"sglang is not installed (ci/install-sglang.sh installs sglang=={SGLANG_VERSION})"
         if found != SGLANG_VERSION:
             return f"sglang {found} is installed; this engine is pinned to {SGLANG_VERSION} (ci/install-sglang.sh)"
-        import sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller  # noqa: F401
-        import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
+        from hicache_ref.engines.sglang.noise import quiet_import
+
+        with quiet_import():
+            import sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller  # noqa: F401
+            import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
     except Exception as e:  # noqa: BLE001 - any import failure is the reason the engine cannot run
         return f"sglang {SGLANG_VERSION} does not import here: {type(e).__name__}: {e}"
     return None

@@ -16,6 +16,7 @@ from hal.transfer.direction import POOL_DIRECTIONS
 from hicache_ref.engines.sglang import kernel_shim
 from hicache_ref.engines.sglang import l3_objects as storage
 from hicache_ref.engines.sglang.copy_pricing import FullGeometryPricer, narrow_spec
+from hicache_ref.engines.sglang.host_room import is_pool_failure, quiet_pool_failure, refuse_host_pool
 from hicache_ref.engines.sglang.prefetch import l3_figures
 from hicache_ref.engines.sglang.stores import open_store
 from hicache_ref.engines.sglang.support import ENGINE, SUPPORT, pools_shortfall, refuse_pools
@@ -72,6 +73,22 @@ def rows_for(spec, l1: int, l2: int, rows: str):
     return run
 
 
+def built(spec, backend, l1: int, l2: int, store):
+    """build's cache; ValueError naming the capacities when its pools cannot be allocated (memory
+    taken since the check, a limit the check cannot see: RLIMIT_AS, a full /dev/shm)."""
+    from hicache_ref.engines.sglang.build_cache import build
+
+    try:
+        with quiet_pool_failure():
+            return build(spec, backend, l1, l2, store)
+    except Exception as e:
+        if not is_pool_failure(e):
+            raise
+        raise ValueError(f"--l2-tokens: SGLang could not allocate its KV pools (L1 {l1:,} + L2 {l2:,} tokens of "
+                         f"{spec.geometry.token_bytes:,}-byte rows): {e}; give smaller --l1-tokens/--l2-tokens, "
+                         "or the run more memory") from None
+
+
 def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: str = "auto",
                   off: dict | bool | None = None) -> dict:
     """Replay the first `limit` requests of `trace` through SGLang's cache, serially or served
@@ -83,7 +100,6 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     per-direction tallies (the differential suite's per-request view). `rows`: see rows_for; on
     narrow rows the figures are the spec's geometry's and `geometry.engine_rows` names the rows run.
     `off`: HiCache off's figures to price against (None: the reference replays it here; False: not priced)."""
-    from hicache_ref.engines.sglang.build_cache import build
     from hicache_ref.engines.sglang.driver import RequestDriver
     from hicache_ref.engines.sglang.served import UpstreamSteps
 
@@ -104,6 +120,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
                          "give smaller --layers/--kv-dim, or drop --l3")
     if l2 <= 0:
         raise ValueError("--l2-tokens: the sglang engine needs an L2 (SGLang's HiCache has one)")
+    refuse_host_pool(l2, run_spec.geometry.token_bytes, ps)  # upstream's own rule, before it logs a traceback
     # Upstream's pools are real tensors: its copies move bytes, so the backend is one that does
     # (emu on the spec's profile: the same modeled seconds as the reference's count backend).
     backend, own_backend = (spec.backend, False) if spec.backend is not None else (get_backend("emu", spec.profile), True)
@@ -121,7 +138,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
     up = store = None
     try:
         store = open_store(spec.storage)  # mooncake:auto starts its cluster here
-        up = build(run_spec, backend, l1, l2, store)
+        up = built(run_spec, backend, l1, l2, store)
         host_bytes = sum(e.host_pool.kv_buffer.nbytes for e in up.cache.cache_controller.mem_pool_host.entries)
         # the host pool the spec's rows would register: the same slots, each row as wide as the spec's
         host_bytes = host_bytes // run_spec.geometry.token_bytes * token_bytes
