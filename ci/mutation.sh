@@ -19,19 +19,19 @@ command -v mutmut >/dev/null || { echo "ci/mutation.sh: mutmut is not installed 
 
 # name | module mutated | pytest selection (test files, then -k ...): keep each to seconds, mutmut reruns it per mutant
 MODULES=(
-  "summary|conformance/report/summary.py|tests/test_conform_cli.py tests/test_conform_summary.py -k deciding_suite|run_in_part|error_fails|conform_summary"
-  "verdict|conformance/targets/verdict.py|tests/test_target_verdicts.py -k judge|describe|without_a_backend|slower_directions"
-  "link|conformance/targets/link.py|tests/test_target_verdicts.py -k slower_directions|without_a_backend|probe_figures"
-  "digest|hicache_ref/tp/digest.py|tests/test_tp_protocol.py tests/test_tp_mutants.py -k not test_gate_ and not test_report_ and not test_rank_cache_"
-  "visibility|hicache_ref/tp/visibility.py|tests/test_tp_protocol.py tests/test_tp_mutants.py -k gate|waits|private|writes"
-  "rank_cache|hicache_ref/tp/rank_cache.py|tests/test_tp_protocol.py tests/test_tp_mutants.py -k not test_gate_ and not test_digest_ and not test_report_"
-  "tp_report|hicache_ref/tp/report.py|tests/test_tp_protocol.py tests/test_tp_mutants.py -k report"
-  "integrity|hicache_ref/storage/integrity.py|tests/test_storage_mutants.py tests/test_storage.py -k trailer|corrupt|digest"
-  "storage_base|hicache_ref/storage/base.py|tests/test_storage_mutants.py tests/test_storage.py -k not atomic_overwrite"
-  "layouts|hal/transfer/layout_registry.py|tests/test_layout_registry.py"
-  "plan|hal/transfer/plan.py|tests/test_plan_mutants.py tests/test_plan.py"
-  "cost|hicache_ref/sim/cost.py|tests/test_cost.py"
-  "policy|hicache_ref/core/policy.py|tests/test_policy_mutants.py tests/test_policy.py"
+  "summary|conformance/report/summary.py|tests/conformance/test_conform_cli.py tests/conformance/test_conform_summary.py -k deciding_suite|run_in_part|error_fails|conform_summary"
+  "verdict|conformance/targets/verdict.py|tests/conformance/test_target_verdicts.py -k judge|describe|without_a_backend|slower_directions"
+  "link|conformance/targets/link.py|tests/conformance/test_target_verdicts.py -k slower_directions|without_a_backend|probe_figures"
+  "digest|hicache_ref/tp/digest.py|tests/tp/test_tp_protocol.py tests/tp/test_tp_mutants.py -k not test_gate_ and not test_report_ and not test_rank_cache_"
+  "visibility|hicache_ref/tp/visibility.py|tests/tp/test_tp_protocol.py tests/tp/test_tp_mutants.py -k gate|waits|private|writes"
+  "rank_cache|hicache_ref/tp/rank_cache.py|tests/tp/test_tp_protocol.py tests/tp/test_tp_mutants.py -k not test_gate_ and not test_digest_ and not test_report_"
+  "tp_report|hicache_ref/tp/report.py|tests/tp/test_tp_protocol.py tests/tp/test_tp_mutants.py -k report"
+  "integrity|hicache_ref/storage/integrity.py|tests/storage/test_storage_mutants.py tests/storage/test_storage.py -k trailer|corrupt|digest"
+  "storage_base|hicache_ref/storage/base.py|tests/storage/test_storage_mutants.py tests/storage/test_storage.py -k not atomic_overwrite"
+  "layouts|hal/transfer/layout_registry.py|tests/hal/test_layout_registry.py"
+  "plan|hal/transfer/plan.py|tests/hal/test_plan_mutants.py tests/hal/test_plan.py"
+  "cost|hicache_ref/sim/cost.py|tests/sim/test_cost.py"
+  "policy|hicache_ref/core/policy.py|tests/core/test_policy_mutants.py tests/core/test_policy.py"
 )
 
 want=("$@")

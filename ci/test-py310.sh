@@ -58,7 +58,8 @@ if keys:
 print(f"conform on Python 3.10 + torch {sys.argv[3]}: {a['verdict']}, the same figures as on the default Python")
 PYEOF
     "$V" -m pytest -q -n 2 -p no:cacheprovider \
-        tests/test_direction.py tests/test_backend_contract.py tests/test_kvcacheio.py tests/test_plan.py \
-        tests/test_memory.py tests/test_memory_refusals.py tests/test_host_registration.py tests/test_vendor_ops.py \
-        tests/test_xpu_standin.py tests/test_doctor_preflight.py tests/test_conform_summary.py tests/test_tp_group.py "$@"
+        tests/hal/test_direction.py tests/hal/test_backend_contract.py tests/hal/test_kvcacheio.py tests/hal/test_plan.py \
+        tests/hal/test_memory.py tests/hal/test_memory_refusals.py tests/hal/test_host_registration.py \
+        tests/hal/test_vendor_ops.py tests/hal/test_xpu_standin.py tests/conformance/test_doctor_preflight.py \
+        tests/conformance/test_conform_summary.py tests/tp/test_tp_group.py "$@"
 done

@@ -1,6 +1,6 @@
 """Child processes that die with the process that started them, quietly.
 
-Every child the harness starts (sweep workers, the pytest child of conform, Mooncake servers)
+Every child the harness starts (replay workers, the pytest child of conform, Mooncake servers)
 comes from `start`: its own process group, so a terminal's Ctrl-C reaches only the parent, which
 then stops the group (no KeyboardInterrupt traceback from a child), and PR_SET_PDEATHSIG, so the
 kernel kills it when the parent dies, SIGKILL included (the `hicache` command turns SIGTERM into

@@ -2,7 +2,7 @@
 
 Every command and subcommand gets its usage and tables of its options (name, default, help), one
 per help group (its own options, then one per spec node), after the table of one spelling and one default per concept. `DIFFERENCES` lists the options
-that mean something else in one command, each with its reason; tests/test_cli_reference.py
+that mean something else in one command, each with its reason; tests/cli/test_cli_reference.py
 checks that docs/cli.md is current and that no other option differs between commands.
 """
 
@@ -116,7 +116,7 @@ def _help(formatter: argparse.HelpFormatter, action: argparse.Action) -> str:
 def render(parser: argparse.ArgumentParser) -> str:
     """docs/cli.md's text for `parser` (the `hicache` parser with every subcommand)."""
     lines = ["# The `hicache` command", "",
-             f"Generated from the parsers by `{REGENERATE}`; tests/test_cli_reference.py checks it is current.",
+             f"Generated from the parsers by `{REGENERATE}`; tests/cli/test_cli_reference.py checks it is current.",
              "", "## One spelling and one default per concept", "",
              "| concept | option | default |", "|---|---|---|"]
     lines += [f"| {c} | `{o}` | {d} |" for c, o, d in CONCEPTS]

@@ -14,7 +14,7 @@ from hal.topology.model import Topology
 
 POLICIES = ("local", "interleave")
 # 20% of each node kept for everything that is not the KV pool. With it, strict local binding on
-# the p800 box gives the ~75 GB per card the seed work found (see tests/test_binding.py).
+# the p800 box gives the ~75 GB per card the seed work found (see tests/hal/test_binding.py).
 RESERVE_FRACTION = 0.20
 
 

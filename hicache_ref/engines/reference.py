@@ -1,7 +1,7 @@
 """Every spec field on the reference engine: the spec is the reference's own, so each is honoured.
 
 Declared one by one all the same, so that a new field is a decision for every engine
-(tests/test_engine_support.py) and not a default nobody looked at.
+(tests/engines/test_engine_support.py) and not a default nobody looked at.
 """
 
 from __future__ import annotations

@@ -111,8 +111,8 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
     spec and trace); `l3_tokens`: the pooled L3 rung's capacity (None: unlimited); `engine`: what
     replays the rungs (a hicache_ref.engines.Engine; None: the reference; HiCache off stays the
     reference's), a rung it does not run is not measured with the reason; `ensemble`: the parameter sets each
-    rung's interval is priced over (hicache_ref.sim.spread; None: the profile's). `workers` is accepted for the command's sake
-    (each replay runs here). `progress(done, total)` after each replay."""
+    rung's interval is priced over (hicache_ref.sim.spread; None: the profile's). `workers`: processes the
+    reference's replays run on (None: one per core; 1: here). `progress(done, total)` after each replay."""
     _check(spec, requests, plateau_gain)
     if l3_tokens is not None and (isinstance(l3_tokens, bool) or not isinstance(l3_tokens, int) or l3_tokens <= 0):
         raise ValueError(f"--l3-tokens: expected a positive number of tokens, got {l3_tokens!r}")
@@ -133,6 +133,7 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
     if runs is None:
         runs = Runs(spec, requests, tp, engine=engine)
     runs.progress = tick
+    runs.prefetch([(state(hicache=False), 0)] + [(st, per_rank) for _, _, st in ladder], workers)
     off = runs.figures(state(hicache=False), 0)
     try:  # HiCache off priced (hicache_ref.sim.baseline, as every command prices it), or why not (then no rung is)
         off_price, off_why = (cost.off_price(profile, off), None) if off["requests"] else (None, "no request replayed")
@@ -144,6 +145,7 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
     pick = min((-1, -2), key=lambda i: (rows[i]["modeled_ttft_seconds"] is None, rows[i]["modeled_ttft_seconds"] or 0))
     last = ladder[pick][2]
     try:
+        runs.prefetch([(last, t // tp) for t in tiers], workers)
         figs = [runs.figures(last, t // tp) for t in tiers]
     except NotRunOnEngine as e:  # no sweep, no plateau: the capacity step is not run either
         figs, plateau = None, None

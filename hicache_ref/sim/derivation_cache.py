@@ -62,6 +62,7 @@ def stats(profile):
     if k in _STATS:
         return _STATS[k]
     from hardware_profiles.readings import load_readings
+    from hicache_ref.sim.readings import replay_pairs
     from hicache_ref.sim.seed_scenario import seed_requests, seed_runs
 
     readings = load_readings(profile)
@@ -69,6 +70,7 @@ def stats(profile):
     if readings is not None:
         runs = _RUNS.setdefault(str(readings.path), None) or seed_runs(readings, seed_requests(), profile)
         _RUNS[str(readings.path)] = runs
+        runs.prefetch(replay_pairs(readings, d.JOINT_READINGS))
         try:
             fit = d.derive_fit(profile, readings, runs)
             out = Stats(fit, _shifts(fit, readings, runs), readings)

@@ -4,7 +4,7 @@ Each parameter comes from the readings that constrain it (`derives` in the readi
 exactly where one reading fixes one parameter (floor, H2D bandwidth, L2 path, kernel item, the
 per-token prefill at break-even), least squares where several readings each depend on several
 parameters (JOINT: residuals in tolerances, shown), with the fit's covariance, each parameter's
-standard error and the readings that determine it (hicache_ref.sim.fit_stats). tests/test_derive.py
+standard error and the readings that determine it (hicache_ref.sim.fit_stats). tests/sim/test_derive.py
 checks the profile against this; `python -m hicache_ref.sim.derive` prints the standard errors
 (flagging a parameter fewer than two readings determine) and the values to write.
 """
@@ -179,7 +179,7 @@ def _values(profile) -> tuple[float, ...]:
     return tuple(float(value(profile, k) or 0.0) for k in DERIVED_KEYS)
 
 
-SIGNIFICANT = 6  # digits the profile keeps of a derived value (tests/test_derive.py compares at this)
+SIGNIFICANT = 6  # digits the profile keeps of a derived value (tests/sim/test_derive.py compares at this)
 
 
 def profile_entries(profile, notes: dict[str, str]) -> dict[str, tuple[float, str]]:

@@ -9,6 +9,8 @@ within 3 points, counts exactly, and every sign right (a loss stays a loss).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from hal.transfer.direction import Direction
@@ -30,8 +32,15 @@ PLATEAU_TIERS = 8
 
 def chunk_traffic(layout: str, chunk: int) -> mech.Traffic:
     """One chunk's D2H backup of fresh contiguous pages in `layout`, as the seed's copy ops move it."""
-    g = SEED_GEOMETRY
-    if get_layout(layout).native_io_backend == "kernel":  # one all-layer kernel launch; an item per token and layer
+    return _chunk_traffic(get_layout(layout), chunk)
+
+
+@functools.lru_cache(maxsize=256)
+def _chunk_traffic(host_layout, chunk: int) -> mech.Traffic:
+    # keyed by the layout object, not its name: a layout registered again under a name plans anew.
+    # A fit prices the same few chunks thousands of times; the plan never depends on the profile.
+    layout, g = host_layout.name, SEED_GEOMETRY
+    if host_layout.native_io_backend == "kernel":  # one all-layer kernel launch; an item per token and layer
         return mech.Traffic(bytes=chunk * g.token_bytes, launches=1, items=chunk * g.layers, kernel=True)
     idx = np.arange(chunk, dtype=np.int64)
     plan = plan_pool_transfer(layout, g, chunk, idx, idx, Direction.D2H)
@@ -82,6 +91,25 @@ def plateau_change(profile, runs, state: dict, l2_gb: float, states: dict) -> fl
         return float("nan")
     at, full = workload_ttft(profile, runs, state, tiers[i])[0], workload_ttft(profile, runs, state, tiers[-1])[0]
     return (at / full - 1) * 100
+
+
+WORKLOAD_QUANTITIES = ("workload_ttft_change", "workload_hit_rate", "plateau_ttft_change")  # priced on replays
+
+
+def replay_pairs(readings, names=None) -> list[tuple[dict, int]]:
+    """(state, L2 tokens per card) of every replay `model_value` asks the runs for, over the
+    readings `names` (None: all): what to hand Runs.prefetch before the readings are priced."""
+    sc, out = readings.scenario, []
+    for r in readings.readings:
+        if (names is not None and r.name not in names) or r.quantity not in WORKLOAD_QUANTITIES:
+            continue
+        st, gb = readings.states[r.state], r.l2_gb_per_card or sc["l2_gb_per_card"]
+        if r.quantity == "workload_ttft_change":
+            out.append((readings.states["hicache_off"], l2_tokens(gb)))
+        if r.quantity == "plateau_ttft_change":
+            out += [(st, l2_tokens(gb * i / PLATEAU_TIERS)) for i in range(1, PLATEAU_TIERS)]
+        out.append((st, l2_tokens(gb)))
+    return out
 
 
 def model_value(profile, reading, readings, runs) -> float:

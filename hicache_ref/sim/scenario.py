@@ -9,12 +9,15 @@ side, so each is run once and priced under any parameters.
 
 from __future__ import annotations
 
+import os
+
 from hal.transfer.layout_registry import get_layout
 from hardware_profiles.readings import SWITCHES
 from hicache_ref.sim.baseline import off_spec
 from hicache_ref.sim.mechanisms import PAGE_4K, PAGE_THP, HostState, Unpriced
 from hicache_ref.sim.replay import replay
 from hicache_ref.sim.serving import replay_served
+from hicache_ref.sim.sweep_pool import replay_in_workers
 from hicache_ref.spec import CacheSpec
 
 FIRST_BUILD = {k: v[0] for k, v in SWITCHES.items()}  # every switch as first built (HiCache on)
@@ -93,6 +96,34 @@ class Runs:
         if self.engine is None or (st["hit_count"], st["ghost"]) != (FIRST_BUILD["hit_count"], FIRST_BUILD["ghost"]):
             return st
         return dict(st, hit_count=self.base.semantics.hit_count, ghost=self.base.tiers.ghost)
+
+    def prefetch(self, pairs, workers: int | None = None) -> None:
+        """Replay every (state, l2_per_card) of `pairs` not yet run, on up to `workers` processes
+        (None: one per core; 1: here), so the `figures` calls that follow find them made. The
+        reference's replays only: another engine's run in `figures`, one at a time, when asked."""
+        if self.engine is not None:
+            return
+        todo: dict[tuple, CacheSpec] = {}
+        for st, l2 in pairs:
+            key = cache_key(st, l2)
+            if key not in self._figs and key not in todo:
+                todo[key] = cache_spec(st, self.base, l2, self.tp)
+        workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+        if workers == 1:  # here, in order: each exactly as `figures` would make it
+            for st, l2 in pairs:
+                self.figures(st, l2)
+            return
+        before = len(self._figs)
+        done = [0]
+
+        def tick() -> None:
+            done[0] += 1
+            if self.progress is not None:
+                self.progress(before + done[0])
+
+        served = self.base.serving.concurrency is not None
+        self._figs.update(zip(todo, replay_in_workers(list(todo.values()), self.requests, workers, tick, served),
+                              strict=True))
 
     def figures(self, st: dict, l2_per_card: int) -> dict:
         """The replay of `st`; NotRunOnEngine when the engine cannot run here or does not run `st`

@@ -12,7 +12,7 @@ from hardware_profiles.readings import load_readings
 from hicache_ref.sim import derivation_cache, loo, spread
 from hicache_ref.sim.ablate import ablate
 from hicache_ref.sim.plateau import DEFAULT_PLATEAU_GAIN
-from hicache_ref.sim.readings import ANSWER_READING, evaluate
+from hicache_ref.sim.readings import ANSWER_READING, evaluate, replay_pairs
 from hicache_ref.sim.scenario import Runs
 from hicache_ref.sim.seed_scenario import l2_tokens, seed_base, seed_requests, seed_runs
 
@@ -45,6 +45,7 @@ def seed_rows(profile, progress=None, engine=None) -> list[dict]:
     if readings is None:
         return []
     runs = seed_runs(readings, seed_requests(), profile, progress, engine)
+    runs.prefetch(replay_pairs(readings))
     return with_loo(profile, readings, runs, evaluate(profile, readings, runs))[0]
 
 
@@ -55,6 +56,7 @@ def seed_ladder(profile, readings, plateau_gain: float | None = None, progress=N
     sc = readings.scenario
     base = seed_base(readings, profile).replace(l2_tokens=l2_tokens(sc["l2_gb_per_card"]))
     runs = Runs(base, requests, sc["tp"], engine=engine)
+    runs.prefetch(replay_pairs(readings))
     if engine is None:  # the ensemble's derivation reuses these replays rather than making its own
         derivation_cache.remember(profile, runs)
     ensemble = spread.members(profile)

@@ -1,10 +1,12 @@
-"""The sweep's worker processes: one replay per tier, each in a fresh interpreter, over pipes.
+"""Replay worker processes (the sweep's tiers, the ladder's states): one replay per task, each
+worker a fresh interpreter, over pipes.
 
 Plain child processes (hal.children), not multiprocessing: no semaphores in /dev/shm and no
 resource tracker to outlive a killed parent. Each worker is in its own process group and dies
 with the parent (SIGKILL included); on Ctrl-C or SIGTERM the parent kills them before the
 interrupt goes on, so no worker prints a traceback. Frames are pickles on the worker's stdin and
-stdout: the requests once, then one spec per task, one result (or the exception) per task.
+stdout: the requests (and whether replays are served) once, then one spec per task, one result
+(or the exception) per task.
 """
 
 from __future__ import annotations
@@ -25,16 +27,18 @@ _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
 def worker_main() -> None:
     """A worker: read the requests, then replay each spec it is sent until its stdin closes."""
     from hicache_ref.sim.replay import replay
+    from hicache_ref.sim.serving import replay_served
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    requests = pickle.load(stdin)
+    requests, served = pickle.load(stdin)
+    run = replay_served if served else replay
     while True:
         try:
             spec = pickle.load(stdin)
         except EOFError:
             return
         try:
-            frame = ("ok", replay(spec, requests, off=False))  # the sweep prices each tier against its own L1-alone run
+            frame = ("ok", run(spec, requests, off=False))  # the caller prices each against its own HiCache-off run
         except Exception as e:  # noqa: BLE001 - the parent raises it as the sequential sweep would
             frame = ("error", e)
         try:
@@ -45,14 +49,15 @@ def worker_main() -> None:
         stdout.flush()
 
 
-def replay_in_workers(specs: list, requests: list, workers: int, tick: Callable[[], None]) -> list[dict]:
-    """`replay(spec, requests, off=False)` for every spec on `workers` processes (not priced: the caller
-    prices against its HiCache-off run); results in `specs` order."""
+def replay_in_workers(specs: list, requests: list, workers: int, tick: Callable[[], None],
+                      served: bool = False) -> list[dict]:
+    """`replay(spec, requests, off=False)` (`served`: `replay_served`) for every spec on `workers`
+    processes (not priced: the caller prices against its HiCache-off run); results in `specs` order."""
     procs = []
     try:
         for _ in range(workers):  # all started first: they import in parallel
             procs.append(children.start([sys.executable, "-c", _BOOT, json.dumps(sys.path)], stdin=-1, stdout=-1))
-        blob = pickle.dumps(requests)
+        blob = pickle.dumps((requests, served))
         for proc in procs:
             proc.stdin.write(blob)
             proc.stdin.flush()
@@ -86,7 +91,7 @@ def _dispatch(procs, specs: list, tick: Callable[[], None]) -> list[dict]:
                 try:
                     status, value = pickle.load(proc.stdout)
                 except EOFError:
-                    raise RuntimeError(f"sweep worker {proc.pid} died (exit {proc.wait()})") from None
+                    raise RuntimeError(f"replay worker {proc.pid} died (exit {proc.wait()})") from None
                 if status == "error":
                     raise value
                 out[busy.pop(proc)] = value

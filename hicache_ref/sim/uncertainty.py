@@ -39,11 +39,15 @@ def ensemble(profile) -> tuple:
     their covariance (hicache_ref.sim.derive; clipped to the fit's bounds, the exact ones solved
     again), each assumed value uniformly over its stated `range` (moving the derived ones as a refit
     would), each measured value with a `stderr` from a normal (clipped to its bound). A profile
-    with none of these has ENSEMBLE_SIZE copies of itself; an unknown value stays unknown."""
+    with none of these has ENSEMBLE_SIZE copies of itself; an unknown value stays unknown. LookupError
+    when no derivation is registered (register_stats), rather than members that leave its spread out."""
     k = (profile, tuple(sorted(profile.ranges.items())), tuple(sorted(profile.stderrs.items())))
     if k not in _MEMBERS:
         if k in _DRAWING:  # the derivation's own replays price themselves: with the profile alone
             return (profile,)
+        if not _STATS_SOURCE:  # members without the derivation's spread would give too narrow an interval
+            raise LookupError("no derivation registered to draw the ensemble from: import "
+                              "hicache_ref.sim.derivation_cache first (the hicache command does)")
         _DRAWING.add(k)
         try:
             _MEMBERS[k] = _draw(profile, _STATS_SOURCE[0](profile) if _STATS_SOURCE else None)

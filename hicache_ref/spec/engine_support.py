@@ -5,7 +5,7 @@ the spec that is an option (`spec_fields()`: "tiers.l1_tokens", "profile", ...).
 engine first asks `first_refusal(table, spec)`: the first field whose value the engine cannot run,
 as one line naming its option. A field the table does not declare is refused whenever it is
 given a value other than its default, so a new option never runs silently on an engine that
-ignores it; tests/test_engine_support.py fails until each engine declares it.
+ignores it; tests/engines/test_engine_support.py fails until each engine declares it.
 """
 
 from __future__ import annotations

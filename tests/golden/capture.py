@@ -9,11 +9,10 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # run as a script: tests/ is where pytest finds `golden` too
-
-from golden.cases import CASES, CONFORM_DETERMINISTIC, CONFORM_TARGETS  # noqa: E402
+sys.path.insert(0, str(HERE.parents[1]))  # run as a script: the checkout, where `tests.golden` is
 
 from hicache_ref.sim.trace import find_trace  # noqa: E402
+from tests.golden.cases import CASES, CONFORM_DETERMINISTIC, CONFORM_TARGETS  # noqa: E402
 
 
 def run_case(name: str) -> dict:

@@ -1,4 +1,4 @@
-"""The pinned slices whose JSON figures a refactor must leave unchanged (tests/test_golden_figures.py).
+"""The pinned slices whose JSON figures a refactor must leave unchanged (tests/project/test_golden_figures.py).
 
 Each case is a `hicache` command line with --json; `python tests/golden/capture.py` rewrites the
 fixtures beside this file (run it only when a change is meant to move a figure, and say so)."""
