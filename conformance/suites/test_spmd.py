@@ -2,7 +2,8 @@
 
 Rank processes run one seeded workload with real bytes: 2, 4 and 8 ranks decide as one rank does,
 shared or private; every read is bit-identical; an injected divergence is caught at its op; a
-failure or a killed rank fails the others in bounded time; no shared file is left, and it is 0600.
+failure or a killed rank fails the others in bounded time, one that stops moving is named with
+its op; no shared file is left, and it is 0600.
 """
 
 from __future__ import annotations
@@ -119,6 +120,17 @@ def test_a_rank_killed_mid_run_fails_the_others_in_bounded_time(run_on, shared_d
     assert time.monotonic() - t0 < TIMEOUT + 10
     assert outcomes[2].status == "died" and "SIGKILL" in outcomes[2].payload
     for o in (outcomes[0], outcomes[1], outcomes[3]):
+        assert o.status == "error" and "GroupError" in o.payload and "collective" in o.payload, o
+
+
+def test_a_rank_that_stops_moving_is_named_with_its_op_in_bounded_time(run_on, shared_dir):
+    from hicache_ref.tp.launch import MARGIN_SECONDS
+
+    t0 = time.monotonic()
+    _, outcomes = run_on(3, shared=True, shared_dir=shared_dir, timeout=3.0, faults={"hang_at": [1, 30]})
+    assert time.monotonic() - t0 < 3.0 + MARGIN_SECONDS + 15
+    assert outcomes[1].status == "died" and outcomes[1].payload == f"no progress for {3 + MARGIN_SECONDS:g} s at op 30: killed"
+    for o in (outcomes[0], outcomes[2]):  # waiting for it in a collective, they fail on their own
         assert o.status == "error" and "GroupError" in o.payload and "collective" in o.payload, o
 
 

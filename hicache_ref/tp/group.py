@@ -8,19 +8,28 @@ under torchrun, whose agent serves the store, the ranks connect to that one. The
 the ranks' device is CUDA, gloo otherwise (emu and CI, on 127.0.0.1). The group's timeout
 bounds every collective: a dead or stuck rank makes the others raise `GroupError` (naming
 the collective) instead of hanging.
+
+The tensors of the last collectives stay referenced here until close() has destroyed the process
+group: a gloo worker thread can still hold a finished collective's work when its wait returns,
+and where Python dropped the work's tensors first, freeing them takes the GIL, which
+destroy_process_group holds while it joins those threads (torch 2.5.1 deadlocks there). The
+object collectives are built on byte tensors for the same reason: torch's drop theirs.
 """
 
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import os
-import socket
+import pickle
+from collections import deque
 
 import torch
 import torch.distributed as dist
 
+from hicache_ref.tp.store import is_loopback, loopback_store
+
 DEFAULT_TIMEOUT_SECONDS = 30.0
+HELD_COLLECTIVES = 64  # a worker thread lets go of a work before it takes the next one
 INT64_MAX = (1 << 63) - 1
 
 
@@ -36,34 +45,6 @@ def process_group_backend(device_type: str, local_ranks: int = 1) -> str:
     return "nccl" if torch.cuda.device_count() >= local_ranks else "gloo"
 
 
-def is_loopback(host: str) -> bool:
-    """`host` names this machine's loopback: localhost, 127.0.0.0/8 or ::1."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def loopback_store(timeout: datetime.timedelta) -> dist.TCPStore:
-    """The group's TCPStore on 127.0.0.1:MASTER_PORT: rank 0 serves it on a socket it binds to
-    127.0.0.1 itself (handed to torch, which owns it from then on); the other ranks connect."""
-    port, rank, world = int(os.environ["MASTER_PORT"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if rank != 0:
-        return dist.TCPStore("127.0.0.1", port, world, False, timeout=timeout)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        sock.listen(max(world, 16))
-    except OSError:
-        sock.close()
-        raise
-    return dist.TCPStore("127.0.0.1", port, world, True, timeout=timeout, wait_for_workers=False,
-                         master_listen_fd=sock.detach())
-
-
 class Group:
     """This process's rank in a group made from the env:// variables; close() leaves it."""
 
@@ -74,6 +55,7 @@ class Group:
         if not timeout > 0:
             raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
         self.timeout = float(timeout)
+        self._held: deque = deque(maxlen=HELD_COLLECTIVES)  # each collective's tensors (module docstring)
         self.backend = process_group_backend(device_type, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else None
         try:
@@ -98,35 +80,53 @@ class Group:
             raise GroupError(f"rank {self.rank}: collective {what} failed (a rank died, or none answered within "
                              f"{self.timeout:g} s): {_short(e)}") from None
 
-    def _tensor(self, values) -> torch.Tensor:
-        t = torch.tensor(list(values), dtype=torch.int64)
+    def _hold(self, *tensors):
+        self._held.append(tensors)
+        return tensors
+
+    def _tensor(self, values, dtype=torch.int64) -> torch.Tensor:
+        t = torch.tensor(list(values), dtype=dtype)
         return t.to(self.device) if self.device is not None else t
 
     def all_reduce(self, values, op: str) -> list[int]:
         """Element-wise min or max of int64 `values` over the ranks."""
-        t = self._tensor(values)
+        (t,) = self._hold(self._tensor(values))
         red = {"min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op]
         self._run(f"all_reduce({op})", lambda: dist.all_reduce(t, op=red))
         return [int(x) for x in t.cpu().tolist()]
 
+    def _gather(self, t: torch.Tensor, what: str) -> list[torch.Tensor]:
+        out = [torch.empty_like(t) for _ in range(self.world)]
+        self._hold(t, *out)
+        self._run(what, lambda: dist.all_gather(out, t))
+        return out
+
     def all_gather(self, values) -> list[list[int]]:
         """Every rank's int64 `values` (same length on every rank), by rank."""
-        t = self._tensor(values)
-        out = [torch.empty_like(t) for _ in range(self.world)]
-        self._run("all_gather", lambda: dist.all_gather(out, t))
-        return [[int(x) for x in o.cpu().tolist()] for o in out]
+        return [[int(x) for x in o.cpu().tolist()] for o in self._gather(self._tensor(values), "all_gather")]
 
     def all_gather_object(self, obj) -> list:
         """Every rank's picklable `obj`, by rank."""
-        out = [None] * self.world
-        self._run("all_gather_object", lambda: dist.all_gather_object(out, obj))
-        return out
+        data = pickle.dumps(obj)
+        sizes = [int(o[0]) for o in self._gather(self._tensor([len(data)]), "all_gather_object")]
+        out = self._gather(self._bytes(data, max(sizes)), "all_gather_object")
+        return [pickle.loads(o[:n].cpu().numpy().tobytes()) for o, n in zip(out, sizes, strict=True)]
 
     def broadcast_object(self, obj, src: int = 0):
         """Rank `src`'s `obj` on every rank."""
-        box = [obj]
-        self._run("broadcast_object", lambda: dist.broadcast_object_list(box, src=src))
-        return box[0]
+        data = pickle.dumps(obj) if self.rank == src else b""
+        (size,) = self._hold(self._tensor([len(data)]))
+        self._run("broadcast_object", lambda: dist.broadcast(size, src=src))
+        (buf,) = self._hold(self._bytes(data, int(size.cpu()[0])))
+        self._run("broadcast_object", lambda: dist.broadcast(buf, src=src))
+        return pickle.loads(buf.cpu().numpy().tobytes())
+
+    def _bytes(self, data: bytes, n: int) -> torch.Tensor:
+        """`data` in a uint8 tensor of `n` >= len(data) bytes, zero-padded, on the group's device."""
+        t = torch.zeros(n, dtype=torch.uint8)
+        if data:
+            t[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        return t.to(self.device) if self.device is not None else t
 
     def agree(self, error: str | None, what: str) -> None:
         """Collective success: every rank says whether its part of `what` failed; if any did,
@@ -137,8 +137,11 @@ class Group:
             raise GroupError(f"{what} failed: " + "; ".join(bad))
 
     def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        finally:
+            self._held.clear()
 
 
 def _short(e: BaseException, limit: int = 300) -> str:

@@ -3,7 +3,9 @@
 Ranks fork from a forkserver that imported torch once, so a group starts fast; the forkserver
 dies with the launcher and each rank with the forkserver (parent-death signals), even on SIGKILL. The run is bounded:
 once a rank fails, the others get the collective timeout to fail with their reason, and the rest is
-killed. Files left by a rank killed mid-setup are reaped afterwards.
+killed; a rank whose place (hicache_ref.tp.progress) stays the same for that timeout plus a margin
+is killed and reported with that place, so no rank hangs the launcher. Files left by a rank killed
+mid-setup are reaped afterwards.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import NamedTuple
 
 from hal import children
 from hal.memory import shm
+from hicache_ref.tp import progress
 from hicache_ref.tp.workload import WorkloadConfig
 
 PRELOAD = ["hicache_ref.tp.forkserver_guard", "torch", "torch.distributed", "hicache_ref.tp.rank_worker"]
@@ -25,7 +28,7 @@ MARGIN_SECONDS = 10.0
 
 class RankOutcome(NamedTuple):
     rank: int
-    status: str  # "ok", "diverged", "error" or "died"
+    status: str  # "ok", "diverged", "error" or "died" (exited, or killed for standing still, unreported)
     payload: object  # ok: every rank's figures (rank 0) or None; diverged: dict; error/died: message
     exitcode: int | None
 
@@ -36,7 +39,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, world: int, port: int, cfg: WorkloadConfig, conn, forkserver: int) -> None:
+def _rank_main(rank: int, world: int, port: int, cfg: WorkloadConfig, conn, forkserver: int, cells) -> None:
     # The forkserver (this rank's parent) dies with the launcher (PRELOAD's first module), and
     # this rank dies with the forkserver: a SIGKILLed launcher leaves no rank behind.
     children.die_with_parent(forkserver)
@@ -49,7 +52,7 @@ def _rank_main(rank: int, world: int, port: int, cfg: WorkloadConfig, conn, fork
 
     torch.set_num_threads(1)  # N ranks share the cores
     try:
-        results = run_rank(cfg)
+        results = run_rank(cfg, progress.Progress(cells, rank))
         conn.send(("ok", results if rank == 0 else None))
     except SpmdDivergence as e:
         conn.send(("diverged", {"op": e.op, "what": e.what, "decisions": e.decisions, "message": str(e)}))
@@ -80,17 +83,18 @@ def launch(cfg: WorkloadConfig, ranks: int, deadline_seconds: float | None = Non
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks: expected a positive number of ranks, got {ranks!r}")
     ctx, port = _context(), free_port()
+    cells = progress.new_cells(ctx, ranks)
     pipes, procs = [], []
     try:
         for r in range(ranks):
             recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_rank_main, args=(r, ranks, port, cfg, send, forkserver_pid()),
+            p = ctx.Process(target=_rank_main, args=(r, ranks, port, cfg, send, forkserver_pid(), cells),
                             name=f"hicache-rank-{r}", daemon=True)
             p.start()
             send.close()
             pipes.append(recv)
             procs.append(p)
-        return _collect(procs, pipes, cfg.timeout, deadline_seconds)
+        return _collect(procs, pipes, cells, cfg.timeout, deadline_seconds)
     finally:
         for p in procs:
             if p.is_alive():
@@ -102,8 +106,11 @@ def launch(cfg: WorkloadConfig, ranks: int, deadline_seconds: float | None = Non
             shm.reap_dead_files(cfg.shared_dir)
 
 
-def _collect(procs, pipes, timeout: float, deadline_seconds: float | None) -> list[RankOutcome]:
+def _collect(procs, pipes, cells, timeout: float, deadline_seconds: float | None) -> list[RankOutcome]:
     got: dict[int, tuple[str, object]] = {}
+    stuck: dict[int, str] = {}  # ranks killed for standing still, with where they stood
+    stall_seconds = timeout + MARGIN_SECONDS
+    seen = {r: (progress.row(cells, r), time.monotonic()) for r in range(len(procs))}
     stop_at = None if deadline_seconds is None else time.monotonic() + deadline_seconds
     while True:
         for r, c in enumerate(pipes):
@@ -112,30 +119,42 @@ def _collect(procs, pipes, timeout: float, deadline_seconds: float | None) -> li
                     got[r] = c.recv()
                 except EOFError:
                     got[r] = ("died", None)
+        now = time.monotonic()
+        for r, p in enumerate(procs):
+            if r in got or r in stuck or not p.is_alive():
+                continue
+            if progress.row(cells, r) != seen[r][0]:
+                seen[r] = (progress.row(cells, r), now)
+            elif now - seen[r][1] > stall_seconds:
+                stuck[r] = f"no progress for {stall_seconds:g} s at {progress.where(cells, r)}: killed"
+                p.kill()
         alive = [p for p in procs if p.is_alive()]
-        failed = any(s != "ok" for s, _ in got.values()) or any(
+        failed = bool(stuck) or any(s != "ok" for s, _ in got.values()) or any(
             p.exitcode not in (None, 0) for r, p in enumerate(procs) if r not in got)
         if not alive and all(r in got or not c.poll() for r, c in enumerate(pipes)):
             break
         if failed and stop_at is None:
-            stop_at = time.monotonic() + timeout + MARGIN_SECONDS  # the others fail on their own by then
-        if stop_at is not None and time.monotonic() > stop_at:
+            stop_at = now + timeout + MARGIN_SECONDS  # the others fail on their own by then
+        if stop_at is not None and now > stop_at:
             break
         time.sleep(0.01)
-    out = []
-    for r, p in enumerate(procs):
-        if p.is_alive():
-            p.kill()
-            p.join(5)
-            out.append(RankOutcome(r, "error", "still running at the launcher's deadline: killed", None))
-            continue
-        p.join()
-        status, payload = got.get(r, ("died", None))
-        if status == "died" or payload is None and status != "ok":
-            payload = f"exited with {_exit_text(p.exitcode)} before reporting"
-            status = "died"
-        out.append(RankOutcome(r, status, payload, p.exitcode))
-    return out
+    return [_outcome(r, p, got, stuck, cells) for r, p in enumerate(procs)]
+
+
+def _outcome(r: int, p, got: dict, stuck: dict, cells) -> RankOutcome:
+    if p.is_alive():
+        p.kill()
+        p.join(5)
+        return RankOutcome(r, "error", f"still running at the launcher's deadline at {progress.where(cells, r)}: "
+                                       "killed", None)
+    p.join()
+    if r in stuck and got.get(r, ("died",))[0] == "died":  # killed here, not a report it sent
+        return RankOutcome(r, "died", stuck[r], p.exitcode)
+    status, payload = got.get(r, ("died", None))
+    if status == "died" or payload is None and status != "ok":
+        payload = f"exited with {_exit_text(p.exitcode)} before reporting"
+        status = "died"
+    return RankOutcome(r, status, payload, p.exitcode)
 
 
 def _exit_text(code: int | None) -> str:

@@ -150,6 +150,9 @@ class RankCache:
         kill = cfg.faults.get("kill_at")
         if kill is not None and list(kill) == [self.rank, index]:
             os.kill(os.getpid(), signal.SIGKILL)
+        hang = cfg.faults.get("hang_at")
+        while hang is not None and list(hang) == [self.rank, index]:
+            time.sleep(1.0)  # outside any collective: only the launcher can tell
         if cfg.inject_divergence_at == index and self.group is not None and self.rank == self.group.world - 1:
             pages = self.device.allocator.alloc_pages(1)  # one rank takes (and returns) a page the others do not
             if pages is not None:

@@ -19,6 +19,7 @@ import torch
 from hal.backend import get_backend
 from hicache_ref.tp.digest import DecisionLog, SpmdCheck, SpmdDivergence
 from hicache_ref.tp.group import Group
+from hicache_ref.tp.progress import Progress
 from hicache_ref.tp.rank_cache import RankCache, host_pool_bytes
 from hicache_ref.tp.report import divergence_report, report
 from hicache_ref.tp.shared_pool import open_host_buffer
@@ -33,17 +34,21 @@ def _open_backend(cfg: WorkloadConfig):
     return backend
 
 
-def run_ops(cfg: WorkloadConfig, group: Group, backend, buf) -> tuple[dict, DecisionLog, SpmdCheck, float]:
+def run_ops(cfg: WorkloadConfig, group: Group, backend, buf,
+            progress: Progress | None = None) -> tuple[dict, DecisionLog, SpmdCheck, float]:
     """The workload on this rank's cache over the opened host buffer `buf`, compared with the group
     after each op and at the end: (the cache's stats, its decision log, the check, wall seconds)."""
+    progress = progress or Progress()
     log = DecisionLog(enabled=cfg.self_check)
     check = SpmdCheck(group, log, cfg.check_every)
     cache = RankCache(cfg, group, backend, buf, log)
     t0 = time.perf_counter()
     try:
         for i, op in enumerate(make_ops(cfg)):
+            progress.mark("op", i)
             cache.run(i, op)
             check.after_op(i)
+        progress.mark("final check")
         cache.settle()
         check.check()
     finally:
@@ -51,21 +56,27 @@ def run_ops(cfg: WorkloadConfig, group: Group, backend, buf) -> tuple[dict, Deci
     return cache.stats(), log, check, time.perf_counter() - t0
 
 
-def run_rank(cfg: WorkloadConfig) -> list[dict]:
+def run_rank(cfg: WorkloadConfig, progress: Progress | None = None) -> list[dict]:
     """This rank's part of the run; every rank's figures, by rank. SpmdDivergence on every rank
-    when the decisions differ; GroupError when a rank fails, dies or times out."""
+    when the decisions differ; GroupError when a rank fails, dies or times out. `progress`: where
+    this rank is, for a launcher to name a rank that stops moving."""
+    progress = progress or Progress()
     backend = _open_backend(cfg)
     group = buf = None
     try:
+        progress.mark("rendezvous")
         group = Group(cfg.timeout, backend.capabilities().device_type)
+        progress.mark("host pool setup")
         buf, pool = open_host_buffer(group, host_pool_bytes(cfg), shared=cfg.shared, shared_dir=cfg.shared_dir,
                                      backend=backend, faults=cfg.faults)
-        stats, log, check, wall = run_ops(cfg, group, backend, buf)
+        stats, log, check, wall = run_ops(cfg, group, backend, buf, progress)
         mine = dict(stats, rank=group.rank, digest=f"{log.digest:016x}", read_digest=f"{log.read_digest:016x}",
                     checks=check.checks, wall_seconds=wall, log_seconds=log.seconds,
                     check_seconds=check.seconds, pool=pool, registered_bytes=buf.report()["registered_bytes"])
+        progress.mark("gathering figures")
         return group.all_gather_object(mine)
     finally:
+        progress.mark("teardown")
         if buf is not None:
             buf.close()
         backend.close()

@@ -52,7 +52,7 @@ class WorkloadConfig:
     gate: bool = True  # the visibility protocol (off only to show it is needed)
     self_check: bool = True  # log and compare decisions (off only for the bench's baseline)
     d2h_delay_ms: float = 0.0  # rank 0 sleeps up to this long before each D2H (stress)
-    faults: dict = field(default_factory=dict)  # test hooks: fail_attach_rank, kill_in_setup_rank, kill_at
+    faults: dict = field(default_factory=dict)  # test hooks: fail_attach_rank, kill_in_setup_rank, kill_at, hang_at
 
     def __post_init__(self):
         for name in ("ops", "check_every", "layers", "kv_dim", "page_size", "l1_pages", "l2_pages", "documents",
