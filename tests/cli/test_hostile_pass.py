@@ -30,7 +30,7 @@ def one_line_err(capsys) -> str:
     (["--setup-on"], "unrecognized arguments: --setup-on"),  # abbreviations are pytest's to refuse
     (["--version"], "--version"), (["-h"], "--help"), (["--pdb"], "--pdb"), (["--trace"], "--trace"),
     (["--lf"], "unrecognized arguments: --lf"),  # the cache plugin is off: --lf would select nothing
-    (["-p", "no.such.module"], "pytest cannot start"), (["--import-mode=bogus"], "--import-mode"),
+    (["-p", "no.such.module"], "no.such.module"), (["--import-mode=bogus"], "--import-mode"),
 ])
 def test_more_pytest_arguments_that_would_run_nothing_are_refused_before_out(tmp_path, capsys, args, says):
     out = tmp_path / "o"
