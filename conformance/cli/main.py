@@ -241,6 +241,15 @@ def _environment_problem() -> str | None:
     return None
 
 
+def _interrupt_behind(e: BaseException, depth: int = 16) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (Ctrl-C, or a signal as Terminated) in `e`'s causes or context, if any."""
+    while e is not None and depth > 0:
+        if isinstance(e, KeyboardInterrupt):
+            return e
+        e, depth = e.__cause__ or e.__context__, depth - 1
+    return None
+
+
 def _main(argv: list[str] | None) -> int:
     if (problem := _environment_problem()) is not None:
         say(problem)
@@ -256,7 +265,14 @@ def _main(argv: list[str] | None) -> int:
         importlib.import_module("hicache_ref.sim.fit.derivation_cache")
         with warnings.catch_warnings():  # restores showwarning and the filters when the command ends
             _show_user_warnings()
-            return int(args._run(args) or 0)
+            try:
+                return int(args._run(args) or 0)
+            except Exception as e:
+                # cleanup that failed while Ctrl-C or a signal unwound the run (a transfer the interrupt
+                # cut short, a controller that fail-stopped on it): the run was interrupted
+                if (stop := _interrupt_behind(e)) is not None:
+                    raise stop from None
+                raise
     except Terminated as e:
         say(_ENDING.get(e.signum, "terminated"))
         return 128 + e.signum

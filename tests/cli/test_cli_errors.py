@@ -295,3 +295,47 @@ def test_runs_on_nothing_or_truncated_succeed_with_a_warning(tmp_path, argv, war
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hicache: warning: ") and warning in lines[0]
+
+
+
+def _command(monkeypatch, run):
+    """`hicache` with one command whose body is `run`."""
+    import argparse
+
+    from conformance.cli import main as cli
+
+    class Parser:
+        def parse_args(self, _argv):
+            return argparse.Namespace(_run=run)
+
+    monkeypatch.setattr(cli, "build_parser", lambda _argv: Parser())
+    return cli
+
+
+@pytest.mark.parametrize("behind", ["cause", "context"])
+def test_a_cleanup_error_raised_while_ctrl_c_unwinds_the_run_is_reported_as_the_interrupt(monkeypatch, capsys, behind):
+    """A transfer cut short by Ctrl-C fail-stops its controller; the cleanup that then raises that
+    failure is the interrupt's consequence: "interrupted", exit 130, never an internal error."""
+    from hicache_ref.core.controller_state import TransferError
+
+    def run(_args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            if behind == "cause":
+                raise TransferError("d2h transfer 'backup' (64 tokens) failed: KeyboardInterrupt()") from e
+            raise TransferError("d2h transfer 'backup' (64 tokens) failed")  # noqa: B904 - raised in cleanup
+
+    assert _command(monkeypatch, run).main(["replay"]) == 130
+    assert capsys.readouterr().err == "hicache: interrupted\n"
+
+
+def test_a_failure_with_no_interrupt_behind_it_is_still_an_internal_error(monkeypatch, capsys):
+    def run(_args):
+        try:
+            raise ValueError("handled")
+        except ValueError:
+            raise RuntimeError("a bug")  # noqa: B904
+
+    assert _command(monkeypatch, run).main(["replay"]) == 1
+    assert "internal error: RuntimeError: a bug" in capsys.readouterr().err
