@@ -9,14 +9,12 @@ side, so each is run once and priced under any parameters.
 
 from __future__ import annotations
 
-import os
-
 from hal.transfer.layout_registry import get_layout
 from hardware_profiles.measured_readings import SWITCHES
 from hicache_ref.sim.price.mechanisms import PAGE_4K, PAGE_THP, HostState, Unpriced
 from hicache_ref.sim.run.baseline import off_spec
 from hicache_ref.sim.run.replay import replay
-from hicache_ref.sim.run.replay_workers import replay_in_workers
+from hicache_ref.sim.run.replay_workers import replay_in_workers, worker_count
 from hicache_ref.sim.run.served_replay import replay_served
 from hicache_ref.spec import CacheSpec
 
@@ -108,7 +106,7 @@ class Runs:
             key = cache_key(st, l2)
             if key not in self._figs and key not in todo:
                 todo[key] = cache_spec(st, self.base, l2, self.tp)
-        workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+        workers = worker_count(workers, len(todo))
         if workers == 1:  # here, in order: each exactly as `figures` would make it
             for st, l2 in pairs:
                 self.figures(st, l2)

@@ -12,6 +12,7 @@ stdout: the requests (and whether replays are served) once, then one spec per ta
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import selectors
 import sys
@@ -47,6 +48,12 @@ def worker_main() -> None:
             blob = pickle.dumps(("error", RuntimeError(f"{type(e).__name__}: {e}")))
         stdout.write(blob)
         stdout.flush()
+
+
+def worker_count(asked: int | None, tasks: int) -> int:
+    """Worker processes for `tasks` replays: `asked` (None: one per core), never more than the
+    tasks, at least 1 (1: the caller replays in process)."""
+    return max(1, min(asked or os.cpu_count() or 1, tasks))
 
 
 def replay_in_workers(specs: list, requests: list, workers: int, tick: Callable[[], None],

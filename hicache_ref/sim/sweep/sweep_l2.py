@@ -8,14 +8,13 @@ When each applies and the per-tier keys: hicache_ref/README.md, "Capacity sweep"
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
 from hicache_ref.sim.price import cost, spread
 from hicache_ref.sim.run.baseline import off_spec
 from hicache_ref.sim.run.replay import replay
-from hicache_ref.sim.run.replay_workers import replay_in_workers
+from hicache_ref.sim.run.replay_workers import replay_in_workers, worker_count
 from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN, find_plateau, paying_plateau
 from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.sim.trace.stack_distance import stack_profile
@@ -67,7 +66,7 @@ def _check(spec: CacheSpec, tiers, plateau_gain, method: str) -> list[int]:
 
 def _replays(specs: list[CacheSpec], requests: list[TraceRequest], workers: int | None,
              tick: Callable[[], None], replay_tier: Callable[[CacheSpec, list], dict] | None = None) -> list[dict]:
-    workers = max(1, min(workers or os.cpu_count() or 1, len(specs)))
+    workers = worker_count(workers, len(specs))
     if workers == 1 or replay_tier is not None:  # another engine's replay runs here, one tier at a time
         out = []
         for s in specs:
