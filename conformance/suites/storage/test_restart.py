@@ -3,8 +3,9 @@
 - Every backend: a client closed and a new one opened on the same spec works at once; where the
   backend is `persistent` (file: a new client on the same directory) it reads the old objects
   bit-identical, elsewhere it reads them intact or not at all.
-- `mooncake:auto`: the master is killed and restarted under a live client; the client fails softly
-  (False, counted errors, no exception) while it is down and works again after it reconnects.
+- `mooncake:auto`: the master is killed and restarted under live clients; a client fails softly
+  (False, counted errors, no exception) while it is down, and every live client (the suite's
+  session client included, which later tests use) works again after it reconnects.
 """
 
 from __future__ import annotations
@@ -38,20 +39,22 @@ def test_new_client_after_close(clients, unique):
     assert second.set([unique("after")], src, [1]) == [True]
 
 
-def test_master_restart_under_a_live_client(clients, unique):
+def test_master_restart_under_a_live_client(clients, store, unique):
     if clients.cluster is None:
         pytest.skip("only for mooncake:auto: the suite restarts the master of the cluster it started")
-    store = clients.open()
+    fresh = clients.open()
     src, dst = random_pool(MLA, "page_first", 71), poisoned_pool(MLA, "page_first")
-    assert store.set([unique("pre")], src, [0]) == [True]
+    assert fresh.set([unique("pre")], src, [0]) == [True]
     clients.cluster.restart_master()
-    got = store.get([unique("pre")], dst, [0])  # the master forgot it: a miss or an error, never stale KV
+    got = fresh.get([unique("pre")], dst, [0])  # the master forgot it: a miss or an error, never stale KV
     if got == [True]:
         assert torch.equal(page_bits(dst, 0), page_bits(src, 0))
     deadline = time.monotonic() + RECONNECT_SECONDS
-    while store.set([unique("post")], src, [1]) != [True]:
-        assert time.monotonic() < deadline, f"no reconnect within {RECONNECT_SECONDS} s of the restart"
-        time.sleep(0.2)
-    assert store.get([unique("post")], dst, [2]) == [True]
-    assert torch.equal(page_bits(dst, 2), page_bits(src, 1))
-    assert store.stats.corrupt == 0
+    for i, (name, client) in enumerate((("the test's client", fresh), ("the session's client", store))):
+        key = unique(f"post{i}")
+        while client.set([key], src, [1]) != [True]:
+            assert time.monotonic() < deadline, f"{name}: no reconnect within {RECONNECT_SECONDS} s of the restart"
+            time.sleep(0.2)
+        assert client.get([key], dst, [2]) == [True]
+        assert torch.equal(page_bits(dst, 2), page_bits(src, 1))
+        assert client.stats.corrupt == 0
