@@ -2,9 +2,8 @@
 # The P800 software stacks' Python: for each torch of PY310_TORCH (sglang-kunlun ships 2.9.0,
 # vLLM-Kunlun 2.5.1), builds (or reuses) a Python 3.10 venv with that torch, installs the harness
 # the runbook's way (pip install --no-deps -e . into an environment that already has torch), then
-# runs the HAL/conformance tests and the TP group's there. `hicache conform --backend emu --profile
-# p800` must PASS with the same summary as on this machine's default Python (summary.json's verdict,
-# answer, target counts, model verdict, failures).
+# runs ci/py310-check.sh there: conform on emu with p800 must PASS with the same figures as on this
+# machine's default Python (the `hicache` on PATH), then the tests ci/py310-tests.txt lists.
 # Environment: PY310 (the interpreter; default pyenv's 3.10), PY310_TORCH (default "2.9.0 2.5.1"),
 # PY310_VENV (the first torch's venv, default .venv-py310; each further one is $PY310_VENV-torch<version>).
 set -euo pipefail
@@ -43,23 +42,5 @@ for TORCH in $TORCHES; do
     "$V" -m pip install -q --no-deps -e .
     "$V" -c "import sys, torch, hal, conformance, hicache_ref; print('python', sys.version.split()[0], 'torch', torch.__version__)"
 
-    out="$work/torch$TORCH"
-    "$VENV/bin/hicache" conform --backend emu --profile p800 --out "$out" >"$out.txt" || {
-        cat "$out.txt"; echo "ci/test-py310.sh: conform on Python 3.10 + torch $TORCH did not PASS" >&2; exit 1; }
-    "$V" - "$out/summary.json" "$work/default/summary.json" "$TORCH" <<'PYEOF'
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-# The figures and verdicts; test counts and skip reasons follow what each environment has installed.
-FIGURES = ("verdict", "answer", "target_counts", "model_verdict", "failures")
-keys = [k for k in FIGURES if a.get(k) != b.get(k)]
-if keys:
-    sys.exit(f"ci/test-py310.sh: conform's figures differ between Python 3.10 + torch {sys.argv[3]} "
-             f"and the default Python: {keys}")
-print(f"conform on Python 3.10 + torch {sys.argv[3]}: {a['verdict']}, the same figures as on the default Python")
-PYEOF
-    "$V" -m pytest -q -n 2 -p no:cacheprovider \
-        tests/hal/test_direction.py tests/hal/test_backend_contract.py tests/hal/test_kvcacheio.py tests/hal/test_plan.py \
-        tests/hal/test_memory.py tests/hal/test_memory_refusals.py tests/hal/test_host_registration.py \
-        tests/hal/test_vendor_ops.py tests/hal/test_xpu_standin.py tests/conformance/test_doctor_preflight.py \
-        tests/conformance/test_conform_summary.py tests/tp/test_tp_group.py "$@"
+    PATH="$(cd "$VENV/bin" && pwd):$PATH" ci/py310-check.sh "$work/default/summary.json" "$@"
 done
