@@ -15,7 +15,8 @@ if [ -f "$ref" ] && [ "${ref##*.}" = json ]; then
 elif [ -x "$ref" ] && [ ! -d "$ref" ]; then
     ref_summary=
 else
-    echo "ci/py310-check.sh: REFERENCE: '$ref' is neither a summary.json nor an executable hicache" >&2
+    echo "ci/py310-check.sh: REFERENCE: '$ref' is neither a summary.json nor an executable hicache" \
+         "(under tox: tox -e emu --notest makes the default one, or set HICACHE_REFERENCE)" >&2
     exit 2
 fi
 mapfile -t tests < <(grep -v -e '^#' -e '^[[:space:]]*$' ci/py310-tests.txt)
