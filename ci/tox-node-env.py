@@ -9,8 +9,8 @@ requirements under a constraint pinning torch to the version found: nothing reso
 nothing can pull or replace it. The torch imported before and after must be the same version
 from the same place, outside the env. Runs on Python 3.10 (no tomllib: the requirements come from
 the installed package's metadata).
-Exit 2, one line: no node Python, another Python version than the env's, no importable torch, or
-torch inside the env. Exit 1: the install changed torch.
+Exit 2, one line: no node Python, another Python version than the env's, no importable torch,
+torch inside the env, or a pip install that failed. Exit 1: the install changed torch.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from importlib import metadata
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIST = "hicache-harness"
 PTH = "_hicache_node_site.pth"
-EXTRAS = {"test"}
+EXTRAS: set[str] = set()  # conform runs without the test extra (no xdist: one worker)
 PROBE = ("import json, os, sys; print(json.dumps({'version': list(sys.version_info[:2]), 'sites': "
          "[p for p in sys.path if p and os.path.isdir(p) and os.path.basename(p) in "
          "('site-packages', 'dist-packages')]}))")
@@ -65,10 +65,14 @@ def link_node_sites(python: str) -> None:
                 f"{sys.version.split()[0]}: run tox with the node's Python (pip install tox there) "
                 f"or set HICACHE_NODE_PYTHON")
     prefix = os.path.realpath(sys.prefix)
-    have = {os.path.realpath(p) for p in sys.path if p}
+    target = os.path.join(sysconfig.get_paths()["purelib"], PTH)
+    linked = set()
+    if os.path.exists(target):  # a rerun: what the last run linked is on sys.path through it
+        with open(target) as f:
+            linked = {os.path.realpath(ln.strip()) for ln in f if ln.strip()}
+    have = {os.path.realpath(p) for p in sys.path if p} - linked
     extra = [p for p in info["sites"] if os.path.realpath(p) not in have
              and not os.path.realpath(p).startswith(prefix + os.sep)]
-    target = os.path.join(sysconfig.get_paths()["purelib"], PTH)
     with open(target + ".tmp", "w") as f:
         f.write("".join(p + "\n" for p in extra))
     os.replace(target + ".tmp", target)
@@ -89,7 +93,7 @@ def node_torch(python_for_message: str) -> tuple[str, str]:
 
 
 def requirements() -> list[str]:
-    """The installed harness's requirements, its test extra's included, torch's left out."""
+    """The installed harness's requirements (those of EXTRAS too), torch's left out."""
     wanted = []
     for req in metadata.requires(DIST) or []:
         spec, _, marker = req.partition(";")
@@ -102,8 +106,10 @@ def requirements() -> list[str]:
     return wanted
 
 
-def pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], check=True)
+def pip(what: str, *args: str) -> None:
+    if subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args]).returncode != 0:
+        fail(2, f"pip could not install {what} (pip says why above); on a node without network install the "
+                f"harness's requirements into the node's Python first (docs/acceptance.md, section 0)")
 
 
 def main() -> None:
@@ -119,8 +125,8 @@ def main() -> None:
         if subprocess.run([sys.executable, "-c", "import setuptools, sys; "
                            "sys.exit(int(setuptools.__version__.split('.')[0]) < 68)"]).returncode == 0:
             isolation = ["--no-build-isolation"]
-        pip("--no-deps", *isolation, "-c", pin, "-e", ROOT)
-        pip("-c", pin, *requirements())
+        pip("the harness", "--no-deps", *isolation, "-c", pin, "-e", ROOT)
+        pip("the harness's requirements", "-c", pin, *requirements())
     after = node_torch(python)
     if after != before:
         fail(1, f"installing the harness changed torch: {before[0]} ({before[1]}) -> {after[0]} ({after[1]})")
