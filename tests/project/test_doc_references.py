@@ -233,11 +233,23 @@ def _check_test(name: str) -> str | None:
     return None if any(m.group(3) in _defines(f) for f in files) else f"{files[0]} has no {m.group(3)}"
 
 
+def _imported_names(code: str) -> list[str]:
+    """`pkg.mod.name` for each name a snippet imports from a module of ours (`from pkg.mod import
+    name`) or reaches through one imported under an alias (`import pkg.mod as m; m.name`)."""
+    found = [f"{m.group(1)}.{n.strip()}" for m in re.finditer(rf"from ((?:{'|'.join(PACKAGES)})[\w.]*) import ([\w, ]+)", code)
+             for n in m.group(2).split(",") if n.strip()]
+    for m in re.finditer(rf"import ((?:{'|'.join(PACKAGES)})[\w.]*) as (\w+)", code):
+        found += [f"{m.group(1)}.{a}" for a in re.findall(rf"\b{m.group(2)}\.(\w+)", code[m.end():])]
+    return found
+
+
 def references() -> list[tuple[str, str, str | None]]:
     """(doc, name, why it is missing or None) for every path, module or test each doc names."""
     out = []
     for doc in docs():
         for heading, block, fenced in _blocks((ROOT / doc).read_text(encoding="utf-8")):
+            for code in [block] if fenced else SPAN.findall(block):
+                out += [(doc, name, _check_module(name)) for name in _imported_names(code)]
             bases = None
             for name in _names(block, fenced):
                 if not name or any(name.startswith(p) for p in NOT_OURS):
@@ -265,6 +277,10 @@ def test_the_scan_finds_a_missing_path_module_and_member():
     assert _check_module("hicache_ref.core.no_such")
     assert _check_module("hal.backend.Backend") is None
     assert _check_module("hal.backend.NoSuchName") == "hal/backend.py defines no NoSuchName"
+    assert _imported_names("import hardware_profiles.profile as p; p.load_profile('x')") == \
+        ["hardware_profiles.profile.load_profile"]
+    assert _imported_names("from hal.backend import Backend, get_backend") == \
+        ["hal.backend.Backend", "hal.backend.get_backend"]
 
 
 @pytest.mark.parametrize("doc", docs())
