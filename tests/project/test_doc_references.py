@@ -349,3 +349,15 @@ def test_every_option_a_doc_gives_a_command_is_one_of_its_options():
     wrong = sorted({f"{doc}: `{text}`: {command} has no {o}" for doc, command, text in named
                     for o in re.findall(r"(?<![\w-])--[a-z][\w-]*", text) if o not in sections[command]})
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_module_a_doc_runs_with_python_m_is_runnable():
+    named = {(doc, m) for doc in docs() for m in re.findall(
+        rf"python -m ((?:{'|'.join(PACKAGES)})[\w.]*)", (ROOT / doc).read_text(encoding="utf-8"))}
+    assert named
+    path = {m: m.replace(".", "/") for _, m in named}
+    not_runnable = sorted(f"{doc}: python -m {m}" for doc, m in named
+                          if f"{path[m]}/__main__.py" not in repo_paths() and not (
+                              f"{path[m]}.py" in repo_paths()
+                              and '__name__ == "__main__"' in (ROOT / f"{path[m]}.py").read_text(encoding="utf-8")))
+    assert not not_runnable, "no such runnable module: " + "; ".join(not_runnable)
