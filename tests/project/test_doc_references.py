@@ -361,3 +361,34 @@ def test_every_module_a_doc_runs_with_python_m_is_runnable():
                               f"{path[m]}.py" in repo_paths()
                               and '__name__ == "__main__"' in (ROOT / f"{path[m]}.py").read_text(encoding="utf-8")))
     assert not not_runnable, "no such runnable module: " + "; ".join(not_runnable)
+
+
+def _code_prose(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring of a module."""
+    import io
+    import tokenize
+
+    source = path.read_text(encoding="utf-8")
+    out = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+           if t.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) \
+                and isinstance(node.body[0].value.value, str):
+            out.append((node.body[0].lineno, node.body[0].value.value))
+    return out
+
+
+@pytest.mark.slow
+def test_every_module_a_docstring_or_comment_names_exists():
+    """Docstrings and comments of the packages name modules (and their names) that exist, so a
+    reader can follow them; an example name is written with a placeholder (`conformance.test_<x>`)."""
+    missing = []
+    for top in PACKAGES[:-1]:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            for line, text in _code_prose(path):
+                for word in re.findall(r"[\w.]+(?![\w.<])", text):  # not one that a placeholder ends
+                    name = word.rstrip(".")
+                    if MODULE.match(name) and (why := _check_module(name)):
+                        missing.append(f"{path.relative_to(ROOT)}:{line}: {name}: {why}")
+    assert not missing, "\n".join(missing)
