@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 from functools import cache
 from pathlib import Path
@@ -46,12 +47,13 @@ def _skipped(part: str) -> bool:
 
 @cache
 def repo_paths() -> frozenset[str]:
-    """Every file and folder of the checkout (hidden ones and build outputs left out), relative, '/'-separated."""
+    """Every file and folder of the checkout (hidden ones, virtual environments and build outputs
+    left out, and not walked into), relative, '/'-separated."""
     out = set()
-    for path in ROOT.rglob("*"):
-        rel = path.relative_to(ROOT)
-        if not any(_skipped(p) or p.startswith("venv") for p in rel.parts):
-            out.add(rel.as_posix())
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not (_skipped(d) or d.startswith("venv"))]
+        rel = Path(folder).relative_to(ROOT)
+        out |= {(rel / name).as_posix() for name in [*dirs, *files]}
     return frozenset(out)
 
 
