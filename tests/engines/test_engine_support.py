@@ -118,3 +118,13 @@ def test_a_declaration_names_a_reason_where_it_refuses():
             if isinstance(s, Refused):
                 assert s.why.strip(), (engine, path)
     assert dataclasses.is_dataclass(Honoured) and dataclasses.is_dataclass(Refused)
+
+
+def test_every_engine_package_is_named_in_ENGINES():
+    """An engine is a package of hicache_ref/engines; one not in ENGINES could never be picked."""
+    from pathlib import Path
+
+    import hicache_ref.engines as engines
+
+    packages = {p.parent.name for p in Path(engines.__file__).parent.glob("*/__init__.py")}
+    assert sorted(packages - set(ENGINES)) == [], "add them to ENGINES in hicache_ref/engines/__init__.py"
