@@ -26,15 +26,23 @@ done
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# tox signals this script alone, not its process group: each step runs as a child that gets
+# SIGTERM when this script gets SIGINT, SIGTERM or SIGHUP (a background child ignores SIGINT), so
+# none outlives the script.
+child=
+for sig in INT TERM HUP; do
+    trap '[ -n "$child" ] && kill -TERM "$child" 2>/dev/null; wait "$child" || true; exit $((128 + $(kill -l '$sig')))' $sig
+done
+run() { "$@" & child=$!; wait "$child"; local rc=$?; child=; return "$rc"; }
 if [ -z "$ref_summary" ]; then
-    "$ref" conform --backend emu --profile p800 --out "$work/default" >"$work/default.txt" || {
+    run "$ref" conform --backend emu --profile p800 --out "$work/default" >"$work/default.txt" || {
         cat "$work/default.txt"; echo "ci/py310-check.sh: conform with the reference $ref did not PASS" >&2; exit 1; }
     ref_summary=$work/default/summary.json
 fi
 
 stack=$(python -c "import sys, torch; print('Python', sys.version.split()[0], '+ torch', torch.__version__)")
 python -c "import hal, conformance, hicache_ref"
-hicache conform --backend emu --profile p800 --out "$work/env" >"$work/env.txt" || {
+run hicache conform --backend emu --profile p800 --out "$work/env" >"$work/env.txt" || {
     cat "$work/env.txt"; echo "ci/py310-check.sh: conform on $stack did not PASS" >&2; exit 1; }
 python - "$work/env/summary.json" "$ref_summary" "$stack" <<'PYEOF'
 import json, sys
@@ -46,4 +54,4 @@ if keys:
     sys.exit(f"ci/py310-check.sh: conform's figures differ between {sys.argv[3]} and the default Python: {keys}")
 print(f"conform on {sys.argv[3]}: {a['verdict']}, the same figures as on the default Python")
 PYEOF
-python -m pytest -q -n 2 -p no:cacheprovider "${tests[@]}" "$@"
+run python -m pytest -q -n 2 -p no:cacheprovider "${tests[@]}" "$@"

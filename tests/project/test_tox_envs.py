@@ -9,8 +9,10 @@ import os
 import re
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,3 +153,22 @@ def test_node_env_installs_every_requirement_but_torch(monkeypatch):
             "mooncake-transfer-engine-non-cuda>=0.3.13; extra == \"mooncake\"", "scipy>=1.10"]
     monkeypatch.setattr(node_env["metadata"], "requires", lambda dist: reqs)
     assert node_env["requirements"]() == ["numpy>=1.26", "scipy>=1.10"]
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_py310_check_ends_its_step_when_signalled_alone(tmp_path, sig, code):
+    """tox signals the script, not its group: the running step must not outlive it."""
+    pid_file = tmp_path / "pid"
+    bin_dir = _fake_bin(tmp_path, f'#!/usr/bin/env bash\necho $$ > "{pid_file}.tmp"; mv "{pid_file}.tmp" '
+                                  f'"{pid_file}"; exec sleep 60\n')
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen(["bash", str(ROOT / "ci" / "py310-check.sh"), str(bin_dir / "hicache")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    step = int(pid_file.read_text())
+    proc.send_signal(sig)
+    assert proc.wait(timeout=30) == code
+    with pytest.raises(ProcessLookupError):
+        os.kill(step, 0)
