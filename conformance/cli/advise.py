@@ -130,7 +130,7 @@ def summary_lines(r: dict) -> list[str]:
         lines.append("sizes:")
         lines += [f"  {s}" for s in p["sizes"]]
         lines.append(f"ranked alternatives (of {len(p['ranked'])} tried; intervals: 5th-95th percentile over the "
-                     "profile's ensemble):")
+                     "profile's ensemble, holding the central value):")
         lines += [f"  {i + 1}. {row['label']}: {_fmt(row)}" for i, row in enumerate(p["ranked"][:SHOWN_ALTERNATIVES])]
         if p.get("l3_not_priced"):
             lines.append(f"L3 not tried: {p['l3_not_priced']}")

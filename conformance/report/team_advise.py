@@ -54,7 +54,7 @@ def _profile_sections(p: dict) -> list[Section]:
     out.append(Section(f"{name}: sizes and their arithmetic", text=p["sizes"]))
     out.append(Section(f"{name}: ranked configurations", text=[
         "TTFT change and net benefit against HiCache off on the same L1; intervals: 5th-95th percentile over the "
-        "profile's ensemble; the word: gain when the whole interval is below zero, loss above, else undecided."],
+        "profile's ensemble, holding the central value; the word: gain when the whole interval is below zero, loss above, else undecided."],
         headers=["#", "configuration", "hit rate", "TTFT %", "interval", "net s", "interval", "answer"],
         rows=[[i + 1, r["label"], r["hit_rate"], r["ttft_change_pct"], _interval(r, "ttft_change_interval_pct", "+.2f"),
                r["net_benefit_seconds"], _interval(r, "net_benefit_interval_seconds", "+.2f"), r["answer"]]

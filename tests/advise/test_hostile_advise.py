@@ -1,0 +1,39 @@
+"""A hostile pass on `hicache advise` (docs/hostile-cases.md, round 4): every ranked figure holds its
+central value inside its interval, and the reason to leave HiCache off is the trace's own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hardware_profiles import load_profile
+from hicache_ref.advise.advisor import advise
+from hicache_ref.sim.trace.reader import TraceRequest
+from hicache_ref.spec import CacheSpec
+
+SEMANTICS = "sglang-0.5.23"
+
+
+def _requests(chains) -> list[TraceRequest]:
+    return [TraceRequest(float(i), len(c) * 512, 1, tuple(c))
+            for i, c in enumerate(chains)]
+
+
+def test_every_ranked_figure_holds_its_central_value(monkeypatch):
+    """The profile itself at one extreme of its ensemble (every other member slower): its figure was
+    printed outside its own interval (`TTFT -2.22% [-2.17%, +1.17%]`)."""
+    from hicache_ref.sim.price import uncertainty
+
+    profile = load_profile("p800")
+    slow = dataclasses.replace(profile, link=dataclasses.replace(profile.link, h2d_gbps=profile.link.h2d_gbps / 5,
+                                                                 d2h_gbps=profile.link.d2h_gbps / 5))
+    monkeypatch.setattr(uncertainty, "ensemble", lambda p: (p, *[slow] * 19))
+    firsts = [tuple(range(100 * i, 100 * i + 32)) for i in range(40)]
+    requests = _requests(firsts + [p + (10_000 + i,) for i, p in enumerate(firsts)])
+    r = advise([(profile, CacheSpec.of(profile="p800", l1_tokens=40_000, semantics=SEMANTICS))], requests)
+    rows = [row for row in r["profiles"][0]["ranked"] if row["ttft_change_pct"] is not None]
+    assert rows
+    for row in rows:
+        lo, hi = row["ttft_change_interval_pct"]
+        assert lo <= row["ttft_change_pct"] <= hi, row
+        lo, hi = row["net_benefit_interval_seconds"]
+        assert lo <= row["net_benefit_seconds"] <= hi, row
