@@ -123,7 +123,7 @@ def sweep_l3_plot(path: str | Path, result: dict) -> None:
     ax.legend(loc="lower right")
     other.legend(loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata=_METADATA)
+    _save(fig, path)
     plt.close(fig)
 
 
