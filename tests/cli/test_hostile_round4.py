@@ -42,3 +42,12 @@ def test_a_plot_and_its_companions_land_beside_the_json(tmp_path, capsys):
     emit_result({"x": 1}, tmp_path, "ablate", plot, True, [], report="<html>", also=("readings.png",))
     assert sorted(os.listdir(tmp_path)) == ["ablate.json", "ablate.png", "readings.png", "report.html"]
     assert json.loads(capsys.readouterr().out) == {"x": 1}
+
+
+@pytest.mark.parametrize("v, signed, text", [(-0.4736, False, "-0.474 s"), (0.0309, True, "+0.0309 s"),
+                                             (1234.4, False, "1234 s"), (12.0, True, "+12 s")])
+def test_ablate_bars_are_labelled_in_significant_digits(v, signed, text):
+    """On h200 every rung's net benefit is under a second: each bar read "-0 s" or "+0 s"."""
+    from conformance.cli.plots import seconds_label
+
+    assert seconds_label(v, signed) == text
