@@ -1,0 +1,34 @@
+"""A hostile pass on SGLang's own sizes (docs/hostile-cases.md, round 4): a host pool that
+`--hicache-size` or `--hicache-ratio` makes larger than the profile's host memory (less upstream's
+10 GiB reserve, every rank of the TP group on the node taking its pool) is refused naming the
+option, as upstream refuses to start with it; it was replayed and priced (5,000 GB on a 1.6 TB node)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hicache_ref.spec import CacheSpec, SpecError
+
+P800_HOST = 8 * 187 * 2**30 - 10 * 2**30  # profile p800's host memory less upstream's reserve
+
+
+@pytest.mark.parametrize("kw, option", [
+    (dict(hicache_size=5000), "--hicache-size"),
+    (dict(hicache_size=200, tp=8), "--hicache-size"),
+    (dict(hicache_ratio=400.0), "--hicache-ratio")])
+def test_a_host_pool_past_the_profiles_memory_is_refused_naming_the_option(kw, option):
+    with pytest.raises(SpecError) as e:
+        CacheSpec.of(profile="p800", l1_tokens=50_000, **kw)
+    assert e.value.option == option and "upstream refuses to start" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("kw", [dict(hicache_size=190, tp=8), dict(hicache_size=1500), dict(hicache_ratio=4.0, tp=8)])
+def test_a_host_pool_within_the_profiles_memory_is_sized(kw):
+    spec = CacheSpec.of(profile="p800", l1_tokens=50_000, **kw)
+    ranks = kw.get("tp", 1)
+    assert spec.tiers.l2_tokens * spec.geometry.token_bytes * ranks <= P800_HOST
+
+
+def test_a_profile_without_host_memory_leaves_the_size_to_the_user():
+    spec = CacheSpec.of(profile="h200", l1_tokens=50_000, hicache_size=5000)
+    assert spec.tiers.l2_tokens > 50_000
