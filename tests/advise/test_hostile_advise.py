@@ -37,3 +37,14 @@ def test_every_ranked_figure_holds_its_central_value(monkeypatch):
         assert lo <= row["ttft_change_pct"] <= hi, row
         lo, hi = row["net_benefit_interval_seconds"]
         assert lo <= row["net_benefit_seconds"] <= hi, row
+
+
+def test_l1_hitting_all_the_reuse_is_said_so_not_reuse_beyond_host_memory():
+    """One short shared prefix and unique rest: more distinct tokens than L1 holds, but every reuse
+    already hits in L1. The reason read "the reuse there is (62.85% with an unlimited cache) lies
+    beyond what host memory holds": no reuse lay beyond L1 at all."""
+    requests = _requests([(1, 2, 3, 1000 + 2 * i, 1001 + 2 * i) for i in range(60)])
+    spec = CacheSpec.of(profile="p800", l1_tokens=8192, semantics=SEMANTICS)
+    r = advise([(load_profile("p800"), spec)], requests)["profiles"][0]
+    assert not r["on"] and r["reason"].startswith("L1 alone already hits all the reuse there is"), r["reason"]
+    assert "beyond what host memory holds" not in r["headline"]
