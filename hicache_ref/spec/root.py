@@ -147,9 +147,11 @@ class CacheSpec:
                 raise fail(self, "profile", str(e)) from None
         try:
             sized = machine.resolve(model, profile, self.tp.ranks, t.l1_tokens, t.mem_fraction_static, g.page_size)
-        except ValueError as e:  # the model's own gap names --model; a size that does not fit, --l1-tokens
-            node, name = (g, "model") if str(e).startswith("model ") else (t, "l1_tokens")
-            raise fail(node, name, str(e)) from None
+        except ValueError as e:  # the model's own gap names --model; a TP it cannot split over, --tp;
+            # a size that does not fit, --l1-tokens
+            node, name = (g, "model") if str(e).startswith("model ") else (self.tp, "ranks") \
+                if str(e).startswith("tp: ") else (t, "l1_tokens")
+            raise fail(node, name, str(e).removeprefix("tp: ")) from None
         object.__setattr__(self, "geometry", dataclasses.replace(g, model=None, **sized.geometry))
         l1 = t.l1_tokens if sized.l1_tokens is None else sized.l1_tokens
         object.__setattr__(self, "tiers", dataclasses.replace(t, l1_tokens=l1, mem_fraction_static=None))

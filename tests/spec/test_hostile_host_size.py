@@ -32,3 +32,30 @@ def test_a_host_pool_within_the_profiles_memory_is_sized(kw):
 def test_a_profile_without_host_memory_leaves_the_size_to_the_user():
     spec = CacheSpec.of(profile="h200", l1_tokens=50_000, hicache_size=5000)
     assert spec.tiers.l2_tokens > 50_000
+
+
+@pytest.mark.parametrize("model, tp, what", [("deepseek-v3", 3, "128 attention heads"),
+                                             ("llama-3.1-8b", 3, "32 attention heads"),
+                                             ("llama-3.1-70b", 12, "64 attention heads")])
+def test_a_tp_the_model_cannot_split_over_is_refused_naming_tp(model, tp, what):
+    """--model deepseek-v3 --tp 3 was sized and advised (`--tp-size 3` printed), which SGLang's
+    attention refuses (heads % tp); llama-3.1-8b at TP 3 was priced with 2 of its 8 KV heads a rank."""
+    with pytest.raises(SpecError) as e:
+        CacheSpec.of(profile="h200", model=model, tp=tp, l1_tokens=50_000)
+    assert e.value.option == "--tp" and what in str(e.value) and "SGLang refuses it" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("model, tp, heads", [("llama-3.1-8b", 16, 1), ("llama-3.1-70b", 4, 2),
+                                              ("qwen3-235b-a22b", 8, 1), ("deepseek-v3", 8, 1)])
+def test_a_tp_the_model_splits_over_is_sized(model, tp, heads):
+    spec = CacheSpec.of(profile="h200", model=model, tp=tp, l1_tokens=50_000)
+    assert spec.geometry.heads == heads
+
+
+def test_kv_heads_that_neither_split_nor_replicate_evenly_are_refused():
+    from hicache_ref.models.architecture import ModelArch
+
+    m = ModelArch("odd", attention="mha", layers=2, kv_heads=6, kv_dim=128, heads=24)
+    with pytest.raises(ValueError, match="6 KV heads neither split evenly over TP 4"):
+        m.token_kv_bytes(4)
+    assert m.kv_heads_per_rank(3) == 2 and m.kv_heads_per_rank(12) == 1  # split; replicated on 2 ranks each
