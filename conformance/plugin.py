@@ -21,6 +21,7 @@ MARKERS = {
     "needs_profile": "needs a loaded hardware profile (--profile, or the backend's default one)",
     "needs_modeled_clock": "needs a backend whose events carry modeled time from the profile's link model",
     "needs_host_registration": "needs a backend that registers (pins) host memory for DMA",
+    "needs_sglang": "needs SGLang at the pinned version (the [sglang] extra: ci/install-sglang.sh)",
 }
 
 _STATE = pytest.StashKey[dict]()

@@ -25,7 +25,13 @@ from conformance.cli.conform_args import (
 )
 from conformance.cli.conform_storage import run_storage
 from conformance.cli.out_folder import TARGET_ROWS, WORK_NAME, claim_out, release_out
-from conformance.cli.pytest_child import killed_line, pytest_exit, run_child, workers_args
+from conformance.cli.pytest_child import (
+    crashed_workers_line,
+    killed_line,
+    pytest_exit,
+    run_child,
+    workers_args,
+)
 from conformance.common.backend_choice import check_backend
 from conformance.common.errors import EXIT_BAD_INPUT, EXIT_NOT_RUN, EXIT_PARTIAL, CliError
 from conformance.common.inputs import is_path, load_profile_arg
@@ -190,6 +196,8 @@ def run(a) -> int:
             report.write_json(summary, out / "summary.json")  # now with the answer and the target counts
             print()
             print(report.format_table(summary))  # opens with the answer
+            if (crashed := crashed_workers_line(summary.failures)) is not None:
+                print(f"hicache: {crashed}", file=sys.stderr)
         from conformance.report import document
 
         for line in document.summary_lines(signed):

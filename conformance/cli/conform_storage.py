@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conformance.cli.conform_args import selected_nothing, take_junit
 from conformance.cli.out_folder import WORK_NAME, claim_out, release_out
-from conformance.cli.pytest_child import pytest_exit, run_child, workers_args
+from conformance.cli.pytest_child import crashed_workers_line, pytest_exit, run_child, workers_args
 from conformance.common.errors import EXIT_NOT_RUN, EXIT_PARTIAL, CliError, clip, clip_path
 from conformance.common.safe_write import write_text
 
@@ -124,6 +124,8 @@ def run_storage(a) -> int:
         report.write_json(summary, out / "summary.json")
         print()
         print(report.format_table(summary))
+        if (crashed := crashed_workers_line(summary.failures)) is not None:
+            print(f"hicache: {crashed}", file=sys.stderr)
         print(f"reports: {junit}, {out / 'summary.json'}")
     finally:
         release_out(out, lock)

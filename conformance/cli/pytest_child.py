@@ -57,9 +57,26 @@ def killed_line(rc: int) -> str | None:
         name = f"signal {-rc}"
     if -rc != signal.SIGKILL:
         return f"pytest was ended by {name} before it wrote its report"
+    return (f"pytest was killed (SIGKILL) before it wrote its report, most likely by the OOM killer{_memory_to_give()}; "
+            "give the run more memory, or fewer workers (-n)")
+
+
+XDIST_CRASH = "crashed while running"  # pytest-xdist's failure for a test whose worker died under it
+
+
+def crashed_workers_line(failures: list[dict[str, str]]) -> str | None:
+    """For failures that are pytest-xdist workers dying mid-test (no report of their own): one line
+    saying how many and what to change; None when there are none. A worker is its own process, so the
+    OOM killer (which picks the children first: hal.children) ends it without a word."""
+    crashed = [f["test"] for f in failures if XDIST_CRASH in f.get("message", "")]
+    if not crashed:
+        return None
+    return (f"{len(crashed)} test(s) failed because their pytest worker died under them (first: {crashed[0]}), "
+            f"most likely killed by the OOM killer{_memory_to_give()}; give the run more memory, or fewer workers (-n)")
+
+
+def _memory_to_give() -> str:
     from hal.memory.budget import available_bytes, fmt
 
     room = available_bytes()
-    has = "" if room is None else f" (this machine has {fmt(room)} to give: the least of MemAvailable and the cgroup's room, x 0.8)"
-    return (f"pytest was killed (SIGKILL) before it wrote its report, most likely by the OOM killer{has}; "
-            "give the run more memory, or fewer workers (-n)")
+    return "" if room is None else f" (this machine has {fmt(room)} to give: the least of MemAvailable and the cgroup's room, x 0.8)"

@@ -169,3 +169,32 @@ def test_conforms_pytest_is_the_oom_killers_first_choice_and_its_kill_one_line(t
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hicache: pytest was killed (SIGKILL)") \
         and "OOM killer" in lines[0] and "-n" in lines[0], lines
+
+
+_WORKER_KILLER = '''
+import os, signal
+
+def pytest_runtest_call(item):
+    if os.environ.get("PYTEST_XDIST_WORKER") and not os.path.exists(os.environ["KILLED_ONCE"]):
+        open(os.environ["KILLED_ONCE"], "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer takes a worker
+'''
+
+
+@pytest.mark.slow  # runs conform, its pytest child and a worker
+def test_a_worker_killed_under_a_test_is_a_failure_with_the_memory_line(tmp_path):
+    """An xdist worker that dies mid-test leaves no report of its own: the test is a failure (never a
+    pass), and conform adds one line on stderr saying a worker died, most likely of memory, and what
+    to change."""
+    (tmp_path / "worker_killer.py").write_text(_WORKER_KILLER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "KILLED_ONCE": str(tmp_path / "killed")}
+    r = subprocess.run([sys.executable, "-m", "conformance.cli.main", "conform", "--out", str(tmp_path / "r"),
+                        "-n", "2", "-k", "test_host_shapes_are_upstreams", "--", "-p", "worker_killer"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "FAIL" in r.stdout and "crashed while running" in r.stdout
+    assert "Warning" not in r.stdout, r.stdout  # every mark the suites use is registered by conform's plugin
+    lines = [line for line in r.stderr.splitlines() if line.startswith("hicache: ") and "worker" in line]
+    assert len(lines) == 1 and lines[0].startswith("hicache: 1 test(s) failed because their pytest worker died") \
+        and "OOM killer" in lines[0] and "-n" in lines[0], r.stderr
