@@ -23,6 +23,7 @@ MAX_TTFT_S = 86_400.0
 LENGTH_KEYS = ("input_len", "prompt_len", "input_tokens", "prompt_tokens")
 TTFT_KEYS = {"ttft": 1.0, "ttft_s": 1.0, "ttft_ms": 1e-3}
 BENCH_KEYS = ("input_lens", "ttfts")  # SGLang bench_serving and vLLM benchmark_serving results
+SUMMARY_PREFIXES = ("mean_ttft", "median_ttft", "p99_ttft")  # a result's summary, saved without per-request lists
 
 
 class TableError(ValueError):
@@ -112,6 +113,10 @@ def _record(path: Path, obj, line: int, rows: list) -> list:
             if i < len(errors) and errors[i]:
                 continue  # a failed request measured nothing
             rows.append((_tokens(path, line, n), _seconds(path, line, t, 1.0), line))
+    elif any(k.startswith(SUMMARY_PREFIXES) for k in obj) and not any(k in obj for k in LENGTH_KEYS):
+        raise TableError(f"{path}: line {line}: a benchmark summary without per-request figures (input_lens and "
+                         "ttfts): run SGLang's bench_serving with --output-details, or vLLM's benchmark_serving with "
+                         "--save-result --save-detailed")
     else:
         rows.append(_row(path, line, obj))
     _cap(path, line, rows)

@@ -77,3 +77,10 @@ def test_two_columns_for_one_figure_that_agree_are_read(tmp_path, capsys):
         f"{n},{n},{0.05 + 2e-5 * n + 3e-10 * n * n + k * 1e-4:.6f},{(0.05 + 2e-5 * n + 3e-10 * n * n + k * 1e-4) * 1e3:.3f}\n"
         for n in LENGTHS for k in range(3)))
     assert main(["calibrate", "--prefill", str(path)]) == 0
+
+
+def test_a_benchmark_summary_without_per_request_figures_says_which_flag_saves_them(tmp_path, capsys):
+    """vLLM's --save-result without --save-detailed holds means only: it was told 'no one of input_len, ...'."""
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"completed": 50, "mean_ttft_ms": 120.0, "median_ttft_ms": 110.0}))
+    _refused(capsys, path, "result.json: line 1", "without per-request figures", "--output-details", "--save-detailed")
