@@ -112,6 +112,8 @@ def answer_line(r: dict, tier: str) -> str:
     at = r.get(f"answer_{tier}_tokens")
     if r.get("answer") is None:
         why = r["tiers"][0].get("net_benefit_reason") if r["tiers"] else None
+        if r.get("none_pays"):
+            return f"answer: no {tier[:2].upper()} tier pays (the plateau line below says against what)"
         if at is None and r["tiers"]:
             why = "the smallest tier is already on the plateau: no capacity to answer for"
         return f"answer: not modeled ({why or 'no profile'})"
@@ -194,7 +196,8 @@ def plateau_words(r: dict, tier: str, at: int | None, against: str) -> str:
     """The plateau line of a sweep: none pays (every tier's net benefit a loss against `against`), L1
     alone (or no L3) already on the plateau, the plateau tier, or not yet on the plateau."""
     if r.get("none_pays"):
-        unsure = [t for t in r["tiers"] if t.get("answer") not in (None, "loss")]
+        # a tier's word is against L1 alone: it tells whether paying is sure only where that is `against`
+        unsure = [t for t in r["tiers"] if t.get("answer") not in (None, "loss")] if tier == "L2" else []
         if unsure:  # a loss by the central value alone, inside the profile's own error
             return (f"no {tier} tier is a sure gain: none's central net benefit beats {against}, but "
                     f"{len(unsure)} of {len(r['tiers'])} tiers are {unsure[0]['answer']} within the profile's "

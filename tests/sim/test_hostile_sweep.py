@@ -30,3 +30,17 @@ def test_no_tier_paying_inside_the_profiles_error_is_undecided_not_leave_it_off(
     assert all(t.rstrip().endswith(t_["answer"]) and "[" in t for t, t_ in zip(rows, r["tiers"], strict=True)), rows
     where = lines[-2]
     assert where.startswith("no L2 tier is a sure gain") and "leave L2 and HiCache off" not in where, where
+
+
+def test_an_l3_sweep_where_no_tier_pays_gives_no_answer_of_a_tier_against_l1_alone():
+    """An L3 tier's word is against L1 alone, while paying is judged against the same L1 and L2 without
+    L3: a tier adding nothing to that run read "answer: gain ... (the best tier; none pays)"."""
+    from conformance.cli.sweep import summary_l3_lines
+    from hicache_ref.sim.sweep.sweep_l3 import sweep_l3
+
+    spec = CacheSpec.of(page_size=64, l1_tokens=16384, l2_tokens=65536, profile="h200")
+    r = sweep_l3(spec, REQUESTS, [131072, 524288], 0.01)
+    assert r["none_pays"] and r["answer"] is None and r["answer_l3_tokens"] is None
+    lines = summary_l3_lines(r)
+    assert lines[0] == "answer: no L3 tier pays (the plateau line below says against what)", lines[0]
+    assert lines[-2].startswith("no L3 tier pays: every tier's net benefit is a loss against the same L1 and L2")
