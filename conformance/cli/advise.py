@@ -108,8 +108,8 @@ def run(a) -> int:
 def _fmt(row: dict) -> str:
     if row["ttft_change_pct"] is None:
         return f"not priced: {row['unpriced']}"
-    lo, hi = row["ttft_change_interval_pct"]
-    a, b = row["net_benefit_interval_seconds"]
+    lo, hi = row["ttft_change_pct_interval"]
+    a, b = row["net_benefit_seconds_interval"]
     return (f"TTFT {row['ttft_change_pct']:+.2f}% [{lo:+.2f}, {hi:+.2f}], net {row['net_benefit_seconds']:+,.2f} s "
             f"[{a:+,.2f}, {b:+,.2f}], hit rate {row['hit_rate']:.4f}: {row['answer']}")
 

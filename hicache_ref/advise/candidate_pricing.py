@@ -34,9 +34,9 @@ class Priced:
 
     def to_json(self) -> dict:
         return dict(ttft_change_pct=self.ttft_change_pct,
-                    ttft_change_interval_pct=None if self.ttft_interval is None else list(self.ttft_interval),
+                    ttft_change_pct_interval=None if self.ttft_interval is None else list(self.ttft_interval),
                     net_benefit_seconds=self.net_benefit_seconds,
-                    net_benefit_interval_seconds=None if self.net_interval is None else list(self.net_interval),
+                    net_benefit_seconds_interval=None if self.net_interval is None else list(self.net_interval),
                     answer=self.word, service=self.service, unpriced=self.unpriced)
 
 

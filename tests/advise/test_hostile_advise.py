@@ -33,9 +33,9 @@ def test_every_ranked_figure_holds_its_central_value(monkeypatch):
     rows = [row for row in r["profiles"][0]["ranked"] if row["ttft_change_pct"] is not None]
     assert rows
     for row in rows:
-        lo, hi = row["ttft_change_interval_pct"]
+        lo, hi = row["ttft_change_pct_interval"]
         assert lo <= row["ttft_change_pct"] <= hi, row
-        lo, hi = row["net_benefit_interval_seconds"]
+        lo, hi = row["net_benefit_seconds_interval"]
         assert lo <= row["net_benefit_seconds"] <= hi, row
 
 
@@ -48,3 +48,19 @@ def test_l1_hitting_all_the_reuse_is_said_so_not_reuse_beyond_host_memory():
     r = advise([(load_profile("p800"), spec)], requests)["profiles"][0]
     assert not r["on"] and r["reason"].startswith("L1 alone already hits all the reuse there is"), r["reason"]
     assert "beyond what host memory holds" not in r["headline"]
+
+
+def test_each_profiles_answer_is_in_the_keys_every_command_spells():
+    """advise spelled its intervals ttft_change_interval_pct / net_benefit_interval_seconds, and only in
+    ranked rows: a script reading `answer` and `ttft_change_pct_interval`, as of replay, sweep and
+    ablate, found nothing."""
+    firsts = [tuple(range(100 * i, 100 * i + 32)) for i in range(20)]
+    requests = _requests(firsts + [p + (10_000 + i,) for i, p in enumerate(firsts)])
+    r = advise([(load_profile("p800"), CacheSpec.of(profile="p800", l1_tokens=20_000, semantics=SEMANTICS))],
+               requests)["profiles"][0]
+    top = r["ranked"][0]
+    for key in ("answer", "ttft_change_pct", "ttft_change_pct_interval", "net_benefit_seconds",
+                "net_benefit_seconds_interval"):
+        assert key in top and r[key] == top[key], key
+    assert r["answer"] in ("gain", "loss", "undecided")
+    assert not any(k.endswith(("_interval_pct", "_interval_seconds")) for k in top)
