@@ -120,9 +120,10 @@ class CacheSpec:
         (hicache_ref.spec.machine). Resolved once: the model and share are cleared, the geometry and
         L1 hold the result, `machine_sizing` the arithmetic."""
         g, t = self.geometry, self.tiers
-        if g.model is None:
-            if t.mem_fraction_static is not None and t.l1_tokens is None:
-                raise fail(t, "mem_fraction_static", "sizes L1 from a model's weights and KV bytes: give --model")
+        if g.model is None:  # without a model the share sizes nothing: never taken and dropped unsaid
+            if t.mem_fraction_static is not None:
+                raise fail(t, "mem_fraction_static", "sizes L1 from a model's weights and KV bytes: give --model"
+                           + (" (with --l1-tokens alone it is not used)" if t.l1_tokens is not None else ""))
             return
         from hicache_ref.models.catalog import load_model
         from hicache_ref.spec import machine

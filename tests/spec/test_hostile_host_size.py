@@ -59,3 +59,11 @@ def test_kv_heads_that_neither_split_nor_replicate_evenly_are_refused():
     with pytest.raises(ValueError, match="6 KV heads neither split evenly over TP 4"):
         m.token_kv_bytes(4)
     assert m.kv_heads_per_rank(3) == 2 and m.kv_heads_per_rank(12) == 1  # split; replicated on 2 ranks each
+
+
+def test_a_memory_share_with_no_model_to_size_is_refused_not_dropped():
+    """`advise --l1-tokens 20K --mem-fraction-static 0.9` ran as if the share had not been given."""
+    with pytest.raises(SpecError) as e:
+        CacheSpec.of(profile="h200", l1_tokens=20_000, mem_fraction_static=0.9)
+    assert e.value.option == "--mem-fraction-static" and "give --model" in str(e.value)
+    assert "not used" in str(e.value)
