@@ -1,5 +1,6 @@
 """Which backends exist and how to get one: built-ins, registered classes, entry points.
 
+A built-in is a module of hal/backends/ that names its class `BACKEND`, called as the file.
 Out-of-tree backends register under the entry-point group ``hicache.backends`` (name = class
 path), like vLLM's platform plugins, or call `register(name, cls)`. Classes are imported only
 when asked for, so naming the backends never imports torch_xmlir or CUDA.
@@ -7,18 +8,15 @@ when asked for, so naming the backends never imports torch_xmlir or CUDA.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from hal.common.named_registry import Registry
+from hal.common.named_registry import Registry, modules_defining
 
 ENTRY_POINT_GROUP = "hicache.backends"
 
-_BACKENDS = Registry("backend", ENTRY_POINT_GROUP, {
-    "emu": "hal.backends.emu:EmuBackend",
-    "count": "hal.backends.count:CountBackend",
-    "cuda": "hal.backends.cuda:CudaBackend",
-    "xpu": "hal.backends.xpu:XpuBackend",
-})
+_BACKENDS = Registry("backend", ENTRY_POINT_GROUP,
+                     modules_defining("hal.backends", Path(__file__).parent / "backends", "BACKEND"))
 
 
 def register(name: str, cls: type) -> None:

@@ -1,11 +1,14 @@
-"""Reference HiCache on the HAL: radix tree, pools, controller, write policies and ghost list, trace replay.
+"""Reference HiCache on the HAL, and what drives it; one subpackage per concept.
 
-- spec: CacheSpec, the one description of a cache (geometry, capacities, policies, backend) that builds it.
-- cache: HiCache, the request path wiring tree, pools and controller.
-- node, radix, tiers: the tree's nodes and results; match/insert/split; moves between L1 and L2.
-- policy, ghost, hashing, allocator: write policies and LRU order; ghost list; page hashes; page free lists.
-- pools, controller, controller_state, direction_worker, pool_mover, handles: KV pools and the
-  threads that move KV between them (through hal), their shared state, handles and counters.
-- synthetic_kv: the deterministic KV a materialized cache writes and checks (through hal).
-- sim: the simulator: traces (two ship as package data), replay, pricing, sweeps, the fix ladder, the fit.
+- `spec/`: CacheSpec, the one description of a cache (geometry, tiers, semantics, storage,
+  serving, TP, profile) that checks every option once and builds the cache.
+- `core/`: the cache itself: radix tree, tiers, pools, allocator, write policies and LRU order,
+  ghost list, the controller that moves KV through hal, and the request path (`core/cache.py`).
+- `l3/`, `storage/`: the L3 tier (prefetch, write-back) and the stores behind one contract.
+- `tp/`: TP ranks in real processes, one host copy per TP group, the SPMD self-check.
+- `models/`: served models: KV bytes per token, weights per rank, prefill FLOPs.
+- `sim/`: the simulator: traces (two ship as package data), pricing, replay, sweeps, the fix
+  ladder, the model against readings.
+- `engines/`: what replays a trace: the reference cache or SGLang's own HiCache.
+- `advise/`: `hicache advise`: whether to turn HiCache on, with which flags.
 """

@@ -1,6 +1,6 @@
 """What `hicache calibrate` measures of the profile's host_costs on the node it runs on.
 
-Translation: host buffers registered with the backend (hal.memory.allocate_host) at a few sizes,
+Translation: host buffers registered with the backend (hal.memory.host.allocate_host) at a few sizes,
 on 4 KB pages and on THP; a fixed amount of H2D in PIECE-sized pieces at random offsets over the
 whole region, so the copy walks many translation entries; seconds per byte fitted on million
 entries (conformance.calibrate.slowdown_fit), and on THP alone the cost per registered GB that

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _show_user_warnings() -> None:
     """Inside warnings.catch_warnings: library warnings meant for users (a trace's
-    TraceOrderWarning) print as the one line `hicache: warning: ...`; others as before."""
+    TraceOrderWarning) print as the one line `hicache: warning: ...`; others as Python prints them."""
     from hicache_ref.sim.trace.reader import TraceOrderWarning
 
     shown = warnings.showwarning

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from hicache_ref.engines import DEFAULT_ENGINE, ENGINES
 from hicache_ref.spec import NODES, CacheSpec
 
 ROOT = "root"  # the node name of the root's own fields (profile)
@@ -24,8 +25,7 @@ LOCAL = {
     "--quiet": ("no progress on stderr (shown only on a terminal)", dict(action="store_true")),
     "--out": ("directory for the command's JSON and plot", {}),
     "--engine": ("which HiCache replays: reference (hicache_ref's) or sglang (SGLang's installed HiCache on "
-                 "the HAL; the [sglang] extra, ci/install-sglang.sh)", dict(choices=("reference", "sglang"),
-                                                                            default="reference")),
+                 "the HAL; the [sglang] extra, ci/install-sglang.sh)", dict(choices=ENGINES, default=DEFAULT_ENGINE)),
 }
 
 

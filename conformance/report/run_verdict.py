@@ -157,7 +157,8 @@ def is_reading_test(test: str) -> bool:
 
 
 def module_of(classname: str) -> str:
-    """'conformance.suites.test_targets' or 'conformance.test_x.TestY' -> 'test_targets' / 'test_x'."""
+    """A junit classname's test module: 'conformance.suites.test_targets' -> 'test_targets', and
+    'conformance.suites.test_<what>.TestCase' -> 'test_<what>'."""
     parts = classname.split(".")
     for part in parts:
         if part.startswith("test_"):

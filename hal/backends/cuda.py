@@ -27,3 +27,6 @@ class CudaBackend(CudaLikeBackend):
         if not torch.cuda.is_available():
             return False, "no CUDA device (torch.cuda.is_available() is False)"
         return True, ""
+
+
+BACKEND = CudaBackend

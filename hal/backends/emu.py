@@ -260,3 +260,6 @@ def _extents(plan: TransferPlan) -> tuple[list[tuple[int, int]], list[tuple[int,
 
 def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
     return any(s1 < e2 and s2 < e1 for s1, e1 in a for s2, e2 in b)
+
+
+BACKEND = EmuBackend

@@ -172,3 +172,6 @@ class XpuBackend(CudaLikeBackend):
         if not has_hardware(self.capabilities()):
             return super().topology()
         return from_xpusmi_command()
+
+
+BACKEND = XpuBackend

@@ -1,16 +1,28 @@
 """A tiny registry of classes by name: built-ins, registered classes, and an entry-point group.
 
-One copy of the lookup rules that hal.registry (device backends) and hicache_ref.storage.registry
-(L3 stores) share: a class registered at run time wins, then an installed entry point, then a
-built-in; modules are imported only when their class is asked for, so listing the names never
-imports a vendor runtime or a wheel.
+One copy of the lookup rules that hal.registry (device backends), hal.transfer.layout_registry
+(host layouts) and hicache_ref.storage.registry (L3 stores) share: a class registered at run time
+wins, then an installed entry point, then a built-in. A built-in is a module of the registry's
+folder that names its class in a module-level constant (`BACKEND = EmuBackend`), found by
+`modules_defining` from the source text: adding the file adds the name. Modules are imported
+only when their class is asked for, so listing the names never imports a vendor runtime or a wheel.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import threading
 from importlib import metadata
+from pathlib import Path
+
+
+def modules_defining(package: str, folder: Path, constant: str) -> dict[str, str]:
+    """{module name: "package.module:constant"} for every module directly in `folder` (the folder
+    of `package`) that assigns `constant` at its top level; read as text, nothing imported."""
+    assigns = re.compile(rf"^{constant}\s*[:=]", re.M)
+    return {path.stem: f"{package}.{path.stem}:{constant}" for path in sorted(folder.glob("*.py"))
+            if assigns.search(path.read_text(encoding="utf-8"))}
 
 
 class Registry:

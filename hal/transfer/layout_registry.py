@@ -2,22 +2,19 @@
 
 Built-ins are the modules of hal.transfer.layouts, one per layout, named as the layout and
 exposing its class as `LAYOUT`: adding a file adds the layout. They are loaded by name when
-first asked for, so hal.transfer never imports the layouts package (which imports it). A layout registered at run time (`register_layout`) or
-installed under the `hicache.host_layouts` entry point group is found the same way. Layouts
-are stateless, so one instance per name is kept and handed out.
+first asked for, so hal.transfer never imports the layouts package (which imports it). A layout
+registered at run time (`register_layout`) or installed under the `hicache.host_layouts` entry
+point group is found the same way. Layouts are stateless, so one instance per name is kept and handed out.
 """
 
 from __future__ import annotations
 
-import pkgutil
 from pathlib import Path
 
-from hal.common.named_registry import Registry
+from hal.common.named_registry import Registry, modules_defining
 
-_NOT_LAYOUTS = {"base"}  # the layouts package's module that holds no layout (the contract)
-_BUILTIN = {m.name: f"hal.transfer.layouts.{m.name}:LAYOUT"
-            for m in pkgutil.iter_modules([str(Path(__file__).parent / "layouts")]) if m.name not in _NOT_LAYOUTS}
-REGISTRY = Registry("layout", "hicache.host_layouts", _BUILTIN)
+REGISTRY = Registry("layout", "hicache.host_layouts",
+                    modules_defining("hal.transfer.layouts", Path(__file__).parent / "layouts", "LAYOUT"))
 _instances: dict = {}  # name -> the one HostLayout instance
 
 

@@ -90,7 +90,7 @@ def replay_with(engine: str, spec, trace, limit: int | None = None, off: bool | 
     check_capacity(spec)
     if spec.tp.ranks is None:
         fig = replay_sglang(spec, trace, limit, off=off)
-    else:  # one rank stands for the group, as the reference's TP replay (engines.sglang.replay says why)
+    else:  # one rank stands for the group, as the reference's TP replay (engines.sglang.engine_replay says why)
         from hicache_ref.sim.run.tp_replay import tp_group_figures
 
         fig = tp_group_figures(spec, replay_sglang(spec.tp_rank(), trace, limit, off=off))

@@ -1,6 +1,6 @@
 """`attach_l3`: give a built HiCache an L3 tier on the store a spec string names.
 
-The store is opened with hicache_ref.storage.open_storage (`file:DIR`,
+The store is opened with hicache_ref.storage.registry.open_storage (`file:DIR`,
 `mooncake:METADATA_URL,MASTER_ADDR`, or an entry-point backend) and keyed by
 the spec's key scheme: upstream SGLang's objects (hicache_ref.storage.objects; the hash chain
 seeded from the spec's extra_key / cache_salt as upstream seeds it), or the harness's, keyed by

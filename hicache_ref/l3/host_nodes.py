@@ -17,7 +17,7 @@ def missing_hashes(tree, data: bytes, match: PageMatch, full_pages: int) -> list
     tree's spelling, tree.keys) are `data`, continuing the chain of the match's last node."""
     keys, P = tree.keys, tree.page_bytes
     have = len(match.device_pages) + len(match.host_pages)
-    # the root's "hashes" are the chain's seed: [] or upstream's namespace seed (l3.build.seed_chain)
+    # the root's "hashes" are the chain's seed: [] or upstream's namespace seed (l3.attach.seed_chain)
     prior = node_hashes(match.last_host_node, keys) if match.last_host_node is not tree.root else tree.root.hashes
     return chain_hashes(keys.token_bytes(data[have * P: full_pages * P]), keys.hash_page_bytes,
                         prior[-1] if prior else None)

@@ -80,7 +80,7 @@ class L3Link:
             return math.inf
         if seconds < self.latency_s:
             return 0
-        if not self.per_object_s:  # the bytes alone: rate x time (the same floor as before per-object costs)
+        if not self.per_object_s:  # the bytes alone: rate x time
             return math.floor((seconds - self.latency_s) * self.read_gbps * 1e9 / self.page_bytes)
         return math.floor((seconds - self.latency_s) / (self.page_bytes / (self.read_gbps * 1e9) + self.per_object_s))
 

@@ -113,7 +113,7 @@ class TiersSpec:
         if self.io_backend is not None:
             one_of(self, "io_backend", IO_BACKENDS)
         if self.host_layout is not None:
-            one_of(self, "host_layout", layout_names())  # the registry now: a layout registered at run time too
+            one_of(self, "host_layout", layout_names())  # asked at check time: a layout registered at run time too
         flag(self, "materialize")
 
     def sizing_option(self) -> str | None:

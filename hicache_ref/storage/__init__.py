@@ -7,8 +7,8 @@
 - `objects`, `upstream_io`: the key schemes' object formats, and pages as upstream SGLang's objects.
 - `pages`: one host-pool page to and from the canonical byte order (address math from
   `hal.transfer.layouts`), so a page reads back bit-identical into any host layout.
-- `registry`: backends by name (built-ins and the `hicache.storage` entry point) and
-  `open_storage(spec)`.
-- `file`, `memory`, `mooncake`: the backends; `mooncake_cluster`: a loopback Mooncake cluster
+- `registry`: backends by name (built-ins: the modules here that name their class `STORE`; the
+  `hicache.storage` entry point) and `open_storage(spec)`.
+- `file`, `memory`, `model`, `mooncake`: the backends; `mooncake_cluster`: a loopback Mooncake cluster
   (metadata server + master) for tests, conformance and benchmarks.
 """

@@ -336,3 +336,6 @@ class FileStorage(StorageBackend):
             if name in self._index:
                 self._index.move_to_end(name)
         return size
+
+
+STORE = FileStorage

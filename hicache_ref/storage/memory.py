@@ -82,3 +82,6 @@ class MemoryStorage(StorageBackend):
         with self._lock:
             self._objects.clear()
             self._bytes = 0
+
+
+STORE = MemoryStorage

@@ -126,3 +126,6 @@ class ModelStorage(StorageBackend):
         with self._lock:
             self._held_at_close = len(self._objects)
             self._objects.clear()
+
+
+STORE = ModelStorage

@@ -403,3 +403,6 @@ def warn_exposed(exposed: list[tuple[str, int]]) -> None:
         print(f"hicache: warning: the Mooncake client listens on {ports} (its transfer engine binds every "
               "interface; the data port serves this client's registered memory): firewall these ports on a "
               "shared host", file=sys.stderr, flush=True)
+
+
+STORE = MooncakeStorage

@@ -10,18 +10,17 @@ when asked for, so listing the names never imports the Mooncake wheel.
 
 from __future__ import annotations
 
-from hal.common.named_registry import Registry
+from pathlib import Path
+
+from hal.common.named_registry import Registry, modules_defining
 from hal.common.units import parse_size
 from hicache_ref.storage.integrity import check_digest
 
 ENTRY_POINT_GROUP = "hicache.storage"
 
-_STORES = Registry("storage", ENTRY_POINT_GROUP, {
-    "file": "hicache_ref.storage.file:FileStorage",
-    "memory": "hicache_ref.storage.memory:MemoryStorage",
-    "model": "hicache_ref.storage.model:ModelStorage",
-    "mooncake": "hicache_ref.storage.mooncake:MooncakeStorage",
-})
+# A built-in store is a module of this folder that names its class `STORE`, called as the file.
+_STORES = Registry("storage", ENTRY_POINT_GROUP,
+                   modules_defining("hicache_ref.storage", Path(__file__).parent, "STORE"))
 
 
 def register(name: str, cls: type) -> None:

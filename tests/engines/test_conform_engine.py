@@ -1,6 +1,6 @@
 """`hicache conform --engine`: the engine reaches the targets that replay (the profile's readings,
 on the seed scenario); a state it cannot run here, or does not run, leaves those readings not
-measured with the reason (a skip, never a pass), the others are judged as before."""
+measured with the reason (a skip, never a pass), the others are judged as on the reference."""
 
 from __future__ import annotations
 

@@ -65,6 +65,37 @@ def test_sglang_refuses_what_it_cannot_honour_naming_the_option(fields, option):
     assert refusal("reference", CacheSpec.of(**fields)) is None
 
 
+def test_sglang_runs_upstreams_write_policies_and_layouts_and_refuses_the_references_own(monkeypatch):
+    """A write policy or a host layout added to the reference alone is refused on the sglang
+    engine, naming its option, rather than handed to SGLang, which has no such setting."""
+    from hal.transfer import layout_registry
+    from hal.transfer.layouts.layer_first import LayerFirst
+    from hicache_ref.core import policy
+    from hicache_ref.engines.sglang import support
+
+    for name in policy.POLICIES:
+        assert refusal("sglang", CacheSpec.of(write_policy=name)) is None
+    for name in layout_registry.layout_names("mla"):
+        assert refusal("sglang", CacheSpec.of(host_layout=name, io_backend="kernel")) is None
+    monkeypatch.setattr(support, "UPSTREAM_WRITE_POLICIES", ("write_back", "write_through"))
+    why = refusal("sglang", CacheSpec.of(write_policy="write_through_selective"))
+    assert why.startswith("--write-policy: SGLang ") and "write_through_selective" in why
+
+    class ReferencesOwn(LayerFirst):
+        name = "references_own_layout"
+
+        def ops(self, geom):
+            return None
+
+    # registered for this test only, as tests/hal/test_layout_registry.py does
+    monkeypatch.setattr(layout_registry.REGISTRY, "_classes", dict(layout_registry.REGISTRY._classes))
+    monkeypatch.setattr(layout_registry, "_instances", dict(layout_registry._instances))
+    layout_registry.register_layout(ReferencesOwn)
+    spec = CacheSpec.of(host_layout="references_own_layout")
+    assert refusal("sglang", spec).startswith("--host-layout: SGLang ")
+    assert refusal("reference", spec) is None
+
+
 def test_a_switch_is_upstreams_decision_unless_given_against_the_preset():
     # a preset's own value is the reference's model: the engine runs upstream's decision
     assert refusal("sglang", CacheSpec.of(semantics="reference", write_policy="write_back")) is None
@@ -87,3 +118,13 @@ def test_a_declaration_names_a_reason_where_it_refuses():
             if isinstance(s, Refused):
                 assert s.why.strip(), (engine, path)
     assert dataclasses.is_dataclass(Honoured) and dataclasses.is_dataclass(Refused)
+
+
+def test_every_engine_package_is_named_in_ENGINES():
+    """An engine is a package of hicache_ref/engines; one not in ENGINES could never be picked."""
+    from pathlib import Path
+
+    import hicache_ref.engines as engines
+
+    packages = {p.parent.name for p in Path(engines.__file__).parent.glob("*/__init__.py")}
+    assert sorted(packages - set(ENGINES)) == [], "add them to ENGINES in hicache_ref/engines/__init__.py"

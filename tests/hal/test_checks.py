@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from hal.common.arg_checks import boolean, is_int, is_number, non_negative_int, positive_int
-from hal.transfer.layouts import positive_int as layouts_positive_int
 
 
 def test_positive_and_non_negative_ints():
@@ -17,7 +16,6 @@ def test_positive_and_non_negative_ints():
     for bad in (-1, False, 0.5, "0"):
         with pytest.raises(ValueError, match="^count: "):
             non_negative_int("count", bad)
-    assert layouts_positive_int is positive_int  # the layouts package hands out the same check
 
 
 def test_booleans_and_predicates():

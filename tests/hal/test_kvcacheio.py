@@ -57,7 +57,8 @@ def test_direct_host_without_pages_is_a_value_error(emu):
 def test_sizes_follow_one_rule_numpy_ints_yes_bools_no():
     import numpy as np
 
-    from hal.transfer.layouts import KVGeometry, positive_int
+    from hal.common.arg_checks import positive_int
+    from hal.transfer.layouts import KVGeometry
 
     assert positive_int("page_size", np.int64(64)) == 64
     g = KVGeometry("mla", np.int32(2), 1, 8)

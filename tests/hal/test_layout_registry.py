@@ -283,6 +283,16 @@ def test_the_built_in_layouts_are_the_layouts_packages_modules_but_base():
     assert registry.layout_names("mha") == tuple(sorted(files))
 
 
+def test_every_built_in_layout_has_an_independent_definition():
+    """A layout file is covered by the equivalence suite only once conformance/suites/transfer_reference.py
+    defines it again, for every attention kind it holds."""
+    from conformance.suites import transfer_reference as ref
+
+    missing = [f"{name} ({attention})" for name in registry.layout_names()
+               for attention in registry.get_layout(name).attentions if name not in ref.layouts_for(attention)]
+    assert not missing, f"define these in conformance/suites/transfer_reference.py: {missing}"
+
+
 def test_one_instance_per_name_and_a_layout_object_passes_through():
     found = registry.get_layout("page_first")
     assert found.name == "page_first" and registry.get_layout("page_first") is found

@@ -1,7 +1,8 @@
-"""The docs a newcomer reads stay short, runnable and linked: README sentences, its `hicache` examples, relative links."""
+"""The docs a newcomer reads stay short, runnable and linked: README sentences, its `hicache` examples, every doc's relative links."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -10,7 +11,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def markdown_files() -> list[Path]:
+    """Every Markdown file of the checkout; hidden folders and virtual environments are not walked into."""
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "venv"))]
+        found += [Path(folder, name) for name in files if name.endswith(".md")]
+    return sorted(found)
+
+
+DOCS = markdown_files()
 MAX_MEAN_WORDS = 25
 
 # README examples known not to parse yet, each with the reason (strict xfail: one that starts to

@@ -6,9 +6,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
-# Test folders: the packages under hal/, hicache_ref/ and conformance/ they test, and `project` for the
+# Test folders: the packages they test, by the package's own name, and `project` for the
 # repository as a whole (docs, structure, golden figures, this layout).
-FOLDERS = {"hal", "core", "l3", "storage", "tp", "sim", "spec", "advise", "engines", "cli", "conformance", "project"}
+FOLDERS = {"hal", "hardware_profiles", "core", "l3", "storage", "tp", "sim", "spec", "models", "advise", "engines",
+           "cli", "conformance", "project"}
+PACKAGES = ("hal", "hicache_ref", "conformance", "hardware_profiles")
 # Core modules whose behaviour a test file named for another concept covers.
 CORE_COVERED_BY = {
     "allocator": "test_allocator_orders.py",
@@ -31,6 +33,12 @@ def test_every_test_folder_is_a_known_package_folder_and_a_package():
     assert {f.name for f in folders} <= FOLDERS, sorted({f.name for f in folders} - FOLDERS)
     assert [f.name for f in sorted(folders) if not (f / "__init__.py").is_file()] == []
     assert (TESTS / "__init__.py").is_file()
+
+
+def test_every_test_folder_is_named_as_a_package():
+    """A newcomer finds a package's tests under its name: every folder but `project` is a package's."""
+    names = {p.parent.name for top in PACKAGES for p in (ROOT / top).rglob("__init__.py")}
+    assert sorted(FOLDERS - {"project"} - names) == []
 
 
 def test_test_file_basenames_are_unique():

@@ -375,8 +375,6 @@ def test_out_of_tree_backend_registers_by_name():
     assert isinstance(open_storage("nulltest:max_bytes=1K"), Null)
 
 
-def test_pyproject_declares_the_entry_point_group():
-    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml")).read()
-    assert '[project.entry-points."hicache.storage"]' in text
-    for name in ("file", "memory", "mooncake"):
+def test_each_built_in_store_is_the_class_its_file_names():
+    for name in ("file", "memory", "model", "mooncake"):
         assert storage_class(name).name == name

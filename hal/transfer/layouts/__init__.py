@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hal.common.arg_checks import positive_int  # noqa: F401 - importable from here, as before
 from hal.transfer.geometry import DTYPES, KVGeometry, device_offsets, device_shape, parse_dtype
 from hal.transfer.layout_registry import check_layout, get_layout, layout_names, register_layout
 from hal.transfer.layouts.base import HostLayout

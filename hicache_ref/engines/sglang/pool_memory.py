@@ -2,7 +2,7 @@
 
 Host: SGLang's host pools allocate through `ALLOC_MEMORY_FUNCS[device type]` (cudaHostRegister
 on a plain tensor by default); `install_host_allocator` sets the "cpu" entry to
-hal.memory.allocate_host registered with the backend, so the host pool is a HAL HostBuffer.
+hal.memory.host.allocate_host registered with the backend, so the host pool is a HAL HostBuffer.
 Device: `device_kv_pool_class` is SGLang's MLA or MHA device pool with its per-layer buffers made
 by `backend.alloc_device`, so the backend sees D2H/H2D directions and prices them.
 """

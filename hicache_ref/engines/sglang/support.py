@@ -77,6 +77,25 @@ def _io_backend(spec) -> str | None:
     return None
 
 
+# SGLang 0.5.23's hicache_write_policy choices: a write policy the reference adds is not upstream's.
+UPSTREAM_WRITE_POLICIES = ("write_back", "write_through", "write_through_selective")
+
+
+def _write_policy(spec) -> str | None:
+    policy = spec.tiers.write_policy
+    if policy in UPSTREAM_WRITE_POLICIES:
+        return None
+    return f"SGLang {SGLANG_VERSION} has no write policy {policy!r} ({', '.join(UPSTREAM_WRITE_POLICIES)})"
+
+
+def _host_layout(spec) -> str | None:
+    """A host layout without an upstream op pair is the reference's own: SGLang has no pool in it."""
+    layout = spec.tiers.host_layout
+    if layout is None or get_layout(layout).ops(spec.geometry) is not None:
+        return None
+    return f"SGLang {SGLANG_VERSION} has no {layout} host layout (it names no upstream op pair)"
+
+
 def _rows(spec) -> str | None:
     why = unaligned_rows(spec.geometry)
     return None if why is None else f"{why}, so SGLang cannot run these rows (the reference prices any width)"
@@ -122,8 +141,8 @@ SUPPORT = {
     "tiers.ghost": Refused("not an SGLang switch"),
     "tiers.ghost_entries": Refused("bounds the ghost list, not an SGLang switch"),
     "tiers.io_backend": Honoured("upstream's hicache_io_backend", _io_backend),
-    "tiers.host_layout": Honoured("upstream's hicache_mem_layout"),
-    "tiers.write_policy": Honoured("upstream's hicache_write_policy"),
+    "tiers.host_layout": Honoured("upstream's hicache_mem_layout", _host_layout),
+    "tiers.write_policy": Honoured("upstream's hicache_write_policy", _write_policy),
     "tiers.materialize": Honoured("every hit's bytes checked in upstream's pools"),
     "tiers.l2_tokens": Honoured("upstream's host pool, sized by an hicache_ratio giving exactly these tokens"),
     "tiers.hicache_ratio": Honoured("resolved into --l2-tokens by the spec, as upstream sizes it"),

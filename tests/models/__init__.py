@@ -1,0 +1,1 @@
+"""Tests of hicache_ref.models: the served models' KV bytes, weights and prefill FLOPs."""
