@@ -32,8 +32,21 @@ def geometry(profile, model_name: str | None) -> tuple[int, int, str]:
     return arch.layers, arch.token_kv_bytes(tp), f"{arch.name} at TP {tp}"
 
 
+def uncertainty_of(profile, key: str) -> float:
+    """The standard deviation a profile states for `section.key`: a measured value's standard error,
+    an assumed value's range as a uniform spread (width / sqrt 12), else 0 (derived or exact). What
+    is computed from it carries it on: a term written as measured is never surer than its inputs."""
+    if key in profile.stderrs:
+        return float(profile.stderrs[key])
+    if key in profile.ranges:
+        lo, hi = profile.ranges[key]
+        return (hi - lo) / math.sqrt(12.0)
+    return 0.0
+
+
 def l2_terms(profile, allhit: dict, fixed: tuple[float, float], model_name: str | None) -> tuple[dict, list[str]]:
-    """{section.key: (value, stderr, how)} the all-hit fit gives, and notes on what it could not."""
+    """{section.key: (value, stderr, how)} the all-hit fit gives, and notes on what it could not.
+    Standard errors carry the fit's and the profile's own (uncertainty_of: the launches, H2D)."""
     t = allhit["terms"]
     (i, se_i), (s, se_s) = (t["intercept_s"]["value"], t["intercept_s"]["stderr"]), \
         (t["slope_s_per_token"]["value"], t["slope_s_per_token"]["stderr"])
@@ -41,25 +54,28 @@ def l2_terms(profile, allhit: dict, fixed: tuple[float, float], model_name: str 
     launch_us = profile.link.per_launch_us
     notes = [] if launch_us is not None else ["link.per_launch_us unknown: the launches' part of the intercept taken as 0"]
     launches = layers * (launch_us or 0.0) * 1e-6
+    se_launches = layers * uncertainty_of(profile, "link.per_launch_us") * 1e-6
     l2 = i - fixed[0] - launches
-    se_l2 = math.hypot(se_i, fixed[1])
+    se_l2 = math.sqrt(se_i ** 2 + fixed[1] ** 2 + se_launches ** 2)
     if l2 < -2 * se_l2:
         raise Refused(f"all-hit intercept {i:.4g} s is below the prefill's fixed part {fixed[0]:.4g} s: the all-hit "
                       "table was not all hits, or the two tables come from different deployments")
     out = {"compute.l2_path_fixed_s": (max(0.0, l2), se_l2, f"all-hit intercept {i:.6g} +/- {se_i:.2g} s - fixed "
-                                       f"{fixed[0]:.6g} +/- {fixed[1]:.2g} s - {layers} launches x {launch_us or 0:g} us")}
+                                       f"{fixed[0]:.6g} +/- {fixed[1]:.2g} s - {layers} launches x {launch_us or 0:g} "
+                                       f"+/- {se_launches / layers * 1e6:.2g} us")}
     h2d = profile.link.h2d_gbps
     if h2d is None:
         notes.append("link.h2d_gbps unknown: the all-hit slope's per-item part is not written (calibrate the link first)")
     else:
         item = (s - token_bytes / (h2d * 1e9)) / layers * 1e6
-        se_item = se_s / layers * 1e6
+        se_h2d = uncertainty_of(profile, "link.h2d_gbps")
+        se_item = math.hypot(se_s, token_bytes * se_h2d / (h2d * h2d * 1e9)) / layers * 1e6
         if item < -2 * se_item:
             notes.append(f"kernel item {item:.4g} us is negative beyond its error: the slope is below the KV bytes at "
                          f"{h2d:g} GB/s; not written")
         else:
             out["link.kernel_per_item_us"] = (max(0.0, item), se_item, f"(all-hit slope {s * 1e6:.5g} us/token - "
-                                              f"{token_bytes} B / {h2d:g} GB/s) / {layers} layers ({of})")
+                                              f"{token_bytes} B / {h2d:g} +/- {se_h2d:.2g} GB/s) / {layers} layers ({of})")
     return out, notes
 
 

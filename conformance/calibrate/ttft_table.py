@@ -23,6 +23,7 @@ MAX_TTFT_S = 86_400.0
 LENGTH_KEYS = ("input_len", "prompt_len", "input_tokens", "prompt_tokens")
 TTFT_KEYS = {"ttft": 1.0, "ttft_s": 1.0, "ttft_ms": 1e-3}
 BENCH_KEYS = ("input_lens", "ttfts")  # SGLang bench_serving and vLLM benchmark_serving results
+SUMMARY_PREFIXES = ("mean_ttft", "median_ttft", "p99_ttft")  # a result's summary, saved without per-request lists
 
 
 class TableError(ValueError):
@@ -61,9 +62,24 @@ def _json_rows(path: Path, text: str) -> list:
     return rows
 
 
+class _Twice(ValueError):
+    """A JSON object naming one key twice (json keeps the last silently)."""
+
+
+def _unique(pairs: list) -> dict:
+    seen: dict = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _Twice(k)
+        seen[k] = v
+    return seen
+
+
 def _loads(path: Path, text: str, line: int):
     try:
-        return json.loads(text, parse_float=_bounded_float, parse_int=_bounded_int)
+        return json.loads(text, parse_float=_bounded_float, parse_int=_bounded_int, object_pairs_hook=_unique)
+    except _Twice as e:
+        raise TableError(f"{path}: line {line}: key {str(e.args[0])[:40]!r} appears twice in one object") from None
     except (ValueError, RecursionError) as e:
         raise TableError(f"{path}: line {line}: not JSON ({str(e)[:60]})") from None
 
@@ -97,25 +113,46 @@ def _record(path: Path, obj, line: int, rows: list) -> list:
             if i < len(errors) and errors[i]:
                 continue  # a failed request measured nothing
             rows.append((_tokens(path, line, n), _seconds(path, line, t, 1.0), line))
+    elif any(k.startswith(SUMMARY_PREFIXES) for k in obj) and not any(k in obj for k in LENGTH_KEYS):
+        raise TableError(f"{path}: line {line}: a benchmark summary without per-request figures (input_lens and "
+                         "ttfts): run SGLang's bench_serving with --output-details, or vLLM's benchmark_serving with "
+                         "--save-result --save-detailed")
     else:
         rows.append(_row(path, line, obj))
     _cap(path, line, rows)
     return rows
 
 
+AGREE_REL = 1e-3  # two columns of one figure agree within their printed digits
+
+
 def _row(path: Path, line: int, row: dict) -> tuple[int, float, int]:
-    length = next((k for k in LENGTH_KEYS if k in row and row[k] not in ("", None)), None)
-    ttft = next((k for k in TTFT_KEYS if k in row and row[k] not in ("", None)), None)
-    if length is None or ttft is None:
-        what = f"one of {', '.join(LENGTH_KEYS)}" if length is None else f"one of {', '.join(TTFT_KEYS)}"
+    """(tokens, seconds, line) of one request; every column naming the same figure must agree (a
+    unit mistake in one of them is a different figure, not a choice of which to read)."""
+    lengths = [(k, _tokens(path, line, row[k])) for k in LENGTH_KEYS if k in row and row[k] not in ("", None)]
+    ttfts = [(k, _seconds(path, line, row[k], TTFT_KEYS[k])) for k in TTFT_KEYS if k in row and row[k] not in ("", None)]
+    if not lengths or not ttfts:
+        what = f"one of {', '.join(LENGTH_KEYS)}" if not lengths else f"one of {', '.join(TTFT_KEYS)}"
         raise TableError(f"{path}: line {line}: no {what}")
-    return _tokens(path, line, row[length]), _seconds(path, line, row[ttft], TTFT_KEYS[ttft]), line
+    for (k1, v1), (k2, v2) in ((lengths[0], o) for o in lengths[1:]):
+        if v1 != v2:
+            raise TableError(f"{path}: line {line}: {k1} {v1} and {k2} {v2} disagree (one prompt length, two "
+                             "columns: keep one)")
+    for (k1, v1), (k2, v2) in ((ttfts[0], o) for o in ttfts[1:]):
+        if abs(v1 - v2) > AGREE_REL * max(v1, v2):
+            raise TableError(f"{path}: line {line}: {k1} ({v1:.6g} s) and {k2} ({v2:.6g} s) disagree (one TTFT, "
+                             "two columns: keep the one in the unit its name says)")
+    return lengths[0][1], ttfts[0][1], line
 
 
 def _csv_rows(path: Path, text: str) -> list:
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames:
         raise TableError(f"{path}: line 1: no header row")
+    names = [n.strip() for n in reader.fieldnames]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:  # DictReader keeps the last of two same-named columns silently
+        raise TableError(f"{path}: line 1: column {twice[:40]!r} appears twice in the header")
     rows: list = []
     for rec in reader:
         line = reader.line_num

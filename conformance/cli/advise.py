@@ -108,8 +108,8 @@ def run(a) -> int:
 def _fmt(row: dict) -> str:
     if row["ttft_change_pct"] is None:
         return f"not priced: {row['unpriced']}"
-    lo, hi = row["ttft_change_interval_pct"]
-    a, b = row["net_benefit_interval_seconds"]
+    lo, hi = row["ttft_change_pct_interval"]
+    a, b = row["net_benefit_seconds_interval"]
     return (f"TTFT {row['ttft_change_pct']:+.2f}% [{lo:+.2f}, {hi:+.2f}], net {row['net_benefit_seconds']:+,.2f} s "
             f"[{a:+,.2f}, {b:+,.2f}], hit rate {row['hit_rate']:.4f}: {row['answer']}")
 
@@ -130,7 +130,7 @@ def summary_lines(r: dict) -> list[str]:
         lines.append("sizes:")
         lines += [f"  {s}" for s in p["sizes"]]
         lines.append(f"ranked alternatives (of {len(p['ranked'])} tried; intervals: 5th-95th percentile over the "
-                     "profile's ensemble):")
+                     "profile's ensemble, holding the central value):")
         lines += [f"  {i + 1}. {row['label']}: {_fmt(row)}" for i, row in enumerate(p["ranked"][:SHOWN_ALTERNATIVES])]
         if p.get("l3_not_priced"):
             lines.append(f"L3 not tried: {p['l3_not_priced']}")

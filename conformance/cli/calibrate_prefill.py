@@ -44,7 +44,8 @@ def run_prefill(a) -> int:
             fixed = (max(0.0, t["value"]), t["stderr"])
         else:
             try:
-                fixed = (require_compute(base).prefill_fixed_s, base.stderrs.get("compute.prefill_fixed_s", 0.0))
+                fixed = (require_compute(base).prefill_fixed_s,
+                         prefill_profile.uncertainty_of(base, "compute.prefill_fixed_s"))
             except Unpriced as e:
                 raise CliError("--allhit", f"needs the prefill's fixed part: give --prefill too ({e})") from None
         try:

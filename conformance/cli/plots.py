@@ -19,6 +19,13 @@ def _save(fig, path: str | Path) -> None:
         fig.savefig(f, format="png", dpi=100, metadata=_METADATA)
 
 
+def seconds_label(v: float, signed: bool = False) -> str:
+    """A bar's seconds in three significant digits: whole seconds read every sub-second step on a
+    small trace or a fast part as "0 s"."""
+    sign = "+" if signed else ""
+    return f"{v:{sign}.0f} s" if abs(v) >= 100 else f"{v:{sign}.3g} s"
+
+
 def _pyplot():
     import matplotlib
 
@@ -123,7 +130,7 @@ def sweep_l3_plot(path: str | Path, result: dict) -> None:
     ax.legend(loc="lower right")
     other.legend(loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata=_METADATA)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -145,7 +152,7 @@ def ablate_plot(path: str | Path, result: dict) -> None:
         base = 0.0 if level is None else level
         ax.bar(i, net - base, bottom=base, color="#4477aa" if net >= base else "#cc6677", edgecolor="black",
                linewidth=0.5)
-        ax.annotate(f"{net - base:+.0f} s" if level is not None else f"{net:.0f} s", (i, max(net, base)),
+        ax.annotate(seconds_label(net - base, signed=True) if level is not None else seconds_label(net), (i, max(net, base)),
                     ha="center", va="bottom", fontsize=7)
         iv = s.get("net_benefit_seconds_interval")
         if iv is not None:  # the rung's net benefit, 5-95% over the parameter ensemble
@@ -155,7 +162,7 @@ def ablate_plot(path: str | Path, result: dict) -> None:
     labels = [s["step"] for s in steps]
     if level is not None:  # the total after every priced step
         ax.bar(len(steps), level, color="#999933", edgecolor="black", linewidth=0.5)
-        ax.annotate(f"{level:.0f} s", (len(steps), max(level, 0)), ha="center", va="bottom", fontsize=7)
+        ax.annotate(seconds_label(level), (len(steps), max(level, 0)), ha="center", va="bottom", fontsize=7)
         labels.append("total")
     ax.axhline(0, color="black", linewidth=0.6)
     ax.margins(y=0.12)  # room for the labels above the highest bar

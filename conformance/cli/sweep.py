@@ -96,29 +96,43 @@ def _page(out, result: dict, lines: list[str]) -> str | None:
     return sweep_page(result, lines)
 
 
+NET_HEAD = "net s 5-95%, answer"
+
+
+def net_interval(t: dict) -> str:
+    """A tier's net-benefit interval and answer word: its central net benefit is never shown bare."""
+    iv = t.get("net_benefit_seconds_interval")
+    if iv is None or t.get("answer") is None:
+        return ""
+    return f"  [{iv[0]:+.2f}, {iv[1]:+.2f}] {t['answer']}"
+
+
 def answer_line(r: dict, tier: str) -> str:
     """The first line: the answer at the capacity worth deploying, with its intervals."""
     at = r.get(f"answer_{tier}_tokens")
     if r.get("answer") is None:
         why = r["tiers"][0].get("net_benefit_reason") if r["tiers"] else None
+        if r.get("none_pays"):
+            return f"answer: no {tier[:2].upper()} tier pays (the plateau line below says against what)"
         if at is None and r["tiers"]:
             why = "the smallest tier is already on the plateau: no capacity to answer for"
         return f"answer: not modeled ({why or 'no profile'})"
     from hicache_ref.sim.price.spread import phrase
 
-    return phrase(r, f"L1 alone, at {tier[:2].upper()} {at:,} tokens (the capacity to deploy)")
+    what = "the best tier; none pays" if r.get("none_pays") else "the capacity to deploy"
+    return phrase(r, f"L1 alone, at {tier[:2].upper()} {at:,} tokens ({what})")
 
 
 def summary_l3_lines(r: dict) -> list[str]:
     gib = 2**30
     lines = [answer_line(r, "l3"), f"{r['requests']:,} requests, L1 {r['l1_tokens']:,}, L2 {r['l2_tokens']:,} tokens ({r['write_policy']}), "
              f"without L3: hit rate {r['without_l3_hit_rate']:.4f}",
-             f"{'L3 tokens':>14} {'hit rate':>9} {'gain':>8} {'L3 read GiB':>12} {'L3 written GiB':>15} {'net s':>10}"]
+             f"{'L3 tokens':>14} {'hit rate':>9} {'gain':>8} {'L3 read GiB':>12} {'L3 written GiB':>15} {'net s':>10}  {NET_HEAD}"]
     for t in r["tiers"]:
         net = t.get("net_benefit_seconds")
         lines.append(f"{t['l3_tokens']:>14,} {t['hit_rate']:>9.4f} {t['marginal_gain']:>+8.4f} "
                      f"{t['l3_bytes_read'] / gib:>12.2f} {t['l3_bytes_written'] / gib:>15.2f} "
-                     + (f"{net:>+10.2f}" if net is not None else f"{'n/m':>10}"))
+                     + (f"{net:>+10.2f}" if net is not None else f"{'n/m':>10}") + net_interval(t))
     where = plateau_words(r, "L3", r["plateau_l3_tokens"], "the same L1 and L2 without L3")
     how = r["tiers"][0].get("net_benefit_reason", "") if r["tiers"] else ""
     return lines + [where, "net s: net benefit against HiCache off (L1 alone), n/m: not measured; first tier: " + how]
@@ -138,8 +152,9 @@ def run(a) -> int:
     at_or_below = [t for t in tiers if l1 is not None and t <= l1]
     if at_or_below:  # an inclusive L2 no larger than L1 holds nothing L1 does not
         print(f"hicache: warning: --l2-tokens {', '.join(f'{t:,}' for t in at_or_below)}: not above --l1-tokens "
-              f"{l1:,}; an L2 that backs L1 up holds nothing more at that size (upstream refuses host <= device), "
-              "so the first tiers gain nothing and the plateau rule may stop there", file=sys.stderr, flush=True)
+              f"{l1:,}; upstream refuses a host pool no larger than the device's (host <= device), so no SGLang "
+              "server runs at that size, and under write_through such an L2 holds nothing L1 does not",
+              file=sys.stderr, flush=True)
     replay_tier = engine_replay(a)
     if replay_tier is True:
         return EXIT_NOT_RUN
@@ -181,6 +196,14 @@ def plateau_words(r: dict, tier: str, at: int | None, against: str) -> str:
     """The plateau line of a sweep: none pays (every tier's net benefit a loss against `against`), L1
     alone (or no L3) already on the plateau, the plateau tier, or not yet on the plateau."""
     if r.get("none_pays"):
+        # a tier's word is against L1 alone: it tells whether paying is sure only where that is `against`
+        unsure = [t for t in r["tiers"] if t.get("answer") not in (None, "loss")] if tier == "L2" else []
+        if unsure:  # a loss by the central value alone, inside the profile's own error
+            return (f"no {tier} tier is a sure gain: none's central net benefit beats {against}, but "
+                    f"{len(unsure)} of {len(r['tiers'])} tiers are {unsure[0]['answer']} within the profile's "
+                    "uncertainty (their TTFT interval against L1 alone reaches a gain): the model cannot tell "
+                    "whether it pays; measure the profile's assumed values on the node (hicache calibrate, "
+                    "calibrate --prefill) to narrow them")
         return (f"no {tier} tier pays: every tier's net benefit is a loss against {against}, so there is no "
                 f"plateau to deploy; leave {tier} {'off' if tier == 'L3' else 'and HiCache off'} at these sizes "
                 "(hicache ablate prices the host fixes that may turn it)")
@@ -199,12 +222,12 @@ def summary_lines(r: dict) -> list[str]:
     lines = [answer_line(r, "l2"), f"{r['requests']:,} requests, L1 {r['l1_tokens']:,} tokens alone: hit rate {r['l1_alone_hit_rate']:.4f} "
              f"({r['method']}{'; ' + r['one_pass_refusal'] if r['method'] == 'replay' and r['one_pass_refusal'] else ''})",
              f"{'L2 tokens':>14} {'hit rate':>9} {'gain':>8} {'D2H GiB':>9} {'H2D GiB':>9} {'registered GiB':>15} "
-             f"{'net s':>10}"]
+             f"{'net s':>10}  {NET_HEAD}"]
     for t in r["tiers"]:
         net = t.get("net_benefit_seconds")
         lines.append(f"{t['l2_tokens']:>14,} {t['hit_rate']:>9.4f} {t['marginal_gain']:>+8.4f} "
                      f"{t['d2h_bytes'] / gib:>9.2f} {t['h2d_bytes'] / gib:>9.2f} {t['registered_bytes'] / gib:>15.2f} "
-                     + (f"{net:>+10.2f}" if net is not None else f"{'n/m':>10}"))
+                     + (f"{net:>+10.2f}" if net is not None else f"{'n/m':>10}") + net_interval(t))
     where = plateau_words(r, "L2", r["plateau_l2_tokens"], "HiCache off (L1 alone)")
     later = [t for t in r["tiers"] if r["on_plateau"] and r["plateau_l2_tokens"] is not None
              and t["l2_tokens"] > r["plateau_l2_tokens"] and t["marginal_gain"] >= r["plateau_gain"]]

@@ -54,10 +54,10 @@ def _profile_sections(p: dict) -> list[Section]:
     out.append(Section(f"{name}: sizes and their arithmetic", text=p["sizes"]))
     out.append(Section(f"{name}: ranked configurations", text=[
         "TTFT change and net benefit against HiCache off on the same L1; intervals: 5th-95th percentile over the "
-        "profile's ensemble; the word: gain when the whole interval is below zero, loss above, else undecided."],
+        "profile's ensemble, holding the central value; the word: gain when the whole interval is below zero, loss above, else undecided."],
         headers=["#", "configuration", "hit rate", "TTFT %", "interval", "net s", "interval", "answer"],
-        rows=[[i + 1, r["label"], r["hit_rate"], r["ttft_change_pct"], _interval(r, "ttft_change_interval_pct", "+.2f"),
-               r["net_benefit_seconds"], _interval(r, "net_benefit_interval_seconds", "+.2f"), r["answer"]]
+        rows=[[i + 1, r["label"], r["hit_rate"], r["ttft_change_pct"], _interval(r, "ttft_change_pct_interval", "+.2f"),
+               r["net_benefit_seconds"], _interval(r, "net_benefit_seconds_interval", "+.2f"), r["answer"]]
               for i, r in enumerate(p["ranked"])]))
     if p["curve"]:
         out.append(Section(f"{name}: capacity curve", images=[capacity_plot(p)],
@@ -84,7 +84,7 @@ def side_by_side(r: dict) -> Section:
         top = next((x for x in p["ranked"] if x["label"] == _chosen(p).get("label")), None)
         rows.append([p["profile"], "on" if p["on"] else "off", None if top is None else top["label"],
                      None if top is None else top["ttft_change_pct"],
-                     "n/m" if top is None else _interval(top, "ttft_change_interval_pct", "+.2f"),
+                     "n/m" if top is None else _interval(top, "ttft_change_pct_interval", "+.2f"),
                      None if top is None else top["net_benefit_seconds"], None if top is None else top["answer"]])
     return Section("profiles side by side", text=["The same replays, priced by each profile."],
                    headers=["profile", "HiCache", "configuration", "TTFT %", "interval", "net s", "answer"], rows=rows)

@@ -100,8 +100,16 @@ def _one(profile, spec, requests, replays, stack, plateau_gain) -> dict:
                           flags=fl.launch_flags(c, ps, tp, (spec.machine_sizing or {}).get("mem_fraction_static"),
                                                 base.storage.prefetch_policy or "wait_complete"))
             result["command"] = fl.command_line(result["flags"])
+    # the answer of this profile in the keys every command's JSON spells (hicache_ref.sim.price.spread):
+    # the pick's, else what came closest; None where nothing is priced
+    priced = chosen[2].to_json() if chosen is not None else {}
+    result.update({k: priced.get(k) for k in ANSWER_KEYS})
     result["headline"] = headline(result, chosen)
     return result
+
+
+ANSWER_KEYS = ("answer", "ttft_change_pct", "ttft_change_pct_interval", "net_benefit_seconds",
+               "net_benefit_seconds_interval")
 
 
 def headline(r: dict, chosen) -> str:

@@ -2,7 +2,7 @@
 
 A replay's cache decisions do not depend on the profile, so each member re-prices the same two
 replays (the candidate's and HiCache off on the same L1): TTFT change and net benefit per member,
-member 0 the central value, the interval over all members (hicache_ref.sim.price.uncertainty), and the
+member 0 the central value, the interval over all members holding it (hicache_ref.sim.price.uncertainty), and the
 answer word from the interval of the TTFT change.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from hicache_ref.sim.price import cost, spread
 from hicache_ref.sim.price import mechanisms as mech
-from hicache_ref.sim.price.uncertainty import answer, interval
+from hicache_ref.sim.price.uncertainty import answer, central_interval
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,9 @@ class Priced:
 
     def to_json(self) -> dict:
         return dict(ttft_change_pct=self.ttft_change_pct,
-                    ttft_change_interval_pct=None if self.ttft_interval is None else list(self.ttft_interval),
+                    ttft_change_pct_interval=None if self.ttft_interval is None else list(self.ttft_interval),
                     net_benefit_seconds=self.net_benefit_seconds,
-                    net_benefit_interval_seconds=None if self.net_interval is None else list(self.net_interval),
+                    net_benefit_seconds_interval=None if self.net_interval is None else list(self.net_interval),
                     answer=self.word, service=self.service, unpriced=self.unpriced)
 
 
@@ -79,5 +79,5 @@ class Pricer:
                     central = svc.to_json()
         except mech.Unpriced as e:
             return unpriced(str(e))
-        span = interval(changes)
-        return Priced(changes[0], span, nets[0], interval(nets), answer(span), central)
+        span = central_interval(changes)
+        return Priced(changes[0], span, nets[0], central_interval(nets), answer(span), central)

@@ -1,8 +1,9 @@
 """The ranking of tried configurations and the rule that turns HiCache on or leaves it off.
 
 On: some configuration's whole TTFT interval is a gain; the pick is the best central TTFT change
-among those. Off otherwise, with the reason: the trace fits in L1, its reuse is too low, the
-transfers cost more than the compute they save, or the best is undecided (its interval spans zero).
+among those. Off otherwise, with the reason: the trace fits in L1, its reuse is too low, L1 alone
+already hits all of it, the transfers cost more than the compute they save, or the best is
+undecided (its interval spans zero).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def decide(rows: list[tuple], reuse: dict, l1_tokens: int, off_hit_rate: float) 
     elif reuse["ceiling_hit_rate"] < REUSE_FLOOR:
         why = (f"reuse too low: even an unlimited cache would hit {reuse['ceiling_hit_rate']:.2%} of input tokens "
                f"(under {REUSE_FLOOR:.0%})")
+    elif rows and off_hit_rate >= reuse["ceiling_hit_rate"] - 1e-12:
+        why = (f"L1 alone already hits all the reuse there is: {off_hit_rate:.2%} of input tokens, what an unlimited "
+               "cache would hit, so no L2 adds a hit; HiCache could only add transfers")
     elif not any(r[1]["hit_rate"] > off_hit_rate for r in rows) and rows:
         why = (f"reuse too low for L2: no configuration tried hits more than L1 alone ({off_hit_rate:.2%}); the "
                f"reuse there is ({reuse['ceiling_hit_rate']:.2%} with an unlimited cache) lies beyond what host memory holds")

@@ -50,9 +50,23 @@ class ModelArch:
             raise ValueError(f"active_params: {self.active_params:g} exceeds total_params {self.total_params:g}")
 
     def kv_heads_per_rank(self, tp: int) -> int:
-        """KV heads each of `tp` ranks stores: MLA's latent on every rank; MHA heads split, at least one."""
-        _check_tp(tp)
+        """KV heads each of `tp` ranks stores: MLA's latent on every rank; MHA heads split, at least one.
+        ValueError (`tp: ...`) for a TP SGLang cannot split the model over (split_over)."""
+        self.split_over(tp)
         return 1 if self.attention == "mla" else max(1, self.kv_heads // tp)
+
+    def split_over(self, tp: int) -> None:
+        """ValueError unless SGLang's attention layers split over `tp` ranks: the query heads evenly
+        (every attention class asserts heads % tp == 0), and MHA's KV heads evenly when there are at
+        least as many as ranks, else replicated, each head on tp / kv_heads ranks."""
+        _check_tp(tp)
+        if self.heads is not None and self.heads % tp:
+            raise ValueError(f"tp: model {self.name}'s {self.heads} attention heads do not split evenly over TP {tp} "
+                             "(SGLang refuses it); give a TP that divides them")
+        if self.attention == "mha" and (self.kv_heads % tp if self.kv_heads >= tp else tp % self.kv_heads):
+            raise ValueError(f"tp: model {self.name}'s {self.kv_heads} KV heads neither split evenly over TP {tp} nor "
+                             "replicate evenly across it (SGLang refuses it); give a TP that divides them or a "
+                             "multiple of them")
 
     def token_kv_bytes(self, tp: int = 1) -> int:
         """KV bytes one token takes on one rank over all layers (MHA: K and V)."""

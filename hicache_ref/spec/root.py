@@ -120,9 +120,10 @@ class CacheSpec:
         (hicache_ref.spec.machine). Resolved once: the model and share are cleared, the geometry and
         L1 hold the result, `machine_sizing` the arithmetic."""
         g, t = self.geometry, self.tiers
-        if g.model is None:
-            if t.mem_fraction_static is not None and t.l1_tokens is None:
-                raise fail(t, "mem_fraction_static", "sizes L1 from a model's weights and KV bytes: give --model")
+        if g.model is None:  # without a model the share sizes nothing: never taken and dropped unsaid
+            if t.mem_fraction_static is not None:
+                raise fail(t, "mem_fraction_static", "sizes L1 from a model's weights and KV bytes: give --model"
+                           + (" (with --l1-tokens alone it is not used)" if t.l1_tokens is not None else ""))
             return
         from hicache_ref.models.catalog import load_model
         from hicache_ref.spec import machine
@@ -147,9 +148,11 @@ class CacheSpec:
                 raise fail(self, "profile", str(e)) from None
         try:
             sized = machine.resolve(model, profile, self.tp.ranks, t.l1_tokens, t.mem_fraction_static, g.page_size)
-        except ValueError as e:  # the model's own gap names --model; a size that does not fit, --l1-tokens
-            node, name = (g, "model") if str(e).startswith("model ") else (t, "l1_tokens")
-            raise fail(node, name, str(e)) from None
+        except ValueError as e:  # the model's own gap names --model; a TP it cannot split over, --tp;
+            # a size that does not fit, --l1-tokens
+            node, name = (g, "model") if str(e).startswith("model ") else (self.tp, "ranks") \
+                if str(e).startswith("tp: ") else (t, "l1_tokens")
+            raise fail(node, name, str(e).removeprefix("tp: ")) from None
         object.__setattr__(self, "geometry", dataclasses.replace(g, model=None, **sized.geometry))
         l1 = t.l1_tokens if sized.l1_tokens is None else sized.l1_tokens
         object.__setattr__(self, "tiers", dataclasses.replace(t, l1_tokens=l1, mem_fraction_static=None))
@@ -196,10 +199,33 @@ class CacheSpec:
                 report["free_memory_check"] = "passed"
         else:
             report["free_memory_check"] = "not run: pools not materialized (no host memory taken)"
+            self._check_profile_host(t, option, host * token_bytes)
         # sized once: the ratio/size stay as given, l2_tokens holds the result
         object.__setattr__(self, "tiers", dataclasses.replace(t, l2_tokens=host, hicache_ratio=None,
                                                               hicache_size=None))
         object.__setattr__(self, "host_sizing", report)
+
+    def _check_profile_host(self, t, option: str, pool_bytes: int) -> None:
+        """A host pool sized by upstream's flags must fit the host memory the profile gives, as
+        upstream's own check (free memory less its 10 GiB reserve) would on that node, with every rank
+        of the TP group on the node taking its pool: a size it refuses to start with is refused here."""
+        from hardware_profiles import load_profile
+
+        try:
+            profile = load_profile(self.profile)
+        except ValueError as e:
+            raise fail(self, "profile", str(e)) from None
+        h = profile.host
+        if not h.numa_nodes or not h.memory_per_node_gib:
+            return
+        ranks = min(self.tp.ranks or 1, profile.device.devices_per_node or (self.tp.ranks or 1))
+        total = h.numa_nodes * h.memory_per_node_gib * 2**30
+        try:
+            sizing.check_host_memory(pool_bytes * ranks, int(total))
+        except ValueError as e:
+            raise fail(t, option, f"{e} on a node of profile {profile.name} ({h.numa_nodes} x "
+                       f"{h.memory_per_node_gib:g} GiB; {pool_bytes / 1e9:,.2f} GB per rank x {ranks} rank(s) "
+                       "on the node): upstream refuses to start with it") from None
 
     def _node_of_switch(self, name: str):
         return self.tiers if name in _TIER_SWITCHES else self.storage if name in STORAGE_SWITCHES else self.semantics

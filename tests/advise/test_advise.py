@@ -56,7 +56,7 @@ def test_pick_is_the_best_cell_of_an_independent_grid(trace, n):
     r = advise([(profile, spec)], requests)["profiles"][0]
     best, cell = _grid_best(spec, requests, profile, r["tp"])
     top = r["ranked"][0]
-    lo, hi = top["ttft_change_interval_pct"]
+    lo, hi = top["ttft_change_pct_interval"]
     assert lo - 1e-9 <= best <= hi + 1e-9, (best, cell, top)
     assert abs(top["ttft_change_pct"] - best) < 1e-6  # cells closer than a millionth of a point are ties
     if best < 0:  # the whole interval is a gain with a one-member ensemble
@@ -183,7 +183,7 @@ def test_intervals_come_from_the_profiles_ensemble(monkeypatch):
     spec = CacheSpec.of(profile="p800", l1_tokens=40_000, semantics=SEMANTICS)
     r = advise([(profile, spec)], requests)["profiles"][0]
     top = r["ranked"][0]
-    lo, hi = top["ttft_change_interval_pct"]
+    lo, hi = top["ttft_change_pct_interval"]
     assert lo < hi  # two members priced apart: a real interval, not a point
     # every configuration that loads from L2 is a loss at a fiftieth of the bandwidth: nothing is a sure gain
     assert not r["on"] and all(row["answer"] != "gain" for row in r["ranked"]), r["headline"]

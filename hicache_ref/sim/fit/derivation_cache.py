@@ -46,14 +46,18 @@ class Stats:
     def member(self, profile, values: dict, rng):
         """`profile` with `values` (drawn assumed and measured ones), the fitted parameters drawn from
         the covariance and shifted by the drawn assumed values as a refit would, clipped to the fit's
-        bounds, and the exact ones solved again."""
+        bounds, and the exact ones solved again. A value the profile states itself (measured, as
+        `calibrate --prefill` writes them, or assumed with a range) is drawn around what the profile
+        holds, never replaced by the readings' derivation: member 0 is the profile, and the others
+        must spread around it."""
         fit = self.derivation
         x = fit.x + self.root @ rng.standard_normal(len(fit.x))
         for k, shift in self.shift.items():
             x = x + shift * (values[k] - d.value(profile, k))
         x = np.clip(x, self.lo, self.hi)
-        q = d.with_values(profile, **values, **{j[0]: float(xi) for j, xi in zip(d.JOINT, x, strict=True)})
-        return d.exact(q, self.readings, {})
+        joint = {j[0]: float(xi) for j, xi in zip(d.JOINT, x, strict=True) if j[0] not in values}
+        q = d.exact(d.with_values(profile, **values, **joint), self.readings, {})
+        return d.with_values(q, **values)
 
 
 def stats(profile):

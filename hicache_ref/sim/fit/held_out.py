@@ -15,7 +15,7 @@ from hicache_ref.sim.fit import derivation_cache  # noqa: F401  (registers the d
 from hicache_ref.sim.fit.modeled_readings import workload_change_pct
 from hicache_ref.sim.ladder.scenario import Runs
 from hicache_ref.sim.ladder.seed_scenario import seed_base
-from hicache_ref.sim.price.uncertainty import answer, ensemble, interval
+from hicache_ref.sim.price.uncertainty import answer, central_interval, ensemble
 
 HELD_OUT_SEEDS = (1, 2)  # trace.synth seeds other than the derivation's (0)
 LADDER_ENDS = ("first_build", "all_fixes")  # the readings file's states: loss as first built, gain at the end
@@ -40,7 +40,7 @@ def held_out(profile, readings, seeds=HELD_OUT_SEEDS, pd=(True, False), requests
             for end in LADDER_ENDS:
                 st = readings.states[end]
                 values = [workload_change_pct(m, runs, st, gb, readings.states) for m in members]
-                iv = interval(values)
+                iv = central_interval(values)
                 row[end] = {"ttft_change_pct": values[0], "ttft_change_pct_interval": list(iv), "answer": answer(iv)}
             row["sign_kept"] = all(row[e]["answer"] == EXPECTED[e] for e in LADDER_ENDS)
             rows.append(row)

@@ -16,7 +16,8 @@ from hicache_ref.sim.price import uncertainty
 # The keys `spread` gives, in the order a JSON shows them.
 KEYS = ("answer", "ttft_change_pct", "ttft_change_pct_interval", "busy_seconds", "busy_seconds_interval",
         "net_benefit_seconds_interval", "ensemble_members")
-INTERVAL_NOTE = "5-95% over the profile's parameter ensemble (hicache_ref.sim.price.uncertainty)"
+INTERVAL_NOTE = ("5-95% over the profile's parameter ensemble, widened to hold the central value "
+                 "(hicache_ref.sim.price.uncertainty)")
 
 
 def members(profile) -> tuple:
@@ -45,11 +46,11 @@ def spread(ensemble: Sequence, price: Callable) -> dict:
     if any(c is None for c in change):  # a baseline with no time to compare against
         ttft_iv, word = None, None
     else:
-        ttft_iv = list(uncertainty.interval(change))
+        ttft_iv = list(uncertainty.central_interval(change))
         word = uncertainty.answer(tuple(ttft_iv))
     return dict(answer=word, ttft_change_pct=change[0], ttft_change_pct_interval=ttft_iv, busy_seconds=busy[0],
-                busy_seconds_interval=list(uncertainty.interval(busy)),
-                net_benefit_seconds_interval=list(uncertainty.interval(net)), ensemble_members=len(ensemble))
+                busy_seconds_interval=list(uncertainty.central_interval(busy)),
+                net_benefit_seconds_interval=list(uncertainty.central_interval(net)), ensemble_members=len(ensemble))
 
 
 def phrase(fig: dict, against: str) -> str:

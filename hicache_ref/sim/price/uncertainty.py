@@ -128,6 +128,16 @@ def interval(values: Sequence[float], pct: tuple[float, float] = INTERVAL_PCT) -
     return at(pct[0]), at(pct[1])
 
 
+def central_interval(values: Sequence[float], pct: tuple[float, float] = INTERVAL_PCT) -> tuple[float, float]:
+    """The interval of `values` (interval) widened to hold values[0], the central value (member 0,
+    the profile itself). Member 0 is one draw of the ensemble's spread, not its median, and may lie
+    at an extreme of it: a central figure outside its own interval reads as broken and could take
+    an answer word of the other sign."""
+    lo, hi = interval(values, pct)
+    c = float(values[0])
+    return min(lo, c), max(hi, c)
+
+
 def answer(ttft_change_interval: tuple[float, float]) -> str:
     """gain when the whole interval of the TTFT change is below zero, loss when above, else undecided."""
     lo, hi = ttft_change_interval

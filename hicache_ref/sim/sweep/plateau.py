@@ -62,3 +62,14 @@ def paying_plateau(l2_tokens: list[int], hit_rates: list[float], l1_alone_hit_ra
     among = find_plateau([l2_tokens[i] for i in paying], [hit_rates[i] for i in paying], l1_alone_hit_rate,
                          plateau_gain)
     return Plateau(every.marginal_gains, among.plateau_l2_tokens or l2_tokens[paying[0]], among.on_plateau)
+
+
+def answer_row(rows: list[dict], plateau: Plateau, key: str) -> dict | None:
+    """The tier a sweep's answer is for: the plateau tier (the capacity to deploy); when none pays,
+    the best tier, so the answer still says how sure the loss is: an undecided tier (its interval
+    reaches a gain) before a sure loss, then the best central TTFT change; None when L1 alone is on
+    the plateau or no tier is priced."""
+    if plateau.none_pays:
+        priced = [r for r in rows if r.get("ttft_change_pct") is not None]
+        return min(priced, key=lambda r: (r.get("answer") == "loss", r["ttft_change_pct"])) if priced else None
+    return next((r for r in rows if r[key] == plateau.plateau_l2_tokens), None)

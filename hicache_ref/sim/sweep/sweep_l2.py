@@ -15,7 +15,7 @@ from hicache_ref.sim.price import cost, spread
 from hicache_ref.sim.run.baseline import off_spec
 from hicache_ref.sim.run.replay import replay
 from hicache_ref.sim.run.replay_workers import replay_in_workers, worker_count
-from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN, find_plateau, paying_plateau
+from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN, answer_row, find_plateau, paying_plateau
 from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.sim.trace.stack_distance import stack_profile
 from hicache_ref.spec import CacheSpec
@@ -139,8 +139,8 @@ def sweep(spec: CacheSpec, requests: list[TraceRequest], l2_tokens, plateau_gain
         row["registered_bytes"] = row["l2_tokens"] // ps * ps * token_bytes
         if "net_benefit_seconds" not in row:  # one pass: the tier's own replay did not run
             row.update(spread.unpriced(), net_benefit_seconds=None, net_benefit_reason=NET_ONE_PASS)
-    # the answer at the capacity worth deploying (none when L1 alone is already on the plateau or none pays)
-    at = next((r for r in rows if r["l2_tokens"] == plateau.plateau_l2_tokens), dict.fromkeys(("l2_tokens", *spread.KEYS)))
+    # the answer at the capacity worth deploying; when none pays, at the best tier (how sure the loss is)
+    at = answer_row(rows, plateau, "l2_tokens") or dict.fromkeys(("l2_tokens", *spread.KEYS))
     return dict(method=use, **{k: at[k] for k in spread.KEYS}, answer_l2_tokens=at["l2_tokens"],
                 one_pass_refusal=refusal, tiers=rows, plateau_l2_tokens=plateau.plateau_l2_tokens,
                 on_plateau=plateau.on_plateau, none_pays=plateau.none_pays, plateau_gain=plateau_gain,

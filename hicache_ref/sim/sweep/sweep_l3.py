@@ -14,7 +14,7 @@ from collections.abc import Callable
 from hicache_ref.sim.price import spread
 from hicache_ref.sim.run.baseline import off_spec
 from hicache_ref.sim.run.replay import replay
-from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN, find_plateau, paying_plateau
+from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN, answer_row, find_plateau, paying_plateau
 from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.spec import CacheSpec
 from hicache_ref.spec.storage import MODEL_STORE, StorageSpec, is_model_store
@@ -100,8 +100,10 @@ def sweep_l3(spec: CacheSpec, requests: list[TraceRequest], l3_tokens, plateau_g
         row["marginal_gain"] = gain
     trace_tokens = without["input_tokens"]
     probe = spec.replace(l3=f"{MODEL_STORE}:") if spec.storage.l3 is None else spec
-    # the answer at the capacity worth deploying (none when no L3 tier is, or none pays)
-    at = next((r for r in rows if r["l3_tokens"] == plateau.plateau_l2_tokens), dict.fromkeys(("l3_tokens", *spread.KEYS)))
+    # the answer at the capacity worth deploying; none when none pays: a tier's answer is against L1
+    # alone, not against the same L1 and L2 without L3 that paying is judged by
+    at = (None if plateau.none_pays else answer_row(rows, plateau, "l3_tokens")) or \
+        dict.fromkeys(("l3_tokens", *spread.KEYS))
     return dict(method="replay", **{k: at[k] for k in spread.KEYS}, answer_l3_tokens=at["l3_tokens"], tiers=rows,
                 plateau_l3_tokens=plateau.plateau_l2_tokens, on_plateau=plateau.on_plateau, none_pays=plateau.none_pays,
                 plateau_gain=plateau_gain, l1_tokens=without["l1_tokens"],

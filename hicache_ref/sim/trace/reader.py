@@ -58,6 +58,16 @@ def _bad(path, line_no: int, key: str, expected: str, got) -> ValueError:
     return ValueError(f"{path}: line {line_no}: {key}: expected {expected}, got {text}")
 
 
+def _reblock_hint(input_length: int, ids: int) -> str:
+    """How to read a trace hashed at another block size (a 16-token-block trace, as vLLM's and
+    `trace convert --out-block-tokens 16` write): the power-of-two size its ids fit, re-blocked to ours."""
+    size = next((b for b in (2 ** k for k in range(17)) if ids and -(-input_length // b) == ids), None)
+    if size is None:
+        return ""
+    return (f"; a trace of {size}-token blocks? re-block it to {BLOCK_TOKENS}: hicache trace convert --from mooncake "
+            f"--block-tokens {size} FILE --out NEW.jsonl")
+
+
 def _int(obj: dict, key: str, path, line_no: int, minimum: int = 0) -> int:
     v = obj.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
@@ -195,8 +205,9 @@ def _parse_line(path, line_no: int, line: str, max_id: int, out: list[TraceReque
     if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
         raise _bad(path, line_no, "hash_ids", "a list of integers", ids)
     if len(ids) != -(-n // BLOCK_TOKENS):
-        raise _bad(path, line_no, "hash_ids", f"ceil(input_length / {BLOCK_TOKENS}) = "
-                   f"{-(-n // BLOCK_TOKENS)} ids", f"{len(ids)} ids")
+        e = _bad(path, line_no, "hash_ids", f"ceil(input_length / {BLOCK_TOKENS}) = "
+                 f"{-(-n // BLOCK_TOKENS)} ids", f"{len(ids)} ids")
+        raise ValueError(f"{e}{_reblock_hint(n, len(ids))}") from None
     if ids and (min(ids) < 0 or max(ids) > max_id):
         raise _bad(path, line_no, "hash_ids", f"ids in [0, {max_id}] (token ids fit in 32 bits)",
                    min(ids) if min(ids) < 0 else max(ids))

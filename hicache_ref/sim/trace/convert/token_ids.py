@@ -1,7 +1,7 @@
 """Token-id JSONL (a request log with its prompt's token ids) as harness requests.
 
-Each line holds the prompt's token ids (the first of `token_ids`, `input_ids`, `prompt_token_ids`
-present), and optionally `timestamp` (ms) and `output_length`. The ids are cut into blocks of
+Each line holds the prompt's token ids (one of `token_ids`, `input_ids`, `prompt_token_ids`; two of
+them must agree), and optionally `timestamp` (ms) and `output_length`. The ids are cut into blocks of
 `block_tokens` and each block hashed with the hash of the block before it (BLAKE2b over the parent's
 digest and the block's ids), as Mooncake's prefix hashes chain: equal digests at a position mean an
 equal prefix. Digests become dense ids, then the blocks are re-blocked to 512 tokens
@@ -43,8 +43,13 @@ def read_token_ids(path, block_tokens: int = 16, limit: int | None = None) -> li
     for line_no, obj in read_json_lines(path):
         if limit is not None and len(blocked) >= limit:
             break
-        key = next((k for k in TOKEN_KEYS if k in obj), None)
+        present = [k for k in TOKEN_KEYS if k in obj]
+        key = present[0] if present else None
         ids = obj.get(key) if key else None
+        other = next((k for k in present[1:] if obj[k] != ids), None)
+        if other is not None:  # two prompts for one request: neither is the one to hash
+            raise ValueError(f"{path}: line {line_no}: {key} and {other} hold different token ids (one prompt, "
+                             "two fields: keep one)")
         if not isinstance(ids, list) or not ids or not all(
                 isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_TOKEN_ID for t in ids):
             raise ValueError(f"{path}: line {line_no}: {key or ' or '.join(TOKEN_KEYS)}: expected a non-empty "
