@@ -20,7 +20,9 @@ from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.trace.reader import read_trace
 
 HELP = "on a trace: turn HiCache on or leave it off, the SGLang 0.5.23 flags, the TTFT change and how sure"
-LOCAL_OPTIONS = ("--scenario", "--trace", "--profile", "--limit", "--plateau-gain", "--out", "--json", "--quiet")
+LOCAL_OPTIONS = ("--scenario", "--trace", "--profile", "--limit", "--plateau-gain", "--host-gib", "--out", "--json",
+                 "--quiet")
+MAX_HOST_GIB = 1 << 20  # 1 PiB: past any node
 SEMANTICS = "sglang-0.5.23"  # the release whose flags advise prints: its request path is what is replayed
 MAX_PROFILES = 8
 SHOWN_ALTERNATIVES = 8
@@ -36,6 +38,9 @@ def add_arguments(p) -> None:
     add_local(p, "--limit", type=types.count(1))
     add_local(p, "--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
               help=f"a capacity tier gaining less hit rate than this is on the plateau (default {DEFAULT_PLATEAU_GAIN})")
+    add_local(p, "--host-gib", type=types.positive_real("GiB of host memory", maximum=MAX_HOST_GIB, unit=" GiB"),
+              metavar="GIB", help="host memory of one node in GiB: bounds the host pools advise tries "
+              "(default: each profile's host.numa_nodes x host.memory_per_node_gib)")
     add_spec_options(p, "advise")
     add_local(p, "--out", help="directory for advise.json and report.html")
     add_local(p, "--json")
@@ -88,7 +93,7 @@ def run(a) -> int:
     pairs, requests, trace = _inputs(a)
     from hicache_ref.advise.advisor import advise
 
-    result = advise(pairs, requests, a.plateau_gain, progress=_progress(a.quiet))
+    result = advise(pairs, requests, a.plateau_gain, progress=_progress(a.quiet), host_gib=a.host_gib)
     if _progress(a.quiet) is not None:
         sys.stderr.write("\r\033[K")
     result["trace"] = trace

@@ -61,8 +61,6 @@ def positive_real(what: str = "a number", maximum: float | None = None, unit: st
                                              f"got {clip(text)}")
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"at least {minimum:g}{unit}, got {clip(text)}")
-        if minimum is not None and value < minimum:
-            raise argparse.ArgumentTypeError(f"at least {minimum:g}{unit}, got {clip(text)}")
         if maximum is not None and value > maximum:
             raise argparse.ArgumentTypeError(f"at most {maximum:,g}{unit}, got {clip(text)}")
         return value

@@ -12,7 +12,7 @@ from hicache_ref.advise import flags as fl
 from hicache_ref.advise.ranking import decide, ranked
 from hicache_ref.advise.replays import Replays
 from hicache_ref.advise.search import Search, l3_priced
-from hicache_ref.advise.space import host_budget_tokens, l2_tiers
+from hicache_ref.advise.space import host_budget_tokens, l2_tiers, ranks_on_node
 from hicache_ref.sim.run.baseline import off_spec
 from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.trace.reader import TraceRequest
@@ -44,10 +44,14 @@ def reuse_of(requests, page_size: int):
 
 
 def advise(pairs: list[tuple], requests: list[TraceRequest], plateau_gain: float = DEFAULT_PLATEAU_GAIN,
-           progress: Callable[[int], None] | None = None) -> dict:
+           progress: Callable[[int], None] | None = None, host_gib: float | None = None) -> dict:
     """The advice for each (profile, spec) in `pairs` (the spec sized for that profile, its --tp or
-    none) on `requests`. `progress(replays run)` after each replay."""
+    none) on `requests`. `progress(replays run)` after each replay; `host_gib`: one node's host
+    memory, in place of each profile's."""
     _check(pairs, requests)
+    for profile, spec in pairs:  # every host budget before the first replay
+        tp = spec.tp.ranks if spec.tp.ranks is not None else (profile.device.devices_per_node or 1)
+        host_budget_tokens(profile, spec.geometry.token_bytes, ranks_on_node(profile, tp), host_gib)
     replays = Replays(requests, progress)
     stacks: dict[int, tuple] = {}
     out = []
@@ -55,18 +59,18 @@ def advise(pairs: list[tuple], requests: list[TraceRequest], plateau_gain: float
         ps = spec.page_size
         if ps not in stacks:
             stacks[ps] = reuse_of(requests, ps)
-        out.append(_one(profile, spec, requests, replays, stacks[ps], plateau_gain))
+        out.append(_one(profile, spec, requests, replays, stacks[ps], plateau_gain, host_gib))
     return dict(profiles=out, replays_run=replays.count, requests=len(requests),
                 input_tokens=sum(r.input_length for r in requests), plateau_gain=plateau_gain)
 
 
-def _one(profile, spec, requests, replays, stack, plateau_gain) -> dict:
+def _one(profile, spec, requests, replays, stack, plateau_gain, host_gib) -> dict:
     sp, reuse = stack
     tp = spec.tp.ranks if spec.tp.ranks is not None else (profile.device.devices_per_node or 1)
     base = spec.replace(tp=None, shared_host=False)
     ps, tb, l1 = base.page_size, base.geometry.token_bytes, base.tiers.l1_tokens // base.page_size * base.page_size
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
-    budget, budget_line = host_budget_tokens(profile, tb, max(tp, profile.device.devices_per_node or 1))
+    budget, budget_line = host_budget_tokens(profile, tb, ranks_on_node(profile, tp), host_gib)
     tiers = l2_tiers(l1, ps, tb, whole, budget)
     off = replays.figures(off_spec(base))
     search = Search(base, profile, tp, replays, off)

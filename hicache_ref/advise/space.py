@@ -69,19 +69,32 @@ def write_policies() -> tuple[str, ...]:
     return (UPSTREAM_DEFAULT_POLICY, *[p for p in POLICIES if p != UPSTREAM_DEFAULT_POLICY])
 
 
-def host_budget_tokens(profile, token_bytes: int, ranks: int) -> tuple[int | None, str]:
-    """Host tokens one rank's pool may take: the node's memory less upstream's 10 GiB reserve, over
-    the ranks that share the node; (None, why) when the profile does not give host memory."""
+def ranks_on_node(profile, tp: int) -> int:
+    """Ranks whose host pools share one node's memory: one per card of the node where the profile
+    says how many (a TP group wider than a node spans several), else the TP group."""
+    return profile.device.devices_per_node or tp
+
+
+def host_budget_tokens(profile, token_bytes: int, ranks: int, host_gib: float | None = None) -> tuple[int | None, str]:
+    """Host tokens one rank's pool may take: the node's memory (`host_gib`, else the profile's) less
+    upstream's 10 GiB reserve, over the ranks that share the node; (None, why) when neither gives it."""
     h = profile.host
-    if not h.numa_nodes or not h.memory_per_node_gib:
-        return None, f"profile {profile.name} gives no host memory (host.numa_nodes, host.memory_per_node_gib)"
-    total = h.numa_nodes * h.memory_per_node_gib * 2**30
+    if host_gib is not None:
+        total, source = host_gib * 2**30, f"{host_gib:g} GiB (--host-gib)"
+    elif h.numa_nodes and h.memory_per_node_gib:
+        total = h.numa_nodes * h.memory_per_node_gib * 2**30
+        source = f"{h.numa_nodes} nodes x {h.memory_per_node_gib:g} GiB"
+    else:
+        return None, (f"profile {profile.name} gives no host memory (host.numa_nodes, host.memory_per_node_gib): "
+                      "the host pools tried are not bounded by it; --host-gib gives a node's")
     free = total - sizing.HOST_MEMORY_RESERVE_BYTES
+    if free < ranks * token_bytes:
+        raise ValueError(f"{'--host-gib' if host_gib is not None else '--profile'}: {total / 1e9:,.1f} GB of host "
+                         f"memory holds no host pool for {ranks} ranks after upstream's 10 GiB reserve")
     per_rank = int(free // ranks)
     tokens = per_rank // token_bytes
-    return tokens, (f"host: {h.numa_nodes} nodes x {h.memory_per_node_gib:g} GiB = {total / 1e9:,.1f} GB, less "
-                    f"upstream's 10 GiB reserve, over {ranks} ranks = {per_rank / 1e9:,.1f} GB per rank = "
-                    f"{tokens:,} tokens of {token_bytes:,} B")
+    return tokens, (f"host: {source} = {total / 1e9:,.1f} GB, less upstream's 10 GiB reserve, over {ranks} ranks "
+                    f"= {per_rank / 1e9:,.1f} GB per rank = {tokens:,} tokens of {token_bytes:,} B")
 
 
 def l2_tiers(l1_tokens: int, page_size: int, token_bytes: int, whole_tokens: int,

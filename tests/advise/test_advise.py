@@ -29,7 +29,7 @@ def _grid_best(spec: CacheSpec, requests, profile, tp: int) -> tuple[float, tupl
     ps, tb = spec.page_size, spec.geometry.token_bytes
     l1 = spec.tiers.l1_tokens
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
-    budget, _ = host_budget_tokens(profile, tb, max(tp, profile.device.devices_per_node or 1))
+    budget, _ = host_budget_tokens(profile, tb, profile.device.devices_per_node or tp)
     off = replay(off_spec(spec), requests, off=False)  # HiCache off as every command prices it
     off_total = cost.off_price(profile, off)["busy_seconds"]
     cells = []
@@ -187,3 +187,38 @@ def test_intervals_come_from_the_profiles_ensemble(monkeypatch):
     assert lo < hi  # two members priced apart: a real interval, not a point
     # every configuration that loads from L2 is a loss at a fiftieth of the bandwidth: nothing is a sure gain
     assert not r["on"] and all(row["answer"] != "gain" for row in r["ranked"]), r["headline"]
+
+
+def test_the_host_pools_tried_share_one_nodes_memory_given_by_host_gib():
+    """--host-gib bounds the pools as a profile's host memory does: the node's memory less upstream's
+    10 GiB reserve over the ranks on the node, one per card of the node (a TP group of 16 on 8-card
+    nodes puts 8 on each); a profile without host memory and no --host-gib bounds nothing and says so."""
+    from hicache_ref.advise.space import ranks_on_node
+
+    p800, p900 = load_profile("p800"), load_profile("p900")
+    assert ranks_on_node(p800, 16) == 8 and ranks_on_node(p800, 2) == 8 and ranks_on_node(p900, 4) == 4
+    tokens, line = host_budget_tokens(p900, 1000, 4, host_gib=64)
+    assert tokens == int((64 - 10) * 2**30 // 4) // 1000 and "64 GiB (--host-gib)" in line
+    none, why = host_budget_tokens(p900, 1000, 4)
+    assert none is None and "--host-gib" in why
+    own, _ = host_budget_tokens(p800, 1000, 8)
+    assert own == int((8 * 187 - 10) * 2**30 // 8) // 1000  # the profile's, where --host-gib is not given
+    with pytest.raises(ValueError, match=r"^--host-gib: .* holds no host pool for 4 ranks"):
+        host_budget_tokens(p900, 1000, 4, host_gib=10)
+
+
+def test_the_cli_bounds_the_tiers_by_host_gib_and_refuses_one_too_small_before_writing(tmp_path, capsys):
+    from conformance.cli.main import main
+
+    trace = str(find_trace("conversation_trace.jsonl"))
+    args = ["advise", "--profile", "h200", "--model", "deepseek-v3", "--tp", "8", "--trace", trace, "--limit", "60",
+            "--quiet", "--json"]
+    out = tmp_path / "out"
+    assert main([*args, "--host-gib", "10", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hicache: --host-gib:") and not out.exists()
+    assert main([*args, "--host-gib", "2048"]) == 0
+    p = json.loads(capsys.readouterr().out)["profiles"][0]
+    budget = int((2048 - 10) * 2**30 // 8) // p["token_bytes"]
+    assert p["curve"] and all(row["l2_tokens"] <= budget for row in p["curve"])
+    assert any("2048 GiB (--host-gib)" in s for s in p["sizes"])
