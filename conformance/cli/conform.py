@@ -189,6 +189,7 @@ def run(a) -> int:
         summary = report.summarize_junit(junit, a.backend, profile, None if ok else str(why), selection.read(counts))
         if rc not in (0, 1, 5, EXIT_NOT_RUN) or (rc == 1 and not summary.failures):
             summary.stopped = f"pytest stopped before its session ended (exit {rc}): only what ran before is reported"
+        summary.stopped = summary.stopped or selection.unreported(counts, summary.tests)
         report.write_json(summary, out / "summary.json")  # the junit record, kept if the report fails
         try:
             signed = write_reports(summary, out, a.backend, profile, None if ok else str(why), work / TARGET_ROWS)

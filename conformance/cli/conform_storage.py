@@ -121,6 +121,7 @@ def run_storage(a) -> int:
             print(f"hicache: {out / 'junit.xml'}: pytest wrote no report (pytest exit {rc})", file=sys.stderr)
             return 1 if rc in (0, EXIT_NOT_RUN) else pytest_exit(rc)
         summary = report.summarize_junit(junit, label, None, why, selection.read(counts), deciding=STORAGE_DECIDING)
+        summary.stopped = selection.unreported(counts, summary.tests)
         report.write_json(summary, out / "summary.json")
         print()
         print(report.format_table(summary))

@@ -190,6 +190,8 @@ def summarize_junit(path: str | Path, backend: str, profile: str | None, unavail
     xfails: Counter[str] = Counter()
     failures = []
     for case in root.iter("testcase"):
+        if not case.get("name"):  # xdist's entry for a report of no test (its scheduler failing on a dead worker)
+            continue
         mod = module_of(case.get("classname", ""))
         result = modules.setdefault(mod, ModuleResult(mod))
         test = f"{mod}::{case.get('name')}"
@@ -263,7 +265,7 @@ def format_table(s: Summary, max_failures: int = 20) -> str:
         lines.append(f"PARTIAL: the deciding suites did not run in full ({s.partial_reason}); no check of the node "
                      f"failed, but nothing is signed off ({counts})")
     else:
-        lines.append(f"{s.verdict}: {counts}")
+        lines.append(f"{s.verdict}: {counts}" + (f"; {s.stopped}" if s.stopped and s.verdict == "FAIL" else ""))
     mv = s.model_verdict
     if mv is not None:  # the model's own verdict: it decides nothing about this node
         c = s.target_counts or {}

@@ -2,7 +2,7 @@
 
 A -k or -m expression (or --deselect) removes tests before they run, and junit.xml never shows
 them, so a run of part of a deciding suite would look like a whole one. This plugin counts,
-per test module, the tests deselected, and writes the counts as JSON to the file named
+per test module, the tests deselected, and the tests selected, and writes the counts as JSON to the file named
 by $HICACHE_CONFORM_SELECTION once collection ends (under xdist every worker collects the same
 items and writes the same counts; the last write wins, atomically).
 """
@@ -37,7 +37,7 @@ def pytest_collection_finish(session) -> None:
     from conformance.report.write_guard import unwritten
 
     try:
-        write_text(Path(target), json.dumps({"deselected": dict(_DESELECTED)}))
+        write_text(Path(target), json.dumps({"deselected": dict(_DESELECTED), "selected": len(session.items)}))
     except (OSError, ValueError) as e:  # a full disk: said once, at the session's end (write_guard)
         unwritten(e)
 
@@ -51,3 +51,23 @@ def read(path: str | Path) -> dict[str, int] | None:
         return None
     got = data.get("deselected") if isinstance(data, dict) else None
     return {str(k): int(v) for k, v in got.items()} if isinstance(got, dict) else None
+
+
+def selected(path: str | Path) -> int | None:
+    """How many tests the selection kept (each should leave a result in junit.xml), or None when
+    the plugin wrote no count."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    n = data.get("selected") if isinstance(data, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+
+def unreported(path: str | Path, reported: int) -> str | None:
+    """Why the report is short of the selection (pytest-xdist stops after too many workers die, an
+    internal error ends the session early), or None when every selected test left a result."""
+    n = selected(path)
+    if n is None or reported >= n:
+        return None
+    return f"{n - reported} of {n} selected tests left no result: pytest stopped before they ran"

@@ -12,7 +12,7 @@ from hicache_ref.advise import flags as fl
 from hicache_ref.advise.ranking import decide, ranked
 from hicache_ref.advise.replays import Replays
 from hicache_ref.advise.search import Search, l3_priced
-from hicache_ref.advise.space import host_budget_tokens, l2_tiers, ranks_on_node
+from hicache_ref.advise.space import check_host_gib, host_budget_tokens, l2_tiers, ranks_on_node
 from hicache_ref.sim.run.baseline import off_spec
 from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN
 from hicache_ref.sim.trace.reader import TraceRequest
@@ -51,7 +51,10 @@ def advise(pairs: list[tuple], requests: list[TraceRequest], plateau_gain: float
     _check(pairs, requests)
     for profile, spec in pairs:  # every host budget before the first replay
         tp = spec.tp.ranks if spec.tp.ranks is not None else (profile.device.devices_per_node or 1)
-        host_budget_tokens(profile, spec.geometry.token_bytes, ranks_on_node(profile, tp), host_gib)
+        ranks, tb, ps = ranks_on_node(profile, tp), spec.geometry.token_bytes, spec.page_size
+        if host_gib is not None:
+            check_host_gib(host_gib, spec.tiers.l1_tokens // ps * ps, ps, tb, ranks)
+        host_budget_tokens(profile, tb, ranks, host_gib)
     replays = Replays(requests, progress)
     stacks: dict[int, tuple] = {}
     out = []
@@ -86,7 +89,8 @@ def _one(profile, spec, requests, replays, stack, plateau_gain, host_gib) -> dic
     chosen = decision["pick"] or decision["best"]
     sizes = list((spec.machine_sizing or {}).get("arithmetic", [])) or [f"L1: {l1:,} tokens per rank (--l1-tokens)"]
     sizes += [budget_line, f"L2 per rank by --hicache-ratio R, as upstream: int({l1:,} x R) rounded down to pages of "
-              f"{ps}, plus one page; " + ", ".join(f"R {r:g}: {t:,} tokens ({t * tb / 1e9:,.1f} GB)" for r, t in tiers)]
+              f"{ps}, plus one page; " + (", ".join(f"R {r:g}: {t:,} tokens ({t * tb / 1e9:,.1f} GB)" for r, t in tiers)
+                                          or "none fits the host memory")]
     result = dict(profile=profile.name, tp=tp, l1_tokens=l1, token_bytes=tb, page_size=ps, sizes=sizes,
                   hicache_off=dict(hit_rate=off["hit_rate"], requests=off["requests"]),
                   reuse=dict(reuse, l1_alone_hit_rate=l1_alone),

@@ -10,6 +10,7 @@ up to what host memory holds and no further than the whole trace.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from hal.transfer.io_backend import IO_BACKENDS, effective_host_layout
@@ -80,21 +81,35 @@ def host_budget_tokens(profile, token_bytes: int, ranks: int, host_gib: float | 
     upstream's 10 GiB reserve, over the ranks that share the node; (None, why) when neither gives it."""
     h = profile.host
     if host_gib is not None:
-        total, source = host_gib * 2**30, f"{host_gib:g} GiB (--host-gib)"
-    elif h.numa_nodes and h.memory_per_node_gib:
-        total = h.numa_nodes * h.memory_per_node_gib * 2**30
-        source = f"{h.numa_nodes} nodes x {h.memory_per_node_gib:g} GiB"
-    else:
-        return None, (f"profile {profile.name} gives no host memory (host.numa_nodes, host.memory_per_node_gib): "
-                      "the host pools tried are not bounded by it; --host-gib gives a node's")
+        return _per_rank(host_gib * 2**30, f"{host_gib:,.12g} GiB (--host-gib)", "--host-gib", token_bytes, ranks)
+    if h.numa_nodes and h.memory_per_node_gib:
+        return _per_rank(h.numa_nodes * h.memory_per_node_gib * 2**30,
+                         f"{h.numa_nodes} nodes x {h.memory_per_node_gib:g} GiB", f"--profile {profile.name}",
+                         token_bytes, ranks)
+    return None, (f"profile {profile.name} gives no host memory (host.numa_nodes, host.memory_per_node_gib): "
+                  "the host pools tried are not bounded by it; --host-gib gives a node's")
+
+
+def _per_rank(total: float, source: str, option: str, token_bytes: int, ranks: int) -> tuple[int, str]:
     free = total - sizing.HOST_MEMORY_RESERVE_BYTES
     if free < ranks * token_bytes:
-        raise ValueError(f"{'--host-gib' if host_gib is not None else '--profile'}: {total / 1e9:,.1f} GB of host "
-                         f"memory holds no host pool for {ranks} ranks after upstream's 10 GiB reserve")
+        raise ValueError(f"{option}: {source} holds no host pool for {ranks} ranks after upstream's 10 GiB reserve")
     per_rank = int(free // ranks)
     tokens = per_rank // token_bytes
     return tokens, (f"host: {source} = {total / 1e9:,.1f} GB, less upstream's 10 GiB reserve, over {ranks} ranks "
                     f"= {per_rank / 1e9:,.1f} GB per rank = {tokens:,} tokens of {token_bytes:,} B")
+
+
+def check_host_gib(host_gib: float, l1_tokens: int, page_size: int, token_bytes: int, ranks: int) -> None:
+    """--host-gib must hold the smallest pool upstream takes (larger than L1: the first --hicache-ratio
+    step) on each of the node's ranks, after its 10 GiB reserve; ValueError naming it and the least that does."""
+    budget, _ = _per_rank(host_gib * 2**30, f"{host_gib:,.12g} GiB", "--host-gib", token_bytes, ranks)
+    need = sizing.host_tokens(l1_tokens, page_size, token_bytes, ratio=RATIOS[0])
+    if need > budget:
+        least = math.ceil((need * token_bytes * ranks + sizing.HOST_MEMORY_RESERVE_BYTES) / 2**30 * 10) / 10
+        raise ValueError(f"--host-gib: {host_gib:,.12g} GiB leaves {budget:,} tokens a rank for {ranks} ranks; the "
+                         f"smallest host pool upstream takes (--hicache-ratio {RATIOS[0]:g} of L1's {l1_tokens:,}) "
+                         f"is {need:,}: give at least {least:,.1f} GiB")
 
 
 def l2_tiers(l1_tokens: int, page_size: int, token_bytes: int, whole_tokens: int,

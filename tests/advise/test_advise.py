@@ -205,6 +205,14 @@ def test_the_host_pools_tried_share_one_nodes_memory_given_by_host_gib():
     assert own == int((8 * 187 - 10) * 2**30 // 8) // 1000  # the profile's, where --host-gib is not given
     with pytest.raises(ValueError, match=r"^--host-gib: .* holds no host pool for 4 ranks"):
         host_budget_tokens(p900, 1000, 4, host_gib=10)
+    # room for a few tokens a rank, not for the smallest pool upstream takes (larger than L1): refused too,
+    # with the least that holds it
+    from hicache_ref.advise.space import check_host_gib
+
+    check_host_gib(64, 32_000, 64, 1000, 4)
+    with pytest.raises(ValueError, match=r"^--host-gib: 10\.1 GiB leaves 26,843 tokens .* is 40,064: give at least 10\.2 GiB$"):
+        check_host_gib(10.1, 32_000, 64, 1000, 4)  # 40,064 x 1000 B x 4 + 10 GiB = 10.149 GiB
+    check_host_gib(10.2, 32_000, 64, 1000, 4)  # the least it names holds it
 
 
 def test_the_cli_bounds_the_tiers_by_host_gib_and_refuses_one_too_small_before_writing(tmp_path, capsys):
@@ -214,11 +222,12 @@ def test_the_cli_bounds_the_tiers_by_host_gib_and_refuses_one_too_small_before_w
     args = ["advise", "--profile", "h200", "--model", "deepseek-v3", "--tp", "8", "--trace", trace, "--limit", "60",
             "--quiet", "--json"]
     out = tmp_path / "out"
-    assert main([*args, "--host-gib", "10", "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("hicache: --host-gib:") and not out.exists()
+    for small in ("10", "11"):  # no pool at all; a pool smaller than the least upstream takes
+        assert main([*args, "--host-gib", small, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("hicache: --host-gib:") and not out.exists()
     assert main([*args, "--host-gib", "2048"]) == 0
     p = json.loads(capsys.readouterr().out)["profiles"][0]
     budget = int((2048 - 10) * 2**30 // 8) // p["token_bytes"]
     assert p["curve"] and all(row["l2_tokens"] <= budget for row in p["curve"])
-    assert any("2048 GiB (--host-gib)" in s for s in p["sizes"])
+    assert any("2,048 GiB (--host-gib)" in s for s in p["sizes"])

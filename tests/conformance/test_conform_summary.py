@@ -254,3 +254,23 @@ def test_pytests_console_shows_a_missed_reading_as_the_models_not_as_a_failure(t
     assert "1 failed" in out and "1 modeled readings outside tolerance" in out  # the real failure alone
     assert "_ test_other _" in out and "_ test_reading[ttft] _" not in out  # FAILURES: the real one only
     assert len(summarize_junit(tmp_path / "junit.xml", "emu", None).reading_failures) == 1
+
+
+def test_a_nameless_junit_entry_is_no_test_and_a_short_report_says_what_never_ran(tmp_path):
+    """xdist writes `<testcase time=.../>` with no name when its scheduler fails on a dead worker: it
+    is no test, never a pass; and a report with fewer results than the selection kept says how many
+    never ran, beside the FAIL (xdist stops after too many workers die)."""
+    from conformance.report import selection
+
+    path = tmp_path / "junit.xml"
+    path.write_text(JUNIT.replace("</testsuite>", '<testcase time="0.5"/><testcase classname="" time="0.1"/></testsuite>'))
+    s = summarize_junit(path, "emu", "p800")
+    assert (s.tests, s.total("passed")) == (8, 2) and "?" not in [m.module for m in s.modules]
+    counts = tmp_path / "selection.json"
+    assert selection.unreported(counts, s.tests) is None  # no count written: nothing to say
+    counts.write_text(json.dumps({"deselected": {}, "selected": 8}))
+    assert selection.unreported(counts, s.tests) is None
+    counts.write_text(json.dumps({"deselected": {}, "selected": 1400}))
+    s.stopped = selection.unreported(counts, s.tests)
+    assert s.stopped == "1392 of 1400 selected tests left no result: pytest stopped before they ran"
+    assert s.verdict == "FAIL" and format_table(s).splitlines()[-1].endswith("; " + s.stopped)
