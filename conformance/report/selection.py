@@ -42,25 +42,26 @@ def pytest_collection_finish(session) -> None:
         unwritten(e)
 
 
-def read(path: str | Path) -> dict[str, int] | None:
-    """Deselected tests per module from the plugin's file, or None when it wrote none (pytest
-    stopped before collection ended)."""
+def _load(path: str | Path) -> dict:
+    """The plugin's file as a dict; {} when it wrote none or it cannot be read."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    got = data.get("deselected") if isinstance(data, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read(path: str | Path) -> dict[str, int] | None:
+    """Deselected tests per module from the plugin's file, or None when it wrote none (pytest
+    stopped before collection ended)."""
+    got = _load(path).get("deselected")
     return {str(k): int(v) for k, v in got.items()} if isinstance(got, dict) else None
 
 
 def selected(path: str | Path) -> int | None:
     """How many tests the selection kept (each should leave a result in junit.xml), or None when
     the plugin wrote no count."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    n = data.get("selected") if isinstance(data, dict) else None
+    n = _load(path).get("selected")
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 

@@ -50,8 +50,7 @@ def advise(pairs: list[tuple], requests: list[TraceRequest], plateau_gain: float
     memory, in place of each profile's."""
     _check(pairs, requests)
     for profile, spec in pairs:  # every host budget before the first replay
-        tp = spec.tp.ranks if spec.tp.ranks is not None else (profile.device.devices_per_node or 1)
-        ranks, tb, ps = ranks_on_node(profile, tp), spec.geometry.token_bytes, spec.page_size
+        ranks, tb, ps = ranks_on_node(profile, _tp(profile, spec)), spec.geometry.token_bytes, spec.page_size
         if host_gib is not None:
             check_host_gib(host_gib, spec.tiers.l1_tokens // ps * ps, ps, tb, ranks)
         host_budget_tokens(profile, tb, ranks, host_gib)
@@ -67,9 +66,14 @@ def advise(pairs: list[tuple], requests: list[TraceRequest], plateau_gain: float
                 input_tokens=sum(r.input_length for r in requests), plateau_gain=plateau_gain)
 
 
+def _tp(profile, spec) -> int:
+    """The TP group advised for: --tp, else one rank per card of the profile's node."""
+    return spec.tp.ranks if spec.tp.ranks is not None else (profile.device.devices_per_node or 1)
+
+
 def _one(profile, spec, requests, replays, stack, plateau_gain, host_gib) -> dict:
     sp, reuse = stack
-    tp = spec.tp.ranks if spec.tp.ranks is not None else (profile.device.devices_per_node or 1)
+    tp = _tp(profile, spec)
     base = spec.replace(tp=None, shared_host=False)
     ps, tb, l1 = base.page_size, base.geometry.token_bytes, base.tiers.l1_tokens // base.page_size * base.page_size
     whole = sum(-(-r.input_length // ps) * ps for r in requests)
