@@ -56,26 +56,19 @@ def replay(spec: CacheSpec, trace: str | Path | Traversable | list[TraceRequest]
                   truncated_requests=0, kv_mismatch_tokens=0, l3_hit_tokens=0)
     tally = ComputeTally(compute_of(getattr(backend, "profile", None)))
     t0 = time.perf_counter()
-    with frozen_heap():  # a full collection would walk every object made before the replay
-        try:
-            # Trace pages are runs of consecutive ids: spelled by their first id, the tree is the
-            # same and a request's token array is never built (hicache_ref.core.page_keys).
-            cache = spec.build(backend, whole, page_keys="runs" if BLOCK_TOKENS % ps == 0 else "tokens",
-                               inline=inline_transfers(spec, backend))
-            try:
-                with cost.clock_in_replay_state(backend, cache):
-                    for tokens in trace_tokens(requests, ps):
-                        res = cache.request(tokens)
-                        count_request(totals, res)
-                        totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
-                        totals["l3_hit_tokens"] += res.l3_hit_tokens
-                        tally.add(res)
-                    cache.close()  # its last transfers are priced in the same state
-            finally:
-                cache.close()
-        finally:
-            if own_backend:
-                backend.close()
+    # A full collection would walk every object made before the replay. Trace pages are runs of
+    # consecutive ids: spelled by their first id, the tree is the same and a request's token array
+    # is never built (hicache_ref.core.page_keys).
+    with frozen_heap(), built_cache(spec, backend, own_backend, whole,
+                                    page_keys="runs" if BLOCK_TOKENS % ps == 0 else "tokens") as cache:
+        with cost.clock_in_replay_state(backend, cache):
+            for tokens in trace_tokens(requests, ps):
+                res = cache.request(tokens)
+                count_request(totals, res)
+                totals["kv_mismatch_tokens"] += res.kv_mismatch_tokens
+                totals["l3_hit_tokens"] += res.l3_hit_tokens
+                tally.add(res)
+            cache.close()  # its last transfers are priced in the same state
     wall = time.perf_counter() - t0
     fig = figures(totals, cache, wall, read_seconds, tally, cache.tree.ghost, run_config(spec, backend, l1, l2))
     fig.update(_l3_figures(cache, spec))
@@ -109,6 +102,21 @@ def off_figures(spec: CacheSpec, requests: list, fig: dict, off, profile, run) -
     if is_off(spec) or not fig["requests"] or compute_of(profile) is None:  # nothing to price against
         return fig
     return run(off_spec(spec), requests, off=False)
+
+
+@contextmanager
+def built_cache(spec: CacheSpec, backend, own_backend: bool, whole: int, **build_kw):
+    """The cache `spec` builds on `backend` for a replay of `whole` tokens; however the body ends,
+    the cache is closed, then the backend where the replay opened it (`own_backend`)."""
+    try:
+        cache = spec.build(backend, whole, inline=inline_transfers(spec, backend), **build_kw)
+        try:
+            yield cache
+        finally:
+            cache.close()
+    finally:
+        if own_backend:
+            backend.close()
 
 
 def inline_transfers(spec: CacheSpec, backend) -> bool:

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from hicache_ref.core.allocator import pages_to_slots
 from hicache_ref.sim.price import cost
 from hicache_ref.sim.price.prefill_model import compute_of
-from hicache_ref.sim.run.replay import fits_in_l1, inline_transfers, off_figures
+from hicache_ref.sim.run.replay import built_cache, fits_in_l1, off_figures
 from hicache_ref.sim.run.replay_figures import ComputeTally, figures, run_config
 from hicache_ref.sim.run.steps import run_steps
 from hicache_ref.sim.trace.reader import TraceRequest, request_tokens
@@ -95,21 +95,14 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, o
         totals["l3_hit_tokens"] = 0
     tally = ComputeTally(compute_of(getattr(backend, "profile", None)))
     t0 = time.perf_counter()
-    try:
-        cache = spec.build(backend, whole, inline=inline_transfers(spec, backend))
-        try:
-            if on_build is not None:
-                on_build(cache)
-            steps = _ReferenceSteps(cache, totals, tally, spec.tiers.materialize, on_request)
-            each_step = None if on_step is None else (lambda locks: on_step(cache, [lk[0] for lk in locks]))
-            with cost.clock_in_replay_state(backend, cache):
-                step, max_in_flight = run_steps(requests, serving, steps, each_step)
-                cache.close()  # its last transfers are priced in the same state
-        finally:
-            cache.close()
-    finally:
-        if own_backend:
-            backend.close()
+    with built_cache(spec, backend, own_backend, whole) as cache:
+        if on_build is not None:
+            on_build(cache)
+        steps = _ReferenceSteps(cache, totals, tally, spec.tiers.materialize, on_request)
+        each_step = None if on_step is None else (lambda locks: on_step(cache, [lk[0] for lk in locks]))
+        with cost.clock_in_replay_state(backend, cache):
+            step, max_in_flight = run_steps(requests, serving, steps, each_step)
+            cache.close()  # its last transfers are priced in the same state
     fig = figures(totals, cache, time.perf_counter() - t0, 0.0, tally, cache.tree.ghost,
                   run_config(spec, backend, l1, l2))
     fig.update(served_figures(serving, step, max_in_flight),
