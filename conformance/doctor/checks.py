@@ -204,6 +204,9 @@ def check_thp_shmem(paths: HostPaths) -> Check:
             if ok and measured < 0.5:
                 return Check("thp_shmem", "warn", value + " (configured, but the kernel gave 4 KB pages)",
                              "echo 1 > /proc/sys/vm/compact_memory  (free 2 MB blocks are short)")
+            if hp.problem == "no_huge" and measured >= vm.WELL_COVERED:
+                return Check("thp_shmem", "ok", value + " (faults give 4 KB pages; MADV_COLLAPSE, which "
+                             "hal.memory.host applies before registering, moved them onto 2 MB pages)", "")
     fix = f"mount -o remount,huge=advise {hp.mount_point}  (and huge=advise in its /etc/fstab line)"
     if hp.shmem_enabled is None:
         return Check("thp_shmem", "unknown", value, fix)

@@ -10,7 +10,6 @@ import time
 import numpy as np
 
 from conformance.targets.judgment import Outcome, model_inputs, not_measured
-from hal.memory import host as memory
 from hal.memory import vm
 from hal.topology.binding import plan_binding
 from hal.transfer.seed import seed_geometry
@@ -31,7 +30,7 @@ def host_pool_page_bytes(ctx, target) -> Outcome:
     finally:
         pool.close()
     coverage = report["huge_page_coverage"]
-    page = HUGE_PAGE if coverage >= memory.WELL_COVERED else SMALL_PAGE
+    page = HUGE_PAGE if coverage >= vm.WELL_COVERED else SMALL_PAGE
     details = {"pool_bytes": report["mapped_bytes"], "thp_coverage": coverage, "thp_mode": vm.thp_mode(),
                "registered_bytes": report["registered_bytes"], "warnings": report["warnings"]}
     why = (f"{coverage:.1%} of a {report['mapped_bytes'] >> 20} MiB host KV pool (hicache_ref.core.pools.HostPool, "

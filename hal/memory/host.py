@@ -25,6 +25,8 @@ from hal.memory.registration import HostRegistrar, register_ranges, release
 from hal.memory.vm import (
     HUGE_PAGE,
     PAGE,
+    WELL_COVERED,
+    collapse_huge,
     madvise_huge,
     map_aligned,
     map_size_problem,
@@ -40,7 +42,6 @@ from hal.memory.vm import (
 DEFAULT_REGISTER_CHUNK_BYTES = None
 # move_pages is asked about at most this many pages; bigger buffers are sampled evenly.
 NUMA_SAMPLE_PAGES = 1 << 16
-WELL_COVERED = 0.99
 
 
 def _check_registration(backend, chunk: int | None, nbytes: int, arg: str) -> int | None:
@@ -165,13 +166,16 @@ class HostBuffer:
         if self.closed:
             raise RuntimeError("HostBuffer is closed")
         info = self._info
-        warnings = list(info["warnings"])
         smaps = smaps_range(self.address, self.mapped_bytes)
         huge_bytes = (
             smaps.get("AnonHugePages", 0) + smaps.get("ShmemPmdMapped", 0) + smaps.get("FilePmdMapped", 0)
         )
         coverage = min(1.0, huge_bytes / self.mapped_bytes)
-        if info["huge_pages_requested"] and coverage < WELL_COVERED and not warnings:
+        short = info["huge_pages_requested"] and coverage < WELL_COVERED
+        # The allocation's warnings say why pages might be 4 KB; MADV_COLLAPSE may have made them
+        # 2 MB regardless (a tmpfs without huge=), so they are shown only when pages came out small.
+        warnings = list(info["warnings"]) if short or not info["huge_pages_requested"] else []
+        if short and not warnings:
             warnings.append(
                 f"only {coverage:.1%} of the range is on 2 MB pages: the kernel found too few free "
                 "2 MB blocks at fault time (fragmentation); khugepaged may collapse more later"
@@ -245,6 +249,15 @@ def _undo(backend, handles, address, length, path) -> None:
             os.unlink(path)
 
 
+def _populate_huge(address, mapped, fd, fresh, huge_pages, warnings) -> str:
+    """Pre-fault, then collapse onto 2 MB pages what the fault left on 4 KB pages: a fragmented
+    host gives a fault no free 2 MB block, and registration would pin those 4 KB pages for good."""
+    method = populate(address, mapped, fd, fresh)
+    if huge_pages and (why := collapse_huge(address, mapped)):
+        warnings.append(why)
+    return method
+
+
 def _map_and_prepare(mapped, fd, huge_pages, policy, fresh, warnings) -> tuple[int, str]:
     """Map, madvise, place and pre-fault; unmaps again on failure. -> (address, prefault method)."""
     address = map_aligned(mapped, fd)
@@ -253,14 +266,14 @@ def _map_and_prepare(mapped, fd, huge_pages, policy, fresh, warnings) -> tuple[i
         if why:
             warnings.append(why)
         if policy is None:
-            method = populate(address, mapped, fd, fresh)
+            method = _populate_huge(address, mapped, fd, fresh, huge_pages, warnings)
         else:
             mode, nodes = policy
             # mbind sets the range's own policy (anon and tmpfs pages follow it, whichever thread
             # faults them); the thread policy covers page-cache files and the page tables.
             with _numa.thread_policy(mode, nodes):
                 _numa.mbind(address, mapped, mode, nodes)
-                method = populate(address, mapped, fd, fresh)
+                method = _populate_huge(address, mapped, fd, fresh, huge_pages, warnings)
         return address, method
     except BaseException:
         unmap_aligned(address, mapped)

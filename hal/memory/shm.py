@@ -190,5 +190,6 @@ def shared_huge_pages(directory: str, *, mounts: str = MOUNTS_PATH,
 
 
 def huge_page_warning(directory: str) -> str | None:
-    """Why shared pages in `directory` will be 4 KB, or None when they can be 2 MB."""
+    """Why shared pages in `directory` fault in as 4 KB, or None when they can be 2 MB at fault
+    time (MADV_COLLAPSE, Linux >= 6.1, may still move them onto 2 MB pages afterwards)."""
     return shared_huge_pages(directory).warning

@@ -32,6 +32,9 @@ PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
 MADV_HUGEPAGE, MADV_NOHUGEPAGE = 14, 15
 MADV_POPULATE_WRITE = 23  # Linux >= 5.14
+MADV_COLLAPSE = 25  # Linux >= 6.1
+# A range this much on 2 MB pages counts as on huge pages.
+WELL_COVERED = 0.99
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -169,6 +172,18 @@ def madvise_huge(start: int, length: int, on: bool) -> str | None:
         err = ctypes.get_errno()
         return f"madvise({'MADV_HUGEPAGE' if on else 'MADV_NOHUGEPAGE'}) failed: {os.strerror(err)}"
     return None
+
+
+def collapse_huge(start: int, length: int) -> str | None:
+    """MADV_COLLAPSE: move the range onto 2 MB pages now, compacting memory if need be, where the
+    fault left 4 KB pages for want of free 2 MB blocks; ranges already huge are skipped. None when
+    done or not supported (kernel < 6.1), else a warning: 4 KB pages still work."""
+    if _libc.madvise(start, length, MADV_COLLAPSE) == 0:
+        return None
+    err = ctypes.get_errno()
+    if err == errno.EINVAL:
+        return None
+    return f"madvise(MADV_COLLAPSE) failed: {os.strerror(err)}; part of the range stays on 4 KB pages"
 
 
 def touch_pages(start: int, length: int, fd: int | None, fresh: bool) -> None:
