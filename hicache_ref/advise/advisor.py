@@ -28,7 +28,7 @@ def _check(pairs, requests) -> None:
             raise ValueError(f"spec: expected a CacheSpec, got {type(spec).__name__}")
         if spec.tiers.l1_tokens is None:
             raise ValueError("--l1-tokens: advise needs L1's size: give --l1-tokens, or --model with a profile "
-                             "that gives device.hbm_gib")
+                             "that gives device.hbm_gib (hicache calibrate on the node writes it)")
         if spec.tiers.materialize or spec.storage.l3 is not None:
             raise ValueError("--l3: advise prices figures and tries L3 itself; drop it")
     if not isinstance(requests, list) or not all(isinstance(r, TraceRequest) for r in requests):
