@@ -166,11 +166,19 @@ def check_numa_placement(topology: Topology) -> tuple[Check, float | None]:
     return Check("numa_placement", "ok", value, ""), coverage
 
 
+PROCESS_FIX = ("start hicache (and the server) from a shell whose launcher does not call prctl(PR_SET_THP_DISABLE): "
+               "grep THP_enabled /proc/self/status must say 1")
+
+
+def _process_status(paths: HostPaths) -> str:
+    return os.path.join(paths.proc_root, "self/status")
+
+
 def check_thp_anon(paths: HostPaths) -> Check:
     path = os.path.join(paths.sys_root, "kernel/mm/transparent_hugepage/enabled")
     mode = vm.thp_mode(path)
-    why = vm.thp_disabled_reason(False, path)  # the warning allocate_host gives
-    fix = f"echo madvise > {path}"
+    why = vm.thp_disabled_reason(False, path, _process_status(paths))  # the warning allocate_host gives
+    fix = PROCESS_FIX if vm.thp_process_disabled(_process_status(paths)) else f"echo madvise > {path}"
     if mode is None:
         return Check("thp_anon", "unknown", f"{path} unreadable" + (f" ({why})" if why else ""), fix)
     if why:
@@ -192,6 +200,9 @@ def check_thp_shmem(paths: HostPaths) -> Check:
                      f"run where {mounts} can be read")
     value = (f"shmem_enabled={hp.shmem_enabled or 'unreadable'}; {paths.shm_dir}: "
              f"{hp.fstype} at {hp.mount_point} huge={hp.huge}") + (f" ({hp.warning})" if hp.warning else "")
+    if vm.thp_process_disabled(_process_status(paths)):
+        # No mount option or sysfs mode helps while the process itself has THP off.
+        return Check("thp_shmem", "warn", f"{value}; {vm.PROCESS_DISABLED}", PROCESS_FIX)
     if hp.problem == "deny":
         return Check("thp_shmem", "warn", value, f"echo advise > {path}")
     if hp.problem == "not_tmpfs":

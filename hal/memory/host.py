@@ -386,6 +386,8 @@ def attach_host(
         if why := map_size_problem(size):
             raise ValueError(f"path: {path} has {size} bytes, which {why}")
         register_chunk_bytes = _check_registration(backend, register_chunk_bytes, size, "path")
+        if huge_pages and (why := thp_disabled_reason(True)):
+            warnings.append(why)
         if huge_pages and (why := shm.huge_page_warning(os.path.dirname(os.path.abspath(path)))):
             warnings.append(why)
         address, method, collapse = _map_and_prepare(size, fd, bool(huge_pages), None, False, warnings)

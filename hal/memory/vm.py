@@ -161,9 +161,35 @@ def thp_mode(path: str = THP_ENABLED_PATH) -> str | None:
     return m.group(1) if m else None
 
 
-def thp_disabled_reason(shared: bool, path: str = THP_ENABLED_PATH) -> str | None:
-    """Why anonymous memory cannot get huge pages at all (shared files: see hal.memory.shm).
-    `path`: the THP `enabled` file (another sysfs tree for `hicache doctor`'s synthetic hosts)."""
+PROC_STATUS_PATH = "/proc/self/status"
+
+
+def thp_process_disabled(status: str = PROC_STATUS_PATH) -> bool:
+    """Whether THP is off for this whole process: prctl(PR_SET_THP_DISABLE), which a launcher or
+    container runtime may have set and every child inherits across fork and exec. Faults then give
+    4 KB pages and MADV_COLLAPSE is refused (EINVAL), anonymous and shared memory alike, whatever
+    sysfs says. `status`: /proc/self/status (another file for doctor's synthetic hosts)."""
+    try:
+        with open(status) as f:
+            for line in f:
+                if line.startswith("THP_enabled:"):
+                    return line.split()[1:2] == ["0"]
+    except (OSError, IndexError):
+        pass
+    return False  # kernels before 5.0 have no such line; nothing says it is off
+
+
+PROCESS_DISABLED = ("THP is disabled for this process (prctl PR_SET_THP_DISABLE, inherited from the process "
+                    "that started it: THP_enabled 0 in /proc/self/status); pages are 4 KB")
+
+
+def thp_disabled_reason(shared: bool, path: str = THP_ENABLED_PATH, status: str = PROC_STATUS_PATH) -> str | None:
+    """Why this process's memory cannot get huge pages at all: THP disabled for the process
+    (anonymous and shared), else for anonymous memory the sysfs mode (shared files: see
+    hal.memory.shm). `path`, `status`: the THP `enabled` file and /proc/self/status (another tree
+    for `hicache doctor`'s synthetic hosts)."""
+    if thp_process_disabled(status):
+        return PROCESS_DISABLED
     if shared:
         return None
     try:
@@ -188,12 +214,15 @@ def madvise_huge(start: int, length: int, on: bool) -> str | None:
 def collapse_huge(start: int, length: int) -> str:
     """MADV_COLLAPSE: move the range onto 2 MB pages now, compacting memory if need be, where the
     fault left 4 KB pages for want of free 2 MB blocks; ranges already huge are skipped. Returns
-    "collapsed", "unsupported" (kernel < 6.1) or "failed: ERRNO" (ENOMEM: no memory to compact
+    "collapsed", "disabled" (THP off for this process: thp_process_disabled), "unsupported"
+    (kernel < 6.1, or a range no 2 MB page fits) or "failed: ERRNO" (ENOMEM: no memory to compact
     into); a failure is a warning, since 4 KB pages still work."""
     if _libc.madvise(start, length, MADV_COLLAPSE) == 0:
         return "collapsed"
     err = ctypes.get_errno()
-    return "unsupported" if err == errno.EINVAL else f"failed: {errno.errorcode.get(err, err)}"
+    if err != errno.EINVAL:
+        return f"failed: {errno.errorcode.get(err, err)}"
+    return "disabled" if thp_process_disabled() else "unsupported"
 
 
 def touch_pages(start: int, length: int, fd: int | None, fresh: bool) -> None:

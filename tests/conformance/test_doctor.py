@@ -200,7 +200,7 @@ def test_a_run_leaves_no_shared_files(capsys):
 
 
 def fake_host(tmp_path, *, odd_ido=None, thp="always madvise [never]", shmem="always within_size advise [never] deny force",
-              shm_opts="rw,nosuid,nodev", capeff="0000000000000000") -> HostPaths:
+              shm_opts="rw,nosuid,nodev", capeff="0000000000000000", thp_process=1) -> HostPaths:
     """A synthetic host: the 8-node P800 box from test_topology plus THP files, mounts, status."""
     sys_root = build_p800_box(tmp_path / "sys", odd_ido=odd_ido).root
     thp_dir = sys_root / "kernel/mm/transparent_hugepage"
@@ -210,7 +210,7 @@ def fake_host(tmp_path, *, odd_ido=None, thp="always madvise [never]", shmem="al
     proc = tmp_path / "proc"
     (proc / "self").mkdir(parents=True)
     (proc / "mounts").write_text(f"proc /proc proc rw 0 0\ntmpfs /dev/shm tmpfs {shm_opts} 0 0\n")
-    (proc / "self/status").write_text(f"Name:\tpython\nCapEff:\t{capeff}\n")
+    (proc / "self/status").write_text(f"Name:\tpython\nCapEff:\t{capeff}\nTHP_enabled:\t{thp_process}\n")
     return HostPaths(sys_root=str(sys_root), proc_root=str(proc))
 
 
@@ -258,6 +258,17 @@ def test_thp_never_is_reported_with_the_reason_allocate_host_gives(tmp_path):
     enabled = os.path.join(paths.sys_root, "kernel/mm/transparent_hugepage/enabled")
     check = next(c for c in run_doctor(paths=paths).checks if c.name == "thp_anon")
     assert check.status == "warn" and vm.thp_disabled_reason(False, enabled) in check.value
+
+
+def test_thp_off_for_the_process_is_named_by_both_thp_checks_not_sysfs_or_the_mount(tmp_path):
+    """A launcher's prctl(PR_SET_THP_DISABLE) gives every pool 4 KB pages whatever sysfs and the
+    mount say: both checks warn with that reason and the fix for it (they said ok, or blamed the mount)."""
+    paths = fake_host(tmp_path, thp="always [madvise] never", shm_opts="rw,huge=advise", thp_process=0)
+    checks = {c.name: c for c in run_doctor(paths=paths).checks}
+    for name in ("thp_anon", "thp_shmem"):
+        assert checks[name].status == "warn", checks[name]
+        assert "PR_SET_THP_DISABLE" in checks[name].value and "PR_SET_THP_DISABLE" in checks[name].fix
+        assert "remount" not in checks[name].fix and "echo" not in checks[name].fix
 
 
 def test_shm_dir_behind_a_symlink_is_found_under_its_escaped_mount_point(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 
 import pytest
@@ -283,3 +284,22 @@ def test_a_pool_short_of_huge_pages_fails_unless_the_machine_had_no_memory_to_gi
     assert row["details"]["collapse"] == collapse
     if verdict == "not_measured":
         assert "MemAvailable" in row["reason"] and "compact_memory" in row["reason"]
+
+
+def test_a_pool_on_4kb_pages_in_a_process_with_thp_off_fails_naming_the_prctl(monkeypatch):
+    """The failure's reason is the process's THP switch (PR_SET_THP_DISABLE), the fix the user
+    needs; it read 'too few free 2 MB blocks (fragmentation)'."""
+    from tests.hal.test_memory import PR_SET_THP_DISABLE
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
+        pytest.skip("prctl(PR_SET_THP_DISABLE) refused here")
+    try:
+        profile = load_profile("p800")
+        target = next(t for t in profile.targets if t.metric == "host_pool_page_bytes")
+        with get_backend("emu", profile) as backend:
+            row = evaluate(target, TargetContext(backend, profile))
+    finally:
+        libc.prctl(PR_SET_THP_DISABLE, 0, 0, 0, 0)
+    assert row["verdict"] == "fail" and row["details"]["collapse"] == "disabled", row
+    assert "PR_SET_THP_DISABLE" in row["reason"] and "fragmentation" not in row["reason"], row["reason"]

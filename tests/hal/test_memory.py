@@ -157,6 +157,44 @@ def test_page_size_warnings_appear_only_when_pages_came_out_small(plain_tmpfs):
             assert any("mounted without huge=" in w for w in r["warnings"]), r
 
 
+PR_SET_THP_DISABLE = 41
+
+
+@pytest.fixture
+def thp_disabled_for_this_process():
+    """THP off for this process, as a launcher's prctl(PR_SET_THP_DISABLE) leaves every child."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
+        pytest.skip(f"prctl(PR_SET_THP_DISABLE): {os.strerror(ctypes.get_errno())}")
+    try:
+        yield
+    finally:
+        libc.prctl(PR_SET_THP_DISABLE, 0, 0, 0, 0)
+
+
+def test_a_process_with_thp_disabled_is_told_so_not_fragmentation(thp_disabled_for_this_process, plain_tmpfs):
+    """The pages are 4 KB because the process has THP off: the report says that (and what the
+    collapse met), never the fault's want of free 2 MB blocks, for new and attached buffers."""
+    assert vm.thp_process_disabled()
+    with allocate_host(8 * MB) as anon, allocate_host(8 * MB, shared_dir=plain_tmpfs, keep_name=True) as shared:
+        with attach_host(shared.shared_path) as attached:
+            for buf in (anon, shared, attached):
+                r = buf.report()
+                assert r["huge_page_coverage"] <= 0.01 and r["huge_page_collapse"] == "disabled", r
+                assert any("PR_SET_THP_DISABLE" in w for w in r["warnings"]), r["warnings"]
+                assert not any("fragmentation" in w for w in r["warnings"]), r["warnings"]
+
+
+def test_a_process_status_without_thp_off_says_nothing(tmp_path):
+    status = tmp_path / "status"
+    for text, off in (("Name:\tpython\nTHP_enabled:\t0\n", True), ("THP_enabled:\t1\n", False),
+                      ("Name:\tpython\n", False)):
+        status.write_text(text)
+        assert vm.thp_process_disabled(str(status)) is off
+        assert (vm.thp_disabled_reason(True, status=str(status)) == vm.PROCESS_DISABLED) is off
+    assert vm.thp_process_disabled(str(tmp_path / "absent")) is False
+
+
 def test_size_is_rounded_up_but_reported_as_requested():
     with allocate_host(3 * MB + 5, huge_pages=True) as buf:
         assert buf.tensor.numel() == 3 * MB + 5 and buf.tensor.dtype == torch.uint8
