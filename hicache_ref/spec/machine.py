@@ -54,6 +54,32 @@ def l1_tokens(hbm_gib: float, mem_fraction_static: float, weight_bytes: float, t
     return pages * page_size, lines
 
 
+def _calibrate_hint(name: str) -> str:
+    """How to measure the card's memory into a copy of profile `name`: calibrate on the backend that
+    reports device memory (Backend.device_memory_bytes) and serves that profile; the backends that
+    report it where none does; nothing for a profile of a backend that has no card (emu)."""
+    from hal.backend import Backend, available_backends, backend_class
+
+    measuring, own = [], None
+    for backend in available_backends():
+        try:
+            cls = backend_class(backend)
+        except ImportError:  # a backend that cannot import here measures nothing
+            continue
+        serves = name in (backend, getattr(cls, "default_profile", None))
+        if cls.device_memory_bytes is Backend.device_memory_bytes:
+            if backend == name:
+                return f" (profile {name} stands for a machine whose backend keeps device buffers in host memory)"
+            continue
+        measuring.append(backend)
+        own = backend if serves else own
+    if not measuring:
+        return ""
+    which, of = (own, "") if own else ("BACKEND", f", BACKEND the card's ({' or '.join(measuring)})")
+    return (", or measure the card's memory into a profile on the node: "
+            f"hicache calibrate --backend {which} --profile {name} --out FILE (device.hbm_gib){of}")
+
+
 def resolve(model, profile, tp: int | None, l1_given: int | None, mem_fraction_static: float | None,
             page_size: int) -> MachineSizing:
     """The geometry of one rank of `model` (a hicache_ref.models ModelArch) at `tp` ranks (None: the
@@ -77,10 +103,11 @@ def resolve(model, profile, tp: int | None, l1_given: int | None, mem_fraction_s
         return MachineSizing(model.name, ranks, source, geometry, None, tuple(lines))
     hbm = None if profile is None else profile.device.hbm_gib
     if hbm is None:
-        name = "none" if profile is None else profile.name
-        raise ValueError(f"profile {name} does not give device.hbm_gib, so L1 cannot be sized from the model: "
-                         "give --l1-tokens (KV tokens per rank), or measure the card's memory into a profile "
-                         f"on the node: hicache calibrate --profile {name} --out FILE (device.hbm_gib)")
+        if profile is None:
+            raise ValueError("no profile gives device.hbm_gib, so L1 cannot be sized from the model: give "
+                             "--l1-tokens (KV tokens per rank), or --profile with device.hbm_gib")
+        raise ValueError(f"profile {profile.name} does not give device.hbm_gib, so L1 cannot be sized from the "
+                         f"model: give --l1-tokens (KV tokens per rank){_calibrate_hint(profile.name)}")
     share = DEFAULT_MEM_FRACTION_STATIC if mem_fraction_static is None else mem_fraction_static
     if mem_fraction_static is None:
         lines.append(f"--mem-fraction-static not given: {DEFAULT_MEM_FRACTION_STATIC} assumed (give your launch's)")

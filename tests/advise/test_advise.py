@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import pytest
 
@@ -110,6 +111,27 @@ def test_l1_from_the_model_follows_upstreams_arithmetic():
     assert f"{kv_per_token:,} B of KV per token per rank" in text and f"= {expected:,} tokens" in text
     mla = CacheSpec.of(profile="p800", model="deepseek-v3", l1_tokens=100_000)
     assert mla.geometry.token_bytes == 61 * 576 * 2 and mla.tiers.l1_tokens == 100_000
+
+
+def _hinted_backend(profile: str) -> str | None:
+    with pytest.raises(SpecError) as e:
+        CacheSpec.of(profile=profile, model="deepseek-v3")
+    m = re.search(r"hicache calibrate --backend (\S+) --profile (\S+) --out FILE", str(e.value))
+    assert m is None or m.group(2) == profile, str(e.value)
+    return None if m is None else m.group(1)
+
+
+def test_the_calibrate_command_named_for_a_missing_hbm_is_one_that_measures_it():
+    """Run as printed, calibrate writes device.hbm_gib: the backend named reports device memory
+    (the hint named none, so calibrate ran on emu, which measures none, and advise failed again)."""
+    from hal.backend import Backend, backend_class
+
+    assert _hinted_backend("p800") == "xpu"
+    assert backend_class("xpu").device_memory_bytes is not Backend.device_memory_bytes
+    with pytest.raises(SpecError) as e:
+        CacheSpec.of(profile="p900", model="deepseek-v3")
+    assert "--backend BACKEND" in str(e.value) and "BACKEND the card's (cuda or xpu)" in str(e.value)
+    assert _hinted_backend("emu") is None  # emu stands for this CPU: no card to measure
 
 
 def test_a_profile_without_hbm_asks_for_l1_tokens():
