@@ -25,16 +25,32 @@ class EngineNotRun(RuntimeError):
     """The engine cannot run on this machine (the message says why)."""
 
 
+def _import_failure(engine: str) -> str | None:
+    """Why the module of `engine` does not import here (a vendor library it imports at its top
+    level is missing), or None when it imports."""
+    module = _BUILTIN[engine].partition(":")[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        return f"its module {module} does not import here: {type(e).__name__}: {e}"
+    return None
+
+
 def engine_class(engine: str):
-    """The ReplayEngine class called `engine`; ValueError naming the known ones when none is."""
+    """The ReplayEngine class called `engine`; ValueError naming the known ones when none is,
+    EngineNotRun when its module does not import here."""
     if engine not in _BUILTIN:
         raise ValueError(f"engine: {engine!r} is not one of {', '.join(ENGINES)}")
+    if (why := _import_failure(engine)) is not None:
+        raise EngineNotRun(f"engine {engine}: {why}")
     module, _, attr = _BUILTIN[engine].partition(":")
     return getattr(importlib.import_module(module), attr)
 
 
 def not_run_reason(engine: str) -> str | None:
-    """Why `engine` cannot run here; None when it can."""
+    """Why `engine` cannot run here (its module does not import, or the engine says); None when it can."""
+    if engine in _BUILTIN and (why := _import_failure(engine)) is not None:
+        return why
     return engine_class(engine).unavailable_reason()
 
 
@@ -54,8 +70,9 @@ def refusal(engine: str, spec) -> str | None:
 def replay_with(engine: str, spec, trace, limit: int | None = None, off: bool | None = None) -> dict:
     """Replay on `engine`, priced against HiCache off (hicache_ref.sim.run.baseline), or not at all
     with `off` False. A refused option is a ValueError naming it (before the engine is looked
-    for: bad input first); EngineNotRun when the engine is absent."""
-    if (refused := refusal(engine, spec)) is not None:
+    for: bad input first, unless the engine's module does not import, so has no table); EngineNotRun
+    when the engine is absent."""
+    if _import_failure(engine) is None and (refused := refusal(engine, spec)) is not None:
         raise ValueError(refused)
     why = not_run_reason(engine)
     if why is not None:

@@ -147,3 +147,23 @@ def test_an_unknown_engine_is_refused_naming_the_known_ones():
 
     with pytest.raises(ValueError, match=r"^engine: 'nope' is not one of reference, sglang$"):
         engines.engine_class("nope")
+
+
+def test_an_engine_whose_module_does_not_import_is_not_run_with_the_reason(monkeypatch, tmp_path):
+    """An engine file importing a vendor library absent here is not run, naming the module and the
+    import error, to replay (EngineNotRun: NOT RUN, exit 3), the ladder and conform alike; it was
+    an internal error."""
+    import sys
+
+    import hicache_ref.engines as engines
+
+    (tmp_path / "hicache_vendor_engine_test.py").write_text("import no_such_vendor_runtime\nENGINE = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "hicache_vendor_engine_test", raising=False)
+    monkeypatch.setitem(engines._BUILTIN, "vendor", "hicache_vendor_engine_test:ENGINE")
+    why = engines.not_run_reason("vendor")
+    assert "hicache_vendor_engine_test" in why and "no_such_vendor_runtime" in why
+    spec = CacheSpec.of(l1_tokens=32_000, l2_tokens=64_000)
+    with pytest.raises(engines.EngineNotRun, match="no_such_vendor_runtime"):
+        engines.replay_with("vendor", spec, [])
+    assert engines.LadderEngine("vendor").not_run(spec).startswith("NOT RUN: engine vendor: its module")
