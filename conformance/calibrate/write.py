@@ -59,6 +59,9 @@ def _uncertainty(cal: dict, key: str, scale: float, unit: str) -> str:
             f"rms residual {j['rel_rmse']:.1%} of the mean")
 
 
+CALIBRATED_SENTENCE = "Link and host costs calibrated by hicache calibrate on"
+
+
 def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
     """YAML text of `base` (a loaded Profile) with the calibrated link section and host costs."""
     data = yaml.safe_load(Path(str(base.path)).read_text(encoding="utf-8"))
@@ -90,8 +93,9 @@ def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
             "source": f"{who}: torch.cuda.get_device_properties(device).total_memory = "
                       f"{cal['device_memory_bytes']} bytes"}}
     data["host_costs"] = host_costs_section(data.get("host_costs") or {}, cal, who)
-    data["description"] = (f"{base.description} Link and host costs calibrated by hicache calibrate on "
-                           f"{m['host']}, {when}; the rest as in profile {base.name}.")
+    # A profile calibrated again says its latest calibration once, not every one before it.
+    kept = base.description.split(CALIBRATED_SENTENCE)[0].rstrip()
+    data["description"] = (f"{kept} {CALIBRATED_SENTENCE} {m['host']}, {when}; the rest as in profile {base.name}.")
     header = (f"# Calibrated from profile {base.name} by `{command}` on {m['host']}, {when}.\n"
               f"# Samples and fits: the .calibration.json beside this file.\n")
     return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)

@@ -288,3 +288,15 @@ def test_without_a_card_memory_figure_advise_names_the_option_and_the_measuring_
     assert main(["advise", "--model", "deepseek-v3", "--profile", "p800", "--limit", "5", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "--l1-tokens" in err and "device.hbm_gib" in err and "hicache calibrate" in err
+
+
+@pytest.mark.slow
+def test_a_calibrated_profile_calibrated_again_says_its_calibration_once(tmp_path):
+    """Calibrating the written profile again (a later run on the node) replaces the calibration
+    sentence of the description; it was appended again on every run."""
+    first, second = tmp_path / "node.yaml", tmp_path / "node2.yaml"
+    assert main([*SMALL, "--profile", "p800", "--out", str(first), "--accept-poor-fit"]) == 0
+    assert main([*SMALL, "--profile", str(first), "--out", str(second), "--accept-poor-fit"]) == 0
+    description = load_profile(second).description
+    assert description.count("calibrated by hicache calibrate") == 1, description
+    assert description.startswith(load_profile("p800").description) and "as in profile node." in description
