@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from conformance.targets.judgment import Outcome, model_inputs, not_measured
-from hal.memory import vm
+from hal.memory import budget, vm
 from hal.topology.binding import plan_binding
 from hal.transfer.seed import seed_geometry
 from hicache_ref.core import ghost
@@ -21,6 +21,21 @@ POOL_TOKENS = 512  # 8 pages of the seed geometry: 46 MB, 22 huge pages
 HUGE_PAGE, SMALL_PAGE = 2 << 20, 4096
 # vm.collapse_huge outcomes that say the machine's free memory, not the pool, kept pages small.
 MEMORY_SHORT = ("failed: ENOMEM", "failed: EAGAIN", "failed: EBUSY")
+
+
+def memory_short_reason(collapse: str) -> str:
+    """What a MEMORY_SHORT outcome says and what to do: EBUSY is the cgroup's charge refused (its
+    limit, not the machine, is short), ENOMEM no free memory to compact into, EAGAIN pages busy."""
+    available, room = vm.memory_available_bytes(), budget.cgroup_room()
+    seen = f"MemAvailable {'unknown' if available is None else budget.fmt(available)}" + (
+        "" if room is None else f", room under this process's cgroup memory limit {budget.fmt(room)}")
+    if collapse == "failed: EBUSY":
+        return (f"this process's cgroup memory limit refused the 2 MiB pages' charge when the pool was made ({seen}); "
+                "rerun with a higher cgroup memory limit (memory.max; memory.limit_in_bytes on cgroup v1)")
+    if collapse == "failed: EAGAIN":
+        return f"the pool's pages were busy (locked or migrating) when the pool was made ({seen}); rerun"
+    return (f"this machine had too little free memory to compact into 2 MiB pages when the pool was made ({seen}); "
+            "rerun with memory free, or after `echo 1 > /proc/sys/vm/compact_memory`")
 
 
 def host_pool_page_bytes(ctx, target) -> Outcome:
@@ -39,13 +54,10 @@ def host_pool_page_bytes(ctx, target) -> Outcome:
     why = (f"{coverage:.1%} of a {report['mapped_bytes'] >> 20} MiB host KV pool (hicache_ref.core.pools.HostPool, "
            f"registered with {ctx.backend.name}) is on 2 MiB pages (smaps)")
     if page == SMALL_PAGE and report["huge_page_collapse"] in MEMORY_SHORT:
-        # The harness asked for huge pages and the kernel had no memory to compact into: a fact of
-        # this moment's free memory, not of the pool's configuration, so no verdict on it.
-        available = vm.memory_available_bytes()
-        return not_measured("measured", f"{why}; MADV_COLLAPSE {report['huge_page_collapse']}: this machine had too "
-                            "little free memory to compact into 2 MiB pages when the pool was made (MemAvailable "
-                            f"{'unknown' if available is None else f'{available / 2**30:.1f} GiB'}); rerun with "
-                            "memory free, or after `echo 1 > /proc/sys/vm/compact_memory`", **details)
+        # The harness asked for huge pages and the moment's memory refused them: a fact of this
+        # moment (or of the cgroup the run was given), not of the pool's configuration, so no verdict.
+        return not_measured("measured", f"{why}; MADV_COLLAPSE {report['huge_page_collapse']}: "
+                            + memory_short_reason(report["huge_page_collapse"]), **details)
     return Outcome(page, "measured", why + ("" if page == HUGE_PAGE else "; " + "; ".join(report["warnings"])),
                    details=details)
 

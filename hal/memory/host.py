@@ -40,6 +40,12 @@ from hal.memory.vm import (
 # two registered ranges (Kunlun's does), so a buffer registered in pieces could hold a copy no
 # plan may make; a buffer larger than the backend's one-registration limit is refused instead.
 DEFAULT_REGISTER_CHUNK_BYTES = None
+# Why MADV_COLLAPSE failed, by its errno (the kernel's madvise_collapse_errno).
+COLLAPSE_CAUSES = {
+    "failed: ENOMEM": "no free memory to compact into 2 MB pages",
+    "failed: EBUSY": "this process's cgroup memory limit refused the 2 MB pages' charge",
+    "failed: EAGAIN": "pages busy at that moment; a retry may collapse them",
+}
 # move_pages is asked about at most this many pages; bigger buffers are sampled evenly.
 NUMA_SAMPLE_PAGES = 1 << 16
 
@@ -259,7 +265,8 @@ def _populate_huge(address, mapped, fd, fresh, huge_pages, warnings) -> tuple[st
         return method, "not requested"
     collapse = collapse_huge(address, mapped)
     if collapse.startswith("failed"):
-        warnings.append(f"madvise(MADV_COLLAPSE) {collapse}; part of the range stays on 4 KB pages")
+        cause = f" ({COLLAPSE_CAUSES[collapse]})" if collapse in COLLAPSE_CAUSES else ""
+        warnings.append(f"madvise(MADV_COLLAPSE) {collapse}{cause}; part of the range stays on 4 KB pages")
     return method, collapse
 
 

@@ -265,6 +265,7 @@ def test_probe_figures_one_probe_per_direction_per_run_on_the_backend(monkeypatc
     ("failed: EPERM", 0.4, "fail"),
     ("failed: ENOMEM", 0.4, "not_measured"),  # no memory to compact into: this moment's, not the pool's
     ("failed: EAGAIN", 0.4, "not_measured"),
+    ("failed: EBUSY", 0.4, "not_measured"),  # the cgroup's charge refused: its limit, not the pool
 ])
 def test_a_pool_short_of_huge_pages_fails_unless_the_machine_had_no_memory_to_give(monkeypatch, collapse, coverage,
                                                                                    verdict):
@@ -283,7 +284,10 @@ def test_a_pool_short_of_huge_pages_fails_unless_the_machine_had_no_memory_to_gi
     assert row["verdict"] == verdict, row
     assert row["details"]["collapse"] == collapse
     if verdict == "not_measured":
-        assert "MemAvailable" in row["reason"] and "compact_memory" in row["reason"]
+        assert "MemAvailable" in row["reason"]
+        # each errno its own cause and remedy: compaction helps only where memory was short
+        assert ("compact_memory" in row["reason"]) is (collapse == "failed: ENOMEM"), row["reason"]
+        assert ("cgroup memory limit" in row["reason"]) is (collapse == "failed: EBUSY"), row["reason"]
 
 
 def test_a_pool_on_4kb_pages_in_a_process_with_thp_off_fails_naming_the_prctl(monkeypatch):
@@ -303,3 +307,48 @@ def test_a_pool_on_4kb_pages_in_a_process_with_thp_off_fails_naming_the_prctl(mo
         libc.prctl(PR_SET_THP_DISABLE, 0, 0, 0, 0)
     assert row["verdict"] == "fail" and row["details"]["collapse"] == "disabled", row
     assert "PR_SET_THP_DISABLE" in row["reason"] and "fragmentation" not in row["reason"], row["reason"]
+
+
+CGROUP_COLLAPSE = """
+import os, sys
+import hal.memory.host as host
+from conformance.targets.evaluate import TargetContext, evaluate
+from hal.backend import get_backend
+from hardware_profiles import load_profile
+
+host.madvise_huge = lambda *a: None  # the fault gives 4 KB pages, as on a fragmented host
+profile = load_profile("p800")
+target = next(t for t in profile.targets if t.metric == "host_pool_page_bytes")
+cgroup = sys.argv[1]
+with get_backend("emu", profile) as backend:
+    # room for the pool's 4 KB pages but not for a 2 MB page beside them while it is collapsed
+    used = int(open(os.path.join(cgroup, sys.argv[2].replace("limit_in_bytes", "usage_in_bytes")
+                                 .replace("max", "current"))).read())
+    open(os.path.join(cgroup, sys.argv[2]), "w").write(str(used + 46661632))
+    row = evaluate(target, TargetContext(backend, profile))
+print(row["verdict"], row["details"]["collapse"], row["reason"], sep="\\n")
+"""
+
+
+@pytest.mark.slow  # a child process in a child memory cgroup (root only)
+def test_a_collapse_the_cgroups_limit_refuses_names_the_limit_not_free_memory():
+    """In a container whose memory limit leaves no room for the 2 MB pages, MADV_COLLAPSE fails
+    EBUSY: not measured, naming the cgroup's limit and room (it said the machine had too little
+    free memory, beside a MemAvailable of gigabytes, and to compact memory)."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.cgroups import _own_memory_cgroup, memory_limited
+
+    with memory_limited(4 << 30) as prefix:
+        child = re.search(r"> (\S+)/cgroup\.procs", prefix[2]).group(1)  # the cgroup the prefix joins
+        limit_file = _own_memory_cgroup()[1]
+        proc = subprocess.run([*prefix, sys.executable, "-c", CGROUP_COLLAPSE, child, limit_file],
+                              capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdict, collapse, reason = proc.stdout.strip().splitlines()[-3:]
+    if collapse == "collapsed":
+        pytest.skip("the kernel found room for the collapse under this limit (reclaimed page cache)")
+    assert (verdict, collapse) == ("not_measured", "failed: EBUSY"), proc.stdout
+    assert "cgroup memory limit" in reason and "compact_memory" not in reason, reason

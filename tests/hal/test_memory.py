@@ -157,6 +157,17 @@ def test_page_size_warnings_appear_only_when_pages_came_out_small(plain_tmpfs):
             assert any("mounted without huge=" in w for w in r["warnings"]), r
 
 
+@pytest.mark.parametrize("collapse, cause", [("failed: EBUSY", "cgroup memory limit"),
+                                             ("failed: ENOMEM", "no free memory"), ("failed: EAGAIN", "busy")])
+def test_a_failed_collapse_says_why_by_its_errno(monkeypatch, collapse, cause):
+    monkeypatch.setattr("hal.memory.host.collapse_huge", lambda *a: collapse)
+    monkeypatch.setattr("hal.memory.host.madvise_huge", lambda *a: None)  # the fault gives 4 KB pages
+    with allocate_host(8 * MB) as buf:
+        r = buf.report()
+    if r["huge_page_coverage"] < vm.WELL_COVERED:
+        assert any(collapse in w and cause in w for w in r["warnings"]), r["warnings"]
+
+
 PR_SET_THP_DISABLE = 41
 
 
