@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from conformance.doctor.records import Check, fmt_bytes
+from hal.memory import budget
 from hal.topology.topology_model import Topology
 
 NAME = "host_memory"
@@ -32,9 +33,11 @@ def read_meminfo(proc_root: str = "/proc") -> dict[str, int]:
     return out
 
 
-def check_host_memory(topology: Topology, pool_bytes: int, proc_root: str = "/proc", assumed: bool = False) -> Check:
-    """host_memory: `pool_bytes` per card against this host's MemTotal, MemAvailable and NUMA nodes.
-    `assumed`: the size is doctor's default, not asked for: too large for the host is then a warning."""
+def check_host_memory(topology: Topology, pool_bytes: int, proc_root: str = "/proc", assumed: bool = False,
+                      cgroup_root: str = budget.CGROUP_ROOT) -> Check:
+    """host_memory: `pool_bytes` per card against this host's MemTotal, MemAvailable, the room its
+    cgroup memory limit leaves (a container's: what the pools past it get is the OOM killer) and
+    NUMA nodes. `assumed`: the size is doctor's default, not asked for: too large is then a warning."""
     if topology.source != "sysfs":
         return Check(NAME, "unknown", f"topology from {topology.source} ({topology.origin}), not this host's: "
                      "its memory is checked by binding_policy", "run doctor on the accelerator host")
@@ -52,6 +55,13 @@ def check_host_memory(topology: Topology, pool_bytes: int, proc_root: str = "/pr
     if need > total:
         return Check(NAME, "warn" if assumed else "fail",
                      value + " -> more than this host's memory: it cannot be allocated", fix)
+    room = budget.cgroup_room(os.path.join(proc_root, "self/cgroup"), cgroup_root)
+    if room is not None and need > room:
+        return Check(NAME, "warn" if assumed else "fail",
+                     f"{value}; room under this process's cgroup memory limit {fmt_bytes(room)} -> more than the "
+                     "limit leaves: the OOM killer ends the process that pre-faults the pools",
+                     f"--pool-bytes <= {fmt_bytes(room // cards)} (the cgroup's room{f' / {cards} cards' if cards > 1 else ''}), "
+                     "or raise the container's memory limit (memory.max; memory.limit_in_bytes on cgroup v1)")
     short = _short_nodes(topology, pool_bytes)
     if need > avail:
         return Check(NAME, "warn", value + " -> more than is available now: free memory first" + short, fix)

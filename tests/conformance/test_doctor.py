@@ -368,6 +368,38 @@ def test_pools_are_checked_against_host_and_node_memory(tmp_path, pool_gib, stat
         assert report.exit_code() == 1
 
 
+def test_pools_past_the_cgroups_room_fail_naming_the_limit(tmp_path):
+    """In a container of 40 GiB on a 512 GiB host, 8 pools of 10 GiB fit MemAvailable but not the
+    cgroup's limit: fail naming the room and how to fit (it said ok; the pre-fault is OOM-killed)."""
+    paths = _with_meminfo(fake_host(tmp_path), 512, 400)
+    (Path(paths.proc_root) / "self/cgroup").write_text("4:memory:/job\n0::/\n")
+    job = Path(paths.sys_root) / "fs/cgroup/memory/job"
+    job.mkdir(parents=True)
+    (job / "memory.limit_in_bytes").write_text(f"{40 * GIB}\n")
+    (job / "memory.usage_in_bytes").write_text(f"{8 * GIB}\n")
+    report = run_doctor(pool_bytes=10 * GIB, paths=paths)
+    check = {c.name: c for c in report.checks}["host_memory"]
+    assert check.status == "fail" and "cgroup memory limit 32.0 GiB" in check.value, check
+    assert check.fix.startswith("--pool-bytes <= 4.0 GiB (the cgroup's room / 8 cards)"), check.fix
+    assert report.exit_code() == 1
+    report = run_doctor(pool_bytes=3 * GIB, paths=paths)
+    assert {c.name: c for c in report.checks}["host_memory"].status == "ok"
+
+
+@pytest.mark.slow  # doctor in a child process in a child memory cgroup (root only)
+def test_doctor_in_a_real_tight_cgroup_fails_a_pool_past_its_limit():
+    import subprocess
+    import sys
+
+    from tests.cgroups import memory_limited
+
+    with memory_limited(1536 << 20) as prefix:
+        proc = subprocess.run([*prefix, sys.executable, "-m", "conformance.cli.main", "doctor", "--json",
+                               "--pool-bytes", "4GiB"], capture_output=True, text=True, timeout=300)
+    check = by_name(json.loads(proc.stdout))["host_memory"]
+    assert proc.returncode == 1 and check["status"] == "fail" and "cgroup memory limit" in check["value"], check
+
+
 def test_a_pool_larger_than_this_host_fails_naming_pool_bytes(capsys):
     total = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemTotal:"))
     rc, out = doctor_json(capsys, "--pool-bytes", str(2 * total))  # twice this host's memory
