@@ -510,3 +510,23 @@ def test_bench_memory_defaults_keep_their_binary_sizes():
     assert bench.parse_sizes(a.sizes) == [64 * MB, 256 * MB, 1024 * MB]
     assert a.copy_size == "256MiB"
     assert bench.parse_sizes("1G,1GiB") == [10**9, 1 << 30]
+
+
+def test_bench_memory_says_when_its_thp_buffer_is_not_on_huge_pages(thp_disabled_for_this_process, capsys):
+    """With THP off for the process both buffers are on 4 KB pages: each ratio line says it is no
+    page-size comparison and why (it read '4 KB pages take 1.0x the time of THP')."""
+    import argparse
+    import json
+
+    from conformance.bench import memory as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    assert bench.run(parser.parse_args(["--sizes", "4MiB", "--copy-size", "2MiB", "--repeat", "1"])) == 0
+    ratios = [line for line in capsys.readouterr().out.splitlines() if "x the time of THP" in line or
+              line.startswith("THP / 4 KB bandwidth")]
+    assert len(ratios) == 2 and all("NOT a page-size comparison" in line and "PR_SET_THP_DISABLE" in line
+                                    for line in ratios), ratios
+    assert bench.run(parser.parse_args(["--sizes", "4MiB", "--copy-size", "2MiB", "--repeat", "1", "--json"])) == 0
+    thp = json.loads(capsys.readouterr().out)["bandwidth"]["thp"]
+    assert any("PR_SET_THP_DISABLE" in w for w in thp["warnings"]), thp
