@@ -204,8 +204,13 @@ def write(out: Path, base, cal: dict, command: str, backend: str) -> Path:
     text = profile_yaml(base, cal, command, backend)
     side = out.with_name(out.stem + ".calibration.json")
     from conformance.common.safe_write import write_text
+    from hardware_profiles.profile_schema import build
 
+    try:  # refused before either file is written: --profile must load what is written
+        build(text, out)
+    except ValueError as e:
+        raise ValueError(f"--out: {out} not written: the measured profile would not load: {e}") from None
     for path, body in ((side, json.dumps(cal, indent=1) + "\n"), (out, text)):
         write_text(path, body)
-    load_profile(out)  # a file --profile cannot load is a bug here, not the user's problem later
+    load_profile(out)
     return side

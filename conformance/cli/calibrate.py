@@ -87,6 +87,8 @@ def run(a) -> int:
     command = "hicache calibrate " + " ".join(shlex.quote(x) for x in sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] \
         else f"hicache calibrate --backend {a.backend}"
     with get_backend(a.backend, base) as backend, ticker("hicache calibrate", a.quiet):
+        if not backend.capabilities().moves_bytes:  # its "bandwidth" would be the speed of bookkeeping
+            raise CliError("--backend", f"{a.backend} moves no bytes, so it has no link to measure (emu, cuda, xpu)")
         cal = measure.calibrate(backend, sizes=sizes, repeat=a.repeat, translation_sizes=regions)
         cal["device_memory_bytes"] = backend.device_memory_bytes()
     cal.update({"machine": write.machine(), "date": write.stamp(), "command": command, "backend": a.backend,

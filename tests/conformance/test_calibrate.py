@@ -300,3 +300,27 @@ def test_a_calibrated_profile_calibrated_again_says_its_calibration_once(tmp_pat
     description = load_profile(second).description
     assert description.count("calibrated by hicache calibrate") == 1, description
     assert description.startswith(load_profile("p800").description) and "as in profile node." in description
+
+
+@pytest.mark.slow
+def test_a_backend_that_moves_no_bytes_is_refused_and_a_profile_that_would_not_load_is_not_written(
+        tmp_path, monkeypatch, capsys):
+    """`--backend count` measured its bookkeeping as a link of 1,000 GB/s; and a measured figure the
+    profile schema refuses left both files written, the YAML one --profile cannot load."""
+    from conformance.calibrate import measure
+
+    out = tmp_path / "box.yaml"
+    assert main([*SMALL, "--backend", "count", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("hicache: --backend: count moves no bytes")
+    real = measure.calibrate
+
+    def beyond_the_schema(*args, **kwargs):
+        cal = real(*args, **kwargs)
+        cal["link"]["h2d_gbps"] = 5000.0  # past the (0, 1000] GB/s a profile holds
+        return cal
+
+    monkeypatch.setattr(measure, "calibrate", beyond_the_schema)
+    assert main([*SMALL, "--out", str(out), "--accept-poor-fit"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"hicache: --out: {out} not written") and "h2d_gbps" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
