@@ -21,11 +21,22 @@ def modules_defining(package: str, folder: Path, constant: str) -> dict[str, str
     """{module name: "package.module:constant"} for every module directly in `folder` (the folder
     of `package`), or package's __init__.py there, that assigns `constant` at its top level; read
     as text, nothing imported."""
-    assigns = re.compile(rf"^{constant}\s*[:=]", re.M)
-    files = {path.stem: path for path in folder.glob("*.py")}
-    files.update({path.parent.name: path for path in folder.glob("*/__init__.py")})
+    assigns = re.compile(rf"^{constant}\s*(:|=(?!=))", re.M)
+    # Only names Python can import: an editor's lock or backup file (`.#emu.py`, a dangling link)
+    # or a file that does not read is no module, and must not stop every command from starting.
+    files = {path.stem: path for path in folder.glob("*.py") if path.stem.isidentifier()}
+    files.update({path.parent.name: path for path in folder.glob("*/__init__.py") if path.parent.name.isidentifier()})
     return {name: f"{package}.{name}:{constant}" for name, path in sorted(files.items())
-            if assigns.search(path.read_text(encoding="utf-8"))}
+            if assigns.search(_source(path))}
+
+
+def _source(path: Path) -> str:
+    """The file's text ('' when it cannot be read); bytes that are not UTF-8 replaced, since only
+    the constant's line is looked for."""
+    try:
+        return path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 class Registry:

@@ -38,6 +38,27 @@ def test_a_module_naming_its_class_is_a_built_in_and_others_are_not(tmp_path, mo
         registry.get("beta")
 
 
+def test_editor_files_and_unreadable_files_in_a_plugin_folder_are_no_plugins_and_stop_nothing(tmp_path):
+    """Emacs's lock file `.#alpha.py` (a dangling link), a Latin-1 backup and a comparison stopped
+    every hicache command at start ('No such file or directory', 'input is not UTF-8 text')."""
+    folder = _package(tmp_path, "toyplugins", {"alpha": "THING = object\n", "beta": "THING == None\n"})
+    (folder / ".#alpha.py").symlink_to("user@host.1234:1700000000")
+    (folder / "alpha-old.py").write_text("THING = object\n")
+    (folder / "gamma.py").write_bytes(b"# \xe9t\xe9\nTHING = object\n")
+    assert modules_defining("toyplugins", folder, "THING") == {
+        "alpha": "toyplugins.alpha:THING", "gamma": "toyplugins.gamma:THING"}
+
+
+def test_a_lock_file_beside_the_engines_stops_no_command(tmp_path):
+    """The real folders: a dangling `.#reference.py` beside the engines, in a copy of the package."""
+    import shutil
+
+    copy = tmp_path / "engines"
+    shutil.copytree(ROOT / "hicache_ref" / "engines", copy)
+    (copy / ".#reference.py").symlink_to("user@host.1234:1700000000")
+    assert sorted(modules_defining("x", copy, "ENGINE")) == ["reference", "sglang"]
+
+
 def test_an_installed_entry_point_is_found_and_a_registered_class_wins(tmp_path, monkeypatch):
     _package(tmp_path, "toyplugins2", {"gamma": "class Gamma:\n    pass\n"})
     dist = tmp_path / "toyplugins2-1.0.dist-info"
