@@ -125,6 +125,9 @@ class CacheSpec:
                 raise fail(t, "mem_fraction_static", "sizes L1 from a model's weights and KV bytes: give --model"
                            + (" (with --l1-tokens alone it is not used)" if t.l1_tokens is not None else ""))
             return
+        if t.mem_fraction_static is not None and t.l1_tokens is not None:  # the share would size nothing
+            raise fail(t, "mem_fraction_static", "sizes L1 from the card's memory, but --l1-tokens gives L1: "
+                       "give one of them")
         from hicache_ref.models.catalog import load_model
         from hicache_ref.spec import machine
 

@@ -67,3 +67,13 @@ def test_a_memory_share_with_no_model_to_size_is_refused_not_dropped():
         CacheSpec.of(profile="h200", l1_tokens=20_000, mem_fraction_static=0.9)
     assert e.value.option == "--mem-fraction-static" and "give --model" in str(e.value)
     assert "not used" in str(e.value)
+
+
+def test_a_memory_share_beside_a_given_l1_is_refused_not_dropped():
+    """`advise --model llama-3.1-70b --l1-tokens 100K --mem-fraction-static 0.5` sized L1 as given,
+    the share unsaid and left out of the launch flags."""
+    with pytest.raises(SpecError) as e:
+        CacheSpec.of(profile="h200", model="llama-3.1-70b", l1_tokens=100_000, mem_fraction_static=0.5)
+    assert e.value.option == "--mem-fraction-static" and "--l1-tokens gives L1" in str(e.value)
+    sized = CacheSpec.of(profile="h200", model="llama-3.1-70b", mem_fraction_static=0.9)
+    assert sized.machine_sizing["mem_fraction_static"] == 0.9
