@@ -180,7 +180,9 @@ def check_thp_anon(paths: HostPaths) -> Check:
     why = vm.thp_disabled_reason(False, path, _process_status(paths))  # the warning allocate_host gives
     fix = PROCESS_FIX if vm.thp_process_disabled(_process_status(paths)) else f"echo madvise > {path}"
     if mode is None:
-        return Check("thp_anon", "unknown", f"{path} unreadable" + (f" ({why})" if why else ""), fix)
+        text = _read(path)
+        what = "unreadable" if text is None else f"selects no mode in brackets (reads {text.strip()[:40]!r})"
+        return Check("thp_anon", "unknown", f"{path} {what}" + (f" ({why})" if why else ""), fix)
     if why:
         return Check("thp_anon", "warn", f"enabled={mode}: anonymous host pools get 4 KB pages ({why})", fix)
     why = "every anonymous mapping" if mode == "always" else "mappings that madvise (hal.memory.host does)"

@@ -185,7 +185,9 @@ def shared_huge_pages(directory: str, *, mounts: str = MOUNTS_PATH,
         problem = "not_tmpfs"
         warning = f"{fstype} at {mnt} does not back shared mappings with huge pages; shared pages are 4 KB"
     elif mode != "force" and huge in ("never", "deny"):
-        problem, warning = "no_huge", f"tmpfs at {mnt} is mounted without huge=; shared pages fault in as 4 KB"
+        given = any(o.startswith("huge=") for o in options)
+        problem, warning = "no_huge", (f"tmpfs at {mnt} is mounted {f'with huge={huge}' if given else 'without huge='}; "
+                                       "shared pages fault in as 4 KB")
     return SharedHugePages(mnt, fstype, huge, mode, problem, warning)
 
 

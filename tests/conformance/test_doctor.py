@@ -271,6 +271,18 @@ def test_thp_off_for_the_process_is_named_by_both_thp_checks_not_sysfs_or_the_mo
         assert "remount" not in checks[name].fix and "echo" not in checks[name].fix
 
 
+def test_thp_files_that_read_but_say_nothing_and_an_explicit_huge_deny_are_named_as_they_are(tmp_path):
+    """An `enabled` file with no bracketed mode was called unreadable; a tmpfs mounted huge=deny
+    was said to be mounted without huge=."""
+    paths = fake_host(tmp_path / "a", thp="always madvise never", shm_opts="rw,huge=deny")
+    checks = {c.name: c for c in run_doctor(paths=paths).checks}
+    assert checks["thp_anon"].status == "unknown", checks["thp_anon"]
+    assert "selects no mode in brackets" in checks["thp_anon"].value and "unreadable" not in checks["thp_anon"].value
+    assert "mounted with huge=deny" in checks["thp_shmem"].value, checks["thp_shmem"]
+    (Path(paths.sys_root) / "kernel/mm/transparent_hugepage/enabled").unlink()
+    assert "unreadable" in {c.name: c for c in run_doctor(paths=paths).checks}["thp_anon"].value
+
+
 def test_shm_dir_behind_a_symlink_is_found_under_its_escaped_mount_point(tmp_path):
     # /dev/shm may be a symlink (to /run/shm); /proc/mounts writes a space in a mount point as \040.
     real = tmp_path / "run shm"
