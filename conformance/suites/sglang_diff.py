@@ -90,7 +90,7 @@ def spec_for(requests, page_size: int, policy: str, tight: bool, pd: bool, **swi
 
 
 def reference_rows(spec: CacheSpec, requests, l3_pages: dict | None = None) -> list[Row]:
-    """The reference engine, one request at a time (the loop hicache_ref.sim.run.replay runs). With an
+    """The reference engine, one request at a time (the loop hicache_ref.sim.run.serial_replay runs). With an
     L3, `l3_pages` (when given) gets the pages read from and written to the store (L3_PAGES)."""
     ps = spec.page_size
     whole = sum(-(-r.input_length // ps) * ps for r in requests)

@@ -81,7 +81,7 @@ def replay_with(engine: str, spec, trace, limit: int | None = None, off: bool | 
     if why is not None:
         raise EngineNotRun(f"engine {engine}: {why}")
     if engine == "reference":
-        from hicache_ref.sim.run.run_replay import run_replay
+        from hicache_ref.sim.run.replay_dispatch import run_replay
 
         return run_replay(spec, trace, limit, off=off)
     from hicache_ref.engines.sglang.engine_replay import replay_sglang

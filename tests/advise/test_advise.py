@@ -13,7 +13,7 @@ from hicache_ref.advise.space import host_budget_tokens, l2_tiers, layout_io_pai
 from hicache_ref.sim.ladder.scenario import host_state, state
 from hicache_ref.sim.price import cost
 from hicache_ref.sim.run.baseline import off_spec
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.trace.reader import TraceRequest, find_trace, read_trace
 from hicache_ref.spec import CacheSpec, SpecError
 
