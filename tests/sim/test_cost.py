@@ -11,7 +11,7 @@ import yaml
 
 import hardware_profiles
 from hardware_profiles import load_profile
-from hardware_profiles.profile import ComputeModel
+from hardware_profiles.cost_models import ComputeModel
 from hicache_ref.sim.fit.derive import with_values
 from hicache_ref.sim.price import cost, spread
 from hicache_ref.sim.price import mechanisms as mech
