@@ -116,6 +116,11 @@ class TransferEngine(abc.ABC):
                 self._cpu_device = CpuDeviceMemory()
             return self._cpu_device
 
+    def device_memory_bytes(self) -> int | None:
+        """Total memory of this backend's device as its runtime reports it; None where device
+        buffers live in host memory (emu, count) or the runtime does not say."""
+        return None
+
     @abc.abstractmethod
     def new_stream(self) -> Stream:
         """A new in-order stream, independent of the others."""

@@ -84,6 +84,11 @@ def profile_yaml(base, cal: dict, command: str, backend: str) -> str:
             source += f"; poor fit accepted with --accept-poor-fit ({accepted[key]})"
         link[key] = with_stderr({"value": round(float(value), 6), "source": source}, link_stderr(cal, key))
     data["link"] = link
+    if cal.get("device_memory_bytes"):
+        data["device"] = {**(data.get("device") or {}), "hbm_gib": {
+            "value": round(cal["device_memory_bytes"] / 2**30, 3),
+            "source": f"{who}: torch.cuda.get_device_properties(device).total_memory = "
+                      f"{cal['device_memory_bytes']} bytes"}}
     data["host_costs"] = host_costs_section(data.get("host_costs") or {}, cal, who)
     data["description"] = (f"{base.description} Link and host costs calibrated by hicache calibrate on "
                            f"{m['host']}, {when}; the rest as in profile {base.name}.")

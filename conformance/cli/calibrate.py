@@ -88,6 +88,7 @@ def run(a) -> int:
         else f"hicache calibrate --backend {a.backend}"
     with get_backend(a.backend, base) as backend, ticker("hicache calibrate", a.quiet):
         cal = measure.calibrate(backend, sizes=sizes, repeat=a.repeat, translation_sizes=regions)
+        cal["device_memory_bytes"] = backend.device_memory_bytes()
     cal.update({"machine": write.machine(), "date": write.stamp(), "command": command, "backend": a.backend,
                 "base_profile": base.name})
     from conformance.calibrate import fit_quality
@@ -143,6 +144,10 @@ def _print(a, cal: dict, out: Path | None) -> None:
         print(f"remote NUMA: bandwidth factor {n['factor']:.3f} (local node {n['local']})")
     else:
         print(f"remote NUMA: not measured: {n['why']} (numa_remote_bw_factor kept from the base profile)")
+    hbm = cal.get("device_memory_bytes")
+    print(f"device memory: {hbm / 2**30:.1f} GiB (device.hbm_gib)" if hbm else
+          f"device memory: not measured: backend {a.backend} keeps device buffers in host memory "
+          "(device.hbm_gib kept from the base profile)")
     if out is not None:
         print(f"profile: {out} (load it with --profile {out}); samples: {cal['written']['calibration']}")
 

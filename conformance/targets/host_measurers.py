@@ -19,6 +19,8 @@ from hicache_ref.core.pools import DevicePool, HostPool
 
 POOL_TOKENS = 512  # 8 pages of the seed geometry: 46 MB, 22 huge pages
 HUGE_PAGE, SMALL_PAGE = 2 << 20, 4096
+# vm.collapse_huge outcomes that say the machine's free memory, not the pool, kept pages small.
+MEMORY_SHORT = ("failed: ENOMEM", "failed: EAGAIN", "failed: EBUSY")
 
 
 def host_pool_page_bytes(ctx, target) -> Outcome:
@@ -32,9 +34,18 @@ def host_pool_page_bytes(ctx, target) -> Outcome:
     coverage = report["huge_page_coverage"]
     page = HUGE_PAGE if coverage >= vm.WELL_COVERED else SMALL_PAGE
     details = {"pool_bytes": report["mapped_bytes"], "thp_coverage": coverage, "thp_mode": vm.thp_mode(),
-               "registered_bytes": report["registered_bytes"], "warnings": report["warnings"]}
+               "collapse": report["huge_page_collapse"], "registered_bytes": report["registered_bytes"],
+               "warnings": report["warnings"]}
     why = (f"{coverage:.1%} of a {report['mapped_bytes'] >> 20} MiB host KV pool (hicache_ref.core.pools.HostPool, "
            f"registered with {ctx.backend.name}) is on 2 MiB pages (smaps)")
+    if page == SMALL_PAGE and report["huge_page_collapse"] in MEMORY_SHORT:
+        # The harness asked for huge pages and the kernel had no memory to compact into: a fact of
+        # this moment's free memory, not of the pool's configuration, so no verdict on it.
+        available = vm.memory_available_bytes()
+        return not_measured("measured", f"{why}; MADV_COLLAPSE {report['huge_page_collapse']}: this machine had too "
+                            "little free memory to compact into 2 MiB pages when the pool was made (MemAvailable "
+                            f"{'unknown' if available is None else f'{available / 2**30:.1f} GiB'}); rerun with "
+                            "memory free, or after `echo 1 > /proc/sys/vm/compact_memory`", **details)
     return Outcome(page, "measured", why + ("" if page == HUGE_PAGE else "; " + "; ".join(report["warnings"])),
                    details=details)
 

@@ -19,9 +19,12 @@ from pathlib import Path
 
 def modules_defining(package: str, folder: Path, constant: str) -> dict[str, str]:
     """{module name: "package.module:constant"} for every module directly in `folder` (the folder
-    of `package`) that assigns `constant` at its top level; read as text, nothing imported."""
+    of `package`), or package's __init__.py there, that assigns `constant` at its top level; read
+    as text, nothing imported."""
     assigns = re.compile(rf"^{constant}\s*[:=]", re.M)
-    return {path.stem: f"{package}.{path.stem}:{constant}" for path in sorted(folder.glob("*.py"))
+    files = {path.stem: path for path in folder.glob("*.py")}
+    files.update({path.parent.name: path for path in folder.glob("*/__init__.py")})
+    return {name: f"{package}.{name}:{constant}" for name, path in sorted(files.items())
             if assigns.search(path.read_text(encoding="utf-8"))}
 
 

@@ -203,6 +203,7 @@ class HostBuffer:
             "shared": info["shared"],
             "shared_path": self.shared_path,
             "prefault": info["prefault"],
+            "huge_page_collapse": info["collapse"],
             "warnings": warnings,
         }
 
@@ -249,32 +250,37 @@ def _undo(backend, handles, address, length, path) -> None:
             os.unlink(path)
 
 
-def _populate_huge(address, mapped, fd, fresh, huge_pages, warnings) -> str:
+def _populate_huge(address, mapped, fd, fresh, huge_pages, warnings) -> tuple[str, str]:
     """Pre-fault, then collapse onto 2 MB pages what the fault left on 4 KB pages: a fragmented
-    host gives a fault no free 2 MB block, and registration would pin those 4 KB pages for good."""
+    host gives a fault no free 2 MB block, and registration would pin those 4 KB pages for good.
+    -> (prefault method, collapse outcome: vm.collapse_huge's, or "not requested")."""
     method = populate(address, mapped, fd, fresh)
-    if huge_pages and (why := collapse_huge(address, mapped)):
-        warnings.append(why)
-    return method
+    if not huge_pages:
+        return method, "not requested"
+    collapse = collapse_huge(address, mapped)
+    if collapse.startswith("failed"):
+        warnings.append(f"madvise(MADV_COLLAPSE) {collapse}; part of the range stays on 4 KB pages")
+    return method, collapse
 
 
-def _map_and_prepare(mapped, fd, huge_pages, policy, fresh, warnings) -> tuple[int, str]:
-    """Map, madvise, place and pre-fault; unmaps again on failure. -> (address, prefault method)."""
+def _map_and_prepare(mapped, fd, huge_pages, policy, fresh, warnings) -> tuple[int, str, str]:
+    """Map, madvise, place, pre-fault and collapse; unmaps again on failure.
+    -> (address, prefault method, collapse outcome)."""
     address = map_aligned(mapped, fd)
     try:
         why = madvise_huge(address, mapped, huge_pages)
         if why:
             warnings.append(why)
         if policy is None:
-            method = _populate_huge(address, mapped, fd, fresh, huge_pages, warnings)
+            method, collapse = _populate_huge(address, mapped, fd, fresh, huge_pages, warnings)
         else:
             mode, nodes = policy
             # mbind sets the range's own policy (anon and tmpfs pages follow it, whichever thread
             # faults them); the thread policy covers page-cache files and the page tables.
             with _numa.thread_policy(mode, nodes):
                 _numa.mbind(address, mapped, mode, nodes)
-                method = _populate_huge(address, mapped, fd, fresh, huge_pages, warnings)
-        return address, method
+                method, collapse = _populate_huge(address, mapped, fd, fresh, huge_pages, warnings)
+        return address, method, collapse
     except BaseException:
         unmap_aligned(address, mapped)
         raise
@@ -324,7 +330,7 @@ def allocate_host(
     handles: list[Any] = []
     address = None
     try:
-        address, method = _map_and_prepare(mapped, fd, bool(huge_pages), policy, True, warnings)
+        address, method, collapse = _map_and_prepare(mapped, fd, bool(huge_pages), policy, True, warnings)
         if path is not None and not keep_name:
             os.unlink(path)  # a single user has mapped it: no name left to find or leak
             path = None
@@ -337,6 +343,7 @@ def allocate_host(
             "policy_requested": None if numa is None else {"mode": numa[0], "nodes": policy[1]},
             "policy_nodes": None if policy is None else set(policy[1]),
             "prefault": method,
+            "collapse": collapse,
             "register_seconds": seconds,
             "warnings": warnings,
         }
@@ -381,7 +388,7 @@ def attach_host(
         register_chunk_bytes = _check_registration(backend, register_chunk_bytes, size, "path")
         if huge_pages and (why := shm.huge_page_warning(os.path.dirname(os.path.abspath(path)))):
             warnings.append(why)
-        address, method = _map_and_prepare(size, fd, bool(huge_pages), None, False, warnings)
+        address, method, collapse = _map_and_prepare(size, fd, bool(huge_pages), None, False, warnings)
         seconds = 0.0
         if backend is not None:
             handles, seconds = _register(backend, address, size, register_chunk_bytes)
@@ -391,6 +398,7 @@ def attach_host(
             "policy_requested": None,
             "policy_nodes": None,
             "prefault": method,
+            "collapse": collapse,
             "register_seconds": seconds,
             "warnings": warnings,
         }

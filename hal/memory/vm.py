@@ -79,18 +79,29 @@ ADDRESS_SPACE_BYTES = 1 << 47
 MEMINFO_PATH = "/proc/meminfo"
 
 
-def memory_and_swap_bytes(path: str = MEMINFO_PATH) -> int | None:
-    """MemTotal + SwapTotal of this host in bytes, or None when /proc/meminfo cannot say."""
-    totals = {}
+def _meminfo(path: str, keys: tuple[str, ...]) -> dict[str, int] | None:
+    """{key: bytes} of the /proc/meminfo lines named; None when the file cannot be read."""
+    found = {}
     try:
         with open(path) as f:
             for line in f:
                 key, _, rest = line.partition(":")
-                if key in ("MemTotal", "SwapTotal"):
-                    totals[key] = int(rest.split()[0]) * 1024  # the kernel writes kB (KiB)
+                if key in keys:
+                    found[key] = int(rest.split()[0]) * 1024  # the kernel writes kB (KiB)
     except (OSError, ValueError, IndexError):
         return None
+    return found
+
+
+def memory_and_swap_bytes(path: str = MEMINFO_PATH) -> int | None:
+    """MemTotal + SwapTotal of this host in bytes, or None when /proc/meminfo cannot say."""
+    totals = _meminfo(path, ("MemTotal", "SwapTotal")) or {}
     return totals["MemTotal"] + totals.get("SwapTotal", 0) if "MemTotal" in totals else None
+
+
+def memory_available_bytes(path: str = MEMINFO_PATH) -> int | None:
+    """MemAvailable of this host in bytes, or None when /proc/meminfo cannot say."""
+    return (_meminfo(path, ("MemAvailable",)) or {}).get("MemAvailable")
 
 
 def map_size_problem(length: int, meminfo: str = MEMINFO_PATH) -> str | None:
@@ -174,16 +185,15 @@ def madvise_huge(start: int, length: int, on: bool) -> str | None:
     return None
 
 
-def collapse_huge(start: int, length: int) -> str | None:
+def collapse_huge(start: int, length: int) -> str:
     """MADV_COLLAPSE: move the range onto 2 MB pages now, compacting memory if need be, where the
-    fault left 4 KB pages for want of free 2 MB blocks; ranges already huge are skipped. None when
-    done or not supported (kernel < 6.1), else a warning: 4 KB pages still work."""
+    fault left 4 KB pages for want of free 2 MB blocks; ranges already huge are skipped. Returns
+    "collapsed", "unsupported" (kernel < 6.1) or "failed: ERRNO" (ENOMEM: no memory to compact
+    into); a failure is a warning, since 4 KB pages still work."""
     if _libc.madvise(start, length, MADV_COLLAPSE) == 0:
-        return None
+        return "collapsed"
     err = ctypes.get_errno()
-    if err == errno.EINVAL:
-        return None
-    return f"madvise(MADV_COLLAPSE) failed: {os.strerror(err)}; part of the range stays on 4 KB pages"
+    return "unsupported" if err == errno.EINVAL else f"failed: {errno.errorcode.get(err, err)}"
 
 
 def touch_pages(start: int, length: int, fd: int | None, fresh: bool) -> None:

@@ -90,13 +90,17 @@ def host_budget_tokens(profile, token_bytes: int, ranks: int, host_gib: float | 
                   "the host pools tried are not bounded by it; --host-gib gives a node's")
 
 
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
 def _per_rank(total: float, source: str, option: str, token_bytes: int, ranks: int) -> tuple[int, str]:
     free = total - sizing.HOST_MEMORY_RESERVE_BYTES
     if free < ranks * token_bytes:
-        raise ValueError(f"{option}: {source} holds no host pool for {ranks} ranks after upstream's 10 GiB reserve")
+        raise ValueError(f"{option}: {source} holds no host pool for {_ranks(ranks)} after upstream's 10 GiB reserve")
     per_rank = int(free // ranks)
     tokens = per_rank // token_bytes
-    return tokens, (f"host: {source} = {total / 1e9:,.1f} GB, less upstream's 10 GiB reserve, over {ranks} ranks "
+    return tokens, (f"host: {source} = {total / 1e9:,.1f} GB, less upstream's 10 GiB reserve, over {_ranks(ranks)} "
                     f"= {per_rank / 1e9:,.1f} GB per rank = {tokens:,} tokens of {token_bytes:,} B")
 
 
@@ -107,7 +111,7 @@ def check_host_gib(host_gib: float, l1_tokens: int, page_size: int, token_bytes:
     need = sizing.host_tokens(l1_tokens, page_size, token_bytes, ratio=RATIOS[0])
     if need > budget:
         least = math.ceil((need * token_bytes * ranks + sizing.HOST_MEMORY_RESERVE_BYTES) / 2**30 * 10) / 10
-        raise ValueError(f"--host-gib: {host_gib:,.12g} GiB leaves {budget:,} tokens a rank for {ranks} ranks; the "
+        raise ValueError(f"--host-gib: {host_gib:,.12g} GiB leaves {budget:,} tokens a rank for {_ranks(ranks)}; the "
                          f"smallest host pool upstream takes (--hicache-ratio {RATIOS[0]:g} of L1's {l1_tokens:,}) "
                          f"is {need:,}: give at least {least:,.1f} GiB")
 

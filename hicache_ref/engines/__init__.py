@@ -1,15 +1,23 @@
-"""Replay engines: `reference` (hicache_ref's own cache) and `sglang` (SGLang's, on the HAL).
+"""Replay engines by name: each is a module of this folder (or a package's __init__) naming its
+class `ENGINE` (hicache_ref.engines.base.ReplayEngine), found from the source text, imported only
+when used; adding the file adds `--engine NAME`. Built in: `reference` (hicache_ref's own cache)
+and `sglang` (SGLang's installed HiCache on the HAL).
 
-`ENGINES` names them; `replay_with(engine, spec, trace, limit)` runs one and returns the same
-figures (same keys) either way. An engine that cannot run here raises EngineNotRun. Each engine
-declares every spec field honoured or refused (`support_table`: hicache_ref.engines.reference_support,
-hicache_ref.engines.sglang.support); `refusal` says which option of a spec an engine does not run; `engine_for` gives the ladder and the readings an Engine
-(they report a state it does not run as not run).
+`replay_with(engine, spec, trace, limit)` runs one and returns the same figures (same keys) on
+every engine; an option the engine refuses is a ValueError naming it, an engine that cannot run
+here raises EngineNotRun. `engine_for` gives the ladder and the readings a LadderEngine (they
+report a state it does not run as not run).
 """
 
 from __future__ import annotations
 
-ENGINES = ("reference", "sglang")
+import importlib
+from pathlib import Path
+
+from hal.common.named_registry import modules_defining
+
+_BUILTIN = modules_defining("hicache_ref.engines", Path(__file__).parent, "ENGINE")
+ENGINES = tuple(_BUILTIN)
 DEFAULT_ENGINE = "reference"
 
 
@@ -17,26 +25,22 @@ class EngineNotRun(RuntimeError):
     """The engine cannot run on this machine (the message says why)."""
 
 
+def engine_class(engine: str):
+    """The ReplayEngine class called `engine`; ValueError naming the known ones when none is."""
+    if engine not in _BUILTIN:
+        raise ValueError(f"engine: {engine!r} is not one of {', '.join(ENGINES)}")
+    module, _, attr = _BUILTIN[engine].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 def not_run_reason(engine: str) -> str | None:
     """Why `engine` cannot run here; None when it can."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine: {engine!r} is not one of {', '.join(ENGINES)}")
-    if engine == "reference":
-        return None
-    from hicache_ref.engines.sglang import unavailable_reason
-
-    return unavailable_reason()
+    return engine_class(engine).unavailable_reason()
 
 
 def support_table(engine: str) -> dict:
     """`engine`'s declaration of every spec field: {path: Honoured | Refused} (spec.engine_support)."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine: {engine!r} is not one of {', '.join(ENGINES)}")
-    if engine == "reference":
-        from hicache_ref.engines.reference_support import SUPPORT
-    else:
-        from hicache_ref.engines.sglang.support import SUPPORT
-    return SUPPORT
+    return engine_class(engine).support()
 
 
 def refusal(engine: str, spec) -> str | None:
@@ -47,9 +51,21 @@ def refusal(engine: str, spec) -> str | None:
     return first_refusal(engine, support_table(engine), spec)
 
 
-class Engine:
-    """Another engine as hicache_ref.sim.ladder.scenario.Runs takes it (sim imports no engine): why a
-    spec is not run on it (`not_run`, a NOT RUN line), and its replay."""
+def replay_with(engine: str, spec, trace, limit: int | None = None, off: bool | None = None) -> dict:
+    """Replay on `engine`, priced against HiCache off (hicache_ref.sim.run.baseline), or not at all
+    with `off` False. A refused option is a ValueError naming it (before the engine is looked
+    for: bad input first); EngineNotRun when the engine is absent."""
+    if (refused := refusal(engine, spec)) is not None:
+        raise ValueError(refused)
+    why = not_run_reason(engine)
+    if why is not None:
+        raise EngineNotRun(f"engine {engine}: {why}")
+    return engine_class(engine).replay(spec, trace, limit, off)
+
+
+class LadderEngine:
+    """An engine other than the reference as hicache_ref.sim.ladder.scenario.Runs takes it (sim
+    imports no engine): why a spec is not run on it (`not_run`, a NOT RUN line), and its replay."""
 
     def __init__(self, name: str):
         self.name, self.absent = name, not_run_reason(name)
@@ -65,35 +81,6 @@ class Engine:
         return replay_with(self.name, spec, requests, off=False)
 
 
-def engine_for(name: str) -> Engine | None:
-    """None for the reference (the ladder's own replays), else the Engine named."""
-    return None if name == DEFAULT_ENGINE else Engine(name)
-
-
-def replay_with(engine: str, spec, trace, limit: int | None = None, off: bool | None = None) -> dict:
-    """Replay on `engine`: the reference's run_replay, or SGLang's cache; priced against HiCache
-    off (hicache_ref.sim.run.baseline), or not at all with `off` False. An option the engine does not
-    run is a ValueError naming it (before the engine is looked for: bad input first);
-    EngineNotRun when the engine is absent."""
-    if (refused := refusal(engine, spec)) is not None:
-        raise ValueError(refused)
-    why = not_run_reason(engine)
-    if why is not None:
-        raise EngineNotRun(f"engine {engine}: {why}")
-    if engine == "reference":
-        from hicache_ref.sim.run.replay_dispatch import run_replay
-
-        return run_replay(spec, trace, limit, off=off)
-    from hicache_ref.engines.sglang.engine_replay import replay_sglang
-    from hicache_ref.spec.capacity_check import check_capacity
-
-    check_capacity(spec)
-    if spec.tp.ranks is None:
-        fig = replay_sglang(spec, trace, limit, off=off)
-    else:  # one rank stands for the group, as the reference's TP replay (engines.sglang.engine_replay says why)
-        from hicache_ref.sim.run.tp_replay import tp_group_figures
-
-        fig = tp_group_figures(spec, replay_sglang(spec.tp_rank(), trace, limit, off=off))
-    if spec.host_sizing is not None:
-        fig["host_sizing"] = spec.host_sizing
-    return fig
+def engine_for(name: str) -> LadderEngine | None:
+    """None for the reference (the ladder's own replays), else the LadderEngine named."""
+    return None if name == DEFAULT_ENGINE else LadderEngine(name)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from hicache_ref.spec.engine_support import Honoured
 
-ENGINE = "reference"
-
 
 def _honoured(node: str, *names: str) -> dict:
     return {f"{node}.{n}" if node else n: Honoured("hicache_ref's cache") for n in names}

@@ -79,7 +79,8 @@ def resolve(model, profile, tp: int | None, l1_given: int | None, mem_fraction_s
     if hbm is None:
         name = "none" if profile is None else profile.name
         raise ValueError(f"profile {name} does not give device.hbm_gib, so L1 cannot be sized from the model: "
-                         "give --l1-tokens (KV tokens per rank)")
+                         "give --l1-tokens (KV tokens per rank), or measure the card's memory into a profile "
+                         f"on the node: hicache calibrate --profile {name} --out FILE (device.hbm_gib)")
     share = DEFAULT_MEM_FRACTION_STATIC if mem_fraction_static is None else mem_fraction_static
     if mem_fraction_static is None:
         lines.append(f"--mem-fraction-static not given: {DEFAULT_MEM_FRACTION_STATIC} assumed (give your launch's)")

@@ -263,3 +263,28 @@ def test_bad_input_is_one_line_exit_2(argv, where, capsys):
     assert main(["calibrate", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"hicache: {where}") and "\n" not in err
+
+
+@pytest.mark.slow
+def test_a_device_that_reports_its_memory_gets_it_written_and_advise_sizes_l1_from_it(tmp_path, monkeypatch, capsys):
+    """p800's card memory has no public figure: calibrate on the node writes what the runtime reports
+    (device.hbm_gib, measured), and advise --model then sizes L1 without --l1-tokens."""
+    out = tmp_path / "p800node.yaml"
+    assert main([*SMALL, "--profile", "p800", "--out", str(tmp_path / "plain.yaml"), "--accept-poor-fit"]) == 0
+    assert load_profile(tmp_path / "plain.yaml").device.hbm_gib is None  # emu's device is host memory: not invented
+    assert "device memory: not measured" in capsys.readouterr().out
+    monkeypatch.setattr("hal.backends.emu.EmuBackend.device_memory_bytes", lambda self: 96 << 30)
+    assert main([*SMALL, "--profile", "p800", "--out", str(out), "--accept-poor-fit"]) == 0
+    profile = load_profile(out)
+    assert profile.device.hbm_gib == 96.0
+    assert profile.sources["device.hbm_gib"].startswith("measured: `hicache calibrate")
+    capsys.readouterr()
+    assert main(["advise", "--model", "deepseek-v3", "--tp", "8", "--profile", str(out), "--limit", "50",
+                 "--quiet", "--json"]) == 0
+    assert "l1" in capsys.readouterr().out.lower()
+
+
+def test_without_a_card_memory_figure_advise_names_the_option_and_the_measuring_command(capsys):
+    assert main(["advise", "--model", "deepseek-v3", "--profile", "p800", "--limit", "5", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--l1-tokens" in err and "device.hbm_gib" in err and "hicache calibrate" in err

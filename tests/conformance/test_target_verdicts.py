@@ -256,3 +256,30 @@ def test_probe_figures_one_probe_per_direction_per_run_on_the_backend(monkeypatc
             assert t.modeled_s and g["ratio"] == paired_ratio(t, m)
             assert link._bandwidth(ctx, direction) is g  # the three bandwidth targets share one probe
         assert ctx.memo("probe_buffers", lambda: None).nbytes == 1 << 20  # one buffer pair for both
+
+
+@pytest.mark.parametrize("collapse, coverage, verdict", [
+    ("collapsed", 1.0, "pass"),
+    ("unsupported", 0.4, "fail"),  # a kernel before 6.1: the fault's pages are the pool's
+    ("failed: EPERM", 0.4, "fail"),
+    ("failed: ENOMEM", 0.4, "not_measured"),  # no memory to compact into: this moment's, not the pool's
+    ("failed: EAGAIN", 0.4, "not_measured"),
+])
+def test_a_pool_short_of_huge_pages_fails_unless_the_machine_had_no_memory_to_give(monkeypatch, collapse, coverage,
+                                                                                   verdict):
+    from hal.memory.host import HostBuffer
+
+    real = HostBuffer.report
+
+    def report(self):
+        return {**real(self), "huge_page_coverage": coverage, "huge_page_collapse": collapse}
+
+    monkeypatch.setattr(HostBuffer, "report", report)
+    profile = load_profile("p800")
+    target = next(t for t in profile.targets if t.metric == "host_pool_page_bytes")
+    with get_backend("emu", profile) as backend:
+        row = evaluate(target, TargetContext(backend, profile))
+    assert row["verdict"] == verdict, row
+    assert row["details"]["collapse"] == collapse
+    if verdict == "not_measured":
+        assert "MemAvailable" in row["reason"] and "compact_memory" in row["reason"]

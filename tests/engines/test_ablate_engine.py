@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.engines import Engine
+from hicache_ref.engines import LadderEngine
 from hicache_ref.engines.sglang import SEMANTICS_PRESET, unavailable_reason
 from hicache_ref.sim.ladder.ablate import REPLAYED_KEYS, ablate
 from hicache_ref.sim.trace.reader import find_trace, read_trace
@@ -55,7 +55,7 @@ def test_rungs_the_engine_refuses_are_not_measured_with_the_reason(monkeypatch):
     spec = CacheSpec.of(concurrency=4, **GEOMETRY)
     ref = ablate(spec, requests)
     monkeypatch.setenv("HICACHE_MEMORY_BUDGET", BUDGET)
-    up = ablate(spec, requests, engine=Engine("sglang"))
+    up = ablate(spec, requests, engine=LadderEngine("sglang"))
     assert [s.keys() for s in up["steps"]] == [s.keys() for s in ref["steps"]]
     assert all(ref["steps"][0][k] is not None for k in ("hit_rate", "d2h_bytes"))
     for s in up["steps"]:

@@ -120,11 +120,30 @@ def test_a_declaration_names_a_reason_where_it_refuses():
     assert dataclasses.is_dataclass(Honoured) and dataclasses.is_dataclass(Refused)
 
 
-def test_every_engine_package_is_named_in_ENGINES():
-    """An engine is a package of hicache_ref/engines; one not in ENGINES could never be picked."""
+def test_an_engine_is_one_file_naming_its_class(tmp_path):
+    """A module of hicache_ref/engines/ (or a package's __init__) that names its class ENGINE is an
+    engine under the file's name; the contract, the support tables and helpers are not engines."""
     from pathlib import Path
 
     import hicache_ref.engines as engines
+    from hal.common.named_registry import modules_defining
+    from hicache_ref.engines.base import ReplayEngine
 
-    packages = {p.parent.name for p in Path(engines.__file__).parent.glob("*/__init__.py")}
-    assert sorted(packages - set(ENGINES)) == [], "add them to ENGINES in hicache_ref/engines/__init__.py"
+    assert ENGINES == ("reference", "sglang")
+    for name in ENGINES:
+        cls = engines.engine_class(name)
+        assert issubclass(cls, ReplayEngine) and not getattr(cls, "__abstractmethods__", None), name
+    copy = tmp_path / "engines"
+    copy.mkdir()
+    for path in Path(engines.__file__).parent.glob("*.py"):
+        (copy / path.name).write_text(path.read_text())
+    (copy / "vllm.py").write_text("from hicache_ref.engines.base import ReplayEngine\n\n\n"
+                                  "class VllmEngine(ReplayEngine):\n    pass\n\n\nENGINE = VllmEngine\n")
+    assert sorted(modules_defining("x", copy, "ENGINE")) == ["reference", "vllm"]
+
+
+def test_an_unknown_engine_is_refused_naming_the_known_ones():
+    import hicache_ref.engines as engines
+
+    with pytest.raises(ValueError, match=r"^engine: 'nope' is not one of reference, sglang$"):
+        engines.engine_class("nope")

@@ -168,6 +168,13 @@ class CudaLikeBackend(Backend):
             self._device = torch.device("cuda", torch.cuda.current_device())
         return self._device
 
+    def device_memory_bytes(self) -> int | None:
+        """torch.cuda's total memory of the device (torch_xmlir answers it for an XPU)."""
+        try:
+            return int(torch.cuda.get_device_properties(self.device).total_memory)
+        except (RuntimeError, AssertionError, AttributeError):
+            return None
+
     def capabilities(self) -> Capabilities:
         ok, why = self.probe()
         return Capabilities(name=self.name, available=ok, reason=why, device_type=self.device_type,

@@ -19,7 +19,7 @@ from hicache_ref.engines.sglang.copy_pricing import FullGeometryPricer, narrow_s
 from hicache_ref.engines.sglang.host_room import is_pool_failure, quiet_pool_failure, refuse_host_pool
 from hicache_ref.engines.sglang.prefetch import l3_figures
 from hicache_ref.engines.sglang.stores import open_store
-from hicache_ref.engines.sglang.support import ENGINE, SUPPORT, pools_shortfall, refuse_pools
+from hicache_ref.engines.sglang.support import ENGINE_NAME, SUPPORT, pools_shortfall, refuse_pools
 from hicache_ref.sim.price import cost
 from hicache_ref.sim.price.prefill_model import compute_of
 from hicache_ref.sim.run.replay_figures import ComputeTally, count_request, figures, run_config
@@ -56,7 +56,7 @@ class _Figured:
 def refuse_unsupported(spec) -> None:
     """ValueError naming the first option the engine does not run (before anything is built):
     its declaration of every spec field (hicache_ref.engines.sglang.support)."""
-    why = first_refusal(ENGINE, SUPPORT, spec)
+    why = first_refusal(ENGINE_NAME, SUPPORT, spec)
     if why is not None:
         raise ValueError(why)
 

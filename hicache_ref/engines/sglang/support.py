@@ -19,7 +19,7 @@ from hicache_ref.spec.geometry import unaligned_rows
 from hicache_ref.spec.presets import preset
 from hicache_ref.storage.registry import split_spec
 
-ENGINE = "sglang"
+ENGINE_NAME = "sglang"
 
 
 def pools_shortfall(spec, l1: int, l2: int) -> str | None:
