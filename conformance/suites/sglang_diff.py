@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hicache_ref.engines.sglang import SEMANTICS_PRESET
+from hicache_ref.engines.sglang.pin import SEMANTICS_PRESET
 from hicache_ref.sim.trace.reader import BLOCK_TOKENS, find_trace, read_trace, trace_tokens
 from hicache_ref.spec import CacheSpec
 

@@ -31,7 +31,7 @@ import itertools
 
 import pytest
 
-from hicache_ref.engines.sglang import unavailable_reason
+from hicache_ref.engines.sglang.pin import unavailable_reason
 from hicache_ref.storage.file import MARKER
 
 _WHY = unavailable_reason()

@@ -40,7 +40,7 @@ def score(rows: list[dict], out: dict) -> dict:
 
 def seed_rows(profile, progress=None, engine=None) -> list[dict]:
     """Every reading of `profile`'s readings file on the seed scenario (see `evaluate`, and
-    `with_loo`), its replays on `engine` (a hicache_ref.engines.Engine, None: the reference; a state
+    `with_loo`), its replays on `engine` (a hicache_ref.engines.LadderEngine, None: the reference; a state
     it does not run: its readings not measured, with the reason); [] when the profile names no readings."""
     readings = load_readings(profile)
     if readings is None:

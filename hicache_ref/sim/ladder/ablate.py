@@ -109,7 +109,7 @@ def ablate(spec: CacheSpec, requests: list[TraceRequest], plateau_gain: float = 
     unlimited are sized as fractions of the trace). `profile`: a loaded profile to price with
     instead of the spec's; `runs`: replays to share (hicache_ref.sim.ladder.scenario.Runs over the same sized
     spec and trace); `l3_tokens`: the pooled L3 rung's capacity (None: unlimited); `engine`: what
-    replays the rungs (a hicache_ref.engines.Engine; None: the reference; HiCache off stays the
+    replays the rungs (a hicache_ref.engines.LadderEngine; None: the reference; HiCache off stays the
     reference's), a rung it does not run is not measured with the reason; `ensemble`: the parameter sets each
     rung's interval is priced over (hicache_ref.sim.price.spread; None: the profile's). `workers`: processes the
     reference's replays run on (None: one per core; 1: here). `progress(done, total)` after each replay."""

@@ -78,7 +78,7 @@ class NotRunOnEngine(Unpriced):
 
 class Runs:
     """Replays of states over one trace from one base spec, each run once (figures by cache_key);
-    served when the base spec has a concurrency. `engine` (a hicache_ref.engines.Engine, None for
+    served when the base spec has a concurrency. `engine` (a hicache_ref.engines.LadderEngine, None for
     the reference) replays the HiCache-on states; HiCache off (no L2) stays the reference's, as in
     `hicache sweep`."""
 
