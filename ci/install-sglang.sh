@@ -15,5 +15,5 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 "$PY" -m pip install "$@" torch==2.14.1 torchvision==0.29.1
 "$PY" -m pip install "$@" --no-deps -r requirements/sglang-0.5.23.txt
-"$PY" -c "from hicache_ref.engines.sglang import unavailable_reason as u; import sys; r = u(); print(r or 'sglang engine: ready'); sys.exit(1 if r else 0)" \
+"$PY" -c "from hicache_ref.engines.sglang.pin import unavailable_reason as u; import sys; r = u(); print(r or 'sglang engine: ready'); sys.exit(1 if r else 0)" \
   || { echo "install-sglang: SGLang installed but its HiCache does not import (see above)" >&2; exit 1; }

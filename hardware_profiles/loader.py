@@ -5,7 +5,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from hardware_profiles.profile import Profile, ProfileError
+from hardware_profiles.field_checks import ProfileError
+from hardware_profiles.profile import Profile
 from hardware_profiles.profile_schema import build, yaml_text
 
 _PACKAGE = "hardware_profiles"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from hardware_profiles.profile import (
+from hardware_profiles.field_checks import (
     COMPUTE_BOUNDS,
     COMPUTE_OPTIONAL_BOUNDS,
     HOST_COST_BOUNDS,

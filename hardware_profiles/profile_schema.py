@@ -17,30 +17,27 @@ from typing import Any, NoReturn
 import yaml
 
 from hardware_profiles.bounded import MAX_SCALAR_CHARS, MAX_YAML_BYTES, BoundError, read_regular
-from hardware_profiles.profile import (
-    COMPARATORS,
+from hardware_profiles.cost_models import ComputeModel, HostCosts, L3LinkModel, LinkModel
+from hardware_profiles.field_checks import (
     COMPUTE_BOUNDS,
     COMPUTE_OPTIONAL_BOUNDS,
     DEVICE_OPTIONAL_BOUNDS,
     HOST_COST_BOUNDS,
-    IDO_STATES,
     KERNEL_BOUNDS,
     L3_LINK_BOUNDS,
     LINK_BOUNDS,
-    METRICS,
+    Bound,
+    FieldError,
+    ProfileError,
+)
+from hardware_profiles.metric_targets import COMPARATORS, METRICS, Target
+from hardware_profiles.profile import (
+    IDO_STATES,
     SCHEMA_VERSION,
     UNKNOWN,
-    Bound,
-    ComputeModel,
     DeviceSpec,
-    FieldError,
-    HostCosts,
     HostSpec,
-    L3LinkModel,
-    LinkModel,
     Profile,
-    ProfileError,
-    Target,
     TopologySpec,
 )
 from hardware_profiles.values import is_int, is_number

@@ -15,7 +15,7 @@ from conformance.bench.common import check_trace, emit, machine
 from conformance.common import args as arg_types
 from conformance.common import scratch
 from conformance.common.spec_options import add_spec_options
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 

@@ -1,6 +1,6 @@
 """`hicache bench replay`: wall time and tokens/s of a whole-trace replay, against SGLang's RadixCache.
 
-Ours is `hicache_ref.sim.run.replay.replay` over the whole trace, timed end to end.
+Ours is `hicache_ref.sim.run.serial_replay.replay` over the whole trace, timed end to end.
 The peer is SGLang's own RadixCache (`RadixCache.create_simulated`) from `--sglang-root`.
 Both must report the same hit tokens, which cross-checks the two trees.
 `--engine sglang` also times SGLang's whole HiCache stack (the sglang engine) on the same slice,
@@ -25,7 +25,7 @@ from conformance.bench.common import check_trace, emit, machine
 from conformance.common import args as arg_types
 from conformance.common.errors import EXIT_NOT_RUN
 from conformance.common.spec_options import add_spec_options, spec_from_args
-from hicache_ref.sim.run.replay import frozen_heap, replay
+from hicache_ref.sim.run.serial_replay import frozen_heap, replay
 from hicache_ref.sim.trace.reader import find_trace, read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
 

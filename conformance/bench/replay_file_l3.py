@@ -17,7 +17,7 @@ import time
 
 from conformance.bench.replay_overhead import CAPACITY, GEOMETRY, timed_kv
 from conformance.common import scratch
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 
 GOAL_RATIO = 2.0
 

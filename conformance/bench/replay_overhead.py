@@ -18,7 +18,7 @@ import numpy as np
 
 from hal.transfer import segcopy
 from hicache_ref.core.synthetic_kv import KVWriter
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 
 GEOMETRY = {"layers": 2, "kv_dim": 64}  # 256 bytes a token: real bytes, seconds per run
 CAPACITY = {"l1_tokens": 32768, "l2_tokens": 262144}  # small enough that pages move both ways

@@ -2,7 +2,7 @@
 
 The sweep (hicache_ref.sim.sweep.sweep_l2, LRU with write_through: the one-pass stack-distance
 curve plus one replay with L1 alone) must take at most 3x the wall time of one
-hicache_ref.sim.run.replay at the largest tier. Tiers: 8, geometric from 2 x L1 to the trace's full-page
+hicache_ref.sim.run.serial_replay at the largest tier. Tiers: 8, geometric from 2 x L1 to the trace's full-page
 tokens W; L1 = W/128 but at least twice the longest request; page 64, not materialized. The replay at the largest tier
 also checks the curve there: the one-pass hit rate is an upper bound of the tree's
 (whole-node eviction, split tails; hicache_ref.sim.trace.stack_distance), and the difference
@@ -21,7 +21,7 @@ import time
 from conformance.bench.common import check_trace, emit, machine
 from conformance.common import args as arg_types
 from conformance.common.spec_options import add_spec_options
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.sweep.sweep_l2 import sweep
 from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec

@@ -11,7 +11,7 @@ sigma is negative beyond twice it; a negative sigma within its error is written 
 from __future__ import annotations
 
 from conformance.calibrate.slowdown_fit import judge_ratio, line_with_errors
-from hardware_profiles.profile import HOST_COST_BOUNDS
+from hardware_profiles.field_checks import HOST_COST_BOUNDS
 
 SIGMA_MAX = HOST_COST_BOUNDS["registered_slowdown_per_gb"].hi
 

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from hardware_profiles.profile import HOST_COST_BOUNDS
+from hardware_profiles.field_checks import HOST_COST_BOUNDS
 
 # A slowdown this small at the largest region measured is below what the probe resolves:
 # a rho whose standard error stays under it is written even when the estimate is ~0.

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from hardware_profiles import load_profile
-from hardware_profiles.profile import HOST_COST_BOUNDS
+from hardware_profiles.field_checks import HOST_COST_BOUNDS
 
 
 def cpu_model() -> str:

@@ -39,8 +39,9 @@ def add_arguments(p) -> None:
     add_local(p, "--plateau-gain", type=PLATEAU_GAIN, default=DEFAULT_PLATEAU_GAIN,
               help=f"a capacity tier gaining less hit rate than this is on the plateau (default {DEFAULT_PLATEAU_GAIN})")
     add_local(p, "--host-gib", type=types.positive_real("GiB of host memory", maximum=MAX_HOST_GIB, unit=" GiB"),
-              metavar="GIB", help="host memory of one node in GiB: bounds the host pools advise tries "
-              "(default: each profile's host.numa_nodes x host.memory_per_node_gib)")
+              action="append", metavar="GIB", help="host memory of one node in GiB: bounds the host pools advise "
+              "tries; once for every profile, or once per --profile in its order (default: each profile's "
+              "host.numa_nodes x host.memory_per_node_gib)")
     add_spec_options(p, "advise")
     add_local(p, "--out", help="directory for advise.json and report.html")
     add_local(p, "--json")
@@ -62,6 +63,9 @@ def _inputs(a) -> tuple[list, list, str]:
     names = a.profile or ["p800"]
     if len(names) > MAX_PROFILES:
         raise CliError("--profile", f"{len(names)} profiles; at most {MAX_PROFILES}")
+    if a.host_gib is not None and len(a.host_gib) not in (1, len(names)):
+        raise CliError("--host-gib", f"given {len(a.host_gib)} times for {len(names)} profile(s): give it once, "
+                       "or once per --profile in its order")
     profiles = [load_profile_arg("--profile", n) for n in names]
     if a.scenario == "seed":
         return _seed(a, profiles)
@@ -88,12 +92,19 @@ def _seed(a, profiles) -> tuple[list, list, str]:
     return pairs, seed_requests(), "seed scenario"
 
 
+def _host_gibs(a, n: int) -> list | None:
+    """One --host-gib per profile: the one given for all, or each in --profile's order."""
+    if a.host_gib is None:
+        return None
+    return a.host_gib * n if len(a.host_gib) == 1 else list(a.host_gib)
+
+
 def run(a) -> int:
     out = output_folder("--out", a.out)  # a file, a link or a folder that cannot be written: refused before the run
     pairs, requests, trace = _inputs(a)
     from hicache_ref.advise.advisor import advise
 
-    result = advise(pairs, requests, a.plateau_gain, progress=_progress(a.quiet), host_gib=a.host_gib)
+    result = advise(pairs, requests, a.plateau_gain, progress=_progress(a.quiet), host_gib=_host_gibs(a, len(pairs)))
     if _progress(a.quiet) is not None:
         sys.stderr.write("\r\033[K")
     result["trace"] = trace

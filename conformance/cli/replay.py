@@ -17,7 +17,7 @@ from conformance.common.outputs import json_text
 from conformance.common.progress import ticker
 from conformance.common.spec_options import add_local, add_spec_options, sizing_lines, spec_from_args
 from hicache_ref.engines import EngineNotRun, replay_with
-from hicache_ref.sim.run.replay import summary_lines
+from hicache_ref.sim.run.serial_replay import summary_lines
 from hicache_ref.sim.run.tp_replay import tp_summary_line
 from hicache_ref.sim.trace.reader import find_trace
 

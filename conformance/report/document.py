@@ -13,7 +13,7 @@ from conformance.report import html, plot_data
 from conformance.report.answer import answer
 from conformance.report.junit_cases import read_cases
 from conformance.report.report_schema import SCHEMA_ID
-from conformance.report.targets import collect, counts, split_counts
+from conformance.report.target_rows import collect, counts, split_counts
 
 TARGETS_DIR = "targets"  # OUT/targets/<target>.json, written by conformance/suites/test_targets.py
 

@@ -9,7 +9,7 @@ from html import escape
 from conformance.report import html_plots
 from conformance.report.html_parts import badge, fmt, table, verdict_badge
 from conformance.report.html_readings import answer_block, readings_table
-from conformance.report.targets import split_counts
+from conformance.report.target_rows import split_counts
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1300px}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hicache_ref.engines.sglang import SEMANTICS_PRESET
+from hicache_ref.engines.sglang.pin import SEMANTICS_PRESET
 from hicache_ref.sim.trace.reader import BLOCK_TOKENS, find_trace, read_trace, trace_tokens
 from hicache_ref.spec import CacheSpec
 
@@ -90,7 +90,7 @@ def spec_for(requests, page_size: int, policy: str, tight: bool, pd: bool, **swi
 
 
 def reference_rows(spec: CacheSpec, requests, l3_pages: dict | None = None) -> list[Row]:
-    """The reference engine, one request at a time (the loop hicache_ref.sim.run.replay runs). With an
+    """The reference engine, one request at a time (the loop hicache_ref.sim.run.serial_replay runs). With an
     L3, `l3_pages` (when given) gets the pages read from and written to the store (L3_PAGES)."""
     ps = spec.page_size
     whole = sum(-(-r.input_length // ps) * ps for r in requests)

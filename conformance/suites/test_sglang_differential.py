@@ -31,7 +31,7 @@ import itertools
 
 import pytest
 
-from hicache_ref.engines.sglang import unavailable_reason
+from hicache_ref.engines.sglang.pin import unavailable_reason
 from hicache_ref.storage.file import MARKER
 
 _WHY = unavailable_reason()
@@ -226,7 +226,7 @@ def test_a_store_either_engine_filled_serves_the_other_byte_for_byte(writer, lay
     checked on both engines against what compute wrote). Upstream's objects, in its host layout."""
     from conformance.suites import sglang_diff
     from hicache_ref.engines.sglang.engine_replay import replay_sglang
-    from hicache_ref.sim.run.replay import replay
+    from hicache_ref.sim.run.serial_replay import replay
 
     requests = slices["synthetic_trace.jsonl"]
     io = "direct" if layout == "layer_first" else "kernel"

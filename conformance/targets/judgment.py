@@ -47,7 +47,7 @@ def model_inputs(profile, *keys: str) -> dict[str, str]:
 
 
 def judge(target, outcome: Outcome) -> dict:
-    """The report row of `target` (hardware_profiles.profile.Target) given what was found."""
+    """The report row of `target` (hardware_profiles.metric_targets.Target) given what was found."""
     value = outcome.value
     if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value)):
         outcome = Outcome(None, outcome.basis, f"measurement gave {value!r}", outcome.inputs, outcome.details)

@@ -44,24 +44,28 @@ def reuse_of(requests, page_size: int):
 
 
 def advise(pairs: list[tuple], requests: list[TraceRequest], plateau_gain: float = DEFAULT_PLATEAU_GAIN,
-           progress: Callable[[int], None] | None = None, host_gib: float | None = None) -> dict:
+           progress: Callable[[int], None] | None = None, host_gib=None) -> dict:
     """The advice for each (profile, spec) in `pairs` (the spec sized for that profile, its --tp or
     none) on `requests`. `progress(replays run)` after each replay; `host_gib`: one node's host
-    memory, in place of each profile's."""
+    memory in place of each profile's, one figure for all or a list with one per pair (None: the
+    profile's)."""
     _check(pairs, requests)
-    for profile, spec in pairs:  # every host budget before the first replay
+    gibs = list(host_gib) if isinstance(host_gib, list | tuple) else [host_gib] * len(pairs)
+    if len(gibs) != len(pairs):
+        raise ValueError(f"--host-gib: {len(gibs)} figures for {len(pairs)} profiles: give one, or one per --profile")
+    for (profile, spec), gib in zip(pairs, gibs, strict=True):  # every host budget before the first replay
         ranks, tb, ps = ranks_on_node(profile, _tp(profile, spec)), spec.geometry.token_bytes, spec.page_size
-        if host_gib is not None:
-            check_host_gib(host_gib, spec.tiers.l1_tokens // ps * ps, ps, tb, ranks)
-        host_budget_tokens(profile, tb, ranks, host_gib)
+        if gib is not None:
+            check_host_gib(gib, spec.tiers.l1_tokens // ps * ps, ps, tb, ranks)
+        host_budget_tokens(profile, tb, ranks, gib)
     replays = Replays(requests, progress)
     stacks: dict[int, tuple] = {}
     out = []
-    for profile, spec in pairs:
+    for (profile, spec), gib in zip(pairs, gibs, strict=True):
         ps = spec.page_size
         if ps not in stacks:
             stacks[ps] = reuse_of(requests, ps)
-        out.append(_one(profile, spec, requests, replays, stacks[ps], plateau_gain, host_gib))
+        out.append(_one(profile, spec, requests, replays, stacks[ps], plateau_gain, gib))
     return dict(profiles=out, replays_run=replays.count, requests=len(requests),
                 input_tokens=sum(r.input_length for r in requests), plateau_gain=plateau_gain)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.run.served_replay import replay_served
 from hicache_ref.spec import CacheSpec
 

@@ -18,7 +18,7 @@ class ReferenceEngine(ReplayEngine):
 
     @classmethod
     def replay(cls, spec, trace, limit: int | None, off: bool | None) -> dict:
-        from hicache_ref.sim.run.run_replay import run_replay
+        from hicache_ref.sim.run.replay_dispatch import run_replay
 
         return run_replay(spec, trace, limit, off=off)
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from hardware_profiles import transfer_price
-from hardware_profiles.profile import L3LinkModel
+from hardware_profiles.cost_models import L3LinkModel
 
 # Assumed link of the L3 store where the profile has no l3_link section: a pooled-DRAM store over RDMA,
 # one round trip per batch and a streaming rate per direction. Reported with the figures.

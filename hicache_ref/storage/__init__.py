@@ -1,7 +1,10 @@
 """L3 storage for the reference HiCache: the `StorageBackend` contract and its backends.
 
-- `base`: the contract (exists / get / set / register_host_pool / close, stats); integrity is
-  checked there once for every backend, with the trailer and digests of `integrity`.
+- `base`: the contract (exists / get / set / register_host_pool / close, the hooks a backend fills);
+  `batch_args` checks a batch's keys and pages, `client_stats` holds what a client counts.
+- `harness_io`: pages as the harness's objects, integrity checked there once for every backend
+  (the trailer and digests of `integrity`), the digest of one chunk overlapped with the transfer of
+  the next on the client's `digest_worker`; `staging_buffers`: staging for pages not moved in place.
 - `keys`: storage keys from the page hash chain (plus a model/geometry identity tag in the
   harness's scheme) and upstream's namespace seed of the chain.
 - `objects`, `upstream_io`: the key schemes' object formats, and pages as upstream SGLang's objects.

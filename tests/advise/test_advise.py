@@ -14,7 +14,7 @@ from hicache_ref.advise.space import host_budget_tokens, l2_tiers, layout_io_pai
 from hicache_ref.sim.ladder.scenario import host_state, state
 from hicache_ref.sim.price import cost
 from hicache_ref.sim.run.baseline import off_spec
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.trace.reader import TraceRequest, find_trace, read_trace
 from hicache_ref.spec import CacheSpec, SpecError
 
@@ -253,3 +253,18 @@ def test_the_cli_bounds_the_tiers_by_host_gib_and_refuses_one_too_small_before_w
     budget = int((2048 - 10) * 2**30 // 8) // p["token_bytes"]
     assert p["curve"] and all(row["l2_tokens"] <= budget for row in p["curve"])
     assert any("2,048 GiB (--host-gib)" in s for s in p["sizes"])
+
+
+def test_host_gib_is_given_once_for_all_profiles_or_once_each_in_their_order(capsys):
+    from conformance.cli.main import main
+
+    trace = str(find_trace("conversation_trace.jsonl"))
+    args = ["advise", "--profile", "h200", "--profile", "p800", "--model", "deepseek-v3", "--tp", "8",
+            "--l1-tokens", "64K", "--trace", trace, "--limit", "40", "--quiet", "--json"]
+    assert main([*args, "--host-gib", "512", "--host-gib", "2048"]) == 0
+    h200, p800 = json.loads(capsys.readouterr().out)["profiles"]
+    assert any("512 GiB (--host-gib)" in s for s in h200["sizes"])
+    assert any("2,048 GiB (--host-gib)" in s for s in p800["sizes"])
+    assert main([*args, "--host-gib", "512", "--host-gib", "512", "--host-gib", "512"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hicache: --host-gib: given 3 times for 2 profile(s)")

@@ -402,8 +402,8 @@ def test_an_alias_bomb_profile_is_refused_at_once_naming_the_alias(tmp_path, cap
 
 @pytest.mark.slow
 def test_a_readings_file_goes_through_the_same_reader(tmp_path):
+    from hardware_profiles.field_checks import ProfileError
     from hardware_profiles.measured_readings import build_readings
-    from hardware_profiles.profile import ProfileError
 
     with pytest.raises(ProfileError, match="aliases are not read"):
         build_readings(alias_bomb(4), tmp_path / "r.yaml")

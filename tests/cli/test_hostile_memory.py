@@ -18,7 +18,7 @@ import pytest
 from conformance.cli.main import main
 from hal.memory import budget
 from hicache_ref.engines import replay_with
-from hicache_ref.engines.sglang import unavailable_reason
+from hicache_ref.engines.sglang.pin import unavailable_reason
 from hicache_ref.sim.trace.reader import find_trace
 from hicache_ref.spec import CacheSpec
 from tests.cgroups import memory_limited

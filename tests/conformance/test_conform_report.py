@@ -151,7 +151,7 @@ def _row(name, verdict, basis, reason="r"):
 
 def test_target_counts_keep_measured_and_modeled_passes_apart():
     from conformance.report import document
-    from conformance.report.targets import counts
+    from conformance.report.target_rows import counts
 
     rows = [_row("a", "pass", "measured"), _row("b", "pass", "modeled"), _row("c", "pass", "modeled"),
             _row("d", "fail", "modeled"), _row("e", "not_measured", "measured")]

@@ -15,7 +15,7 @@ from conformance.targets.link_measurers import PROBE_BYTES
 from hal.backend import get_backend
 from hal.transfer.seed import seed_plan
 from hardware_profiles import METRICS, load_profile
-from hardware_profiles.profile import Target
+from hardware_profiles.metric_targets import Target
 
 
 def _every_metric_profile():

@@ -11,7 +11,7 @@ import pytest
 from hal.backend import get_backend
 from hicache_ref.core.controller import CacheController
 from hicache_ref.core.pools import DevicePool, HostPool
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.run.served_replay import replay_served
 from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.spec import CacheSpec

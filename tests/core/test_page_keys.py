@@ -9,7 +9,7 @@ from hicache_ref.core.block_tokens import TraceTokens, request_tokens, trace_tok
 from hicache_ref.core.hashing import page_hashes
 from hicache_ref.core.page_keys import RunKeys, TokenKeys, make_page_keys
 from hicache_ref.core.radix import RadixTree
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.trace.synth import synthesize
 from hicache_ref.spec import CacheSpec
 
@@ -107,7 +107,7 @@ def test_replay_freezes_only_what_it_found_and_restores_the_collector():
     own freeze or a disabled collector is left exactly as it was."""
     import gc
 
-    from hicache_ref.sim.run.replay import frozen_heap
+    from hicache_ref.sim.run.serial_replay import frozen_heap
 
     reqs = synthesize(20, 100, 600, 0.5, sessions=2, seed=1)
     spec = CacheSpec.of(page_size=16, l1_tokens=4096, l2_tokens=8192, layers=2, kv_dim=8)

@@ -11,7 +11,7 @@ import pytest
 from conformance.cli.main import main as cli_main
 from hicache_ref.core.allocator import PageAllocator
 from hicache_ref.core.radix import RadixTree
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.spec import CacheSpec
 

@@ -10,7 +10,7 @@ import pytest
 
 from conformance.cli.main import main
 from hicache_ref.engines import LadderEngine
-from hicache_ref.engines.sglang import SEMANTICS_PRESET, unavailable_reason
+from hicache_ref.engines.sglang.pin import SEMANTICS_PRESET, unavailable_reason
 from hicache_ref.sim.ladder.ablate import REPLAYED_KEYS, ablate
 from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.engines.sglang import unavailable_reason
+from hicache_ref.engines.sglang.pin import unavailable_reason
 
 ROOT = str(Path(__file__).resolve().parents[2])
 _WHY = unavailable_reason()

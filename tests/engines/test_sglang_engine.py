@@ -7,7 +7,7 @@ import pytest
 
 from conformance.cli.main import main as cli_main
 from hicache_ref.engines import ENGINES, EngineNotRun, not_run_reason, replay_with
-from hicache_ref.engines.sglang import SEMANTICS_PRESET, SGLANG_VERSION, unavailable_reason
+from hicache_ref.engines.sglang.pin import SEMANTICS_PRESET, SGLANG_VERSION, unavailable_reason
 from hicache_ref.sim.trace.reader import find_trace
 from hicache_ref.spec import CacheSpec
 

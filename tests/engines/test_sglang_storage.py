@@ -11,7 +11,7 @@ import pytest
 from hicache_ref.engines import refusal
 from hicache_ref.engines.sglang import l3_objects as storage
 from hicache_ref.engines.sglang import stores
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.engines.sglang import SEMANTICS_PRESET, unavailable_reason
+from hicache_ref.engines.sglang.pin import SEMANTICS_PRESET, unavailable_reason
 
 _WHY = unavailable_reason()
 # A small sweep: one layer of a 128-wide latent keeps SGLang's real pools cheap.

@@ -17,7 +17,7 @@ from hal.transfer.io_backend import direct_order, effective_host_layout
 from hardware_profiles.loader import load_profile
 from hicache_ref.core.controller import CacheController
 from hicache_ref.core.pools import DevicePool, HostPool
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.spec import CacheSpec
 

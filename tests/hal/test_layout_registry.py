@@ -202,7 +202,7 @@ def test_the_base_copies_a_layout_without_an_op_bit_for_bit(token_major, emu):
 
 
 def test_the_controller_and_a_replay_take_a_layout_registered_at_run_time(token_major, emu):
-    from hicache_ref.sim.run.replay import replay
+    from hicache_ref.sim.run.serial_replay import replay
     from hicache_ref.sim.trace.reader import TraceRequest
     from hicache_ref.spec import CacheSpec
 

@@ -357,8 +357,8 @@ def test_direct_construction_normalizes_like_the_loader():
 
 def test_a_profile_error_echoes_at_most_80_characters_of_what_it_got(tmp_path):
     """`--profile /etc/passwd` printed the whole file on one line."""
+    from hardware_profiles.field_checks import ProfileError
     from hardware_profiles.loader import load_profile
-    from hardware_profiles.profile import ProfileError
 
     big = tmp_path / "passwd"
     big.write_text("".join(f"user{i}:x:{i}:{i}::/home/user{i}:/bin/sh\n" for i in range(200)))
@@ -375,7 +375,7 @@ def test_a_profile_error_echoes_at_most_80_characters_of_what_it_got(tmp_path):
 def test_profile_directions_are_hals():
     """Profiles sit below hal and name directions as strings: exactly the values of hal's Direction."""
     from hal.transfer.direction import Direction
-    from hardware_profiles.profile import DIRECTIONS, HOST_LINK_DIRECTIONS
+    from hardware_profiles.cost_models import DIRECTIONS, HOST_LINK_DIRECTIONS
 
     assert set(DIRECTIONS) == {d.value for d in Direction}
     assert set(HOST_LINK_DIRECTIONS) == {d.value for d in Direction if d.crosses_host_link}

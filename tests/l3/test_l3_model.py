@@ -8,7 +8,7 @@ import pytest
 from hardware_profiles import load_profile
 from hicache_ref.sim.price import cost
 from hicache_ref.sim.price import mechanisms as mech
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.sweep.sweep_l3 import starved_l3_warning, sweep_l3
 from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.sim.trace.synth import synthesize_trace

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.trace.reader import read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
 

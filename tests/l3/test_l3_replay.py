@@ -10,7 +10,7 @@ import json
 import pytest
 
 from conformance.cli.main import main as cli_main
-from hicache_ref.sim.run.replay import JSON_KEYS, replay
+from hicache_ref.sim.run.serial_replay import JSON_KEYS, replay
 from hicache_ref.spec import CacheSpec
 
 SMALL = dict(page_size=256, attention="mla", layers=1, kv_dim=4, dtype="bf16", materialize=True,

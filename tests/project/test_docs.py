@@ -135,3 +135,12 @@ def _link_params():
 @pytest.mark.parametrize(("doc", "target"), _link_params())
 def test_relative_link_points_to_a_file(doc, target):
     assert (doc.parent / target).exists(), f"{doc.relative_to(ROOT)}: link to {target}, which does not exist"
+
+
+README_MAX_LINES = 159
+
+
+def test_the_readme_fits_a_screenful_or_two():
+    """Detail goes to docs/ (engines.md, cli.md, ...); the README stays a page a newcomer reads whole."""
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail to a page of docs/"

@@ -8,7 +8,7 @@ import pytest
 from hal.transfer.direction import Direction
 from hal.transfer.layer_plans import LayerPlanner
 from hal.transfer.layouts import KVGeometry, parse_dtype
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.trace.synth import synthesize
 from hicache_ref.spec import CacheSpec
 

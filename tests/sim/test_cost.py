@@ -11,13 +11,13 @@ import yaml
 
 import hardware_profiles
 from hardware_profiles import load_profile
-from hardware_profiles.profile import ComputeModel
+from hardware_profiles.cost_models import ComputeModel
 from hicache_ref.sim.fit.derive import with_values
 from hicache_ref.sim.price import cost, spread
 from hicache_ref.sim.price import mechanisms as mech
 from hicache_ref.sim.price.prefill_model import prefill_from_moments
-from hicache_ref.sim.run.replay import replay, summary_lines
 from hicache_ref.sim.run.replay_figures import ComputeTally
+from hicache_ref.sim.run.serial_replay import replay, summary_lines
 from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.spec import CacheSpec
 

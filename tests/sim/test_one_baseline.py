@@ -12,7 +12,7 @@ from hicache_ref.sim.fit import modeled_readings as readings
 from hicache_ref.sim.ladder.ablate import ablate
 from hicache_ref.sim.ladder.scenario import Runs, state
 from hicache_ref.sim.run.baseline import is_off, off_spec
-from hicache_ref.sim.run.run_replay import run_replay
+from hicache_ref.sim.run.replay_dispatch import run_replay
 from hicache_ref.sim.sweep.sweep_l2 import sweep
 from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec

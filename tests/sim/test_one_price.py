@@ -10,7 +10,7 @@ from hardware_profiles import transfer_price as pricing
 from hicache_ref.l3.prefetch_policy import L3Link
 from hicache_ref.sim.price import cost
 from hicache_ref.sim.price import mechanisms as mech
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 

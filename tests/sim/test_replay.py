@@ -13,8 +13,8 @@ import pytest
 
 from conformance.cli.main import main as cli_main
 from hal.backend import get_backend
-from hicache_ref.sim.run import replay as replay_module
-from hicache_ref.sim.run.replay import JSON_KEYS, inline_transfers, replay
+from hicache_ref.sim.run import serial_replay as replay_module
+from hicache_ref.sim.run.serial_replay import JSON_KEYS, inline_transfers, replay
 from hicache_ref.sim.trace.reader import TraceRequest, find_trace, packaged_traces, read_trace, request_tokens
 from hicache_ref.spec import CacheSpec
 from tests import checked_run

@@ -10,7 +10,7 @@ from conformance.cli.main import main as cli_main
 from hardware_profiles import load_profile
 from hicache_ref.sim.price import cost
 from hicache_ref.sim.price import mechanisms as mech
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec
 
@@ -56,7 +56,7 @@ def test_two_default_replays_print_the_same_json_bit_for_bit(capsys):
 
 
 # Expected figures on fixed slices of the packaged traces, on the default (P800 seed) geometry
-# and profile, unmaterialized, as this replay (hicache_ref.sim.run.replay.replay on the slice and spec
+# and profile, unmaterialized, as this replay (hicache_ref.sim.run.serial_replay.replay on the slice and spec
 # below) computes them; modeled seconds are an exactly rounded sum, so they repeat to the bit.
 # The capacities are small enough that both tiers evict and L2 hits are loaded back. A change
 # in matching, insertion, eviction order, write policy, free-list order, planning or pricing

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.run.served_replay import replay_served
 from hicache_ref.sim.trace.synth import synthesize, write_trace
 from hicache_ref.spec import CacheSpec

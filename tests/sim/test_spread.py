@@ -14,7 +14,7 @@ from hardware_profiles import load_profile
 from hicache_ref.sim.fit.derive import with_values
 from hicache_ref.sim.ladder.ablate import ablate
 from hicache_ref.sim.price import cost, spread, uncertainty
-from hicache_ref.sim.run.replay import replay, summary_lines
+from hicache_ref.sim.run.serial_replay import replay, summary_lines
 from hicache_ref.sim.sweep.sweep_l2 import sweep
 from hicache_ref.sim.trace.synth import synthesize
 from hicache_ref.spec import CacheSpec

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.sweep.plateau import find_plateau
 from hicache_ref.sim.sweep.sweep_l2 import NET_ONE_PASS, sweep
 from hicache_ref.sim.trace.reader import TraceRequest

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conformance.cli.main import main
-from hicache_ref.sim.run.replay import replay, summary_lines
+from hicache_ref.sim.run.serial_replay import replay, summary_lines
 from hicache_ref.sim.trace.convert import read_format
 from hicache_ref.sim.trace.convert.blocked import Labels
 from hicache_ref.sim.trace.convert.reblock import reblock

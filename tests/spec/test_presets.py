@@ -135,7 +135,7 @@ def _last_hit(size, last):
     # tokens = 7 pages: 23 used, 9 free. r3 [4, 5] 576 tokens = 9 pages fits exactly: shortfall
     # evicts nothing; 0.5.23 asks for its 576 tokens plus a page, 64 more than free: r0's node
     # (least recently used) goes; the seed's whole asks for all 640: r0's and r1's go.
-    from hicache_ref.sim.run.replay import replay
+    from hicache_ref.sim.run.serial_replay import replay
     from hicache_ref.sim.trace.reader import TraceRequest
 
     trace = [TraceRequest(0.0, n, 1, ids) for ids, n in (((1,), 512), ((2,), 512), ((3,), 448), ((4, 5), 576),
@@ -153,7 +153,7 @@ def _last_hit_page1(size, last):
     # Pages of 1 token, L1 2,048: r0 [1] 512, r1 [2] 512, r2 [3] 448: 576 free. r3 [4, 5] 576 tokens
     # fits exactly: 0.5.23's token allocator asks for its tokens alone (alloc_token_slots), so
     # nothing is evicted and r0 still hits; with a page more (the paged rule) r0's node would go.
-    from hicache_ref.sim.run.replay import replay
+    from hicache_ref.sim.run.serial_replay import replay
     from hicache_ref.sim.trace.reader import TraceRequest
 
     trace = [TraceRequest(0.0, n, 1, ids) for ids, n in (((1,), 512), ((2,), 512), ((3,), 448), ((4, 5), 576),
@@ -264,7 +264,7 @@ def test_the_table_has_a_row_per_switch_naming_an_upstream_file_and_function():
 def test_the_conversation_slice_with_pd_gives_0_5_23s_hit_rate_and_d2h():
     # SGLang 0.5.23 itself, run on this slice with PD disaggregation, gives hit rate 0.1210 and
     # 78.63 GiB D2H (the seed's per_insert gives 0.2524 and 1,711.73 GiB).
-    from hicache_ref.sim.run.run_replay import run_replay
+    from hicache_ref.sim.run.replay_dispatch import run_replay
     from hicache_ref.sim.trace.reader import find_trace
 
     spec = CacheSpec.preset("sglang-0.5.23", l1_tokens=2_000_000, l2_tokens=8_000_000, pd_disagg=True)

@@ -45,7 +45,7 @@ def test_each_rule_is_refused_naming_its_option(fields, option, field):
 def test_a_tp_replay_with_concurrency_is_accepted_as_ablate_accepts_it(tmp_path):
     """--tp with --concurrency everywhere: one rank's served replay stands for the group (the spec
     refuses nothing; what fails here is the missing trace, named)."""
-    from hicache_ref.sim.run.run_replay import run_replay
+    from hicache_ref.sim.run.replay_dispatch import run_replay
 
     with pytest.raises((FileNotFoundError, ValueError), match="absent.jsonl"):
         run_replay(CacheSpec.of(tp=2, concurrency=4), tmp_path / "absent.jsonl")

@@ -20,7 +20,7 @@ from conformance.suites import transfer_reference as reference
 from conformance.suites.storage.page_pools import page_bits, poisoned_pool
 from hal.transfer.layouts import KVGeometry
 from hicache_ref.core.pools import HostPool
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.spec import CacheSpec
 from hicache_ref.storage.file import MARKER, FileStorage
 from hicache_ref.storage.registry import open_storage

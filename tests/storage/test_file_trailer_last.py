@@ -77,7 +77,7 @@ def test_one_chunk_is_sealed_ahead_at_most(tmp_path):
     """A get's verify shares the worker: a set must not queue its whole batch's digest before it."""
     src = pool(MLA, "layer_first", seed=5)
     with _store(tmp_path) as store:
-        live, most, submit, seal = [0], [0], store._submit, store._seal
+        live, most, submit, seal = [0], [0], store._digests.submit, store._seal
 
         def slow(batch, tails, host_pool):
             time.sleep(0.01)  # slower than writing the chunk: without a bound, every job would queue
@@ -89,7 +89,7 @@ def test_one_chunk_is_sealed_ahead_at_most(tmp_path):
             most[0] = max(most[0], live[0])
             return submit(fn, *args)
 
-        store._seal, store._submit = slow, counting
+        store._seal, store._digests.submit = slow, counting
         assert store.set([f"k{i}" for i in range(12)], src, list(range(12))) == [True] * 12  # 6 chunks
         assert most[0] == 2
 
@@ -160,14 +160,14 @@ def test_a_set_on_the_worker_seals_there_instead_of_waiting_on_itself(tmp_path):
     src = pool(MLA, "layer_first", seed=9)
     with _store(tmp_path) as store:
         keys = [f"k{i}" for i in range(5)]
-        assert store._submit(store.set, keys, src, list(range(5))).result(timeout=30) == [True] * 5
+        assert store._digests.submit(store.set, keys, src, list(range(5))).result(timeout=30) == [True] * 5
 
 
 def test_no_worker_outlives_close(tmp_path):
     store = _store(tmp_path)
     assert store.set(["a", "b", "c"], pool(MLA, "layer_first", seed=10), [0, 1, 2]) == [True] * 3
     store.close()
-    assert store._submit(lambda: 7).result() == 7 and store._worker is None  # ran here, none started
+    assert store._digests.submit(lambda: 7).result() == 7 and store._digests.executor is None  # ran here, none started
 
 
 def test_a_subclass_whose_write_takes_no_trailer_ready_takes_the_chunked_path(tmp_path):

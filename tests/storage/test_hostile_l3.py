@@ -154,6 +154,6 @@ def test_a_replays_l3_line_names_the_stores_first_error(tmp_path, monkeypatch, c
     fig = json.loads(capsys.readouterr().out)
     assert fig["l3_store_errors"] >= 1 and f"{where}/" in fig["l3_store_last_error"]
     assert "cannot be written (Permission denied)" in fig["l3_store_last_error"]
-    from hicache_ref.sim.run.replay import _l3_lines
+    from hicache_ref.sim.run.serial_replay import _l3_lines
 
     assert "first store error: " in _l3_lines(fig)[0]

@@ -17,7 +17,8 @@ import xxhash
 from conformance.suites import transfer_reference as reference
 from conformance.suites.storage.page_pools import MHA, MLA, PAGE_BYTES, page_bits, poisoned_pool, random_pool
 from hicache_ref.core.hashing import page_hashes
-from hicache_ref.storage import base, pages
+from hicache_ref.storage import pages
+from hicache_ref.storage.client_stats import StorageStats
 from hicache_ref.storage.file import MARKER, FileStorage, file_name
 from hicache_ref.storage.keys import StorageIdentity
 from hicache_ref.storage.memory import MemoryStorage
@@ -322,7 +323,7 @@ def test_bad_calls_are_refused_before_anything_is_written(tmp_path):
         s.exists("abc")
     with pytest.raises(ValueError, match="^host_pool:"):
         s.set(["a"], object(), [0])
-    assert store_listing(tmp_path) == [] and s.stats == base.StorageStats()
+    assert store_listing(tmp_path) == [] and s.stats == StorageStats()
     s.close()
     with pytest.raises(ValueError, match="closed"):
         s.exists(["a"])

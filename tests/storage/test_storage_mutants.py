@@ -1,4 +1,4 @@
-"""The storage base's batch machinery (hicache_ref.storage.base) through a memory backend that
+"""The storage client's batch machinery (hicache_ref.storage.base, harness_io) through a memory backend that
 records what it is handed: batches cut in chunks (the digest of one overlapping the I/O of the
 next), backend failures, misses and corrupt objects counted per object, upstream's objects,
 staging drawn from (and given back to) the client's pool, and the worker stopped on close."""

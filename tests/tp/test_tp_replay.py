@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.run.tp_replay import tp_replay
 from hicache_ref.sim.trace.reader import find_trace, read_trace
 from hicache_ref.spec import CacheSpec

@@ -95,7 +95,7 @@ class _Registrations:
 def store(_shared_store):
     """The session's client of the spec under test (some stores take seconds to close a client);
     its stats are zeroed for each test, and pools it registered are unregistered after it."""
-    from hicache_ref.storage.base import StorageStats
+    from hicache_ref.storage.client_stats import StorageStats
 
     _shared_store.stats = StorageStats()
     yield _shared_store

@@ -1,6 +1,6 @@
 """`hicache replay --engine sglang`: the trace through SGLang's own HiCache on the HAL.
 
-Same figures, same keys as the reference engine (hicache_ref.sim.run.replay, and with --concurrency
+Same figures, same keys as the reference engine (hicache_ref.sim.run.serial_replay, and with --concurrency
 hicache_ref.sim.run.served_replay's served keys: steps from the same loop, hicache_ref.sim.run.steps): the totals come
 from the request driver, the transfer counters from every copy upstream made (pricing), the
 configuration and the cost model from the reference's own figure builders.
@@ -22,8 +22,8 @@ from hicache_ref.engines.sglang.stores import open_store
 from hicache_ref.engines.sglang.support import ENGINE_NAME, SUPPORT, pools_shortfall, refuse_pools
 from hicache_ref.sim.price import cost
 from hicache_ref.sim.price.prefill_model import compute_of
-from hicache_ref.sim.run.replay import fits_in_l1
 from hicache_ref.sim.run.replay_figures import ComputeTally, count_request, figures, run_config
+from hicache_ref.sim.run.serial_replay import fits_in_l1
 from hicache_ref.sim.run.served_replay import served_figures
 from hicache_ref.sim.run.steps import run_steps
 from hicache_ref.sim.trace.reader import read_trace, trace_tokens
@@ -181,7 +181,7 @@ def replay_sglang(spec, trace, limit: int | None = None, on_request=None, rows: 
             fig.pop(k, None)
     profile = getattr(backend, "profile", None)
     if off is None and fig["requests"] and compute_of(profile) is not None:
-        from hicache_ref.sim.run.run_replay import off_replay
+        from hicache_ref.sim.run.replay_dispatch import off_replay
 
         off = off_replay(spec, requests)  # HiCache off stays the reference's, as in sweep and ablate
     fig.update(cost.replay_figures(profile, fig, off or None),

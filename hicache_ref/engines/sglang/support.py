@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from hal.memory.budget import shortfall
 from hal.transfer.layout_registry import get_layout
-from hicache_ref.engines.sglang import SEMANTICS_PRESET, SGLANG_VERSION
 from hicache_ref.engines.sglang.copy_pricing import narrow_spec
+from hicache_ref.engines.sglang.pin import SEMANTICS_PRESET, SGLANG_VERSION
 from hicache_ref.engines.sglang.stores import STORES, mooncake_parts
 from hicache_ref.spec.engine_support import Honoured, Refused
 from hicache_ref.spec.geometry import unaligned_rows

@@ -13,8 +13,8 @@ from hal.transfer.layout_registry import get_layout
 from hardware_profiles.measured_readings import SWITCHES
 from hicache_ref.sim.price.mechanisms import PAGE_4K, PAGE_THP, HostState, Unpriced
 from hicache_ref.sim.run.baseline import off_spec
-from hicache_ref.sim.run.replay import replay
 from hicache_ref.sim.run.replay_workers import replay_in_workers, worker_count
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.run.served_replay import replay_served
 from hicache_ref.spec import CacheSpec
 

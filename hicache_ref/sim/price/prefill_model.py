@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hardware_profiles.profile import ComputeModel
+from hardware_profiles.cost_models import ComputeModel
 from hicache_ref.models.architecture import ModelArch
 from hicache_ref.sim.price.mechanisms import Unpriced
 

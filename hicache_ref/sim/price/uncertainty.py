@@ -77,7 +77,7 @@ def _with(profile, values: dict):
 def _draw(profile, stats) -> tuple:
     import numpy as np
 
-    from hardware_profiles.profile import (
+    from hardware_profiles.field_checks import (
         COMPUTE_BOUNDS,
         COMPUTE_OPTIONAL_BOUNDS,
         HOST_COST_BOUNDS,

@@ -1,4 +1,4 @@
-"""The figures a replay reports, shared by the serial and the served replay (hicache_ref.sim.run.replay,
+"""The figures a replay reports, shared by the serial and the served replay (hicache_ref.sim.run.serial_replay,
 hicache_ref.sim.run.served_replay): totals and hit rate, per-direction transfer counters, what L2 hits save,
 and the configuration echoed beside them (flat keys, and the resolved spec under "spec").
 """

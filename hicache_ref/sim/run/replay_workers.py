@@ -27,7 +27,7 @@ _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
 
 def worker_main() -> None:
     """A worker: read the requests, then replay each spec it is sent until its stdin closes."""
-    from hicache_ref.sim.run.replay import replay
+    from hicache_ref.sim.run.serial_replay import replay
     from hicache_ref.sim.run.served_replay import replay_served
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer

@@ -3,7 +3,7 @@
 Each scheduling step admits, prefills and locks requests, and releases them after their decode steps.
 A step is one batch, as upstream schedules it: one completion pass, one merged load job.
 The step loop is hicache_ref.sim.run.steps (shared with the sglang engine's served replay).
-With concurrency 1 the figures equal hicache_ref.sim.run.replay.replay's.
+With concurrency 1 the figures equal hicache_ref.sim.run.serial_replay.replay's.
 The rules: hicache_ref/README.md, "Served replay" and "Design notes".
 """
 
@@ -15,8 +15,8 @@ from contextlib import ExitStack
 from hicache_ref.core.allocator import pages_to_slots
 from hicache_ref.sim.price import cost
 from hicache_ref.sim.price.prefill_model import compute_of
-from hicache_ref.sim.run.replay import built_cache, fits_in_l1, off_figures
 from hicache_ref.sim.run.replay_figures import ComputeTally, figures, run_config
+from hicache_ref.sim.run.serial_replay import built_cache, fits_in_l1, off_figures
 from hicache_ref.sim.run.steps import run_steps
 from hicache_ref.sim.trace.reader import TraceRequest, request_tokens
 from hicache_ref.spec import CacheSpec
@@ -74,7 +74,7 @@ def _check_hits(cache, batch) -> int:
 def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, on_request=None,
                   on_build=None, off: dict | bool | None = None) -> dict:
     """Replay `requests` as `spec.serving` says (concurrency, timestamps, PD release, decode step;
-    see the module docstring); the figures of hicache_ref.sim.run.replay.replay plus `concurrency`,
+    see the module docstring); the figures of hicache_ref.sim.run.serial_replay.replay plus `concurrency`,
     `steps`, `max_in_flight`. `on_step(cache, in_flight_nodes)`, if given, runs after each step's
     prefills; `on_request(index, result)` after each prefill, `on_build(cache)` once the cache is
     built, before the first step (tests, the differential suite). `off`: as replay's (HiCache off,
@@ -108,7 +108,7 @@ def replay_served(spec: CacheSpec, requests: list[TraceRequest], on_step=None, o
     fig.update(served_figures(serving, step, max_in_flight),
                registered_bytes=cache.host.nbytes if cache.host is not None else 0)
     if cache.l3 is not None:
-        from hicache_ref.sim.run.replay import _l3_figures
+        from hicache_ref.sim.run.serial_replay import _l3_figures
 
         fig.update(_l3_figures(cache, spec))
     profile = getattr(backend, "profile", None)

@@ -7,14 +7,14 @@ and only rank 0 writes (D2H 1/N). Host memory is the same either way; sharing ch
 
 from __future__ import annotations
 
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.run.served_replay import replay_served
 from hicache_ref.sim.trace.reader import read_trace
 from hicache_ref.spec import CacheSpec
 
 
 def tp_replay(spec: CacheSpec, trace, limit: int | None = None, off: bool | None = None) -> dict:
-    """hicache_ref.sim.run.replay.replay for one rank of the TP group `spec.tp` describes, plus the group's
+    """hicache_ref.sim.run.serial_replay.replay for one rank of the TP group `spec.tp` describes, plus the group's
     figures; served (hicache_ref.sim.run.served_replay) when the spec has a concurrency, as ablate's TP rungs are:
     every rank schedules the same batches, so one rank's served replay stands for the group too."""
     if spec.tp.ranks is None:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from hicache_ref.sim.price import cost, spread
 from hicache_ref.sim.run.baseline import off_spec
-from hicache_ref.sim.run.replay import replay
 from hicache_ref.sim.run.replay_workers import replay_in_workers, worker_count
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.sweep.plateau import DEFAULT_PLATEAU_GAIN, answer_row, find_plateau, paying_plateau
 from hicache_ref.sim.trace.reader import TraceRequest
 from hicache_ref.sim.trace.stack_distance import stack_profile

@@ -7,7 +7,7 @@ The capacities are checked against this machine's memory before anything is buil
 from __future__ import annotations
 
 from hicache_ref.sim.run.baseline import off_spec
-from hicache_ref.sim.run.replay import replay
+from hicache_ref.sim.run.serial_replay import replay
 from hicache_ref.sim.run.served_replay import replay_served
 from hicache_ref.sim.run.tp_replay import tp_replay
 from hicache_ref.sim.trace.reader import read_trace
