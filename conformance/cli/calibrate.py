@@ -117,13 +117,21 @@ def run(a) -> int:
     return 0
 
 
+def _size(n: int) -> str:
+    """A transfer size as given in binary units: 64 KiB, 1 MiB, 1.5 MiB (a size under 1 MiB read 0 MiB)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} B"
+
+
 def _print(a, cal: dict, out: Path | None) -> None:
     """The human summary: bandwidth per size, the fitted costs with their standard errors, registration."""
     link = cal["link"]
     print(f"calibrated {a.backend} on {cal['machine']['host']} ({cal['machine']['cpu']}), {cal['date']}")
     print(f"{'size':>10}  {'h2d GB/s':>9}  {'d2h GB/s':>9}  {'memcpy GB/s':>11}  spread h2d/d2h")
     for h, d in zip(cal["bandwidth"]["h2d"], cal["bandwidth"]["d2h"], strict=True):
-        print(f"{h['bytes'] >> 20:>7} MiB  {h['gbps']:>9.2f}  {d['gbps']:>9.2f}  {h['memcpy_gbps']:>11.2f}  "
+        print(f"{_size(h['bytes']):>11}  {h['gbps']:>9.2f}  {d['gbps']:>9.2f}  {h['memcpy_gbps']:>11.2f}  "
               f"{h['spread']:.0%}/{d['spread']:.0%}")
     j = cal["fit_quality"]["fits"]
     print(f"per segment {link['per_segment_us']:.3f} us (+/- {j['per_segment_us']['se_b'] * 1e6:.2g}), per launch "

@@ -324,3 +324,12 @@ def test_a_backend_that_moves_no_bytes_is_refused_and_a_profile_that_would_not_l
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"hicache: --out: {out} not written") and "h2d_gbps" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_transfer_sizes_under_a_mebibyte_are_printed_as_given(capsys):
+    """`--sizes 64KiB,...` printed its row as '0 MiB'."""
+    assert main(["calibrate", "--sizes", "64KiB,1536KiB", "--repeat", "3", "--translation-sizes", "2MiB,4MiB",
+                 "--quiet"]) == 0
+    rows = [line[:11].strip() for line in capsys.readouterr().out.splitlines()[2:4]]
+    assert rows == ["64 KiB", "1.5 MiB"], rows
