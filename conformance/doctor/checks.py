@@ -184,7 +184,9 @@ def check_thp_anon(paths: HostPaths) -> Check:
         what = "unreadable" if text is None else f"selects no mode in brackets (reads {text.strip()[:40]!r})"
         return Check("thp_anon", "unknown", f"{path} {what}" + (f" ({why})" if why else ""), fix)
     if why:
-        return Check("thp_anon", "warn", f"enabled={mode}: anonymous host pools get 4 KB pages ({why})", fix)
+        return Check("thp_anon", "warn", f"enabled={mode}: anonymous host pools fault in on 4 KB pages ({why}); "
+                     "SGLang's pools stay on them, where only MADV_COLLAPSE (Linux >= 6.1, which hal.memory.host "
+                     "applies) moves a pool onto 2 MB pages", fix)
     why = "every anonymous mapping" if mode == "always" else "mappings that madvise (hal.memory.host does)"
     return Check("thp_anon", "ok", f"enabled={mode}: 2 MB pages for {why}", "")
 
