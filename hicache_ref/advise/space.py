@@ -107,10 +107,13 @@ def _per_rank(total: float, source: str, option: str, token_bytes: int, ranks: i
 def check_host_gib(host_gib: float, l1_tokens: int, page_size: int, token_bytes: int, ranks: int) -> None:
     """--host-gib must hold the smallest pool upstream takes (larger than L1: the first --hicache-ratio
     step) on each of the node's ranks, after its 10 GiB reserve; ValueError naming it and the least that does."""
-    budget, _ = _per_rank(host_gib * 2**30, f"{host_gib:,.12g} GiB", "--host-gib", token_bytes, ranks)
     need = sizing.host_tokens(l1_tokens, page_size, token_bytes, ratio=RATIOS[0])
+    least = math.ceil((need * token_bytes * ranks + sizing.HOST_MEMORY_RESERVE_BYTES) / 2**30 * 10) / 10
+    if host_gib * 2**30 - sizing.HOST_MEMORY_RESERVE_BYTES < ranks * token_bytes:
+        raise ValueError(f"--host-gib: {host_gib:,.12g} GiB holds no host pool for {_ranks(ranks)} after upstream's "
+                         f"10 GiB reserve: give at least {least:,.1f} GiB")
+    budget, _ = _per_rank(host_gib * 2**30, f"{host_gib:,.12g} GiB", "--host-gib", token_bytes, ranks)
     if need > budget:
-        least = math.ceil((need * token_bytes * ranks + sizing.HOST_MEMORY_RESERVE_BYTES) / 2**30 * 10) / 10
         raise ValueError(f"--host-gib: {host_gib:,.12g} GiB leaves {budget:,} tokens a rank for {_ranks(ranks)}; the "
                          f"smallest host pool upstream takes (--hicache-ratio {RATIOS[0]:g} of L1's {l1_tokens:,}) "
                          f"is {need:,}: give at least {least:,.1f} GiB")

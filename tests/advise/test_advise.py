@@ -235,6 +235,8 @@ def test_the_host_pools_tried_share_one_nodes_memory_given_by_host_gib():
     with pytest.raises(ValueError, match=r"^--host-gib: 10\.1 GiB leaves 26,843 tokens .* is 40,064: give at least 10\.2 GiB$"):
         check_host_gib(10.1, 32_000, 64, 1000, 4)  # 40,064 x 1000 B x 4 + 10 GiB = 10.149 GiB
     check_host_gib(10.2, 32_000, 64, 1000, 4)  # the least it names holds it
+    with pytest.raises(ValueError, match=r"^--host-gib: 0\.5 GiB holds no host pool for 4 ranks .*give at least 10\.2 GiB$"):
+        check_host_gib(0.5, 32_000, 64, 1000, 4)  # under the reserve itself: the least is named too
 
 
 def test_the_cli_bounds_the_tiers_by_host_gib_and_refuses_one_too_small_before_writing(tmp_path, capsys):
