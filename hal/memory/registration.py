@@ -4,15 +4,19 @@ A backend registers [address, address + nbytes) by registering consecutive range
 per-range hook (some runtimes cap one registration's size); `hal.memory.host` registers a pool
 in chunks through the backend. Both go through `register_ranges`, so a failure part way always
 undoes the ranges already registered, newest first, and reports the original failure.
+A host buffer is registered whole unless its caller asks for pieces (`check_registration`,
+`register_buffer`): a copy across two registrations is one some drivers refuse.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hal.common.arg_checks import positive_int
+from hal.memory.vm import PAGE
 
 
 def split_range(address: int, nbytes: int, limit: int | None) -> list[tuple[int, int]]:
@@ -97,3 +101,23 @@ class HostRegistrar:
     def _unregister_range(self, handle: Any) -> None:
         """Hook: undo one `_register_range`."""
         return None
+
+
+def check_registration(backend, chunk: int | None, nbytes: int, arg: str) -> int | None:
+    """`chunk` checked (None or a positive int); with None, `nbytes` must fit one registration."""
+    if chunk is not None:
+        return positive_int("register_chunk_bytes", chunk)
+    limit = getattr(backend, "max_registration_bytes", None)
+    if backend is not None and limit is not None and nbytes > limit:
+        raise ValueError(f"{arg}: {nbytes} bytes is over backend {backend.name!r}'s one-registration limit of "
+                         f"{limit} bytes; a copy may not cross two registrations, so use several buffers")
+    return None
+
+
+def register_buffer(backend: HostRegistrar, address: int, length: int, chunk: int | None) -> tuple[list[Any], float]:
+    """Register in chunks of `chunk` bytes (None: the whole range at once), all or nothing
+    (register_ranges)."""
+    chunk = length if chunk is None else -(-chunk // PAGE) * PAGE  # pinning is per page: no boundary inside one
+    t0 = time.perf_counter()
+    handles = register_ranges(backend.register_host, backend.unregister_host, address, length, chunk)
+    return handles, time.perf_counter() - t0
