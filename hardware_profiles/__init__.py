@@ -3,7 +3,8 @@
 `profile` (Profile and the machine it describes: DeviceSpec, HostSpec, TopologySpec; the schema's
 version), `cost_models` (LinkModel, ComputeModel, HostCosts, L3LinkModel: what a profile prices with),
 `metric_targets` (Target and the METRICS a target may name), `field_checks` (each value's Bound, and
-ProfileError / FieldError), `profile_schema` (the strict YAML reader), `loader` (list_profiles,
+ProfileError / FieldError), `strict_yaml` (reading the YAML document), `sourced_leaves` (one leaf: value,
+source, range or stderr), `profile_schema` (each section read into its dataclass), `loader` (list_profiles,
 load_profile), `values` (what counts as a number, hal's rule too). Profiles are data about machines
 that hal's backends price with, so they sit below hal and import nothing of it; the public API is
 re-exported here.

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from hardware_profiles.field_checks import ProfileError
 from hardware_profiles.profile import Profile
-from hardware_profiles.profile_schema import build, yaml_text
+from hardware_profiles.profile_schema import build
+from hardware_profiles.strict_yaml import yaml_text
 
 _PACKAGE = "hardware_profiles"
 

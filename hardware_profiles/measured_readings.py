@@ -21,7 +21,7 @@ from hardware_profiles.field_checks import (
     LINK_BOUNDS,
     ProfileError,
 )
-from hardware_profiles.profile_schema import _parse, fail, mapping, yaml_text
+from hardware_profiles.strict_yaml import fail, mapping, parse_document, yaml_text
 from hardware_profiles.values import is_int, is_number
 
 SCHEMA_VERSION = 1
@@ -79,7 +79,7 @@ class Readings:
         raise KeyError(f"{self.path}: no reading {name!r}; readings: {', '.join(r.name for r in self.readings)}")
 
 
-# The profile reader's own checks (hardware_profiles.profile_schema): one YAML reader, one way to echo a value.
+# The profile reader's own checks (hardware_profiles.strict_yaml): one YAML reader, one way to echo a value.
 _fail, _mapping = fail, mapping
 
 
@@ -133,7 +133,7 @@ def _reading(file, name, raw, states) -> Reading:
 
 
 def build_readings(text: str, path: Path) -> Readings:
-    data = _mapping(path, "", _parse(text, str(path)), ("schema", "profile", "source", "scenario", "states", "readings"))
+    data = _mapping(path, "", parse_document(text, str(path)), ("schema", "profile", "source", "scenario", "states", "readings"))
     for k in ("schema", "profile", "source", "scenario", "states", "readings"):
         if k not in data:
             _fail(path, k, f"a '{k}' entry", "(missing)")

@@ -159,12 +159,12 @@ def test_a_yaml_profile_is_read_within_the_same_bounds(tmp_path, text, says):
 def test_a_yaml_profile_past_the_size_cap_or_not_a_file_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "p.yaml"
     path.write_text("# " + "x" * 3000 + "\n")
-    monkeypatch.setattr("hardware_profiles.profile_schema.MAX_YAML_BYTES", 1000)
+    monkeypatch.setattr("hardware_profiles.strict_yaml.MAX_YAML_BYTES", 1000)
     with pytest.raises(ProfileError, match="at most"):
         load_profile(path)
     fifo = tmp_path / "f.yaml"
     os.mkfifo(fifo)
-    from hardware_profiles.profile_schema import yaml_text
+    from hardware_profiles.strict_yaml import yaml_text
 
     with pytest.raises(ProfileError, match="not a regular file"):
         yaml_text(fifo)  # never blocks on a FIFO with no writer

@@ -413,7 +413,7 @@ def test_a_readings_file_goes_through_the_same_reader(tmp_path):
 
 
 def test_a_huge_bad_value_is_echoed_in_a_few_characters():
-    from hardware_profiles.profile_schema import shown
+    from hardware_profiles.strict_yaml import shown
 
     nested: list = ["x" * 100]
     for _ in range(200):
