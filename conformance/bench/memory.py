@@ -46,7 +46,7 @@ def add_arguments(p) -> None:
 
 def memlock_room() -> int | None:
     """Bytes mlock may pin here: None when unlimited (or CAP_IPC_LOCK is held)."""
-    from conformance.doctor.checks import cap_ipc_lock, memlock_limit
+    from conformance.doctor.pinned_memory import cap_ipc_lock, memlock_limit
 
     return None if cap_ipc_lock() else memlock_limit()
 

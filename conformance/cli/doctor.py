@@ -1,4 +1,4 @@
-"""`hicache doctor`: preflight of this host for a HiCache deployment (checks in conformance/doctor/checks.py)."""
+"""`hicache doctor`: preflight of this host for a HiCache deployment (checks run by conformance/doctor/checks.py)."""
 
 from __future__ import annotations
 

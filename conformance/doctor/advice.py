@@ -1,7 +1,7 @@
 """`hicache doctor` configuration advice: binding policy, host pool size, write policy.
 
-Advice comes after the host-side checks (conformance/doctor/checks.py) and uses the same
-`Check` record; it is derived from the binding plans and the topology, not measured.
+Advice comes after the host-side checks (run in order by conformance/doctor/checks.py) and uses
+the same `Check` record; it is derived from the binding plans and the topology, not measured.
 """
 
 from __future__ import annotations
