@@ -61,14 +61,11 @@ def killed_line(rc: int) -> str | None:
             "give the run more memory, or fewer workers (-n)")
 
 
-XDIST_CRASH = "crashed while running"  # pytest-xdist's failure for a test whose worker died under it
-
-
-def crashed_workers_line(failures: list[dict[str, str]]) -> str | None:
+def crashed_workers_line(failures: list[dict]) -> str | None:
     """For failures that are pytest-xdist workers dying mid-test (no report of their own): one line
     saying how many and what to change; None when there are none. A worker is its own process, so the
     OOM killer (which picks the children first: hal.children) ends it without a word."""
-    crashed = [f["test"] for f in failures if XDIST_CRASH in f.get("message", "")]
+    crashed = [f["test"] for f in failures if f.get("worker_died")]
     if not crashed:
         return None
     return (f"{len(crashed)} test(s) failed because their pytest worker died under them (first: {crashed[0]}), "

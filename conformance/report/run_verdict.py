@@ -9,6 +9,7 @@ aggregated by reason, because an unavailable backend skips hundreds of tests for
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -43,7 +44,7 @@ class Summary:
     modules: list[ModuleResult] = field(default_factory=list)
     skip_reasons: dict[str, int] = field(default_factory=dict)
     xfail_reasons: dict[str, int] = field(default_factory=dict)
-    failures: list[dict[str, str]] = field(default_factory=list)  # {"test", "message"}
+    failures: list[dict] = field(default_factory=list)  # {"test", "message"}, "worker_died": True where it died
     unavailable: str | None = None  # why the backend cannot run here, when it cannot
     # tests the run's selection (-k, -m, --deselect) left out, per module (conformance.report.selection);
     # None when the run did not say (a summary read from a junit file alone)
@@ -178,6 +179,10 @@ def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
+# pytest-xdist's error for a test whose worker process died under it (its name in group 1)
+WORKER_DIED = re.compile(r"worker '([^']{1,64})' crashed while running")
+
+
 def summarize_junit(path: str | Path, backend: str, profile: str | None, unavailable: str | None = None,
                     deselected: dict[str, int] | None = None, deciding: tuple[str, ...] = DEFINING_MODULES) -> Summary:
     """Read pytest's junit XML (with or without xdist) into a Summary; `unavailable` is the
@@ -198,11 +203,19 @@ def summarize_junit(path: str | Path, backend: str, profile: str | None, unavail
         failure, error, skipped = case.find("failure"), case.find("error"), case.find("skipped")
         if failure is not None or error is not None:
             bad = failure if failure is not None else error
+            message = bad.get("message") or _first_line(bad.text)
+            if (died := WORKER_DIED.search(message)) is not None:
+                # xdist files it as a setup error; the test was running, and it did not pass
+                result.failed += 1
+                failures.append({"test": test, "worker_died": True, "message": (
+                    f"its pytest worker {died.group(1)} died while running it, with no report of its own "
+                    "(killed: most likely by the OOM killer)")})
+                continue
             if failure is not None:
                 result.failed += 1
             else:
                 result.errors += 1
-            failures.append({"test": test, "message": bad.get("message") or _first_line(bad.text)})
+            failures.append({"test": test, "message": message})
         elif skipped is not None:
             reason = skipped.get("message") or _first_line(skipped.text) or "no reason given"
             if skipped.get("type") == "pytest.xfail":

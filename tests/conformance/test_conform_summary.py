@@ -274,3 +274,23 @@ def test_a_nameless_junit_entry_is_no_test_and_a_short_report_says_what_never_ra
     s.stopped = selection.unreported(counts, s.tests)
     assert s.stopped == "1392 of 1400 selected tests left no result: pytest stopped before they ran"
     assert s.verdict == "FAIL" and format_table(s).splitlines()[-1].endswith("; " + s.stopped)
+
+
+def test_a_test_whose_worker_died_is_a_failure_saying_so_not_a_setup_error(tmp_path):
+    """xdist files a test whose worker process died under it as an error 'failed on setup'; the test
+    was running and did not pass: it is counted failed, its line says the worker died, and the
+    record carries worker_died for conform's memory line."""
+    from conformance.cli.pytest_child import crashed_workers_line
+
+    crash = ('<testcase classname="test_crashing" name="test_x[16-mha]" time="0.1"><error message="failed '
+             'on setup with &quot;worker \'gw0\' crashed while running \'test_layout_equivalence.py::test_x[16-mha]\''
+             '&quot;">crash</error></testcase>')
+    path = tmp_path / "junit.xml"
+    path.write_text(JUNIT.replace("</testsuite>", crash + "</testsuite>"))
+    s = summarize_junit(path, "emu", "p800")
+    died = [f for f in s.failures if f.get("worker_died")]
+    assert len(died) == 1 and died[0]["message"].startswith("its pytest worker gw0 died while running it")
+    module = next(m for m in s.modules if m.module == "test_crashing")
+    assert (module.failed, module.errors) == (1, 0) and s.verdict == "FAIL"
+    assert "1 test(s) failed because their pytest worker died" in crashed_workers_line(s.failures)
+    assert crashed_workers_line([f for f in s.failures if not f.get("worker_died")]) is None
