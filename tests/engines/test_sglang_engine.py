@@ -23,7 +23,7 @@ SMALL = dict(layers=1, kv_dim=128, l1_tokens=32768, l2_tokens=65536, page_size=6
 
 
 def test_engines_are_named_and_bad_names_refused():
-    assert ENGINES == ("reference", "sglang")
+    assert {"reference", "sglang"} <= set(ENGINES)
     assert not_run_reason("reference") is None
     with pytest.raises(ValueError, match="engine"):
         not_run_reason("vllm")
