@@ -84,7 +84,7 @@ class HostPool:
             self.buffers = [whole[p] for p in range(geom.parts)] if geom.attention == "mha" else [whole]
 
     def _allocate(self, options: dict):
-        """A HostBuffer from hal.memory.host; None for a pool of no bytes (nothing to map)."""
+        """A HostBuffer (hal.memory.host_buffer) from hal.memory.host; None for a pool of no bytes (nothing to map)."""
         if self.nbytes == 0:
             return None
         return memory.allocate_host(self.nbytes, backend=self.backend, **options)

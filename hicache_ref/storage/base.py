@@ -29,8 +29,9 @@ def rows(segments) -> list[np.ndarray]:
 
 
 class StorageBackend(HarnessObjectIO):
-    """One client of an L3 store. Subclasses fill `_contains`, `_write_one`, `_read_into`, `_close`
-    (and may override the batch hooks `_exists`, `_write`, `_read` to batch for real)."""
+    """One client of an L3 store. Subclasses fill `_contains`, `_write_one`, `_read_into`, `_discard`
+    and the classmethod `from_spec(args, spec)`; `_close` where the client holds resources (and may
+    override the batch hooks `_exists`, `_write`, `_read` to batch for real)."""
 
     name = "storage"
     # What the storage conformance suite may expect of this backend:
