@@ -5,7 +5,9 @@ version), `cost_models` (LinkModel, ComputeModel, HostCosts, L3LinkModel: what a
 `metric_targets` (Target and the METRICS a target may name), `field_checks` (each value's Bound, and
 ProfileError / FieldError), `strict_yaml` (reading the YAML document), `sourced_leaves` (one leaf: value,
 source, range or stderr), `profile_schema` (each section read into its dataclass), `loader` (list_profiles,
-load_profile), `values` (what counts as a number, hal's rule too). Profiles are data about machines
+load_profile), `values` (what counts as a number, hal's rule too), `bounded` (bounded reading of user
+files: traces, YAML), `measured_readings` (a profile's readings file), `transfer_price` (the one price of
+a transfer, L2 link or L3 store). Profiles are data about machines
 that hal's backends price with, so they sit below hal and import nothing of it; the public API is
 re-exported here.
 """

@@ -1,7 +1,8 @@
 """Replay engines by name: each is a module of this folder (or a package's __init__) naming its
 class `ENGINE` (hicache_ref.engines.base.ReplayEngine), found from the source text, imported only
-when used; adding the file adds `--engine NAME`. Built in: `reference` (hicache_ref's own cache)
-and `sglang` (SGLang's installed HiCache on the HAL).
+when used; adding the file adds `--engine NAME`. `base` is the contract (ReplayEngine); built in:
+`reference` (hicache_ref's own cache; its table of spec fields in `reference_support`) and `sglang/`
+(SGLang's installed HiCache on the HAL; its table in `sglang/support`).
 
 `replay_with(engine, spec, trace, limit)` runs one and returns the same figures (same keys) on
 every engine; an option the engine refuses is a ValueError naming it, an engine that cannot run

@@ -4,7 +4,10 @@
 - geometry, tiers, semantics (+ presets), storage, serving, tp: one node each.
 - fields: each field's option metadata (conformance.common.spec_options makes the options) and
   SpecError, the one error (a ValueError naming the option and the field).
-- sizing: upstream's L2 sizing; capacity_check: what a run would allocate, refused before it does.
+- sizing: upstream's L2 sizing; machine: a served model's KV per rank and L1 as SGLang sizes it;
+  capacity_check: what a run would allocate, refused before it does.
+- engine_support: Honoured / Refused, each engine's declaration of every field; presets_table: the
+  presets as the markdown table in hicache_ref/README.md.
 """
 
 from hicache_ref.spec.fields import SpecError

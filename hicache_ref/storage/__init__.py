@@ -12,6 +12,6 @@
   `hal.transfer.layouts`), so a page reads back bit-identical into any host layout.
 - `registry`: backends by name (built-ins: the modules here that name their class `STORE`; the
   `hicache.storage` entry point) and `open_storage(spec)`.
-- `file`, `memory`, `model`, `mooncake`: the backends; `mooncake_cluster`: a loopback Mooncake cluster
+- `file`, `memory`, `model`, `mooncake`: the backends (`file_folder`: the folder a file store owns); `mooncake_cluster`: a loopback Mooncake cluster
   (metadata server + master) for tests, conformance and benchmarks.
 """
