@@ -71,10 +71,13 @@ def _undo(backend, handles, address, length, path) -> None:
 def _populate_huge(address, mapped, fd, fresh, huge_pages, warnings) -> tuple[str, str]:
     """Pre-fault, then collapse onto 2 MB pages what the fault left on 4 KB pages: a fragmented
     host gives a fault no free 2 MB block, and registration would pin those 4 KB pages for good.
-    -> (prefault method, collapse outcome: vm.collapse_huge's, or "not requested")."""
+    -> (prefault method, collapse outcome: vm.collapse_huge's, "too small" or "not requested")."""
     method = populate(address, mapped, fd, fresh)
     if not huge_pages:
         return method, "not requested"
+    if mapped < HUGE_PAGE:  # an attached file smaller than one huge page: the mount is not the reason
+        warnings.insert(0, f"the range ({mapped:,} bytes) is smaller than one 2 MB page: it can only be on 4 KB pages")
+        return method, "too small"
     collapse = collapse_huge(address, mapped)
     if collapse.startswith("failed"):
         cause = f" ({COLLAPSE_CAUSES[collapse]})" if collapse in COLLAPSE_CAUSES else ""

@@ -322,6 +322,14 @@ def test_keep_name_attach_then_unlink(plain_tmpfs):
     owner.close()
 
 
+def test_an_attached_file_smaller_than_a_huge_page_says_so_first(plain_tmpfs):
+    with allocate_host(MB, shared_dir=plain_tmpfs, keep_name=True, huge_pages=False) as owner, \
+            attach_host(owner.shared_path, huge_pages=True) as peer:
+        r = peer.report()
+        assert r["huge_page_collapse"] == "too small" and r["huge_page_coverage"] == 0
+        assert r["warnings"][0].startswith("the range (1,048,576 bytes) is smaller than one 2 MB page"), r["warnings"]
+
+
 def test_attach_refuses_a_file_others_can_read(plain_tmpfs):
     p = plain_tmpfs / f"{shm.PREFIX}loose"
     p.write_bytes(b"\0" * vm.PAGE)
