@@ -24,8 +24,9 @@ LOCAL = {
     "--json": ("print the figures as one JSON object", dict(action="store_true")),
     "--quiet": ("no progress on stderr (shown only on a terminal)", dict(action="store_true")),
     "--out": ("directory for the command's JSON and plot", {}),
-    "--engine": ("which HiCache replays: reference (hicache_ref's) or sglang (SGLang's installed HiCache on "
-                 "the HAL; the [sglang] extra, ci/install-sglang.sh)", dict(choices=ENGINES, default=DEFAULT_ENGINE)),
+    "--engine": ("which HiCache replays, one engine per file of hicache_ref/engines/: reference (hicache_ref's), "
+                 "sglang (SGLang's installed HiCache on the HAL; the [sglang] extra, ci/install-sglang.sh)",
+                 dict(choices=ENGINES, default=DEFAULT_ENGINE)),
 }
 
 
