@@ -10,6 +10,7 @@ import pytest
 from conformance.calibrate.probe import Sample, paired_ratio
 from conformance.targets import link_measurers as link
 from conformance.targets.evaluate import MEASURERS, TargetContext, evaluate
+from conformance.targets.host_measurers import MEMORY_SHORT
 from conformance.targets.judgment import ROW_KEYS, Outcome, describe, judge, not_measured
 from conformance.targets.link_measurers import PROBE_BYTES
 from hal.backend import get_backend
@@ -43,6 +44,8 @@ def emu_rows():
 def test_every_target_kind_is_evaluated_on_emu(emu_rows, metric):
     row = emu_rows[metric]
     assert set(ROW_KEYS) <= set(row)
+    if row["verdict"] == "not_measured" and row["details"].get("collapse") in MEMORY_SHORT:
+        pytest.skip(f"{metric}: this machine's memory was short when the pool was made: {row['reason']}")
     assert row["verdict"] in ("pass", "fail") and isinstance(row["value"], (int, float)), row
     assert row["basis"] in ("measured", "modeled") and row["reason"]
     if row["basis"] == "modeled":
