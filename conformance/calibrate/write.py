@@ -16,7 +16,6 @@ from pathlib import Path
 
 import yaml
 
-from hardware_profiles import load_profile
 from hardware_profiles.field_checks import HOST_COST_BOUNDS
 
 
@@ -212,5 +211,4 @@ def write(out: Path, base, cal: dict, command: str, backend: str) -> Path:
         raise ValueError(f"--out: {out} not written: the measured profile would not load: {e}") from None
     for path, body in ((side, json.dumps(cal, indent=1) + "\n"), (out, text)):
         write_text(path, body)
-    load_profile(out)
     return side

@@ -11,6 +11,7 @@ import numpy as np
 
 from conformance.targets.judgment import Outcome, model_inputs, not_measured
 from hal.memory import budget, vm
+from hal.memory.host import COLLAPSE_CAUSES
 from hal.topology.binding import plan_binding
 from hal.transfer.seed import seed_geometry
 from hicache_ref.core import ghost
@@ -19,8 +20,8 @@ from hicache_ref.core.pools import DevicePool, HostPool
 
 POOL_TOKENS = 512  # 8 pages of the seed geometry: 46 MB, 22 huge pages
 HUGE_PAGE, SMALL_PAGE = 2 << 20, 4096
-# vm.collapse_huge outcomes that say the machine's free memory, not the pool, kept pages small.
-MEMORY_SHORT = ("failed: ENOMEM", "failed: EAGAIN", "failed: EBUSY")
+# Collapse outcomes (hal.memory.host.COLLAPSE_CAUSES) that say the machine's free memory, not the pool, kept pages small.
+MEMORY_SHORT = tuple(COLLAPSE_CAUSES)
 
 
 def memory_short_reason(collapse: str) -> str:

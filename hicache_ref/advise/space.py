@@ -94,10 +94,12 @@ def _ranks(n: int) -> str:
     return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
-def _per_rank(total: float, source: str, option: str, token_bytes: int, ranks: int) -> tuple[int, str]:
+def _per_rank(total: float, source: str, option: str, token_bytes: int, ranks: int,
+              remedy: str = "") -> tuple[int, str]:
     free = total - sizing.HOST_MEMORY_RESERVE_BYTES
     if free < ranks * token_bytes:
-        raise ValueError(f"{option}: {source} holds no host pool for {_ranks(ranks)} after upstream's 10 GiB reserve")
+        raise ValueError(f"{option}: {source} holds no host pool for {_ranks(ranks)} after upstream's 10 GiB "
+                         f"reserve{remedy}")
     per_rank = int(free // ranks)
     tokens = per_rank // token_bytes
     return tokens, (f"host: {source} = {total / 1e9:,.1f} GB, less upstream's 10 GiB reserve, over {_ranks(ranks)} "
@@ -109,10 +111,8 @@ def check_host_gib(host_gib: float, l1_tokens: int, page_size: int, token_bytes:
     step) on each of the node's ranks, after its 10 GiB reserve; ValueError naming it and the least that does."""
     need = sizing.host_tokens(l1_tokens, page_size, token_bytes, ratio=RATIOS[0])
     least = math.ceil((need * token_bytes * ranks + sizing.HOST_MEMORY_RESERVE_BYTES) / 2**30 * 10) / 10
-    if host_gib * 2**30 - sizing.HOST_MEMORY_RESERVE_BYTES < ranks * token_bytes:
-        raise ValueError(f"--host-gib: {host_gib:,.12g} GiB holds no host pool for {_ranks(ranks)} after upstream's "
-                         f"10 GiB reserve: give at least {least:,.1f} GiB")
-    budget, _ = _per_rank(host_gib * 2**30, f"{host_gib:,.12g} GiB", "--host-gib", token_bytes, ranks)
+    budget, _ = _per_rank(host_gib * 2**30, f"{host_gib:,.12g} GiB", "--host-gib", token_bytes, ranks,
+                          remedy=f": give at least {least:,.1f} GiB")
     if need > budget:
         raise ValueError(f"--host-gib: {host_gib:,.12g} GiB leaves {budget:,} tokens a rank for {_ranks(ranks)}; the "
                          f"smallest host pool upstream takes (--hicache-ratio {RATIOS[0]:g} of L1's {l1_tokens:,}) "
